@@ -1,0 +1,10 @@
+"""fairseq-headprune: which attention heads does a trained Transformer need?
+
+Pass ``--user-dir fairseq_headprune`` to fairseq's commands to register the
+``fairseq-headprune`` task and its masked multi-head attention.
+"""
+
+__version__ = "0.1.0"
+
+from . import checkpoint_compat  # noqa: F401  (torch.load allow-list)
+from .tasks import fairseq_headprune  # noqa: F401  (registers the task)

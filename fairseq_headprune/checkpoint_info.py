@@ -1,0 +1,62 @@
+"""Read what a fairseq checkpoint says about its model, without building it."""
+
+import os
+import re
+from argparse import Namespace
+from typing import Any, Dict
+
+import torch
+
+from . import checkpoint_compat  # noqa: F401  (allow-list for torch.load)
+from .head_mask import HeadLayout, HeadMaskError
+
+
+def load_checkpoint_state(path: str) -> Dict[str, Any]:
+    """``torch.load`` a fairseq checkpoint, with one-line errors for bad files."""
+    if not os.path.isfile(path):
+        raise HeadMaskError(f"checkpoint not found: {path}")
+    try:
+        state = torch.load(path, map_location="cpu")
+    except Exception as error:  # torch raises several types for non-checkpoints
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise HeadMaskError(f"cannot read checkpoint {path}: {first_line}")
+    if not isinstance(state, dict) or "model" not in state:
+        raise HeadMaskError(f"{path} is not a fairseq checkpoint (no 'model' entry)")
+    return state
+
+
+def model_config(state: Dict[str, Any]) -> Dict[str, Any]:
+    """The model's settings, from new-format ``cfg`` or old-format ``args``."""
+    config = None
+    if state.get("cfg") is not None:
+        config = state["cfg"].get("model")
+    if config is None and state.get("args") is not None:
+        config = state["args"]
+    if isinstance(config, Namespace):
+        config = vars(config)
+    return dict(config or {})
+
+
+def checkpoint_head_layout(path: str) -> HeadLayout:
+    """Layers (counted in the weights) and heads (from the config) per attention type."""
+    state = load_checkpoint_state(path)
+    config = model_config(state)
+    layer_indices = {"encoder": set(), "decoder": set(), "encoder_attn": set()}
+    for key in state["model"]:
+        match = re.match(r"(encoder|decoder)\.layers\.(\d+)\.(self_attn|encoder_attn)\.", key)
+        if match:
+            side, index, kind = match.groups()
+            layer_indices["encoder_attn" if kind == "encoder_attn" else side].add(int(index))
+    layout = {}
+    for attention_type, side, heads_key in (
+        ("enc-enc", "encoder", "encoder_attention_heads"),
+        ("enc-dec", "encoder_attn", "decoder_attention_heads"),
+        ("dec-dec", "decoder", "decoder_attention_heads"),
+    ):
+        if layer_indices[side]:
+            if heads_key not in config:
+                raise HeadMaskError(f"checkpoint config has no {heads_key}")
+            layout[attention_type] = (max(layer_indices[side]) + 1, int(config[heads_key]))
+    if not layout:
+        raise HeadMaskError("checkpoint has no Transformer attention layers")
+    return layout

@@ -1,0 +1,151 @@
+"""fairseq's MultiheadAttention with one mask variable xi_h per head.
+
+Each head's output is multiplied by xi_h before the output projection
+(Michel et al. 2019, eq. 3).  We do not copy fairseq's forward: the scaling is
+a forward pre-hook on ``out_proj``.  fairseq's fused path calls
+``F.multi_head_attention_forward`` with ``out_proj``'s weights and never calls
+the module, so while a mask is set the unfused path is taken; with no mask
+the module runs fairseq's code untouched (fused path included), so
+installing the plugin costs nothing at inference.
+"""
+
+from typing import Dict, List, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from fairseq.modules.multihead_attention import MultiheadAttention
+
+from .head_mask import ATTENTION_TYPES, HeadLayout, HeadMask, HeadMaskError
+
+
+class MaskedMultiheadAttention(MultiheadAttention):
+    """A fairseq ``MultiheadAttention`` whose heads are scaled by ``head_mask``.
+
+    ``head_mask`` is None (no masking), a ``(heads,)`` tensor applied to every
+    sentence, or a ``(batch, heads)`` tensor with one mask per sentence (for
+    scoring and gradients; a batch expanded by beam search repeats each
+    sentence's row).  A tensor that requires grad yields per-sentence
+    gradients dL/dxi.
+    """
+
+    attention_type: str
+    layer_index: int
+    head_mask: Optional[Tensor]
+
+    @classmethod
+    def from_module(
+        cls, module: MultiheadAttention, attention_type: str, layer_index: int
+    ) -> "MaskedMultiheadAttention":
+        """Turn a built (possibly loaded) module into a masked one, in place.
+
+        Changing the class keeps every parameter, buffer and state-dict key,
+        so checkpoints load unchanged.
+        """
+        if not isinstance(module, MaskedMultiheadAttention):
+            module.__class__ = cls
+            module.head_mask = None
+            module._scale_hook = module.out_proj.register_forward_pre_hook(
+                module._scale_heads
+            )
+        module.attention_type = attention_type
+        module.layer_index = layer_index
+        return module
+
+    def forward(self, query: Tensor, *args, **kwargs) -> Tuple[Tensor, Optional[Tensor]]:
+        if self.head_mask is None:
+            return super().forward(query, *args, **kwargs)
+        # skip_embed_dim_check is one of the conditions that routes fairseq's
+        # forward to the unfused path, which calls self.out_proj (and the hook).
+        previous = self.skip_embed_dim_check
+        self.skip_embed_dim_check = True
+        try:
+            return super().forward(query, *args, **kwargs)
+        finally:
+            self.skip_embed_dim_check = previous
+
+    def _scale_heads(self, out_proj, inputs):
+        head_mask = self.head_mask
+        if head_mask is None:
+            return None
+        (attn,) = inputs  # T x B x (heads * head_dim)
+        tgt_len, bsz, width = attn.shape
+        head_mask = head_mask.to(device=attn.device, dtype=attn.dtype)
+        if head_mask.dim() == 1:
+            scale = head_mask.view(1, 1, self.num_heads, 1)
+        else:
+            mask_bsz = head_mask.size(0)
+            if bsz != mask_bsz:
+                if bsz % mask_bsz != 0:
+                    raise HeadMaskError(
+                        f"per-sentence head mask has {mask_bsz} rows "
+                        f"but the batch has {bsz} sentences"
+                    )
+                head_mask = head_mask.repeat_interleave(bsz // mask_bsz, dim=0)
+            scale = head_mask.view(1, bsz, self.num_heads, 1)
+        scaled = attn.view(tgt_len, bsz, self.num_heads, -1) * scale  # T x B x H x d
+        return (scaled.view(tgt_len, bsz, width),)
+
+
+def attention_modules(model) -> Dict[Tuple[str, int], MultiheadAttention]:
+    """(attention_type, 0-based layer) -> attention module of a fairseq Transformer."""
+    encoder_layers = getattr(getattr(model, "encoder", None), "layers", None)
+    decoder_layers = getattr(getattr(model, "decoder", None), "layers", None)
+    if encoder_layers is None or decoder_layers is None:
+        raise HeadMaskError(
+            f"{type(model).__name__} is not an encoder-decoder Transformer "
+            "(no encoder.layers / decoder.layers)"
+        )
+    modules = {}
+    for layer_index, layer in enumerate(encoder_layers):
+        modules[("enc-enc", layer_index)] = layer.self_attn
+    for layer_index, layer in enumerate(decoder_layers):
+        modules[("dec-dec", layer_index)] = layer.self_attn
+        if getattr(layer, "encoder_attn", None) is not None:
+            modules[("enc-dec", layer_index)] = layer.encoder_attn
+    for key, module in modules.items():
+        if not isinstance(module, MultiheadAttention):
+            raise HeadMaskError(
+                f"{key[0]} layer {key[1] + 1} is a {type(module).__name__}, "
+                "not a fairseq MultiheadAttention"
+            )
+    return modules
+
+
+def install_masked_attention(model) -> Dict[Tuple[str, int], MaskedMultiheadAttention]:
+    """Make every attention module of ``model`` maskable; returns them by key."""
+    return {
+        key: MaskedMultiheadAttention.from_module(module, *key)
+        for key, module in attention_modules(model).items()
+    }
+
+
+def head_layout(model) -> HeadLayout:
+    """Layers and heads per attention type of a fairseq Transformer."""
+    heads_by_type: Dict[str, List[int]] = {}
+    for (attention_type, _), module in sorted(attention_modules(model).items()):
+        heads_by_type.setdefault(attention_type, []).append(module.num_heads)
+    layout = {}
+    for attention_type in ATTENTION_TYPES:
+        heads = heads_by_type.get(attention_type)
+        if heads is None:
+            continue
+        if len(set(heads)) != 1:
+            raise HeadMaskError(
+                f"{attention_type} layers have different head counts {heads}"
+            )
+        layout[attention_type] = (len(heads), heads[0])
+    return layout
+
+
+def set_head_mask(model, head_mask: Optional[HeadMask]) -> None:
+    """Set (or with None, clear) the mask of every attention module.
+
+    Each tensor is ``(layers, heads)`` or, per sentence, ``(layers, batch, heads)``.
+    A type missing from ``head_mask`` is left unmasked.
+    """
+    for (attention_type, layer_index), module in install_masked_attention(model).items():
+        if head_mask is None or attention_type not in head_mask:
+            module.head_mask = None
+        else:
+            module.head_mask = head_mask[attention_type][layer_index]

@@ -1,0 +1,74 @@
+"""The ``fairseq-headprune`` task: translation with per-head attention masks."""
+
+import logging
+from dataclasses import dataclass, field
+from typing import Optional
+
+from fairseq.tasks import register_task
+from fairseq.tasks.translation import TranslationConfig, TranslationTask
+
+from ..head_mask import (
+    HeadMaskError,
+    count_masked,
+    head_mask_to_spec,
+    parse_head_mask,
+    validate_spec_syntax,
+)
+from ..masked_multihead_attention import head_layout, install_masked_attention, set_head_mask
+
+logger = logging.getLogger(__name__)
+
+TASK_NAME = "fairseq-headprune"
+
+
+def exit_with_error(message: str) -> None:
+    """End a command-line run with one line on stderr and exit status 1."""
+    raise SystemExit(f"fairseq-headprune: error: {message}")
+
+
+@dataclass
+class HeadPruneConfig(TranslationConfig):
+    head_mask: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "heads to mask: space-separated TYPE:LAYERS:HEADS terms, "
+            "TYPE one of E/enc-enc, A/enc-dec, D/dec-dec, 1-based layers and "
+            "heads as lists, ranges or '*', 'keep=LIST' to mask all other "
+            "heads (e.g. \"E:1:6 A:2:1,3 D:*:keep=1\"), 'none', or a "
+            ".json/.tsv mask file"
+        },
+    )
+
+
+@register_task(TASK_NAME, dataclass=HeadPruneConfig)
+class HeadPruneTranslationTask(TranslationTask):
+    """Translation whose models can mask any set of attention heads.
+
+    ``build_model`` lets fairseq build the model named by ``--arch`` (or the
+    checkpoint), then makes every attention module maskable and applies
+    ``--head-mask``.
+    """
+
+    cfg: HeadPruneConfig
+
+    def __init__(self, cfg: HeadPruneConfig, src_dict, tgt_dict):
+        try:
+            validate_spec_syntax(cfg.head_mask)
+        except HeadMaskError as error:
+            exit_with_error(f"--head-mask: {error}")
+        super().__init__(cfg, src_dict, tgt_dict)
+
+    def build_model(self, cfg, from_checkpoint=False):
+        model = super().build_model(cfg, from_checkpoint)
+        install_masked_attention(model)
+        if self.cfg.head_mask is not None:
+            try:
+                head_mask = parse_head_mask(self.cfg.head_mask, head_layout(model))
+            except HeadMaskError as error:
+                exit_with_error(f"--head-mask: {error}")
+            if count_masked(head_mask):
+                set_head_mask(model, head_mask)
+            logger.info(
+                "masking %d heads: %s", count_masked(head_mask), head_mask_to_spec(head_mask)
+            )
+        return model

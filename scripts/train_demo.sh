@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Train the demo Transformer on a binarized corpus with fairseq-train.
+set -euo pipefail
+
+usage() {
+  cat <<USAGE
+usage: $(basename "$0") DATA_BIN SAVE_DIR
+
+Trains with fairseq-train (task fairseq-headprune, architecture of the WMT14
+En-Fr big model at small dimensions, shared embeddings) and saves one
+checkpoint per epoch (checkpointN.pt) plus checkpoint_best.pt in SAVE_DIR.
+An interrupted run resumes from SAVE_DIR/checkpoint_last.pt.
+
+environment (defaults are the demo model):
+  LAYERS=3 EMBED_DIM=128 FFN_DIM=256 HEADS=8 EPOCHS=12 MAX_TOKENS=4096
+  LR=0.002 WARMUP=200 SEED=1
+  EXTRA_ARGS  further fairseq-train options (e.g. "--head-mask E:1:1")
+USAGE
+}
+
+[[ $# -eq 2 ]] || { usage; [[ $# -eq 1 && ( $1 == -h || $1 == --help ) ]] && exit 0 || exit 2; }
+data_bin=$1
+save_dir=$2
+layers=${LAYERS:-3}
+embed_dim=${EMBED_DIM:-128}
+ffn_dim=${FFN_DIM:-256}
+heads=${HEADS:-8}
+
+# shellcheck disable=SC2086  # EXTRA_ARGS is a list of options
+fairseq-headprune train "$data_bin" \
+  --arch transformer_vaswani_wmt_en_fr_big --share-all-embeddings \
+  --encoder-layers "$layers" --decoder-layers "$layers" \
+  --encoder-embed-dim "$embed_dim" --decoder-embed-dim "$embed_dim" \
+  --encoder-ffn-embed-dim "$ffn_dim" --decoder-ffn-embed-dim "$ffn_dim" \
+  --encoder-attention-heads "$heads" --decoder-attention-heads "$heads" \
+  --dropout 0.1 --attention-dropout 0.0 \
+  --optimizer adam --adam-betas '(0.9,0.98)' --lr "${LR:-0.002}" \
+  --lr-scheduler inverse_sqrt --warmup-updates "${WARMUP:-200}" \
+  --criterion label_smoothed_cross_entropy --label-smoothing 0.1 \
+  --max-tokens "${MAX_TOKENS:-4096}" --max-epoch "${EPOCHS:-12}" \
+  --seed "${SEED:-1}" --num-workers 0 --save-dir "$save_dir" \
+  --log-format simple --log-interval 50 \
+  ${EXTRA_ARGS:-}

@@ -1,0 +1,81 @@
+"""Shared fixtures: a tiny demo corpus and model, trained once per test session.
+
+The model is trained with the project's own scripts (prepare_demo_data.sh,
+train_demo.sh) in the WMT14 En-Fr big architecture at tiny dimensions.
+Set HEADPRUNE_TEST_CACHE to a directory to reuse it across sessions.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+USER_DIR = str(REPO / "fairseq_headprune")
+BIN_DIR = Path(sys.executable).parent
+
+TINY_MODEL_ENV = {
+    "SCALE": "0.2",  # 4000 training pairs
+    "LAYERS": "2",
+    "EMBED_DIM": "64",
+    "FFN_DIM": "128",
+    "HEADS": "8",
+    "EPOCHS": "4",
+    "WARMUP": "100",
+    "LR": "0.003",
+    "MAX_TOKENS": "2048",
+}
+
+
+def run(command, env=None, check=True, cwd=REPO):
+    """Run a command with this interpreter's bin directory first on PATH."""
+    full_env = dict(os.environ)
+    full_env["PATH"] = f"{BIN_DIR}{os.pathsep}{full_env.get('PATH', '')}"
+    full_env.update(env or {})
+    result = subprocess.run(
+        [str(c) for c in command], cwd=cwd, env=full_env, capture_output=True, text=True
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(map(str, command))} exited {result.returncode}\n"
+            f"stdout:\n{result.stdout[-3000:]}\nstderr:\n{result.stderr[-3000:]}"
+        )
+    return result
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory):
+    """Paths of a tiny trained model: data dir (bin), raw text dir, checkpoint."""
+    cache = os.environ.get("HEADPRUNE_TEST_CACHE")
+    root = Path(cache) if cache else tmp_path_factory.mktemp("tiny_model")
+    root.mkdir(parents=True, exist_ok=True)
+    checkpoint = root / "checkpoints" / "checkpoint_last.pt"
+    if not checkpoint.exists():
+        run(["bash", REPO / "scripts" / "prepare_demo_data.sh", root], env=TINY_MODEL_ENV)
+        run(
+            ["bash", REPO / "scripts" / "train_demo.sh", root / "bin", root / "checkpoints"],
+            env=TINY_MODEL_ENV,
+        )
+    return {"data": root / "bin", "raw": root / "raw", "checkpoint": checkpoint, "root": root}
+
+
+@pytest.fixture(scope="session")
+def tiny_task_and_model(tiny_model):
+    """The tiny model loaded through the fairseq-headprune task, in eval mode."""
+    from fairseq import checkpoint_utils, tasks, utils
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq import options
+
+    utils.import_user_module(type("Args", (), {"user_dir": USER_DIR})())
+    parser = options.get_generation_parser()
+    args = options.parse_args_and_arch(
+        parser,
+        [str(tiny_model["data"]), "--task", "fairseq-headprune", "--user-dir", USER_DIR],
+    )
+    cfg = convert_namespace_to_omegaconf(args)
+    task = tasks.setup_task(cfg.task)
+    models, _ = checkpoint_utils.load_model_ensemble([str(tiny_model["checkpoint"])], task=task)
+    model = models[0].eval()
+    return task, model
