@@ -17,12 +17,12 @@ USER_DIR = str(REPO / "fairseq_headprune")
 BIN_DIR = Path(sys.executable).parent
 
 TINY_MODEL_ENV = {
-    "SCALE": "0.2",  # 4000 training pairs
+    "SCALE": "0.4",  # 8000 training pairs
     "LAYERS": "2",
     "EMBED_DIM": "64",
     "FFN_DIM": "128",
     "HEADS": "8",
-    "EPOCHS": "4",
+    "EPOCHS": "8",
     "WARMUP": "100",
     "LR": "0.003",
     "MAX_TOKENS": "2048",
