@@ -118,3 +118,18 @@ def test_train_with_a_mask(tiny_model, tmp_path):
     log = result.stdout + result.stderr
     assert "masking 4 heads: E:1:1 D:1:keep=2" in log
     assert "done training" in log
+
+
+def test_validate_honours_the_task_for_a_translation_checkpoint(tiny_model, tmp_path):
+    """A checkpoint saved by --task translation still gets --head-mask applied."""
+    import torch
+
+    import fairseq_headprune  # noqa: F401  (its allow-list lets torch.load read checkpoints)
+
+    state = torch.load(tiny_model["checkpoint"], map_location="cpu")
+    state["cfg"]["task"]["_name"] = "translation"
+    del state["cfg"]["task"]["head_mask"]
+    translation_checkpoint = tmp_path / "translation.pt"
+    torch.save(state, translation_checkpoint)
+    model = dict(tiny_model, checkpoint=translation_checkpoint)
+    assert validate_loss(model, "--head-mask", "A:*:*") > validate_loss(model) + 0.1

@@ -1,9 +1,13 @@
 """The ``fairseq-headprune`` task: translation with per-head attention masks."""
 
+import functools
 import logging
 from dataclasses import dataclass, field
 from typing import Optional
 
+from omegaconf import DictConfig, open_dict
+
+from fairseq import checkpoint_utils
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
@@ -72,3 +76,39 @@ class HeadPruneTranslationTask(TranslationTask):
                 "masking %d heads: %s", count_masked(head_mask), head_mask_to_spec(head_mask)
             )
         return model
+
+
+def _select_task_from_overrides(load_checkpoint_to_cpu):
+    """Wrap fairseq's checkpoint reader so ``--task fairseq-headprune`` is honoured.
+
+    fairseq-validate builds the task saved in the checkpoint and passes the
+    command line only as overrides of that task's existing fields, so for a
+    checkpoint trained with ``--task translation`` it would silently drop
+    ``--head-mask``.  Old-format checkpoints take every override already; for
+    new-format ones we switch the saved task to ours when the overrides ask
+    for it.  Nothing changes for any other call.
+    """
+
+    @functools.wraps(load_checkpoint_to_cpu)
+    def wrapper(path, arg_overrides=None, *args, **kwargs):
+        state = load_checkpoint_to_cpu(path, arg_overrides, *args, **kwargs)
+        overrides = arg_overrides or {}
+        task_cfg = state.get("cfg", {}).get("task") if state.get("cfg") is not None else None
+        if (
+            overrides.get("task") == TASK_NAME
+            and isinstance(task_cfg, DictConfig)
+            and task_cfg.get("_name") != TASK_NAME
+        ):
+            with open_dict(task_cfg):
+                task_cfg._name = TASK_NAME
+                task_cfg.head_mask = overrides.get("head_mask")
+        return state
+
+    wrapper._headprune_wrapped = True
+    return wrapper
+
+
+if not getattr(checkpoint_utils.load_checkpoint_to_cpu, "_headprune_wrapped", False):
+    checkpoint_utils.load_checkpoint_to_cpu = _select_task_from_overrides(
+        checkpoint_utils.load_checkpoint_to_cpu
+    )
