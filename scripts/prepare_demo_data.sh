@@ -29,7 +29,8 @@ if [[ ! -f "$out_dir/bin/test1.en-fr.fr.idx" ]]; then
   fairseq-preprocess --source-lang en --target-lang fr \
     --trainpref "$out_dir/raw/train" --validpref "$out_dir/raw/valid" \
     --testpref "$out_dir/raw/test,$out_dir/raw/test-shifted" \
-    --destdir "$out_dir/bin.tmp" --joined-dictionary --workers 2
+    --destdir "$out_dir/bin.tmp" --joined-dictionary --workers 2 \
+    > "$out_dir/preprocess.log" 2>&1 || { echo "fairseq-preprocess failed: see $out_dir/preprocess.log" >&2; exit 1; }
   rm -rf "$out_dir/bin"
   mv "$out_dir/bin.tmp" "$out_dir/bin"
 fi
