@@ -34,7 +34,8 @@ bash "$repo/scripts/train_demo.sh" "$out_dir/data/bin" "$out_dir/checkpoints" \
 translate() {  # NAME [fairseq-generate options...]
   local name=$1; shift
   fairseq-headprune generate "$out_dir/data/bin" --path "$out_dir/checkpoints/checkpoint_best.pt" \
-    --gen-subset test --beam 5 --lenpen 1 --batch-size 128 "$@" > "$out_dir/generate/$name.txt"
+    --gen-subset test --beam 5 --lenpen 1 --batch-size 128 "$@" > "$out_dir/generate/$name.txt" \
+    2> "$out_dir/generate/$name.log" || { echo "fairseq-generate failed: see $out_dir/generate/$name.log" >&2; exit 1; }
   printf '%-28s %s\n' "$name" "$(grep -o 'BLEU4 = .*' "$out_dir/generate/$name.txt")"
 }
 
