@@ -60,7 +60,7 @@ def command_mask(args) -> int:
     layout = checkpoint_head_layout(args.path)
     head_mask = parse_head_mask(args.spec, layout)
     total = sum(layers * heads for layers, heads in layout.values())
-    print(f"layout\t" + " ".join(f"{t}={l}x{h}" for t, (l, h) in layout.items()))
+    print("layout\t" + " ".join(f"{t}={l}x{h}" for t, (l, h) in layout.items()))
     print(f"masked\t{count_masked(head_mask)} of {total} heads")
     print(f"spec\t{head_mask_to_spec(head_mask)}")
     if args.list:

@@ -11,7 +11,6 @@ installing the plugin costs nothing at inference.
 
 from typing import Dict, List, Optional, Tuple
 
-import torch
 from torch import Tensor
 
 from fairseq.modules.multihead_attention import MultiheadAttention
