@@ -58,7 +58,6 @@ def main():
     from fairseq_headprune.head_mask import HeadMaskError, parse_head_mask
     from fairseq_headprune.masked_multihead_attention import head_layout, set_head_mask
 
-    torch.set_num_threads(torch.get_num_threads())
     plain_task, plain_model = load(args.data, args.path, "translation")
     task, model = load(args.data, args.path, "fairseq-headprune")
     try:

@@ -6,6 +6,7 @@ Set HEADPRUNE_TEST_CACHE to a directory to reuse it across sessions.
 """
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -43,6 +44,16 @@ def run(command, env=None, check=True, cwd=REPO):
             f"stdout:\n{result.stdout[-3000:]}\nstderr:\n{result.stderr[-3000:]}"
         )
     return result
+
+
+def validate_loss(tiny_model, *extra):
+    """Validation loss that fairseq-validate reports with the fairseq-headprune task."""
+    result = run(
+        ["fairseq-validate", tiny_model["data"], "--path", tiny_model["checkpoint"],
+         "--user-dir", USER_DIR, "--task", "fairseq-headprune", "--valid-subset", "valid",
+         "--batch-size", "64", *extra]
+    )
+    return float(re.search(r"\| loss ([\d.]+)", result.stdout + result.stderr).group(1))
 
 
 @pytest.fixture(scope="session")

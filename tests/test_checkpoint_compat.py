@@ -2,12 +2,11 @@
 
 import fractions
 import pickle
-import re
 
 import pytest
 import torch
 
-from conftest import USER_DIR, run
+from conftest import USER_DIR, run, validate_loss
 from fairseq_headprune.checkpoint_info import checkpoint_head_layout
 from fairseq_headprune.head_mask import HeadMaskError
 from fairseq_headprune.legacy_checkpoint import write_legacy_checkpoint
@@ -63,15 +62,8 @@ def test_legacy_checkpoint_loads_with_the_task_and_translates(tiny_model, legacy
 
 
 def test_validate_applies_the_mask_to_a_legacy_checkpoint(tiny_model, legacy_checkpoint):
-    def loss(*extra):
-        result = run(
-            ["fairseq-validate", tiny_model["data"], "--path", legacy_checkpoint,
-             "--user-dir", USER_DIR, "--task", "fairseq-headprune", "--valid-subset", "valid",
-             "--batch-size", "64", *extra]
-        )
-        return float(re.search(r"\| loss ([\d.]+)", result.stdout + result.stderr).group(1))
-
-    assert loss("--head-mask", "A:*:*") > loss() + 0.1
+    legacy_model = dict(tiny_model, checkpoint=legacy_checkpoint)
+    assert validate_loss(legacy_model, "--head-mask", "A:*:*") > validate_loss(legacy_model) + 0.1
 
 
 def test_layout_is_read_from_either_format(tiny_model, legacy_checkpoint):

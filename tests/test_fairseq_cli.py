@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from conftest import USER_DIR, run
+from conftest import USER_DIR, run, validate_loss
 
 BLEU = re.compile(r"BLEU4 = ([\d.]+)")
 
@@ -70,15 +70,6 @@ def test_bad_head_mask_is_one_line_and_nonzero(tiny_model, spec, message):
     assert "Traceback" not in result.stderr
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("fairseq-headprune: error: --head-mask:") and message in last
-
-
-def validate_loss(tiny_model, *extra):
-    result = run(
-        ["fairseq-validate", tiny_model["data"], "--path", tiny_model["checkpoint"],
-         "--user-dir", USER_DIR, "--task", "fairseq-headprune", "--valid-subset", "valid",
-         "--batch-size", "64", *extra]
-    )
-    return float(re.search(r"\| loss ([\d.]+)", result.stdout + result.stderr).group(1))
 
 
 def test_validate_with_a_mask(tiny_model):

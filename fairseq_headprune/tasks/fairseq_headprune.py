@@ -93,7 +93,8 @@ def _select_task_from_overrides(load_checkpoint_to_cpu):
     def wrapper(path, arg_overrides=None, *args, **kwargs):
         state = load_checkpoint_to_cpu(path, arg_overrides, *args, **kwargs)
         overrides = arg_overrides or {}
-        task_cfg = state.get("cfg", {}).get("task") if state.get("cfg") is not None else None
+        saved_cfg = state.get("cfg")
+        task_cfg = saved_cfg.get("task") if saved_cfg is not None else None
         if (
             overrides.get("task") == TASK_NAME
             and isinstance(task_cfg, DictConfig)
