@@ -14,3 +14,5 @@ logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
 
 from . import checkpoint_compat  # noqa: F401  (torch.load allow-list)
 from .tasks import fairseq_headprune  # noqa: F401  (registers the task)
+# fairseq auto-imports a user dir's tasks/ and models/ only
+from .criterions import headprune_importance  # noqa: F401  (registers the criterion)

@@ -74,6 +74,89 @@ def command_mask(args) -> int:
     return 0
 
 
+def command_importance(args) -> int:
+    import torch
+
+    from .criterions.headprune_importance import HeadPruneImportanceCriterion
+    from .evaluation import (
+        estimate_importance,
+        iterate_samples,
+        load_task_and_model,
+        model_device,
+        parse_mask_for_model,
+        single_head_loss_increase,
+        split_batches,
+    )
+    from .importance import summarize, write_importance_json, write_importance_tsv
+    from .masked_multihead_attention import head_layout, set_head_mask
+    from .plots import plot_importance
+
+    for name in ("max_tokens", "max_sentences", "limit"):
+        value = getattr(args, name)
+        if value is not None and value <= 0:
+            raise CommandError(f"--{name.replace('_', '-')} must be positive, got {value}")
+    if not 0.0 <= args.label_smoothing < 1.0:
+        raise CommandError(f"--label-smoothing must be in [0, 1), got {args.label_smoothing}")
+    fairseq_args = []
+    if args.source_lang:
+        fairseq_args += ["--source-lang", args.source_lang]
+    if args.target_lang:
+        fairseq_args += ["--target-lang", args.target_lang]
+    _, task, model = load_task_and_model(args.data, args.path, fairseq_args, cpu=args.cpu)
+    layout = head_layout(model)
+    base_mask = parse_mask_for_model(args.head_mask, layout)
+    set_head_mask(model, base_mask)
+    criterion = HeadPruneImportanceCriterion(
+        task,
+        sentence_avg=False,
+        label_smoothing=args.label_smoothing,
+        importance_loss=args.loss,
+        importance_granularity=args.granularity,
+    )
+    device = model_device(model)
+    samples, total_batches = [], 0
+    for split in args.subset:
+        dataset, batches = split_batches(task, split, args.max_tokens, args.max_sentences, args.limit)
+        samples.append((dataset, batches))
+        total_batches += len(batches)
+
+    def all_samples():
+        for dataset, batches in samples:
+            yield from iterate_samples(dataset, batches, device)
+
+    progress = not args.no_progress
+    result = estimate_importance(model, criterion, all_samples(), total_batches, progress=progress)
+    if args.loss_ablation:
+        cached = list(all_samples())
+        result.loss_increase, base_loss = single_head_loss_increase(
+            model, criterion, cached, base_mask, layout, progress=progress
+        )
+        result.settings["loss_ablation_base_loss_per_token"] = base_loss
+    result.settings.update(
+        {
+            "checkpoint": os.path.abspath(args.path),
+            "data": os.path.abspath(args.data),
+            "subsets": list(args.subset),
+            "limit_per_subset": args.limit,
+            "max_tokens": args.max_tokens,
+            "max_sentences": args.max_sentences,
+            "head_mask": args.head_mask,
+            "device": str(device),
+            "torch": torch.__version__,
+        }
+    )
+    prefix = os.path.join(args.out_dir, "importance")
+    write_importance_json(result, prefix + ".json")
+    write_importance_tsv(result, prefix + ".tsv")
+    plot_importance(result, prefix + ".png")
+    sentences = int(result.settings["sentences"])
+    print(f"estimated on {sentences} sentences ({', '.join(args.subset)}), {args.granularity} level")
+    for line in summarize(result):
+        print(line)
+    print(f"wrote\t{prefix}.json {prefix}.tsv {prefix}.png")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fairseq-headprune",
@@ -109,6 +192,53 @@ def build_parser() -> argparse.ArgumentParser:
     mask.add_argument("--list", action="store_true", help="list every masked head")
     mask.set_defaults(handler=command_mask)
 
+    importance = commands.add_parser(
+        "importance",
+        help="head importance I_h = E_x |dL(x)/dxi_h| (Michel et al. section 4.1)",
+        description="Run forward and backward passes of CKPT over the SPLITs of DATA "
+        "(no parameter update) with the headprune_importance criterion and write "
+        "importance.json, importance.tsv (raw and per-layer l2-normalised scores) and "
+        "importance.png (heat maps per attention type) to --out-dir.",
+    )
+    importance.add_argument("data", metavar="DATA", help="fairseq-preprocess output directory")
+    importance.add_argument("--path", required=True, metavar="CKPT", help="fairseq checkpoint")
+    importance.add_argument(
+        "--subset", nargs="+", default=["valid"], metavar="SPLIT",
+        help="splits to estimate on (default: valid; the paper uses newstest2009-2012)",
+    )
+    importance.add_argument("--out-dir", default="importance", help="output directory (default: importance)")
+    importance.add_argument(
+        "--granularity", choices=["sentence", "token", "batch"], default="sentence",
+        help="|dL/dxi_h| per sentence (the paper, default), per target token (the "
+        "authors' code) or per batch",
+    )
+    importance.add_argument(
+        "--loss", choices=["label_smoothed", "nll"], default="label_smoothed",
+        help="loss to differentiate (default: label-smoothed cross-entropy)",
+    )
+    importance.add_argument(
+        "--label-smoothing", type=float, default=0.1, help="label smoothing epsilon (default 0.1)"
+    )
+    importance.add_argument("--max-tokens", type=int, help="tokens per batch")
+    importance.add_argument(
+        "--max-sentences", "--batch-size", dest="max_sentences", type=int,
+        help="sentences per batch (default 64 when --max-tokens is not given)",
+    )
+    importance.add_argument("--limit", type=int, help="use only the first N sentences of each split")
+    importance.add_argument(
+        "--head-mask", metavar="SPEC", help="score the heads of the model with SPEC already masked"
+    )
+    importance.add_argument(
+        "--loss-ablation", action="store_true",
+        help="also measure the loss increase when each head alone is masked and report "
+        "its Spearman correlation with importance",
+    )
+    importance.add_argument("-s", "--source-lang", help="source language (default: from DATA)")
+    importance.add_argument("-t", "--target-lang", help="target language (default: from DATA)")
+    importance.add_argument("--cpu", action="store_true", help="run on the CPU even if a GPU is present")
+    importance.add_argument("--no-progress", action="store_true", help="no progress bar")
+    importance.set_defaults(handler=command_importance)
+
     for command in FAIRSEQ_COMMANDS:
         commands.add_parser(
             command,
@@ -119,16 +249,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _quiet_libraries() -> None:
+    """Keep the study commands' console to their own output and real problems."""
+    import logging
+    import warnings
+
+    # fairseq's config conversion goes through hydra, which warns about its own API
+    # and may turn the root logger to DEBUG
+    warnings.filterwarnings("ignore", module=r"hydra(\.|$)")
+    warnings.filterwarnings("ignore", message=r"\s*'config' is validated against ConfigStore")
+    warnings.filterwarnings("ignore", message=r"\s*The strict flag in the compose API")
+    for name in ("fairseq", "hydra", "matplotlib", "PIL"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in FAIRSEQ_COMMANDS:
         return run_fairseq_command(argv[0], argv[1:])
     args = build_parser().parse_args(argv)
+    _quiet_libraries()
+    from .evaluation import StudyError
     from .head_mask import HeadMaskError
 
     try:
         return args.handler(args)
-    except (CommandError, HeadMaskError) as error:
+    except (CommandError, HeadMaskError, StudyError) as error:
         print(f"fairseq-headprune {args.command}: error: {error}", file=sys.stderr)
         return 2
 

@@ -9,7 +9,7 @@ the module runs fairseq's code untouched (fused path included), so
 installing the plugin costs nothing at inference.
 """
 
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from torch import Tensor
 
@@ -31,6 +31,9 @@ class MaskedMultiheadAttention(MultiheadAttention):
     attention_type: str
     layer_index: int
     head_mask: Optional[Tensor]
+    # called as hook(module, head_outputs, scaled_outputs), both T x B x H x d,
+    # while a mask is set: lets importance estimation see each head's output
+    head_output_hook: Optional[Callable[["MaskedMultiheadAttention", Tensor, Tensor], None]]
 
     @classmethod
     def from_module(
@@ -44,6 +47,7 @@ class MaskedMultiheadAttention(MultiheadAttention):
         if not isinstance(module, MaskedMultiheadAttention):
             module.__class__ = cls
             module.head_mask = None
+            module.head_output_hook = None
             module._scale_hook = module.out_proj.register_forward_pre_hook(
                 module._scale_heads
             )
@@ -82,7 +86,10 @@ class MaskedMultiheadAttention(MultiheadAttention):
                     )
                 head_mask = head_mask.repeat_interleave(bsz // mask_bsz, dim=0)
             scale = head_mask.view(1, bsz, self.num_heads, 1)
-        scaled = attn.view(tgt_len, bsz, self.num_heads, -1) * scale  # T x B x H x d
+        head_outputs = attn.view(tgt_len, bsz, self.num_heads, -1)  # T x B x H x d
+        scaled = head_outputs * scale
+        if self.head_output_hook is not None:
+            self.head_output_hook(self, head_outputs, scaled)
         return (scaled.view(tgt_len, bsz, width),)
 
 

@@ -2,12 +2,14 @@
 
 import functools
 import logging
+import os
 from dataclasses import dataclass, field
 from typing import Optional
 
 from omegaconf import DictConfig, open_dict
 
 from fairseq import checkpoint_utils
+from fairseq.logging import metrics
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
@@ -61,6 +63,18 @@ class HeadPruneTranslationTask(TranslationTask):
         except HeadMaskError as error:
             exit_with_error(f"--head-mask: {error}")
         super().__init__(cfg, src_dict, tgt_dict)
+        self.criterion = None
+
+    def build_criterion(self, cfg, from_checkpoint=False):
+        self.criterion = super().build_criterion(cfg, from_checkpoint)
+        return self.criterion
+
+    def begin_valid_epoch(self, epoch, model):
+        """Save the importance that ``headprune_importance`` gathered this epoch."""
+        super().begin_valid_epoch(epoch, model)
+        save_dir = getattr(self.criterion, "importance_save_dir", None)
+        if save_dir:
+            _save_epoch_importance(self.criterion, save_dir, epoch)
 
     def build_model(self, cfg, from_checkpoint=False):
         model = super().build_model(cfg, from_checkpoint)
@@ -76,6 +90,30 @@ class HeadPruneTranslationTask(TranslationTask):
                 "masking %d heads: %s", count_masked(head_mask), head_mask_to_spec(head_mask)
             )
         return model
+
+
+def _save_epoch_importance(criterion, save_dir: str, epoch: int) -> None:
+    from fairseq.distributed import utils as distributed_utils
+
+    from ..criterions.headprune_importance import importance_from_meters
+    from ..importance import ImportanceResult, write_importance_json, write_importance_tsv
+
+    if distributed_utils.get_global_rank() != 0:
+        return  # every worker holds the same all-reduced sums
+    found = importance_from_meters(metrics.get_meters("train") or {})
+    if found is None:
+        return
+    scores, count = found
+    result = ImportanceResult(
+        importance=scores,
+        granularity=criterion.importance_granularity,
+        count=count,
+        settings={"source": "fairseq-train", "epoch": epoch, "loss": criterion.importance_loss},
+    )
+    prefix = os.path.join(save_dir, f"importance_epoch{epoch}")
+    write_importance_json(result, prefix + ".json")
+    write_importance_tsv(result, prefix + ".tsv")
+    logger.info("wrote head importance of epoch %d to %s.{json,tsv}", epoch, prefix)
 
 
 def _select_task_from_overrides(load_checkpoint_to_cpu):

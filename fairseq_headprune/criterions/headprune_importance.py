@@ -1,0 +1,231 @@
+"""The ``headprune_importance`` criterion: translation loss + head importance.
+
+It computes the usual translation loss and, during the backward pass that
+fairseq runs anyway, accumulates I_h = E_x |dL(x)/dxi_h| for every head
+(see ``importance.py`` for the granularities).  Sums and counts travel in
+``logging_outputs`` as (layers, heads) tensors, so fairseq adds them up
+across data-parallel workers before ``reduce_metrics`` logs them.
+"""
+
+import contextlib
+import math
+from dataclasses import dataclass, field
+from typing import Dict, Iterator, Optional
+
+import torch
+
+from fairseq.criterions import register_criterion
+from fairseq.criterions.label_smoothed_cross_entropy import (
+    LabelSmoothedCrossEntropyCriterion,
+    LabelSmoothedCrossEntropyCriterionConfig,
+)
+from fairseq.dataclass import ChoiceEnum
+from fairseq.logging import metrics
+
+from ..head_mask import ATTENTION_TYPES
+from ..importance import GRANULARITIES, HeadScores, reduce_contributions
+from ..masked_multihead_attention import install_masked_attention
+
+CRITERION_NAME = "headprune_importance"
+IMPORTANCE_SUM_KEY = "head_importance_sum:"  # + attention type
+IMPORTANCE_COUNT_KEY = "head_importance_count"
+# hidden meters (fairseq does not print keys starting with "_")
+IMPORTANCE_METER = "_head_importance_sum:"
+COUNT_METER = "_head_importance_count"
+
+
+@dataclass
+class HeadPruneImportanceConfig(LabelSmoothedCrossEntropyCriterionConfig):
+    label_smoothing: float = field(
+        default=0.1,
+        metadata={"help": "epsilon for label smoothing (0.1 as the WMT14 En-Fr model was trained)"},
+    )
+    importance_loss: ChoiceEnum(["label_smoothed", "nll"]) = field(
+        default="label_smoothed",
+        metadata={
+            "help": "the loss L whose gradient scores the heads, and that this "
+            "criterion returns: label-smoothed cross-entropy or plain NLL"
+        },
+    )
+    importance_granularity: ChoiceEnum(list(GRANULARITIES)) = field(
+        default="sentence",
+        metadata={
+            "help": "where |dL/dxi_h| is taken: per sentence (the paper's E_x), per "
+            "target token (the authors' released code) or per batch"
+        },
+    )
+    importance_save_dir: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "in fairseq-train: write the importance accumulated over the "
+            "epoch so far to DIR/importance_epochN.{json,tsv} whenever validation runs"
+        },
+    )
+
+
+class HeadImportanceRecorder:
+    """Collects per-head |dL/dxi_h| sums from the backward pass of one forward.
+
+    While active, every attention module has a mask that requires grad (ones,
+    or a copy of the mask already set), so the backward pass reaches each
+    head's scaled output even when the parameters are frozen; a tensor hook
+    there turns the output gradient into per-position contributions.
+    """
+
+    def __init__(self, model, granularity: str):
+        self.granularity = granularity
+        self.modules = install_masked_attention(model)
+        layers: Dict[str, int] = {}
+        heads: Dict[str, int] = {}
+        for (attention_type, layer_index), module in self.modules.items():
+            layers[attention_type] = max(layers.get(attention_type, 0), layer_index + 1)
+            heads[attention_type] = max(heads.get(attention_type, 0), module.num_heads)
+        device = next(model.parameters()).device
+        # running sums, filled in place by the backward pass
+        self.sums: HeadScores = {
+            t: torch.zeros(layers[t], heads[t], dtype=torch.float64, device=device)
+            for t in ATTENTION_TYPES
+            if t in layers
+        }
+
+    def _on_head_outputs(self, module, head_outputs: torch.Tensor, scaled: torch.Tensor) -> None:
+        if not scaled.requires_grad:
+            return
+        sums = self.sums[module.attention_type][module.layer_index]
+        granularity = self.granularity
+
+        def accumulate(grad: torch.Tensor) -> None:
+            contributions = (head_outputs.detach() * grad).sum(dim=-1)  # T x B x H
+            sums[: contributions.size(-1)] += reduce_contributions(
+                contributions.to(torch.float64), granularity
+            )
+
+        scaled.register_hook(accumulate)
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator["HeadImportanceRecorder"]:
+        saved = {key: module.head_mask for key, module in self.modules.items()}
+        try:
+            for module in self.modules.values():
+                device = module.out_proj.weight.device
+                mask = module.head_mask
+                if mask is None:
+                    mask = torch.ones(module.num_heads, device=device)
+                module.head_mask = mask.detach().clone().requires_grad_(True)
+                module.head_output_hook = self._on_head_outputs
+            yield self
+        finally:
+            for key, module in self.modules.items():
+                module.head_mask = saved[key]
+                module.head_output_hook = None
+
+
+def importance_count(sample, granularity: str) -> float:
+    """What the importance sums of one batch are averaged over."""
+    if granularity == "sentence":
+        return float(sample["target"].size(0))
+    if granularity == "token":
+        return float(sample["ntokens"])
+    return 1.0
+
+
+@register_criterion(CRITERION_NAME, dataclass=HeadPruneImportanceConfig)
+class HeadPruneImportanceCriterion(LabelSmoothedCrossEntropyCriterion):
+    """Label-smoothed (or plain NLL) translation loss that also scores heads.
+
+    Works in any loop that calls ``loss.backward()`` after the forward pass:
+    fairseq-train (to watch importance while training) and the
+    ``fairseq-headprune importance`` command (frozen parameters, no update).
+    Forward passes without gradients (validation) record nothing.
+    """
+
+    def __init__(
+        self,
+        task,
+        sentence_avg,
+        label_smoothing,
+        importance_loss="label_smoothed",
+        importance_granularity="sentence",
+        importance_save_dir=None,
+        ignore_prefix_size=0,
+        report_accuracy=False,
+    ):
+        super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy)
+        # fairseq passes ChoiceEnum members; keep plain strings
+        self.importance_loss = str(importance_loss)
+        self.importance_granularity = str(importance_granularity)
+        self.importance_save_dir = importance_save_dir
+
+    def forward(self, model, sample, reduce=True):
+        recorder = HeadImportanceRecorder(model, self.importance_granularity)
+        recording = reduce and torch.is_grad_enabled()
+        with recorder.recording() if recording else contextlib.nullcontext():
+            net_output = model(**sample["net_input"])
+        loss, nll_loss = self.compute_loss(model, net_output, sample, reduce=reduce)
+        if self.importance_loss == "nll":
+            loss = nll_loss
+        sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
+        logging_output = {
+            "loss": loss.data,
+            "nll_loss": nll_loss.data,
+            "ntokens": sample["ntokens"],
+            "nsentences": sample["target"].size(0),
+            "sample_size": sample_size,
+            # the sums are filled in place when fairseq runs loss.backward()
+            IMPORTANCE_COUNT_KEY: importance_count(sample, self.importance_granularity) if recording else 0.0,
+        }
+        for attention_type, sums in recorder.sums.items():
+            logging_output[IMPORTANCE_SUM_KEY + attention_type] = sums
+        if self.report_accuracy:
+            n_correct, total = self.compute_accuracy(model, net_output, sample)
+            logging_output["n_correct"] = n_correct.item()
+            logging_output["total"] = total.item()
+        return loss, sample_size, logging_output
+
+    @classmethod
+    def reduce_metrics(cls, logging_outputs) -> None:
+        super().reduce_metrics(logging_outputs)
+        count = sum(float(log.get(IMPORTANCE_COUNT_KEY, 0)) for log in logging_outputs)
+        if count <= 0:
+            return
+        metrics.log_scalar_sum(COUNT_METER, count)
+        for attention_type in ATTENTION_TYPES:
+            key = IMPORTANCE_SUM_KEY + attention_type
+            sums = [log[key] for log in logging_outputs if key in log]
+            if not sums:
+                continue
+            total = torch.stack([s.detach().to("cpu", torch.float64) for s in sums]).sum(dim=0)
+            metrics.log_scalar_sum(IMPORTANCE_METER + attention_type, total)
+            # one readable number per type in the training log: mean I_h
+            metrics.log_derived(
+                "imp_" + attention_type.replace("-", "_"),
+                _mean_importance_of(attention_type),
+            )
+
+    @staticmethod
+    def logging_outputs_can_be_summed() -> bool:
+        return True
+
+
+def _mean_importance_of(attention_type: str):
+    def mean_importance(meters) -> float:
+        total = meters[IMPORTANCE_METER + attention_type].sum
+        count = meters[COUNT_METER].sum
+        return round(float(total.mean()) / count, 6) if count else math.nan
+
+    return mean_importance
+
+
+def importance_from_meters(meters) -> Optional[tuple]:
+    """(scores per type, count) from an aggregator's meters, or None if empty."""
+    if COUNT_METER not in meters:
+        return None
+    count = float(meters[COUNT_METER].sum)
+    if count <= 0:
+        return None
+    scores = {}
+    for attention_type in ATTENTION_TYPES:
+        key = IMPORTANCE_METER + attention_type
+        if key in meters:
+            scores[attention_type] = meters[key].sum.to(torch.float64) / count
+    return scores, count
