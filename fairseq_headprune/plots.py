@@ -52,7 +52,7 @@ def plot_head_heatmaps(
         axis.set_xticks(range(heads), [str(h + 1) for h in range(heads)], fontsize=7)
         axis.set_yticks(range(layers), [str(layer + 1) for layer in range(layers)])
     figure.colorbar(image, ax=axes[0].tolist(), label=colorbar_label, shrink=0.9)
-    figure.suptitle(title)
+    figure.suptitle(title, y=1.04)
     save_figure(figure, path)
     plt.close(figure)
 
@@ -63,5 +63,5 @@ def plot_importance(result, path: str, title: Optional[str] = None) -> None:
         result.normalized,
         path,
         title or f"Head importance ({result.granularity} level, normalised per layer)",
-        "I_h / ||I_layer||_2",
+        "$I_h \\,/\\, \\|I_{\\mathrm{layer}}\\|_2$",
     )

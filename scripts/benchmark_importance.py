@@ -21,8 +21,11 @@ import argparse
 import statistics
 import sys
 import time
+import warnings
 
 import torch
+
+warnings.filterwarnings("ignore")  # fairseq/hydra deprecation notices; the table is the output
 
 
 def time_plain(model, criterion, samples):

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The embedded default: build the synthetic corpus, train the demo model, and
-# translate its test set with no head masked and with heads masked.
+# translate its test set with no head masked and with heads masked, and
+# estimate head importance.
 set -euo pipefail
 
 usage() {
@@ -8,8 +9,9 @@ usage() {
 usage: $(basename "$0") [OUT_DIR]
 
 Runs the demo study in OUT_DIR (default: results/demo): corpus in data/,
-checkpoints in checkpoints/, translations in generate/.  Finished steps are
-skipped, so an interrupted run continues where it stopped.
+checkpoints in checkpoints/, translations in generate/, head importance in
+importance/.  Finished steps are skipped, so an interrupted run continues
+where it stopped.
 
 environment:
   VENV       virtual environment to use (default: REPO/.venv)
@@ -43,3 +45,10 @@ echo "tokenized BLEU on the demo test set (fairseq's bleu scorer):"
 translate "no-mask"
 translate "mask-${head_mask//[^A-Za-z0-9,=-]/_}" --head-mask "$head_mask"
 translate "mask-A_last_layer_all" --head-mask "A:$(( ${LAYERS:-3} )):*"
+
+importance_dir="$out_dir/importance"
+if [[ ! -f "$importance_dir/importance.json" ]]; then
+  echo "head importance on the validation set (and the loss increase when each head alone is masked):"
+  fairseq-headprune importance "$out_dir/data/bin" --path "$out_dir/checkpoints/checkpoint_best.pt" \
+    --subset valid --out-dir "$importance_dir" --loss-ablation --no-progress
+fi
