@@ -37,9 +37,20 @@ def model_config(state: Dict[str, Any]) -> Dict[str, Any]:
     return dict(config or {})
 
 
+def model_config_object(state: Dict[str, Any]):
+    """The model config object itself (Namespace or dict), to record settings in."""
+    if state.get("cfg") is not None and state["cfg"].get("model") is not None:
+        return state["cfg"]["model"]
+    return state.get("args")
+
+
 def checkpoint_head_layout(path: str) -> HeadLayout:
     """Layers (counted in the weights) and heads (from the config) per attention type."""
-    state = load_checkpoint_state(path)
+    return state_head_layout(load_checkpoint_state(path))
+
+
+def state_head_layout(state: Dict[str, Any]) -> HeadLayout:
+    """``checkpoint_head_layout`` of a checkpoint already loaded."""
     config = model_config(state)
     layer_indices = {"encoder": set(), "decoder": set(), "encoder_attn": set()}
     for key in state["model"]:

@@ -150,10 +150,75 @@ def command_importance(args) -> int:
     write_importance_tsv(result, prefix + ".tsv")
     plot_importance(result, prefix + ".png")
     sentences = int(result.settings["sentences"])
-    print(f"estimated on {sentences} sentences ({', '.join(args.subset)}), {args.granularity} level")
+    print(
+        f"estimated on {sentences} sentences ({', '.join(args.subset)}), {args.granularity} level; "
+        "heads as layer:head"
+    )
     for line in summarize(result):
         print(line)
     print(f"wrote\t{prefix}.json {prefix}.tsv {prefix}.png")
+    return 0
+
+
+def command_shrink(args) -> int:
+    import torch
+
+    from .checkpoint_info import load_checkpoint_state, model_config_object, state_head_layout
+    from .head_mask import count_masked, head_mask_to_spec, parse_head_mask
+    from .shrink import (
+        PRUNED_HEADS_KEY,
+        parameter_report,
+        pruned_heads_of,
+        shrink_state_dict,
+        state_parameter_counts,
+    )
+
+    if os.path.exists(args.out) and os.path.samefile(args.out, args.path) or (
+        os.path.abspath(args.out) == os.path.abspath(args.path)
+    ):
+        raise CommandError(f"--out {args.out} is the input checkpoint; write the pruned model elsewhere")
+    state = load_checkpoint_state(args.path)
+    config = model_config_object(state)
+    if config is None:
+        raise CommandError(f"{args.path} has no model config (neither cfg nor args)")
+    previous = pruned_heads_of(config)
+    if previous:
+        raise CommandError(
+            f"{args.path} already has heads removed ({previous}); shrink the original checkpoint "
+            "with every head to remove"
+        )
+    layout = state_head_layout(state)
+    head_mask = parse_head_mask(args.head_mask, layout)
+    if count_masked(head_mask) == 0:
+        raise CommandError(f"--head-mask {args.head_mask!r} removes no head")
+    before = state_parameter_counts(state["model"], layout)
+    shrink_state_dict(state["model"], head_mask)
+    after = state_parameter_counts(state["model"], layout)
+    spec = head_mask_to_spec(head_mask)
+    if isinstance(config, dict):
+        config[PRUNED_HEADS_KEY] = spec
+    else:
+        setattr(config, PRUNED_HEADS_KEY, spec)
+    # optimizer moments have the old shapes: fine-tune with --reset-optimizer
+    state["last_optimizer_state"] = None
+    directory = os.path.dirname(os.path.abspath(args.out))
+    os.makedirs(directory, exist_ok=True)
+    temporary = os.path.join(directory, ".tmp-" + os.path.basename(args.out))
+    try:
+        torch.save(state, temporary)
+        os.replace(temporary, args.out)
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+    total = sum(layers * heads for layers, heads in layout.values())
+    print(f"removed\t{count_masked(head_mask)} of {total} heads: {spec}")
+    report = parameter_report(before, after)
+    for line in report:
+        print(line)
+    if args.report:
+        with open(args.report, "w") as stream:
+            stream.write("\n".join(report) + "\n")
+    print(f"wrote\t{args.out}")
     return 0
 
 
@@ -239,6 +304,22 @@ def build_parser() -> argparse.ArgumentParser:
     importance.add_argument("--no-progress", action="store_true", help="no progress bar")
     importance.set_defaults(handler=command_importance)
 
+    shrink = commands.add_parser(
+        "shrink",
+        help="remove heads for real: write a smaller checkpoint (paper section 4.3)",
+        description="Remove the heads SPEC masks from CKPT: their rows of the query/key/value "
+        "projections and columns of the output projection (a layer left with no head keeps "
+        "only its output bias). The pruned checkpoint records the removed heads; load it with "
+        "the plugin's task (fairseq-headprune generate, or fairseq-generate --user-dir "
+        "fairseq_headprune --task fairseq-headprune). Optimizer state is dropped: fine-tune "
+        "with --reset-optimizer.",
+    )
+    shrink.add_argument("--path", required=True, metavar="CKPT", help="checkpoint to prune")
+    shrink.add_argument("--head-mask", required=True, metavar="SPEC", help="heads to remove (spec or mask file)")
+    shrink.add_argument("--out", required=True, metavar="PRUNED.pt", help="pruned checkpoint to write")
+    shrink.add_argument("--report", metavar="FILE.tsv", help="also write the parameter report here")
+    shrink.set_defaults(handler=command_shrink)
+
     for command in FAIRSEQ_COMMANDS:
         commands.add_parser(
             command,
@@ -259,7 +340,7 @@ def _quiet_libraries() -> None:
     warnings.filterwarnings("ignore", module=r"hydra(\.|$)")
     warnings.filterwarnings("ignore", message=r"\s*'config' is validated against ConfigStore")
     warnings.filterwarnings("ignore", message=r"\s*The strict flag in the compose API")
-    for name in ("fairseq", "hydra", "matplotlib", "PIL"):
+    for name in ("fairseq", "fairseq_headprune", "hydra", "matplotlib", "PIL"):
         logging.getLogger(name).setLevel(logging.WARNING)
 
 

@@ -56,6 +56,13 @@ class MaskedMultiheadAttention(MultiheadAttention):
         return module
 
     def forward(self, query: Tensor, *args, **kwargs) -> Tuple[Tensor, Optional[Tensor]]:
+        if self.num_heads == 0:
+            # every head removed (shrink.py): only the output bias is left
+            tgt_len, bsz, _ = query.shape
+            bias = self.out_proj.bias
+            if bias is None:
+                return query.new_zeros(tgt_len, bsz, self.out_proj.out_features), None
+            return bias.to(query.dtype).expand(tgt_len, bsz, -1), None
         if self.head_mask is None:
             return super().forward(query, *args, **kwargs)
         # skip_embed_dim_check is one of the conditions that routes fairseq's

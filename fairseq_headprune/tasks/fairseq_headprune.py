@@ -21,6 +21,7 @@ from ..head_mask import (
     validate_spec_syntax,
 )
 from ..masked_multihead_attention import head_layout, install_masked_attention, set_head_mask
+from ..shrink import rebuild_pruned
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +80,12 @@ class HeadPruneTranslationTask(TranslationTask):
     def build_model(self, cfg, from_checkpoint=False):
         model = super().build_model(cfg, from_checkpoint)
         install_masked_attention(model)
+        try:
+            removed = rebuild_pruned(model, cfg)
+        except HeadMaskError as error:
+            exit_with_error(f"pruned checkpoint: {error}")
+        if removed:
+            logger.info("model with heads removed: %s", removed)
         if self.cfg.head_mask is not None:
             try:
                 head_mask = parse_head_mask(self.cfg.head_mask, head_layout(model))

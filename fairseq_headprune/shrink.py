@@ -1,0 +1,186 @@
+"""Remove heads for real: smaller attention projections (paper section 4.3).
+
+A removed head loses its rows of the query, key and value projections and
+its columns of the output projection; a layer that keeps no head keeps only
+the output bias, so the residual path is unchanged.  The slicing is
+fairseq's own ``MultiheadAttention._adaptive_prune_heads``.  The removed
+heads are recorded in the model's config as a head-mask spec
+(``headprune_pruned_heads``) so that the task can rebuild the smaller model
+before fairseq loads the weights.
+"""
+
+from typing import Dict, List, Optional
+
+import torch
+
+from .head_mask import ATTENTION_TYPES, HeadMask, HeadMaskError, head_mask_to_spec, parse_head_mask
+from .masked_multihead_attention import attention_modules, install_masked_attention
+
+PRUNED_HEADS_KEY = "headprune_pruned_heads"
+
+
+def kept_heads(head_mask: HeadMask) -> Dict[str, List[List[int]]]:
+    """0-based heads kept, per attention type and layer."""
+    return {
+        attention_type: [
+            [head for head in range(layer_mask.numel()) if layer_mask[head] != 0]
+            for layer_mask in mask
+        ]
+        for attention_type, mask in head_mask.items()
+    }
+
+
+def shrink_attention(module, keep: List[int]) -> None:
+    """Keep only the heads ``keep`` (0-based, original numbering) of one module."""
+    if list(keep) == list(range(module.num_heads)):
+        return
+    head_dim = module.head_dim
+    if keep:
+        module._adaptive_prune_heads([(h * head_dim, (h + 1) * head_dim) for h in keep])
+    else:
+        with torch.no_grad():
+            for projection in (module.q_proj, module.k_proj, module.v_proj):
+                projection.weight = torch.nn.Parameter(projection.weight[:0].detach().clone())
+                if projection.bias is not None:
+                    projection.bias = torch.nn.Parameter(projection.bias[:0].detach().clone())
+                projection.out_features = 0
+            module.out_proj.weight = torch.nn.Parameter(module.out_proj.weight[:, :0].detach().clone())
+        module.num_heads = 0
+        module.embed_dim = 0
+    module.out_proj.in_features = module.out_proj.weight.size(1)
+    # the query keeps the model's width while q/k/v are narrower
+    module._set_skip_embed_dim_check()
+
+
+def shrink_model(model, head_mask: HeadMask) -> Dict[str, List[int]]:
+    """Remove the heads ``head_mask`` masks; returns heads kept per type and layer."""
+    modules = install_masked_attention(model)
+    plan = kept_heads(head_mask)
+    for (attention_type, layer), module in modules.items():
+        if attention_type in plan:
+            if module.num_heads != head_mask[attention_type].shape[1]:
+                raise HeadMaskError(f"{attention_type} layer {layer + 1} is already pruned")
+            shrink_attention(module, plan[attention_type][layer])
+    return {t: [len(layer) for layer in plan[t]] for t in plan}
+
+
+def heads_per_layer(model) -> Dict[str, List[int]]:
+    """Heads each attention layer has now, per type."""
+    counts: Dict[str, List[int]] = {}
+    for (attention_type, _), module in sorted(attention_modules(model).items()):
+        counts.setdefault(attention_type, []).append(module.num_heads)
+    return {t: counts[t] for t in ATTENTION_TYPES if t in counts}
+
+
+def attention_parameter_counts(model) -> Dict[str, int]:
+    """Parameters of the attention projections per type, plus the model total."""
+    counts = {t: 0 for t in ATTENTION_TYPES}
+    for (attention_type, _), module in attention_modules(model).items():
+        counts[attention_type] += sum(p.numel() for p in module.parameters())
+    counts = {t: c for t, c in counts.items() if c}
+    counts["total"] = sum(p.numel() for p in model.parameters())
+    return counts
+
+
+def parameter_report(before: Dict[str, int], after: Dict[str, int]) -> List[str]:
+    """TSV lines: part, parameters before, after, fraction removed."""
+    lines = ["part\tbefore\tafter\tremoved"]
+    for part in list(before):
+        removed = 1.0 - after[part] / before[part] if before[part] else 0.0
+        lines.append(f"{part}\t{before[part]}\t{after[part]}\t{removed:.1%}")
+    return lines
+
+
+def pruned_heads_of(model_cfg) -> Optional[str]:
+    """The removed-heads spec recorded in a model config (Namespace or DictConfig)."""
+    if model_cfg is None:
+        return None
+    if hasattr(model_cfg, "get"):
+        return model_cfg.get(PRUNED_HEADS_KEY, None)
+    return getattr(model_cfg, PRUNED_HEADS_KEY, None)
+
+
+def rebuild_pruned(model, model_cfg) -> Optional[str]:
+    """Give a freshly built full-size model the shapes its checkpoint was pruned to."""
+    spec = pruned_heads_of(model_cfg)
+    if not spec:
+        return None
+    layout = {}
+    for attention_type, counts in heads_per_layer(model).items():
+        layout[attention_type] = (len(counts), counts[0])
+    shrink_model(model, parse_head_mask(spec, layout))
+    return spec
+
+
+def removed_spec(head_mask: HeadMask) -> str:
+    return head_mask_to_spec(head_mask)
+
+
+# ---- on a checkpoint's state dict (no dictionaries needed) -------------------
+
+_MODULE_PREFIXES = {
+    "enc-enc": "encoder.layers.{}.self_attn.",
+    "enc-dec": "decoder.layers.{}.encoder_attn.",
+    "dec-dec": "decoder.layers.{}.self_attn.",
+}
+
+
+def _unpack_in_proj(weights: Dict[str, torch.Tensor], prefix: str) -> None:
+    """Old checkpoints pack q, k, v into in_proj_*; split them as fairseq does on load."""
+    for kind in ("weight", "bias"):
+        packed = weights.pop(prefix + "in_proj_" + kind, None)
+        if packed is not None:
+            for name, part in zip(("q_proj.", "k_proj.", "v_proj."), packed.chunk(3, dim=0)):
+                weights[prefix + name + kind] = part.clone()
+
+
+def shrink_state_dict(weights: Dict[str, torch.Tensor], head_mask: HeadMask) -> None:
+    """Slice the masked heads out of a fairseq Transformer state dict, in place."""
+    for attention_type, mask in head_mask.items():
+        for layer, layer_mask in enumerate(mask):
+            prefix = _MODULE_PREFIXES[attention_type].format(layer)
+            _unpack_in_proj(weights, prefix)
+            heads = layer_mask.numel()
+            width = weights[prefix + "q_proj.weight"].size(0)
+            if width % heads:
+                raise HeadMaskError(f"{attention_type} layer {layer + 1}: width {width} is not {heads} heads")
+            head_dim = width // heads
+            rows = torch.tensor(
+                [h * head_dim + i for h in range(heads) if layer_mask[h] != 0 for i in range(head_dim)],
+                dtype=torch.long,
+            )
+            for name in ("q_proj.", "k_proj.", "v_proj."):
+                for kind in ("weight", "bias"):
+                    key = prefix + name + kind
+                    if key in weights:
+                        weights[key] = weights[key].index_select(0, rows).clone()
+            key = prefix + "out_proj.weight"
+            weights[key] = weights[key].index_select(1, rows).clone()
+
+
+def unique_parameter_count(tensors) -> int:
+    """Elements of distinct tensors (shared embeddings counted once)."""
+    seen, total = set(), 0
+    for tensor in tensors:
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+        if key not in seen:
+            seen.add(key)
+            total += tensor.numel()
+    return total
+
+
+def state_parameter_counts(weights: Dict[str, torch.Tensor], layout) -> Dict[str, int]:
+    """Attention-projection parameters per type and the model total, from a state dict."""
+    counts = {}
+    for attention_type, (layers, _) in layout.items():
+        prefixes = tuple(_MODULE_PREFIXES[attention_type].format(layer) for layer in range(layers))
+        counts[attention_type] = sum(
+            tensor.numel() for key, tensor in weights.items() if key.startswith(prefixes)
+        )
+    counts["total"] = unique_parameter_count(
+        tensor
+        for key, tensor in weights.items()
+        # buffers fairseq keeps in the state dict are no parameters
+        if tensor.is_floating_point() and not key.endswith((".version", "_float_tensor"))
+    )
+    return counts
