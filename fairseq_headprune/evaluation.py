@@ -265,6 +265,23 @@ def single_head_loss_increase(
     return increase, baseline
 
 
+def translate_batches(task, model, batches, beam: int = 5):
+    """Seconds and best hypotheses (token ids) of fairseq's beam search over ``batches``."""
+    import time
+    from argparse import Namespace
+
+    generator = task.build_generator([model], Namespace(beam=beam))
+    hypotheses = []
+    start = time.perf_counter()
+    with torch.no_grad():
+        for batch in batches:
+            for sentence in task.inference_step(generator, [model], batch):
+                hypotheses.append(sentence[0]["tokens"].tolist())
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return time.perf_counter() - start, hypotheses
+
+
 def parse_mask_for_model(spec: Optional[str], layout) -> Optional[HeadMask]:
     if spec is None:
         return None

@@ -14,7 +14,6 @@ usage: scripts/benchmark_mask_overhead.py --data DATA_BIN --path CKPT
 import argparse
 import statistics
 import sys
-import time
 
 import torch
 
@@ -30,18 +29,6 @@ def load(data, path, task_name):
     return task, models[0].eval()
 
 
-def translate(task, model, batches, beam):
-    from argparse import Namespace
-
-    generator = task.build_generator([model], Namespace(beam=beam))
-    hypotheses = []
-    start = time.perf_counter()
-    with torch.no_grad():
-        for batch in batches:
-            for sentence in task.inference_step(generator, [model], batch):
-                hypotheses.append(sentence[0]["tokens"].tolist())
-    return time.perf_counter() - start, hypotheses
-
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -55,6 +42,7 @@ def main():
     args = parser.parse_args()
 
     import fairseq_headprune  # noqa: F401  (registers the task; checkpoint allow-list)
+    from fairseq_headprune.evaluation import translate_batches
     from fairseq_headprune.head_mask import HeadMaskError, parse_head_mask
     from fairseq_headprune.masked_multihead_attention import head_layout, set_head_mask
 
@@ -78,11 +66,11 @@ def main():
     }
     times = {name: [] for name in runs}
     outputs = {}
-    translate(plain_task, plain_model, batches[:1], args.beam)  # warm-up
+    translate_batches(plain_task, plain_model, batches[:1], args.beam)  # warm-up
     for _ in range(args.repeats):
         for name, (run_task, run_model, run_mask) in runs.items():  # interleaved
             set_head_mask(model, run_mask)
-            seconds, outputs[name] = translate(run_task, run_model, batches, args.beam)
+            seconds, outputs[name] = translate_batches(run_task, run_model, batches, args.beam)
             times[name].append(seconds)
     set_head_mask(model, None)
 

@@ -20,7 +20,6 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 import warnings
 
 import torch
@@ -41,20 +40,6 @@ def heads_to_remove(layout, count, importance_file, seed):
         heads = [heads[i] for i in order]
     return heads[:count]
 
-
-def translate(task, model, batches, beam):
-    from argparse import Namespace
-
-    generator = task.build_generator([model], Namespace(beam=beam))
-    hypotheses = []
-    start = time.perf_counter()
-    with torch.no_grad():
-        for batch in batches:
-            for sentence in task.inference_step(generator, [model], batch):
-                hypotheses.append(sentence[0]["tokens"].tolist())
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    return time.perf_counter() - start, hypotheses
 
 
 def main():
@@ -78,7 +63,7 @@ def main():
     from fairseq_headprune import cli
 
     cli._quiet_libraries()
-    from fairseq_headprune.evaluation import StudyError, load_task_and_model, model_device
+    from fairseq_headprune.evaluation import StudyError, load_task_and_model, model_device, translate_batches
     from fairseq_headprune.head_mask import full_mask, head_mask_to_spec
     from fairseq_headprune.masked_multihead_attention import head_layout, set_head_mask
 
@@ -130,17 +115,17 @@ def main():
 
         def unpruned_run(batches):
             set_head_mask(model, None)
-            return translate(task, model, batches, args.beam)
+            return translate_batches(task, model, batches, args.beam)
 
         def masked_run(batches):
             set_head_mask(model, head_mask)
             try:
-                return translate(task, model, batches, args.beam)
+                return translate_batches(task, model, batches, args.beam)
             finally:
                 set_head_mask(model, None)
 
         def shrunk_run(batches):
-            return translate(shrunk_task, shrunk, batches, args.beam)
+            return translate_batches(shrunk_task, shrunk, batches, args.beam)
 
         for size in args.batch_sizes:
             batches = batches_of(size)

@@ -113,6 +113,16 @@ def sentence_loss(criterion, model, sample):
     return loss if criterion.importance_loss == "label_smoothed" else nll_loss
 
 
+def add_abs_xi_gradients(expected, model, modules, criterion, sample):
+    """Add |dL/dxi_h| for ``sample``, with one explicit xi leaf variable per head."""
+    xi = {key: torch.ones(module.num_heads, requires_grad=True) for key, module in modules.items()}
+    for key, module in modules.items():
+        module.head_mask = xi[key]
+    sentence_loss(criterion, model, sample).backward()
+    for (attention_type, layer), variable in xi.items():
+        expected[attention_type][layer] += variable.grad.abs().double()
+
+
 def zeros_like_layout(layout):
     return {t: torch.zeros(layers, heads, dtype=torch.float64) for t, (layers, heads) in layout.items()}
 
@@ -132,13 +142,7 @@ def test_sentence_level_matches_explicit_xi_one_sentence_at_a_time(loaded, loss)
     modules = attention_modules(model)
     expected = zeros_like_layout(head_layout(model))
     for index in range(SENTENCES):
-        sample = dataset.collater([dataset[index]])
-        xi = {key: torch.ones(module.num_heads, requires_grad=True) for key, module in modules.items()}
-        for key, module in modules.items():
-            module.head_mask = xi[key]
-        sentence_loss(criterion, model, sample).backward()
-        for (attention_type, layer), variable in xi.items():
-            expected[attention_type][layer] += variable.grad.abs().double()
+        add_abs_xi_gradients(expected, model, modules, criterion, dataset.collater([dataset[index]]))
     set_head_mask(model, None)
     for attention_type in expected:
         expected[attention_type] /= SENTENCES
@@ -190,13 +194,7 @@ def test_batch_level_matches_one_xi_per_batch(loaded):
     modules = attention_modules(model)
     expected = zeros_like_layout(head_layout(model))
     for batch in batches:
-        sample = dataset.collater([dataset[i] for i in batch])
-        xi = {key: torch.ones(module.num_heads, requires_grad=True) for key, module in modules.items()}
-        for key, module in modules.items():
-            module.head_mask = xi[key]
-        sentence_loss(criterion, model, sample).backward()
-        for (attention_type, layer), variable in xi.items():
-            expected[attention_type][layer] += variable.grad.abs().double()
+        add_abs_xi_gradients(expected, model, modules, criterion, dataset.collater([dataset[i] for i in batch]))
     set_head_mask(model, None)
     for attention_type in expected:
         expected[attention_type] /= len(batches)
