@@ -114,22 +114,23 @@ def command_importance(args) -> int:
         importance_granularity=args.granularity,
     )
     device = model_device(model)
-    samples, total_batches = [], 0
+    split_batch_lists, total_batches = [], 0
     for split in args.subset:
         dataset, batches = split_batches(task, split, args.max_tokens, args.max_sentences, args.limit)
-        samples.append((dataset, batches))
+        split_batch_lists.append((dataset, batches))
         total_batches += len(batches)
 
     def all_samples():
-        for dataset, batches in samples:
+        for dataset, batches in split_batch_lists:
             yield from iterate_samples(dataset, batches, device)
 
     progress = not args.no_progress
-    result = estimate_importance(model, criterion, all_samples(), total_batches, progress=progress)
+    # the single-head ablation passes over the same batches once per head: collate them once
+    samples = list(all_samples()) if args.loss_ablation else all_samples()
+    result = estimate_importance(model, criterion, samples, total_batches, progress=progress)
     if args.loss_ablation:
-        cached = list(all_samples())
         result.loss_increase, base_loss = single_head_loss_increase(
-            model, criterion, cached, base_mask, layout, progress=progress
+            model, criterion, samples, base_mask, layout, progress=progress
         )
         result.settings["loss_ablation_base_loss_per_token"] = base_loss
     result.settings.update(
@@ -163,6 +164,7 @@ def command_importance(args) -> int:
 def command_shrink(args) -> int:
     import torch
 
+    from .atomic_files import atomic_path
     from .checkpoint_info import load_checkpoint_state, model_config_object, state_head_layout
     from .head_mask import count_masked, head_mask_to_spec, parse_head_mask
     from .shrink import (
@@ -201,15 +203,8 @@ def command_shrink(args) -> int:
         setattr(config, PRUNED_HEADS_KEY, spec)
     # optimizer moments have the old shapes: fine-tune with --reset-optimizer
     state["last_optimizer_state"] = None
-    directory = os.path.dirname(os.path.abspath(args.out))
-    os.makedirs(directory, exist_ok=True)
-    temporary = os.path.join(directory, ".tmp-" + os.path.basename(args.out))
-    try:
+    with atomic_path(args.out) as temporary:
         torch.save(state, temporary)
-        os.replace(temporary, args.out)
-    finally:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
     total = sum(layers * heads for layers, heads in layout.values())
     print(f"removed\t{count_masked(head_mask)} of {total} heads: {spec}")
     report = parameter_report(before, after)

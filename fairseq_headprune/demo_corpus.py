@@ -21,6 +21,8 @@ import os
 import random
 from typing import Dict, List, Sequence, Tuple
 
+from .atomic_files import atomic_path
+
 # english singular, english plural, french singular, french plural, gender
 NOUNS = [
     ("cat", "cats", "chat", "chats", "m"),
@@ -291,8 +293,7 @@ def write_demo_corpus(
         seen.update(en for en, _ in pairs)
         for suffix, column in (("en", 0), ("fr", 1)):
             path = os.path.join(out_dir, f"{split}.{suffix}")
-            with open(path + ".tmp", "w", encoding="utf-8") as handle:
+            with atomic_path(path) as temporary, open(temporary, "w", encoding="utf-8") as handle:
                 handle.writelines(pair[column] + "\n" for pair in pairs)
-            os.replace(path + ".tmp", path)
         counts[split] = len(pairs)
     return counts

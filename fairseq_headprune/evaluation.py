@@ -225,21 +225,14 @@ def estimate_importance(
 
 def mean_loss(model, criterion, samples: Iterable[dict], head_mask: Optional[HeadMask]) -> float:
     """Criterion loss per target token with ``head_mask`` set (None: no mask)."""
-    from .masked_multihead_attention import install_masked_attention, set_head_mask
+    from .masked_multihead_attention import head_mask_applied
 
-    modules = install_masked_attention(model)
-    previous = {key: module.head_mask for key, module in modules.items()}
     loss_sum, tokens = 0.0, 0
-    set_head_mask(model, head_mask)
-    try:
-        with torch.no_grad():
-            for sample in samples:
-                loss, _, logging_output = criterion(model, sample)
-                loss_sum += float(loss)
-                tokens += int(logging_output["ntokens"])
-    finally:
-        for key, module in modules.items():
-            module.head_mask = previous[key]
+    with head_mask_applied(model, head_mask), torch.no_grad():
+        for sample in samples:
+            loss, _, logging_output = criterion(model, sample)
+            loss_sum += float(loss)
+            tokens += int(logging_output["ntokens"])
     return loss_sum / tokens
 
 

@@ -19,12 +19,12 @@ import csv
 import json
 import math
 import os
-import tempfile
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
 import torch
 
+from .atomic_files import atomic_path
 from .head_mask import ATTENTION_TYPES, HeadLayout, HeadMaskError
 
 GRANULARITIES = ("sentence", "token", "batch")
@@ -112,18 +112,9 @@ class ImportanceResult:
 
 
 def _atomic_write(path: str, write) -> None:
-    """Write through a temporary file in the same folder, then rename."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
-    try:
-        with os.fdopen(handle, "w", newline="") as stream:
-            write(stream)
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-        raise
+    """Call ``write(stream)`` on a text file that appears at ``path`` only when complete."""
+    with atomic_path(path) as temporary, open(temporary, "w", newline="") as stream:
+        write(stream)
 
 
 def _to_lists(scores: Optional[HeadScores]):

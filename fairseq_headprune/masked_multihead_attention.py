@@ -9,7 +9,8 @@ the module runs fairseq's code untouched (fused path included), so
 installing the plugin costs nothing at inference.
 """
 
-from typing import Callable, Dict, List, Optional, Tuple
+import contextlib
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 from torch import Tensor
 
@@ -162,3 +163,16 @@ def set_head_mask(model, head_mask: Optional[HeadMask]) -> None:
             module.head_mask = None
         else:
             module.head_mask = head_mask[attention_type][layer_index]
+
+
+@contextlib.contextmanager
+def head_mask_applied(model, head_mask: Optional[HeadMask]) -> Iterator[None]:
+    """``set_head_mask`` for the block; the masks set before come back after it."""
+    modules = install_masked_attention(model)
+    previous = {key: module.head_mask for key, module in modules.items()}
+    set_head_mask(model, head_mask)
+    try:
+        yield
+    finally:
+        for key, module in modules.items():
+            module.head_mask = previous[key]

@@ -1,10 +1,10 @@
 """Figures for the studies (matplotlib, written straight to PNG files)."""
 
-import os
 from typing import Dict, Optional
 
 import torch
 
+from .atomic_files import atomic_path
 from .head_mask import ATTENTION_TYPES
 
 PANEL_TITLES = {"enc-enc": "Enc-Enc", "enc-dec": "Enc-Dec", "dec-dec": "Dec-Dec"}
@@ -21,11 +21,8 @@ def _pyplot():
 
 def save_figure(figure, path: str) -> None:
     """Save through a temporary name so an interrupted run leaves no half PNG."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    temporary = os.path.join(directory, ".tmp-" + os.path.basename(path))
-    figure.savefig(temporary, dpi=150, bbox_inches="tight", format="png")
-    os.replace(temporary, path)
+    with atomic_path(path) as temporary:
+        figure.savefig(temporary, dpi=150, bbox_inches="tight", format="png")
 
 
 def plot_head_heatmaps(

@@ -13,8 +13,8 @@ from typing import Dict, List, Optional
 
 import torch
 
-from .head_mask import ATTENTION_TYPES, HeadMask, HeadMaskError, head_mask_to_spec, parse_head_mask
-from .masked_multihead_attention import attention_modules, install_masked_attention
+from .head_mask import HeadMask, HeadMaskError, parse_head_mask
+from .masked_multihead_attention import head_layout, install_masked_attention
 
 PRUNED_HEADS_KEY = "headprune_pruned_heads"
 
@@ -64,24 +64,6 @@ def shrink_model(model, head_mask: HeadMask) -> Dict[str, List[int]]:
     return {t: [len(layer) for layer in plan[t]] for t in plan}
 
 
-def heads_per_layer(model) -> Dict[str, List[int]]:
-    """Heads each attention layer has now, per type."""
-    counts: Dict[str, List[int]] = {}
-    for (attention_type, _), module in sorted(attention_modules(model).items()):
-        counts.setdefault(attention_type, []).append(module.num_heads)
-    return {t: counts[t] for t in ATTENTION_TYPES if t in counts}
-
-
-def attention_parameter_counts(model) -> Dict[str, int]:
-    """Parameters of the attention projections per type, plus the model total."""
-    counts = {t: 0 for t in ATTENTION_TYPES}
-    for (attention_type, _), module in attention_modules(model).items():
-        counts[attention_type] += sum(p.numel() for p in module.parameters())
-    counts = {t: c for t, c in counts.items() if c}
-    counts["total"] = sum(p.numel() for p in model.parameters())
-    return counts
-
-
 def parameter_report(before: Dict[str, int], after: Dict[str, int]) -> List[str]:
     """TSV lines: part, parameters before, after, fraction removed."""
     lines = ["part\tbefore\tafter\tremoved"]
@@ -105,15 +87,8 @@ def rebuild_pruned(model, model_cfg) -> Optional[str]:
     spec = pruned_heads_of(model_cfg)
     if not spec:
         return None
-    layout = {}
-    for attention_type, counts in heads_per_layer(model).items():
-        layout[attention_type] = (len(counts), counts[0])
-    shrink_model(model, parse_head_mask(spec, layout))
+    shrink_model(model, parse_head_mask(spec, head_layout(model)))
     return spec
-
-
-def removed_spec(head_mask: HeadMask) -> str:
-    return head_mask_to_spec(head_mask)
 
 
 # ---- on a checkpoint's state dict (no dictionaries needed) -------------------

@@ -65,7 +65,7 @@ def main():
     cli._quiet_libraries()
     from fairseq_headprune.evaluation import StudyError, load_task_and_model, model_device, translate_batches
     from fairseq_headprune.head_mask import full_mask, head_mask_to_spec
-    from fairseq_headprune.masked_multihead_attention import head_layout, set_head_mask
+    from fairseq_headprune.masked_multihead_attention import head_layout, head_mask_applied, set_head_mask
 
     try:
         _, task, model = load_task_and_model(args.data, args.path, cpu=args.cpu)
@@ -118,11 +118,8 @@ def main():
             return translate_batches(task, model, batches, args.beam)
 
         def masked_run(batches):
-            set_head_mask(model, head_mask)
-            try:
+            with head_mask_applied(model, head_mask):
                 return translate_batches(task, model, batches, args.beam)
-            finally:
-                set_head_mask(model, None)
 
         def shrunk_run(batches):
             return translate_batches(shrunk_task, shrunk, batches, args.beam)

@@ -127,6 +127,12 @@ def zeros_like_layout(layout):
     return {t: torch.zeros(layers, heads, dtype=torch.float64) for t, (layers, heads) in layout.items()}
 
 
+def assert_mean_matches(result, expected_sums, count):
+    """The criterion's scores equal the independent sums divided by ``count``."""
+    assert result.count == count
+    assert_close({t: sums / count for t, sums in expected_sums.items()}, result.importance)
+
+
 def assert_close(expected, actual, tolerance=1e-4):
     for attention_type in expected:
         scale = expected[attention_type].abs().max()
@@ -144,10 +150,7 @@ def test_sentence_level_matches_explicit_xi_one_sentence_at_a_time(loaded, loss)
     for index in range(SENTENCES):
         add_abs_xi_gradients(expected, model, modules, criterion, dataset.collater([dataset[index]]))
     set_head_mask(model, None)
-    for attention_type in expected:
-        expected[attention_type] /= SENTENCES
-    assert result.count == SENTENCES
-    assert_close(expected, result.importance)
+    assert_mean_matches(result, expected, SENTENCES)
 
 
 def test_token_level_matches_one_xi_per_head_and_position(loaded):
@@ -181,10 +184,7 @@ def test_token_level_matches_one_xi_per_head_and_position(loaded):
         for (attention_type, layer), variable in xi.items():
             expected[attention_type][layer] += variable.grad.abs().sum(dim=(0, 1, 3)).double()
     set_head_mask(model, None)
-    for attention_type in expected:
-        expected[attention_type] /= tokens
-    assert result.count == tokens
-    assert_close(expected, result.importance)
+    assert_mean_matches(result, expected, tokens)
 
 
 def test_batch_level_matches_one_xi_per_batch(loaded):
@@ -196,10 +196,7 @@ def test_batch_level_matches_one_xi_per_batch(loaded):
     for batch in batches:
         add_abs_xi_gradients(expected, model, modules, criterion, dataset.collater([dataset[i] for i in batch]))
     set_head_mask(model, None)
-    for attention_type in expected:
-        expected[attention_type] /= len(batches)
-    assert result.count == len(batches)
-    assert_close(expected, result.importance)
+    assert_mean_matches(result, expected, len(batches))
 
 
 def test_estimation_with_a_mask_scores_masked_heads_and_restores_the_model(loaded):
