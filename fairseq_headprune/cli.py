@@ -315,6 +315,10 @@ def build_parser() -> argparse.ArgumentParser:
     shrink.add_argument("--report", metavar="FILE.tsv", help="also write the parameter report here")
     shrink.set_defaults(handler=command_shrink)
 
+    from .ablate_command import add_parsers as add_ablation_parsers
+
+    add_ablation_parsers(commands)
+
     for command in FAIRSEQ_COMMANDS:
         commands.add_parser(
             command,
@@ -335,6 +339,8 @@ def _quiet_libraries() -> None:
     warnings.filterwarnings("ignore", module=r"hydra(\.|$)")
     warnings.filterwarnings("ignore", message=r"\s*'config' is validated against ConfigStore")
     warnings.filterwarnings("ignore", message=r"\s*The strict flag in the compose API")
+    # fairseq's batch iterator asks for pinned memory on machines without a GPU too
+    warnings.filterwarnings("ignore", message=r".*'pin_memory' argument is set as true")
     for name in ("fairseq", "fairseq_headprune", "hydra", "matplotlib", "PIL"):
         logging.getLogger(name).setLevel(logging.WARNING)
 
@@ -343,7 +349,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in FAIRSEQ_COMMANDS:
         return run_fairseq_command(argv[0], argv[1:])
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and not getattr(args, "accepts_fairseq_args", False):
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    args.fairseq_args = unknown
     _quiet_libraries()
     from .evaluation import StudyError
     from .head_mask import HeadMaskError

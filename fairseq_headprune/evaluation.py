@@ -55,9 +55,14 @@ def load_task_and_model(
     if not use_cuda:
         argv.append("--cpu")
     parser = options.get_generation_parser()
+
+    def refuse(message):
+        raise StudyError(f"fairseq option: {message}")
+
+    parser.error = refuse  # one line instead of argparse's usage text and exit
     try:
         args = options.parse_args_and_arch(parser, argv)
-    except SystemExit as error:  # argparse already printed why
+    except SystemExit as error:  # --help, or a sub-parser's own error
         raise StudyError(f"bad fairseq options: {' '.join(fairseq_args)}") from error
     cfg = convert_namespace_to_omegaconf(args)
     utils.import_user_module(cfg.common)
@@ -102,13 +107,7 @@ def split_batches(
     """fairseq's batches (lists of sentence indices) for the first ``limit`` sentences of ``split``."""
     import numpy as np
 
-    _check_split_not_empty(task, split)
-    try:
-        task.load_dataset(split, combine=False, epoch=1)
-    except FileNotFoundError as error:
-        raise StudyError(f"split {split!r} not found in {task.cfg.data} ({_first_line(error)})")
-    except Exception as error:  # fairseq's dataset readers raise assorted types
-        raise StudyError(f"cannot read split {split!r} in {task.cfg.data}: {_first_line(error)}")
+    load_split(task, split)
     dataset = task.dataset(split)
     indices = dataset.ordered_indices()
     if limit is not None:
@@ -126,6 +125,17 @@ def split_batches(
         np.asarray(indices, dtype=np.int64), max_tokens=max_tokens, max_sentences=max_sentences
     )
     return dataset, [list(batch) for batch in batches]
+
+
+def load_split(task, split: str) -> None:
+    """Load ``split`` into ``task``, with one-line errors for missing or empty splits."""
+    _check_split_not_empty(task, split)
+    try:
+        task.load_dataset(split, combine=False, epoch=1)
+    except FileNotFoundError as error:
+        raise StudyError(f"split {split!r} not found in {task.cfg.data} ({_first_line(error)})")
+    except Exception as error:  # fairseq's dataset readers raise assorted types
+        raise StudyError(f"cannot read split {split!r} in {task.cfg.data}: {_first_line(error)}")
 
 
 def _check_split_not_empty(task, split: str) -> None:

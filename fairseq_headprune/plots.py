@@ -62,3 +62,92 @@ def plot_importance(result, path: str, title: Optional[str] = None) -> None:
         title or f"Head importance ({result.granularity} level, normalised per layer)",
         "$I_h \\,/\\, \\|I_{\\mathrm{layer}}\\|_2$",
     )
+
+
+def _rows_to_grids(rows, value: str):
+    """attention type -> (layers x heads array of ``value``, boolean significance array)."""
+    import numpy as np
+
+    grids = {}
+    for attention_type in ATTENTION_TYPES:
+        cells = [r for r in rows if r["attention_type"] == attention_type]
+        if not cells:
+            continue
+        layers = max(r["layer"] for r in cells)
+        heads = max(r["head"] for r in cells)
+        values = np.full((layers, heads), np.nan)
+        significant = np.zeros((layers, heads), dtype=bool)
+        for r in cells:
+            values[r["layer"] - 1, r["head"] - 1] = r[value]
+            significant[r["layer"] - 1, r["head"] - 1] = bool(r["significant"])
+        grids[attention_type] = (values, significant)
+    return grids
+
+
+def plot_delta_heatmaps(rows, path: str, title: str, colorbar_label: str = "ΔBLEU") -> None:
+    """ΔBLEU per head, layers x heads per attention type; dots mark significant cells."""
+    import numpy as np
+
+    plt = _pyplot()
+    grids = _rows_to_grids(rows, "delta")
+    limit = max(float(np.nanmax(np.abs(v))) for v, _ in grids.values()) or 1.0
+    figure, axes = plt.subplots(1, len(grids), figsize=(4.2 * len(grids), 3.4), squeeze=False)
+    image = None
+    for axis, (attention_type, (values, significant)) in zip(axes[0], grids.items()):
+        layers, heads = values.shape
+        image = axis.imshow(values, cmap="RdBu", vmin=-limit, vmax=limit, aspect="auto")
+        ys, xs = np.nonzero(significant)
+        axis.scatter(xs, ys, s=10, c="black", marker="o", label="p < α")
+        axis.set_title(PANEL_TITLES[attention_type])
+        axis.set_xlabel("head")
+        axis.set_ylabel("layer")
+        axis.set_xticks(range(heads), [str(h + 1) for h in range(heads)], fontsize=7)
+        axis.set_yticks(range(layers), [str(layer + 1) for layer in range(layers)])
+    figure.colorbar(image, ax=axes[0].tolist(), label=colorbar_label, shrink=0.9)
+    figure.suptitle(title, y=1.04)
+    save_figure(figure, path)
+    plt.close(figure)
+
+
+def plot_score_histogram(rows, baseline_bleu: float, path: str, title: str, xlabel: str) -> None:
+    """Figure 1 of the paper: how many heads leave which score when masked alone."""
+    import numpy as np
+
+    plt = _pyplot()
+    types = [t for t in ATTENTION_TYPES if any(r["attention_type"] == t for r in rows)]
+    scores = [r["bleu"] for r in rows]
+    low, high = min(scores + [baseline_bleu]), max(scores + [baseline_bleu])
+    bins = np.linspace(low - 0.5, high + 0.5, 31)
+    figure, axis = plt.subplots(figsize=(6, 3.4))
+    axis.hist(
+        [[r["bleu"] for r in rows if r["attention_type"] == t] for t in types],
+        bins=bins, stacked=True, label=[PANEL_TITLES[t] for t in types],
+    )
+    axis.axvline(baseline_bleu, color="black", linestyle="--", linewidth=1, label="no head masked")
+    axis.set_xlabel(xlabel)
+    axis.set_ylabel("heads")
+    axis.set_title(title)
+    axis.legend(fontsize=8)
+    save_figure(figure, path)
+    plt.close(figure)
+
+
+def plot_cross_domain(rows, path: str, title: str, xlabel: str, ylabel: str) -> None:
+    """Figure 2 of the paper: ΔBLEU per head on one test set against another."""
+    plt = _pyplot()
+    figure, axis = plt.subplots(figsize=(4.6, 4.2))
+    for attention_type in ATTENTION_TYPES:
+        points = [r for r in rows if r["attention_type"] == attention_type]
+        if points:
+            axis.scatter(
+                [r["delta"] for r in points], [r["cross_delta"] for r in points],
+                s=14, alpha=0.8, label=PANEL_TITLES[attention_type],
+            )
+    axis.axhline(0, color="grey", linewidth=0.5)
+    axis.axvline(0, color="grey", linewidth=0.5)
+    axis.set_xlabel(xlabel)
+    axis.set_ylabel(ylabel)
+    axis.set_title(title, fontsize=10)
+    axis.legend(fontsize=8)
+    save_figure(figure, path)
+    plt.close(figure)

@@ -1,0 +1,328 @@
+"""The ablation studies of Michel et al. (2019, section 3), as plain functions.
+
+Which configurations a study translates (``single_head_configs``,
+``all_but_one_configs``), how their scores become the paper's tables (one
+row per configuration, best head per layer, cross-domain correlation), and
+how those tables are written (TSV, JSON, Markdown, LaTeX). Nothing here
+touches fairseq: results come in as BLEU statistics per configuration.
+"""
+
+import csv
+import json
+import math
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .atomic_files import atomic_path
+from .head_mask import ATTENTION_TYPES, HeadLayout, HeadMask, full_mask
+from .significance import PairedResult, SignificanceSettings, paired_bootstrap, resample_counts, resampled_bleu
+
+MODES = ("single", "all-but-one", "cross-domain")
+BASELINE = "baseline"
+TYPE_TITLES = {"enc-enc": "Enc-Enc", "enc-dec": "Enc-Dec", "dec-dec": "Dec-Dec"}
+BLEU_KINDS = {
+    "tokenized": "tokenized BLEU (fairseq's bleu scorer, as fairseq-generate prints)",
+    "sacrebleu": "detokenized sacreBLEU (13a)",
+}
+
+
+@dataclass
+class HeadConfig:
+    """A configuration of a study: its result-file name, mask and where it sits in the tables."""
+
+    name: str
+    head_mask: Optional[HeadMask]
+    attention_type: Optional[str] = None
+    layer: Optional[int] = None  # 1-based, as in the paper's tables
+    head: Optional[int] = None
+
+    @property
+    def labels(self) -> Dict[str, object]:
+        return {"attention_type": self.attention_type, "layer": self.layer, "head": self.head}
+
+
+def baseline_config() -> HeadConfig:
+    return HeadConfig(BASELINE, None)
+
+
+def single_head_configs(layout: HeadLayout, heads: Optional[HeadMask] = None) -> List[HeadConfig]:
+    """Mask one head at a time; ``heads`` (0 = selected) limits which heads."""
+    configs = []
+    for attention_type in ATTENTION_TYPES:
+        if attention_type not in layout:
+            continue
+        layers, count = layout[attention_type]
+        for layer in range(layers):
+            for head in range(count):
+                if heads is not None and heads[attention_type][layer, head] != 0:
+                    continue
+                head_mask = full_mask(layout)
+                head_mask[attention_type][layer, head] = 0.0
+                name = f"single.{attention_type}.L{layer + 1}.H{head + 1}"
+                configs.append(HeadConfig(name, head_mask, attention_type, layer + 1, head + 1))
+    return configs
+
+
+def all_but_one_configs(layout: HeadLayout, types: Sequence[str] = ATTENTION_TYPES) -> List[HeadConfig]:
+    """In each layer of each type, keep one head and mask the others (Table 2)."""
+    configs = []
+    for attention_type in types:
+        layers, count = layout[attention_type]
+        for layer in range(layers):
+            for head in range(count):
+                head_mask = full_mask(layout)
+                head_mask[attention_type][layer, :] = 0.0
+                head_mask[attention_type][layer, head] = 1.0
+                name = f"keep.{attention_type}.L{layer + 1}.H{head + 1}"
+                configs.append(HeadConfig(name, head_mask, attention_type, layer + 1, head + 1))
+    return configs
+
+
+@dataclass
+class ConfigScores:
+    """What the tables need of one configuration's stored result."""
+
+    name: str
+    spec: str
+    labels: Dict[str, object]
+    bleu: float  # tokenized
+    sacrebleu: float
+    stats: np.ndarray  # per-sentence statistics in the test's BLEU definition
+    hypotheses: Optional[List[str]] = None  # for sacreBLEU's own tests
+
+
+def test_definition(bleu: str, test: str) -> str:
+    """Which BLEU statistics a test resamples."""
+    if test == "compare-mt":
+        return "compare-mt"
+    return "fairseq" if bleu == "tokenized" else "sacrebleu"
+
+
+def compare_with_baseline(
+    baseline: ConfigScores,
+    systems: Sequence[ConfigScores],
+    settings: SignificanceSettings,
+    definition: str,
+    references: Optional[Sequence[str]] = None,
+    tokenize: str = "13a",
+) -> List[PairedResult]:
+    """Every system against the baseline, on one shared set of resamples."""
+    from .significance import sacrebleu_paired_tests
+
+    if settings.test.startswith("sacrebleu"):
+        return sacrebleu_paired_tests(
+            references, baseline.hypotheses, [s.hypotheses for s in systems], settings, tokenize
+        )
+    counts = resample_counts(len(baseline.stats), settings)
+    baseline_resampled = resampled_bleu(baseline.stats, counts, definition)
+    return [
+        paired_bootstrap(baseline.stats, s.stats, counts, definition, settings, baseline_resampled)
+        for s in systems
+    ]
+
+
+def reported_bleu(scores: ConfigScores, bleu: str) -> float:
+    return scores.bleu if bleu == "tokenized" else scores.sacrebleu
+
+
+def result_rows(
+    baseline: ConfigScores, systems: Sequence[ConfigScores], results: Sequence[PairedResult], bleu: str
+) -> List[Dict[str, object]]:
+    """One row per configuration: the columns of the TSV/JSON result tables.
+
+    ``bleu`` and ``delta`` are in the reported BLEU (``tokenized`` or
+    ``sacrebleu``); ``test_bleu`` is the BLEU the test resampled (compare-mt's
+    own in compare-mt mode).
+    """
+    rows = []
+    for system, result in zip(systems, results):
+        reported = reported_bleu(system, bleu)
+        rows.append(
+            {
+                "config": system.name,
+                "attention_type": system.labels.get("attention_type"),
+                "layer": system.labels.get("layer"),
+                "head": system.labels.get("head"),
+                "spec": system.spec,
+                "bleu": reported,
+                "delta": reported - reported_bleu(baseline, bleu),
+                "bleu_tokenized": system.bleu,
+                "bleu_sacrebleu": system.sacrebleu,
+                "p_value": result.p_value,
+                "significant": bool(result.significant),
+                "test_bleu": result.bleu,
+                "ci_low": result.ci_low,
+                "ci_high": result.ci_high,
+                "system_wins": result.system_wins,
+                "baseline_wins": result.baseline_wins,
+                "ties": result.ties,
+            }
+        )
+    return rows
+
+
+def best_per_layer(rows: Sequence[Dict[str, object]]) -> List[Dict[str, object]]:
+    """Table 2: per attention type and layer, the kept head with the highest BLEU."""
+    best: Dict[Tuple[str, int], Dict[str, object]] = {}
+    for row in rows:
+        key = (row["attention_type"], row["layer"])
+        if key not in best or row["bleu"] > best[key]["bleu"]:
+            best[key] = row
+    return [best[key] for key in sorted(best, key=lambda k: (ATTENTION_TYPES.index(k[0]), k[1]))]
+
+
+def pearson(x: Sequence[float], y: Sequence[float]) -> Tuple[float, float]:
+    """Pearson r and its two-sided p-value; nan when either side is constant."""
+    from scipy import stats
+
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return math.nan, math.nan
+    r, p = stats.pearsonr(x, y)
+    return float(r), float(p)
+
+
+# ----------------------------------------------------------------------------- writers
+
+
+def write_rows_tsv(rows: Sequence[Dict[str, object]], path: str) -> None:
+    if not rows:
+        raise ValueError("no rows to write")
+    columns = list(rows[0])
+    with atomic_path(path) as temporary:
+        with open(temporary, "w", newline="", encoding="utf-8") as stream:
+            writer = csv.writer(stream, delimiter="\t", lineterminator="\n")
+            writer.writerow(columns)
+            for row in rows:
+                writer.writerow([_tsv_value(row[c]) for c in columns])
+
+
+def _tsv_value(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6g}" if not math.isnan(value) else "nan"
+    return str(value)
+
+
+def write_json(data, path: str) -> None:
+    with atomic_path(path) as temporary:
+        with open(temporary, "w", encoding="utf-8") as stream:
+            json.dump(data, stream, indent=1, default=float)
+            stream.write("\n")
+
+
+def write_text(text: str, path: str) -> None:
+    with atomic_path(path) as temporary:
+        with open(temporary, "w", encoding="utf-8") as stream:
+            stream.write(text)
+
+
+def _delta_cell(row: Optional[Dict[str, object]], latex: bool) -> str:
+    if row is None:
+        return ""
+    text = f"{row['delta']:+.2f}"
+    if not row["significant"]:
+        return text
+    return f"\\underline{{{text}}}" if latex else f"**{text}**"
+
+
+def _grid(rows: Sequence[Dict[str, object]], attention_type: str):
+    cells = {(r["layer"], r["head"]): r for r in rows if r["attention_type"] == attention_type}
+    if not cells:
+        return None
+    layers = max(layer for layer, _ in cells)
+    heads = max(head for _, head in cells)
+    return cells, layers, heads
+
+
+def markdown_single_table(rows, baseline_bleu: float, caption: str) -> str:
+    """Table 1: BLEU change when one head is masked, layers x heads per attention type."""
+    parts = [f"{caption}\n"]
+    for attention_type in ATTENTION_TYPES:
+        grid = _grid(rows, attention_type)
+        if grid is None:
+            continue
+        cells, layers, heads = grid
+        parts.append(f"\n**{TYPE_TITLES[attention_type]}** (baseline {baseline_bleu:.2f})\n\n")
+        parts.append("| Layer | " + " | ".join(str(h) for h in range(1, heads + 1)) + " |\n")
+        parts.append("|---:|" + "---:|" * heads + "\n")
+        for layer in range(1, layers + 1):
+            values = [_delta_cell(cells.get((layer, h)), latex=False) for h in range(1, heads + 1)]
+            parts.append(f"| {layer} | " + " | ".join(values) + " |\n")
+    return "".join(parts)
+
+
+def latex_single_table(rows, baseline_bleu: float, caption: str) -> str:
+    parts = []
+    for attention_type in ATTENTION_TYPES:
+        grid = _grid(rows, attention_type)
+        if grid is None:
+            continue
+        cells, layers, heads = grid
+        parts.append("\\begin{table}[t]\n\\centering\\small\n")
+        parts.append("\\begin{tabular}{r|" + "r" * heads + "}\n")
+        parts.append("Layer & " + " & ".join(str(h) for h in range(1, heads + 1)) + " \\\\\n\\hline\n")
+        for layer in range(1, layers + 1):
+            values = [_delta_cell(cells.get((layer, h)), latex=True) for h in range(1, heads + 1)]
+            parts.append(f"{layer} & " + " & ".join(values) + " \\\\\n")
+        parts.append("\\end{tabular}\n")
+        parts.append(
+            f"\\caption{{{_latex_escape(caption)} {TYPE_TITLES[attention_type]} heads; "
+            f"baseline {baseline_bleu:.2f}.}}\n\\end{{table}}\n\n"
+        )
+    return "".join(parts)
+
+
+def markdown_best_table(best_rows, caption: str, selected: Optional[Dict[Tuple[str, int], Dict]] = None) -> str:
+    """Table 2: best ΔBLEU per layer when only one head is kept."""
+    types = [t for t in ATTENTION_TYPES if any(r["attention_type"] == t for r in best_rows)]
+    by_key = {(r["attention_type"], r["layer"]): r for r in best_rows}
+    layers = max(r["layer"] for r in best_rows)
+    header = ["Layer"] + [TYPE_TITLES[t] for t in types]
+    if selected:
+        header += [f"{TYPE_TITLES[t]} (chosen on {_selected_split(selected)})" for t in types]
+    lines = [f"{caption}\n\n", "| " + " | ".join(header) + " |\n", "|---:|" + "---:|" * (len(header) - 1) + "\n"]
+    for layer in range(1, layers + 1):
+        values = [_best_cell(by_key.get((t, layer)), False) for t in types]
+        if selected:
+            values += [_best_cell(selected.get((t, layer)), False) for t in types]
+        lines.append(f"| {layer} | " + " | ".join(values) + " |\n")
+    return "".join(lines)
+
+
+def latex_best_table(best_rows, caption: str, selected: Optional[Dict[Tuple[str, int], Dict]] = None) -> str:
+    types = [t for t in ATTENTION_TYPES if any(r["attention_type"] == t for r in best_rows)]
+    by_key = {(r["attention_type"], r["layer"]): r for r in best_rows}
+    layers = max(r["layer"] for r in best_rows)
+    columns = len(types) * (2 if selected else 1)
+    header = ["Layer"] + [TYPE_TITLES[t] for t in types]
+    if selected:
+        header += [f"{TYPE_TITLES[t]} (sel.)" for t in types]
+    lines = ["\\begin{table}[t]\n\\centering\\small\n", "\\begin{tabular}{r|" + "r" * columns + "}\n"]
+    lines.append(" & ".join(header) + " \\\\\n\\hline\n")
+    for layer in range(1, layers + 1):
+        values = [_best_cell(by_key.get((t, layer)), True) for t in types]
+        if selected:
+            values += [_best_cell(selected.get((t, layer)), True) for t in types]
+        lines.append(f"{layer} & " + " & ".join(values) + " \\\\\n")
+    lines.append(f"\\end{{tabular}}\n\\caption{{{_latex_escape(caption)}}}\n\\end{{table}}\n")
+    return "".join(lines)
+
+
+def _best_cell(row: Optional[Dict[str, object]], latex: bool) -> str:
+    if row is None:
+        return ""
+    return f"{_delta_cell(row, latex)} (h{row['head']})"
+
+
+def _selected_split(selected: Dict[Tuple[str, int], Dict]) -> str:
+    return next(iter(selected.values())).get("selected_on", "validation")
+
+
+def _latex_escape(text: str) -> str:
+    for plain, escaped in (("\\", "\\textbackslash{}"), ("&", "\\&"), ("%", "\\%"), ("_", "\\_"), ("#", "\\#")):
+        text = text.replace(plain, escaped)
+    return text

@@ -1,0 +1,206 @@
+"""Paired significance tests of a system against a baseline on the same sentences.
+
+``bootstrap`` (default) is Koehn's (2004) paired bootstrap: resamples of the
+full test set, drawn with replacement; the p-value is the fraction of
+resamples in which the system that scored better on the whole set does not
+score better (1 - its win fraction).
+
+``compare-mt`` reproduces ``compare_mt.sign_utils.eval_with_paired_bootstrap``
+with its ``BleuScorer``: resamples of half the set (``sample_ratio=0.5``),
+drawn by ``numpy.random.choice`` from a RandomState seeded with the seed (what
+compare-mt's global RNG gives after ``numpy.random.seed(seed)``), win fractions
+with compare-mt's tie count (which counts every resample in which the
+baseline is not worse) and p = 1 - max(win fractions).
+
+``sacrebleu-bs`` and ``sacrebleu-ar`` run sacreBLEU's own ``PairedTest``
+(paired bootstrap or approximate randomisation; two-sided, its own p-value).
+
+Resamples are drawn once per sweep as a (resamples x sentences) count matrix,
+so every configuration is compared on the same resamples, and resampled
+statistics are one matrix product.
+"""
+
+import contextlib
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+from .bleu_stats import bleu_from_sums, corpus_bleu
+
+TESTS = ("bootstrap", "compare-mt", "sacrebleu-bs", "sacrebleu-ar")
+DEFAULT_SEED = 12345
+
+
+@dataclass
+class SignificanceSettings:
+    """Everything that decides a test's outcome; written beside every result."""
+
+    test: str = "bootstrap"
+    samples: int = 1000
+    seed: int = DEFAULT_SEED
+    sample_ratio: Optional[float] = None  # None: 1.0, or 0.5 for compare-mt
+    alpha: float = 0.01
+
+    def __post_init__(self):
+        if self.test not in TESTS:
+            raise ValueError(f"unknown test {self.test!r}; choose from {', '.join(TESTS)}")
+        if self.samples <= 0:
+            raise ValueError(f"the number of resamples must be positive, got {self.samples}")
+        if not 0.0 < self.alpha < 1.0:
+            raise ValueError(f"the significance level must be in (0, 1), got {self.alpha}")
+        if self.sample_ratio is None:
+            self.sample_ratio = 0.5 if self.test == "compare-mt" else 1.0
+        if not 0.0 < self.sample_ratio <= 1.0:
+            raise ValueError(f"the sample ratio must be in (0, 1], got {self.sample_ratio}")
+
+    def to_dict(self) -> Dict[str, object]:
+        return asdict(self)
+
+
+@dataclass
+class PairedResult:
+    """A system against the baseline; BLEU in the definition the test used."""
+
+    bleu: float
+    baseline_bleu: float
+    delta: float
+    p_value: float
+    significant: bool
+    system_wins: Optional[float] = None  # fraction of resamples
+    baseline_wins: Optional[float] = None
+    ties: Optional[float] = None  # compare-mt's third win count, in compare-mt mode
+    mean: Optional[float] = None  # system BLEU over resamples
+    ci_low: Optional[float] = None  # 95% interval of the system's resampled BLEU
+    ci_high: Optional[float] = None
+    extra: Dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> Dict[str, object]:
+        return asdict(self)
+
+
+def resample_counts(n_sentences: int, settings: SignificanceSettings) -> np.ndarray:
+    """(resamples x sentences) matrix: how often each sentence is drawn in each resample."""
+    if n_sentences <= 0:
+        raise ValueError("no sentences to resample")
+    size = int(n_sentences * settings.sample_ratio)
+    if size <= 0:
+        raise ValueError(f"sample ratio {settings.sample_ratio} of {n_sentences} sentences draws none")
+    if settings.test == "compare-mt":
+        generator = np.random.RandomState(settings.seed)
+        # one call per resample, as compare-mt makes them
+        drawn = np.stack([generator.choice(n_sentences, size=size, replace=True) for _ in range(settings.samples)])
+    else:
+        drawn = np.random.default_rng(settings.seed).integers(0, n_sentences, size=(settings.samples, size))
+    rows = np.repeat(np.arange(settings.samples), size)
+    counts = np.bincount(rows * n_sentences + drawn.ravel(), minlength=settings.samples * n_sentences)
+    return counts.reshape(settings.samples, n_sentences).astype(np.float64)
+
+
+def resampled_bleu(stats: np.ndarray, counts: np.ndarray, definition: str) -> np.ndarray:
+    """BLEU of every resample: summed statistics are ``counts @ stats``."""
+    stats = np.asarray(stats, dtype=np.float64)
+    if counts.shape[1] != len(stats):
+        raise ValueError(f"resamples are over {counts.shape[1]} sentences, statistics over {len(stats)}")
+    return bleu_from_sums(counts @ stats, definition)
+
+
+def paired_bootstrap(
+    baseline_stats: np.ndarray,
+    system_stats: np.ndarray,
+    counts: np.ndarray,
+    definition: str,
+    settings: SignificanceSettings,
+    baseline_resampled: Optional[np.ndarray] = None,
+) -> PairedResult:
+    """Koehn's paired bootstrap, or compare-mt's, on precomputed resample counts."""
+    if len(baseline_stats) != len(system_stats):
+        raise ValueError(f"{len(system_stats)} system sentences for {len(baseline_stats)} baseline sentences")
+    if baseline_resampled is None:
+        baseline_resampled = resampled_bleu(baseline_stats, counts, definition)
+    system_resampled = resampled_bleu(system_stats, counts, definition)
+    baseline_bleu = corpus_bleu(baseline_stats, definition)
+    bleu = corpus_bleu(system_stats, definition)
+    system_wins = float(np.mean(system_resampled > baseline_resampled))
+    baseline_wins = float(np.mean(system_resampled < baseline_resampled))
+    ties = None
+    if settings.test == "compare-mt":
+        # compare-mt counts a tie whenever the first system (the baseline) is not worse
+        ties = float(np.mean(~(baseline_resampled < system_resampled)))
+        p_value = 1.0 - max(system_wins, baseline_wins)
+    elif bleu > baseline_bleu:
+        p_value = 1.0 - system_wins
+    elif bleu < baseline_bleu:
+        p_value = 1.0 - baseline_wins
+    else:
+        p_value = 1.0
+    ordered = np.sort(system_resampled)
+    low_index = int(len(ordered) * 0.025)
+    high_index = min(int(len(ordered) * 0.975), len(ordered) - 1)
+    return PairedResult(
+        bleu=bleu,
+        baseline_bleu=baseline_bleu,
+        delta=bleu - baseline_bleu,
+        p_value=p_value,
+        significant=p_value < settings.alpha,
+        system_wins=system_wins,
+        baseline_wins=baseline_wins,
+        ties=ties,
+        mean=float(np.mean(system_resampled)),
+        ci_low=float(ordered[low_index]),
+        ci_high=float(ordered[high_index]),
+    )
+
+
+@contextlib.contextmanager
+def _sacrebleu_seed(seed: int):
+    """sacreBLEU reads its seed from the environment."""
+    previous = os.environ.get("SACREBLEU_SEED")
+    os.environ["SACREBLEU_SEED"] = str(seed)
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("SACREBLEU_SEED", None)
+        else:
+            os.environ["SACREBLEU_SEED"] = previous
+
+
+def sacrebleu_paired_tests(
+    references: Sequence[str],
+    baseline: Sequence[str],
+    systems: Sequence[Sequence[str]],
+    settings: SignificanceSettings,
+    tokenize: str = "13a",
+) -> List[PairedResult]:
+    """sacreBLEU's PairedTest (bs or ar) of each system against the baseline."""
+    from sacrebleu.significance import PairedTest
+
+    from .bleu_stats import sacrebleu_metric
+
+    test_type = {"sacrebleu-bs": "bs", "sacrebleu-ar": "ar"}[settings.test]
+    named = [("baseline", list(baseline))] + [(f"system{i}", list(s)) for i, s in enumerate(systems)]
+    with _sacrebleu_seed(settings.seed):
+        test = PairedTest(
+            named, {"BLEU": sacrebleu_metric(tokenize)}, [list(references)],
+            test_type=test_type, n_samples=settings.samples,
+        )
+        _, scores = test()
+    (results,) = [value for key, value in scores.items() if key != "System"]
+    baseline_result = results[0]
+    out = []
+    for result in results[1:]:
+        out.append(
+            PairedResult(
+                bleu=result.score,
+                baseline_bleu=baseline_result.score,
+                delta=result.score - baseline_result.score,
+                p_value=float(result.p_value),
+                significant=float(result.p_value) < settings.alpha,
+                mean=None if result.mean is None else float(result.mean),
+                ci_low=None if result.ci is None else float(result.mean - result.ci),
+                ci_high=None if result.ci is None else float(result.mean + result.ci),
+            )
+        )
+    return out

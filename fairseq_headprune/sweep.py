@@ -1,0 +1,545 @@
+"""Translate one split under many head masks in one process, resumably.
+
+``SplitTranslator`` loads nothing itself: it takes the task and model that
+``evaluation.load_task_and_model`` built, batches the split exactly as
+``fairseq-generate`` does (same ``get_batch_iterator`` arguments, so the same
+batches), collates them once, and for every mask runs fairseq's own
+``SequenceGenerator`` through ``task.inference_step`` and turns hypotheses and
+references into strings with fairseq's own post-processing. Tokenized BLEU
+statistics come from fairseq's C scorer on the same token ids
+``fairseq-generate`` feeds it, so a configuration's BLEU is the number
+``fairseq-generate --head-mask SPEC`` prints.
+
+``run_sweep`` stores one JSON file per configuration (written atomically),
+next to a manifest that identifies the sweep (checkpoint hash, data, split,
+every generation option). A restarted sweep skips configurations whose file
+exists; a directory holding another sweep is refused.
+"""
+
+import contextlib
+import copy
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+from .atomic_files import atomic_path, remove_stale_temporaries
+from .bleu_stats import corpus_bleu, fairseq_scorer, fairseq_sentence_stats, sacrebleu_stats
+from .evaluation import StudyError
+from .head_mask import HeadMask, head_mask_to_spec
+
+MANIFEST = "sweep.json"
+CONFIG_DIR = "configs"
+FORMAT_VERSION = 1
+
+
+@dataclass
+class SweepConfig:
+    """One head-mask configuration; ``name`` is its result file's name."""
+
+    name: str
+    head_mask: Optional[HeadMask]  # None: the unmasked baseline
+    labels: Dict[str, object] = field(default_factory=dict)
+
+    @property
+    def spec(self) -> str:
+        return "none" if self.head_mask is None else head_mask_to_spec(self.head_mask)
+
+
+@dataclass
+class Translation:
+    """One configuration on one split; lists follow the translated sentence ids in order."""
+
+    hypotheses: List[str]  # what fairseq's tokenized BLEU scores
+    detokenized: List[str]  # what sacreBLEU scores
+    fairseq_stats: np.ndarray
+    sacrebleu_stats: np.ndarray
+    seconds: float
+
+    @property
+    def bleu(self) -> float:
+        return corpus_bleu(self.fairseq_stats, "fairseq")
+
+    @property
+    def sacrebleu(self) -> float:
+        return corpus_bleu(self.sacrebleu_stats, "sacrebleu")
+
+
+def file_sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class SplitTranslator:
+    """fairseq-generate's loop over one split, with the model loaded once."""
+
+    def __init__(self, cfg, task, model, split: str, detokenize: str = "auto", references: Optional[str] = None):
+        from fairseq import utils
+
+        from .evaluation import load_split
+
+        self.cfg, self.task, self.model, self.split = cfg, task, model, split
+        scoring = getattr(cfg.scoring, "_name", None)
+        if scoring not in (None, "bleu"):
+            raise StudyError(
+                f"--scoring {scoring}: the sweep always reports fairseq's bleu and sacreBLEU; drop --scoring"
+            )
+        if cfg.generation.nbest != 1:
+            raise StudyError("--nbest must be 1: BLEU scores the best hypothesis")
+        load_split(task, split)
+        if cfg.common.fp16:
+            model.half()
+        model.prepare_for_inference_(cfg)
+        if cfg.common.seed is not None and not cfg.generation.no_seed_provided:
+            np.random.seed(cfg.common.seed)
+            utils.set_torch_seed(cfg.common.seed)
+        self.generator = task.build_generator(
+            [model], cfg.generation, extra_gen_cls_kwargs={"lm_model": None, "lm_weight": cfg.generation.lm_weight}
+        )
+        self.samples = self._collated_batches()
+        # fairseq's batching may leave sentences out (fairseq-generate does the same):
+        # results are kept in the order of the sentence ids that were translated
+        self.sentence_ids = sorted(i for sample in self.samples for i in sample["id"].tolist())
+        self.position = {sentence_id: p for p, sentence_id in enumerate(self.sentence_ids)}
+        self.size = len(self.sentence_ids)
+        self.tokenizer = task.build_tokenizer(cfg.tokenizer)
+        self.bpe = task.build_bpe(cfg.bpe)
+        self.detokenizer = self._sacrebleu_detokenizer(detokenize)
+        self._read_references(references)
+        self._scored_cache: List[Dict[tuple, Tuple[str, List[int]]]] = [{} for _ in range(self.size)]
+        self._detokenized: List[Dict[str, str]] = [{} for _ in range(self.size)]
+        self._sacrebleu_cache: List[Dict[str, np.ndarray]] = [{} for _ in range(self.size)]
+
+    def _collated_batches(self) -> List[dict]:
+        from fairseq import utils
+
+        cfg, task = self.cfg, self.task
+        max_tokens, batch_size = cfg.dataset.max_tokens, cfg.dataset.batch_size
+        if max_tokens is None and batch_size is None:
+            max_tokens = 12000  # fairseq-generate's default
+        iterator = task.get_batch_iterator(
+            dataset=task.dataset(self.split),
+            max_tokens=max_tokens,
+            max_sentences=batch_size,
+            max_positions=utils.resolve_max_positions(task.max_positions(), self.model.max_positions()),
+            ignore_invalid_inputs=cfg.dataset.skip_invalid_size_inputs_valid_test,
+            required_batch_size_multiple=cfg.dataset.required_batch_size_multiple,
+            seed=cfg.common.seed,
+            num_shards=1,
+            shard_id=0,
+            num_workers=0,
+            data_buffer_size=cfg.dataset.data_buffer_size,
+        ).next_epoch_itr(shuffle=False)
+        use_cuda = next(self.model.parameters()).is_cuda
+        samples = [utils.move_to_cuda(s) if use_cuda else s for s in iterator if "net_input" in s]
+        if not samples:
+            raise StudyError(f"split {self.split!r} in {self.cfg.task.data} has no sentences")
+        if any(s["target"] is None for s in samples):
+            raise StudyError(f"split {self.split!r} has no target side to score against")
+        return samples
+
+    def _sacrebleu_detokenizer(self, detokenize: str) -> Optional[Callable[[str], str]]:
+        """sacreBLEU wants detokenized text: Moses-detokenize unless fairseq's --tokenizer did."""
+        if detokenize not in ("auto", "moses", "none"):
+            raise StudyError(f"--sacrebleu-detokenize must be auto, moses or none, got {detokenize!r}")
+        if detokenize == "none" or (detokenize == "auto" and self.tokenizer is not None):
+            return None
+        from sacremoses import MosesDetokenizer
+
+        detokenizer = MosesDetokenizer(lang=self.cfg.task.target_lang or "en")
+        return lambda line: detokenizer.detokenize(line.split())
+
+    def _decode(self, text: str) -> str:
+        if self.bpe is not None:
+            text = self.bpe.decode(text)
+        if self.tokenizer is not None:
+            text = self.tokenizer.decode(text)
+        return text
+
+    def _detokenize(self, text: str) -> str:
+        return self.detokenizer(text) if self.detokenizer is not None else text
+
+    def _read_references(self, references: Optional[str]) -> None:
+        from fairseq.utils import strip_pad
+        from fairseq_cli.generate import get_symbols_to_strip_from_output
+
+        tgt_dict = self.task.target_dictionary
+        # fairseq-generate adds unseen words to the target dictionary when it re-encodes
+        # strings for BLEU; a copy keeps the task's dictionary (and the model) unchanged
+        self.scoring_dictionary = copy.deepcopy(tgt_dict)
+        self.scorer = fairseq_scorer(tgt_dict)
+        self.strip = get_symbols_to_strip_from_output(self.generator)
+        post_process = self.cfg.common_eval.post_process
+        self.reference_text = [None] * self.size
+        self.reference_ids = [None] * self.size
+        for sample in self.samples:
+            for i, sentence_id in enumerate(sample["id"].tolist()):
+                position = self.position[sentence_id]
+                target = strip_pad(sample["target"][i, :], tgt_dict.pad()).int().cpu()
+                text = self._decode(
+                    tgt_dict.string(target, post_process, escape_unk=True, extra_symbols_to_ignore=self.strip)
+                )
+                self.reference_text[position] = text
+                self.reference_ids[position] = (
+                    self.scoring_dictionary.encode_line(text, add_if_not_exist=True)
+                    if post_process is not None else target
+                )
+        if references is not None:
+            with open(references, encoding="utf-8") as stream:
+                lines = [line.rstrip("\n") for line in stream]
+            if len(lines) != len(self.task.dataset(self.split)):
+                raise StudyError(
+                    f"--references {references} has {len(lines)} lines, split {self.split!r} "
+                    f"has {len(self.task.dataset(self.split))} sentences"
+                )
+            self.sacrebleu_references = [lines[i] for i in self.sentence_ids]
+            self.references_source = os.path.abspath(references)
+        else:
+            self.sacrebleu_references = [self._detokenize(t) for t in self.reference_text]
+            self.references_source = "data"
+
+    def translate(self, head_mask: Optional[HeadMask]) -> Translation:
+        return self.translate_many([head_mask])[0]
+
+    def translate_many(self, head_masks: Sequence[Optional[HeadMask]]) -> List[Translation]:
+        """Translate the split once per mask.
+
+        One mask runs exactly as ``fairseq-generate --head-mask`` does. Several
+        masks run together: each batch is repeated once per mask, every row
+        carries its own mask, and the rows' masks follow beam search's
+        reordering of the encoder output (``rows_follow_beam_search``). Each
+        sentence's search is independent of the others in its batch, so this
+        only saves the per-step overhead of small batches.
+        """
+        from .masked_multihead_attention import head_mask_applied
+
+        count = len(head_masks)
+        hypotheses = [[None] * self.size for _ in range(count)]
+        stats = [[None] * self.size for _ in range(count)]
+        start = time.perf_counter()
+        with torch.no_grad():
+            for sample in self.samples:
+                batch = len(sample["id"])
+                if count == 1:
+                    with head_mask_applied(self.model, head_masks[0]):
+                        outputs = self._inference(sample)
+                else:
+                    with rows_follow_beam_search(self.model, _row_masks(head_masks, batch)):
+                        outputs = self._inference(_repeat_sample(sample, count))
+                for row, output in enumerate(outputs):
+                    k, i = divmod(row, batch)
+                    position = self.position[int(sample["id"][i])]
+                    hypotheses[k][position], stats[k][position] = self._scored(position, output[0])
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        seconds = (time.perf_counter() - start) / count
+        return [
+            Translation(
+                hypotheses=hypotheses[k],
+                detokenized=[self._detokenized[p][h] for p, h in enumerate(hypotheses[k])],
+                fairseq_stats=np.asarray(stats[k], dtype=np.int64),
+                sacrebleu_stats=self._sacrebleu_rows(hypotheses[k]),
+                seconds=seconds,
+            )
+            for k in range(count)
+        ]
+
+    def _scored(self, position: int, best) -> Tuple[str, List[int]]:
+        """Hypothesis text and tokenized-BLEU statistics, computed once per distinct output.
+
+        Masking one head leaves most sentences' translations unchanged, so a
+        sweep meets the same output for the same sentence again and again.
+        """
+        key = tuple(best["tokens"].tolist())
+        cached = self._scored_cache[position].get(key)
+        if cached is None:
+            text, hypothesis_ids = self._hypothesis(best)
+            cached = (text, fairseq_sentence_stats(self.scorer, self.reference_ids[position], hypothesis_ids))
+            self._scored_cache[position][key] = cached
+            self._detokenized[position].setdefault(text, self._detokenize(text))
+        return cached
+
+    def _sacrebleu_rows(self, hypotheses: List[str]) -> np.ndarray:
+        missing = [p for p, h in enumerate(hypotheses) if h not in self._sacrebleu_cache[p]]
+        if missing:
+            rows = sacrebleu_stats(
+                [self.sacrebleu_references[p] for p in missing],
+                [self._detokenized[p][hypotheses[p]] for p in missing],
+            )
+            for p, row in zip(missing, rows):
+                self._sacrebleu_cache[p][hypotheses[p]] = row
+        return np.asarray([self._sacrebleu_cache[p][h] for p, h in enumerate(hypotheses)], dtype=np.int64)
+
+    def _inference(self, sample):
+        prefix = None
+        if self.cfg.generation.prefix_size > 0:
+            prefix = sample["target"][:, : self.cfg.generation.prefix_size]
+        return self.task.inference_step(self.generator, [self.model], sample, prefix_tokens=prefix)
+
+    def _hypothesis(self, best):
+        """The string fairseq-generate scores and the ids it scores it as."""
+        from fairseq import utils
+
+        hypothesis_ids, hypothesis_text, _ = utils.post_process_prediction(
+            hypo_tokens=best["tokens"].int().cpu(),
+            src_str="",
+            alignment=best["alignment"],
+            align_dict=None,
+            tgt_dict=self.task.target_dictionary,
+            remove_bpe=self.cfg.common_eval.post_process,
+            extra_symbols_to_ignore=self.strip,
+        )
+        text = self._decode(hypothesis_text)
+        if self.cfg.common_eval.post_process is not None:
+            hypothesis_ids = self.scoring_dictionary.encode_line(text, add_if_not_exist=True)
+        return text, hypothesis_ids
+
+    def identity(self, checkpoint: str, base_mask: Optional[HeadMask]) -> Dict[str, object]:
+        """What makes two sweeps comparable: any difference means another sweep."""
+        from omegaconf import OmegaConf
+
+        cfg = self.cfg
+        return {
+            "format": FORMAT_VERSION,
+            "checkpoint_sha256": file_sha256(checkpoint),
+            "data": os.path.abspath(cfg.task.data),
+            "source_lang": cfg.task.source_lang,
+            "target_lang": cfg.task.target_lang,
+            "split": self.split,
+            "sentences": self.size,
+            "sentence_ids_sha256": hashlib.sha256(json.dumps(self.sentence_ids).encode()).hexdigest(),
+            "base_mask": "none" if base_mask is None else head_mask_to_spec(base_mask),
+            "generation": OmegaConf.to_container(cfg.generation, resolve=True),
+            "post_process": cfg.common_eval.post_process,
+            "tokenizer": OmegaConf.to_container(cfg.tokenizer, resolve=True) if cfg.tokenizer else None,
+            "bpe": OmegaConf.to_container(cfg.bpe, resolve=True) if cfg.bpe else None,
+            "max_tokens": cfg.dataset.max_tokens,
+            "batch_size": cfg.dataset.batch_size,
+            "fp16": cfg.common.fp16,
+            "sacrebleu_detokenizer": "moses" if self.detokenizer is not None else "none",
+            "sacrebleu_references": self.references_source,
+        }
+
+
+def _repeat_sample(sample: dict, count: int) -> dict:
+    """The batch ``count`` times over: row k * batch + i is sentence i under mask k."""
+    net_input = {
+        key: value.repeat(count, *([1] * (value.dim() - 1))) if torch.is_tensor(value) else value
+        for key, value in sample["net_input"].items()
+    }
+    repeated = dict(sample, net_input=net_input, id=sample["id"].repeat(count))
+    if sample.get("target") is not None:
+        repeated["target"] = sample["target"].repeat(count, 1)
+    return repeated
+
+
+def _row_masks(head_masks: Sequence[Optional[HeadMask]], batch: int) -> HeadMask:
+    """Per attention type, (layers, masks * batch, heads): mask k on rows k * batch ... ."""
+    reference = next(m for m in head_masks if m is not None)
+    rows = {}
+    for attention_type, shape_mask in reference.items():
+        stacked = torch.stack(
+            [torch.ones_like(shape_mask) if m is None else m[attention_type] for m in head_masks], dim=1
+        )  # layers x masks x heads
+        rows[attention_type] = stacked.repeat_interleave(batch, dim=1)
+    return rows
+
+
+@contextlib.contextmanager
+def rows_follow_beam_search(model, row_masks: HeadMask):
+    """Set per-row masks and keep them aligned with the rows beam search keeps.
+
+    fairseq's SequenceGenerator expands every sentence to its beam, and drops
+    finished sentences, through ``encoder.reorder_encoder_out(encoder_out,
+    new_order)``; decoder rows are the encoder output's rows. Wrapping that
+    call (on this model instance only) applies the same ``new_order`` to the
+    decoder's masks, so each row keeps its configuration's mask.
+    """
+    from .masked_multihead_attention import attention_modules, head_mask_applied
+
+    encoder = model.encoder
+    decoder_modules = [m for (t, _), m in attention_modules(model).items() if t != "enc-enc"]
+    original = encoder.reorder_encoder_out
+
+    def reorder_encoder_out(encoder_out, new_order):
+        for module in decoder_modules:
+            module.head_mask = module.head_mask.index_select(0, new_order.to(module.head_mask.device))
+        return original(encoder_out, new_order)
+
+    device = next(model.parameters()).device
+    with head_mask_applied(model, {t: m.to(device) for t, m in row_masks.items()}):
+        encoder.reorder_encoder_out = reorder_encoder_out
+        try:
+            yield
+        finally:
+            del encoder.reorder_encoder_out
+
+
+@dataclass
+class ConfigResult:
+    """A finished configuration as stored on disk."""
+
+    name: str
+    spec: str
+    labels: Dict[str, object]
+    bleu: float
+    sacrebleu: float
+    seconds: float
+    hypotheses: List[str]
+    detokenized: List[str]
+    fairseq_stats: np.ndarray
+    sacrebleu_stats: np.ndarray
+
+    def to_dict(self) -> Dict[str, object]:
+        return {
+            "name": self.name,
+            "spec": self.spec,
+            "labels": self.labels,
+            "bleu": self.bleu,
+            "sacrebleu": self.sacrebleu,
+            "seconds": self.seconds,
+            "hypotheses": self.hypotheses,
+            "detokenized": None if self.detokenized == self.hypotheses else self.detokenized,
+            "fairseq_stats": self.fairseq_stats.tolist(),
+            "sacrebleu_stats": self.sacrebleu_stats.tolist(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, object]) -> "ConfigResult":
+        return cls(
+            name=data["name"],
+            spec=data["spec"],
+            labels=data["labels"],
+            bleu=data["bleu"],
+            sacrebleu=data["sacrebleu"],
+            seconds=data["seconds"],
+            hypotheses=data["hypotheses"],
+            detokenized=data["detokenized"] if data["detokenized"] is not None else data["hypotheses"],
+            fairseq_stats=np.asarray(data["fairseq_stats"], dtype=np.int64),
+            sacrebleu_stats=np.asarray(data["sacrebleu_stats"], dtype=np.int64),
+        )
+
+
+def _write_json(data, path: str) -> None:
+    with atomic_path(path) as temporary:
+        with open(temporary, "w", encoding="utf-8") as stream:
+            json.dump(data, stream)
+
+
+def first_difference(old: Dict[str, object], new: Dict[str, object]) -> Optional[str]:
+    for key in sorted(set(old) | set(new)):
+        if old.get(key) != new.get(key):
+            if isinstance(old.get(key), dict) and isinstance(new.get(key), dict):
+                inner = first_difference(old[key], new[key])
+                return f"{key}.{inner}"
+            return f"{key}: {old.get(key)!r} there, {new.get(key)!r} now"
+    return None
+
+
+def open_sweep_dir(out_dir: str, identity: Dict[str, object], references: Sequence[str]) -> None:
+    """Create the sweep directory, or check that it holds this very sweep."""
+    manifest = os.path.join(out_dir, MANIFEST)
+    if os.path.exists(manifest):
+        try:
+            with open(manifest, encoding="utf-8") as stream:
+                old = json.load(stream)["identity"]
+        except (OSError, ValueError, KeyError) as error:
+            raise StudyError(f"{manifest} is not a sweep manifest ({error}); use another output directory")
+        difference = first_difference(old, identity)
+        if difference is not None:
+            raise StudyError(
+                f"{out_dir} holds the results of a different sweep ({difference}); "
+                "use another output directory"
+            )
+        remove_stale_temporaries(os.path.join(out_dir, CONFIG_DIR))
+        return
+    if os.path.isdir(out_dir) and os.listdir(out_dir):
+        raise StudyError(f"{out_dir} is not empty and holds no sweep; use another output directory")
+    os.makedirs(os.path.join(out_dir, CONFIG_DIR), exist_ok=True)
+    _write_json({"identity": identity, "references": list(references)}, manifest)
+
+
+def config_path(out_dir: str, name: str) -> str:
+    return os.path.join(out_dir, CONFIG_DIR, name + ".json")
+
+
+def load_config_result(out_dir: str, name: str) -> Optional[ConfigResult]:
+    path = config_path(out_dir, name)
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as stream:
+        return ConfigResult.from_dict(json.load(stream))
+
+
+def run_sweep(
+    translator: SplitTranslator,
+    configs: Sequence[SweepConfig],
+    out_dir: str,
+    identity: Dict[str, object],
+    base_mask: Optional[HeadMask] = None,
+    progress: bool = True,
+    configs_per_batch: int = 1,
+) -> Dict[str, ConfigResult]:
+    """Every configuration's result, translating only those not stored yet."""
+    from tqdm import tqdm
+
+    names = [c.name for c in configs]
+    if len(set(names)) != len(names):
+        raise StudyError("two configurations share a name")
+    open_sweep_dir(out_dir, identity, translator.sacrebleu_references)
+    results: Dict[str, ConfigResult] = {}
+    todo = []
+    for config in configs:
+        stored = load_config_result(out_dir, config.name)
+        if stored is not None:
+            results[config.name] = stored
+        else:
+            todo.append(config)
+    bar = tqdm(
+        total=len(configs), initial=len(configs) - len(todo), desc=f"{translator.split}",
+        unit="config", disable=not progress, leave=False, dynamic_ncols=True,
+    )
+    # the unmasked baseline runs alone (fairseq's fused attention path, as fairseq-generate);
+    # masked configurations run configs_per_batch at a time
+    chunks = [[c] for c in todo if c.head_mask is None and base_mask is None]
+    masked = [c for c in todo if not (c.head_mask is None and base_mask is None)]
+    size = max(1, configs_per_batch)
+    chunks += [masked[i:i + size] for i in range(0, len(masked), size)]
+    try:
+        for chunk in chunks:
+            translations = translator.translate_many([combine_masks(base_mask, c.head_mask) for c in chunk])
+            for config, translation in zip(chunk, translations):
+                result = ConfigResult(
+                    name=config.name,
+                    spec=config.spec,
+                    labels=config.labels,
+                    bleu=translation.bleu,
+                    sacrebleu=translation.sacrebleu,
+                    seconds=translation.seconds,
+                    hypotheses=translation.hypotheses,
+                    detokenized=translation.detokenized,
+                    fairseq_stats=translation.fairseq_stats,
+                    sacrebleu_stats=translation.sacrebleu_stats,
+                )
+                _write_json(result.to_dict(), config_path(out_dir, config.name))
+                results[config.name] = result
+                bar.update(1)
+    finally:
+        bar.close()
+    return results
+
+
+def combine_masks(base: Optional[HeadMask], extra: Optional[HeadMask]) -> Optional[HeadMask]:
+    if base is None:
+        return extra
+    if extra is None:
+        return base
+    return {t: base[t] * extra[t] for t in base}
