@@ -171,7 +171,10 @@ def write_single_outputs(args, sweep, baseline, rows, prefix: str) -> None:
     caption = _caption(args, "BLEU change when one head is masked", sweep.split)
     write_text(markdown_single_table(rows, settings["baseline_bleu"], caption), prefix + ".md")
     write_text(latex_single_table(rows, settings["baseline_bleu"], caption), prefix + ".tex")
-    plot_delta_heatmaps(rows, prefix + "_delta.png", f"ΔBLEU when one head is masked ({sweep.split})")
+    alpha = test_settings(args).alpha
+    plot_delta_heatmaps(
+        rows, prefix + "_delta.png", f"ΔBLEU when one head is masked ({sweep.split}; dots: p < {alpha:g})"
+    )
     plot_score_histogram(
         rows, settings["baseline_bleu"], prefix + "_hist.png",
         f"BLEU with one head masked ({sweep.split})", f"{args.bleu} BLEU",
@@ -285,7 +288,10 @@ def write_all_but_one_outputs(args, sweep, baseline, rows, configs, cfg, task, m
     caption = _caption(args, "Best BLEU change per layer when only one head is kept", sweep.split)
     write_text(markdown_best_table(best, caption, selected), prefix + ".md")
     write_text(latex_best_table(best, caption, selected), prefix + ".tex")
-    plot_delta_heatmaps(rows, os.path.join(out, "all_but_one_delta.png"), f"ΔBLEU when only head h of a layer is kept ({sweep.split})")
+    plot_delta_heatmaps(
+        rows, os.path.join(out, "all_but_one_delta.png"),
+        f"ΔBLEU when only this head of its layer is kept ({sweep.split}; dots: p < {test_settings(args).alpha:g})",
+    )
     print(f"baseline BLEU {settings['baseline_bleu']:.2f} on {sweep.split}; best ΔBLEU per layer when one head is kept:")
     for entry in best_rows:
         line = f"  {entry['attention_type']}\tlayer {entry['layer']}\thead {entry['head']}\t{entry['delta']:+.2f}"

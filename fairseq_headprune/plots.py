@@ -25,6 +25,18 @@ def save_figure(figure, path: str) -> None:
         figure.savefig(temporary, dpi=150, bbox_inches="tight", format="png")
 
 
+def _layers_by_heads(axis, values, attention_type: str, **imshow):
+    """One attention type's panel: layers down, heads across, 1-based labels."""
+    layers, heads = values.shape
+    image = axis.imshow(values, aspect="auto", **imshow)
+    axis.set_title(PANEL_TITLES[attention_type])
+    axis.set_xlabel("head")
+    axis.set_ylabel("layer")
+    axis.set_xticks(range(heads), [str(h + 1) for h in range(heads)], fontsize=7)
+    axis.set_yticks(range(layers), [str(layer + 1) for layer in range(layers)])
+    return image
+
+
 def plot_head_heatmaps(
     scores: Dict[str, torch.Tensor],
     path: str,
@@ -41,13 +53,7 @@ def plot_head_heatmaps(
     image = None
     for axis, attention_type in zip(axes[0], types):
         values = scores[attention_type].detach().to("cpu", torch.float64).numpy()
-        layers, heads = values.shape
-        image = axis.imshow(values, cmap=cmap, vmin=low, vmax=high, aspect="auto")
-        axis.set_title(PANEL_TITLES[attention_type])
-        axis.set_xlabel("head")
-        axis.set_ylabel("layer")
-        axis.set_xticks(range(heads), [str(h + 1) for h in range(heads)], fontsize=7)
-        axis.set_yticks(range(layers), [str(layer + 1) for layer in range(layers)])
+        image = _layers_by_heads(axis, values, attention_type, cmap=cmap, vmin=low, vmax=high)
     figure.colorbar(image, ax=axes[0].tolist(), label=colorbar_label, shrink=0.9)
     figure.suptitle(title, y=1.04)
     save_figure(figure, path)
@@ -94,15 +100,9 @@ def plot_delta_heatmaps(rows, path: str, title: str, colorbar_label: str = "ΔBL
     figure, axes = plt.subplots(1, len(grids), figsize=(4.2 * len(grids), 3.4), squeeze=False)
     image = None
     for axis, (attention_type, (values, significant)) in zip(axes[0], grids.items()):
-        layers, heads = values.shape
-        image = axis.imshow(values, cmap="RdBu", vmin=-limit, vmax=limit, aspect="auto")
+        image = _layers_by_heads(axis, values, attention_type, cmap="RdBu", vmin=-limit, vmax=limit)
         ys, xs = np.nonzero(significant)
         axis.scatter(xs, ys, s=10, c="black", marker="o", label="p < α")
-        axis.set_title(PANEL_TITLES[attention_type])
-        axis.set_xlabel("head")
-        axis.set_ylabel("layer")
-        axis.set_xticks(range(heads), [str(h + 1) for h in range(heads)], fontsize=7)
-        axis.set_yticks(range(layers), [str(layer + 1) for layer in range(layers)])
     figure.colorbar(image, ax=axes[0].tolist(), label=colorbar_label, shrink=0.9)
     figure.suptitle(title, y=1.04)
     save_figure(figure, path)

@@ -193,8 +193,11 @@ class SplitTranslator:
                     if post_process is not None else target
                 )
         if references is not None:
-            with open(references, encoding="utf-8") as stream:
-                lines = [line.rstrip("\n") for line in stream]
+            try:
+                with open(references, encoding="utf-8") as stream:
+                    lines = [line.rstrip("\n") for line in stream]
+            except (OSError, UnicodeDecodeError) as error:
+                raise StudyError(f"cannot read --references {references}: {error}")
             if len(lines) != len(self.task.dataset(self.split)):
                 raise StudyError(
                     f"--references {references} has {len(lines)} lines, split {self.split!r} "
