@@ -203,6 +203,10 @@ def command_ablate(args) -> int:
         raise StudyError("--select-subset is for --mode all-but-one")
     if args.references and args.bleu != "sacrebleu":
         raise StudyError("--references (raw reference text) is used by --bleu sacrebleu only")
+    if not any(a.startswith("--required-batch-size-multiple") for a in args.fairseq_args):
+        # fairseq's generation batching leaves out the last (sentences mod 8) sentences of
+        # a split when batches must be multiples of 8 (its default): score every sentence
+        args.fairseq_args = args.fairseq_args + ["--required-batch-size-multiple", "1"]
     cfg, task, model = load_task_and_model(args.data, args.path, args.fairseq_args, cpu=args.cpu)
     layout = head_layout(model)
     base_mask = parse_mask_for_model(cfg.task.head_mask, layout)

@@ -20,6 +20,7 @@ import contextlib
 import copy
 import hashlib
 import json
+import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -32,6 +33,8 @@ from .atomic_files import atomic_path, remove_stale_temporaries
 from .bleu_stats import corpus_bleu, fairseq_scorer, fairseq_sentence_stats, sacrebleu_stats
 from .evaluation import StudyError
 from .head_mask import HeadMask, head_mask_to_spec
+
+logger = logging.getLogger(__name__)
 
 MANIFEST = "sweep.json"
 CONFIG_DIR = "configs"
@@ -110,6 +113,13 @@ class SplitTranslator:
         self.sentence_ids = sorted(i for sample in self.samples for i in sample["id"].tolist())
         self.position = {sentence_id: p for p, sentence_id in enumerate(self.sentence_ids)}
         self.size = len(self.sentence_ids)
+        left_out = len(task.dataset(split)) - self.size
+        if left_out > 0:
+            logger.warning(
+                f"fairseq's batching left out {left_out} of {len(task.dataset(split))} sentences of "
+                f"{split!r} (--required-batch-size-multiple {cfg.dataset.required_batch_size_multiple}); "
+                "scoring the rest, as fairseq-generate does"
+            )
         self.tokenizer = task.build_tokenizer(cfg.tokenizer)
         self.bpe = task.build_bpe(cfg.bpe)
         self.detokenizer = self._sacrebleu_detokenizer(detokenize)
@@ -296,7 +306,9 @@ class SplitTranslator:
             src_str="",
             alignment=best["alignment"],
             align_dict=None,
-            tgt_dict=self.task.target_dictionary,
+            # it re-encodes with add_if_not_exist=True after --remove-bpe: never on the
+            # task's dictionary, or a generator built later gets the wrong vocabulary size
+            tgt_dict=self.scoring_dictionary,
             remove_bpe=self.cfg.common_eval.post_process,
             extra_symbols_to_ignore=self.strip,
         )
@@ -326,6 +338,7 @@ class SplitTranslator:
             "bpe": OmegaConf.to_container(cfg.bpe, resolve=True) if cfg.bpe else None,
             "max_tokens": cfg.dataset.max_tokens,
             "batch_size": cfg.dataset.batch_size,
+            "required_batch_size_multiple": cfg.dataset.required_batch_size_multiple,
             "fp16": cfg.common.fp16,
             "sacrebleu_detokenizer": "moses" if self.detokenizer is not None else "none",
             "sacrebleu_references": self.references_source,

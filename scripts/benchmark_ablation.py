@@ -50,7 +50,9 @@ def main():
     work = args.work_dir or tempfile.mkdtemp(prefix="benchmark_ablation.")
     sweep_dir = os.path.join(work, "ablate")
     shutil.rmtree(sweep_dir, ignore_errors=True)
-    generation = ["--beam", str(args.beam), "--batch-size", str(args.batch_size)] + (["--cpu"] if args.cpu else [])
+    # every sentence scored (fairseq otherwise leaves out the last sentences mod 8)
+    generation = ["--beam", str(args.beam), "--batch-size", str(args.batch_size),
+                  "--required-batch-size-multiple", "1"] + (["--cpu"] if args.cpu else [])
 
     command = ["fairseq-headprune", "ablate", args.data, "--path", args.path, "--gen-subset", args.subset,
                "--out-dir", sweep_dir, "--no-progress", *generation]
