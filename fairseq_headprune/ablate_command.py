@@ -30,10 +30,9 @@ from .ablation import (
     result_rows,
     single_head_configs,
     test_definition,
-    write_json,
     write_rows_tsv,
-    write_text,
 )
+from .atomic_files import write_json, write_text
 from .bleu_stats import compare_mt_stats, corpus_bleu, fairseq_bleu_stats, sacrebleu_stats
 from .evaluation import StudyError
 from .head_mask import ATTENTION_TYPES, HeadMaskError, parse_attention_type, parse_head_mask
@@ -152,7 +151,7 @@ def _settings_record(args, sweep: SplitSweep, baseline: ConfigScores) -> Dict[st
 
 def _write_rows(prefix: str, rows, settings: Dict[str, object]) -> None:
     write_rows_tsv(rows, prefix + ".tsv")
-    write_json({"settings": settings, "rows": rows}, prefix + ".json")
+    write_json({"settings": settings, "rows": rows}, prefix + ".json", indent=1)
 
 
 def _caption(args, what: str, split: str) -> str:
@@ -424,6 +423,7 @@ def command_significance(args) -> int:
             {"settings": {"bleu": args.bleu, "test": settings.to_dict(), "reference": args.reference,
                           "baseline": args.baseline, "baseline_bleu": base}, "rows": rows},
             args.json,
+            indent=1,
         )
         print(f"wrote\t{args.json}")
     return 0

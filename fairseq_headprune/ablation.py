@@ -8,14 +8,13 @@ touches fairseq: results come in as BLEU statistics per configuration.
 """
 
 import csv
-import json
 import math
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .atomic_files import atomic_path
+from .atomic_files import atomic_text_file
 from .head_mask import ATTENTION_TYPES, HeadLayout, HeadMask, full_mask
 from .significance import PairedResult, SignificanceSettings, paired_bootstrap, resample_counts, resampled_bleu
 
@@ -191,12 +190,11 @@ def write_rows_tsv(rows: Sequence[Dict[str, object]], path: str) -> None:
     if not rows:
         raise ValueError("no rows to write")
     columns = list(rows[0])
-    with atomic_path(path) as temporary:
-        with open(temporary, "w", newline="", encoding="utf-8") as stream:
-            writer = csv.writer(stream, delimiter="\t", lineterminator="\n")
-            writer.writerow(columns)
-            for row in rows:
-                writer.writerow([_tsv_value(row[c]) for c in columns])
+    with atomic_text_file(path) as stream:
+        writer = csv.writer(stream, delimiter="\t", lineterminator="\n")
+        writer.writerow(columns)
+        for row in rows:
+            writer.writerow([_tsv_value(row[c]) for c in columns])
 
 
 def _tsv_value(value) -> str:
@@ -205,19 +203,6 @@ def _tsv_value(value) -> str:
     if isinstance(value, float):
         return f"{value:.6g}" if not math.isnan(value) else "nan"
     return str(value)
-
-
-def write_json(data, path: str) -> None:
-    with atomic_path(path) as temporary:
-        with open(temporary, "w", encoding="utf-8") as stream:
-            json.dump(data, stream, indent=1, default=float)
-            stream.write("\n")
-
-
-def write_text(text: str, path: str) -> None:
-    with atomic_path(path) as temporary:
-        with open(temporary, "w", encoding="utf-8") as stream:
-            stream.write(text)
 
 
 def _delta_cell(row: Optional[Dict[str, object]], latex: bool) -> str:

@@ -1,9 +1,10 @@
 """Write result files so that an interrupted run never leaves a half-written one."""
 
 import contextlib
+import json
 import os
 import tempfile
-from typing import Iterator
+from typing import Iterator, Optional, TextIO
 
 
 TEMPORARY_PREFIX = ".tmp-"
@@ -31,3 +32,22 @@ def atomic_path(path: str) -> Iterator[str]:
     finally:
         if os.path.exists(temporary):
             os.unlink(temporary)
+
+
+@contextlib.contextmanager
+def atomic_text_file(path: str) -> Iterator[TextIO]:
+    """A UTF-8 text stream whose file appears at ``path`` only when the block succeeds."""
+    with atomic_path(path) as temporary, open(temporary, "w", encoding="utf-8", newline="") as stream:
+        yield stream
+
+
+def write_json(data, path: str, indent: Optional[int] = None) -> None:
+    with atomic_text_file(path) as stream:
+        json.dump(data, stream, indent=indent, default=float)
+        if indent is not None:
+            stream.write("\n")
+
+
+def write_text(text: str, path: str) -> None:
+    with atomic_text_file(path) as stream:
+        stream.write(text)

@@ -21,7 +21,7 @@ import os
 import random
 from typing import Dict, List, Sequence, Tuple
 
-from .atomic_files import atomic_path
+from .atomic_files import atomic_text_file
 
 # english singular, english plural, french singular, french plural, gender
 NOUNS = [
@@ -293,7 +293,7 @@ def write_demo_corpus(
         seen.update(en for en, _ in pairs)
         for suffix, column in (("en", 0), ("fr", 1)):
             path = os.path.join(out_dir, f"{split}.{suffix}")
-            with atomic_path(path) as temporary, open(temporary, "w", encoding="utf-8") as handle:
+            with atomic_text_file(path) as handle:
                 handle.writelines(pair[column] + "\n" for pair in pairs)
         counts[split] = len(pairs)
     return counts

@@ -24,7 +24,7 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
-from .atomic_files import atomic_path
+from .atomic_files import atomic_text_file, write_json
 from .head_mask import ATTENTION_TYPES, HeadLayout, HeadMaskError
 
 GRANULARITIES = ("sentence", "token", "batch")
@@ -111,12 +111,6 @@ class ImportanceResult:
         return spearman(flatten_scores(self.importance), flatten_scores(self.loss_increase))
 
 
-def _atomic_write(path: str, write) -> None:
-    """Call ``write(stream)`` on a text file that appears at ``path`` only when complete."""
-    with atomic_path(path) as temporary, open(temporary, "w", newline="") as stream:
-        write(stream)
-
-
 def _to_lists(scores: Optional[HeadScores]):
     if scores is None:
         return None
@@ -138,14 +132,14 @@ def write_importance_json(result: ImportanceResult, path: str) -> None:
     if result.loss_increase is not None:
         payload["loss_increase"] = _to_lists(result.loss_increase)
         payload["spearman_importance_vs_loss_increase"] = {"rho": correlation[0], "p": correlation[1]}
-    _atomic_write(path, lambda stream: json.dump(payload, stream, indent=1))
+    write_json(payload, path, indent=1)
 
 
 def write_importance_tsv(result: ImportanceResult, path: str) -> None:
     """One row per head: attention_type, 1-based layer and head, raw and normalised score."""
     normalized = result.normalized
 
-    def write(stream):
+    with atomic_text_file(path) as stream:
         writer = csv.writer(stream, delimiter="\t", lineterminator="\n")
         header = ["attention_type", "layer", "head", "importance", "normalized"]
         if result.loss_increase is not None:
@@ -167,8 +161,6 @@ def write_importance_tsv(result: ImportanceResult, path: str) -> None:
                     if result.loss_increase is not None:
                         row.append(f"{result.loss_increase[attention_type][layer, head].item():.8g}")
                     writer.writerow(row)
-
-    _atomic_write(path, write)
 
 
 def read_importance_file(path: str, layout: Optional[HeadLayout] = None) -> ImportanceResult:

@@ -29,7 +29,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from .atomic_files import atomic_path, remove_stale_temporaries
+from .atomic_files import remove_stale_temporaries, write_json
 from .bleu_stats import corpus_bleu, fairseq_scorer, fairseq_sentence_stats, sacrebleu_stats
 from .evaluation import StudyError
 from .head_mask import HeadMask, head_mask_to_spec
@@ -444,12 +444,6 @@ class ConfigResult:
         )
 
 
-def _write_json(data, path: str) -> None:
-    with atomic_path(path) as temporary:
-        with open(temporary, "w", encoding="utf-8") as stream:
-            json.dump(data, stream)
-
-
 def first_difference(old: Dict[str, object], new: Dict[str, object]) -> Optional[str]:
     for key in sorted(set(old) | set(new)):
         if old.get(key) != new.get(key):
@@ -480,7 +474,7 @@ def open_sweep_dir(out_dir: str, identity: Dict[str, object], references: Sequen
     if os.path.isdir(out_dir) and os.listdir(out_dir):
         raise StudyError(f"{out_dir} is not empty and holds no sweep; use another output directory")
     os.makedirs(os.path.join(out_dir, CONFIG_DIR), exist_ok=True)
-    _write_json({"identity": identity, "references": list(references)}, manifest)
+    write_json({"identity": identity, "references": list(references)}, manifest)
 
 
 def config_path(out_dir: str, name: str) -> str:
@@ -545,7 +539,7 @@ def run_sweep(
                     fairseq_stats=translation.fairseq_stats,
                     sacrebleu_stats=translation.sacrebleu_stats,
                 )
-                _write_json(result.to_dict(), config_path(out_dir, config.name))
+                write_json(result.to_dict(), config_path(out_dir, config.name))
                 results[config.name] = result
                 bar.update(1)
     finally:
