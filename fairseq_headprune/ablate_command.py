@@ -76,13 +76,12 @@ class SplitSweep:
         self.directory = os.path.join(args.out_dir, SWEEPS_DIR, name)
 
     def run(self, configs: Sequence[HeadConfig], base_mask) -> Dict[str, "ConfigScores"]:
-        from .sweep import SweepConfig, run_sweep
+        from .sweep import run_sweep
 
         identity = self.translator.identity(self.args.path, base_mask)
         check_out_dir(self.args.out_dir, identity)
-        sweep_configs = [SweepConfig(c.name, c.head_mask, c.labels) for c in configs]
         results = run_sweep(
-            self.translator, sweep_configs, self.directory, identity, base_mask,
+            self.translator, configs, self.directory, identity, base_mask,
             progress=not self.args.no_progress, configs_per_batch=self.args.configs_per_batch,
         )
         return {name: self._scores(result) for name, result in results.items()}

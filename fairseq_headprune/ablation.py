@@ -15,8 +15,15 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .atomic_files import atomic_text_file
-from .head_mask import ATTENTION_TYPES, HeadLayout, HeadMask, full_mask
-from .significance import PairedResult, SignificanceSettings, paired_bootstrap, resample_counts, resampled_bleu
+from .head_mask import ATTENTION_TYPES, NO_MASK_SPEC, HeadLayout, HeadMask, full_mask, head_mask_to_spec
+from .significance import (
+    PairedResult,
+    SignificanceSettings,
+    paired_bootstrap,
+    resample_counts,
+    resampled_bleu,
+    sacrebleu_paired_tests,
+)
 
 MODES = ("single", "all-but-one", "cross-domain")
 BASELINE = "baseline"
@@ -40,6 +47,10 @@ class HeadConfig:
     @property
     def labels(self) -> Dict[str, object]:
         return {"attention_type": self.attention_type, "layer": self.layer, "head": self.head}
+
+    @property
+    def spec(self) -> str:
+        return NO_MASK_SPEC if self.head_mask is None else head_mask_to_spec(self.head_mask)
 
 
 def baseline_config() -> HeadConfig:
@@ -108,8 +119,6 @@ def compare_with_baseline(
     tokenize: str = "13a",
 ) -> List[PairedResult]:
     """Every system against the baseline, on one shared set of resamples."""
-    from .significance import sacrebleu_paired_tests
-
     if settings.test.startswith("sacrebleu"):
         return sacrebleu_paired_tests(
             references, baseline.hypotheses, [s.hypotheses for s in systems], settings, tokenize

@@ -18,6 +18,7 @@ exists; a directory holding another sweep is refused.
 
 import contextlib
 import copy
+import functools
 import hashlib
 import json
 import logging
@@ -32,6 +33,7 @@ import torch
 from .atomic_files import remove_stale_temporaries, write_json
 from .bleu_stats import corpus_bleu, fairseq_scorer, fairseq_sentence_stats, sacrebleu_stats
 from .evaluation import StudyError
+from .ablation import HeadConfig
 from .head_mask import HeadMask, head_mask_to_spec
 
 logger = logging.getLogger(__name__)
@@ -39,19 +41,6 @@ logger = logging.getLogger(__name__)
 MANIFEST = "sweep.json"
 CONFIG_DIR = "configs"
 FORMAT_VERSION = 1
-
-
-@dataclass
-class SweepConfig:
-    """One head-mask configuration; ``name`` is its result file's name."""
-
-    name: str
-    head_mask: Optional[HeadMask]  # None: the unmasked baseline
-    labels: Dict[str, object] = field(default_factory=dict)
-
-    @property
-    def spec(self) -> str:
-        return "none" if self.head_mask is None else head_mask_to_spec(self.head_mask)
 
 
 @dataclass
@@ -74,6 +63,13 @@ class Translation:
 
 
 def file_sha256(path: str) -> str:
+    """SHA-256 of a file, computed once per file version (a checkpoint may be a gigabyte)."""
+    status = os.stat(path)
+    return _file_sha256(os.path.abspath(path), status.st_size, status.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=None)
+def _file_sha256(path: str, size: int, mtime_ns: int) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as stream:
         for block in iter(lambda: stream.read(1 << 20), b""):
@@ -400,19 +396,12 @@ def rows_follow_beam_search(model, row_masks: HeadMask):
 
 
 @dataclass
-class ConfigResult:
+class ConfigResult(Translation):
     """A finished configuration as stored on disk."""
 
-    name: str
-    spec: str
-    labels: Dict[str, object]
-    bleu: float
-    sacrebleu: float
-    seconds: float
-    hypotheses: List[str]
-    detokenized: List[str]
-    fairseq_stats: np.ndarray
-    sacrebleu_stats: np.ndarray
+    name: str = ""
+    spec: str = ""
+    labels: Dict[str, object] = field(default_factory=dict)
 
     def to_dict(self) -> Dict[str, object]:
         return {
@@ -430,12 +419,11 @@ class ConfigResult:
 
     @classmethod
     def from_dict(cls, data: Dict[str, object]) -> "ConfigResult":
+        """``bleu`` and ``sacrebleu`` are stored for readers; they come back from the statistics."""
         return cls(
             name=data["name"],
             spec=data["spec"],
             labels=data["labels"],
-            bleu=data["bleu"],
-            sacrebleu=data["sacrebleu"],
             seconds=data["seconds"],
             hypotheses=data["hypotheses"],
             detokenized=data["detokenized"] if data["detokenized"] is not None else data["hypotheses"],
@@ -491,7 +479,7 @@ def load_config_result(out_dir: str, name: str) -> Optional[ConfigResult]:
 
 def run_sweep(
     translator: SplitTranslator,
-    configs: Sequence[SweepConfig],
+    configs: Sequence[HeadConfig],
     out_dir: str,
     identity: Dict[str, object],
     base_mask: Optional[HeadMask] = None,
@@ -527,18 +515,7 @@ def run_sweep(
         for chunk in chunks:
             translations = translator.translate_many([combine_masks(base_mask, c.head_mask) for c in chunk])
             for config, translation in zip(chunk, translations):
-                result = ConfigResult(
-                    name=config.name,
-                    spec=config.spec,
-                    labels=config.labels,
-                    bleu=translation.bleu,
-                    sacrebleu=translation.sacrebleu,
-                    seconds=translation.seconds,
-                    hypotheses=translation.hypotheses,
-                    detokenized=translation.detokenized,
-                    fairseq_stats=translation.fairseq_stats,
-                    sacrebleu_stats=translation.sacrebleu_stats,
-                )
+                result = ConfigResult(name=config.name, spec=config.spec, labels=config.labels, **vars(translation))
                 write_json(result.to_dict(), config_path(out_dir, config.name))
                 results[config.name] = result
                 bar.update(1)
