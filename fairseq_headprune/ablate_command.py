@@ -34,7 +34,7 @@ from .ablation import (
 )
 from .atomic_files import write_json, write_text
 from .bleu_stats import compare_mt_stats, corpus_bleu, fairseq_bleu_stats, sacrebleu_stats
-from .evaluation import StudyError
+from .evaluation import StudyError, read_lines
 from .head_mask import ATTENTION_TYPES, HeadMaskError, parse_attention_type, parse_head_mask
 from .significance import TESTS, SignificanceSettings
 from .sweep import first_difference
@@ -362,23 +362,13 @@ def write_cross_domain_outputs(args, sweep, cross, baseline, cross_baseline, row
 # ----------------------------------------------------------------------------- significance
 
 
-def _read_lines(path: str) -> List[str]:
-    try:
-        with open(path, encoding="utf-8") as stream:
-            return [line.rstrip("\n") for line in stream]
-    except OSError as error:
-        raise StudyError(f"cannot read {path}: {error.strerror}")
-    except UnicodeDecodeError:
-        raise StudyError(f"{path} is not UTF-8 text")
-
-
 def command_significance(args) -> int:
     from .ablation import compare_with_baseline
 
     settings = test_settings(args)
-    references = _read_lines(args.reference)
+    references = read_lines(args.reference)
     files = [args.baseline] + list(args.systems)
-    texts = [_read_lines(path) for path in files]
+    texts = [read_lines(path) for path in files]
     for path, lines in zip(files, texts):
         if len(lines) != len(references):
             raise StudyError(f"{path} has {len(lines)} lines but the reference {args.reference} has {len(references)}")

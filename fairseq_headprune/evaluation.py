@@ -24,6 +24,17 @@ class StudyError(ValueError):
     """Input a study cannot run on: reported as one line, non-zero exit."""
 
 
+def read_lines(path: str, what: str = "") -> List[str]:
+    """The lines of a UTF-8 text file, without their newlines; ``what`` names it in errors."""
+    try:
+        with open(path, encoding="utf-8") as stream:
+            return [line.rstrip("\n") for line in stream]
+    except OSError as error:
+        raise StudyError(f"cannot read {what}{path}: {error.strerror}")
+    except UnicodeDecodeError:
+        raise StudyError(f"{what}{path} is not UTF-8 text")
+
+
 def _first_line(error: BaseException) -> str:
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__

@@ -32,7 +32,7 @@ import torch
 
 from .atomic_files import remove_stale_temporaries, write_json
 from .bleu_stats import corpus_bleu, fairseq_scorer, fairseq_sentence_stats, sacrebleu_stats
-from .evaluation import StudyError
+from .evaluation import StudyError, read_lines
 from .ablation import HeadConfig
 from .head_mask import HeadMask, head_mask_to_spec
 
@@ -199,11 +199,7 @@ class SplitTranslator:
                     if post_process is not None else target
                 )
         if references is not None:
-            try:
-                with open(references, encoding="utf-8") as stream:
-                    lines = [line.rstrip("\n") for line in stream]
-            except (OSError, UnicodeDecodeError) as error:
-                raise StudyError(f"cannot read --references {references}: {error}")
+            lines = read_lines(references, "--references ")
             if len(lines) != len(self.task.dataset(self.split)):
                 raise StudyError(
                     f"--references {references} has {len(lines)} lines, split {self.split!r} "
