@@ -189,8 +189,8 @@ def _print_summary(rows, baseline_bleu: float, alpha: float, what: str) -> None:
 
 
 def command_ablate(args) -> int:
-    from .evaluation import load_task_and_model, parse_mask_for_model
-    from .masked_multihead_attention import head_layout
+    from .evaluation import load_task_and_model
+    from .masked_multihead_attention import current_head_mask, head_layout
 
     settings = test_settings(args)
     if args.configs_per_batch <= 0:
@@ -207,7 +207,7 @@ def command_ablate(args) -> int:
         args.fairseq_args = args.fairseq_args + ["--required-batch-size-multiple", "1"]
     cfg, task, model = load_task_and_model(args.data, args.path, args.fairseq_args, cpu=args.cpu)
     layout = head_layout(model)
-    base_mask = parse_mask_for_model(cfg.task.head_mask, layout)
+    base_mask = current_head_mask(model)  # --head-mask and the checkpoint's recorded mask
     types = _types(args.types)
     heads = None
     if args.heads:

@@ -10,6 +10,10 @@ import torch
 from . import checkpoint_compat  # noqa: F401  (allow-list for torch.load)
 from .head_mask import HeadLayout, HeadMaskError
 
+# model-config key under which a model built with --head-mask records its mask,
+# so that a checkpoint trained with a mask applies it wherever it is loaded
+HEAD_MASK_KEY = "headprune_head_mask"
+
 
 def load_checkpoint_state(path: str) -> Dict[str, Any]:
     """``torch.load`` a fairseq checkpoint, with one-line errors for bad files."""
@@ -71,3 +75,25 @@ def state_head_layout(state: Dict[str, Any]) -> HeadLayout:
     if not layout:
         raise HeadMaskError("checkpoint has no Transformer attention layers")
     return layout
+
+
+def config_value(model_cfg, key: str):
+    """A plugin setting recorded in a model config (DictConfig, dict or old-format Namespace)."""
+    if model_cfg is None:
+        return None
+    if hasattr(model_cfg, "get"):
+        return model_cfg.get(key, None)
+    return getattr(model_cfg, key, None)
+
+
+def record_config_value(model_cfg, key: str, value) -> None:
+    """Record a plugin setting in a model config, so that the saved checkpoint carries it."""
+    from omegaconf import DictConfig, open_dict
+
+    if isinstance(model_cfg, DictConfig):
+        with open_dict(model_cfg):
+            model_cfg[key] = value
+    elif isinstance(model_cfg, dict):
+        model_cfg[key] = value
+    else:
+        setattr(model_cfg, key, value)

@@ -87,8 +87,9 @@ def command_importance(args) -> int:
         single_head_loss_increase,
         split_batches,
     )
+    from .head_mask import combine_masks
     from .importance import summarize, write_importance_json, write_importance_tsv
-    from .masked_multihead_attention import head_layout, set_head_mask
+    from .masked_multihead_attention import current_head_mask, head_layout, set_head_mask
     from .plots import plot_importance
 
     for name in ("max_tokens", "max_sentences", "limit"):
@@ -104,7 +105,7 @@ def command_importance(args) -> int:
         fairseq_args += ["--target-lang", args.target_lang]
     _, task, model = load_task_and_model(args.data, args.path, fairseq_args, cpu=args.cpu)
     layout = head_layout(model)
-    base_mask = parse_mask_for_model(args.head_mask, layout)
+    base_mask = combine_masks(current_head_mask(model), parse_mask_for_model(args.head_mask, layout))
     set_head_mask(model, base_mask)
     criterion = HeadPruneImportanceCriterion(
         task,
@@ -165,8 +166,15 @@ def command_shrink(args) -> int:
     import torch
 
     from .atomic_files import atomic_path
-    from .checkpoint_info import load_checkpoint_state, model_config_object, state_head_layout
-    from .head_mask import count_masked, head_mask_to_spec, parse_head_mask
+    from .checkpoint_info import (
+        HEAD_MASK_KEY,
+        config_value,
+        load_checkpoint_state,
+        model_config_object,
+        record_config_value,
+        state_head_layout,
+    )
+    from .head_mask import combine_masks, count_masked, head_mask_to_spec, parse_head_mask
     from .shrink import (
         PRUNED_HEADS_KEY,
         parameter_report,
@@ -191,21 +199,26 @@ def command_shrink(args) -> int:
         )
     layout = state_head_layout(state)
     head_mask = parse_head_mask(args.head_mask, layout)
+    recorded = config_value(config, HEAD_MASK_KEY)
+    if recorded:
+        # a model fine-tuned with heads masked: those heads go too, and the record with them
+        head_mask = combine_masks(parse_head_mask(recorded, layout), head_mask)
     if count_masked(head_mask) == 0:
         raise CommandError(f"--head-mask {args.head_mask!r} removes no head")
     before = state_parameter_counts(state["model"], layout)
     shrink_state_dict(state["model"], head_mask)
     after = state_parameter_counts(state["model"], layout)
     spec = head_mask_to_spec(head_mask)
-    if isinstance(config, dict):
-        config[PRUNED_HEADS_KEY] = spec
-    else:
-        setattr(config, PRUNED_HEADS_KEY, spec)
+    record_config_value(config, PRUNED_HEADS_KEY, spec)
+    if recorded:
+        record_config_value(config, HEAD_MASK_KEY, None)
     # optimizer moments have the old shapes: fine-tune with --reset-optimizer
     state["last_optimizer_state"] = None
     with atomic_path(args.out) as temporary:
         torch.save(state, temporary)
     total = sum(layers * heads for layers, heads in layout.values())
+    if recorded:
+        print(f"recorded\tthe checkpoint's masked heads ({recorded}) are removed too")
     print(f"removed\t{count_masked(head_mask)} of {total} heads: {spec}")
     report = parameter_report(before, after)
     for line in report:

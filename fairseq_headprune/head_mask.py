@@ -220,6 +220,15 @@ def head_mask_to_spec(head_mask: HeadMask) -> str:
     return " ".join(terms) if terms else NO_MASK_SPEC
 
 
+def combine_masks(base: Optional[HeadMask], extra: Optional[HeadMask]) -> Optional[HeadMask]:
+    """A head is masked when either mask masks it (None: no mask)."""
+    if base is None:
+        return extra
+    if extra is None:
+        return base
+    return {t: base[t] * extra[t] for t in base}
+
+
 def masked_heads(head_mask: HeadMask) -> List[Tuple[str, int, int]]:
     """(attention_type, 1-based layer, 1-based head) of every masked head."""
     return [

@@ -176,3 +176,50 @@ def head_mask_applied(model, head_mask: Optional[HeadMask]) -> Iterator[None]:
     finally:
         for key, module in modules.items():
             module.head_mask = previous[key]
+
+
+def current_head_mask(model) -> Optional[HeadMask]:
+    """The mask every module holds now (None when no module masks a head).
+
+    A model built by the ``fairseq-headprune`` task already holds its
+    checkpoint's recorded mask and ``--head-mask``: studies start from it.
+    """
+    import torch
+
+    layout = head_layout(model)
+    head_mask = {t: torch.ones(layers, heads) for t, (layers, heads) in layout.items()}
+    for (attention_type, layer), module in install_masked_attention(model).items():
+        if module.head_mask is not None:
+            if module.head_mask.dim() != 1:
+                raise HeadMaskError("the model holds per-sentence masks, not one mask")
+            head_mask[attention_type][layer] = module.head_mask.detach().float().cpu()
+    if all(bool((m != 0).all()) for m in head_mask.values()):
+        return None
+    return head_mask
+
+
+def masked_head_slices(model) -> List[Tuple[Tensor, int, Tensor]]:
+    """(parameter, dimension, indices) of every masked head's own weights.
+
+    A masked head owns its rows of the query, key and value projections
+    (weights and biases) and its columns of the output projection.
+    """
+    import torch
+
+    slices = []
+    for module in install_masked_attention(model).values():
+        if module.head_mask is None or module.head_mask.dim() != 1 or module.num_heads == 0:
+            continue
+        masked = (module.head_mask == 0).nonzero().flatten().tolist()
+        if not masked:
+            continue
+        device = module.out_proj.weight.device
+        index = torch.tensor(
+            [h * module.head_dim + i for h in masked for i in range(module.head_dim)], device=device
+        )
+        for projection in (module.q_proj, module.k_proj, module.v_proj):
+            slices.append((projection.weight, 0, index))
+            if projection.bias is not None:
+                slices.append((projection.bias, 0, index))
+        slices.append((module.out_proj.weight, 1, index))
+    return slices

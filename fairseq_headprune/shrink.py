@@ -13,6 +13,7 @@ from typing import Dict, List, Optional
 
 import torch
 
+from .checkpoint_info import config_value
 from .head_mask import HeadMask, HeadMaskError, parse_head_mask
 from .masked_multihead_attention import head_layout, install_masked_attention
 
@@ -75,11 +76,7 @@ def parameter_report(before: Dict[str, int], after: Dict[str, int]) -> List[str]
 
 def pruned_heads_of(model_cfg) -> Optional[str]:
     """The removed-heads spec recorded in a model config (Namespace or DictConfig)."""
-    if model_cfg is None:
-        return None
-    if hasattr(model_cfg, "get"):
-        return model_cfg.get(PRUNED_HEADS_KEY, None)
-    return getattr(model_cfg, PRUNED_HEADS_KEY, None)
+    return config_value(model_cfg, PRUNED_HEADS_KEY)
 
 
 def rebuild_pruned(model, model_cfg) -> Optional[str]:

@@ -34,7 +34,7 @@ from .atomic_files import remove_stale_temporaries, write_json
 from .bleu_stats import corpus_bleu, fairseq_scorer, fairseq_sentence_stats, sacrebleu_stats
 from .evaluation import StudyError, read_lines
 from .ablation import HeadConfig
-from .head_mask import HeadMask, head_mask_to_spec
+from .head_mask import HeadMask, combine_masks, head_mask_to_spec
 
 logger = logging.getLogger(__name__)
 
@@ -519,10 +519,3 @@ def run_sweep(
         bar.close()
     return results
 
-
-def combine_masks(base: Optional[HeadMask], extra: Optional[HeadMask]) -> Optional[HeadMask]:
-    if base is None:
-        return extra
-    if extra is None:
-        return base
-    return {t: base[t] * extra[t] for t in base}

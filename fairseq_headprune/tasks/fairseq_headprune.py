@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
+import torch
 from omegaconf import DictConfig, open_dict
 
 from fairseq import checkpoint_utils
@@ -13,14 +14,21 @@ from fairseq.logging import metrics
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
+from ..checkpoint_info import HEAD_MASK_KEY, config_value, record_config_value
 from ..head_mask import (
     HeadMaskError,
+    combine_masks,
     count_masked,
     head_mask_to_spec,
     parse_head_mask,
     validate_spec_syntax,
 )
-from ..masked_multihead_attention import head_layout, install_masked_attention, set_head_mask
+from ..masked_multihead_attention import (
+    head_layout,
+    install_masked_attention,
+    masked_head_slices,
+    set_head_mask,
+)
 from ..shrink import rebuild_pruned
 
 logger = logging.getLogger(__name__)
@@ -65,6 +73,7 @@ class HeadPruneTranslationTask(TranslationTask):
             exit_with_error(f"--head-mask: {error}")
         super().__init__(cfg, src_dict, tgt_dict)
         self.criterion = None
+        self._frozen_heads = None  # (parameter, dim, index, values) of masked heads
 
     def build_criterion(self, cfg, from_checkpoint=False):
         self.criterion = super().build_criterion(cfg, from_checkpoint)
@@ -86,17 +95,49 @@ class HeadPruneTranslationTask(TranslationTask):
             exit_with_error(f"pruned checkpoint: {error}")
         if removed:
             logger.info("model with heads removed: %s", removed)
-        if self.cfg.head_mask is not None:
-            try:
-                head_mask = parse_head_mask(self.cfg.head_mask, head_layout(model))
-            except HeadMaskError as error:
-                exit_with_error(f"--head-mask: {error}")
-            if count_masked(head_mask):
-                set_head_mask(model, head_mask)
-            logger.info(
-                "masking %d heads: %s", count_masked(head_mask), head_mask_to_spec(head_mask)
-            )
+        head_mask = self._head_mask(model, cfg)
+        if head_mask is not None:
+            set_head_mask(model, head_mask)
+            spec = head_mask_to_spec(head_mask)
+            record_config_value(cfg, HEAD_MASK_KEY, spec)
+            logger.info("masking %d heads: %s", count_masked(head_mask), spec)
         return model
+
+    def _head_mask(self, model, model_cfg):
+        """The checkpoint's recorded mask and ``--head-mask``, combined (None: no head masked)."""
+        head_mask = None
+        for name, spec in (("recorded head mask", config_value(model_cfg, HEAD_MASK_KEY)),
+                           ("--head-mask", self.cfg.head_mask)):
+            if spec is None:
+                continue
+            try:
+                parsed = parse_head_mask(spec, head_layout(model))
+            except HeadMaskError as error:
+                exit_with_error(f"{name}: {error}")
+            head_mask = combine_masks(head_mask, parsed)
+        if head_mask is None or count_masked(head_mask) == 0:
+            return None
+        return head_mask
+
+    def optimizer_step(self, optimizer, model, update_num):
+        """The optimizer's step, after which masked heads get their weights back.
+
+        Their gradients are exactly zero (the mask multiplies their output by
+        0), but decoupled weight decay and stale optimizer moments would still
+        move them; restoring keeps a pruned head pruned if the mask is ever lifted.
+        """
+        if self._frozen_heads is None:
+            unwrapped = model
+            while hasattr(unwrapped, "module"):  # distributed / legacy wrappers
+                unwrapped = unwrapped.module
+            self._frozen_heads = [
+                (parameter, dim, index, parameter.detach().index_select(dim, index).clone())
+                for parameter, dim, index in masked_head_slices(unwrapped)
+            ]
+        super().optimizer_step(optimizer, model, update_num)
+        with torch.no_grad():
+            for parameter, dim, index, values in self._frozen_heads:
+                parameter.index_copy_(dim, index, values.to(parameter.dtype))
 
 
 def _save_epoch_importance(criterion, save_dir: str, epoch: int) -> None:

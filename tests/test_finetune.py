@@ -1,0 +1,97 @@
+"""Fine-tuning with heads held pruned: `fairseq-train --task fairseq-headprune --head-mask`."""
+
+import pytest
+import torch
+
+from conftest import REPO, TINY_MODEL_ENV, run
+
+import fairseq_headprune  # noqa: F401  (its allow-list lets torch.load read checkpoints)
+
+SPEC = "E:1:1-2 A:2:keep=3"
+HEAD_DIM = 64 // 8  # the tiny model: width 64, 8 heads
+
+
+@pytest.fixture(scope="module")
+def finetuned(tiny_model, tmp_path_factory):
+    """The tiny model fine-tuned for 6 updates with heads masked and weight decay on."""
+    save_dir = tmp_path_factory.mktemp("finetuned")
+    env = dict(
+        TINY_MODEL_ENV,
+        EPOCHS="1",
+        EXTRA_ARGS=f"--finetune-from-model {tiny_model['checkpoint']} --head-mask {SPEC.replace(' ', ';')} "
+        "--max-update 6 --weight-decay 0.1 --lr 0.01 --no-epoch-checkpoints",
+    )
+    result = run(["bash", REPO / "scripts" / "train_demo.sh", tiny_model["data"], save_dir], env=env)
+    assert "masking 9 heads: E:1:1-2 A:2:keep=3" in result.stderr + result.stdout
+    return save_dir / "checkpoint_last.pt"
+
+
+def _head_slices(weights, key, heads):
+    tensor = weights[key].t() if "out_proj" in key else weights[key]
+    return [tensor[h * HEAD_DIM:(h + 1) * HEAD_DIM] for h in heads]
+
+
+def test_masked_heads_keep_their_weights_and_the_others_train(tiny_model, finetuned):
+    before = torch.load(tiny_model["checkpoint"], map_location="cpu")["model"]
+    after = torch.load(finetuned, map_location="cpu")["model"]
+    masked = {"encoder.layers.0.self_attn.": [0, 1], "decoder.layers.1.encoder_attn.": [0, 1, 3, 4, 5, 6, 7]}
+    kept = {"encoder.layers.0.self_attn.": [2, 7], "decoder.layers.1.encoder_attn.": [2]}
+    parts = ("q_proj.weight", "q_proj.bias", "k_proj.weight", "v_proj.weight", "v_proj.bias", "out_proj.weight")
+    for prefix, heads in masked.items():
+        for part in parts:
+            for old, new in zip(_head_slices(before, prefix + part, heads), _head_slices(after, prefix + part, heads)):
+                assert torch.equal(old, new), f"{prefix}{part} of a masked head changed"
+    for prefix, heads in kept.items():
+        for part in ("q_proj.weight", "v_proj.weight", "out_proj.weight"):
+            for old, new in zip(_head_slices(before, prefix + part, heads), _head_slices(after, prefix + part, heads)):
+                assert not torch.equal(old, new), f"{prefix}{part} of a kept head did not train"
+
+
+def test_checkpoint_records_its_mask_and_applies_it_when_loaded(tiny_model, finetuned, tmp_path):
+    from fairseq_headprune.evaluation import iterate_samples, load_task_and_model, split_batches
+    from fairseq_headprune.head_mask import head_mask_to_spec
+    from fairseq_headprune.masked_multihead_attention import current_head_mask, install_masked_attention
+
+    state = torch.load(finetuned, map_location="cpu")
+    assert vars(state["cfg"]["model"])["headprune_head_mask"] == SPEC
+
+    _, task, model = load_task_and_model(str(tiny_model["data"]), str(finetuned), cpu=True)
+    head_mask = current_head_mask(model)
+    assert head_mask_to_spec(head_mask) == SPEC
+    # what each head passes on to the output projection, on a real batch
+    outputs = {}
+    for module in install_masked_attention(model).values():
+        module.head_output_hook = lambda m, raw, scaled: outputs.setdefault((m.attention_type, m.layer_index), scaled)
+    dataset, batches = split_batches(task, "valid", max_sentences=16, limit=16)
+    with torch.no_grad():
+        model(**next(iterate_samples(dataset, batches[:1], torch.device("cpu")))["net_input"])
+    assert len(outputs) == 6  # every attention module of the 2 + 2 layers
+    for (attention_type, layer), scaled in outputs.items():
+        for head in range(8):
+            is_zero = bool((scaled[:, :, head] == 0).all())
+            assert is_zero == (head_mask[attention_type][layer, head] == 0), (attention_type, layer, head)
+
+    def hypotheses(checkpoint, *extra):
+        result = run(
+            ["fairseq-headprune", "generate", tiny_model["data"], "--path", checkpoint, "--gen-subset", "valid",
+             "--beam", "2", "--batch-size", "64", "--max-len-b", "20", *extra]
+        )
+        return [line for line in result.stdout.splitlines() if line.startswith("H-")], result.stderr
+
+    recorded, log = hypotheses(finetuned)
+    assert "masking 9 heads: E:1:1-2 A:2:keep=3" in log
+    assert recorded == hypotheses(finetuned, "--head-mask", SPEC)[0]
+    # the same weights without the record translate differently: the mask matters
+    delattr(state["cfg"]["model"], "headprune_head_mask")
+    unrecorded = tmp_path / "unrecorded.pt"
+    torch.save(state, unrecorded)
+    assert hypotheses(unrecorded)[0] != recorded
+
+
+def test_shrink_removes_the_recorded_heads(tiny_model, finetuned, tmp_path):
+    out = tmp_path / "shrunk.pt"
+    result = run(["fairseq-headprune", "shrink", "--path", finetuned, "--head-mask", "D:1:1", "--out", out])
+    assert "removed\t10 of 48 heads: E:1:1-2 A:2:keep=3 D:1:1" in result.stdout
+    model_cfg = vars(torch.load(out, map_location="cpu")["cfg"]["model"])
+    assert model_cfg["headprune_head_mask"] is None
+    assert model_cfg["headprune_pruned_heads"] == "E:1:1-2 A:2:keep=3 D:1:1"
