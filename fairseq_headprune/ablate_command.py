@@ -123,7 +123,7 @@ def check_out_dir(out_dir: str, identity: Dict[str, object]) -> None:
             )
 
 
-def _compare(args, sweep: SplitSweep, scores: Dict[str, ConfigScores], configs: Sequence[HeadConfig]):
+def compare_sweep(args, sweep: SplitSweep, scores: Dict[str, ConfigScores], configs: Sequence[HeadConfig]):
     settings = test_settings(args)
     baseline = scores[BASELINE]
     systems = [scores[c.name] for c in configs if c.name != BASELINE]
@@ -134,7 +134,7 @@ def _compare(args, sweep: SplitSweep, scores: Dict[str, ConfigScores], configs: 
     return baseline, result_rows(baseline, systems, results, args.bleu)
 
 
-def _settings_record(args, sweep: SplitSweep, baseline: ConfigScores) -> Dict[str, object]:
+def settings_record(args, sweep: SplitSweep, baseline: ConfigScores) -> Dict[str, object]:
     return {
         "bleu": args.bleu,
         "bleu_description": BLEU_KINDS[args.bleu],
@@ -148,12 +148,12 @@ def _settings_record(args, sweep: SplitSweep, baseline: ConfigScores) -> Dict[st
     }
 
 
-def _write_rows(prefix: str, rows, settings: Dict[str, object]) -> None:
+def write_result_rows(prefix: str, rows, settings: Dict[str, object]) -> None:
     write_rows_tsv(rows, prefix + ".tsv")
     write_json({"settings": settings, "rows": rows}, prefix + ".json", indent=1)
 
 
-def _caption(args, what: str, split: str) -> str:
+def table_caption(args, what: str, split: str) -> str:
     settings = test_settings(args)
     return (
         f"{what} on {split}, {BLEU_KINDS[args.bleu]}; "
@@ -164,9 +164,9 @@ def _caption(args, what: str, split: str) -> str:
 def write_single_outputs(args, sweep, baseline, rows, prefix: str) -> None:
     from .plots import plot_delta_heatmaps, plot_score_histogram
 
-    settings = _settings_record(args, sweep, baseline)
-    _write_rows(prefix, rows, settings)
-    caption = _caption(args, "BLEU change when one head is masked", sweep.split)
+    settings = settings_record(args, sweep, baseline)
+    write_result_rows(prefix, rows, settings)
+    caption = table_caption(args, "BLEU change when one head is masked", sweep.split)
     write_text(markdown_single_table(rows, settings["baseline_bleu"], caption), prefix + ".md")
     write_text(latex_single_table(rows, settings["baseline_bleu"], caption), prefix + ".tex")
     alpha = test_settings(args).alpha
@@ -188,23 +188,29 @@ def _print_summary(rows, baseline_bleu: float, alpha: float, what: str) -> None:
     print(f"largest gain  {best['delta']:+.2f}  {best['config']} (p = {best['p_value']:.3g})")
 
 
-def command_ablate(args) -> int:
-    from .evaluation import load_task_and_model
-    from .masked_multihead_attention import current_head_mask, head_layout
-
-    settings = test_settings(args)
+def check_sweep_arguments(args) -> None:
+    """Checks shared by the commands that sweep (``add_sweep_arguments``); fixes fairseq's batching."""
+    test_settings(args)
     if args.configs_per_batch <= 0:
         raise StudyError(f"--configs-per-batch must be positive, got {args.configs_per_batch}")
-    if args.mode == "cross-domain" and not args.cross_subset:
-        raise StudyError("--mode cross-domain needs --cross-subset SPLIT (the out-of-domain test set)")
-    if args.select_subset and args.mode != "all-but-one":
-        raise StudyError("--select-subset is for --mode all-but-one")
     if args.references and args.bleu != "sacrebleu":
         raise StudyError("--references (raw reference text) is used by --bleu sacrebleu only")
     if not any(a.startswith("--required-batch-size-multiple") for a in args.fairseq_args):
         # fairseq's generation batching leaves out the last (sentences mod 8) sentences of
         # a split when batches must be multiples of 8 (its default): score every sentence
         args.fairseq_args = args.fairseq_args + ["--required-batch-size-multiple", "1"]
+
+
+def command_ablate(args) -> int:
+    from .evaluation import load_task_and_model
+    from .masked_multihead_attention import current_head_mask, head_layout
+
+    settings = test_settings(args)
+    if args.mode == "cross-domain" and not args.cross_subset:
+        raise StudyError("--mode cross-domain needs --cross-subset SPLIT (the out-of-domain test set)")
+    if args.select_subset and args.mode != "all-but-one":
+        raise StudyError("--select-subset is for --mode all-but-one")
+    check_sweep_arguments(args)
     cfg, task, model = load_task_and_model(args.data, args.path, args.fairseq_args, cpu=args.cpu)
     layout = head_layout(model)
     base_mask = current_head_mask(model)  # --head-mask and the checkpoint's recorded mask
@@ -229,7 +235,7 @@ def command_ablate(args) -> int:
 
     sweep = SplitSweep(args, cfg, task, model, args.gen_subset, args.gen_subset, args.references)
     scores = sweep.run(configs, base_mask)
-    baseline, rows = _compare(args, sweep, scores, configs)
+    baseline, rows = compare_sweep(args, sweep, scores, configs)
 
     if args.mode == "all-but-one":
         write_all_but_one_outputs(args, sweep, baseline, rows, configs, cfg, task, model, base_mask)
@@ -245,7 +251,7 @@ def command_ablate(args) -> int:
             name = f"{os.path.basename(os.path.normpath(args.cross_data))}.{args.cross_subset}"
         cross = SplitSweep(args, cfg, cross_task, cross_model, args.cross_subset, name)
         cross_scores = cross.run(configs, base_mask)
-        cross_baseline, cross_rows = _compare(args, cross, cross_scores, configs)
+        cross_baseline, cross_rows = compare_sweep(args, cross, cross_scores, configs)
         write_single_outputs(args, cross, cross_baseline, cross_rows, os.path.join(out, f"single.{name}"))
         write_cross_domain_outputs(args, sweep, cross, baseline, cross_baseline, rows, cross_rows)
     return 0
@@ -255,14 +261,14 @@ def write_all_but_one_outputs(args, sweep, baseline, rows, configs, cfg, task, m
     from .plots import plot_delta_heatmaps
 
     out = args.out_dir
-    settings = _settings_record(args, sweep, baseline)
-    _write_rows(os.path.join(out, "all_but_one"), rows, settings)
+    settings = settings_record(args, sweep, baseline)
+    write_result_rows(os.path.join(out, "all_but_one"), rows, settings)
     best = best_per_layer(rows)
     selected = None
     if args.select_subset:
         select = SplitSweep(args, cfg, task, model, args.select_subset, args.select_subset)
         select_scores = select.run(configs, base_mask)
-        _, select_rows = _compare(args, select, select_scores, configs)
+        _, select_rows = compare_sweep(args, select, select_scores, configs)
         by_name = {r["config"]: r for r in rows}
         selected = {}
         for chosen in best_per_layer(select_rows):
@@ -286,8 +292,8 @@ def write_all_but_one_outputs(args, sweep, baseline, rows, configs, cfg, task, m
             )
         best_rows.append(entry)
     prefix = os.path.join(out, "all_but_one_best")
-    _write_rows(prefix, best_rows, settings)
-    caption = _caption(args, "Best BLEU change per layer when only one head is kept", sweep.split)
+    write_result_rows(prefix, best_rows, settings)
+    caption = table_caption(args, "Best BLEU change per layer when only one head is kept", sweep.split)
     write_text(markdown_best_table(best, caption, selected), prefix + ".md")
     write_text(latex_best_table(best, caption, selected), prefix + ".tex")
     plot_delta_heatmaps(
@@ -331,7 +337,7 @@ def write_cross_domain_outputs(args, sweep, cross, baseline, cross_baseline, row
         subset = [j for j in joined if j["attention_type"] == attention_type]
         if subset:
             per_type[attention_type] = pearson([j["delta"] for j in subset], [j["cross_delta"] for j in subset])
-    settings = _settings_record(args, sweep, baseline)
+    settings = settings_record(args, sweep, baseline)
     settings.update(
         {
             "cross_split": cross.split,
@@ -342,7 +348,7 @@ def write_cross_domain_outputs(args, sweep, cross, baseline, cross_baseline, row
         }
     )
     prefix = os.path.join(out, "cross_domain")
-    _write_rows(prefix, joined, settings)
+    write_result_rows(prefix, joined, settings)
     lines = [
         f"ΔBLEU per masked head on {sweep.split} and {cross.split} ({BLEU_KINDS[args.bleu]}).\n\n",
         "| heads | Pearson r | p-value |\n|---|---:|---:|\n",
@@ -445,6 +451,28 @@ def _add_test_arguments(parser) -> None:
     group.add_argument("--alpha", type=float, default=0.01, help="significance level (default 0.01)")
 
 
+def add_sweep_arguments(parser) -> None:
+    """Options of every command that translates a split under many masks (ablate, prune)."""
+    parser.add_argument(
+        "--sacrebleu-detokenize", choices=["auto", "moses", "none"], default="auto",
+        help="how output becomes detokenized text for sacreBLEU: auto (Moses detokenizer "
+        "unless fairseq's --tokenizer already detokenizes; default), moses, none",
+    )
+    parser.add_argument(
+        "--references", metavar="FILE",
+        help="raw (detokenized) references of --gen-subset, one per line in corpus order, "
+        "for --bleu sacrebleu (default: the data's target side, detokenized)",
+    )
+    parser.add_argument(
+        "--configs-per-batch", type=int, default=4, metavar="K",
+        help="translate K masked configurations together, each batch repeated K times "
+        "(default 4; memory grows like a K times larger batch; 1: one at a time)",
+    )
+    _add_test_arguments(parser)
+    parser.add_argument("--cpu", action="store_true", help="run on the CPU even if a GPU is present")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
 def add_parsers(commands) -> None:
     ablate = commands.add_parser(
         "ablate",
@@ -481,24 +509,7 @@ def add_parsers(commands) -> None:
         "--cross-data", metavar="DIR",
         help="cross-domain: data directory of --cross-subset (default: DATA; same dictionaries)",
     )
-    ablate.add_argument(
-        "--sacrebleu-detokenize", choices=["auto", "moses", "none"], default="auto",
-        help="how output becomes detokenized text for sacreBLEU: auto (Moses detokenizer "
-        "unless fairseq's --tokenizer already detokenizes; default), moses, none",
-    )
-    ablate.add_argument(
-        "--references", metavar="FILE",
-        help="raw (detokenized) references of --gen-subset, one per line in corpus order, "
-        "for --bleu sacrebleu (default: the data's target side, detokenized)",
-    )
-    ablate.add_argument(
-        "--configs-per-batch", type=int, default=4, metavar="K",
-        help="translate K masked configurations together, each batch repeated K times "
-        "(default 4; memory grows like a K times larger batch; 1: one at a time)",
-    )
-    _add_test_arguments(ablate)
-    ablate.add_argument("--cpu", action="store_true", help="run on the CPU even if a GPU is present")
-    ablate.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_sweep_arguments(ablate)
     ablate.set_defaults(handler=command_ablate, accepts_fairseq_args=True)
 
     significance = commands.add_parser(

@@ -77,15 +77,11 @@ def command_mask(args) -> int:
 def command_importance(args) -> int:
     import torch
 
-    from .criterions.headprune_importance import HeadPruneImportanceCriterion
     from .evaluation import (
-        estimate_importance,
-        iterate_samples,
+        ImportanceEstimator,
         load_task_and_model,
-        model_device,
         parse_mask_for_model,
         single_head_loss_increase,
-        split_batches,
     )
     from .head_mask import combine_masks
     from .importance import summarize, write_importance_json, write_importance_tsv
@@ -107,43 +103,23 @@ def command_importance(args) -> int:
     layout = head_layout(model)
     base_mask = combine_masks(current_head_mask(model), parse_mask_for_model(args.head_mask, layout))
     set_head_mask(model, base_mask)
-    criterion = HeadPruneImportanceCriterion(
-        task,
-        sentence_avg=False,
+    estimator = ImportanceEstimator(
+        task, model, args.subset, limit=args.limit, max_tokens=args.max_tokens,
+        max_sentences=args.max_sentences, loss=args.loss, granularity=args.granularity,
         label_smoothing=args.label_smoothing,
-        importance_loss=args.loss,
-        importance_granularity=args.granularity,
     )
-    device = model_device(model)
-    split_batch_lists, total_batches = [], 0
-    for split in args.subset:
-        dataset, batches = split_batches(task, split, args.max_tokens, args.max_sentences, args.limit)
-        split_batch_lists.append((dataset, batches))
-        total_batches += len(batches)
-
-    def all_samples():
-        for dataset, batches in split_batch_lists:
-            yield from iterate_samples(dataset, batches, device)
-
     progress = not args.no_progress
-    # the single-head ablation passes over the same batches once per head: collate them once
-    samples = list(all_samples()) if args.loss_ablation else all_samples()
-    result = estimate_importance(model, criterion, samples, total_batches, progress=progress)
+    result = estimator.estimate(None, progress=progress)
     if args.loss_ablation:
         result.loss_increase, base_loss = single_head_loss_increase(
-            model, criterion, samples, base_mask, layout, progress=progress
+            model, estimator.criterion, estimator.samples, base_mask, layout, progress=progress
         )
         result.settings["loss_ablation_base_loss_per_token"] = base_loss
     result.settings.update(
         {
             "checkpoint": os.path.abspath(args.path),
             "data": os.path.abspath(args.data),
-            "subsets": list(args.subset),
-            "limit_per_subset": args.limit,
-            "max_tokens": args.max_tokens,
-            "max_sentences": args.max_sentences,
             "head_mask": args.head_mask,
-            "device": str(device),
             "torch": torch.__version__,
         }
     )
@@ -331,6 +307,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .ablate_command import add_parsers as add_ablation_parsers
 
     add_ablation_parsers(commands)
+    from .prune_command import add_parser as add_prune_parser
+
+    add_prune_parser(commands)
 
     for command in FAIRSEQ_COMMANDS:
         commands.add_parser(

@@ -244,6 +244,62 @@ def estimate_importance(
     )
 
 
+class ImportanceEstimator:
+    """Head importance on fixed batches of some splits, under any head mask.
+
+    The batches are collated once, so re-estimating on a pruned model (the
+    iterative pruning order) costs only the forward and backward passes.
+    """
+
+    def __init__(
+        self,
+        task,
+        model,
+        subsets: Sequence[str],
+        limit: Optional[int] = None,
+        max_tokens: Optional[int] = None,
+        max_sentences: Optional[int] = None,
+        loss: str = "label_smoothed",
+        granularity: str = "sentence",
+        label_smoothing: float = 0.1,
+    ):
+        from .criterions.headprune_importance import HeadPruneImportanceCriterion
+
+        self.model = model
+        self.criterion = HeadPruneImportanceCriterion(
+            task,
+            sentence_avg=False,
+            label_smoothing=label_smoothing,
+            importance_loss=loss,
+            importance_granularity=granularity,
+        )
+        device = model_device(model)
+        self.samples = []
+        for split in subsets:
+            dataset, batches = split_batches(task, split, max_tokens, max_sentences, limit)
+            self.samples.extend(iterate_samples(dataset, batches, device))
+        self.settings = {
+            "subsets": list(subsets),
+            "limit_per_subset": limit,
+            "max_tokens": max_tokens,
+            "max_sentences": max_sentences,
+            "device": str(device),
+        }
+
+    def estimate(self, head_mask: Optional[HeadMask], progress: bool = True, description: str = "importance"):
+        """Importance of every head with ``head_mask`` set (None: the model's own mask)."""
+        from .masked_multihead_attention import head_mask_applied
+
+        context = contextlib.nullcontext() if head_mask is None else head_mask_applied(self.model, head_mask)
+        with context:
+            result = estimate_importance(
+                self.model, self.criterion, self.samples, len(self.samples), progress=progress,
+                description=description,
+            )
+        result.settings.update(self.settings)
+        return result
+
+
 def mean_loss(model, criterion, samples: Iterable[dict], head_mask: Optional[HeadMask]) -> float:
     """Criterion loss per target token with ``head_mask`` set (None: no mask)."""
     from .masked_multihead_attention import head_mask_applied

@@ -151,3 +151,65 @@ def plot_cross_domain(rows, path: str, title: str, xlabel: str, ylabel: str) -> 
     axis.legend(fontsize=8)
     save_figure(figure, path)
     plt.close(figure)
+
+
+_ORDER_STYLES = {
+    "importance": dict(color="tab:blue", linestyle="-", marker="o"),
+    "iterative": dict(color="tab:green", linestyle="-", marker="s"),
+    "ablation": dict(color="tab:orange", linestyle="--", marker="^"),
+    "random": dict(color="tab:grey", linestyle=":", marker="x"),
+}
+
+
+def _curve(axis, points, label: str, **style) -> None:
+    points = sorted(points, key=lambda r: r["percent"])
+    x = [r["percent"] for r in points]
+    y = [r["bleu"] for r in points]
+    axis.plot(x, y, label=label, markersize=4, **style)
+    if any(r["draws"] > 1 for r in points):
+        low = [r["bleu"] - r["bleu_std"] for r in points]
+        high = [r["bleu"] + r["bleu_std"] for r in points]
+        axis.fill_between(x, low, high, color=style.get("color"), alpha=0.2, linewidth=0)
+
+
+def plot_pruning_curves(summary, scope: str, baseline_bleu: float, path: str, ylabel: str) -> None:
+    """Figure 3 of the paper: BLEU against % of heads pruned, one line per order."""
+    from .pruning import ORDER_TITLES, ORDERS
+
+    plt = _pyplot()
+    figure, axis = plt.subplots(figsize=(5.2, 3.6))
+    for order in ORDERS:
+        points = [r for r in summary if r["scope"] == scope and r["order"] == order]
+        if points:
+            label = ORDER_TITLES[order] + (f" (mean ± std, {points[0]['draws']} draws)" if order == "random" else "")
+            _curve(axis, points, label, **_ORDER_STYLES[order])
+    axis.axhline(baseline_bleu, color="black", linestyle="--", linewidth=0.8, label="unpruned")
+    heads = next(r["total"] for r in summary if r["scope"] == scope)
+    what = "all heads" if scope == "all" else f"{PANEL_TITLES[scope]} heads"
+    axis.set_xlabel(f"% of {what} pruned ({heads} heads)")
+    axis.set_ylabel(ylabel)
+    axis.set_xlim(left=0)
+    axis.legend(fontsize=7)
+    save_figure(figure, path)
+    plt.close(figure)
+
+
+def plot_pruning_by_type(summary, order: str, baseline_bleu: float, path: str, ylabel: str) -> None:
+    """Figure 4 of the paper: pruning one attention type at a time, one line per type."""
+    from .pruning import ORDER_TITLES
+
+    plt = _pyplot()
+    figure, axis = plt.subplots(figsize=(5.2, 3.6))
+    for scope in ("all",) + ATTENTION_TYPES:
+        points = [r for r in summary if r["scope"] == scope and r["order"] == order]
+        if points:
+            label = "all types" if scope == "all" else PANEL_TITLES[scope]
+            _curve(axis, points, label, linestyle=":" if scope == "all" else "-", marker="o")
+    axis.axhline(baseline_bleu, color="black", linestyle="--", linewidth=0.8, label="unpruned")
+    axis.set_xlabel("% of the attention type's heads pruned")
+    axis.set_ylabel(ylabel)
+    axis.set_title(f"order: {ORDER_TITLES[order]}", fontsize=9)
+    axis.set_xlim(left=0)
+    axis.legend(fontsize=7)
+    save_figure(figure, path)
+    plt.close(figure)

@@ -1,0 +1,198 @@
+"""`fairseq-headprune prune` on the tiny trained model."""
+
+import json
+import os
+import re
+
+import pytest
+
+from conftest import USER_DIR, run
+
+from fairseq_headprune.checkpoint_info import checkpoint_head_layout
+from fairseq_headprune.head_mask import count_masked, head_mask_to_spec, parse_head_mask
+from fairseq_headprune.pruning import (
+    ascending,
+    curve_steps,
+    heads_in_scope,
+    importance_scores,
+    mask_name,
+    pruning_mask,
+    random_order,
+    step_counts,
+)
+
+GENERATION = ["--beam", "2", "--batch-size", "64"]
+STUDY = [
+    "--orders", "importance,iterative,random", "--scopes", "all,enc-dec", "--step-percent", "25",
+    "--max-percent", "50", "--draws", "2", "--pruning-seed", "5",
+    "--layer-budget", "84 48 84", "--type-budget", "(8,12,10)",
+]
+
+
+def prune(tiny_model, out_dir, *extra, check=True):
+    return run(
+        ["fairseq-headprune", "prune", tiny_model["data"], "--path", tiny_model["checkpoint"],
+         "--gen-subset", "valid", "--out-dir", out_dir, "--no-progress", *GENERATION, *extra],
+        check=check,
+    )
+
+
+@pytest.fixture(scope="module")
+def study(tiny_model, tmp_path_factory):
+    out_dir = tmp_path_factory.mktemp("prune") / "out"
+    result = prune(tiny_model, out_dir, *STUDY)
+    with open(out_dir / "prune_steps.json") as stream:
+        steps = json.load(stream)
+    return out_dir, steps, result.stdout
+
+
+def rows_of(steps, scope, order, draw=None):
+    return sorted(
+        (r for r in steps["rows"] if r["scope"] == scope and r["order"] == order and r["draw"] == draw),
+        key=lambda r: r["step"],
+    )
+
+
+def test_step_zero_is_the_unpruned_model(study):
+    out_dir, steps, stdout = study
+    with open(out_dir / "sweeps" / "valid" / "configs" / "baseline.json") as stream:
+        baseline = json.load(stream)  # translated through fairseq's unmasked (fused) path
+    zero = [r for r in steps["rows"] if r["step"] == 0]
+    assert len(zero) == 2 * (2 + 2)  # 2 scopes x (importance, iterative, 2 random draws)
+    for row in zero:
+        assert row["spec"] == "none" and row["pruned"] == 0
+        # step 0 runs with every xi = 1 (the masked path): the same translations
+        assert row["bleu"] == pytest.approx(baseline["bleu"], abs=1e-9)
+        assert row["p_value"] == 1.0 and not row["significant"]
+    assert steps["settings"]["baseline_bleu"] == pytest.approx(baseline["bleu"])
+    assert f"unpruned BLEU {baseline['bleu']:.2f} on valid" in stdout
+
+
+def test_a_type_scope_prunes_only_that_type(tiny_model, study):
+    _, steps, _ = study
+    layout = checkpoint_head_layout(str(tiny_model["checkpoint"]))
+    scoped = [r for r in steps["rows"] if r["scope"] == "enc-dec"]
+    assert {r["pruned"] for r in scoped} == {0, 4, 8}
+    for row in scoped:
+        head_mask = parse_head_mask(row["spec"], layout)
+        assert count_masked(head_mask) == row["pruned"]
+        assert head_mask["enc-enc"].all() and head_mask["dec-dec"].all()
+    assert {r["pruned"] for r in steps["rows"] if r["scope"] == "all"} == {0, 12, 24}
+
+
+def test_importance_orders_follow_the_estimated_importance(tiny_model, study):
+    from fairseq_headprune.head_mask import full_mask
+    from fairseq_headprune.importance import read_importance_file
+
+    out_dir, steps, _ = study
+    layout = checkpoint_head_layout(str(tiny_model["checkpoint"]))
+    once = read_importance_file(str(out_dir / "importance" / f"{mask_name(full_mask(layout))}.json"), layout)
+    assert once.settings["sentences"] == 200  # the valid split
+    ranking = ascending(importance_scores(once.importance), heads_in_scope(layout, "all"))
+    expected = curve_steps(layout, "all", "importance", ranking, step_counts(48, 25, 50))
+    assert [r["spec"] for r in rows_of(steps, "all", "importance")] == [head_mask_to_spec(s.head_mask) for s in expected]
+    iterative = rows_of(steps, "all", "iterative")
+    assert iterative[1]["spec"] == rows_of(steps, "all", "importance")[1]["spec"]
+    # step 2 re-ranked the remaining heads on the model with step 1's heads masked
+    step1 = parse_head_mask(iterative[1]["spec"], layout)
+    again = read_importance_file(str(out_dir / "importance" / f"{mask_name(step1)}.json"), layout)
+    pruned = [h for h in heads_in_scope(layout, "all") if step1[h[0]][h[1], h[2]] == 0]
+    remaining = [h for h in heads_in_scope(layout, "all") if h not in pruned]
+    chosen = ascending(importance_scores(again.importance), remaining)[:12]
+    assert iterative[2]["spec"] == head_mask_to_spec(pruning_mask(layout, pruned + chosen))
+
+
+def test_random_curves_are_reproducible_from_the_seed(tiny_model, study):
+    _, steps, _ = study
+    layout = checkpoint_head_layout(str(tiny_model["checkpoint"]))
+    for scope in ("all", "enc-dec"):
+        candidates = heads_in_scope(layout, scope)
+        counts = step_counts(len(candidates), 25, 50)
+        specs = []
+        for draw in (1, 2):
+            expected = curve_steps(layout, scope, "random", random_order(candidates, 5, draw, scope), counts)
+            got = [r["spec"] for r in rows_of(steps, scope, "random", draw)]
+            assert got == [head_mask_to_spec(s.head_mask) for s in expected]
+            specs.append(got)
+        assert specs[0] != specs[1]
+
+
+def test_a_pruning_step_scores_as_fairseq_generate(tiny_model, study):
+    _, steps, _ = study
+    row = rows_of(steps, "all", "importance")[2]
+    result = run(
+        ["fairseq-generate", tiny_model["data"], "--path", tiny_model["checkpoint"], "--user-dir", USER_DIR,
+         "--task", "fairseq-headprune", "--gen-subset", "valid", "--head-mask", row["spec"],
+         "--required-batch-size-multiple", "1", *GENERATION]
+    )
+    assert float(re.search(r"BLEU4 = ([\d.]+)", result.stdout).group(1)) == pytest.approx(row["bleu"], abs=0.006)
+
+
+def test_tables_figures_and_budgets(study):
+    out_dir, _, stdout = study
+    for name in ("prune_curves.tsv", "prune_curves.md", "prune_curves.all.png", "prune_curves.enc-dec.png",
+                 "prune_types.png", "budgets_summary.md", "budgets.tsv"):
+        assert os.path.getsize(out_dir / name) > 0, name
+    with open(out_dir / "prune_curves.json") as stream:
+        curves = json.load(stream)["rows"]
+    random_points = [r for r in curves if r["order"] == "random"]
+    assert random_points and all(r["draws"] == 2 for r in random_points)
+    with open(out_dir / "budgets_summary.json") as stream:
+        budgets = {r["budget"]: r for r in json.load(stream)["rows"]}
+    assert budgets["84 48 84"]["percent"] == pytest.approx(25.0)
+    assert budgets["(8,12,10)"]["percent"] == pytest.approx(37.5)
+    with open(out_dir / "budgets.json") as stream:
+        layout_rows = [r for r in json.load(stream)["rows"] if r["budget"] == "84 48 84"]
+    layout = {"enc-enc": (2, 8), "enc-dec": (2, 8), "dec-dec": (2, 8)}
+    for row in layout_rows:
+        head_mask = parse_head_mask(row["spec"], layout)
+        kept = [int(head_mask[t][layer].sum()) for t in ("enc-enc", "enc-dec", "dec-dec") for layer in range(2)]
+        assert kept == [8, 4, 4, 8, 8, 4]
+    assert "(8,12,10)" in stdout and "84 48 84" in stdout
+
+
+def test_a_rerun_reuses_every_result(tiny_model, study):
+    out_dir, _, stdout = study
+    configs = out_dir / "sweeps" / "valid" / "configs"
+    before = {p.name: p.stat().st_mtime_ns for p in configs.iterdir()}
+    table = (out_dir / "prune_curves.md").read_text()
+    again = prune(tiny_model, out_dir, *STUDY)
+    assert {p.name: p.stat().st_mtime_ns for p in configs.iterdir()} == before
+    assert (out_dir / "prune_curves.md").read_text() == table
+    assert again.stdout == stdout
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--layer-budget", "844 48 84"], "layer budget '844 48 84': enc-enc group '844' gives 3 layers, the model has 2"),
+        (["--layer-budget", "94 48 84"], "layer budget '94 48 84': enc-enc layer 1 keeps 9 heads, the model has 8 per layer"),
+        (["--type-budget", "(8,12)"],
+         "type budget '(8,12)': expected 3 head counts (enc-enc, enc-dec, dec-dec), e.g. '(14,31,30)'"),
+        (["--orders", "ablation"], "--orders ablation needs --ablation FILE (single.json of ablate --mode single)"),
+        (["--orders", "importance,magnitude"], "--orders: unknown value 'magnitude' (expected importance, iterative, ablation, random)"),
+        (["--scopes", "encoder"], "--scopes: unknown value 'encoder' (expected all, enc-enc, enc-dec, dec-dec)"),
+        (["--draws", "0"], "--draws must be positive, got 0"),
+        (["--step-percent", "0"], "the step must be in (0, 100] percent, got 0"),
+    ],
+)
+def test_bad_input_is_one_line(tiny_model, tmp_path, extra, message):
+    result = prune(tiny_model, tmp_path / "out", *extra, check=False)
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"fairseq-headprune prune: error: {message}"
+
+
+def test_an_importance_file_of_another_model_is_refused(tiny_model, study, tmp_path):
+    out_dir, _, _ = study
+    source = next((out_dir / "importance").iterdir())
+    payload = json.loads(source.read_text())
+    for scores in payload["importance"].values():
+        scores.append(list(scores[0]))  # a third layer
+    other = tmp_path / "other_model.json"
+    other.write_text(json.dumps(payload))
+    result = prune(tiny_model, tmp_path / "out", "--importance", other, check=False)
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"fairseq-headprune prune: error: --importance: importance file {other} is for a model with "
+        "dec-dec=3x8 enc-dec=3x8 enc-enc=3x8, not dec-dec=2x8 enc-dec=2x8 enc-enc=2x8"
+    )
