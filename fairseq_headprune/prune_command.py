@@ -270,44 +270,72 @@ def _result_columns(row: Dict[str, object]) -> Dict[str, object]:
 
 
 def write_curve_outputs(args, steps, by_config, settings, baseline_bleu, orders, scopes) -> None:
-    from .plots import plot_pruning_curves, plot_pruning_by_type
+    """Per scope: every step, the curves and their figure; then the tables and Figure 4 of every scope in OUT.
+
+    Separate runs (one per attention type, as the prune_*.sh scripts do) into one
+    output directory thus add up to the paper's Figure 4.
+    """
+    from .plots import plot_pruning_curves
 
     out = args.out_dir
-    rows = []
-    for step in steps:
-        row = {
-            "scope": step.scope, "order": step.order, "draw": step.draw, "step": step.step,
-            "pruned": step.pruned, "total": step.total, "percent": step.percent,
-        }
-        row.update(_result_columns(by_config[step.config_name]))
-        rows.append(row)
-    write_result_rows(os.path.join(out, "prune_steps"), rows, settings)
-    summary = summarize_curves(rows)
-    write_rows_tsv(summary, os.path.join(out, "prune_curves.tsv"))
-    write_json({"settings": settings, "rows": summary}, os.path.join(out, "prune_curves.json"), indent=1)
-    caption = table_caption(
-        args, "BLEU as heads are pruned in steps of "
-        f"{args.step_percent:g}% (random: mean ± std over {args.draws} draws)",
-        args.gen_subset,
-    )
-    write_text(markdown_curves(summary, baseline_bleu, caption), os.path.join(out, "prune_curves.md"))
-    figures = []
+    written = []
     for scope in scopes:
-        path = os.path.join(out, f"prune_curves.{scope}.png")
-        plot_pruning_curves(summary, scope, baseline_bleu, path, f"{args.bleu} BLEU on {args.gen_subset}")
-        figures.append(os.path.basename(path))
-    types = [s for s in scopes if s != "all"]
-    if types:
-        path = os.path.join(out, "prune_types.png")
-        plot_pruning_by_type(summary, orders[0], baseline_bleu, path, f"{args.bleu} BLEU on {args.gen_subset}")
-        figures.append(os.path.basename(path))
+        rows = []
+        for step in (s for s in steps if s.scope == scope):
+            row = {
+                "scope": step.scope, "order": step.order, "draw": step.draw, "step": step.step,
+                "pruned": step.pruned, "total": step.total, "percent": step.percent,
+            }
+            row.update(_result_columns(by_config[step.config_name]))
+            rows.append(row)
+        write_result_rows(os.path.join(out, f"prune_steps.{scope}"), rows, settings)
+        summary = summarize_curves(rows)
+        write_result_rows(os.path.join(out, f"prune_curves.{scope}"), summary, settings)
+        plot_pruning_curves(
+            summary, scope, baseline_bleu, os.path.join(out, f"prune_curves.{scope}.png"),
+            f"{args.bleu} BLEU on {args.gen_subset}",
+        )
+        written.append(f"prune_curves.{scope}.{{tsv,json,png}} prune_steps.{scope}.{{tsv,json}}")
+    written += write_combined_curves(args, baseline_bleu)
     print(f"unpruned BLEU {baseline_bleu:.2f} on {args.gen_subset}; BLEU with x% of the heads pruned:")
     for scope in scopes:
         for order in orders:
-            points = [r for r in summary if r["scope"] == scope and r["order"] == order]
+            points = [r for r in summarize_curves_of(out, scope) if r["order"] == order]
             text = "  ".join(f"{r['percent']:.0f}%:{r['bleu']:.2f}" for r in points)
             print(f"  {scope:<7} {order:<10} {text}")
-    print(f"wrote\t{os.path.join(out, 'prune_curves')}.{{tsv,json,md}} prune_steps.{{tsv,json}} {' '.join(figures)}")
+    print(f"wrote\t{out}: " + " ".join(written))
+
+
+def summarize_curves_of(out_dir: str, scope: str) -> List[Dict[str, object]]:
+    path = os.path.join(out_dir, f"prune_curves.{scope}.json")
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as stream:
+        return json.load(stream)["rows"]
+
+
+def write_combined_curves(args, baseline_bleu: float) -> List[str]:
+    """prune_curves.md and prune_types.png from every scope's curves in the output directory."""
+    from .plots import plot_pruning_by_type
+
+    out = args.out_dir
+    summary = [row for scope in SCOPES for row in summarize_curves_of(out, scope)]
+    caption = table_caption(
+        args, "BLEU as more and more heads are pruned (random: mean ± std over its draws)", args.gen_subset,
+    )
+    write_text(markdown_curves(summary, baseline_bleu, caption), os.path.join(out, "prune_curves.md"))
+    written = ["prune_curves.md"]
+    types = {r["scope"] for r in summary if r["scope"] != "all"}
+    if types:
+        # the paper's Figure 4 uses the importance order; otherwise the first order every type has
+        shared = [o for o in ORDERS if all(any(r["scope"] == t and r["order"] == o for r in summary) for t in types)]
+        if shared:
+            plot_pruning_by_type(
+                summary, shared[0], baseline_bleu, os.path.join(out, "prune_types.png"),
+                f"{args.bleu} BLEU on {args.gen_subset}",
+            )
+            written.append("prune_types.png")
+    return written
 
 
 def write_budget_outputs(args, layout, budget_draws, by_config, settings, baseline_bleu) -> None:

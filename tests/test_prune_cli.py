@@ -41,8 +41,12 @@ def prune(tiny_model, out_dir, *extra, check=True):
 def study(tiny_model, tmp_path_factory):
     out_dir = tmp_path_factory.mktemp("prune") / "out"
     result = prune(tiny_model, out_dir, *STUDY)
-    with open(out_dir / "prune_steps.json") as stream:
-        steps = json.load(stream)
+    steps = {"rows": []}
+    for scope in ("all", "enc-dec"):
+        with open(out_dir / f"prune_steps.{scope}.json") as stream:
+            content = json.load(stream)
+        steps["rows"] += content["rows"]
+        steps["settings"] = content["settings"]
     return out_dir, steps, result.stdout
 
 
@@ -130,10 +134,10 @@ def test_a_pruning_step_scores_as_fairseq_generate(tiny_model, study):
 
 def test_tables_figures_and_budgets(study):
     out_dir, _, stdout = study
-    for name in ("prune_curves.tsv", "prune_curves.md", "prune_curves.all.png", "prune_curves.enc-dec.png",
+    for name in ("prune_curves.all.tsv", "prune_curves.md", "prune_curves.all.png", "prune_curves.enc-dec.png",
                  "prune_types.png", "budgets_summary.md", "budgets.tsv"):
         assert os.path.getsize(out_dir / name) > 0, name
-    with open(out_dir / "prune_curves.json") as stream:
+    with open(out_dir / "prune_curves.enc-dec.json") as stream:
         curves = json.load(stream)["rows"]
     random_points = [r for r in curves if r["order"] == "random"]
     assert random_points and all(r["draws"] == 2 for r in random_points)
@@ -196,3 +200,23 @@ def test_an_importance_file_of_another_model_is_refused(tiny_model, study, tmp_p
         f"fairseq-headprune prune: error: --importance: importance file {other} is for a model with "
         "dec-dec=3x8 enc-dec=3x8 enc-enc=3x8, not dec-dec=2x8 enc-dec=2x8 enc-enc=2x8"
     )
+
+
+def test_the_per_type_scripts_add_up_to_figure_4(tiny_model, study, tmp_path):
+    import sys
+
+    from conftest import REPO
+
+    out_dir, _, _ = study
+    importance = next((out_dir / "importance").iterdir())  # any importance file of this model
+    env = {"VENV": os.path.dirname(os.path.dirname(sys.executable)), "STEP": "50", "MAX": "50",
+           "ORDERS": "importance", "IMPORTANCE": str(importance), "GEN_ARGS": "--beam 1 --batch-size 64"}
+    for script in ("prune_enc_enc.sh", "prune_dec_dec.sh"):
+        run(["bash", REPO / "scripts" / script, tiny_model["data"], tiny_model["checkpoint"], "valid",
+             tmp_path / "types"], env=dict(env, EXTRA_ARGS="--no-progress"))
+    table = (tmp_path / "types" / "prune_curves.md").read_text()
+    assert "**Enc-Enc** (16 heads" in table and "**Dec-Dec** (16 heads" in table
+    assert os.path.getsize(tmp_path / "types" / "prune_types.png") > 0
+    wrong = run(["bash", REPO / "scripts" / "prune.sh", "decoder", tiny_model["data"], tiny_model["checkpoint"],
+                 "valid", tmp_path / "x"], env=env, check=False)
+    assert wrong.returncode == 2 and wrong.stderr.startswith("unknown scope: decoder")
