@@ -61,3 +61,17 @@ echo "every head masked alone, on the test set and the domain-shifted one (Table
 "${ablation[@]}" --mode cross-domain --cross-subset test1
 echo "every head kept alone in its layer, chosen on the validation set too (Table 2):"
 "${ablation[@]}" --mode all-but-one --select-subset valid
+
+# pruning curves (paper sections 4.2 and 5, Budhraja et al.): every order over all
+# heads, the importance order per attention type, random heads within budgets.
+# A pruned model can babble up to fairseq's 200-token limit; the demo's sentences
+# have at most 24 tokens, so output is capped at 1.2 x source + 10 tokens.
+pruning=(fairseq-headprune prune "$out_dir/data/bin" --path "$out_dir/checkpoints/checkpoint_best.pt"
+         --gen-subset test --out-dir "$out_dir/pruning" --importance "$importance_dir/importance.json"
+         --beam 5 --lenpen 1 --batch-size 128 --max-len-a 1.2 --max-len-b 10 --no-progress)
+echo "pruning all heads by importance (once / re-estimated), by single-head ΔBLEU, at random (Figure 3):"
+"${pruning[@]}" --scopes all --orders importance,iterative,ablation,random --ablation "$out_dir/ablation/single.json"
+echo "pruning one attention type at a time by importance (Figure 4), and random heads within budgets:"
+"${pruning[@]}" --scopes enc-enc,enc-dec,dec-dec --orders importance \
+  --layer-budget "642 246 642" --layer-budget "246 642 246" \
+  --type-budget "(6,15,15)" --type-budget "(15,6,15)" --type-budget "(15,15,6)"
