@@ -310,6 +310,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .prune_command import add_parser as add_prune_parser
 
     add_prune_parser(commands)
+    from .dynamics_command import add_parser as add_dynamics_parser
+
+    add_dynamics_parser(commands)
 
     for command in FAIRSEQ_COMMANDS:
         commands.add_parser(

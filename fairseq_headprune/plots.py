@@ -213,3 +213,35 @@ def plot_pruning_by_type(summary, order: str, baseline_bleu: float, path: str, y
     axis.legend(fontsize=7)
     save_figure(figure, path)
     plt.close(figure)
+
+
+def plot_dynamics(rows, path: str, ylabel: str) -> None:
+    """Figure 5 of the paper: per pruning level, BLEU relative to the epoch's unpruned BLEU.
+
+    Epochs on a log scale; the upper panel shows each epoch's unpruned BLEU.
+    """
+    plt = _pyplot()
+    epochs = sorted({r["epoch"] for r in rows})
+    levels = sorted({r["level"] for r in rows})
+    percent = {r["level"]: r["percent"] for r in rows}
+    by_key = {(r["epoch"], r["level"]): r for r in rows}
+    figure, (top, bottom) = plt.subplots(
+        2, 1, figsize=(5.6, 5.2), sharex=True, gridspec_kw={"height_ratios": [1, 2.4]}
+    )
+    top.plot(epochs, [by_key[(e, levels[0])]["unpruned_bleu"] for e in epochs], color="black", marker="o", markersize=3)
+    top.set_ylabel(f"unpruned\n{ylabel}", fontsize=8)
+    colors = plt.get_cmap("viridis")
+    for index, level in enumerate(levels[1:]):
+        points = [(e, 100 * by_key[(e, level)]["relative"]) for e in epochs if (e, level) in by_key]
+        axis_color = colors(index / max(1, len(levels) - 2))
+        bottom.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3,
+                    color=axis_color, label=f"{percent[level]:.0f}% pruned")
+    bottom.axhline(100, color="black", linestyle="--", linewidth=0.8)
+    bottom.set_xscale("log")
+    bottom.set_xticks(epochs, [str(e) for e in epochs], fontsize=7)
+    bottom.minorticks_off()
+    bottom.set_xlabel("epoch (log scale)")
+    bottom.set_ylabel("BLEU, % of the epoch's unpruned BLEU")
+    bottom.legend(fontsize=6, ncol=3, loc="lower left")
+    save_figure(figure, path)
+    plt.close(figure)

@@ -8,7 +8,7 @@ order needs it, then translates all distinct masks in one resumable sweep
 import csv
 import json
 import os
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from .ablate_command import (
     SplitSweep,
@@ -198,6 +198,12 @@ def budget_plan(args, layout, budgets: Sequence[Budget]):
 
 
 def command_prune(args) -> int:
+    run_prune(args, report=True)
+    return 0
+
+
+def run_prune(args, report: bool = True) -> Tuple[float, List[Dict[str, object]]]:
+    """The whole study of one checkpoint; returns the unpruned BLEU and every scope's curves."""
     from .evaluation import load_task_and_model
     from .masked_multihead_attention import current_head_mask, head_layout
 
@@ -256,11 +262,12 @@ def command_prune(args) -> int:
         }
     )
     baseline_bleu = reported_bleu(baseline, args.bleu)
+    summary = []
     if steps:
-        write_curve_outputs(args, steps, by_config, settings, baseline_bleu, orders, scopes)
+        summary = write_curve_outputs(args, steps, by_config, settings, baseline_bleu, orders, scopes, report)
     if budget_draws:
-        write_budget_outputs(args, layout, budget_draws, by_config, settings, baseline_bleu)
-    return 0
+        write_budget_outputs(args, layout, budget_draws, by_config, settings, baseline_bleu, report)
+    return baseline_bleu, summary
 
 
 def _result_columns(row: Dict[str, object]) -> Dict[str, object]:
@@ -269,7 +276,7 @@ def _result_columns(row: Dict[str, object]) -> Dict[str, object]:
     return {key: row[key] for key in keys}
 
 
-def write_curve_outputs(args, steps, by_config, settings, baseline_bleu, orders, scopes) -> None:
+def write_curve_outputs(args, steps, by_config, settings, baseline_bleu, orders, scopes, report=True):
     """Per scope: every step, the curves and their figure; then the tables and Figure 4 of every scope in OUT.
 
     Separate runs (one per attention type, as the prune_*.sh scripts do) into one
@@ -278,7 +285,7 @@ def write_curve_outputs(args, steps, by_config, settings, baseline_bleu, orders,
     from .plots import plot_pruning_curves
 
     out = args.out_dir
-    written = []
+    written, summaries = [], []
     for scope in scopes:
         rows = []
         for step in (s for s in steps if s.scope == scope):
@@ -290,6 +297,7 @@ def write_curve_outputs(args, steps, by_config, settings, baseline_bleu, orders,
             rows.append(row)
         write_result_rows(os.path.join(out, f"prune_steps.{scope}"), rows, settings)
         summary = summarize_curves(rows)
+        summaries += summary
         write_result_rows(os.path.join(out, f"prune_curves.{scope}"), summary, settings)
         plot_pruning_curves(
             summary, scope, baseline_bleu, os.path.join(out, f"prune_curves.{scope}.png"),
@@ -297,6 +305,8 @@ def write_curve_outputs(args, steps, by_config, settings, baseline_bleu, orders,
         )
         written.append(f"prune_curves.{scope}.{{tsv,json,png}} prune_steps.{scope}.{{tsv,json}}")
     written += write_combined_curves(args, baseline_bleu)
+    if not report:
+        return summaries
     print(f"unpruned BLEU {baseline_bleu:.2f} on {args.gen_subset}; BLEU with x% of the heads pruned:")
     for scope in scopes:
         for order in orders:
@@ -304,6 +314,7 @@ def write_curve_outputs(args, steps, by_config, settings, baseline_bleu, orders,
             text = "  ".join(f"{r['percent']:.0f}%:{r['bleu']:.2f}" for r in points)
             print(f"  {scope:<7} {order:<10} {text}")
     print(f"wrote\t{out}: " + " ".join(written))
+    return summaries
 
 
 def summarize_curves_of(out_dir: str, scope: str) -> List[Dict[str, object]]:
@@ -338,7 +349,7 @@ def write_combined_curves(args, baseline_bleu: float) -> List[str]:
     return written
 
 
-def write_budget_outputs(args, layout, budget_draws, by_config, settings, baseline_bleu) -> None:
+def write_budget_outputs(args, layout, budget_draws, by_config, settings, baseline_bleu, report=True) -> None:
     out = args.out_dir
     rows = []
     for budget, draw, head_mask in budget_draws:
@@ -354,6 +365,8 @@ def write_budget_outputs(args, layout, budget_draws, by_config, settings, baseli
         args, f"Heads kept at random within each budget (mean ± std over {args.draws} draws)", args.gen_subset
     )
     write_text(markdown_budgets(summary, baseline_bleu, caption), os.path.join(out, "budgets_summary.md"))
+    if not report:
+        return
     print(f"random heads within budgets (heads kept), {args.draws} draws each:")
     for row in summary:
         print(f"  {row['budget']:<24} {row['percent']:5.1f}% pruned  BLEU {row['bleu']:.2f} ± {row['bleu_std']:.2f}"
