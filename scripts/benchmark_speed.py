@@ -12,6 +12,7 @@ the median and min-max time over interleaved repeats and the speed-ups
 usage: scripts/benchmark_speed.py --data DATA_BIN --path CKPT
            [--subset test] [--fractions 0.25 0.5 0.75] [--batch-sizes 1 64]
            [--sentences 200] [--repeats 3] [--beam 5] [--importance FILE] [--cpu]
+           [--json FILE] [--keep-dir DIR]
 """
 
 import argparse
@@ -57,6 +58,9 @@ def main():
     parser.add_argument("--importance", help="importance .json: remove the least important heads")
     parser.add_argument("--seed", type=int, default=1, help="seed of the random choice (default: 1)")
     parser.add_argument("--cpu", action="store_true", help="CPU even if a GPU is present")
+    parser.add_argument("--json", metavar="FILE", help="also write the measurements as JSON")
+    parser.add_argument("--keep-dir", metavar="DIR",
+                        help="keep the shrunk checkpoints in DIR (default: a temporary directory)")
     args = parser.parse_args()
 
     import fairseq_headprune  # noqa: F401
@@ -95,7 +99,9 @@ def main():
     print(f"{count} sentences of {args.subset}, beam {args.beam}, median (min-max) seconds of {args.repeats} repeats")
     print(f"{'removed':>8s} {'batch':>5s} {'unpruned':>20s} {'masked':>20s} {'shrunk':>20s} "
           f"{'shrunk/unpruned':>15s} {'shrunk/masked':>13s} same")
-    workdir = tempfile.mkdtemp(prefix="benchmark-speed-")
+    workdir = args.keep_dir or tempfile.mkdtemp(prefix="benchmark-speed-")
+    os.makedirs(workdir, exist_ok=True)
+    measurements = []
     for fraction in args.fractions:
         removed = heads_to_remove(layout, math.ceil(fraction * total), args.importance, args.seed)
         head_mask = full_mask(layout)
@@ -144,6 +150,24 @@ def main():
                   f"{median['masked'] / median['shrunk']:12.2f}x {outputs['masked'] == outputs['shrunk']}"
                   f"  (output tokens: unpruned {lengths['unpruned']}, pruned {lengths['shrunk']})",
                   flush=True)
+            measurements.append({
+                "removed_heads": len(removed), "total_heads": total, "removed_fraction": len(removed) / total,
+                "spec": spec, "batch_size": size, "sentences": count, "beam": args.beam,
+                "seconds": {name: sorted(v) for name, v in times.items()},
+                "median_seconds": median,
+                "speedup_shrunk_vs_unpruned": median["unpruned"] / median["shrunk"],
+                "speedup_shrunk_vs_masked": median["masked"] / median["shrunk"],
+                "same_hypotheses_masked_shrunk": outputs["masked"] == outputs["shrunk"],
+                "shrunk_checkpoint": pruned_path if args.keep_dir else None,
+                "checkpoint_bytes": {"unpruned": os.path.getsize(args.path), "shrunk": os.path.getsize(pruned_path)},
+            })
+    if args.json:
+        from fairseq_headprune.atomic_files import write_json
+
+        write_json({"device": str(device), "threads": torch.get_num_threads(), "torch": torch.__version__,
+                    "subset": args.subset, "importance": args.importance, "measurements": measurements},
+                   args.json, indent=1)
+        print(f"wrote\t{args.json}")
 
 
 if __name__ == "__main__":
