@@ -313,6 +313,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .dynamics_command import add_parser as add_dynamics_parser
 
     add_dynamics_parser(commands)
+    from .report import add_parser as add_report_parser
+
+    add_report_parser(commands)
 
     for command in FAIRSEQ_COMMANDS:
         commands.add_parser(

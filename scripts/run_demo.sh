@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# The embedded default: build the synthetic corpus, train the demo model,
-# translate its test set with no head masked and with heads masked, estimate
-# head importance, and run the ablation studies with significance.
+# The embedded default: the whole study on the demo task, from the synthetic
+# corpus to results/demo/report.md.
 set -euo pipefail
 
 usage() {
@@ -9,9 +8,12 @@ usage() {
 usage: $(basename "$0") [OUT_DIR]
 
 Runs the demo study in OUT_DIR (default: results/demo): corpus in data/,
-checkpoints in checkpoints/, translations in generate/, head importance in
-importance/, ablation tables and figures in ablation/.  Finished steps are
-skipped, so an interrupted run continues where it stopped.
+checkpoints (one per epoch) in checkpoints/, translations in generate/, head
+importance in importance/, ablation tables and figures in ablation/, pruning
+curves and random budgets in pruning/, the shrunk model and its speed in
+shrink/, training dynamics in dynamics/, the commands in commands/, and
+everything in report.md.  Finished steps are skipped, so an interrupted run
+continues where it stopped and a finished one reruns in under a minute.
 
 environment:
   VENV       virtual environment to use (default: REPO/.venv)
@@ -26,7 +28,18 @@ out_dir=${1:-$repo/results/demo}
 head_mask=${HEAD_MASK:-E:1:1}
 # shellcheck disable=SC1091
 source "$repo/scripts/setup_env.sh"
-mkdir -p "$out_dir/generate"
+mkdir -p "$out_dir/generate" "$out_dir/commands"
+
+declare -A recorded
+record() {  # NAME COMMAND...: note the command in commands/NAME.sh (for the report), then run it
+  local name=$1; shift
+  [[ -n ${recorded[$name]:-} ]] || : > "$out_dir/commands/$name.sh"
+  recorded[$name]=1
+  local quoted
+  printf -v quoted '%q ' "$@"
+  echo "${quoted% }" | sed "s|$repo/||g" >> "$out_dir/commands/$name.sh"
+  "$@"
+}
 
 bash "$repo/scripts/prepare_demo_data.sh" "$out_dir/data"
 bash "$repo/scripts/train_demo.sh" "$out_dir/data/bin" "$out_dir/checkpoints" \
@@ -35,9 +48,12 @@ bash "$repo/scripts/train_demo.sh" "$out_dir/data/bin" "$out_dir/checkpoints" \
 
 translate() {  # NAME [fairseq-generate options...]
   local name=$1; shift
-  fairseq-headprune generate "$out_dir/data/bin" --path "$out_dir/checkpoints/checkpoint_best.pt" \
-    --gen-subset test --beam 5 --lenpen 1 --batch-size 128 "$@" > "$out_dir/generate/$name.txt" \
-    2> "$out_dir/generate/$name.log" || { echo "fairseq-generate failed: see $out_dir/generate/$name.log" >&2; exit 1; }
+  if ! grep -q 'BLEU4 = ' "$out_dir/generate/$name.txt" 2> /dev/null; then
+    record generate fairseq-headprune generate "$out_dir/data/bin" --path "$out_dir/checkpoints/checkpoint_best.pt" \
+      --gen-subset test --beam 5 --lenpen 1 --batch-size 128 "$@" > "$out_dir/generate/$name.tmp" \
+      2> "$out_dir/generate/$name.log" || { echo "fairseq-generate failed: see $out_dir/generate/$name.log" >&2; exit 1; }
+    mv "$out_dir/generate/$name.tmp" "$out_dir/generate/$name.txt"
+  fi
   printf '%-28s %s\n' "$name" "$(grep -o 'BLEU4 = .*' "$out_dir/generate/$name.txt")"
 }
 
@@ -49,7 +65,7 @@ translate "mask-A_last_layer_all" --head-mask "A:$(( ${LAYERS:-3} )):*"
 importance_dir="$out_dir/importance"
 if [[ ! -f "$importance_dir/importance.json" ]]; then
   echo "head importance on the validation set (and the loss increase when each head alone is masked):"
-  fairseq-headprune importance "$out_dir/data/bin" --path "$out_dir/checkpoints/checkpoint_best.pt" \
+  record importance fairseq-headprune importance "$out_dir/data/bin" --path "$out_dir/checkpoints/checkpoint_best.pt" \
     --subset valid --out-dir "$importance_dir" --loss-ablation --no-progress
 fi
 
@@ -58,9 +74,9 @@ fi
 ablation=(fairseq-headprune ablate "$out_dir/data/bin" --path "$out_dir/checkpoints/checkpoint_best.pt"
           --gen-subset test --out-dir "$out_dir/ablation" --beam 5 --lenpen 1 --batch-size 128 --no-progress)
 echo "every head masked alone, on the test set and the domain-shifted one (Table 1, Figures 1 and 2):"
-"${ablation[@]}" --mode cross-domain --cross-subset test1
+record ablate-single "${ablation[@]}" --mode cross-domain --cross-subset test1
 echo "every head kept alone in its layer, chosen on the validation set too (Table 2):"
-"${ablation[@]}" --mode all-but-one --select-subset valid
+record ablate-all-but-one "${ablation[@]}" --mode all-but-one --select-subset valid
 
 # pruning curves (paper sections 4.2 and 5, Budhraja et al.): every order over all
 # heads, the importance order per attention type, random heads within budgets.
@@ -70,8 +86,26 @@ pruning=(fairseq-headprune prune "$out_dir/data/bin" --path "$out_dir/checkpoint
          --gen-subset test --out-dir "$out_dir/pruning" --importance "$importance_dir/importance.json"
          --beam 5 --lenpen 1 --batch-size 128 --max-len-a 1.2 --max-len-b 10 --no-progress)
 echo "pruning all heads by importance (once / re-estimated), by single-head ΔBLEU, at random (Figure 3):"
-"${pruning[@]}" --scopes all --orders importance,iterative,ablation,random --ablation "$out_dir/ablation/single.json"
+record prune-all "${pruning[@]}" --scopes all --orders importance,iterative,ablation,random --ablation "$out_dir/ablation/single.json"
 echo "pruning one attention type at a time by importance (Figure 4), and random heads within budgets:"
-"${pruning[@]}" --scopes enc-enc,enc-dec,dec-dec --orders importance \
+record prune-types "${pruning[@]}" --scopes enc-enc,enc-dec,dec-dec --orders importance \
   --layer-budget "642 246 642" --layer-budget "246 642 246" \
   --type-budget "(6,15,15)" --type-budget "(15,6,15)" --type-budget "(15,15,6)"
+
+# real removal of the least important half of the heads, and translation speed
+if [[ ! -f "$out_dir/shrink/speed.json" ]]; then
+  echo "removing the least important half of the heads for real, and timing translation:"
+  record speed python "$repo/scripts/benchmark_speed.py" --data "$out_dir/data/bin" \
+    --path "$out_dir/checkpoints/checkpoint_best.pt" --importance "$importance_dir/importance.json" \
+    --fractions 0.5 --batch-sizes 1 64 --sentences 100 --repeats 3 \
+    --keep-dir "$out_dir/shrink" --json "$out_dir/shrink/speed.json"
+fi
+
+# training dynamics (paper section 6): importance and the pruning curve at every
+# epoch's checkpoint, on the validation set (to keep the demo within its time)
+echo "importance over training: the pruning curve at each epoch (Figure 5):"
+record dynamics fairseq-headprune dynamics "$out_dir/data/bin" --checkpoints "$out_dir/checkpoints" \
+  --out-dir "$out_dir/dynamics" --gen-subset valid --importance-subset valid \
+  --beam 5 --lenpen 1 --batch-size 128 --max-len-a 1.2 --max-len-b 10 --no-progress
+
+fairseq-headprune report "$out_dir" --title "fairseq-headprune: the demo study"

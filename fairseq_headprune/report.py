@@ -1,0 +1,284 @@
+"""``fairseq-headprune report``: one Markdown report of a study directory.
+
+Every number in the report is read from the result files the study commands
+wrote (nothing is typed in), every figure is linked from its own directory,
+and every section says how to read it and which command made it (the
+commands ``scripts/run_demo.sh`` records under ``commands/``).
+"""
+
+import json
+import os
+import re
+from typing import Dict, List, Optional
+
+from .atomic_files import write_text
+from .evaluation import StudyError
+
+REPORT = "report.md"
+
+
+class _Study:
+    def __init__(self, directory: str):
+        self.directory = directory
+
+    def path(self, *parts: str) -> str:
+        return os.path.join(self.directory, *parts)
+
+    def exists(self, *parts: str) -> bool:
+        return os.path.exists(self.path(*parts))
+
+    def json(self, *parts: str):
+        with open(self.path(*parts), encoding="utf-8") as stream:
+            return json.load(stream)
+
+    def text(self, *parts: str) -> str:
+        with open(self.path(*parts), encoding="utf-8") as stream:
+            return stream.read()
+
+    def command(self, name: str) -> str:
+        if not self.exists("commands", name + ".sh"):
+            return ""
+        return "Made by:\n\n```bash\n" + self.text("commands", name + ".sh").strip() + "\n```\n\n"
+
+    def figure(self, relative: str, caption: str) -> str:
+        if not self.exists(relative):
+            return ""
+        return f"![{caption}]({relative})\n\n"
+
+    def table(self, relative: str) -> str:
+        """A Markdown table file, without its caption paragraph (the section says it)."""
+        text = self.text(relative)
+        first_table = text.find("\n|") if not text.startswith("|") else 0
+        body = text[first_table:].strip() if first_table >= 0 else text.strip()
+        return body + "\n\n"
+
+
+def _section_translation(study: _Study) -> str:
+    lines = []
+    for name in sorted(os.listdir(study.path("generate"))):
+        if name.endswith(".txt"):
+            match = re.search(r"BLEU4 = ([\d.]+)", study.text("generate", name))
+            if match:
+                lines.append(f"| {name[:-4]} | {float(match.group(1)):.2f} |")
+    if not lines:
+        return ""
+    return (
+        "## Translation with heads masked\n\n"
+        "Tokenized BLEU of the test set, as `fairseq-generate` prints it, with no head masked and with "
+        "the masks named.\n\n| configuration | BLEU |\n|---|---:|\n" + "\n".join(lines) + "\n\n"
+        + study.command("generate")
+    )
+
+
+def _section_importance(study: _Study) -> str:
+    payload = study.json("importance", "importance.json")
+    settings = payload["settings"]
+    text = (
+        "## Head importance\n\n"
+        f"I_h = E_x |∂L/∂ξ_h| on {int(settings['sentences'])} sentences of "
+        f"{', '.join(settings.get('subsets', []))}, {payload['granularity']} level; the heat maps show it "
+        "normalised per layer (darker: less important).\n\n"
+    )
+    rho = payload.get("spearman_importance_vs_loss_increase")
+    if rho:
+        text += (
+            f"Spearman correlation between importance and the loss increase when each head alone is masked: "
+            f"ρ = {rho['rho']:.3f} (p = {rho['p']:.2g}).\n\n"
+        )
+    return text + study.figure("importance/importance.png", "head importance") + study.command("importance")
+
+
+def _section_single(study: _Study) -> str:
+    table = study.json("ablation", "single.json")
+    rows, settings = table["rows"], table["settings"]
+    significant = [r for r in rows if r["significant"]]
+    worst = min(rows, key=lambda r: r["delta"])
+    alpha = settings["test"]["alpha"]
+    text = (
+        "## Masking one head at a time (Table 1, Figure 1)\n\n"
+        f"BLEU change on {settings['split']} when each head alone is masked; bold: significant at "
+        f"p < {alpha:g} ({settings['test']['test']}, {settings['test']['samples']} resamples). "
+        f"Baseline {settings['baseline_bleu']:.2f}; {len(significant)} of {len(rows)} heads change BLEU "
+        f"significantly; the largest drop is {worst['delta']:+.2f} ({worst['attention_type']} layer "
+        f"{worst['layer']} head {worst['head']}).\n\n"
+    )
+    text += study.table("ablation/single.md")
+    text += study.figure("ablation/single_delta.png", "ΔBLEU per masked head")
+    text += study.figure("ablation/single_hist.png", "BLEU with one head masked")
+    if study.exists("ablation", "cross_domain.json"):
+        cross = study.json("ablation", "cross_domain.json")["settings"]
+        per_type = ", ".join(f"{t} {v['r']:.2f}" for t, v in cross["pearson_per_type"].items())
+        text += (
+            "### The same on a domain-shifted test set (Figure 2)\n\n"
+            f"Each dot is a head: its ΔBLEU on {cross['split']} against that on {cross['cross_split']} "
+            f"(baseline {cross['cross_baseline_bleu']:.2f}). Pearson r = {cross['pearson_r']:.3f} "
+            f"(p = {cross['pearson_p']:.2g}); per type {per_type}.\n\n"
+        )
+        text += study.figure("ablation/cross_domain.png", "ΔBLEU on two test sets")
+    return text + study.command("ablate-single")
+
+
+def _section_all_but_one(study: _Study) -> str:
+    table = study.json("ablation", "all_but_one_best.json")
+    rows, settings = table["rows"], table["settings"]
+    worst = min(rows, key=lambda r: r["delta"])
+    text = (
+        "## Keeping one head per layer (Table 2, appendix A)\n\n"
+        f"Per layer, the best ΔBLEU on {settings['split']} when all heads but one are masked (the kept "
+        "head in brackets; bold: significant)"
+    )
+    if settings.get("select_subset"):
+        agree = sum(1 for r in rows if r.get("selected_head") == r["head"])
+        text += (
+            f", and the score of the head chosen on {settings['select_subset']} instead: it is the test set's "
+            f"best in {agree} of {len(rows)} layers"
+        )
+    text += (
+        f". The most sensitive layer is {worst['attention_type']} layer {worst['layer']} "
+        f"({worst['delta']:+.2f}).\n\n"
+    )
+    text += study.table("ablation/all_but_one_best.md")
+    text += study.figure("ablation/all_but_one_delta.png", "ΔBLEU when one head is kept")
+    return text + study.command("ablate-all-but-one")
+
+
+def _curve_point(summary: List[Dict], order: str, percent: float) -> Optional[Dict]:
+    points = [r for r in summary if r["order"] == order]
+    return min(points, key=lambda r: abs(r["percent"] - percent)) if points else None
+
+
+def _section_pruning(study: _Study) -> str:
+    text = "## Pruning curves (Figures 3 and 4)\n\n"
+    if study.exists("pruning", "prune_curves.all.json"):
+        curves = study.json("pruning", "prune_curves.all.json")
+        summary, settings = curves["rows"], curves["settings"]
+        best_order = max({r["order"] for r in summary}, key=lambda o: _curve_point(summary, o, 50)["bleu"])
+        point = _curve_point(summary, best_order, 50)
+        text += (
+            f"BLEU on {settings['split']} as the heads are pruned, by order (random: mean ± std over "
+            f"{settings['draws']} draws, band: ±1 std); dashed: unpruned ({settings['baseline_bleu']:.2f}). "
+            f"At {point['percent']:.0f}% of the heads pruned the best order is {best_order} "
+            f"({point['bleu']:.2f}).\n\n"
+        )
+        text += study.figure("pruning/prune_curves.all.png", "pruning curves, all heads")
+        text += study.command("prune-all")
+    types = [t for t in ("enc-enc", "enc-dec", "dec-dec") if study.exists("pruning", f"prune_curves.{t}.json")]
+    if types:
+        parts = []
+        for attention_type in types:
+            summary = study.json("pruning", f"prune_curves.{attention_type}.json")["rows"]
+            last = max((r for r in summary if r["order"] == "importance"), key=lambda r: r["percent"])
+            parts.append(f"{attention_type} {last['bleu']:.2f} at {last['percent']:.0f}%")
+        text += (
+            "Pruning one attention type at a time, by importance: BLEU against the share of that type's heads "
+            f"pruned (Figure 4). With the most heads pruned: {'; '.join(parts)}.\n\n"
+        )
+        text += study.figure("pruning/prune_types.png", "pruning one attention type at a time")
+    if study.exists("pruning", "prune_curves.md"):
+        text += "Every curve (bold: significant against the unpruned model):\n\n"
+        text += study.text("pruning", "prune_curves.md").split("\n", 1)[1].strip() + "\n\n"
+    if study.exists("pruning", "budgets_summary.md"):
+        text += (
+            "### Random heads within budgets (Budhraja et al.)\n\n"
+            "Heads kept per layer (one digit per layer of Enc-Enc, Enc-Dec, Dec-Dec) or per type; the heads "
+            "are drawn at random within the budget.\n\n"
+        )
+        text += study.table("pruning/budgets_summary.md")
+    return text + study.command("prune-types")
+
+
+def _section_speed(study: _Study) -> str:
+    payload = study.json("shrink", "speed.json")
+    lines = [
+        "## Removing heads for real\n\n",
+        f"The least important heads removed from the checkpoint (`fairseq-headprune shrink`), then the same "
+        f"sentences translated by the unpruned model, the model with those heads masked and the shrunk one "
+        f"({payload['device']}, {payload['threads']} threads; median seconds).\n\n",
+        "| heads removed | batch | unpruned | masked | shrunk | speed-up | same output | checkpoint MB (before → after) |\n",
+        "|---:|---:|---:|---:|---:|---:|---|---|\n",
+    ]
+    for m in payload["measurements"]:
+        seconds = m["median_seconds"]
+        size = m["checkpoint_bytes"]
+        lines.append(
+            f"| {m['removed_heads']} of {m['total_heads']} | {m['batch_size']} | {seconds['unpruned']:.2f} | "
+            f"{seconds['masked']:.2f} | {seconds['shrunk']:.2f} | {m['speedup_shrunk_vs_unpruned']:.2f}x | "
+            f"{'yes' if m['same_hypotheses_masked_shrunk'] else 'no'} | "
+            f"{size['unpruned'] / 1e6:.1f} → {size['shrunk'] / 1e6:.1f} |\n"
+        )
+    return "".join(lines) + "\n" + study.command("speed")
+
+
+def _section_dynamics(study: _Study) -> str:
+    table = study.json("dynamics", "dynamics.json")
+    rows, settings = table["rows"], table["settings"]
+    epochs = sorted({r["epoch"] for r in rows})
+    level = max(r["level"] for r in rows if r["percent"] <= 50.0 + 1e-9)
+    at_level = {r["epoch"]: r for r in rows if r["level"] == level}
+    first, last = at_level[epochs[0]], at_level[epochs[-1]]
+    text = (
+        "## Importance over training (Figure 5)\n\n"
+        f"At each epoch's checkpoint, importance is estimated on that checkpoint and the least important heads "
+        f"are pruned; each line is a pruning level, as % of the same epoch's unpruned BLEU on {settings['split']} "
+        f"(upper panel). With {first['percent']:.0f}% of the heads pruned the model keeps "
+        f"{100 * first['relative']:.1f}% of its BLEU at epoch {epochs[0]} and {100 * last['relative']:.1f}% "
+        f"at epoch {epochs[-1]}.\n\n"
+    )
+    text += study.figure("dynamics/dynamics.png", "pruning curves over training")
+    text += study.table("dynamics/dynamics.md")
+    return text + study.command("dynamics")
+
+
+SECTIONS = [
+    ("generate", _section_translation),
+    ("importance/importance.json", _section_importance),
+    ("ablation/single.json", _section_single),
+    ("ablation/all_but_one_best.json", _section_all_but_one),
+    ("pruning", _section_pruning),
+    ("shrink/speed.json", _section_speed),
+    ("dynamics/dynamics.json", _section_dynamics),
+]
+
+
+def write_report(directory: str, title: str = "fairseq-headprune study") -> str:
+    """Write ``directory/report.md`` from the result files there; returns its path."""
+    if not os.path.isdir(directory):
+        raise StudyError(f"study directory not found: {directory}")
+    study = _Study(directory)
+    parts = [
+        f"# {title}\n\n",
+        "Every number below is read from the result files in this directory; every figure is one of them. "
+        "Each section ends with the command that made it.\n\n",
+    ]
+    found = 0
+    for required, section in SECTIONS:
+        if study.exists(required):
+            try:
+                parts.append(section(study))
+            except (OSError, ValueError, KeyError, TypeError) as error:
+                raise StudyError(f"cannot read the results for {required} in {directory}: {error}")
+            found += 1
+    if not found:
+        raise StudyError(f"{directory} holds no study results (importance/, ablation/, pruning/, ...)")
+    path = os.path.join(directory, REPORT)
+    write_text("".join(parts), path)
+    return path
+
+
+def command_report(args) -> int:
+    path = write_report(args.directory, args.title)
+    print(f"wrote\t{path}")
+    return 0
+
+
+def add_parser(commands) -> None:
+    report = commands.add_parser(
+        "report",
+        help="one Markdown report of a study directory (tables, figures, commands)",
+        description="Write DIR/report.md from the results in DIR (generate/, importance/, ablation/, "
+        "pruning/, shrink/, dynamics/, as scripts/run_demo.sh lays them out): every table and figure, "
+        "each with a sentence on how to read it and the command that made it (from DIR/commands/).",
+    )
+    report.add_argument("directory", metavar="DIR", help="study directory (e.g. results/demo)")
+    report.add_argument("--title", default="fairseq-headprune study", help="report title")
+    report.set_defaults(handler=command_report)
