@@ -15,6 +15,7 @@ import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .ablate_command import add_sweep_arguments, check_sweep_arguments
+from .prune_command import add_curve_arguments
 from .ablation import write_rows_tsv
 from .atomic_files import write_json, write_text
 from .evaluation import StudyError
@@ -232,20 +233,6 @@ def add_parser(commands) -> None:
     dynamics.add_argument("--epochs", metavar="LIST", help="only these epochs, e.g. '1-10,15,20' (default: all)")
     dynamics.add_argument("--gen-subset", default="test", metavar="SPLIT", help="split to translate (default: test)")
     dynamics.add_argument("--out-dir", required=True, metavar="DIR", help="results directory (resumable)")
-    dynamics.add_argument("--step-percent", type=float, default=10.0, help="pruning step, %% of the heads (default 10)")
-    dynamics.add_argument("--max-percent", type=float, default=90.0, help="largest pruning level, %% (default 90)")
-    dynamics.add_argument(
-        "--importance-subset", nargs="+", default=["valid"], metavar="SPLIT",
-        help="splits to estimate importance on (default: valid)",
-    )
-    dynamics.add_argument("--importance-limit", type=int, metavar="N", help="first N sentences of each importance split")
-    dynamics.add_argument("--importance-max-tokens", type=int, metavar="N", help="tokens per importance batch")
-    dynamics.add_argument(
-        "--importance-granularity", choices=["sentence", "token", "batch"], default="sentence",
-        help="|dL/dxi_h| per sentence (the paper, default), per target token or per batch",
-    )
-    dynamics.add_argument(
-        "--raw-importance", action="store_true", help="rank by raw importance, not normalised per layer",
-    )
+    add_curve_arguments(dynamics)
     add_sweep_arguments(dynamics)
     dynamics.set_defaults(handler=command_dynamics, accepts_fairseq_args=True, seed_pruning=1)

@@ -374,6 +374,26 @@ def write_budget_outputs(args, layout, budget_draws, by_config, settings, baseli
     print(f"wrote\t{os.path.join(out, 'budgets')}.{{tsv,json}} budgets_summary.{{tsv,json,md}}")
 
 
+def add_curve_arguments(parser) -> None:
+    """Options of the importance-ordered pruning curve (prune and dynamics)."""
+    parser.add_argument("--step-percent", type=float, default=10.0, help="pruning step, %% of the heads in scope (default 10)")
+    parser.add_argument("--max-percent", type=float, default=90.0, help="largest pruning level, %% (default 90)")
+    parser.add_argument(
+        "--importance-subset", nargs="+", default=["valid"], metavar="SPLIT",
+        help="splits to estimate importance on (default: valid)",
+    )
+    parser.add_argument("--importance-limit", type=int, metavar="N", help="first N sentences of each importance split")
+    parser.add_argument("--importance-max-tokens", type=int, metavar="N", help="tokens per importance batch")
+    parser.add_argument(
+        "--importance-granularity", choices=["sentence", "token", "batch"], default="sentence",
+        help="|dL/dxi_h| per sentence (the paper, default), per target token or per batch",
+    )
+    parser.add_argument(
+        "--raw-importance", action="store_true",
+        help="rank heads by raw importance, not importance normalised per layer (the paper normalises)",
+    )
+
+
 def add_parser(commands) -> None:
     prune = commands.add_parser(
         "prune",
@@ -403,26 +423,11 @@ def add_parser(commands) -> None:
         help=f"heads to prune, comma-separated, from {', '.join(SCOPES)}: all types together "
         "(Figure 3) or one type (Figure 4) (default: all)",
     )
-    prune.add_argument("--step-percent", type=float, default=10.0, help="pruning step, %% of the heads in scope (default 10)")
-    prune.add_argument("--max-percent", type=float, default=90.0, help="largest pruning level, %% (default 90)")
+    add_curve_arguments(prune)
     prune.add_argument(
         "--importance", metavar="FILE",
         help="importance.json (from the importance command) to rank by; default: estimate it "
         "on --importance-subset and store it under OUT/importance",
-    )
-    prune.add_argument(
-        "--importance-subset", nargs="+", default=["valid"], metavar="SPLIT",
-        help="splits to estimate importance on (default: valid)",
-    )
-    prune.add_argument("--importance-limit", type=int, metavar="N", help="first N sentences of each importance split")
-    prune.add_argument("--importance-max-tokens", type=int, metavar="N", help="tokens per importance batch")
-    prune.add_argument(
-        "--importance-granularity", choices=["sentence", "token", "batch"], default="sentence",
-        help="|dL/dxi_h| per sentence (the paper, default), per target token or per batch",
-    )
-    prune.add_argument(
-        "--raw-importance", action="store_true",
-        help="rank heads by raw importance, not importance normalised per layer (the paper normalises)",
     )
     prune.add_argument("--ablation", metavar="FILE", help="single.json (or .tsv) of ablate --mode single, for --orders ablation")
     prune.add_argument("--draws", type=int, default=3, metavar="N", help="random draws per random curve or budget (default 3)")

@@ -286,55 +286,33 @@ def mean_and_std(values: Sequence[float]) -> Tuple[float, float]:
     return float(array.mean()), float(array.std(ddof=1)) if len(array) > 1 else 0.0
 
 
-def summarize_curves(rows: Sequence[Dict[str, object]]) -> List[Dict[str, object]]:
-    """One row per (scope, order, step): BLEU mean and standard deviation over draws."""
-    groups: Dict[Tuple[str, str, int], List[Dict[str, object]]] = {}
+def _summarize(rows, keys: Sequence[str], shared: Sequence[str]) -> List[Dict[str, object]]:
+    """Group rows by ``keys``; per group the ``shared`` fields, BLEU mean and std, draws, significant draws."""
+    groups: Dict[tuple, List[Dict[str, object]]] = {}
     for row in rows:
-        groups.setdefault((row["scope"], row["order"], row["step"]), []).append(row)
+        groups.setdefault(tuple(row[k] for k in keys), []).append(row)
     summary = []
-    for (scope, order, step), members in groups.items():
+    for key, members in groups.items():
         mean, std = mean_and_std([m["bleu"] for m in members])
         delta, _ = mean_and_std([m["delta"] for m in members])
-        summary.append(
-            {
-                "scope": scope,
-                "order": order,
-                "step": step,
-                "pruned": members[0]["pruned"],
-                "total": members[0]["total"],
-                "percent": members[0]["percent"],
-                "bleu": mean,
-                "bleu_std": std,
-                "delta": delta,
-                "draws": len(members),
-                "significant": sum(bool(m["significant"]) for m in members),
-            }
+        entry = dict(zip(keys, key))
+        entry.update({field: members[0][field] for field in shared})
+        entry.update(
+            bleu=mean, bleu_std=std, delta=delta, draws=len(members),
+            significant=sum(bool(m["significant"]) for m in members),
         )
+        summary.append(entry)
     return summary
+
+
+def summarize_curves(rows: Sequence[Dict[str, object]]) -> List[Dict[str, object]]:
+    """One row per (scope, order, step): BLEU mean and standard deviation over draws."""
+    return _summarize(rows, ("scope", "order", "step"), ("pruned", "total", "percent"))
 
 
 def summarize_budgets(rows: Sequence[Dict[str, object]]) -> List[Dict[str, object]]:
     """One row per budget: BLEU mean and standard deviation over draws."""
-    groups: Dict[str, List[Dict[str, object]]] = {}
-    for row in rows:
-        groups.setdefault(row["budget"], []).append(row)
-    summary = []
-    for budget, members in groups.items():
-        mean, std = mean_and_std([m["bleu"] for m in members])
-        delta, _ = mean_and_std([m["delta"] for m in members])
-        summary.append(
-            {
-                "budget": budget,
-                "kind": members[0]["kind"],
-                "percent": members[0]["percent"],
-                "bleu": mean,
-                "bleu_std": std,
-                "delta": delta,
-                "draws": len(members),
-                "significant": sum(bool(m["significant"]) for m in members),
-            }
-        )
-    return summary
+    return _summarize(rows, ("budget",), ("kind", "percent"))
 
 
 def markdown_curves(summary: Sequence[Dict[str, object]], baseline_bleu: float, caption: str) -> str:

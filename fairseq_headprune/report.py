@@ -193,18 +193,19 @@ def _section_speed(study: _Study) -> str:
         "## Removing heads for real\n\n",
         f"The least important heads removed from the checkpoint (`fairseq-headprune shrink`), then the same "
         f"sentences translated by the unpruned model, the model with those heads masked and the shrunk one "
-        f"({payload['device']}, {payload['threads']} threads; median seconds).\n\n",
-        "| heads removed | batch | unpruned | masked | shrunk | speed-up | same output | checkpoint MB (before → after) |\n",
+        f"({payload['device']}, {payload['threads']} threads; median seconds; the shrunk checkpoints are in "
+        f"shrink/).\n\n",
+        "| heads removed | batch | unpruned | masked | shrunk | speed-up | same output | parameters (before → after) |\n",
         "|---:|---:|---:|---:|---:|---:|---|---|\n",
     ]
     for m in payload["measurements"]:
         seconds = m["median_seconds"]
-        size = m["checkpoint_bytes"]
+        size = m["parameters"]
         lines.append(
             f"| {m['removed_heads']} of {m['total_heads']} | {m['batch_size']} | {seconds['unpruned']:.2f} | "
             f"{seconds['masked']:.2f} | {seconds['shrunk']:.2f} | {m['speedup_shrunk_vs_unpruned']:.2f}x | "
             f"{'yes' if m['same_hypotheses_masked_shrunk'] else 'no'} | "
-            f"{size['unpruned'] / 1e6:.1f} → {size['shrunk'] / 1e6:.1f} |\n"
+            f"{size['unpruned']:,} → {size['shrunk']:,} |\n"
         )
     return "".join(lines) + "\n" + study.command("speed")
 

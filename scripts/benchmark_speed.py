@@ -159,6 +159,9 @@ def main():
                 "speedup_shrunk_vs_masked": median["masked"] / median["shrunk"],
                 "same_hypotheses_masked_shrunk": outputs["masked"] == outputs["shrunk"],
                 "shrunk_checkpoint": pruned_path if args.keep_dir else None,
+                "parameters": {"unpruned": sum(p.numel() for p in model.parameters()),
+                               "shrunk": sum(p.numel() for p in shrunk.parameters())},
+                # the shrunk checkpoint has no optimizer state
                 "checkpoint_bytes": {"unpruned": os.path.getsize(args.path), "shrunk": os.path.getsize(pruned_path)},
             })
     if args.json:

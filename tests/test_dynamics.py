@@ -109,3 +109,38 @@ def test_checkpoints_of_different_architectures_are_refused(tiny_model, tmp_path
     assert wrong.stderr.strip() == (
         f"fairseq-headprune dynamics: error: --epochs: no checkpoint3.pt in {directory} (epochs there: 1-2)"
     )
+
+
+def test_the_report_reads_its_numbers_from_the_result_files(study, tmp_path):
+    import shutil
+
+    from fairseq_headprune.report import write_report
+
+    out_dir, rows, _ = study
+    shutil.copytree(out_dir, tmp_path / "study" / "dynamics", ignore=shutil.ignore_patterns("epoch*"))
+    (tmp_path / "study" / "commands").mkdir()
+    (tmp_path / "study" / "commands" / "dynamics.sh").write_text("fairseq-headprune dynamics DATA --checkpoints DIR\n")
+    report = (tmp_path / "study" / "report.md")
+    write_report(str(tmp_path / "study"))
+    text = report.read_text()
+    at_50 = {r["epoch"]: r for r in rows if r["level"] == 1}
+    assert f"keeps {100 * at_50[2]['relative']:.1f}% of its BLEU at epoch 2" in text
+    assert "![pruning curves over training](dynamics/dynamics.png)" in text
+    assert "fairseq-headprune dynamics DATA --checkpoints DIR" in text
+    # change a result file: the report follows it
+    path = tmp_path / "study" / "dynamics" / "dynamics.json"
+    payload = json.loads(path.read_text())
+    for row in payload["rows"]:
+        if row["epoch"] == 2 and row["level"] == 1:
+            row["relative"] = 0.123
+    path.write_text(json.dumps(payload))
+    write_report(str(tmp_path / "study"))
+    assert "keeps 12.3% of its BLEU at epoch 2" in report.read_text()
+
+
+def test_a_report_of_an_empty_directory_is_one_line(tmp_path):
+    result = run(["fairseq-headprune", "report", tmp_path], check=False)
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"fairseq-headprune report: error: {tmp_path} holds no study results (importance/, ablation/, pruning/, ...)"
+    )
