@@ -46,11 +46,9 @@ class _Study:
         return f"![{caption}]({relative})\n\n"
 
     def table(self, relative: str) -> str:
-        """A Markdown table file, without its caption paragraph (the section says it)."""
-        text = self.text(relative)
-        first_table = text.find("\n|") if not text.startswith("|") else 0
-        body = text[first_table:].strip() if first_table >= 0 else text.strip()
-        return body + "\n\n"
+        """A Markdown table file without its first paragraph, the caption (the section says it)."""
+        caption, _, body = self.text(relative).partition("\n\n")
+        return (body or caption).strip() + "\n\n"
 
 
 def _section_translation(study: _Study) -> str:
@@ -176,7 +174,7 @@ def _section_pruning(study: _Study) -> str:
         text += study.figure("pruning/prune_types.png", "pruning one attention type at a time")
     if study.exists("pruning", "prune_curves.md"):
         text += "Every curve (bold: significant against the unpruned model):\n\n"
-        text += study.text("pruning", "prune_curves.md").split("\n", 1)[1].strip() + "\n\n"
+        text += study.table("pruning/prune_curves.md")
     if study.exists("pruning", "budgets_summary.md"):
         text += (
             "### Random heads within budgets (Budhraja et al.)\n\n"
@@ -215,15 +213,19 @@ def _section_dynamics(study: _Study) -> str:
     rows, settings = table["rows"], table["settings"]
     epochs = sorted({r["epoch"] for r in rows})
     level = max(r["level"] for r in rows if r["percent"] <= 50.0 + 1e-9)
-    at_level = {r["epoch"]: r for r in rows if r["level"] == level}
-    first, last = at_level[epochs[0]], at_level[epochs[-1]]
+    # an epoch whose unpruned model scores 0 has no relative BLEU
+    at_level = {r["epoch"]: r for r in rows if r["level"] == level and r["relative"] == r["relative"]}
+    scored = [e for e in epochs if e in at_level]
+    if not scored:
+        raise ValueError("no epoch has a BLEU above 0")
+    first, last = at_level[scored[0]], at_level[scored[-1]]
     text = (
         "## Importance over training (Figure 5)\n\n"
         f"At each epoch's checkpoint, importance is estimated on that checkpoint and the least important heads "
-        f"are pruned; each line is a pruning level, as % of the same epoch's unpruned BLEU on {settings['split']} "
-        f"(upper panel). With {first['percent']:.0f}% of the heads pruned the model keeps "
-        f"{100 * first['relative']:.1f}% of its BLEU at epoch {epochs[0]} and {100 * last['relative']:.1f}% "
-        f"at epoch {epochs[-1]}.\n\n"
+        f"are pruned; each line is a pruning level, its BLEU on {settings['split']} as % of the same epoch's "
+        f"unpruned BLEU, which the upper panel shows. With {first['percent']:.0f}% of the heads pruned the model "
+        f"keeps {100 * first['relative']:.1f}% of its BLEU at epoch {first['epoch']} and "
+        f"{100 * last['relative']:.1f}% at epoch {last['epoch']}.\n\n"
     )
     text += study.figure("dynamics/dynamics.png", "pruning curves over training")
     text += study.table("dynamics/dynamics.md")

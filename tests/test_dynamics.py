@@ -144,3 +144,17 @@ def test_a_report_of_an_empty_directory_is_one_line(tmp_path):
     assert result.stderr.strip() == (
         f"fairseq-headprune report: error: {tmp_path} holds no study results (importance/, ablation/, pruning/, ...)"
     )
+
+
+def test_the_report_keeps_every_table_of_a_file_but_its_caption(tmp_path):
+    from fairseq_headprune.ablation import markdown_single_table
+    from fairseq_headprune.report import _Study
+
+    rows = [{"attention_type": t, "layer": 1, "head": h, "delta": -0.1 * h, "significant": h == 2}
+            for t in ("enc-enc", "enc-dec") for h in (1, 2)]
+    (tmp_path / "ablation").mkdir()
+    (tmp_path / "ablation" / "single.md").write_text(markdown_single_table(rows, 30.0, "A caption."))
+    table = _Study(str(tmp_path)).table("ablation/single.md")
+    assert "A caption." not in table
+    assert table.startswith("**Enc-Enc** (baseline 30.00)") and "**Enc-Dec** (baseline 30.00)" in table
+    assert "| 1 | -0.10 | **-0.20** |" in table
