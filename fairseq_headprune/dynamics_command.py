@@ -16,6 +16,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from .ablate_command import add_sweep_arguments, check_sweep_arguments
 from .prune_command import add_curve_arguments
+from .pruning import dynamics_grid
 from .ablation import write_rows_tsv
 from .atomic_files import write_json, write_text
 from .evaluation import StudyError
@@ -89,7 +90,7 @@ def architecture(path: str) -> str:
     parts += [f"{t}={layers}x{heads}" for t, (layers, heads) in layout.items()]
     for key in ("encoder_embed_dim", "decoder_embed_dim", "encoder_ffn_embed_dim", "decoder_ffn_embed_dim"):
         if key in config:
-            parts.append(f"{key.split('_')[0][:3]}-{key.split('_', 1)[1].replace('_embed_dim', '')}={config[key]}")
+            parts.append(f"{key}={config[key]}")
     return " ".join(parts)
 
 
@@ -129,15 +130,15 @@ def relative_rows(epoch: int, checkpoint: str, unpruned: float, curve: Sequence[
 
 def markdown_dynamics(rows: Sequence[Dict[str, object]], caption: str) -> str:
     """Epochs down, pruning levels across: BLEU as % of the epoch's unpruned BLEU."""
-    epochs = sorted({r["epoch"] for r in rows})
-    levels = sorted({r["level"] for r in rows})
-    percent = {r["level"]: r["percent"] for r in rows}
-    lines = [f"{caption}\n\n", "| epoch | unpruned BLEU | " + " | ".join(f"{percent[k]:.0f}%" for k in levels) + " |\n"]
-    lines.append("|---:|---:|" + "---:|" * len(levels) + "\n")
-    for epoch in epochs:
-        by_level = {r["level"]: r for r in rows if r["epoch"] == epoch}
-        cells = [f"{100 * by_level[k]['relative']:.1f}" if k in by_level else "" for k in levels]
-        lines.append(f"| {epoch} | {by_level[levels[0]]['unpruned_bleu']:.2f} | " + " | ".join(cells) + " |\n")
+    grid = dynamics_grid(rows)
+    lines = [f"{caption}\n\n", "| epoch | unpruned BLEU | "
+             + " | ".join(f"{grid.percent[k]:.0f}%" for k in grid.levels) + " |\n"]
+    lines.append("|---:|---:|" + "---:|" * len(grid.levels) + "\n")
+    for epoch in grid.epochs:
+        cells = [
+            f"{100 * grid.cell[(epoch, k)]['relative']:.1f}" if (epoch, k) in grid.cell else "" for k in grid.levels
+        ]
+        lines.append(f"| {epoch} | {grid.unpruned_bleu(epoch):.2f} | " + " | ".join(cells) + " |\n")
     return "".join(lines)
 
 
@@ -205,15 +206,12 @@ def write_outputs(args, rows, described: str) -> None:
     )
     write_text(markdown_dynamics(rows, caption), os.path.join(out, "dynamics.md"))
     plot_dynamics(rows, os.path.join(out, "dynamics.png"), f"{args.bleu} BLEU on {args.gen_subset}")
-    epochs = sorted({r["epoch"] for r in rows})
-    print(f"{len(epochs)} epochs ({_ranges(epochs)}); BLEU as % of each epoch's unpruned BLEU:")
-    levels = sorted({r["level"] for r in rows})
-    percent = {r["level"]: r["percent"] for r in rows}
-    print("  epoch  unpruned  " + "  ".join(f"{percent[k]:>5.0f}%" for k in levels[1:]))
-    for epoch in epochs:
-        by_level = {r["level"]: r for r in rows if r["epoch"] == epoch}
-        print(f"  {epoch:>5}  {by_level[0]['unpruned_bleu']:>8.2f}  "
-              + "  ".join(f"{100 * by_level[k]['relative']:>6.1f}" for k in levels[1:]))
+    grid = dynamics_grid(rows)
+    print(f"{len(grid.epochs)} epochs ({_ranges(grid.epochs)}); BLEU as % of each epoch's unpruned BLEU:")
+    print("  epoch  unpruned  " + "  ".join(f"{grid.percent[k]:>5.0f}%" for k in grid.levels[1:]))
+    for epoch in grid.epochs:
+        print(f"  {epoch:>5}  {grid.unpruned_bleu(epoch):>8.2f}  "
+              + "  ".join(f"{100 * grid.cell[(epoch, k)]['relative']:>6.1f}" for k in grid.levels[1:]))
     print(f"wrote\t{os.path.join(out, 'dynamics')}.{{tsv,json,md,png}} and epochN/ per checkpoint")
 
 

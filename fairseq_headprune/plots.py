@@ -220,22 +220,22 @@ def plot_dynamics(rows, path: str, ylabel: str) -> None:
 
     Epochs on a log scale; the upper panel shows each epoch's unpruned BLEU.
     """
+    from .pruning import dynamics_grid
+
     plt = _pyplot()
-    epochs = sorted({r["epoch"] for r in rows})
-    levels = sorted({r["level"] for r in rows})
-    percent = {r["level"]: r["percent"] for r in rows}
-    by_key = {(r["epoch"], r["level"]): r for r in rows}
+    grid = dynamics_grid(rows)
+    epochs, levels, by_key = grid.epochs, grid.levels, grid.cell
     figure, (top, bottom) = plt.subplots(
         2, 1, figsize=(5.6, 5.2), sharex=True, gridspec_kw={"height_ratios": [1, 2.4]}
     )
-    top.plot(epochs, [by_key[(e, levels[0])]["unpruned_bleu"] for e in epochs], color="black", marker="o", markersize=3)
+    top.plot(epochs, [grid.unpruned_bleu(e) for e in epochs], color="black", marker="o", markersize=3)
     top.set_ylabel(f"unpruned\n{ylabel}", fontsize=8)
     colors = plt.get_cmap("viridis")
     for index, level in enumerate(levels[1:]):
         points = [(e, 100 * by_key[(e, level)]["relative"]) for e in epochs if (e, level) in by_key]
         axis_color = colors(index / max(1, len(levels) - 2))
         bottom.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3,
-                    color=axis_color, label=f"{percent[level]:.0f}% pruned")
+                    color=axis_color, label=f"{grid.percent[level]:.0f}% pruned")
     bottom.axhline(100, color="black", linestyle="--", linewidth=0.8)
     bottom.set_xscale("log")
     bottom.set_xticks(epochs, [str(e) for e in epochs], fontsize=7)

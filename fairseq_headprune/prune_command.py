@@ -143,12 +143,12 @@ def _given_importance(args, layout):
         raise StudyError(f"--importance: {error}")
 
 
-def curve_plan(args, layout, orders, scopes, store: Optional[ImportanceStore], ablation_rows) -> List[PruneStep]:
-    """Every step of every requested curve, with its mask."""
+def curve_plan(args, layout, orders, scopes, store: Optional[ImportanceStore], ablation_rows, given=None) -> List[PruneStep]:
+    """Every step of every requested curve, with its mask (``given``: the --importance scores)."""
     steps: List[PruneStep] = []
     once = None
     if {"importance", "iterative"} & set(orders):
-        once = _given_importance(args, layout) if args.importance else store.importance(full_mask(layout), "importance")
+        once = given if given is not None else store.importance(full_mask(layout), "importance")
     normalize = not args.raw_importance
     for scope in scopes:
         candidates = heads_in_scope(layout, scope)
@@ -203,7 +203,7 @@ def command_prune(args) -> int:
 
 
 def run_prune(args, report: bool = True) -> Tuple[float, List[Dict[str, object]]]:
-    """The whole study of one checkpoint; returns the unpruned BLEU and every scope's curves."""
+    """The whole study of one checkpoint; returns the unpruned BLEU and every step's row (with its test)."""
     from .evaluation import load_task_and_model
     from .masked_multihead_attention import current_head_mask, head_layout
 
@@ -229,13 +229,13 @@ def run_prune(args, report: bool = True) -> Tuple[float, List[Dict[str, object]]
         budgets += [parse_type_budget(text, layout) for text in args.type_budget or []]
     except HeadMaskError as error:
         raise StudyError(str(error))
-    if args.importance:
-        _given_importance(args, layout)  # a file for another model fails before any work
+    # a file for another model fails before any work
+    given = _given_importance(args, layout) if args.importance else None
     base_mask = current_head_mask(model)
     os.makedirs(args.out_dir, exist_ok=True)
     needs_store = "iterative" in orders or ({"importance"} & set(orders) and not args.importance)
     store = ImportanceStore(args, task, model, base_mask) if needs_store else None
-    steps = curve_plan(args, layout, orders, scopes, store, ablation_rows)
+    steps = curve_plan(args, layout, orders, scopes, store, ablation_rows, given)
     budget_draws = budget_plan(args, layout, budgets)
 
     configs = {BASELINE: baseline_config()}
@@ -262,12 +262,12 @@ def run_prune(args, report: bool = True) -> Tuple[float, List[Dict[str, object]]
         }
     )
     baseline_bleu = reported_bleu(baseline, args.bleu)
-    summary = []
+    step_rows = []
     if steps:
-        summary = write_curve_outputs(args, steps, by_config, settings, baseline_bleu, orders, scopes, report)
+        step_rows = write_curve_outputs(args, steps, by_config, settings, baseline_bleu, orders, scopes, report)
     if budget_draws:
         write_budget_outputs(args, layout, budget_draws, by_config, settings, baseline_bleu, report)
-    return baseline_bleu, summary
+    return baseline_bleu, step_rows
 
 
 def _result_columns(row: Dict[str, object]) -> Dict[str, object]:
@@ -285,7 +285,7 @@ def write_curve_outputs(args, steps, by_config, settings, baseline_bleu, orders,
     from .plots import plot_pruning_curves
 
     out = args.out_dir
-    written, summaries = [], []
+    written, step_rows, summaries = [], [], []
     for scope in scopes:
         rows = []
         for step in (s for s in steps if s.scope == scope):
@@ -296,6 +296,7 @@ def write_curve_outputs(args, steps, by_config, settings, baseline_bleu, orders,
             row.update(_result_columns(by_config[step.config_name]))
             rows.append(row)
         write_result_rows(os.path.join(out, f"prune_steps.{scope}"), rows, settings)
+        step_rows += rows
         summary = summarize_curves(rows)
         summaries += summary
         write_result_rows(os.path.join(out, f"prune_curves.{scope}"), summary, settings)
@@ -306,15 +307,15 @@ def write_curve_outputs(args, steps, by_config, settings, baseline_bleu, orders,
         written.append(f"prune_curves.{scope}.{{tsv,json,png}} prune_steps.{scope}.{{tsv,json}}")
     written += write_combined_curves(args, baseline_bleu)
     if not report:
-        return summaries
+        return step_rows
     print(f"unpruned BLEU {baseline_bleu:.2f} on {args.gen_subset}; BLEU with x% of the heads pruned:")
     for scope in scopes:
         for order in orders:
-            points = [r for r in summarize_curves_of(out, scope) if r["order"] == order]
+            points = [r for r in summaries if r["scope"] == scope and r["order"] == order]
             text = "  ".join(f"{r['percent']:.0f}%:{r['bleu']:.2f}" for r in points)
             print(f"  {scope:<7} {order:<10} {text}")
     print(f"wrote\t{out}: " + " ".join(written))
-    return summaries
+    return step_rows
 
 
 def summarize_curves_of(out_dir: str, scope: str) -> List[Dict[str, object]]:

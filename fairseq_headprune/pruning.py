@@ -315,6 +315,28 @@ def summarize_budgets(rows: Sequence[Dict[str, object]]) -> List[Dict[str, objec
     return _summarize(rows, ("budget",), ("kind", "percent"))
 
 
+@dataclass
+class DynamicsGrid:
+    """Dynamics rows as epochs x pruning levels."""
+
+    epochs: List[int]
+    levels: List[int]  # 0 is the unpruned model
+    percent: Dict[int, float]  # level -> % of the heads pruned
+    cell: Dict[Tuple[int, int], Dict[str, object]]  # (epoch, level) -> row
+
+    def unpruned_bleu(self, epoch: int) -> float:
+        return self.cell[(epoch, self.levels[0])]["unpruned_bleu"]
+
+
+def dynamics_grid(rows: Sequence[Dict[str, object]]) -> DynamicsGrid:
+    return DynamicsGrid(
+        epochs=sorted({r["epoch"] for r in rows}),
+        levels=sorted({r["level"] for r in rows}),
+        percent={r["level"]: r["percent"] for r in rows},
+        cell={(r["epoch"], r["level"]): r for r in rows},
+    )
+
+
 def markdown_curves(summary: Sequence[Dict[str, object]], baseline_bleu: float, caption: str) -> str:
     """Per scope: % pruned by order, BLEU (mean ± std for random)."""
     parts = [f"{caption}\n"]

@@ -13,6 +13,7 @@ from typing import Dict, List, Optional
 
 from .atomic_files import write_text
 from .evaluation import StudyError
+from .head_mask import ATTENTION_TYPES
 
 REPORT = "report.md"
 
@@ -160,7 +161,7 @@ def _section_pruning(study: _Study) -> str:
         )
         text += study.figure("pruning/prune_curves.all.png", "pruning curves, all heads")
         text += study.command("prune-all")
-    types = [t for t in ("enc-enc", "enc-dec", "dec-dec") if study.exists("pruning", f"prune_curves.{t}.json")]
+    types = [t for t in ATTENTION_TYPES if study.exists("pruning", f"prune_curves.{t}.json")]
     if types:
         parts = []
         for attention_type in types:

@@ -47,6 +47,9 @@ def test_every_epoch_gets_its_own_importance_and_curve(tiny_model, epochs_dir, s
         level0, level1 = sorted((r for r in rows if r["epoch"] == epoch), key=lambda r: r["level"])
         assert level0["relative"] == pytest.approx(1.0) and level0["bleu"] == level0["unpruned_bleu"]
         assert level1["relative"] == pytest.approx(level1["bleu"] / level0["unpruned_bleu"])
+        # each level is tested against the epoch's unpruned model
+        assert level0["p_value"] == 1.0 and level0["significant"] is False
+        assert 0.0 <= level1["p_value"] <= 1.0 and isinstance(level1["significant"], bool)
         # importance was estimated on this epoch's checkpoint
         (importance,) = (out_dir / f"epoch{epoch}" / "importance").iterdir()
         identity = read_importance_file(str(importance)).settings["identity"]
