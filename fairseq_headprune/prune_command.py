@@ -85,6 +85,9 @@ def read_ablation_rows(path: str) -> List[Dict[str, object]]:
 class ImportanceStore:
     """Importance per mask under OUT/importance, estimated once and reused on rerun."""
 
+    # the importance command's defaults; part of what a stored estimate is checked against
+    LOSS, LABEL_SMOOTHING = "label_smoothed", 0.1
+
     def __init__(self, args, task, model, base_mask: Optional[HeadMask]):
         from .sweep import file_sha256
 
@@ -97,8 +100,8 @@ class ImportanceStore:
             "limit_per_subset": args.importance_limit,
             "max_tokens": args.importance_max_tokens,
             "granularity": args.importance_granularity,
-            "loss": "label_smoothed",
-            "label_smoothing": 0.1,
+            "loss": self.LOSS,
+            "label_smoothing": self.LABEL_SMOOTHING,
             "base_mask": head_mask_to_spec(base_mask) if base_mask is not None else "none",
         }
         self._estimator = None
@@ -124,6 +127,7 @@ class ImportanceStore:
             self._estimator = ImportanceEstimator(
                 self.task, self.model, self.args.importance_subset, limit=self.args.importance_limit,
                 max_tokens=self.args.importance_max_tokens, granularity=self.args.importance_granularity,
+                loss=self.LOSS, label_smoothing=self.LABEL_SMOOTHING,
             )
         result = self._estimator.estimate(
             combine_masks(self.base_mask, head_mask), progress=not self.args.no_progress, description=description
