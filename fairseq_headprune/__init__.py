@@ -1,18 +1,40 @@
 """fairseq-headprune: which attention heads does a trained Transformer need?
 
 Pass ``--user-dir fairseq_headprune`` to fairseq's commands to register the
-``fairseq-headprune`` task and its masked multi-head attention.
+``fairseq-headprune`` task, the ``headprune_importance`` criterion and the
+masked multi-head attention.
+
+Layers, each importing only those below it:
+``study/`` (plain study logic: specs, metrics, statistics, orders, tables;
+no fairseq) -> ``modules/``, ``tasks/``, ``criterions/`` (registered fairseq
+components) -> ``engine/`` (loading, generation, sweeps, the studies on a
+model) -> ``commands/`` and ``cli.py`` (argparse and printing).
 """
 
 __version__ = "0.1.0"
 
 import logging
+import sys
 
 # fairseq announces at import that an optional speech dependency is missing;
 # our own commands keep stderr for what matters.
 logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
 
-from . import checkpoint_compat  # noqa: F401  (torch.load allow-list)
-from .tasks import fairseq_headprune  # noqa: F401  (registers the task)
-# fairseq auto-imports a user dir's tasks/ and models/ only
-from .criterions import headprune_importance  # noqa: F401  (registers the criterion)
+from .engine import checkpoint_compat  # noqa: F401,E402  (torch.load allow-list; torch only)
+
+
+def register_components() -> None:
+    """Register the task and criterion with fairseq (importing fairseq).
+
+    fairseq auto-imports a user dir's ``tasks/`` and ``models/`` only, and
+    only if it has not imported the package already: every entry point that
+    builds a fairseq task calls this first.
+    """
+    from .criterions import headprune_importance  # noqa: F401
+    from .tasks import fairseq_headprune  # noqa: F401
+
+
+if "fairseq" in sys.modules:
+    # imported by fairseq itself (--user-dir) or after it: register now, so the
+    # study modules stay importable without fairseq otherwise
+    register_components()

@@ -88,14 +88,15 @@ def main():
 
     # the significance step alone: re-running ablate on the finished sweep only tests and writes tables
     sys.path.insert(0, REPO)
-    from fairseq_headprune.ablation import ConfigScores, compare_with_baseline
-    from fairseq_headprune.significance import SignificanceSettings
-    from fairseq_headprune.sweep import load_config_result
+    from fairseq_headprune.study.ablation import ConfigScores, compare_with_baseline
+    from fairseq_headprune.study.metrics import TOKENIZED_BLEU
+    from fairseq_headprune.study.significance import SignificanceSettings
+    from fairseq_headprune.engine.sweep import load_config_result
 
     results = [load_config_result(os.path.join(sweep_dir, "sweeps", args.subset), n) for n in specs]
     scores = [ConfigScores(r.name, r.spec, r.labels, r.bleu, r.sacrebleu, r.fairseq_stats) for r in results]
     start = time.perf_counter()
-    compare_with_baseline(scores[0], scores[1:], SignificanceSettings(), "fairseq")
+    compare_with_baseline(scores[0], scores[1:], SignificanceSettings(), TOKENIZED_BLEU)
     test_seconds = time.perf_counter() - start
     print(f"significance (paired bootstrap, 1000 resamples, {len(scores[0].stats)} sentences): "
           f"{test_seconds:.2f} s for {len(scores) - 1} configurations "

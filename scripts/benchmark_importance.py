@@ -41,7 +41,7 @@ def time_forward_backward(model, criterion, samples):
 
 
 def time_importance(model, criterion, samples):
-    from fairseq_headprune.evaluation import estimate_importance
+    from fairseq_headprune.engine.scoring import estimate_importance
 
     start = time.perf_counter()
     estimate_importance(model, criterion, samples, len(samples), progress=False)
@@ -63,14 +63,13 @@ def main():
     from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
 
     from fairseq_headprune.criterions.headprune_importance import HeadPruneImportanceCriterion
-    from fairseq_headprune.evaluation import (
-        StudyError, iterate_samples, load_task_and_model, model_device, split_batches,
-    )
+    from fairseq_headprune.engine.loading import iterate_samples, load_task_and_model, model_device, split_batches
+    from fairseq_headprune.errors import HeadPruneError
 
     try:
         _, task, model = load_task_and_model(args.data, args.path, cpu=args.cpu)
         dataset, batches = split_batches(task, args.subset, max_tokens=args.max_tokens, limit=args.limit)
-    except StudyError as error:
+    except HeadPruneError as error:
         sys.exit(f"benchmark_importance: error: {error}")
     device = model_device(model)
     samples = list(iterate_samples(dataset, batches, device))

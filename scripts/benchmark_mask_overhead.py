@@ -42,9 +42,10 @@ def main():
     args = parser.parse_args()
 
     import fairseq_headprune  # noqa: F401  (registers the task; checkpoint allow-list)
-    from fairseq_headprune.evaluation import translate_batches
-    from fairseq_headprune.head_mask import HeadMaskError, parse_head_mask
-    from fairseq_headprune.masked_multihead_attention import head_layout, set_head_mask
+    from fairseq_headprune.engine.scoring import translate_batches
+    from fairseq_headprune.study.head_mask import parse_head_mask
+    from fairseq_headprune.errors import HeadMaskError
+    from fairseq_headprune.modules.masked_multihead_attention import head_layout, set_head_mask
 
     plain_task, plain_model = load(args.data, args.path, "translation")
     task, model = load(args.data, args.path, "fairseq-headprune")

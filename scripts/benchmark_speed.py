@@ -30,7 +30,7 @@ warnings.filterwarnings("ignore")  # fairseq/hydra deprecation notices; the tabl
 
 def heads_to_remove(layout, count, importance_file, seed):
     """(type, layer, head) 0-based: lowest importance first, or a seeded random order."""
-    from fairseq_headprune.importance import read_importance_file
+    from fairseq_headprune.study.importance import read_importance_file
 
     heads = [(t, l, h) for t, (layers, n) in layout.items() for l in range(layers) for h in range(n)]
     if importance_file:
@@ -67,13 +67,15 @@ def main():
     from fairseq_headprune import cli
 
     cli._quiet_libraries()
-    from fairseq_headprune.evaluation import StudyError, load_task_and_model, model_device, translate_batches
-    from fairseq_headprune.head_mask import full_mask, head_mask_to_spec
-    from fairseq_headprune.masked_multihead_attention import head_layout, head_mask_applied, set_head_mask
+    from fairseq_headprune.engine.loading import load_task_and_model, model_device
+    from fairseq_headprune.engine.scoring import translate_batches
+    from fairseq_headprune.errors import HeadPruneError
+    from fairseq_headprune.study.head_mask import full_mask, head_mask_to_spec
+    from fairseq_headprune.modules.masked_multihead_attention import head_layout, head_mask_applied, set_head_mask
 
     try:
         _, task, model = load_task_and_model(args.data, args.path, cpu=args.cpu)
-    except StudyError as error:
+    except HeadPruneError as error:
         sys.exit(f"benchmark_speed: error: {error}")
     device = model_device(model)
     layout = head_layout(model)
@@ -165,7 +167,7 @@ def main():
                 "checkpoint_bytes": {"unpruned": os.path.getsize(args.path), "shrunk": os.path.getsize(pruned_path)},
             })
     if args.json:
-        from fairseq_headprune.atomic_files import write_json
+        from fairseq_headprune.study.files import write_json
 
         write_json({"device": str(device), "threads": torch.get_num_threads(), "torch": torch.__version__,
                     "subset": args.subset, "importance": args.importance, "measurements": measurements},

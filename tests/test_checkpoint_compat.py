@@ -1,5 +1,6 @@
 """Old-format (WMT14 En-Fr release style) checkpoints under torch >= 2.6."""
 
+import argparse
 import fractions
 import pickle
 
@@ -7,9 +8,9 @@ import pytest
 import torch
 
 from conftest import USER_DIR, run, validate_loss
-from fairseq_headprune.checkpoint_info import checkpoint_head_layout
-from fairseq_headprune.head_mask import HeadMaskError
-from fairseq_headprune.legacy_checkpoint import write_legacy_checkpoint
+from fairseq_headprune.engine.checkpoint_info import checkpoint_head_layout
+from fairseq_headprune.errors import CheckpointError
+from fairseq_headprune.engine.legacy_checkpoint import write_legacy_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +44,43 @@ def test_the_allow_list_stays_narrow(tmp_path):
         torch.load(path)
 
 
+def test_the_plugin_allows_exactly_its_list(tmp_path):
+    """In a fresh interpreter: importing the plugin adds argparse.Namespace to torch's
+    safe globals and nothing else; a Namespace checkpoint then loads with weights_only,
+    and one that pickles another object is still refused."""
+    namespace_path, evil_path = tmp_path / "namespace.pt", tmp_path / "evil.pt"
+    torch.save({"model": {}, "args": argparse.Namespace(arch="transformer")}, namespace_path)
+    torch.save({"model": {}, "payload": fractions.Fraction(1, 3)}, evil_path)
+    script = f"""
+import pickle, torch
+before = set(torch.serialization.get_safe_globals())
+try:
+    torch.load({str(namespace_path)!r})
+    print("namespace loaded before the plugin")
+except pickle.UnpicklingError:
+    print("namespace refused before the plugin")
+import fairseq_headprune
+from fairseq_headprune.engine.checkpoint_compat import FAIRSEQ_CHECKPOINT_GLOBALS
+added = set(torch.serialization.get_safe_globals()) - before
+print("added", sorted(g.__module__ + "." + g.__qualname__ for g in added))
+print("list", [g.__module__ + "." + g.__qualname__ for g in FAIRSEQ_CHECKPOINT_GLOBALS])
+print("arch", torch.load({str(namespace_path)!r})["args"].arch)
+try:
+    torch.load({str(evil_path)!r})
+    print("evil loaded")
+except pickle.UnpicklingError:
+    print("evil refused")
+"""
+    lines = run(["python", "-c", script]).stdout.splitlines()
+    assert lines == [
+        "namespace refused before the plugin",
+        "added ['argparse.Namespace']",
+        "list ['argparse.Namespace']",
+        "arch transformer",
+        "evil refused",
+    ]
+
+
 def generate(data, checkpoint, *extra):
     result = run(
         ["fairseq-generate", data, "--path", checkpoint, "--user-dir", USER_DIR,
@@ -73,9 +111,9 @@ def test_layout_is_read_from_either_format(tiny_model, legacy_checkpoint):
 
 
 def test_unreadable_checkpoints(tmp_path):
-    with pytest.raises(HeadMaskError, match="checkpoint not found"):
+    with pytest.raises(CheckpointError, match="checkpoint not found"):
         checkpoint_head_layout(str(tmp_path / "missing.pt"))
     junk = tmp_path / "junk.pt"
     junk.write_text("not a checkpoint")
-    with pytest.raises(HeadMaskError, match="cannot read checkpoint"):
+    with pytest.raises(CheckpointError, match="cannot read checkpoint"):
         checkpoint_head_layout(str(junk))

@@ -2,7 +2,7 @@
 
 from statistics import mean
 
-from fairseq_headprune.demo_corpus import (
+from fairseq_headprune.study.demo_corpus import (
     NOUNS,
     POST_ADJECTIVES,
     generate_corpus,

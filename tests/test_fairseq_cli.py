@@ -24,6 +24,10 @@ def hypotheses(output):
     return sorted(line for line in output.splitlines() if line.startswith("H-"))
 
 
+def test_sentences(tiny_model):
+    return (tiny_model["raw"] / "test.en").read_text().splitlines()
+
+
 def bleu(output):
     return float(BLEU.search(output).group(1))
 
@@ -32,7 +36,8 @@ def test_generate_unmasked_equals_plain_translation_task(tiny_model):
     plain = generate(tiny_model, "--task", "translation").stdout
     ours = generate(tiny_model, "--task", "fairseq-headprune").stdout
     explicit_none = generate(tiny_model, "--task", "fairseq-headprune", "--head-mask", "none").stdout
-    assert hypotheses(plain) and hypotheses(ours) == hypotheses(plain)
+    assert len(hypotheses(plain)) == len(test_sentences(tiny_model)) > 0
+    assert hypotheses(ours) == hypotheses(plain)
     assert hypotheses(explicit_none) == hypotheses(plain)
     assert bleu(ours) == bleu(plain)
     assert bleu(plain) > 40, "the tiny model should translate its synthetic test set"
@@ -51,7 +56,10 @@ def test_our_command_wraps_generate(tiny_model):
          "--gen-subset", "test", "--beam", "4", "--batch-size", "64", "--head-mask", "E:1:1,2 A:2:1,3"]
     ).stdout
     direct = generate(tiny_model, "--task", "fairseq-headprune", "--head-mask", "E:1:1,2 A:2:1,3").stdout
+    # every test sentence translated, by both routes, and the mask applied by both
+    assert len(hypotheses(ours)) == len(test_sentences(tiny_model)) > 0
     assert hypotheses(ours) == hypotheses(direct)
+    assert hypotheses(ours) != hypotheses(generate(tiny_model, "--task", "fairseq-headprune").stdout)
 
 
 @pytest.mark.parametrize(

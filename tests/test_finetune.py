@@ -48,9 +48,9 @@ def test_masked_heads_keep_their_weights_and_the_others_train(tiny_model, finetu
 
 
 def test_checkpoint_records_its_mask_and_applies_it_when_loaded(tiny_model, finetuned, tmp_path):
-    from fairseq_headprune.evaluation import iterate_samples, load_task_and_model, split_batches
-    from fairseq_headprune.head_mask import head_mask_to_spec
-    from fairseq_headprune.masked_multihead_attention import current_head_mask, install_masked_attention
+    from fairseq_headprune.engine.loading import iterate_samples, load_task_and_model, split_batches
+    from fairseq_headprune.study.head_mask import head_mask_to_spec
+    from fairseq_headprune.modules.masked_multihead_attention import current_head_mask, install_masked_attention
 
     state = torch.load(finetuned, map_location="cpu")
     assert vars(state["cfg"]["model"])["headprune_head_mask"] == SPEC

@@ -6,9 +6,11 @@ import pytest
 import torch
 
 from fairseq_headprune.criterions.headprune_importance import HeadPruneImportanceCriterion
-from fairseq_headprune.evaluation import estimate_importance, split_batches
-from fairseq_headprune.head_mask import HeadMaskError, parse_head_mask
-from fairseq_headprune.importance import (
+from fairseq_headprune.engine.loading import split_batches
+from fairseq_headprune.engine.scoring import estimate_importance
+from fairseq_headprune.study.head_mask import parse_head_mask
+from fairseq_headprune.errors import ResultFileError
+from fairseq_headprune.study.importance import (
     ImportanceResult,
     normalize_per_layer,
     read_importance_file,
@@ -16,7 +18,7 @@ from fairseq_headprune.importance import (
     write_importance_json,
     write_importance_tsv,
 )
-from fairseq_headprune.masked_multihead_attention import (
+from fairseq_headprune.modules.masked_multihead_attention import (
     attention_modules,
     head_layout,
     set_head_mask,
@@ -75,10 +77,10 @@ def test_importance_files_round_trip_and_reject_another_model(tmp_path):
     rows = (tmp_path / "i.tsv").read_text().splitlines()
     assert rows[0].split("\t") == ["attention_type", "layer", "head", "importance", "normalized", "loss_increase"]
     assert len(rows) == 1 + 2 * 2 * 4
-    with pytest.raises(HeadMaskError, match="enc-enc=2x4"):
+    with pytest.raises(ResultFileError, match="enc-enc=2x4"):
         read_importance_file(str(tmp_path / "i.json"), {"enc-enc": (6, 16), "dec-dec": (2, 4)})
     (tmp_path / "bad.json").write_text("{}")
-    with pytest.raises(HeadMaskError, match="not a fairseq-headprune importance file"):
+    with pytest.raises(ResultFileError, match="not a fairseq-headprune importance file"):
         read_importance_file(str(tmp_path / "bad.json"))
 
 

@@ -5,8 +5,8 @@ import copy
 import pytest
 import torch
 
-from fairseq_headprune.head_mask import full_mask, parse_head_mask
-from fairseq_headprune.masked_multihead_attention import (
+from fairseq_headprune.study.head_mask import full_mask, parse_head_mask
+from fairseq_headprune.modules.masked_multihead_attention import (
     MaskedMultiheadAttention,
     attention_modules,
     head_layout,

@@ -8,9 +8,9 @@ import pytest
 
 from conftest import USER_DIR, run
 
-from fairseq_headprune.checkpoint_info import checkpoint_head_layout
-from fairseq_headprune.head_mask import count_masked, head_mask_to_spec, parse_head_mask
-from fairseq_headprune.pruning import (
+from fairseq_headprune.engine.checkpoint_info import checkpoint_head_layout
+from fairseq_headprune.study.head_mask import count_masked, head_mask_to_spec, parse_head_mask
+from fairseq_headprune.study.pruning import (
     ascending,
     curve_steps,
     heads_in_scope,
@@ -85,8 +85,8 @@ def test_a_type_scope_prunes_only_that_type(tiny_model, study):
 
 
 def test_importance_orders_follow_the_estimated_importance(tiny_model, study):
-    from fairseq_headprune.head_mask import full_mask
-    from fairseq_headprune.importance import read_importance_file
+    from fairseq_headprune.study.head_mask import full_mask
+    from fairseq_headprune.study.importance import read_importance_file
 
     out_dir, steps, _ = study
     layout = checkpoint_head_layout(str(tiny_model["checkpoint"]))

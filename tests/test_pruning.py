@@ -3,17 +3,16 @@
 import pytest
 import torch
 
-from fairseq_headprune.head_mask import HeadMaskError, count_masked, full_mask
-from fairseq_headprune.pruning import (
+from fairseq_headprune.study.head_mask import count_masked, full_mask
+from fairseq_headprune.errors import HeadMaskError
+from fairseq_headprune.study.budgets import budget_mask, parse_layer_budget, parse_type_budget
+from fairseq_headprune.study.pruning import (
     ablation_scores,
     ascending,
-    budget_mask,
     curve_steps,
     heads_in_scope,
     importance_scores,
     mask_name,
-    parse_layer_budget,
-    parse_type_budget,
     random_order,
     step_counts,
     summarize_curves,

@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from fairseq_headprune.ablation import (
+from fairseq_headprune.study.ablation import (
     ConfigScores,
     all_but_one_configs,
     best_per_layer,
@@ -18,18 +18,14 @@ from fairseq_headprune.ablation import (
     result_rows,
     single_head_configs,
 )
-from fairseq_headprune.bleu_stats import (
-    compare_mt_stats,
-    corpus_bleu,
-    fairseq_bleu_stats,
-    sacrebleu_stats,
-)
-from fairseq_headprune.head_mask import count_masked, full_mask
-from fairseq_headprune.significance import (
+from fairseq_headprune.study.bleu_stats import compare_mt_stats, fairseq_bleu_stats, sacrebleu_stats
+from fairseq_headprune.study.head_mask import count_masked, full_mask
+from fairseq_headprune.study.metrics import COMPARE_MT_BLEU, SACREBLEU, TOKENIZED_BLEU
+from fairseq_headprune.study.significance import (
     SignificanceSettings,
     paired_bootstrap,
     resample_counts,
-    resampled_bleu,
+    resampled_scores,
     sacrebleu_paired_tests,
 )
 
@@ -73,12 +69,12 @@ def test_corpus_bleu_from_statistics_equals_each_tool():
             dictionary.encode_line(reference, add_if_not_exist=True).int(),
             dictionary.encode_line(hypothesis, add_if_not_exist=True).int(),
         )
-    assert corpus_bleu(fairseq_bleu_stats(references, hypotheses), "fairseq") == pytest.approx(scorer.score(), abs=1e-12)
-    assert corpus_bleu(sacrebleu_stats(references, hypotheses), "sacrebleu") == pytest.approx(
+    assert TOKENIZED_BLEU.score(fairseq_bleu_stats(references, hypotheses)) == pytest.approx(scorer.score(), abs=1e-12)
+    assert SACREBLEU.score(sacrebleu_stats(references, hypotheses)) == pytest.approx(
         sacrebleu.corpus_bleu(hypotheses, [references]).score, abs=1e-12
     )
     split = lambda lines: [line.strip().split(" ") for line in lines]  # noqa: E731  (compare-mt's reader)
-    assert corpus_bleu(compare_mt_stats(references, hypotheses), "compare-mt") == pytest.approx(
+    assert COMPARE_MT_BLEU.score(compare_mt_stats(references, hypotheses)) == pytest.approx(
         BleuScorer().score_corpus(split(references), split(hypotheses))[0], abs=1e-12
     )
 
@@ -96,10 +92,10 @@ def test_resampled_statistics_are_sums_over_the_drawn_sentences():
     references = corpus(sentences=40)
     hypotheses = corrupt(references, 0.3, 2)
     stats = fairseq_bleu_stats(references, hypotheses)
-    by_product = resampled_bleu(stats, counts, "fairseq")
+    by_product = resampled_scores(stats, counts, TOKENIZED_BLEU)
     # resample 7 re-scored from its drawn sentences, one by one
     drawn = [i for i in range(40) for _ in range(int(counts[7, i]))]
-    assert by_product[7] == pytest.approx(corpus_bleu(stats[drawn], "fairseq"), abs=1e-9)
+    assert by_product[7] == pytest.approx(TOKENIZED_BLEU.score(stats[drawn]), abs=1e-9)
 
 
 @pytest.mark.parametrize("seed", [1, 2019])
@@ -119,7 +115,7 @@ def test_compare_mt_mode_reproduces_compare_mt_win_fractions(seed):
     settings = SignificanceSettings(test="compare-mt", samples=300, seed=seed)
     result = paired_bootstrap(
         compare_mt_stats(references, baseline), compare_mt_stats(references, system),
-        resample_counts(len(references), settings), "compare-mt", settings,
+        resample_counts(len(references), settings), COMPARE_MT_BLEU, settings,
     )
     assert [result.baseline_wins, result.system_wins, result.ties] == wins[0]
     assert 0 < result.system_wins < 1  # the comparison is not trivially one-sided
@@ -134,14 +130,14 @@ def test_default_bootstrap_agrees_with_sacrebleu_paired_bootstrap():
     ours = compare_with_baseline(
         ConfigScores("b", "", {}, 0, 0, sacrebleu_stats(references, baseline)),
         [ConfigScores(f"s{i}", "", {}, 0, 0, sacrebleu_stats(references, s)) for i, s in enumerate(systems)],
-        settings, "sacrebleu",
+        settings, SACREBLEU,
     )
     theirs = sacrebleu_paired_tests(
         references, baseline, systems, SignificanceSettings(test="sacrebleu-bs", samples=1000, seed=11)
     )
     for mine, reference in zip(ours, theirs):
-        assert mine.bleu == pytest.approx(reference.bleu, abs=1e-9)
-        assert mine.baseline_bleu == pytest.approx(reference.baseline_bleu, abs=1e-9)
+        assert mine.score == pytest.approx(reference.score, abs=1e-9)
+        assert mine.baseline_score == pytest.approx(reference.baseline_score, abs=1e-9)
         # same bootstrap distribution of the system's BLEU, within resampling noise
         assert mine.mean == pytest.approx(reference.mean, abs=0.3)
         assert mine.ci_high - mine.ci_low == pytest.approx(reference.ci_high - reference.ci_low, rel=0.25)
@@ -157,7 +153,7 @@ def test_identical_system_is_never_significant():
     hypotheses = corrupt(references, 0.3, 1)
     stats = fairseq_bleu_stats(references, hypotheses)
     settings = SignificanceSettings(samples=200)
-    result = paired_bootstrap(stats, stats.copy(), resample_counts(len(stats), settings), "fairseq", settings)
+    result = paired_bootstrap(stats, stats.copy(), resample_counts(len(stats), settings), TOKENIZED_BLEU, settings)
     assert result.delta == 0 and result.p_value == 1.0 and not result.significant
 
 
@@ -202,10 +198,10 @@ def test_tables_mark_significant_cells_and_pick_the_best_kept_head():
         stats = fairseq_bleu_stats(references, corrupt(references, rate, 10 + head))
         systems.append(ConfigScores(
             f"keep.enc-dec.L1.H{head}", f"A:1:keep={head}",
-            {"attention_type": "enc-dec", "layer": 1, "head": head}, corpus_bleu(stats, "fairseq"), 0, stats,
+            {"attention_type": "enc-dec", "layer": 1, "head": head}, TOKENIZED_BLEU.score(stats), 0, stats,
         ))
-    baseline.bleu = corpus_bleu(baseline.stats, "fairseq")
-    results = compare_with_baseline(baseline, systems, SignificanceSettings(samples=300), "fairseq")
+    baseline.bleu = TOKENIZED_BLEU.score(baseline.stats)
+    results = compare_with_baseline(baseline, systems, SignificanceSettings(samples=300), TOKENIZED_BLEU)
     rows = result_rows(baseline, systems, results, "tokenized")
     assert [r["delta"] for r in rows] == pytest.approx([s.bleu - baseline.bleu for s in systems])
     heavy = rows[1]

@@ -22,9 +22,16 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
 from fairseq.dataclass import ChoiceEnum
 from fairseq.logging import metrics
 
-from ..head_mask import ATTENTION_TYPES
-from ..importance import GRANULARITIES, HeadScores, reduce_contributions
-from ..masked_multihead_attention import install_masked_attention
+from ..constants import (
+    ATTENTION_TYPES,
+    DEFAULT_GRANULARITY,
+    DEFAULT_IMPORTANCE_LOSS,
+    DEFAULT_LABEL_SMOOTHING,
+    GRANULARITIES,
+    IMPORTANCE_LOSSES,
+)
+from ..modules.masked_multihead_attention import install_masked_attention
+from ..study.importance import HeadScores, reduce_contributions
 
 CRITERION_NAME = "headprune_importance"
 IMPORTANCE_SUM_KEY = "head_importance_sum:"  # + attention type
@@ -37,18 +44,18 @@ COUNT_METER = "_head_importance_count"
 @dataclass
 class HeadPruneImportanceConfig(LabelSmoothedCrossEntropyCriterionConfig):
     label_smoothing: float = field(
-        default=0.1,
+        default=DEFAULT_LABEL_SMOOTHING,
         metadata={"help": "epsilon for label smoothing (0.1 as the WMT14 En-Fr model was trained)"},
     )
-    importance_loss: ChoiceEnum(["label_smoothed", "nll"]) = field(
-        default="label_smoothed",
+    importance_loss: ChoiceEnum(list(IMPORTANCE_LOSSES)) = field(
+        default=DEFAULT_IMPORTANCE_LOSS,
         metadata={
             "help": "the loss L whose gradient scores the heads, and that this "
             "criterion returns: label-smoothed cross-entropy or plain NLL"
         },
     )
     importance_granularity: ChoiceEnum(list(GRANULARITIES)) = field(
-        default="sentence",
+        default=DEFAULT_GRANULARITY,
         metadata={
             "help": "where |dL/dxi_h| is taken: per sentence (the paper's E_x), per "
             "target token (the authors' released code) or per batch"
@@ -144,8 +151,8 @@ class HeadPruneImportanceCriterion(LabelSmoothedCrossEntropyCriterion):
         task,
         sentence_avg,
         label_smoothing,
-        importance_loss="label_smoothed",
-        importance_granularity="sentence",
+        importance_loss=DEFAULT_IMPORTANCE_LOSS,
+        importance_granularity=DEFAULT_GRANULARITY,
         importance_save_dir=None,
         ignore_prefix_size=0,
         report_accuracy=False,

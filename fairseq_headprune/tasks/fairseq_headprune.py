@@ -14,31 +14,20 @@ from fairseq.logging import metrics
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
-from ..checkpoint_info import HEAD_MASK_KEY, config_value, record_config_value
-from ..head_mask import (
-    HeadMaskError,
-    combine_masks,
-    count_masked,
-    head_mask_to_spec,
-    parse_head_mask,
-    validate_spec_syntax,
-)
-from ..masked_multihead_attention import (
+from ..engine.checkpoint_info import HEAD_MASK_KEY, config_value, record_config_value
+from ..errors import HeadPruneError, exit_with_error
+from ..study.head_mask import combine_masks, count_masked, head_mask_to_spec, parse_head_mask, validate_spec_syntax
+from ..modules.masked_multihead_attention import (
     head_layout,
     install_masked_attention,
     masked_head_slices,
     set_head_mask,
 )
-from ..shrink import rebuild_pruned
+from ..engine.shrink import rebuild_pruned
 
 logger = logging.getLogger(__name__)
 
 TASK_NAME = "fairseq-headprune"
-
-
-def exit_with_error(message: str) -> None:
-    """End a command-line run with one line on stderr and exit status 1."""
-    raise SystemExit(f"fairseq-headprune: error: {message}")
 
 
 @dataclass
@@ -69,7 +58,7 @@ class HeadPruneTranslationTask(TranslationTask):
     def __init__(self, cfg: HeadPruneConfig, src_dict, tgt_dict):
         try:
             validate_spec_syntax(cfg.head_mask)
-        except HeadMaskError as error:
+        except HeadPruneError as error:
             exit_with_error(f"--head-mask: {error}")
         super().__init__(cfg, src_dict, tgt_dict)
         self.criterion = None
@@ -91,7 +80,7 @@ class HeadPruneTranslationTask(TranslationTask):
         install_masked_attention(model)
         try:
             removed = rebuild_pruned(model, cfg)
-        except HeadMaskError as error:
+        except HeadPruneError as error:
             exit_with_error(f"pruned checkpoint: {error}")
         if removed:
             logger.info("model with heads removed: %s", removed)
@@ -112,7 +101,7 @@ class HeadPruneTranslationTask(TranslationTask):
                 continue
             try:
                 parsed = parse_head_mask(spec, head_layout(model))
-            except HeadMaskError as error:
+            except HeadPruneError as error:
                 exit_with_error(f"{name}: {error}")
             head_mask = combine_masks(head_mask, parsed)
         if head_mask is None or count_masked(head_mask) == 0:
@@ -144,7 +133,7 @@ def _save_epoch_importance(criterion, save_dir: str, epoch: int) -> None:
     from fairseq.distributed import utils as distributed_utils
 
     from ..criterions.headprune_importance import importance_from_meters
-    from ..importance import ImportanceResult, write_importance_json, write_importance_tsv
+    from ..study.importance import ImportanceResult, write_importance_json, write_importance_tsv
 
     if distributed_utils.get_global_rank() != 0:
         return  # every worker holds the same all-reduced sums

@@ -26,9 +26,10 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import torch
 
-ATTENTION_TYPES = ("enc-enc", "enc-dec", "dec-dec")
-# The authors' one-letter names: E(ncoder), A (encoder-decoder Attention), D(ecoder).
-TYPE_LETTERS = {"enc-enc": "E", "enc-dec": "A", "dec-dec": "D"}
+from ..constants import ATTENTION_TYPES, NO_MASK_SPEC, TYPE_LETTERS
+from ..errors import HeadMaskError
+from .ranges import RangeError, format_ranges, parse_ranges
+
 _TYPE_ALIASES = {
     "e": "enc-enc",
     "enc-enc": "enc-enc",
@@ -39,16 +40,11 @@ _TYPE_ALIASES = {
     "dec-dec": "dec-dec",
     "decoder": "dec-dec",
 }
-NO_MASK_SPEC = "none"
 
 # attention type -> (number of layers, heads per layer)
 HeadLayout = Dict[str, Tuple[int, int]]
 # attention type -> float tensor (layers, heads); 1.0 keeps a head, 0.0 masks it
 HeadMask = Dict[str, torch.Tensor]
-
-
-class HeadMaskError(ValueError):
-    """A head-mask spec that is malformed or does not fit the model."""
 
 
 def parse_attention_type(name: str) -> str:
@@ -76,17 +72,12 @@ def _parse_ranges(text: str, what: str, term: str) -> Optional[List[Tuple[int, i
     """'1,3-4' -> [(1, 1), (3, 4)]; '*' -> None."""
     if text == "*":
         return None
-    ranges = []
-    for item in text.split(","):
-        match = re.fullmatch(r"(\d+)(?:-(\d+))?", item.strip())
-        if match is None:
-            raise HeadMaskError(f"malformed {what} list {text!r} in term {term!r}")
-        first = int(match.group(1))
-        last = int(match.group(2)) if match.group(2) else first
-        if first > last:
-            raise HeadMaskError(f"empty {what} range {item!r} in term {term!r}")
-        ranges.append((first, last))
-    return ranges
+    try:
+        return parse_ranges(text)
+    except RangeError as error:
+        if error.kind == "empty range":
+            raise HeadMaskError(f"empty {what} range {error.item!r} in term {term!r}")
+        raise HeadMaskError(f"malformed {what} list {text!r} in term {term!r}")
 
 
 def _parse_terms(spec: str) -> List[_Term]:
@@ -187,15 +178,7 @@ def parse_head_mask(spec: str, layout: HeadLayout) -> HeadMask:
 
 def _compress(indices: List[int]) -> str:
     """0-based indices -> 1-based list text with ranges, e.g. [0,1,2,5] -> '1-3,6'."""
-    runs: List[List[int]] = []
-    for index in sorted(indices):
-        if runs and index == runs[-1][1] + 1:
-            runs[-1][1] = index
-        else:
-            runs.append([index, index])
-    return ",".join(
-        str(a + 1) if a == b else f"{a + 1}-{b + 1}" for a, b in runs
-    )
+    return format_ranges(index + 1 for index in indices)
 
 
 def head_mask_to_spec(head_mask: HeadMask) -> str:

@@ -7,8 +7,9 @@ from typing import Any, Dict
 
 import torch
 
+from ..errors import CheckpointError
+from ..study.head_mask import HeadLayout
 from . import checkpoint_compat  # noqa: F401  (allow-list for torch.load)
-from .head_mask import HeadLayout, HeadMaskError
 
 # model-config key under which a model built with --head-mask records its mask,
 # so that a checkpoint trained with a mask applies it wherever it is loaded
@@ -18,14 +19,14 @@ HEAD_MASK_KEY = "headprune_head_mask"
 def load_checkpoint_state(path: str) -> Dict[str, Any]:
     """``torch.load`` a fairseq checkpoint, with one-line errors for bad files."""
     if not os.path.isfile(path):
-        raise HeadMaskError(f"checkpoint not found: {path}")
+        raise CheckpointError(f"checkpoint not found: {path}")
     try:
         state = torch.load(path, map_location="cpu")
     except Exception as error:  # torch raises several types for non-checkpoints
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise HeadMaskError(f"cannot read checkpoint {path}: {first_line}")
+        raise CheckpointError(f"cannot read checkpoint {path}: {first_line}")
     if not isinstance(state, dict) or "model" not in state:
-        raise HeadMaskError(f"{path} is not a fairseq checkpoint (no 'model' entry)")
+        raise CheckpointError(f"{path} is not a fairseq checkpoint (no 'model' entry)")
     return state
 
 
@@ -70,10 +71,10 @@ def state_head_layout(state: Dict[str, Any]) -> HeadLayout:
     ):
         if layer_indices[side]:
             if heads_key not in config:
-                raise HeadMaskError(f"checkpoint config has no {heads_key}")
+                raise CheckpointError(f"checkpoint config has no {heads_key}")
             layout[attention_type] = (max(layer_indices[side]) + 1, int(config[heads_key]))
     if not layout:
-        raise HeadMaskError("checkpoint has no Transformer attention layers")
+        raise CheckpointError("checkpoint has no Transformer attention layers")
     return layout
 
 

@@ -16,7 +16,9 @@ from torch import Tensor
 
 from fairseq.modules.multihead_attention import MultiheadAttention
 
-from .head_mask import ATTENTION_TYPES, HeadLayout, HeadMask, HeadMaskError
+from ..study.head_mask import HeadLayout, HeadMask
+from ..constants import ATTENTION_TYPES
+from ..errors import HeadMaskError
 
 
 class MaskedMultiheadAttention(MultiheadAttention):

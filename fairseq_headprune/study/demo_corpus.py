@@ -21,7 +21,7 @@ import os
 import random
 from typing import Dict, List, Sequence, Tuple
 
-from .atomic_files import atomic_text_file
+from .files import atomic_text_file
 
 # english singular, english plural, french singular, french plural, gender
 NOUNS = [

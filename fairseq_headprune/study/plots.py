@@ -4,10 +4,9 @@ from typing import Dict, Optional
 
 import torch
 
-from .atomic_files import atomic_path
-from .head_mask import ATTENTION_TYPES
+from ..constants import ATTENTION_TYPES, TYPE_TITLES
+from .files import atomic_path
 
-PANEL_TITLES = {"enc-enc": "Enc-Enc", "enc-dec": "Enc-Dec", "dec-dec": "Dec-Dec"}
 
 
 def _pyplot():
@@ -29,7 +28,7 @@ def _layers_by_heads(axis, values, attention_type: str, **imshow):
     """One attention type's panel: layers down, heads across, 1-based labels."""
     layers, heads = values.shape
     image = axis.imshow(values, aspect="auto", **imshow)
-    axis.set_title(PANEL_TITLES[attention_type])
+    axis.set_title(TYPE_TITLES[attention_type])
     axis.set_xlabel("head")
     axis.set_ylabel("layer")
     axis.set_xticks(range(heads), [str(h + 1) for h in range(heads)], fontsize=7)
@@ -121,7 +120,7 @@ def plot_score_histogram(rows, baseline_bleu: float, path: str, title: str, xlab
     figure, axis = plt.subplots(figsize=(6, 3.4))
     axis.hist(
         [[r["bleu"] for r in rows if r["attention_type"] == t] for t in types],
-        bins=bins, stacked=True, label=[PANEL_TITLES[t] for t in types],
+        bins=bins, stacked=True, label=[TYPE_TITLES[t] for t in types],
     )
     axis.axvline(baseline_bleu, color="black", linestyle="--", linewidth=1, label="no head masked")
     axis.set_xlabel(xlabel)
@@ -141,7 +140,7 @@ def plot_cross_domain(rows, path: str, title: str, xlabel: str, ylabel: str) -> 
         if points:
             axis.scatter(
                 [r["delta"] for r in points], [r["cross_delta"] for r in points],
-                s=14, alpha=0.8, label=PANEL_TITLES[attention_type],
+                s=14, alpha=0.8, label=TYPE_TITLES[attention_type],
             )
     axis.axhline(0, color="grey", linewidth=0.5)
     axis.axvline(0, color="grey", linewidth=0.5)
@@ -174,7 +173,8 @@ def _curve(axis, points, label: str, **style) -> None:
 
 def plot_pruning_curves(summary, scope: str, baseline_bleu: float, path: str, ylabel: str) -> None:
     """Figure 3 of the paper: BLEU against % of heads pruned, one line per order."""
-    from .pruning import ORDER_TITLES, ORDERS
+    from ..constants import ORDERS
+    from .pruning import ORDER_TITLES
 
     plt = _pyplot()
     figure, axis = plt.subplots(figsize=(5.2, 3.6))
@@ -185,7 +185,7 @@ def plot_pruning_curves(summary, scope: str, baseline_bleu: float, path: str, yl
             _curve(axis, points, label, **_ORDER_STYLES[order])
     axis.axhline(baseline_bleu, color="black", linestyle="--", linewidth=0.8, label="unpruned")
     heads = next(r["total"] for r in summary if r["scope"] == scope)
-    what = "all heads" if scope == "all" else f"{PANEL_TITLES[scope]} heads"
+    what = "all heads" if scope == "all" else f"{TYPE_TITLES[scope]} heads"
     axis.set_xlabel(f"% of {what} pruned ({heads} heads)")
     axis.set_ylabel(ylabel)
     axis.set_xlim(left=0)
@@ -203,7 +203,7 @@ def plot_pruning_by_type(summary, order: str, baseline_bleu: float, path: str, y
     for scope in ("all",) + ATTENTION_TYPES:
         points = [r for r in summary if r["scope"] == scope and r["order"] == order]
         if points:
-            label = "all types" if scope == "all" else PANEL_TITLES[scope]
+            label = "all types" if scope == "all" else TYPE_TITLES[scope]
             _curve(axis, points, label, linestyle=":" if scope == "all" else "-", marker="o")
     axis.axhline(baseline_bleu, color="black", linestyle="--", linewidth=0.8, label="unpruned")
     axis.set_xlabel("% of the attention type's heads pruned")
@@ -220,7 +220,7 @@ def plot_dynamics(rows, path: str, ylabel: str) -> None:
 
     Epochs on a log scale; the upper panel shows each epoch's unpruned BLEU.
     """
-    from .pruning import dynamics_grid
+    from .dynamics import dynamics_grid
 
     plt = _pyplot()
     grid = dynamics_grid(rows)

@@ -24,10 +24,11 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
-from .atomic_files import atomic_text_file, write_json
-from .head_mask import ATTENTION_TYPES, HeadLayout, HeadMaskError
+from ..constants import ATTENTION_TYPES, GRANULARITIES
+from ..errors import ResultFileError
+from .files import atomic_text_file, write_json
+from .head_mask import HeadLayout
 
-GRANULARITIES = ("sentence", "token", "batch")
 IMPORTANCE_FORMAT_VERSION = 1
 
 # attention type -> float tensor (layers, heads)
@@ -166,7 +167,7 @@ def write_importance_tsv(result: ImportanceResult, path: str) -> None:
 def read_importance_file(path: str, layout: Optional[HeadLayout] = None) -> ImportanceResult:
     """Read an importance ``.json`` file; check it fits ``layout`` if given."""
     if not os.path.isfile(path):
-        raise HeadMaskError(f"importance file not found: {path}")
+        raise ResultFileError(f"importance file not found: {path}")
     try:
         with open(path) as stream:
             payload = json.load(stream)
@@ -182,16 +183,16 @@ def read_importance_file(path: str, layout: Optional[HeadLayout] = None) -> Impo
             else {t: torch.tensor(v, dtype=torch.float64) for t, v in loss_increase.items()},
         )
     except (ValueError, KeyError, TypeError) as error:
-        raise HeadMaskError(f"{path} is not a fairseq-headprune importance file ({error})")
+        raise ResultFileError(f"{path} is not a fairseq-headprune importance file ({error})")
     for attention_type in importance:
         if attention_type not in ATTENTION_TYPES or importance[attention_type].dim() != 2:
-            raise HeadMaskError(f"{path}: bad scores for attention type {attention_type!r}")
+            raise ResultFileError(f"{path}: bad scores for attention type {attention_type!r}")
     if layout is not None:
         shapes = {t: tuple(s.shape) for t, s in importance.items()}
         expected = {t: tuple(shape) for t, shape in layout.items()}
         if shapes != expected:
             describe = lambda d: " ".join(f"{t}={l}x{h}" for t, (l, h) in sorted(d.items()))  # noqa: E731
-            raise HeadMaskError(
+            raise ResultFileError(
                 f"importance file {path} is for a model with {describe(shapes)}, "
                 f"not {describe(expected)}"
             )

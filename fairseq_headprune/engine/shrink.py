@@ -9,13 +9,15 @@ heads are recorded in the model's config as a head-mask spec
 before fairseq loads the weights.
 """
 
+from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 import torch
 
+from ..errors import CheckpointError, HeadMaskError, SettingsError
+from ..modules.masked_multihead_attention import head_layout, install_masked_attention
+from ..study.head_mask import HeadMask, parse_head_mask
 from .checkpoint_info import config_value
-from .head_mask import HeadMask, HeadMaskError, parse_head_mask
-from .masked_multihead_attention import head_layout, install_masked_attention
 
 PRUNED_HEADS_KEY = "headprune_pruned_heads"
 
@@ -156,3 +158,68 @@ def state_parameter_counts(weights: Dict[str, torch.Tensor], layout) -> Dict[str
         if tensor.is_floating_point() and not key.endswith((".version", "_float_tensor"))
     )
     return counts
+
+
+# ---- a whole checkpoint -------------------------------------------------------
+
+
+@dataclass
+class ShrinkOutcome:
+    """What ``shrink_checkpoint`` removed and how much smaller the model got."""
+
+    removed: int  # heads removed
+    total: int  # heads the model had
+    spec: str  # the removed heads, as recorded in the new checkpoint
+    recorded: Optional[str]  # the mask the checkpoint had been fine-tuned with, removed too
+    report: List[str]  # TSV lines: part, parameters before, after, fraction removed
+
+
+def shrink_checkpoint(path: str, out: str, spec: str) -> ShrinkOutcome:
+    """Write ``out``: ``path`` with the heads ``spec`` masks (and those it recorded) removed."""
+    import os
+
+    from ..study.files import atomic_path
+    from ..study.head_mask import combine_masks, count_masked, head_mask_to_spec
+    from .checkpoint_info import (
+        HEAD_MASK_KEY,
+        load_checkpoint_state,
+        model_config_object,
+        record_config_value,
+        state_head_layout,
+    )
+
+    if os.path.exists(out) and os.path.samefile(out, path) or os.path.abspath(out) == os.path.abspath(path):
+        raise SettingsError(f"--out {out} is the input checkpoint; write the pruned model elsewhere")
+    state = load_checkpoint_state(path)
+    config = model_config_object(state)
+    if config is None:
+        raise CheckpointError(f"{path} has no model config (neither cfg nor args)")
+    previous = pruned_heads_of(config)
+    if previous:
+        raise CheckpointError(
+            f"{path} already has heads removed ({previous}); shrink the original checkpoint "
+            "with every head to remove"
+        )
+    layout = state_head_layout(state)
+    head_mask = parse_head_mask(spec, layout)
+    recorded = config_value(config, HEAD_MASK_KEY)
+    if recorded:
+        # a model fine-tuned with heads masked: those heads go too, and the record with them
+        head_mask = combine_masks(parse_head_mask(recorded, layout), head_mask)
+    if count_masked(head_mask) == 0:
+        raise HeadMaskError(f"--head-mask {spec!r} removes no head")
+    before = state_parameter_counts(state["model"], layout)
+    shrink_state_dict(state["model"], head_mask)
+    after = state_parameter_counts(state["model"], layout)
+    removed_spec = head_mask_to_spec(head_mask)
+    record_config_value(config, PRUNED_HEADS_KEY, removed_spec)
+    if recorded:
+        record_config_value(config, HEAD_MASK_KEY, None)
+    # optimizer moments have the old shapes: fine-tune with --reset-optimizer
+    state["last_optimizer_state"] = None
+    with atomic_path(out) as temporary:
+        torch.save(state, temporary)
+    return ShrinkOutcome(
+        removed=count_masked(head_mask), total=sum(layers * heads for layers, heads in layout.values()),
+        spec=removed_spec, recorded=recorded, report=parameter_report(before, after),
+    )

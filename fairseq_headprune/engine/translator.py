@@ -1,45 +1,39 @@
-"""Translate one split under many head masks in one process, resumably.
+"""Translate one split under many head masks, with the model loaded once.
 
 ``SplitTranslator`` loads nothing itself: it takes the task and model that
-``evaluation.load_task_and_model`` built, batches the split exactly as
+``loading.load_task_and_model`` built, batches the split exactly as
 ``fairseq-generate`` does (same ``get_batch_iterator`` arguments, so the same
 batches), collates them once, and for every mask runs fairseq's own
 ``SequenceGenerator`` through ``task.inference_step`` and turns hypotheses and
 references into strings with fairseq's own post-processing. Tokenized BLEU
 statistics come from fairseq's C scorer on the same token ids
 ``fairseq-generate`` feeds it, so a configuration's BLEU is the number
-``fairseq-generate --head-mask SPEC`` prints.
-
-``run_sweep`` stores one JSON file per configuration (written atomically),
-next to a manifest that identifies the sweep (checkpoint hash, data, split,
-every generation option). A restarted sweep skips configurations whose file
-exists; a directory holding another sweep is refused.
+``fairseq-generate --head-mask SPEC`` prints. Several masks are translated
+together, each batch repeated once per mask (``translate_many``).
 """
 
 import contextlib
 import copy
-import functools
 import hashlib
 import json
 import logging
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
-from .atomic_files import remove_stale_temporaries, write_json
-from .bleu_stats import corpus_bleu, fairseq_scorer, fairseq_sentence_stats, sacrebleu_stats
-from .evaluation import StudyError, read_lines
-from .ablation import HeadConfig
-from .head_mask import HeadMask, combine_masks, head_mask_to_spec
+from ..errors import StudyError
+from ..study.bleu_stats import fairseq_scorer, fairseq_sentence_stats, sacrebleu_stats
+from ..study.files import file_sha256, read_lines
+from ..study.head_mask import HeadMask, head_mask_to_spec
+from ..study.metrics import SACREBLEU, TOKENIZED_BLEU
 
 logger = logging.getLogger(__name__)
 
-MANIFEST = "sweep.json"
-CONFIG_DIR = "configs"
+# version of the stored results; part of every sweep's identity
 FORMAT_VERSION = 1
 
 
@@ -55,26 +49,11 @@ class Translation:
 
     @property
     def bleu(self) -> float:
-        return corpus_bleu(self.fairseq_stats, "fairseq")
+        return TOKENIZED_BLEU.score(self.fairseq_stats)
 
     @property
     def sacrebleu(self) -> float:
-        return corpus_bleu(self.sacrebleu_stats, "sacrebleu")
-
-
-def file_sha256(path: str) -> str:
-    """SHA-256 of a file, computed once per file version (a checkpoint may be a gigabyte)."""
-    status = os.stat(path)
-    return _file_sha256(os.path.abspath(path), status.st_size, status.st_mtime_ns)
-
-
-@functools.lru_cache(maxsize=None)
-def _file_sha256(path: str, size: int, mtime_ns: int) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return SACREBLEU.score(self.sacrebleu_stats)
 
 
 class SplitTranslator:
@@ -83,7 +62,7 @@ class SplitTranslator:
     def __init__(self, cfg, task, model, split: str, detokenize: str = "auto", references: Optional[str] = None):
         from fairseq import utils
 
-        from .evaluation import load_split
+        from .loading import load_split
 
         self.cfg, self.task, self.model, self.split = cfg, task, model, split
         scoring = getattr(cfg.scoring, "_name", None)
@@ -224,7 +203,7 @@ class SplitTranslator:
         sentence's search is independent of the others in its batch, so this
         only saves the per-step overhead of small batches.
         """
-        from .masked_multihead_attention import head_mask_applied
+        from ..modules.masked_multihead_attention import head_mask_applied
 
         count = len(head_masks)
         hypotheses = [[None] * self.size for _ in range(count)]
@@ -371,7 +350,7 @@ def rows_follow_beam_search(model, row_masks: HeadMask):
     call (on this model instance only) applies the same ``new_order`` to the
     decoder's masks, so each row keeps its configuration's mask.
     """
-    from .masked_multihead_attention import attention_modules, head_mask_applied
+    from ..modules.masked_multihead_attention import attention_modules, head_mask_applied
 
     encoder = model.encoder
     decoder_modules = [m for (t, _), m in attention_modules(model).items() if t != "enc-enc"]
@@ -389,133 +368,3 @@ def rows_follow_beam_search(model, row_masks: HeadMask):
             yield
         finally:
             del encoder.reorder_encoder_out
-
-
-@dataclass
-class ConfigResult(Translation):
-    """A finished configuration as stored on disk."""
-
-    name: str = ""
-    spec: str = ""
-    labels: Dict[str, object] = field(default_factory=dict)
-
-    def to_dict(self) -> Dict[str, object]:
-        return {
-            "name": self.name,
-            "spec": self.spec,
-            "labels": self.labels,
-            "bleu": self.bleu,
-            "sacrebleu": self.sacrebleu,
-            "seconds": self.seconds,
-            "hypotheses": self.hypotheses,
-            "detokenized": None if self.detokenized == self.hypotheses else self.detokenized,
-            "fairseq_stats": self.fairseq_stats.tolist(),
-            "sacrebleu_stats": self.sacrebleu_stats.tolist(),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Dict[str, object]) -> "ConfigResult":
-        """``bleu`` and ``sacrebleu`` are stored for readers; they come back from the statistics."""
-        return cls(
-            name=data["name"],
-            spec=data["spec"],
-            labels=data["labels"],
-            seconds=data["seconds"],
-            hypotheses=data["hypotheses"],
-            detokenized=data["detokenized"] if data["detokenized"] is not None else data["hypotheses"],
-            fairseq_stats=np.asarray(data["fairseq_stats"], dtype=np.int64),
-            sacrebleu_stats=np.asarray(data["sacrebleu_stats"], dtype=np.int64),
-        )
-
-
-def first_difference(old: Dict[str, object], new: Dict[str, object]) -> Optional[str]:
-    for key in sorted(set(old) | set(new)):
-        if old.get(key) != new.get(key):
-            if isinstance(old.get(key), dict) and isinstance(new.get(key), dict):
-                inner = first_difference(old[key], new[key])
-                return f"{key}.{inner}"
-            return f"{key}: {old.get(key)!r} there, {new.get(key)!r} now"
-    return None
-
-
-def open_sweep_dir(out_dir: str, identity: Dict[str, object], references: Sequence[str]) -> None:
-    """Create the sweep directory, or check that it holds this very sweep."""
-    manifest = os.path.join(out_dir, MANIFEST)
-    if os.path.exists(manifest):
-        try:
-            with open(manifest, encoding="utf-8") as stream:
-                old = json.load(stream)["identity"]
-        except (OSError, ValueError, KeyError) as error:
-            raise StudyError(f"{manifest} is not a sweep manifest ({error}); use another output directory")
-        difference = first_difference(old, identity)
-        if difference is not None:
-            raise StudyError(
-                f"{out_dir} holds the results of a different sweep ({difference}); "
-                "use another output directory"
-            )
-        remove_stale_temporaries(os.path.join(out_dir, CONFIG_DIR))
-        return
-    if os.path.isdir(out_dir) and os.listdir(out_dir):
-        raise StudyError(f"{out_dir} is not empty and holds no sweep; use another output directory")
-    os.makedirs(os.path.join(out_dir, CONFIG_DIR), exist_ok=True)
-    write_json({"identity": identity, "references": list(references)}, manifest)
-
-
-def config_path(out_dir: str, name: str) -> str:
-    return os.path.join(out_dir, CONFIG_DIR, name + ".json")
-
-
-def load_config_result(out_dir: str, name: str) -> Optional[ConfigResult]:
-    path = config_path(out_dir, name)
-    if not os.path.exists(path):
-        return None
-    with open(path, encoding="utf-8") as stream:
-        return ConfigResult.from_dict(json.load(stream))
-
-
-def run_sweep(
-    translator: SplitTranslator,
-    configs: Sequence[HeadConfig],
-    out_dir: str,
-    identity: Dict[str, object],
-    base_mask: Optional[HeadMask] = None,
-    progress: bool = True,
-    configs_per_batch: int = 1,
-) -> Dict[str, ConfigResult]:
-    """Every configuration's result, translating only those not stored yet."""
-    from tqdm import tqdm
-
-    names = [c.name for c in configs]
-    if len(set(names)) != len(names):
-        raise StudyError("two configurations share a name")
-    open_sweep_dir(out_dir, identity, translator.sacrebleu_references)
-    results: Dict[str, ConfigResult] = {}
-    todo = []
-    for config in configs:
-        stored = load_config_result(out_dir, config.name)
-        if stored is not None:
-            results[config.name] = stored
-        else:
-            todo.append(config)
-    bar = tqdm(
-        total=len(configs), initial=len(configs) - len(todo), desc=f"{translator.split}",
-        unit="config", disable=not progress, leave=False, dynamic_ncols=True,
-    )
-    # the unmasked baseline runs alone (fairseq's fused attention path, as fairseq-generate);
-    # masked configurations run configs_per_batch at a time
-    chunks = [[c] for c in todo if c.head_mask is None and base_mask is None]
-    masked = [c for c in todo if not (c.head_mask is None and base_mask is None)]
-    size = max(1, configs_per_batch)
-    chunks += [masked[i:i + size] for i in range(0, len(masked), size)]
-    try:
-        for chunk in chunks:
-            translations = translator.translate_many([combine_masks(base_mask, c.head_mask) for c in chunk])
-            for config, translation in zip(chunk, translations):
-                result = ConfigResult(name=config.name, spec=config.spec, labels=config.labels, **vars(translation))
-                write_json(result.to_dict(), config_path(out_dir, config.name))
-                results[config.name] = result
-                bar.update(1)
-    finally:
-        bar.close()
-    return results
-

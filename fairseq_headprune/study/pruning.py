@@ -3,27 +3,35 @@
 Michel et al. (2019, sections 4.2 and 5) prune heads in steps of 10% of the
 heads, in order of increasing importance, over the whole model or one
 attention type at a time. Budhraja et al. (2020) prune at random: a random
-order, or heads drawn at random within per-layer budgets (their ``888444``
-strings: heads kept in each layer) or per-type totals (their ``(14,31,30)``
-triples: heads kept in Enc-Enc, Enc-Dec and Dec-Dec). Which heads each
+order here, or heads drawn within budgets (``budgets.py``). Which heads each
 step masks is decided here, from scores and seeds; nothing here touches
 fairseq.
 """
 
+import csv
 import hashlib
+import json
 import math
-import re
+import os
 import zlib
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
-from .head_mask import ATTENTION_TYPES, HeadLayout, HeadMask, HeadMaskError, full_mask, head_mask_to_spec
+from ..constants import (
+    ATTENTION_TYPES,
+    DEFAULT_MAX_PERCENT,
+    DEFAULT_PRUNING_SEED,
+    DEFAULT_STEP_PERCENT,
+    ORDERS,
+    SCOPES,
+    TYPE_TITLES,
+)
+from ..errors import HeadMaskError, ResultFileError, SettingsError
+from .head_mask import HeadLayout, HeadMask, full_mask, head_mask_to_spec
 
-SCOPES = ("all",) + ATTENTION_TYPES
-ORDERS = ("importance", "iterative", "ablation", "random")
 ORDER_TITLES = {
     "importance": "importance (estimated once)",
     "iterative": "importance (re-estimated each step)",
@@ -50,7 +58,7 @@ def heads_in_scope(layout: HeadLayout, scope: str) -> List[Head]:
     ]
 
 
-def step_counts(total: int, step_percent: float = 10.0, max_percent: float = 90.0) -> List[int]:
+def step_counts(total: int, step_percent: float = DEFAULT_STEP_PERCENT, max_percent: float = DEFAULT_MAX_PERCENT) -> List[int]:
     """Heads pruned at each level: ``ceil(k * step_percent% of total)`` for k = 0, 1, ...
 
     Level k prunes k steps' worth of the heads, rounded up (the paper's 10%
@@ -58,11 +66,11 @@ def step_counts(total: int, step_percent: float = 10.0, max_percent: float = 90.
     of the heads whatever their number.
     """
     if total <= 0:
-        raise ValueError("no heads to prune")
+        raise SettingsError("no heads to prune")
     if not 0 < step_percent <= 100:
-        raise ValueError(f"the step must be in (0, 100] percent, got {step_percent:g}")
+        raise SettingsError(f"the step must be in (0, 100] percent, got {step_percent:g}")
     if not 0 <= max_percent <= 100:
-        raise ValueError(f"the largest pruning level must be in [0, 100] percent, got {max_percent:g}")
+        raise SettingsError(f"the largest pruning level must be in [0, 100] percent, got {max_percent:g}")
     levels = int(math.floor(max_percent / step_percent + 1e-9))
     counts = [min(total, math.ceil(k * step_percent * total / 100 - 1e-9)) for k in range(levels + 1)]
     return sorted(set(counts))
@@ -169,112 +177,87 @@ def curve_steps(
     ]
 
 
-# ----------------------------------------------------------------------------- budgets
+# (pruned heads, progress description) -> raw importance of every head with those heads pruned
+ImportanceOf = Callable[[List[Head], str], Dict[str, torch.Tensor]]
 
 
-@dataclass
-class Budget:
-    """Budhraja et al.'s structured random configurations: heads kept, per layer or per type."""
+def iterative_steps(
+    layout: HeadLayout, scope: str, counts: Sequence[int], importance_of: ImportanceOf, normalize: bool = True,
+) -> List[PruneStep]:
+    """Each step prunes the least important remaining heads, importance re-estimated on the pruned model.
 
-    label: str  # as the user wrote it, normalised
-    per_layer: Optional[Dict[str, List[int]]] = None
-    per_type: Optional[Dict[str, int]] = None
-
-    @property
-    def kind(self) -> str:
-        return "per-layer" if self.per_layer is not None else "per-type"
-
-    def kept(self, layout: HeadLayout) -> Dict[str, int]:
-        if self.per_type is not None:
-            return dict(self.per_type)
-        return {t: sum(counts) for t, counts in self.per_layer.items()}
-
-    def pruned_percent(self, layout: HeadLayout) -> float:
-        total = sum(layers * heads for layers, heads in layout.values())
-        return 100.0 * (total - sum(self.kept(layout).values())) / total
-
-
-def _types_with_layers(layout: HeadLayout) -> List[str]:
-    return [t for t in ATTENTION_TYPES if t in layout]
-
-
-def parse_layer_budget(text: str, layout: HeadLayout) -> Budget:
-    """``"888444 444888 888444"``: heads kept in each layer of Enc-Enc, Enc-Dec, Dec-Dec.
-
-    A group is one digit per layer, or comma-separated numbers for models
-    with ten heads or more (``"16,16,8,8,4,4 ..."``).
+    Michel et al. (section 4.2) estimate I_h once; re-estimating after every
+    step is the iterative variant they mention. ``importance_of(pruned, ...)``
+    estimates on the model with ``pruned`` masked (``[]``: the unpruned model).
     """
-    types = _types_with_layers(layout)
-    groups = text.replace("/", " ").split()
-    if len(groups) != len(types):
-        raise HeadMaskError(
-            f"layer budget {text!r} has {len(groups)} groups; the model needs {len(types)} "
-            f"({', '.join(types)}), e.g. {' '.join(str(layout[t][1]) * layout[t][0] for t in types)!r}"
-        )
-    per_layer = {}
-    for attention_type, group in zip(types, groups):
-        layers, heads = layout[attention_type]
-        if "," in group:
-            items = group.split(",")
-        elif group.isdigit():
-            items = list(group)
+    candidates = heads_in_scope(layout, scope)
+    pruned: List[Head] = []
+    steps = []
+    for step, count in enumerate(counts):
+        if count > len(pruned):
+            description = "importance" if not pruned else f"importance {scope} step {step}/{len(counts) - 1}"
+            importance = importance_of(list(pruned), description)
+            remaining = [h for h in candidates if h not in set(pruned)]
+            pruned += ascending(importance_scores(importance, normalize), remaining)[: count - len(pruned)]
+        steps.append(PruneStep(scope, "iterative", None, step, count, len(candidates), pruning_mask(layout, pruned)))
+    return steps
+
+
+def plan_curves(
+    layout: HeadLayout,
+    orders: Sequence[str],
+    scopes: Sequence[str],
+    importance_of: Optional[ImportanceOf] = None,
+    normalize: bool = True,
+    step_percent: float = DEFAULT_STEP_PERCENT,
+    max_percent: float = DEFAULT_MAX_PERCENT,
+    ablation_rows: Optional[Sequence[Dict[str, object]]] = None,
+    ablation_source: str = "--ablation",
+    draws: int = 1,
+    seed: int = DEFAULT_PRUNING_SEED,
+) -> List[PruneStep]:
+    """Every step of every requested curve (scope x order, and draw for random), with its mask."""
+    steps: List[PruneStep] = []
+    once = importance_of([], "importance") if {"importance", "iterative"} & set(orders) else None
+    for scope in scopes:
+        candidates = heads_in_scope(layout, scope)
+        counts = step_counts(len(candidates), step_percent, max_percent)
+        for order in orders:
+            if order == "importance":
+                steps += curve_steps(layout, scope, order, ascending(importance_scores(once, normalize), candidates), counts)
+            elif order == "ablation":
+                scores = ablation_scores(ablation_rows, layout, scope, ablation_source)
+                steps += curve_steps(layout, scope, order, ascending(scores, candidates), counts)
+            elif order == "random":
+                for draw in range(1, draws + 1):
+                    steps += curve_steps(layout, scope, order, random_order(candidates, seed, draw, scope), counts, draw=draw)
+            elif order == "iterative":
+                reuse_once = lambda pruned, text: once if not pruned else importance_of(pruned, text)  # noqa: E731
+                steps += iterative_steps(layout, scope, counts, reuse_once, normalize)
+            else:
+                raise SettingsError(f"--orders: unknown value {order!r} (expected {', '.join(ORDERS)})")
+    return steps
+
+
+def read_ablation_rows(path: str) -> List[Dict[str, object]]:
+    """Rows of an ``ablate --mode single`` result (single.json or single.tsv), for the ablation order."""
+    if not os.path.isfile(path):
+        raise ResultFileError(f"--ablation file not found: {path}")
+    try:
+        if path.endswith(".json"):
+            with open(path, encoding="utf-8") as stream:
+                rows = json.load(stream)["rows"]
         else:
-            items = [group]
-        if not all(item.isdigit() for item in items):
-            raise HeadMaskError(f"layer budget {text!r}: {group!r} is not a list of head counts")
-        counts = [int(item) for item in items]
-        if len(counts) != layers:
-            raise HeadMaskError(
-                f"layer budget {text!r}: {attention_type} group {group!r} gives {len(counts)} layers, "
-                f"the model has {layers}"
-            )
-        for layer, count in enumerate(counts, start=1):
-            if count > heads:
-                raise HeadMaskError(
-                    f"layer budget {text!r}: {attention_type} layer {layer} keeps {count} heads, "
-                    f"the model has {heads} per layer"
-                )
-        per_layer[attention_type] = counts
-    return Budget(" ".join(groups), per_layer=per_layer)
-
-
-def parse_type_budget(text: str, layout: HeadLayout) -> Budget:
-    """``"(14,31,30)"``: heads kept in all of Enc-Enc, Enc-Dec and Dec-Dec."""
-    types = _types_with_layers(layout)
-    inner = text.strip()
-    if inner.startswith("(") and inner.endswith(")"):
-        inner = inner[1:-1]
-    items = [item.strip() for item in re.split(r"[,\s]+", inner.strip()) if item.strip()]
-    if len(items) != len(types) or not all(item.isdigit() for item in items):
-        raise HeadMaskError(
-            f"type budget {text!r}: expected {len(types)} head counts ({', '.join(types)}), e.g. '(14,31,30)'"
-        )
-    per_type = {}
-    for attention_type, item in zip(types, items):
-        layers, heads = layout[attention_type]
-        if int(item) > layers * heads:
-            raise HeadMaskError(
-                f"type budget {text!r}: {attention_type} keeps {item} heads, the model has {layers * heads}"
-            )
-        per_type[attention_type] = int(item)
-    return Budget("(" + ",".join(items) + ")", per_type=per_type)
-
-
-def budget_mask(budget: Budget, layout: HeadLayout, seed: int, draw: int) -> HeadMask:
-    """Heads kept at random within the budget, reproducible from (seed, draw, budget)."""
-    head_mask = {t: torch.zeros(layers, heads) for t, (layers, heads) in layout.items()}
-    rng = np.random.default_rng([seed, draw, zlib.crc32(budget.label.encode())])
-    for attention_type in _types_with_layers(layout):
-        layers, heads = layout[attention_type]
-        if budget.per_layer is not None:
-            for layer, count in enumerate(budget.per_layer[attention_type]):
-                kept = rng.choice(heads, size=count, replace=False)
-                head_mask[attention_type][layer, torch.as_tensor(kept, dtype=torch.long)] = 1.0
-        else:
-            kept = rng.choice(layers * heads, size=budget.per_type[attention_type], replace=False)
-            flat = head_mask[attention_type].view(-1)
-            flat[torch.as_tensor(kept, dtype=torch.long)] = 1.0
-    return head_mask
+            with open(path, encoding="utf-8", newline="") as stream:
+                rows = list(csv.DictReader(stream, delimiter="\t"))
+            for row in rows:
+                row["layer"], row["head"] = int(row["layer"]), int(row["head"])
+                row["delta"] = float(row["delta"])
+        for row in rows:
+            float(row["delta"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ResultFileError(f"--ablation {path} is not an ablate --mode single result ({error})")
+    return rows
 
 
 # ----------------------------------------------------------------------------- summaries
@@ -313,28 +296,6 @@ def summarize_curves(rows: Sequence[Dict[str, object]]) -> List[Dict[str, object
 def summarize_budgets(rows: Sequence[Dict[str, object]]) -> List[Dict[str, object]]:
     """One row per budget: BLEU mean and standard deviation over draws."""
     return _summarize(rows, ("budget",), ("kind", "percent"))
-
-
-@dataclass
-class DynamicsGrid:
-    """Dynamics rows as epochs x pruning levels."""
-
-    epochs: List[int]
-    levels: List[int]  # 0 is the unpruned model
-    percent: Dict[int, float]  # level -> % of the heads pruned
-    cell: Dict[Tuple[int, int], Dict[str, object]]  # (epoch, level) -> row
-
-    def unpruned_bleu(self, epoch: int) -> float:
-        return self.cell[(epoch, self.levels[0])]["unpruned_bleu"]
-
-
-def dynamics_grid(rows: Sequence[Dict[str, object]]) -> DynamicsGrid:
-    return DynamicsGrid(
-        epochs=sorted({r["epoch"] for r in rows}),
-        levels=sorted({r["level"] for r in rows}),
-        percent={r["level"]: r["percent"] for r in rows},
-        cell={(r["epoch"], r["level"]): r for r in rows},
-    )
 
 
 def markdown_curves(summary: Sequence[Dict[str, object]], baseline_bleu: float, caption: str) -> str:
@@ -382,6 +343,4 @@ def markdown_budgets(summary: Sequence[Dict[str, object]], baseline_bleu: float,
 
 
 def _scope_title(scope: str) -> str:
-    from .ablation import TYPE_TITLES
-
     return "All attention types" if scope == "all" else TYPE_TITLES[scope]

@@ -57,15 +57,15 @@ def _legacy_model_state(model_state: Dict[str, torch.Tensor]) -> Dict[str, torch
 def write_legacy_checkpoint(source_path: str, out_path: str, **extra_args: Any) -> None:
     """Save the model of a fairseq-train checkpoint in the released model's format."""
     state = load_checkpoint_state(source_path)
-    args = dict(_LEGACY_TRAINING_ARGS)
-    args.update(model_config(state))
+    namespace_fields = dict(_LEGACY_TRAINING_ARGS)
+    namespace_fields.update(model_config(state))
     task_config = state["cfg"]["task"] if state.get("cfg") else {}
     for name in ("source_lang", "target_lang", "max_source_positions", "max_target_positions"):
         if name in task_config:
-            args[name] = task_config[name]
-    args.update(extra_args)
+            namespace_fields[name] = task_config[name]
+    namespace_fields.update(extra_args)
     legacy_state = {
-        "args": Namespace(**args),
+        "args": Namespace(**namespace_fields),
         "model": _legacy_model_state(state["model"]),
         "optimizer_history": [
             {

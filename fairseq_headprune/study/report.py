@@ -11,11 +11,12 @@ import os
 import re
 from typing import Dict, List, Optional
 
-from .atomic_files import write_text
-from .evaluation import StudyError
-from .head_mask import ATTENTION_TYPES
+from ..constants import ATTENTION_TYPES
+from ..errors import StudyError
+from .files import write_text
 
 REPORT = "report.md"
+DEFAULT_TITLE = "fairseq-headprune study"
 
 
 class _Study:
@@ -244,7 +245,7 @@ SECTIONS = [
 ]
 
 
-def write_report(directory: str, title: str = "fairseq-headprune study") -> str:
+def write_report(directory: str, title: str = DEFAULT_TITLE) -> str:
     """Write ``directory/report.md`` from the result files there; returns its path."""
     if not os.path.isdir(directory):
         raise StudyError(f"study directory not found: {directory}")
@@ -267,22 +268,3 @@ def write_report(directory: str, title: str = "fairseq-headprune study") -> str:
     path = os.path.join(directory, REPORT)
     write_text("".join(parts), path)
     return path
-
-
-def command_report(args) -> int:
-    path = write_report(args.directory, args.title)
-    print(f"wrote\t{path}")
-    return 0
-
-
-def add_parser(commands) -> None:
-    report = commands.add_parser(
-        "report",
-        help="one Markdown report of a study directory (tables, figures, commands)",
-        description="Write DIR/report.md from the results in DIR (generate/, importance/, ablation/, "
-        "pruning/, shrink/, dynamics/, as scripts/run_demo.sh lays them out): every table and figure, "
-        "each with a sentence on how to read it and the command that made it (from DIR/commands/).",
-    )
-    report.add_argument("directory", metavar="DIR", help="study directory (e.g. results/demo)")
-    report.add_argument("--title", default="fairseq-headprune study", help="report title")
-    report.set_defaults(handler=command_report)

@@ -6,7 +6,7 @@ resamples of hundreds of configurations take seconds.
 
 Every statistics array has one row per sentence and the columns
 ``STAT_COLUMNS``. Three BLEU definitions are kept apart, each reproducing one
-tool exactly:
+tool exactly (``metrics.py`` makes each a metric object):
 
 - ``fairseq``: fairseq's ``bleu`` scorer (tokenized BLEU, the number
   ``fairseq-generate`` prints; no smoothing). Statistics come from fairseq's
@@ -28,7 +28,6 @@ STAT_COLUMNS = (
     "match1", "match2", "match3", "match4",
     "total1", "total2", "total3", "total4",
 )
-DEFINITIONS = ("fairseq", "sacrebleu", "compare-mt")
 ORDER = 4
 
 
@@ -104,28 +103,8 @@ def compare_mt_stats(references: Sequence[str], hypotheses: Sequence[str]) -> np
     return np.asarray(rows, dtype=np.int64).reshape(-1, len(STAT_COLUMNS))
 
 
-def bleu_from_sums(sums: np.ndarray, definition: str) -> np.ndarray:
-    """BLEU (0-100) of each row of summed statistics, as ``definition`` computes it."""
-    sums = np.asarray(sums, dtype=np.float64)
-    single = sums.ndim == 1
-    sums = np.atleast_2d(sums)
-    if definition == "fairseq":
-        scores = _fairseq_bleu(sums)
-    elif definition == "compare-mt":
-        scores = _compare_mt_bleu(sums)
-    elif definition == "sacrebleu":
-        metric = sacrebleu_metric()
-        scores = np.array([metric._compute_score_from_stats(row).score for row in sums])
-    else:
-        raise ValueError(f"unknown BLEU definition {definition!r}; choose from {', '.join(DEFINITIONS)}")
-    return scores[0] if single else scores
-
-
-def corpus_bleu(stats: np.ndarray, definition: str) -> float:
-    return float(bleu_from_sums(np.asarray(stats).sum(axis=0), definition))
-
-
-def _fairseq_bleu(sums: np.ndarray) -> np.ndarray:
+def fairseq_bleu_from_sums(sums: np.ndarray) -> np.ndarray:
+    """fairseq's BLEU of each row of summed statistics (no smoothing)."""
     hyp_len, ref_len = sums[:, 0], sums[:, 1]
     matches, totals = sums[:, 2:2 + ORDER], sums[:, 2 + ORDER:]
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -135,7 +114,8 @@ def _fairseq_bleu(sums: np.ndarray) -> np.ndarray:
     return brevity * np.exp(log_sum / ORDER) * 100.0
 
 
-def _compare_mt_bleu(sums: np.ndarray) -> np.ndarray:
+def compare_mt_bleu_from_sums(sums: np.ndarray) -> np.ndarray:
+    """compare-mt's BLEU of each row of summed statistics, quirks included."""
     hyp_len, ref_len = sums[:, 0], sums[:, 1]
     matches, totals = sums[:, 2:2 + ORDER], sums[:, 2 + ORDER:]
     log_sum = np.zeros(len(sums))

@@ -27,10 +27,10 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from .bleu_stats import bleu_from_sums, corpus_bleu
+from ..constants import DEFAULT_ALPHA, DEFAULT_RESAMPLES, DEFAULT_SIGNIFICANCE_SEED, SIGNIFICANCE_TESTS
+from ..errors import SettingsError
+from .metrics import Metric
 
-TESTS = ("bootstrap", "compare-mt", "sacrebleu-bs", "sacrebleu-ar")
-DEFAULT_SEED = 12345
 
 
 @dataclass
@@ -38,22 +38,22 @@ class SignificanceSettings:
     """Everything that decides a test's outcome; written beside every result."""
 
     test: str = "bootstrap"
-    samples: int = 1000
-    seed: int = DEFAULT_SEED
+    samples: int = DEFAULT_RESAMPLES
+    seed: int = DEFAULT_SIGNIFICANCE_SEED
     sample_ratio: Optional[float] = None  # None: 1.0, or 0.5 for compare-mt
-    alpha: float = 0.01
+    alpha: float = DEFAULT_ALPHA
 
     def __post_init__(self):
-        if self.test not in TESTS:
-            raise ValueError(f"unknown test {self.test!r}; choose from {', '.join(TESTS)}")
+        if self.test not in SIGNIFICANCE_TESTS:
+            raise SettingsError(f"--test: unknown test {self.test!r}; choose from {', '.join(SIGNIFICANCE_TESTS)}")
         if self.samples <= 0:
-            raise ValueError(f"the number of resamples must be positive, got {self.samples}")
+            raise SettingsError(f"--samples: the number of resamples must be positive, got {self.samples}")
         if not 0.0 < self.alpha < 1.0:
-            raise ValueError(f"the significance level must be in (0, 1), got {self.alpha}")
+            raise SettingsError(f"--alpha: the significance level must be in (0, 1), got {self.alpha}")
         if self.sample_ratio is None:
             self.sample_ratio = 0.5 if self.test == "compare-mt" else 1.0
         if not 0.0 < self.sample_ratio <= 1.0:
-            raise ValueError(f"the sample ratio must be in (0, 1], got {self.sample_ratio}")
+            raise SettingsError(f"--sample-ratio: the sample ratio must be in (0, 1], got {self.sample_ratio}")
 
     def to_dict(self) -> Dict[str, object]:
         return asdict(self)
@@ -61,10 +61,10 @@ class SignificanceSettings:
 
 @dataclass
 class PairedResult:
-    """A system against the baseline; BLEU in the definition the test used."""
+    """A system against the baseline; scores in the metric the test resampled."""
 
-    bleu: float
-    baseline_bleu: float
+    score: float  # the system's, in the metric the test resampled
+    baseline_score: float
     delta: float
     p_value: float
     significant: bool
@@ -98,19 +98,19 @@ def resample_counts(n_sentences: int, settings: SignificanceSettings) -> np.ndar
     return counts.reshape(settings.samples, n_sentences).astype(np.float64)
 
 
-def resampled_bleu(stats: np.ndarray, counts: np.ndarray, definition: str) -> np.ndarray:
-    """BLEU of every resample: summed statistics are ``counts @ stats``."""
+def resampled_scores(stats: np.ndarray, counts: np.ndarray, metric: Metric) -> np.ndarray:
+    """The metric on every resample: summed statistics are ``counts @ stats``."""
     stats = np.asarray(stats, dtype=np.float64)
     if counts.shape[1] != len(stats):
         raise ValueError(f"resamples are over {counts.shape[1]} sentences, statistics over {len(stats)}")
-    return bleu_from_sums(counts @ stats, definition)
+    return metric.scores(counts @ stats)
 
 
 def paired_bootstrap(
     baseline_stats: np.ndarray,
     system_stats: np.ndarray,
     counts: np.ndarray,
-    definition: str,
+    metric: Metric,
     settings: SignificanceSettings,
     baseline_resampled: Optional[np.ndarray] = None,
 ) -> PairedResult:
@@ -118,20 +118,22 @@ def paired_bootstrap(
     if len(baseline_stats) != len(system_stats):
         raise ValueError(f"{len(system_stats)} system sentences for {len(baseline_stats)} baseline sentences")
     if baseline_resampled is None:
-        baseline_resampled = resampled_bleu(baseline_stats, counts, definition)
-    system_resampled = resampled_bleu(system_stats, counts, definition)
-    baseline_bleu = corpus_bleu(baseline_stats, definition)
-    bleu = corpus_bleu(system_stats, definition)
-    system_wins = float(np.mean(system_resampled > baseline_resampled))
-    baseline_wins = float(np.mean(system_resampled < baseline_resampled))
+        baseline_resampled = resampled_scores(baseline_stats, counts, metric)
+    system_resampled = resampled_scores(system_stats, counts, metric)
+    baseline_score = metric.score(baseline_stats)
+    score = metric.score(system_stats)
+    # a win is a resample on which a system scores better, in the metric's own direction
+    sign = 1.0 if metric.higher_is_better else -1.0
+    system_wins = float(np.mean(sign * system_resampled > sign * baseline_resampled))
+    baseline_wins = float(np.mean(sign * system_resampled < sign * baseline_resampled))
     ties = None
     if settings.test == "compare-mt":
         # compare-mt counts a tie whenever the first system (the baseline) is not worse
         ties = float(np.mean(~(baseline_resampled < system_resampled)))
         p_value = 1.0 - max(system_wins, baseline_wins)
-    elif bleu > baseline_bleu:
+    elif sign * score > sign * baseline_score:
         p_value = 1.0 - system_wins
-    elif bleu < baseline_bleu:
+    elif sign * score < sign * baseline_score:
         p_value = 1.0 - baseline_wins
     else:
         p_value = 1.0
@@ -139,9 +141,9 @@ def paired_bootstrap(
     low_index = int(len(ordered) * 0.025)
     high_index = min(int(len(ordered) * 0.975), len(ordered) - 1)
     return PairedResult(
-        bleu=bleu,
-        baseline_bleu=baseline_bleu,
-        delta=bleu - baseline_bleu,
+        score=score,
+        baseline_score=baseline_score,
+        delta=score - baseline_score,
         p_value=p_value,
         significant=p_value < settings.alpha,
         system_wins=system_wins,
@@ -193,8 +195,8 @@ def sacrebleu_paired_tests(
     for result in results[1:]:
         out.append(
             PairedResult(
-                bleu=result.score,
-                baseline_bleu=baseline_result.score,
+                score=result.score,
+                baseline_score=baseline_result.score,
                 delta=result.score - baseline_result.score,
                 p_value=float(result.p_value),
                 significant=float(result.p_value) < settings.alpha,

@@ -14,24 +14,20 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .atomic_files import atomic_text_file
-from .head_mask import ATTENTION_TYPES, NO_MASK_SPEC, HeadLayout, HeadMask, full_mask, head_mask_to_spec
+from ..constants import ATTENTION_TYPES, NO_MASK_SPEC, TYPE_TITLES
+from .files import atomic_text_file
+from .head_mask import HeadLayout, HeadMask, full_mask, head_mask_to_spec
+from .metrics import Metric
 from .significance import (
     PairedResult,
     SignificanceSettings,
     paired_bootstrap,
     resample_counts,
-    resampled_bleu,
+    resampled_scores,
     sacrebleu_paired_tests,
 )
 
-MODES = ("single", "all-but-one", "cross-domain")
 BASELINE = "baseline"
-TYPE_TITLES = {"enc-enc": "Enc-Enc", "enc-dec": "Enc-Dec", "dec-dec": "Dec-Dec"}
-BLEU_KINDS = {
-    "tokenized": "tokenized BLEU (fairseq's bleu scorer, as fairseq-generate prints)",
-    "sacrebleu": "detokenized sacreBLEU (13a)",
-}
 
 
 @dataclass
@@ -99,36 +95,46 @@ class ConfigScores:
     labels: Dict[str, object]
     bleu: float  # tokenized
     sacrebleu: float
-    stats: np.ndarray  # per-sentence statistics in the test's BLEU definition
+    stats: np.ndarray  # per-sentence statistics of the metric the test resamples
     hypotheses: Optional[List[str]] = None  # for sacreBLEU's own tests
-
-
-def test_definition(bleu: str, test: str) -> str:
-    """Which BLEU statistics a test resamples."""
-    if test == "compare-mt":
-        return "compare-mt"
-    return "fairseq" if bleu == "tokenized" else "sacrebleu"
 
 
 def compare_with_baseline(
     baseline: ConfigScores,
     systems: Sequence[ConfigScores],
     settings: SignificanceSettings,
-    definition: str,
+    metric: Metric,
     references: Optional[Sequence[str]] = None,
     tokenize: str = "13a",
 ) -> List[PairedResult]:
-    """Every system against the baseline, on one shared set of resamples."""
+    """Every system against the baseline, on one shared set of resamples.
+
+    ``metric`` is the one the test resamples (``Metric.for_test``); the
+    systems' ``stats`` are its statistics.
+    """
     if settings.test.startswith("sacrebleu"):
         return sacrebleu_paired_tests(
             references, baseline.hypotheses, [s.hypotheses for s in systems], settings, tokenize
         )
     counts = resample_counts(len(baseline.stats), settings)
-    baseline_resampled = resampled_bleu(baseline.stats, counts, definition)
+    baseline_resampled = resampled_scores(baseline.stats, counts, metric)
     return [
-        paired_bootstrap(baseline.stats, s.stats, counts, definition, settings, baseline_resampled)
+        paired_bootstrap(baseline.stats, s.stats, counts, metric, settings, baseline_resampled)
         for s in systems
     ]
+
+
+def text_scores(name: str, references: Sequence[str], hypotheses: Sequence[str], test_metric: Metric) -> ConfigScores:
+    """Scores of one system's hypothesis text (the significance command's files)."""
+    from .metrics import SACREBLEU, TOKENIZED_BLEU
+
+    statistics = {metric.name: metric.example_statistics(references, hypotheses) for metric in (TOKENIZED_BLEU, SACREBLEU)}
+    if test_metric.name not in statistics:
+        statistics[test_metric.name] = test_metric.example_statistics(references, hypotheses)
+    return ConfigScores(
+        name, "", {}, TOKENIZED_BLEU.score(statistics["tokenized"]), SACREBLEU.score(statistics["sacrebleu"]),
+        statistics[test_metric.name], list(hypotheses),
+    )
 
 
 def reported_bleu(scores: ConfigScores, bleu: str) -> float:
@@ -160,7 +166,7 @@ def result_rows(
                 "bleu_sacrebleu": system.sacrebleu,
                 "p_value": result.p_value,
                 "significant": bool(result.significant),
-                "test_bleu": result.bleu,
+                "test_bleu": result.score,
                 "ci_low": result.ci_low,
                 "ci_high": result.ci_high,
                 "system_wins": result.system_wins,
@@ -179,6 +185,99 @@ def best_per_layer(rows: Sequence[Dict[str, object]]) -> List[Dict[str, object]]
         if key not in best or row["bleu"] > best[key]["bleu"]:
             best[key] = row
     return [best[key] for key in sorted(best, key=lambda k: (ATTENTION_TYPES.index(k[0]), k[1]))]
+
+
+BEST_COLUMNS = ("attention_type", "layer", "head", "config", "bleu", "delta", "p_value", "significant")
+SELECTED_COLUMNS = {"head": "selected_head", "bleu": "selected_bleu", "delta": "selected_delta",
+                    "p_value": "selected_p_value", "significant": "selected_significant"}
+
+
+def best_heads(
+    rows: Sequence[Dict[str, object]],
+    select_rows: Optional[Sequence[Dict[str, object]]] = None,
+    select_split: Optional[str] = None,
+) -> Tuple[List[Dict[str, object]], List[Dict[str, object]], Optional[Dict[Tuple[str, int], Dict[str, object]]]]:
+    """Table 2 and its appendix-A variant: the best kept head per layer.
+
+    Returns the best rows of ``rows`` (chosen on the test split itself), the
+    table entries, and, when ``select_rows`` (the same sweep on another
+    split) is given, per (type, layer) the head chosen there with its score
+    on the test split (``selected``), so the choice is not made on the data
+    it is reported on.
+    """
+    best = best_per_layer(rows)
+    selected = None
+    if select_rows is not None:
+        by_name = {r["config"]: r for r in rows}
+        selected = {}
+        for chosen in best_per_layer(select_rows):
+            row = dict(by_name[chosen["config"]])
+            row["selected_on"] = select_split
+            selected[(row["attention_type"], row["layer"])] = row
+    entries = []
+    for row in best:
+        entry = {k: row[k] for k in BEST_COLUMNS}
+        if selected is not None:
+            chosen = selected[(row["attention_type"], row["layer"])]
+            entry.update({column: chosen[key] for key, column in SELECTED_COLUMNS.items()})
+        entries.append(entry)
+    return best, entries, selected
+
+
+def cross_domain_rows(rows: Sequence[Dict[str, object]], cross_rows: Sequence[Dict[str, object]]) -> List[Dict[str, object]]:
+    """Figure 2: each configuration's change on the test split beside its change on the shifted split."""
+    by_config = {r["config"]: r for r in cross_rows}
+    joined = []
+    for row in rows:
+        other = by_config[row["config"]]
+        joined.append(
+            {
+                "config": row["config"],
+                "attention_type": row["attention_type"],
+                "layer": row["layer"],
+                "head": row["head"],
+                "delta": row["delta"],
+                "p_value": row["p_value"],
+                "significant": row["significant"],
+                "cross_delta": other["delta"],
+                "cross_p_value": other["p_value"],
+                "cross_significant": other["significant"],
+            }
+        )
+    return joined
+
+
+def cross_domain_correlation(
+    joined: Sequence[Dict[str, object]],
+) -> Tuple[Tuple[float, float], Dict[str, Tuple[float, float]]]:
+    """Pearson (r, p) of the two splits' changes: over all heads, and per attention type present."""
+    overall = pearson([j["delta"] for j in joined], [j["cross_delta"] for j in joined])
+    per_type = {}
+    for attention_type in ATTENTION_TYPES:
+        subset = [j for j in joined if j["attention_type"] == attention_type]
+        if subset:
+            per_type[attention_type] = pearson([j["delta"] for j in subset], [j["cross_delta"] for j in subset])
+    return overall, per_type
+
+
+def markdown_cross_domain(
+    overall: Tuple[float, float], per_type: Dict[str, Tuple[float, float]], split: str, cross_split: str,
+    metric_description: str,
+) -> str:
+    lines = [
+        f"ΔBLEU per masked head on {split} and {cross_split} ({metric_description}).\n\n",
+        "| heads | Pearson r | p-value |\n|---|---:|---:|\n",
+        f"| all | {overall[0]:.3f} | {overall[1]:.3g} |\n",
+    ]
+    for attention_type, (type_r, type_p) in per_type.items():
+        lines.append(f"| {attention_type} | {type_r:.3f} | {type_p:.3g} |\n")
+    return "".join(lines)
+
+
+def ablation_summary(rows: Sequence[Dict[str, object]]) -> Tuple[int, Dict[str, object], Dict[str, object]]:
+    """(significant configurations, largest drop, largest gain) of a single-head sweep."""
+    significant = sum(1 for r in rows if r["significant"])
+    return significant, min(rows, key=lambda r: r["delta"]), max(rows, key=lambda r: r["delta"])
 
 
 def pearson(x: Sequence[float], y: Sequence[float]) -> Tuple[float, float]:

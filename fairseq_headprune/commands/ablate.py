@@ -1,0 +1,81 @@
+"""``fairseq-headprune ablate``: the ablation studies of Michel et al. section 3."""
+
+import argparse
+
+from ..constants import ABLATION_MODES
+from ..study.ablation import ablation_summary
+from ..study.settings import AblationSettings, parse_types
+from .common import add_study_inputs, add_sweep_arguments, sweep_settings
+
+
+def settings_from(args: argparse.Namespace) -> AblationSettings:
+    return AblationSettings(
+        sweep=sweep_settings(args, args.path), mode=args.mode, types=parse_types(args.types), heads=args.heads,
+        select_subset=args.select_subset, cross_subset=args.cross_subset, cross_data=args.cross_data,
+    )
+
+
+def command_ablate(args: argparse.Namespace) -> int:
+    from ..engine.ablate_study import run_ablation
+
+    settings = settings_from(args)
+    outcome = run_ablation(settings)
+    alpha = settings.sweep.test.alpha
+    if settings.mode == "all-but-one":
+        print(f"baseline BLEU {outcome.baseline_bleu:.2f} on {outcome.split}; best ΔBLEU per layer when one head is kept:")
+        for entry in outcome.best:
+            line = f"  {entry['attention_type']}\tlayer {entry['layer']}\thead {entry['head']}\t{entry['delta']:+.2f}"
+            if settings.select_subset:
+                line += f"\tchosen on {settings.select_subset}: head {entry['selected_head']} {entry['selected_delta']:+.2f}"
+            print(line)
+        print(f"wrote\t{outcome.written[0]}")
+        return 0
+    significant, worst, best = ablation_summary(outcome.rows)
+    print(f"baseline BLEU {outcome.baseline_bleu:.2f}; {len(outcome.rows)} heads masked one at a time; "
+          f"{significant} significant at p < {alpha:g}")
+    print(f"largest drop  {worst['delta']:+.2f}  {worst['config']} (p = {worst['p_value']:.3g})")
+    print(f"largest gain  {best['delta']:+.2f}  {best['config']} (p = {best['p_value']:.3g})")
+    print(f"wrote\t{outcome.written[0]}")
+    if outcome.pearson is not None:
+        r, p = outcome.pearson
+        print(f"cross-domain: Pearson r = {r:.3f} (p = {p:.3g}) between ΔBLEU on {outcome.split} and on {outcome.cross_split}")
+        print(f"wrote\t{outcome.written[1]}")
+    return 0
+
+
+def add_parser(commands) -> None:
+    ablate = commands.add_parser(
+        "ablate",
+        help="ablation sweeps with paired-bootstrap significance (paper section 3)",
+        description="Translate a split with fairseq's SequenceGenerator under many head masks, "
+        "loading the model once: every head masked alone (--mode single, Table 1), every "
+        "head kept alone in its layer (--mode all-but-one, Table 2), or the single-head "
+        "sweep on two test sets (--mode cross-domain, Figure 2). Every configuration is "
+        "tested against the unmasked model. Results are stored per configuration as they "
+        "finish: a rerun continues where it stopped. Any other option is passed to "
+        "fairseq-generate's parser (--beam, --lenpen, --remove-bpe, --batch-size, "
+        "--max-tokens, --tokenizer, --bpe, ...).",
+    )
+    add_study_inputs(ablate)
+    ablate.add_argument("--path", required=True, metavar="CKPT", help="fairseq checkpoint")
+    ablate.add_argument("--mode", choices=ABLATION_MODES, default="single", help="which study (default: single)")
+    ablate.add_argument(
+        "--types", metavar="TYPES",
+        help="attention types to ablate, e.g. 'enc-dec' or 'E,D' (default: all three)",
+    )
+    ablate.add_argument(
+        "--heads", metavar="SPEC",
+        help="single/cross-domain: ablate only the heads this spec selects, e.g. 'E:1:* A:6:1-4'",
+    )
+    ablate.add_argument(
+        "--select-subset", metavar="SPLIT",
+        help="all-but-one: also choose each layer's best head on SPLIT and report its "
+        "score on --gen-subset (the paper's appendix A)",
+    )
+    ablate.add_argument("--cross-subset", metavar="SPLIT", help="cross-domain: the out-of-domain test split")
+    ablate.add_argument(
+        "--cross-data", metavar="DIR",
+        help="cross-domain: data directory of --cross-subset (default: DATA; same dictionaries)",
+    )
+    add_sweep_arguments(ablate)
+    ablate.set_defaults(handler=command_ablate, accepts_fairseq_args=True)

@@ -1,0 +1,155 @@
+"""Options and plumbing the sub-commands share, and their conversion to settings.
+
+Each option group has one ``add_*`` function that declares it and one
+``*_settings`` function that turns the parsed values into the typed settings
+of ``study/settings.py``; the layers below never see the namespace.
+"""
+
+import argparse
+from typing import List
+
+from ..constants import (
+    DEFAULT_ALPHA,
+    DEFAULT_CONFIGS_PER_BATCH,
+    DEFAULT_GRANULARITY,
+    DEFAULT_MAX_PERCENT,
+    DEFAULT_RESAMPLES,
+    DEFAULT_SIGNIFICANCE_SEED,
+    DEFAULT_STEP_PERCENT,
+    GRANULARITIES,
+    SIGNIFICANCE_TESTS,
+)
+from ..study.metrics import BLEU_METRICS
+from ..study.settings import DETOKENIZERS, CurveSettings, ImportanceSettings, SweepSettings
+from ..study.significance import SignificanceSettings
+
+
+def add_test_arguments(parser: argparse.ArgumentParser) -> None:
+    """The reported BLEU and the paired significance test (ablate, prune, dynamics, significance)."""
+    group = parser.add_argument_group("significance test")
+    group.add_argument(
+        "--bleu", choices=sorted(BLEU_METRICS), default="tokenized",
+        help="BLEU to report and test: tokenized (fairseq's bleu scorer on the tokenized "
+        "output, the paper's text; default) or sacrebleu (detokenized, 13a; what the "
+        "authors' released scripts ran)",
+    )
+    group.add_argument(
+        "--test", choices=SIGNIFICANCE_TESTS, default="bootstrap",
+        help="bootstrap: Koehn's paired bootstrap with full-size resamples (default); "
+        "compare-mt: compare-mt's exact procedure (half-size resamples, its BLEU, its "
+        "p = 1 - max win fraction); sacrebleu-bs / sacrebleu-ar: sacreBLEU's paired "
+        "bootstrap / approximate randomisation",
+    )
+    group.add_argument(
+        "--samples", type=int, default=DEFAULT_RESAMPLES,
+        help=f"resamples (or AR trials); default {DEFAULT_RESAMPLES}",
+    )
+    group.add_argument(
+        "--seed", type=int, default=DEFAULT_SIGNIFICANCE_SEED,
+        help=f"resampling seed (default {DEFAULT_SIGNIFICANCE_SEED})",
+    )
+    group.add_argument(
+        "--sample-ratio", type=float,
+        help="fraction of the sentences in each resample (default 1.0; 0.5 for --test compare-mt)",
+    )
+    group.add_argument(
+        "--alpha", type=float, default=DEFAULT_ALPHA, help=f"significance level (default {DEFAULT_ALPHA:g})"
+    )
+
+
+def test_settings(args: argparse.Namespace) -> SignificanceSettings:
+    return SignificanceSettings(
+        test=args.test, samples=args.samples, seed=args.seed, sample_ratio=args.sample_ratio, alpha=args.alpha
+    )
+
+
+def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of every command that translates a split under many masks (ablate, prune, dynamics)."""
+    parser.add_argument(
+        "--sacrebleu-detokenize", choices=DETOKENIZERS, default="auto",
+        help="how output becomes detokenized text for sacreBLEU: auto (Moses detokenizer "
+        "unless fairseq's --tokenizer already detokenizes; default), moses, none",
+    )
+    parser.add_argument(
+        "--references", metavar="FILE",
+        help="raw (detokenized) references of --gen-subset, one per line in corpus order, "
+        "for --bleu sacrebleu (default: the data's target side, detokenized)",
+    )
+    parser.add_argument(
+        "--configs-per-batch", type=int, default=DEFAULT_CONFIGS_PER_BATCH, metavar="K",
+        help="translate K masked configurations together, each batch repeated K times "
+        f"(default {DEFAULT_CONFIGS_PER_BATCH}; memory grows like a K times larger batch; 1: one at a time)",
+    )
+    add_test_arguments(parser)
+    add_device_arguments(parser)
+
+
+def add_device_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cpu", action="store_true", help="run on the CPU even if a GPU is present")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def sweep_settings(args: argparse.Namespace, checkpoint: str) -> SweepSettings:
+    """``checkpoint``: --path (ablate, prune), or the directory of epoch checkpoints (dynamics)."""
+    return SweepSettings(
+        data=args.data, checkpoint=checkpoint, out_dir=args.out_dir, gen_subset=args.gen_subset,
+        bleu=args.bleu, test=test_settings(args), detokenize=args.sacrebleu_detokenize,
+        references=args.references, configs_per_batch=args.configs_per_batch, cpu=args.cpu,
+        progress=not args.no_progress, generation_args=list(args.fairseq_args),
+    )
+
+
+def add_curve_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of the importance-ordered pruning curve (prune and dynamics)."""
+    parser.add_argument(
+        "--step-percent", type=float, default=DEFAULT_STEP_PERCENT,
+        help=f"pruning step, %% of the heads in scope (default {DEFAULT_STEP_PERCENT:g})",
+    )
+    parser.add_argument(
+        "--max-percent", type=float, default=DEFAULT_MAX_PERCENT,
+        help=f"largest pruning level, %% (default {DEFAULT_MAX_PERCENT:g})",
+    )
+    parser.add_argument(
+        "--importance-subset", nargs="+", default=["valid"], metavar="SPLIT",
+        help="splits to estimate importance on (default: valid)",
+    )
+    parser.add_argument("--importance-limit", type=int, metavar="N", help="first N sentences of each importance split")
+    parser.add_argument("--importance-max-tokens", type=int, metavar="N", help="tokens per importance batch")
+    parser.add_argument(
+        "--importance-granularity", choices=GRANULARITIES, default=DEFAULT_GRANULARITY,
+        help="|dL/dxi_h| per sentence (the paper, default), per target token or per batch",
+    )
+    parser.add_argument(
+        "--raw-importance", action="store_true",
+        help="rank heads by raw importance, not importance normalised per layer (the paper normalises)",
+    )
+
+
+def curve_settings(args: argparse.Namespace) -> CurveSettings:
+    return CurveSettings(
+        step_percent=args.step_percent,
+        max_percent=args.max_percent,
+        importance=ImportanceSettings(
+            subsets=list(args.importance_subset), limit=args.importance_limit,
+            max_tokens=args.importance_max_tokens, granularity=args.importance_granularity,
+            option_prefix="--importance-",
+        ),
+        raw_importance=args.raw_importance,
+    )
+
+
+def add_study_inputs(parser: argparse.ArgumentParser, split_help: str = "split to translate (default: test)") -> None:
+    """DATA, --gen-subset and --out-dir of the sweeping commands."""
+    parser.add_argument("data", metavar="DATA", help="fairseq-preprocess output directory")
+    parser.add_argument("--gen-subset", default="test", metavar="SPLIT", help=split_help)
+    parser.add_argument("--out-dir", required=True, metavar="DIR", help="results directory (resumable)")
+
+
+def fairseq_language_args(args: argparse.Namespace) -> List[str]:
+    """-s/-t as fairseq options."""
+    fairseq_args = []
+    if args.source_lang:
+        fairseq_args += ["--source-lang", args.source_lang]
+    if args.target_lang:
+        fairseq_args += ["--target-lang", args.target_lang]
+    return fairseq_args

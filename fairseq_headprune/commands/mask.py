@@ -1,0 +1,40 @@
+"""``fairseq-headprune mask``: check a head-mask spec against a checkpoint; print or save it."""
+
+import argparse
+
+from ..errors import SettingsError
+
+
+def command_mask(args: argparse.Namespace) -> int:
+    from ..engine.checkpoint_info import checkpoint_head_layout
+    from ..study.head_mask import count_masked, head_mask_to_spec, masked_heads, parse_head_mask, write_mask_file
+
+    if args.out and not args.out.lower().endswith((".json", ".tsv")):
+        raise SettingsError(f"--out must end in .json or .tsv: {args.out}")
+    layout = checkpoint_head_layout(args.path)
+    head_mask = parse_head_mask(args.spec, layout)
+    total = sum(layers * heads for layers, heads in layout.values())
+    print("layout\t" + " ".join(f"{t}={l}x{h}" for t, (l, h) in layout.items()))
+    print(f"masked\t{count_masked(head_mask)} of {total} heads")
+    print(f"spec\t{head_mask_to_spec(head_mask)}")
+    if args.list:
+        for attention_type, layer, head in masked_heads(head_mask):
+            print(f"{attention_type}\t{layer}\t{head}")
+    if args.out:
+        write_mask_file(head_mask, args.out)
+        print(f"wrote\t{args.out}")
+    return 0
+
+
+def add_parser(commands) -> None:
+    mask = commands.add_parser(
+        "mask",
+        help="check a head-mask spec against a checkpoint; print or save it",
+        description="Parse SPEC for the model in CKPT, print its canonical form and "
+        "the number of masked heads, and optionally write it as a .json/.tsv mask file.",
+    )
+    mask.add_argument("spec", metavar="SPEC", help='head-mask spec, e.g. "E:1:6 A:2:1,3"')
+    mask.add_argument("--path", required=True, metavar="CKPT", help="fairseq checkpoint")
+    mask.add_argument("--out", metavar="FILE", help="write the mask to FILE (.json or .tsv)")
+    mask.add_argument("--list", action="store_true", help="list every masked head")
+    mask.set_defaults(handler=command_mask)

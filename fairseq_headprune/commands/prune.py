@@ -1,0 +1,100 @@
+"""``fairseq-headprune prune``: pruning curves and random head budgets."""
+
+import argparse
+
+from ..constants import DEFAULT_DRAWS, DEFAULT_PRUNING_SEED, ORDERS, SCOPES
+from ..study.settings import PruneSettings, parse_choices
+from .common import add_curve_arguments, add_study_inputs, add_sweep_arguments, curve_settings, sweep_settings
+
+
+def settings_from(args: argparse.Namespace) -> PruneSettings:
+    return PruneSettings(
+        sweep=sweep_settings(args, args.path),
+        curve=curve_settings(args),
+        orders=parse_choices(args.orders, ORDERS, "--orders"),
+        scopes=parse_choices(args.scopes, SCOPES, "--scopes"),
+        importance_file=args.importance,
+        ablation_file=args.ablation,
+        draws=args.draws,
+        pruning_seed=args.pruning_seed,
+        layer_budgets=list(args.layer_budget or []),
+        type_budgets=list(args.type_budget or []),
+    )
+
+
+def command_prune(args: argparse.Namespace) -> int:
+    from ..engine.prune_study import run_prune
+
+    settings = settings_from(args)
+    outcome = run_prune(settings)
+    if outcome.curve_summary:
+        print(f"unpruned BLEU {outcome.baseline_bleu:.2f} on {outcome.split}; BLEU with x% of the heads pruned:")
+        for scope in settings.scopes:
+            for order in settings.orders:
+                points = [r for r in outcome.curve_summary if r["scope"] == scope and r["order"] == order]
+                text = "  ".join(f"{r['percent']:.0f}%:{r['bleu']:.2f}" for r in points)
+                print(f"  {scope:<7} {order:<10} {text}")
+        print(f"wrote\t{settings.sweep.out_dir}: " + " ".join(outcome.curve_files))
+    if outcome.budget_summary:
+        print(f"random heads within budgets (heads kept), {settings.draws} draws each:")
+        for row in outcome.budget_summary:
+            print(f"  {row['budget']:<24} {row['percent']:5.1f}% pruned  BLEU {row['bleu']:.2f} ± {row['bleu_std']:.2f}"
+                  f"  ({row['delta']:+.2f}; {row['significant']} of {row['draws']} draws significant)")
+        print(f"wrote\t{outcome.budget_files}")
+    return 0
+
+
+def add_parser(commands) -> None:
+    prune = commands.add_parser(
+        "prune",
+        help="pruning curves by importance, ablation score or at random; random head budgets "
+        "(paper sections 4.2 and 5; Budhraja et al. 2020)",
+        description="Prune heads in steps (default 10% of the heads in scope per step, rounded "
+        "up) and translate --gen-subset at every step, testing each against the unpruned "
+        "model. Orders: importance (I_h estimated once on the unpruned model, lowest first; "
+        "default), iterative (I_h re-estimated on the pruned model after each step), ablation "
+        "(the head whose masking alone cost the least BLEU first, from ablate --mode single), "
+        "random (seeded, --draws permutations, mean and std). Scopes: all heads together, or "
+        "one attention type. --layer-budget / --type-budget add Budhraja et al.'s random "
+        "configurations. Results are stored per mask as they finish: a rerun continues where "
+        "it stopped. Any other option is passed to fairseq-generate's parser.",
+    )
+    add_study_inputs(prune)
+    prune.add_argument("--path", required=True, metavar="CKPT", help="fairseq checkpoint")
+    prune.add_argument(
+        "--orders", default="importance", metavar="ORDERS",
+        help=f"pruning orders, comma-separated, from {', '.join(ORDERS)}, or none "
+        "(only budgets) (default: importance)",
+    )
+    prune.add_argument(
+        "--scopes", default="all", metavar="SCOPES",
+        help=f"heads to prune, comma-separated, from {', '.join(SCOPES)}: all types together "
+        "(Figure 3) or one type (Figure 4) (default: all)",
+    )
+    add_curve_arguments(prune)
+    prune.add_argument(
+        "--importance", metavar="FILE",
+        help="importance.json (from the importance command) to rank by; default: estimate it "
+        "on --importance-subset and store it under OUT/importance",
+    )
+    prune.add_argument("--ablation", metavar="FILE", help="single.json (or .tsv) of ablate --mode single, for --orders ablation")
+    prune.add_argument(
+        "--draws", type=int, default=DEFAULT_DRAWS, metavar="N",
+        help=f"random draws per random curve or budget (default {DEFAULT_DRAWS})",
+    )
+    prune.add_argument(
+        "--pruning-seed", type=int, default=DEFAULT_PRUNING_SEED, metavar="SEED",
+        help=f"seed of the random orders and budgets (default {DEFAULT_PRUNING_SEED})",
+    )
+    prune.add_argument(
+        "--layer-budget", action="append", metavar="BUDGET",
+        help="heads kept per layer, one group per attention type (Enc-Enc, Enc-Dec, Dec-Dec), "
+        "one digit per layer or comma-separated numbers, e.g. '888444 444888 888444' "
+        "(Budhraja et al. Table 2); repeatable",
+    )
+    prune.add_argument(
+        "--type-budget", action="append", metavar="BUDGET",
+        help="heads kept in each attention type, e.g. '(14,31,30)' (Budhraja et al. Table 3); repeatable",
+    )
+    add_sweep_arguments(prune)
+    prune.set_defaults(handler=command_prune, accepts_fairseq_args=True)

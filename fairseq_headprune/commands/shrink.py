@@ -1,0 +1,37 @@
+"""``fairseq-headprune shrink``: remove heads for real (paper section 4.3)."""
+
+import argparse
+
+
+def command_shrink(args: argparse.Namespace) -> int:
+    from ..engine.shrink import shrink_checkpoint
+    from ..study.files import write_text
+
+    outcome = shrink_checkpoint(args.path, args.out, args.head_mask)
+    if outcome.recorded:
+        print(f"recorded\tthe checkpoint's masked heads ({outcome.recorded}) are removed too")
+    print(f"removed\t{outcome.removed} of {outcome.total} heads: {outcome.spec}")
+    for line in outcome.report:
+        print(line)
+    if args.report:
+        write_text("\n".join(outcome.report) + "\n", args.report)
+    print(f"wrote\t{args.out}")
+    return 0
+
+
+def add_parser(commands) -> None:
+    shrink = commands.add_parser(
+        "shrink",
+        help="remove heads for real: write a smaller checkpoint (paper section 4.3)",
+        description="Remove the heads SPEC masks from CKPT: their rows of the query/key/value "
+        "projections and columns of the output projection (a layer left with no head keeps "
+        "only its output bias). The pruned checkpoint records the removed heads; load it with "
+        "the plugin's task (fairseq-headprune generate, or fairseq-generate --user-dir "
+        "fairseq_headprune --task fairseq-headprune). Optimizer state is dropped: fine-tune "
+        "with --reset-optimizer.",
+    )
+    shrink.add_argument("--path", required=True, metavar="CKPT", help="checkpoint to prune")
+    shrink.add_argument("--head-mask", required=True, metavar="SPEC", help="heads to remove (spec or mask file)")
+    shrink.add_argument("--out", required=True, metavar="PRUNED.pt", help="pruned checkpoint to write")
+    shrink.add_argument("--report", metavar="FILE.tsv", help="also write the parameter report here")
+    shrink.set_defaults(handler=command_shrink)

@@ -1,0 +1,69 @@
+"""``fairseq-headprune significance``: the sweeps' paired tests on hypothesis files."""
+
+import argparse
+import os
+
+from ..errors import StudyError
+from ..study.ablation import compare_with_baseline, reported_bleu, result_rows, text_scores
+from ..study.files import read_lines, write_json
+from ..study.metrics import BLEU_METRICS
+from .common import add_test_arguments, test_settings
+
+
+def command_significance(args: argparse.Namespace) -> int:
+    settings = test_settings(args)
+    metric = BLEU_METRICS[args.bleu]
+    test_metric = metric.for_test(settings.test)
+    references = read_lines(args.reference)
+    files = [args.baseline] + list(args.systems)
+    texts = [read_lines(path) for path in files]
+    for path, lines in zip(files, texts):
+        if len(lines) != len(references):
+            raise StudyError(f"{path} has {len(lines)} lines but the reference {args.reference} has {len(references)}")
+    if not references:
+        raise StudyError(f"the reference {args.reference} is empty")
+    scores = [text_scores(os.path.basename(path), references, lines, test_metric) for path, lines in zip(files, texts)]
+    results = compare_with_baseline(
+        scores[0], scores[1:], settings, test_metric, references,
+        tokenize="none" if args.bleu == "tokenized" else "13a",
+    )
+    rows = result_rows(scores[0], scores[1:], results, args.bleu)
+    base = reported_bleu(scores[0], args.bleu)
+    print(
+        f"{metric.description}; {settings.test} test, {settings.samples} resamples "
+        f"(sample ratio {settings.sample_ratio:g}), seed {settings.seed}; significant: p < {settings.alpha:g}"
+    )
+    header = f"{'system':<32} {'BLEU':>7} {'95% CI':>17} {'ΔBLEU':>7} {'p-value':>8}  significant"
+    print(header)
+    print(f"{files[0][-32:]:<32} {base:>7.2f} {'':>17} {'':>7} {'':>8}  (baseline)")
+    for path, row in zip(files[1:], rows):
+        interval = "" if row["ci_low"] is None else f"[{row['ci_low']:.2f}, {row['ci_high']:.2f}]"
+        print(
+            f"{path[-32:]:<32} {row['bleu']:>7.2f} {interval:>17} {row['delta']:>+7.2f} "
+            f"{row['p_value']:>8.4f}  {'yes' if row['significant'] else 'no'}"
+        )
+    if args.json:
+        write_json(
+            {"settings": {"bleu": args.bleu, "test": settings.to_dict(), "reference": args.reference,
+                          "baseline": args.baseline, "baseline_bleu": base}, "rows": rows},
+            args.json,
+            indent=1,
+        )
+        print(f"wrote\t{args.json}")
+    return 0
+
+
+def add_parser(commands) -> None:
+    significance = commands.add_parser(
+        "significance",
+        help="paired significance test of hypothesis files against a baseline",
+        description="Score each SYSTEM and the BASELINE against REF (one sentence per line) "
+        "and test each SYSTEM against the BASELINE: BLEU, its 95%% bootstrap interval, "
+        "ΔBLEU and p-value.",
+    )
+    significance.add_argument("reference", metavar="REF", help="reference file")
+    significance.add_argument("baseline", metavar="BASELINE", help="baseline hypotheses")
+    significance.add_argument("systems", metavar="SYSTEM", nargs="+", help="hypotheses to test")
+    add_test_arguments(significance)
+    significance.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    significance.set_defaults(handler=command_significance)

@@ -1,0 +1,46 @@
+"""Names and defaults shared across layers: one source for each.
+
+Plain values only (no fairseq, no torch), so every layer can import them.
+"""
+
+# attention types, in the paper's order; a model's layout holds those it has
+ATTENTION_TYPES = ("enc-enc", "enc-dec", "dec-dec")
+# the authors' one-letter names: E(ncoder), A (encoder-decoder Attention), D(ecoder)
+TYPE_LETTERS = {"enc-enc": "E", "enc-dec": "A", "dec-dec": "D"}
+# titles in tables and figures, as the paper writes them
+TYPE_TITLES = {"enc-enc": "Enc-Enc", "enc-dec": "Enc-Dec", "dec-dec": "Dec-Dec"}
+# the spec of the empty mask
+NO_MASK_SPEC = "none"
+
+# importance I_h = E_x |dL(x)/dxi_h|: the unit x is a sentence (the paper), a
+# target token (the authors' code) or a batch
+GRANULARITIES = ("sentence", "token", "batch")
+DEFAULT_GRANULARITY = "sentence"
+# the loss L(x) differentiated for importance
+IMPORTANCE_LOSSES = ("label_smoothed", "nll")
+DEFAULT_IMPORTANCE_LOSS = "label_smoothed"
+DEFAULT_LABEL_SMOOTHING = 0.1
+
+# significance tests: seed as sacreBLEU's (SACREBLEU_SEED's default), level as the paper's
+SIGNIFICANCE_TESTS = ("bootstrap", "compare-mt", "sacrebleu-bs", "sacrebleu-ar")
+DEFAULT_SIGNIFICANCE_SEED = 12345
+DEFAULT_RESAMPLES = 1000
+DEFAULT_ALPHA = 0.01
+
+# seeds of the random pruning orders and budgets, and of the demo corpus
+DEFAULT_PRUNING_SEED = 1
+DEFAULT_CORPUS_SEED = 1
+
+# pruning curves: levels every DEFAULT_STEP_PERCENT % of the heads up to DEFAULT_MAX_PERCENT %
+# (the paper's 10% steps); random orders and budgets are drawn DEFAULT_DRAWS times
+DEFAULT_STEP_PERCENT = 10.0
+DEFAULT_MAX_PERCENT = 90.0
+DEFAULT_DRAWS = 3
+# masked configurations translated together in one batch
+DEFAULT_CONFIGS_PER_BATCH = 4
+
+# pruning: which heads a curve may prune (all types together, or one), and in which order
+SCOPES = ("all",) + ATTENTION_TYPES
+ORDERS = ("importance", "iterative", "ablation", "random")
+# ablation studies of Michel et al. section 3
+ABLATION_MODES = ("single", "all-but-one", "cross-domain")

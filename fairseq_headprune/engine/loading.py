@@ -1,0 +1,166 @@
+"""Load a checkpoint once and batch its data splits with fairseq's own code.
+
+Every study shares this: building the task and model from a data directory
+and a checkpoint (with one-line errors for the usual mistakes), and batching
+a split as fairseq's dataset code does. The passes that score heads are in
+``scoring.py``.
+"""
+
+import logging
+import os
+from typing import Iterable, List, Optional, Sequence, Tuple
+
+import torch
+
+from ..errors import HeadMaskError, StudyError
+from ..study.head_mask import HeadMask, parse_head_mask
+
+logger = logging.getLogger(__name__)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def load_task_and_model(
+    data: str,
+    checkpoint: str,
+    fairseq_args: Sequence[str] = (),
+    cpu: bool = False,
+):
+    """(cfg, task, model) for ``checkpoint`` with the dictionaries in ``data``.
+
+    ``fairseq_args`` are fairseq-generate options (``--source-lang``,
+    ``--beam``, ``--head-mask`` …); the task is always ``fairseq-headprune``.
+    The model is in eval mode, on the GPU unless ``cpu`` or none is available.
+    """
+    from fairseq import checkpoint_utils, options, tasks, utils
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    from .. import register_components
+    from ..tasks.fairseq_headprune import TASK_NAME
+
+    register_components()
+
+    if not os.path.isdir(data):
+        raise StudyError(f"data directory not found: {data}")
+    if not os.path.isfile(checkpoint):
+        raise StudyError(f"checkpoint not found: {checkpoint}")
+    use_cuda = torch.cuda.is_available() and not cpu
+    argv = [data, "--task", TASK_NAME, "--path", checkpoint, *fairseq_args]
+    if not use_cuda:
+        argv.append("--cpu")
+    # fairseq-generate's own parser reads the options, as fairseq-generate would
+    parser = options.get_generation_parser()
+
+    def refuse(message):
+        raise StudyError(f"fairseq option: {message}")
+
+    parser.error = refuse  # one line instead of argparse's usage text and exit
+    try:
+        generation_options = options.parse_args_and_arch(parser, argv)
+    except SystemExit as error:  # --help, or a sub-parser's own error
+        raise StudyError(f"bad fairseq options: {' '.join(fairseq_args)}") from error
+    cfg = convert_namespace_to_omegaconf(generation_options)
+    utils.import_user_module(cfg.common)
+    try:
+        task = tasks.setup_task(cfg.task)
+    except Exception as error:  # fairseq raises bare Exceptions here
+        raise StudyError(f"cannot set up the translation task on {data}: {_first_line(error)}")
+    try:
+        models, _ = checkpoint_utils.load_model_ensemble(
+            [checkpoint], arg_overrides={"data": data}, task=task
+        )
+    except RuntimeError as error:
+        message = _first_line(error)
+        if "size mismatch" in str(error) or "Error(s) in loading state_dict" in message:
+            detail = next(
+                (line.strip() for line in str(error).splitlines() if "size mismatch" in line), message
+            )
+            raise StudyError(
+                f"checkpoint {checkpoint} does not match the dictionaries in {data} ({detail})"
+            )
+        raise StudyError(f"cannot load checkpoint {checkpoint}: {message}")
+    except Exception as error:  # torch.load raises many types for files that are no checkpoint
+        raise StudyError(f"cannot load checkpoint {checkpoint}: {_first_line(error)}")
+    model = models[0]
+    if use_cuda:
+        model.cuda()
+    model.eval()
+    return cfg, task, model
+
+
+def model_device(model) -> torch.device:
+    return next(model.parameters()).device
+
+
+def split_batches(
+    task,
+    split: str,
+    max_tokens: Optional[int] = None,
+    max_sentences: Optional[int] = None,
+    limit: Optional[int] = None,
+) -> Tuple[object, List[List[int]]]:
+    """fairseq's batches (lists of sentence indices) for the first ``limit`` sentences of ``split``."""
+    import numpy as np
+
+    load_split(task, split)
+    dataset = task.dataset(split)
+    indices = dataset.ordered_indices()
+    if limit is not None:
+        indices = indices[indices < limit]
+    if len(indices) == 0:
+        raise StudyError(f"split {split!r} in {task.cfg.data} has no sentences")
+    if max_tokens is None and max_sentences is None:
+        max_sentences = 64
+    longest = max(int(dataset.num_tokens(i)) for i in indices)
+    if max_tokens is not None and longest > max_tokens:
+        raise StudyError(
+            f"split {split!r} has a sentence of {longest} tokens, more than --max-tokens {max_tokens}"
+        )
+    batches = dataset.batch_by_size(
+        np.asarray(indices, dtype=np.int64), max_tokens=max_tokens, max_sentences=max_sentences
+    )
+    return dataset, [list(batch) for batch in batches]
+
+
+def load_split(task, split: str) -> None:
+    """Load ``split`` into ``task``, with one-line errors for missing or empty splits."""
+    _check_split_not_empty(task, split)
+    try:
+        task.load_dataset(split, combine=False, epoch=1)
+    except FileNotFoundError as error:
+        raise StudyError(f"split {split!r} not found in {task.cfg.data} ({_first_line(error)})")
+    except Exception as error:  # fairseq's dataset readers raise assorted types
+        raise StudyError(f"cannot read split {split!r} in {task.cfg.data}: {_first_line(error)}")
+
+
+def _check_split_not_empty(task, split: str) -> None:
+    """fairseq cannot even open an empty binarized split (it cannot mmap 0 bytes)."""
+    source, target = task.cfg.source_lang, task.cfg.target_lang
+    for pair in (f"{source}-{target}", f"{target}-{source}"):
+        for lang in (source, target):
+            path = os.path.join(task.cfg.data, f"{split}.{pair}.{lang}.bin")
+            if os.path.isfile(path) and os.path.getsize(path) == 0:
+                raise StudyError(f"split {split!r} in {task.cfg.data} has no sentences ({path} is empty)")
+
+
+def iterate_samples(dataset, batches: Iterable[List[int]], device: torch.device):
+    """Collated samples (fairseq's dict with net_input, target, ntokens …) on ``device``."""
+    from fairseq import utils
+
+    for batch in batches:
+        sample = dataset.collater([dataset[i] for i in batch])
+        if device.type == "cuda":
+            sample = utils.move_to_cuda(sample, device=device)
+        yield sample
+
+
+def parse_mask_for_model(spec: Optional[str], layout) -> Optional[HeadMask]:
+    if spec is None:
+        return None
+    try:
+        return parse_head_mask(spec, layout)
+    except HeadMaskError as error:
+        raise StudyError(f"--head-mask: {error}")

@@ -1,0 +1,260 @@
+"""Pruning curves and random head budgets on a loaded model (Michel et al. 4.2, 5; Budhraja et al.).
+
+``run_prune`` decides every step's mask (``study.pruning.plan_curves``),
+estimating importance where an order needs it (``ImportanceStore``, resumable),
+translates all distinct masks in one resumable sweep and tests each against
+the unpruned model, then writes the tables and figures. ``dynamics`` calls it
+once per epoch checkpoint with the same settings.
+"""
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence
+
+from ..constants import ORDERS, SCOPES
+from ..errors import ResultFileError, StudyError
+from ..study.ablation import BASELINE, HeadConfig, baseline_config, reported_bleu, write_rows_tsv
+from ..study.files import file_sha256, first_difference, write_json, write_text
+from ..study.head_mask import HeadMask, combine_masks, head_mask_to_spec
+from ..study.budgets import parse_layer_budget, parse_type_budget, plan_budgets
+from ..study.pruning import (
+    PruneStep,
+    mask_name,
+    markdown_budgets,
+    markdown_curves,
+    plan_curves,
+    pruning_mask,
+    read_ablation_rows,
+    summarize_budgets,
+    summarize_curves,
+)
+from ..study.settings import ImportanceSettings, PruneSettings, SweepSettings
+from .split_sweep import SplitSweep, table_caption, write_result_rows
+
+IMPORTANCE_DIR = "importance"
+RESULT_COLUMNS = ("config", "spec", "bleu", "delta", "bleu_tokenized", "bleu_sacrebleu", "p_value", "significant",
+                  "ci_low", "ci_high")
+
+
+class ImportanceStore:
+    """Importance per mask under OUT/importance, estimated once and reused on rerun."""
+
+    def __init__(self, sweep: SweepSettings, importance: ImportanceSettings, task, model,
+                 base_mask: Optional[HeadMask]):
+        self.importance_settings, self.task, self.model, self.base_mask = importance, task, model, base_mask
+        self.progress = sweep.progress
+        self.directory = os.path.join(sweep.out_dir, IMPORTANCE_DIR)
+        self.identity = {
+            "checkpoint_sha256": file_sha256(sweep.checkpoint),
+            "data": os.path.abspath(sweep.data),
+            "subsets": list(importance.subsets),
+            "limit_per_subset": importance.limit,
+            "max_tokens": importance.max_tokens,
+            "granularity": importance.granularity,
+            "loss": importance.loss,
+            "label_smoothing": importance.label_smoothing,
+            "base_mask": head_mask_to_spec(base_mask) if base_mask is not None else "none",
+        }
+        self._estimator = None
+
+    def importance(self, head_mask: HeadMask, description: str):
+        """Raw importance of every head with ``head_mask`` (on top of the model's own mask) set."""
+        from ..study.importance import read_importance_file, write_importance_json
+
+        path = os.path.join(self.directory, mask_name(head_mask) + ".json")
+        identity = dict(self.identity, pruned=head_mask_to_spec(head_mask))
+        if os.path.exists(path):
+            result = read_importance_file(path)
+            difference = first_difference(result.settings.get("identity", {}), identity)
+            if difference is not None:
+                raise StudyError(
+                    f"{path} was estimated with other settings ({difference}); use another --out-dir"
+                )
+            return result.importance
+        if self._estimator is None:
+            from .scoring import ImportanceEstimator
+
+            self._estimator = ImportanceEstimator(self.task, self.model, self.importance_settings)
+        result = self._estimator.estimate(
+            combine_masks(self.base_mask, head_mask), progress=self.progress, description=description
+        )
+        result.settings["identity"] = identity
+        os.makedirs(self.directory, exist_ok=True)
+        write_importance_json(result, path)
+        return result.importance
+
+
+@dataclass
+class PruneOutcome:
+    """What a finished pruning study reports."""
+
+    split: str
+    baseline_bleu: float
+    curve_summary: List[Dict[str, object]] = field(default_factory=list)  # one row per (scope, order, step)
+    step_rows: List[Dict[str, object]] = field(default_factory=list)  # one row per step (and draw)
+    budget_summary: List[Dict[str, object]] = field(default_factory=list)
+    curve_files: List[str] = field(default_factory=list)  # written for the curves, relative to OUT
+    budget_files: str = ""  # written for the budgets
+
+
+def run_prune(settings: PruneSettings) -> PruneOutcome:
+    """The whole study of one checkpoint."""
+    from ..modules.masked_multihead_attention import current_head_mask, head_layout
+    from ..study.importance import read_importance_file
+    from .loading import load_task_and_model
+
+    sweep_settings = settings.sweep
+    ablation_rows = read_ablation_rows(settings.ablation_file) if "ablation" in settings.orders else None
+    if settings.importance_file and not os.path.isfile(settings.importance_file):
+        raise StudyError(f"--importance file not found: {settings.importance_file}")
+
+    cfg, task, model = load_task_and_model(
+        sweep_settings.data, sweep_settings.checkpoint, sweep_settings.generation_args, cpu=sweep_settings.cpu
+    )
+    layout = head_layout(model)
+    budgets = [parse_layer_budget(text, layout) for text in settings.layer_budgets]
+    budgets += [parse_type_budget(text, layout) for text in settings.type_budgets]
+    # a file for another model fails before any work
+    given = None
+    if settings.importance_file:
+        try:
+            given = read_importance_file(settings.importance_file, layout).importance
+        except ResultFileError as error:
+            raise ResultFileError(f"--importance: {error}")
+    base_mask = current_head_mask(model)
+    os.makedirs(sweep_settings.out_dir, exist_ok=True)
+    needs_store = "iterative" in settings.orders or ("importance" in settings.orders and given is None)
+    store = ImportanceStore(sweep_settings, settings.curve.importance, task, model, base_mask) if needs_store else None
+
+    def importance_of(pruned, description):
+        if not pruned and given is not None:
+            return given
+        return store.importance(pruning_mask(layout, pruned), description)
+
+    steps = plan_curves(
+        layout, settings.orders, settings.scopes, importance_of, normalize=not settings.curve.raw_importance,
+        step_percent=settings.curve.step_percent, max_percent=settings.curve.max_percent,
+        ablation_rows=ablation_rows, ablation_source=f"--ablation {settings.ablation_file}",
+        draws=settings.draws, seed=settings.pruning_seed,
+    )
+    budget_draws = plan_budgets(budgets, layout, settings.pruning_seed, settings.draws)
+
+    configs = {BASELINE: baseline_config()}
+    for head_mask in [s.head_mask for s in steps] + [mask for _, _, mask in budget_draws]:
+        configs.setdefault(mask_name(head_mask), HeadConfig(mask_name(head_mask), head_mask))
+    split = sweep_settings.gen_subset
+    sweep = SplitSweep(sweep_settings, cfg, task, model, split, split, sweep_settings.references)
+    baseline, rows = sweep.compare(sweep.run(list(configs.values()), base_mask), list(configs.values()))
+    by_config = {row["config"]: row for row in rows}
+    record = sweep.settings_record(baseline)
+    record.update(
+        {
+            "orders": list(settings.orders),
+            "scopes": list(settings.scopes),
+            "step_percent": settings.curve.step_percent,
+            "max_percent": settings.curve.max_percent,
+            "draws": settings.draws,
+            "pruning_seed": settings.pruning_seed,
+            "importance": os.path.abspath(settings.importance_file) if settings.importance_file else (
+                None if store is None else os.path.abspath(store.directory)
+            ),
+            "importance_ranking": "raw" if settings.curve.raw_importance else "normalised per layer",
+            "ablation": os.path.abspath(settings.ablation_file) if settings.ablation_file else None,
+        }
+    )
+    outcome = PruneOutcome(split, reported_bleu(baseline, sweep_settings.bleu))
+    if steps:
+        _write_curves(settings, steps, by_config, record, outcome)
+    if budget_draws:
+        _write_budgets(settings, layout, budget_draws, by_config, record, outcome)
+    return outcome
+
+
+def _result_columns(row: Dict[str, object]) -> Dict[str, object]:
+    return {key: row[key] for key in RESULT_COLUMNS}
+
+
+def _write_curves(settings: PruneSettings, steps: Sequence[PruneStep], by_config, record, outcome: PruneOutcome):
+    """Per scope: every step, the curves and their figure; then the tables and Figure 4 of every scope in OUT.
+
+    Separate runs (one per attention type, as the prune_*.sh scripts do) into one
+    output directory thus add up to the paper's Figure 4.
+    """
+    from ..study.plots import plot_pruning_curves
+
+    out = settings.sweep.out_dir
+    for scope in settings.scopes:
+        rows = []
+        for step in (s for s in steps if s.scope == scope):
+            row = {
+                "scope": step.scope, "order": step.order, "draw": step.draw, "step": step.step,
+                "pruned": step.pruned, "total": step.total, "percent": step.percent,
+            }
+            row.update(_result_columns(by_config[step.config_name]))
+            rows.append(row)
+        write_result_rows(os.path.join(out, f"prune_steps.{scope}"), rows, record)
+        outcome.step_rows += rows
+        summary = summarize_curves(rows)
+        outcome.curve_summary += summary
+        write_result_rows(os.path.join(out, f"prune_curves.{scope}"), summary, record)
+        plot_pruning_curves(
+            summary, scope, outcome.baseline_bleu, os.path.join(out, f"prune_curves.{scope}.png"),
+            f"{settings.sweep.bleu} BLEU on {settings.sweep.gen_subset}",
+        )
+        outcome.curve_files.append(f"prune_curves.{scope}.{{tsv,json,png}} prune_steps.{scope}.{{tsv,json}}")
+    outcome.curve_files += _write_combined_curves(settings.sweep, outcome.baseline_bleu)
+
+
+def curves_of(out_dir: str, scope: str) -> List[Dict[str, object]]:
+    """The curve summary a run wrote for ``scope`` into ``out_dir`` (empty if none)."""
+    path = os.path.join(out_dir, f"prune_curves.{scope}.json")
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as stream:
+        return json.load(stream)["rows"]
+
+
+def _write_combined_curves(sweep: SweepSettings, baseline_bleu: float) -> List[str]:
+    """prune_curves.md and prune_types.png from every scope's curves in the output directory."""
+    from ..study.plots import plot_pruning_by_type
+
+    out = sweep.out_dir
+    summary = [row for scope in SCOPES for row in curves_of(out, scope)]
+    caption = table_caption(
+        sweep, "BLEU as more and more heads are pruned (random: mean ± std over its draws)", sweep.gen_subset,
+    )
+    write_text(markdown_curves(summary, baseline_bleu, caption), os.path.join(out, "prune_curves.md"))
+    written = ["prune_curves.md"]
+    types = {r["scope"] for r in summary if r["scope"] != "all"}
+    if types:
+        # the paper's Figure 4 uses the importance order; otherwise the first order every type has
+        shared = [o for o in ORDERS if all(any(r["scope"] == t and r["order"] == o for r in summary) for t in types)]
+        if shared:
+            plot_pruning_by_type(
+                summary, shared[0], baseline_bleu, os.path.join(out, "prune_types.png"),
+                f"{sweep.bleu} BLEU on {sweep.gen_subset}",
+            )
+            written.append("prune_types.png")
+    return written
+
+
+def _write_budgets(settings: PruneSettings, layout, budget_draws, by_config, record, outcome: PruneOutcome) -> None:
+    out = settings.sweep.out_dir
+    rows = []
+    for budget, draw, head_mask in budget_draws:
+        row = {"budget": budget.label, "kind": budget.kind, "draw": draw,
+               "percent": budget.pruned_percent(layout)}
+        row.update(_result_columns(by_config[mask_name(head_mask)]))
+        rows.append(row)
+    write_result_rows(os.path.join(out, "budgets"), rows, record)
+    summary = summarize_budgets(rows)
+    write_rows_tsv(summary, os.path.join(out, "budgets_summary.tsv"))
+    write_json({"settings": record, "rows": summary}, os.path.join(out, "budgets_summary.json"), indent=1)
+    caption = table_caption(
+        settings.sweep, f"Heads kept at random within each budget (mean ± std over {settings.draws} draws)",
+        settings.sweep.gen_subset,
+    )
+    write_text(markdown_budgets(summary, outcome.baseline_bleu, caption), os.path.join(out, "budgets_summary.md"))
+    outcome.budget_summary = summary
+    outcome.budget_files = (f"{os.path.join(out, 'budgets')}.{{tsv,json}} budgets_summary.{{tsv,json,md}}")

@@ -1,0 +1,142 @@
+"""A sweep: every configuration of a study translated once, stored as it finishes.
+
+``run_sweep`` stores one JSON file per configuration (written atomically),
+next to a manifest that identifies the sweep (checkpoint hash, data, split,
+every generation option). A restarted sweep skips configurations whose file
+exists; a directory holding another sweep is refused.
+"""
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Dict, Optional, Sequence
+
+import numpy as np
+
+from ..errors import StudyError
+from ..study.ablation import HeadConfig
+from ..study.files import first_difference, remove_stale_temporaries, write_json
+from ..study.head_mask import HeadMask, combine_masks
+from .translator import SplitTranslator, Translation
+
+MANIFEST = "sweep.json"
+CONFIG_DIR = "configs"
+
+
+@dataclass
+class ConfigResult(Translation):
+    """A finished configuration as stored on disk."""
+
+    name: str = ""
+    spec: str = ""
+    labels: Dict[str, object] = field(default_factory=dict)
+
+    def to_dict(self) -> Dict[str, object]:
+        return {
+            "name": self.name,
+            "spec": self.spec,
+            "labels": self.labels,
+            "bleu": self.bleu,
+            "sacrebleu": self.sacrebleu,
+            "seconds": self.seconds,
+            "hypotheses": self.hypotheses,
+            "detokenized": None if self.detokenized == self.hypotheses else self.detokenized,
+            "fairseq_stats": self.fairseq_stats.tolist(),
+            "sacrebleu_stats": self.sacrebleu_stats.tolist(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, object]) -> "ConfigResult":
+        """``bleu`` and ``sacrebleu`` are stored for readers; they come back from the statistics."""
+        return cls(
+            name=data["name"],
+            spec=data["spec"],
+            labels=data["labels"],
+            seconds=data["seconds"],
+            hypotheses=data["hypotheses"],
+            detokenized=data["detokenized"] if data["detokenized"] is not None else data["hypotheses"],
+            fairseq_stats=np.asarray(data["fairseq_stats"], dtype=np.int64),
+            sacrebleu_stats=np.asarray(data["sacrebleu_stats"], dtype=np.int64),
+        )
+
+
+def open_sweep_dir(out_dir: str, identity: Dict[str, object], references: Sequence[str]) -> None:
+    """Create the sweep directory, or check that it holds this very sweep."""
+    manifest = os.path.join(out_dir, MANIFEST)
+    if os.path.exists(manifest):
+        try:
+            with open(manifest, encoding="utf-8") as stream:
+                old = json.load(stream)["identity"]
+        except (OSError, ValueError, KeyError) as error:
+            raise StudyError(f"{manifest} is not a sweep manifest ({error}); use another output directory")
+        difference = first_difference(old, identity)
+        if difference is not None:
+            raise StudyError(
+                f"{out_dir} holds the results of a different sweep ({difference}); "
+                "use another output directory"
+            )
+        remove_stale_temporaries(os.path.join(out_dir, CONFIG_DIR))
+        return
+    if os.path.isdir(out_dir) and os.listdir(out_dir):
+        raise StudyError(f"{out_dir} is not empty and holds no sweep; use another output directory")
+    os.makedirs(os.path.join(out_dir, CONFIG_DIR), exist_ok=True)
+    write_json({"identity": identity, "references": list(references)}, manifest)
+
+
+def config_path(out_dir: str, name: str) -> str:
+    return os.path.join(out_dir, CONFIG_DIR, name + ".json")
+
+
+def load_config_result(out_dir: str, name: str) -> Optional[ConfigResult]:
+    path = config_path(out_dir, name)
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as stream:
+        return ConfigResult.from_dict(json.load(stream))
+
+
+def run_sweep(
+    translator: SplitTranslator,
+    configs: Sequence[HeadConfig],
+    out_dir: str,
+    identity: Dict[str, object],
+    base_mask: Optional[HeadMask] = None,
+    progress: bool = True,
+    configs_per_batch: int = 1,
+) -> Dict[str, ConfigResult]:
+    """Every configuration's result, translating only those not stored yet."""
+    from tqdm import tqdm
+
+    names = [c.name for c in configs]
+    if len(set(names)) != len(names):
+        raise StudyError("two configurations share a name")
+    open_sweep_dir(out_dir, identity, translator.sacrebleu_references)
+    results: Dict[str, ConfigResult] = {}
+    todo = []
+    for config in configs:
+        stored = load_config_result(out_dir, config.name)
+        if stored is not None:
+            results[config.name] = stored
+        else:
+            todo.append(config)
+    bar = tqdm(
+        total=len(configs), initial=len(configs) - len(todo), desc=f"{translator.split}",
+        unit="config", disable=not progress, leave=False, dynamic_ncols=True,
+    )
+    # the unmasked baseline runs alone (fairseq's fused attention path, as fairseq-generate);
+    # masked configurations run configs_per_batch at a time
+    chunks = [[c] for c in todo if c.head_mask is None and base_mask is None]
+    masked = [c for c in todo if not (c.head_mask is None and base_mask is None)]
+    size = max(1, configs_per_batch)
+    chunks += [masked[i:i + size] for i in range(0, len(masked), size)]
+    try:
+        for chunk in chunks:
+            translations = translator.translate_many([combine_masks(base_mask, c.head_mask) for c in chunk])
+            for config, translation in zip(chunk, translations):
+                result = ConfigResult(name=config.name, spec=config.spec, labels=config.labels, **vars(translation))
+                write_json(result.to_dict(), config_path(out_dir, config.name))
+                results[config.name] = result
+                bar.update(1)
+    finally:
+        bar.close()
+    return results

@@ -1,0 +1,204 @@
+"""Typed settings of the studies, validated once where they are made.
+
+The commands turn their parsed options into these dataclasses; everything
+below the command layer receives settings, never an argparse namespace. Each
+check names the option a user would correct (as peft's configs do), and
+raises ``SettingsError``, which the commands print as one line.
+"""
+
+from dataclasses import dataclass, field
+from typing import List, Optional, Sequence
+
+from ..constants import (
+    ABLATION_MODES,
+    ATTENTION_TYPES,
+    DEFAULT_CONFIGS_PER_BATCH,
+    DEFAULT_DRAWS,
+    DEFAULT_GRANULARITY,
+    DEFAULT_IMPORTANCE_LOSS,
+    DEFAULT_LABEL_SMOOTHING,
+    DEFAULT_MAX_PERCENT,
+    DEFAULT_PRUNING_SEED,
+    DEFAULT_STEP_PERCENT,
+    GRANULARITIES,
+    IMPORTANCE_LOSSES,
+    ORDERS,
+    SCOPES,
+)
+from ..errors import HeadMaskError, SettingsError
+from .head_mask import parse_attention_type
+from .metrics import BLEU_METRICS, Metric
+from .significance import SignificanceSettings
+
+DETOKENIZERS = ("auto", "moses", "none")
+
+
+def _positive(value: Optional[float], option: str) -> None:
+    if value is not None and value <= 0:
+        raise SettingsError(f"{option} must be positive, got {value}")
+
+
+def parse_choices(text: str, allowed: Sequence[str], option: str) -> List[str]:
+    """Comma- or space-separated values of ``allowed`` (or ``none``), in ``allowed``'s order."""
+    if text.strip().lower() == "none":
+        return []
+    values = [v for v in text.replace(",", " ").split() if v]
+    for value in values:
+        if value not in allowed:
+            raise SettingsError(f"{option}: unknown value {value!r} (expected {', '.join(allowed)})")
+    if not values:
+        raise SettingsError(f"{option} is empty")
+    return [v for v in allowed if v in values]
+
+
+def parse_types(text: Optional[str]) -> List[str]:
+    """``--types``: attention types by any alias (``'enc-dec'``, ``'E,D'``); all three when empty."""
+    if not text:
+        return list(ATTENTION_TYPES)
+    try:
+        types = [parse_attention_type(t) for t in text.replace(",", " ").split()]
+    except HeadMaskError as error:
+        raise SettingsError(f"--types: {error}")
+    return [t for t in ATTENTION_TYPES if t in types]
+
+
+@dataclass
+class ImportanceSettings:
+    """How importance I_h = E_x |dL(x)/dxi_h| is estimated (Michel et al. section 4.1)."""
+
+    subsets: List[str] = field(default_factory=lambda: ["valid"])
+    limit: Optional[int] = None  # first N sentences of each subset
+    max_tokens: Optional[int] = None
+    max_sentences: Optional[int] = None
+    granularity: str = DEFAULT_GRANULARITY
+    loss: str = DEFAULT_IMPORTANCE_LOSS
+    label_smoothing: float = DEFAULT_LABEL_SMOOTHING
+    option_prefix: str = "--"  # how the options are named where these settings come from
+
+    def __post_init__(self):
+        for name in ("max_tokens", "max_sentences", "limit"):
+            _positive(getattr(self, name), self.option(name))
+        if self.granularity not in GRANULARITIES:
+            raise SettingsError(f"{self.option('granularity')} must be one of {', '.join(GRANULARITIES)}")
+        if self.loss not in IMPORTANCE_LOSSES:
+            raise SettingsError(f"--loss must be one of {', '.join(IMPORTANCE_LOSSES)}")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise SettingsError(f"--label-smoothing must be in [0, 1), got {self.label_smoothing}")
+        if not self.subsets:
+            raise SettingsError(f"{self.option('subset')} names no split")
+
+    def option(self, name: str) -> str:
+        return self.option_prefix + name.replace("_", "-")
+
+
+@dataclass
+class SweepSettings:
+    """What every command that translates a split under many masks shares (ablate, prune, dynamics)."""
+
+    data: str
+    checkpoint: str
+    out_dir: str
+    gen_subset: str = "test"
+    bleu: str = "tokenized"  # the reported BLEU: a key of BLEU_METRICS
+    test: SignificanceSettings = field(default_factory=SignificanceSettings)
+    detokenize: str = "auto"  # how output becomes text for sacreBLEU
+    references: Optional[str] = None  # raw references of gen_subset, for sacreBLEU
+    configs_per_batch: int = DEFAULT_CONFIGS_PER_BATCH
+    cpu: bool = False
+    progress: bool = True
+    generation_args: List[str] = field(default_factory=list)  # passed to fairseq-generate's parser
+
+    def __post_init__(self):
+        if self.bleu not in BLEU_METRICS:
+            raise SettingsError(f"--bleu must be one of {', '.join(BLEU_METRICS)}")
+        if self.detokenize not in DETOKENIZERS:
+            raise SettingsError(f"--sacrebleu-detokenize must be one of {', '.join(DETOKENIZERS)}")
+        if self.configs_per_batch <= 0:
+            raise SettingsError(f"--configs-per-batch must be positive, got {self.configs_per_batch}")
+        if self.references and self.bleu != "sacrebleu":
+            raise SettingsError("--references (raw reference text) is used by --bleu sacrebleu only")
+        if not any(a.startswith("--required-batch-size-multiple") for a in self.generation_args):
+            # fairseq's generation batching leaves out the last (sentences mod 8) sentences of
+            # a split when batches must be multiples of 8 (its default): score every sentence
+            self.generation_args = list(self.generation_args) + ["--required-batch-size-multiple", "1"]
+
+    @property
+    def metric(self) -> Metric:
+        """The BLEU reported."""
+        return BLEU_METRICS[self.bleu]
+
+    @property
+    def test_metric(self) -> Metric:
+        """The BLEU the significance test resamples."""
+        return self.metric.for_test(self.test.test)
+
+
+@dataclass
+class AblationSettings:
+    """``ablate``: which study, on which heads (Michel et al. section 3)."""
+
+    sweep: SweepSettings
+    mode: str = "single"
+    types: List[str] = field(default_factory=lambda: list(ATTENTION_TYPES))
+    heads: Optional[str] = None  # spec of the heads to ablate (single, cross-domain)
+    select_subset: Optional[str] = None  # all-but-one: choose each layer's head on this split
+    cross_subset: Optional[str] = None  # cross-domain: the out-of-domain split
+    cross_data: Optional[str] = None  # its data directory (default: the sweep's)
+
+    def __post_init__(self):
+        if self.mode not in ABLATION_MODES:
+            raise SettingsError(f"--mode must be one of {', '.join(ABLATION_MODES)}")
+        if self.mode == "cross-domain" and not self.cross_subset:
+            raise SettingsError("--mode cross-domain needs --cross-subset SPLIT (the out-of-domain test set)")
+        if self.select_subset and self.mode != "all-but-one":
+            raise SettingsError("--select-subset is for --mode all-but-one")
+
+
+@dataclass
+class CurveSettings:
+    """The pruning curve by importance: levels and how importance is estimated (prune, dynamics)."""
+
+    step_percent: float = DEFAULT_STEP_PERCENT
+    max_percent: float = DEFAULT_MAX_PERCENT
+    importance: ImportanceSettings = field(
+        default_factory=lambda: ImportanceSettings(option_prefix="--importance-")
+    )
+    raw_importance: bool = False  # rank by raw I_h, not normalised per layer (the paper normalises)
+
+
+@dataclass
+class PruneSettings:
+    """``prune``: pruning curves (Michel et al. sections 4.2, 5) and random budgets (Budhraja et al.)."""
+
+    sweep: SweepSettings
+    curve: CurveSettings = field(default_factory=CurveSettings)
+    orders: List[str] = field(default_factory=lambda: ["importance"])
+    scopes: List[str] = field(default_factory=lambda: ["all"])
+    importance_file: Optional[str] = None  # importance.json to rank by, instead of estimating
+    ablation_file: Optional[str] = None  # single.json/.tsv of ablate --mode single
+    draws: int = DEFAULT_DRAWS
+    pruning_seed: int = DEFAULT_PRUNING_SEED
+    layer_budgets: List[str] = field(default_factory=list)
+    type_budgets: List[str] = field(default_factory=list)
+
+    def __post_init__(self):
+        for value, allowed, option in ((self.orders, ORDERS, "--orders"), (self.scopes, SCOPES, "--scopes")):
+            unknown = [v for v in value if v not in allowed]
+            if unknown:
+                raise SettingsError(f"{option}: unknown value {unknown[0]!r} (expected {', '.join(allowed)})")
+        if not (self.orders and self.scopes) and not (self.layer_budgets or self.type_budgets):
+            raise SettingsError("nothing to do: no --orders/--scopes and no --layer-budget/--type-budget")
+        if self.draws <= 0:
+            raise SettingsError(f"--draws must be positive, got {self.draws}")
+        if "ablation" in self.orders and not self.ablation_file:
+            raise SettingsError("--orders ablation needs --ablation FILE (single.json of ablate --mode single)")
+
+
+@dataclass
+class DynamicsSettings:
+    """``dynamics``: the importance-order pruning curve at every epoch checkpoint (section 6)."""
+
+    sweep: SweepSettings  # its checkpoint is unused: every epoch's is swept in turn
+    checkpoints: str
+    curve: CurveSettings = field(default_factory=CurveSettings)
+    epochs: Optional[List[int]] = None  # None: every epoch found
