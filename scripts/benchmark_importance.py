@@ -59,7 +59,9 @@ def main():
     parser.add_argument("--cpu", action="store_true", help="CPU even if a GPU is present")
     args = parser.parse_args()
 
-    import fairseq_headprune  # noqa: F401  (registers the task and criterion)
+    import fairseq_headprune
+
+    fairseq_headprune.register_components()
     from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
 
     from fairseq_headprune.criterions.headprune_importance import HeadPruneImportanceCriterion

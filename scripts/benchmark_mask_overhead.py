@@ -41,7 +41,9 @@ def main():
     parser.add_argument("--head-mask", default="E:1:1", help="mask for the masked run")
     args = parser.parse_args()
 
-    import fairseq_headprune  # noqa: F401  (registers the task; checkpoint allow-list)
+    import fairseq_headprune
+
+    fairseq_headprune.register_components()  # the task and criterion; torch's allow-list on import
     from fairseq_headprune.engine.scoring import translate_batches
     from fairseq_headprune.study.head_mask import parse_head_mask
     from fairseq_headprune.errors import HeadMaskError

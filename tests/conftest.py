@@ -79,6 +79,10 @@ def tiny_task_and_model(tiny_model):
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq import options
 
+    import fairseq_headprune
+
+    # what fairseq's --user-dir does, also when the package was imported before fairseq
+    fairseq_headprune.register_components()
     utils.import_user_module(type("Args", (), {"user_dir": USER_DIR})())
     parser = options.get_generation_parser()
     args = options.parse_args_and_arch(
