@@ -15,8 +15,14 @@ shrink/, training dynamics in dynamics/, the commands in commands/, and
 everything in report.md.  Finished steps are skipped, so an interrupted run
 continues where it stopped and a finished one reruns in under a minute.
 
+Every step is seeded and runs on THREADS CPU threads with the CPU kernels'
+instruction set pinned (see scripts/train_demo.sh), so two runs on one machine
+print the same tables; environment.txt records the versions, the thread
+count, the instruction sets and the CPU.
+
 environment:
   VENV       virtual environment to use (default: REPO/.venv)
+  THREADS    CPU threads for training and every study (default 2)
   HEAD_MASK  the masked configuration to compare (default: "E:1:1", one head)
   plus those of scripts/prepare_demo_data.sh and scripts/train_demo.sh
 USAGE
@@ -29,6 +35,23 @@ head_mask=${HEAD_MASK:-E:1:1}
 # shellcheck disable=SC1091
 source "$repo/scripts/setup_env.sh"
 mkdir -p "$out_dir/generate" "$out_dir/commands"
+export THREADS=${THREADS:-2}
+export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
+export ATEN_CPU_CAPABILITY=${ATEN_CPU_CAPABILITY:-avx2} MKL_CBWR=${MKL_CBWR:-AVX2}
+python - > "$out_dir/environment.txt" <<'PYTHON'
+import os
+import platform
+
+import fairseq, numpy, sacrebleu, torch
+
+cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+           platform.processor() or "unknown")
+print(f"torch {torch.__version__}, fairseq {fairseq.__version__}, numpy {numpy.__version__}, "
+      f"sacrebleu {sacrebleu.__version__}; {torch.get_num_threads()} CPU threads on {cpu} "
+      f"(kernels: ATEN_CPU_CAPABILITY={os.environ.get('ATEN_CPU_CAPABILITY')}, "
+      f"MKL_CBWR={os.environ.get('MKL_CBWR')}); "
+      f"Python {platform.python_version()}")
+PYTHON
 
 declare -A recorded
 record() {  # NAME COMMAND...: note the command in commands/NAME.sh (for the report), then run it
@@ -81,7 +104,7 @@ record ablate-all-but-one "${ablation[@]}" --mode all-but-one --select-subset va
 # pruning curves (paper sections 4.2 and 5, Budhraja et al.): every order over all
 # heads, the importance order per attention type, random heads within budgets.
 # A pruned model can babble up to fairseq's 200-token limit; the demo's sentences
-# have at most 24 tokens, so output is capped at 1.2 x source + 10 tokens.
+# have at most 27 tokens, so output is capped at 1.2 x source + 10 tokens.
 pruning=(fairseq-headprune prune "$out_dir/data/bin" --path "$out_dir/checkpoints/checkpoint_best.pt"
          --gen-subset test --out-dir "$out_dir/pruning" --importance "$importance_dir/importance.json"
          --beam 5 --lenpen 1 --batch-size 128 --max-len-a 1.2 --max-len-b 10 --no-progress)

@@ -11,9 +11,18 @@ En-Fr big model at small dimensions, shared embeddings) and saves one
 checkpoint per epoch (checkpointN.pt) plus checkpoint_best.pt in SAVE_DIR.
 An interrupted run resumes from SAVE_DIR/checkpoint_last.pt.
 
+Training is deterministic for a given seed and thread count on one machine:
+data order and dropout follow --seed, data loading runs in the main process,
+and the CPU thread count is fixed (THREADS), since a different number of
+threads sums in another order and so trains another model.  The instruction
+set of torch's and MKL's CPU kernels is pinned to AVX2 (ATEN_CPU_CAPABILITY,
+MKL_CBWR), so machines with wider vector units take the same code paths.
+
 environment (defaults are the demo model):
-  LAYERS=3 EMBED_DIM=128 FFN_DIM=256 HEADS=8 EPOCHS=12 MAX_TOKENS=4096
+  LAYERS=3 EMBED_DIM=128 FFN_DIM=256 HEADS=8 EPOCHS=10 MAX_TOKENS=4096
   LR=0.002 WARMUP=200 SEED=1
+  THREADS=2   CPU threads (OMP_NUM_THREADS, MKL_NUM_THREADS)
+  ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=AVX2  CPU kernels' instruction set
   EXTRA_ARGS  further fairseq-train options (e.g. "--head-mask E:1:1")
 USAGE
 }
@@ -25,6 +34,8 @@ layers=${LAYERS:-3}
 embed_dim=${EMBED_DIM:-128}
 ffn_dim=${FFN_DIM:-256}
 heads=${HEADS:-8}
+export OMP_NUM_THREADS=${THREADS:-2} MKL_NUM_THREADS=${THREADS:-2}
+export ATEN_CPU_CAPABILITY=${ATEN_CPU_CAPABILITY:-avx2} MKL_CBWR=${MKL_CBWR:-AVX2}
 
 # shellcheck disable=SC2086  # EXTRA_ARGS is a list of options
 fairseq-headprune train "$data_bin" \
@@ -37,7 +48,7 @@ fairseq-headprune train "$data_bin" \
   --optimizer adam --adam-betas '(0.9,0.98)' --lr "${LR:-0.002}" \
   --lr-scheduler inverse_sqrt --warmup-updates "${WARMUP:-200}" \
   --criterion label_smoothed_cross_entropy --label-smoothing 0.1 \
-  --max-tokens "${MAX_TOKENS:-4096}" --max-epoch "${EPOCHS:-12}" \
+  --max-tokens "${MAX_TOKENS:-4096}" --max-epoch "${EPOCHS:-10}" \
   --seed "${SEED:-1}" --num-workers 0 --save-dir "$save_dir" \
   --log-format simple --log-interval 50 \
   ${EXTRA_ARGS:-}
