@@ -42,6 +42,8 @@ def test_importance_command_writes_scores_plot_and_correlates_with_loss_increase
     scores = read_importance_file(str(tmp_path / "importance.json"), LAYOUT)
     assert scores.settings["sentences"] == 300  # 150 of each split
     assert scores.settings["subsets"] == ["valid", "test"]
+    # the authors' loss by default: plain cross-entropy, recorded with the scores
+    assert (scores.settings["loss"], scores.settings["label_smoothing"]) == ("nll", 0.0)
     for attention_type, values in scores.normalized.items():
         assert torch.allclose(values.norm(dim=1), torch.ones(2, dtype=torch.float64))
     rows = (tmp_path / "importance.tsv").read_text().splitlines()
@@ -54,8 +56,9 @@ def test_importance_command_writes_scores_plot_and_correlates_with_loss_increase
 
 def test_importance_of_a_masked_model_and_token_granularity(tiny_model, tmp_path):
     importance_command(tiny_model, tmp_path, "--granularity", "token", "--head-mask", "D:*:keep=1",
-                       "--limit", "40", "--batch-size", "16")
+                       "--limit", "40", "--batch-size", "16", "--loss", "label_smoothed", "--label-smoothing", "0.2")
     payload = json.loads((tmp_path / "importance.json").read_text())
+    assert (payload["settings"]["loss"], payload["settings"]["label_smoothing"]) == ("label_smoothed", 0.2)
     assert payload["granularity"] == "token"
     assert payload["settings"]["head_mask"] == "D:*:keep=1"
     assert payload["count"] == payload["settings"]["target_tokens"]

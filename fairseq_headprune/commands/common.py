@@ -12,11 +12,14 @@ from ..constants import (
     DEFAULT_ALPHA,
     DEFAULT_CONFIGS_PER_BATCH,
     DEFAULT_GRANULARITY,
+    DEFAULT_IMPORTANCE_LOSS,
+    DEFAULT_LABEL_SMOOTHING,
     DEFAULT_MAX_PERCENT,
     DEFAULT_RESAMPLES,
     DEFAULT_SIGNIFICANCE_SEED,
     DEFAULT_STEP_PERCENT,
     GRANULARITIES,
+    IMPORTANCE_LOSSES,
     SIGNIFICANCE_TESTS,
 )
 from ..study.metrics import BLEU_METRICS
@@ -120,6 +123,15 @@ def add_curve_arguments(parser: argparse.ArgumentParser) -> None:
         help="|dL/dxi_h| per sentence (the paper, default), per target token or per batch",
     )
     parser.add_argument(
+        "--importance-loss", choices=IMPORTANCE_LOSSES, default=DEFAULT_IMPORTANCE_LOSS,
+        help="loss whose gradient ranks the heads (default: nll, plain cross-entropy as the "
+        "authors' code; label_smoothed with --importance-label-smoothing)",
+    )
+    parser.add_argument(
+        "--importance-label-smoothing", type=float, default=DEFAULT_LABEL_SMOOTHING, metavar="EPS",
+        help=f"label smoothing of --importance-loss label_smoothed (default {DEFAULT_LABEL_SMOOTHING:g})",
+    )
+    parser.add_argument(
         "--raw-importance", action="store_true",
         help="rank heads by raw importance, not importance normalised per layer (the paper normalises)",
     )
@@ -132,6 +144,7 @@ def curve_settings(args: argparse.Namespace) -> CurveSettings:
         importance=ImportanceSettings(
             subsets=list(args.importance_subset), limit=args.importance_limit,
             max_tokens=args.importance_max_tokens, granularity=args.importance_granularity,
+            loss=args.importance_loss, label_smoothing=args.importance_label_smoothing,
             option_prefix="--importance-",
         ),
         raw_importance=args.raw_importance,

@@ -30,9 +30,10 @@ def command_importance(args: argparse.Namespace) -> int:
         fairseq_args=fairseq_language_args(args), cpu=args.cpu, progress=not args.no_progress,
     )
     sentences = int(result.settings["sentences"])
+    loss = "plain cross-entropy" if settings.loss == "nll" else f"label-smoothed ({settings.label_smoothing:g})"
     print(
-        f"estimated on {sentences} sentences ({', '.join(settings.subsets)}), {settings.granularity} level; "
-        "heads as layer:head"
+        f"estimated on {sentences} sentences ({', '.join(settings.subsets)}), {settings.granularity} level, "
+        f"{loss} loss; heads as layer:head"
     )
     for line in summarize(result):
         print(line)
@@ -64,11 +65,12 @@ def add_parser(commands) -> None:
     )
     importance.add_argument(
         "--loss", choices=IMPORTANCE_LOSSES, default=DEFAULT_IMPORTANCE_LOSS,
-        help="loss to differentiate (default: label-smoothed cross-entropy)",
+        help="loss to differentiate (default: nll, plain cross-entropy as the authors' code; "
+        "label_smoothed: label-smoothed cross-entropy with --label-smoothing)",
     )
     importance.add_argument(
         "--label-smoothing", type=float, default=DEFAULT_LABEL_SMOOTHING,
-        help=f"label smoothing epsilon (default {DEFAULT_LABEL_SMOOTHING:g})",
+        help=f"label smoothing epsilon of --loss label_smoothed (default {DEFAULT_LABEL_SMOOTHING:g})",
     )
     importance.add_argument("--max-tokens", type=int, help="tokens per batch")
     importance.add_argument(

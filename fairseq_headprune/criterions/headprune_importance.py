@@ -51,7 +51,8 @@ class HeadPruneImportanceConfig(LabelSmoothedCrossEntropyCriterionConfig):
         default=DEFAULT_IMPORTANCE_LOSS,
         metadata={
             "help": "the loss L whose gradient scores the heads, and that this "
-            "criterion returns: label-smoothed cross-entropy or plain NLL"
+            "criterion returns: plain NLL (the default, as the authors' code) or "
+            "label-smoothed cross-entropy (pass label_smoothed to train with it)"
         },
     )
     importance_granularity: ChoiceEnum(list(GRANULARITIES)) = field(

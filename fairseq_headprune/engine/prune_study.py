@@ -53,7 +53,7 @@ class ImportanceStore:
             "max_tokens": importance.max_tokens,
             "granularity": importance.granularity,
             "loss": importance.loss,
-            "label_smoothing": importance.label_smoothing,
+            "label_smoothing": importance.label_smoothing if importance.loss == "label_smoothed" else 0.0,
             "base_mask": head_mask_to_spec(base_mask) if base_mask is not None else "none",
         }
         self._estimator = None

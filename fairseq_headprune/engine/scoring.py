@@ -83,7 +83,7 @@ def estimate_importance(
         count=count,
         settings={
             "loss": criterion.importance_loss,
-            "label_smoothing": criterion.eps,
+            "label_smoothing": criterion.eps if criterion.importance_loss == "label_smoothed" else 0.0,
             "sentences": float(total["nsentences"]),
             "target_tokens": float(total["ntokens"]),
             "batches": total_batches,

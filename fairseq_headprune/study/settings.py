@@ -81,9 +81,9 @@ class ImportanceSettings:
         if self.granularity not in GRANULARITIES:
             raise SettingsError(f"{self.option('granularity')} must be one of {', '.join(GRANULARITIES)}")
         if self.loss not in IMPORTANCE_LOSSES:
-            raise SettingsError(f"--loss must be one of {', '.join(IMPORTANCE_LOSSES)}")
+            raise SettingsError(f"{self.option('loss')} must be one of {', '.join(IMPORTANCE_LOSSES)}")
         if not 0.0 <= self.label_smoothing < 1.0:
-            raise SettingsError(f"--label-smoothing must be in [0, 1), got {self.label_smoothing}")
+            raise SettingsError(f"{self.option('label_smoothing')} must be in [0, 1), got {self.label_smoothing}")
         if not self.subsets:
             raise SettingsError(f"{self.option('subset')} names no split")
 
