@@ -12,7 +12,7 @@ def command_corpus(args: argparse.Namespace) -> int:
 
     if args.scale <= 0:
         raise SettingsError(f"--scale must be positive, got {args.scale}")
-    counts = write_demo_corpus(args.out_dir, seed=args.seed, scale=args.scale)
+    counts = write_demo_corpus(args.out_dir, seed=args.seed, scale=args.scale, majority=args.majority)
     for split, count in counts.items():
         print(f"{split}\t{count} sentence pairs\t{os.path.join(args.out_dir, split)}.{{en,fr}}")
     return 0
@@ -31,6 +31,11 @@ def add_parser(commands) -> None:
     )
     corpus.add_argument(
         "--scale", type=float, default=1.0,
-        help="multiply every split's size (default 1.0: 20000/500/1000/1000 pairs)",
+        help="multiply every split's size (default 1.0: 16000/500/1000/1000 pairs)",
+    )
+    corpus.add_argument(
+        "--majority", action="store_true",
+        help="translate every word by its most frequent translation: the same sentences with the references "
+        "a perfect model would produce; scored against the sampled references it is the corpus's ceiling",
     )
     corpus.set_defaults(handler=command_corpus)
