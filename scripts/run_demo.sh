@@ -91,6 +91,14 @@ if [[ ! -f "$importance_dir/importance.json" ]]; then
   record importance fairseq-headprune importance "$out_dir/data/bin" --path "$out_dir/checkpoints/checkpoint_best.pt" \
     --subset valid --out-dir "$importance_dir" --loss-ablation --no-progress
 fi
+# the same with the label-smoothed loss the model was trained on: how well each
+# loss's gradient predicts the increase of that loss when a head is masked
+if [[ ! -f "$importance_dir-label-smoothed/importance.json" ]]; then
+  echo "the same with label-smoothed cross-entropy (ε = 0.1) as the loss:"
+  record importance fairseq-headprune importance "$out_dir/data/bin" --path "$out_dir/checkpoints/checkpoint_best.pt" \
+    --subset valid --out-dir "$importance_dir-label-smoothed" --loss label_smoothed --loss-ablation --no-progress \
+    | grep -E "^(estimated|spearman)"
+fi
 
 # ablation studies (paper section 3): the sweeps are stored per configuration,
 # so a rerun only recomputes the tables

@@ -14,6 +14,7 @@ from typing import Dict, List, Optional
 from ..constants import ATTENTION_TYPES
 from ..errors import StudyError
 from .files import write_text
+from .findings import markdown_findings, paper_findings
 
 REPORT = "report.md"
 DEFAULT_TITLE = "fairseq-headprune study"
@@ -70,21 +71,35 @@ def _section_translation(study: _Study) -> str:
     )
 
 
+def _loss_name(settings: Dict) -> str:
+    if settings.get("loss", "nll") == "nll":
+        return "plain cross-entropy (NLL)"
+    return f"label-smoothed cross-entropy (ε = {settings.get('label_smoothing', 0):g})"
+
+
 def _section_importance(study: _Study) -> str:
     payload = study.json("importance", "importance.json")
     settings = payload["settings"]
     text = (
         "## Head importance\n\n"
         f"I_h = E_x |∂L/∂ξ_h| on {int(settings['sentences'])} sentences of "
-        f"{', '.join(settings.get('subsets', []))}, {payload['granularity']} level; the heat maps show it "
-        "normalised per layer (darker: less important).\n\n"
+        f"{', '.join(settings.get('subsets', []))}, {payload['granularity']} level, L = {_loss_name(settings)}; "
+        "the heat maps show it normalised per layer (darker: less important).\n\n"
     )
     rho = payload.get("spearman_importance_vs_loss_increase")
     if rho:
         text += (
             f"Spearman correlation between importance and the loss increase when each head alone is masked: "
-            f"ρ = {rho['rho']:.3f} (p = {rho['p']:.2g}).\n\n"
+            f"ρ = {rho['rho']:.3f} (p = {rho['p']:.2g})"
         )
+        other = "importance-label-smoothed/importance.json"
+        other_rho = study.json(other).get("spearman_importance_vs_loss_increase") if study.exists(other) else None
+        if other_rho:
+            text += (
+                f"; with L = {_loss_name(study.json(other)['settings'])} (in importance-label-smoothed/) "
+                f"ρ = {other_rho['rho']:.3f} (p = {other_rho['p']:.2g})"
+            )
+        text += ".\n\n"
     return text + study.figure("importance/importance.png", "head importance") + study.command("importance")
 
 
@@ -234,6 +249,18 @@ def _section_dynamics(study: _Study) -> str:
     return text + study.command("dynamics")
 
 
+def _section_findings(study: _Study) -> str:
+    rows = paper_findings(lambda relative: study.json(relative) if study.exists(relative) else None)
+    if not rows:
+        return ""
+    reproduced = sum(1 for row in rows if row[-1])
+    return (
+        "## What reproduces\n\n"
+        f"Each finding of the papers, checked against this study's numbers by the rule in the fourth column: "
+        f"{reproduced} of {len(rows)} reproduce.\n\n" + markdown_findings(rows) + "\n"
+    )
+
+
 SECTIONS = [
     ("generate", _section_translation),
     ("importance/importance.json", _section_importance),
@@ -242,6 +269,7 @@ SECTIONS = [
     ("pruning", _section_pruning),
     ("shrink/speed.json", _section_speed),
     ("dynamics/dynamics.json", _section_dynamics),
+    (".", _section_findings),
 ]
 
 
@@ -255,14 +283,17 @@ def write_report(directory: str, title: str = DEFAULT_TITLE) -> str:
         "Every number below is read from the result files in this directory; every figure is one of them. "
         "Each section ends with the command that made it.\n\n",
     ]
+    if study.exists("environment.txt"):  # run_demo.sh records what the numbers depend on
+        parts.append(f"Run with {study.text('environment.txt').strip()}.\n\n")
     found = 0
     for required, section in SECTIONS:
         if study.exists(required):
             try:
-                parts.append(section(study))
+                text = section(study)
             except (OSError, ValueError, KeyError, TypeError) as error:
                 raise StudyError(f"cannot read the results for {required} in {directory}: {error}")
-            found += 1
+            parts.append(text)
+            found += bool(text)
     if not found:
         raise StudyError(f"{directory} holds no study results (importance/, ablation/, pruning/, ...)")
     path = os.path.join(directory, REPORT)

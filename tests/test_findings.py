@@ -1,0 +1,48 @@
+"""The report's verdicts on the papers' findings follow from the numbers, by the stated rules."""
+
+from fairseq_headprune.study.findings import markdown_findings, paper_findings
+
+
+def curve(order, points, std=0.0, draws=1):
+    return [{"order": order, "percent": p, "bleu": b, "bleu_std": std, "draws": draws} for p, b in points]
+
+
+def study(importance_at_50=40.0, random_at_50=20.0, random_std=3.0, enc_dec_last=5.0, r=0.8):
+    return {
+        "ablation/single.json": {"rows": [
+            {"attention_type": "enc-enc", "layer": 1, "head": h, "delta": -0.1 * h, "significant": h > 6}
+            for h in range(1, 9)]},
+        "ablation/cross_domain.json": {"settings": {"pearson_r": r}},
+        "pruning/prune_curves.all.json": {"settings": {"baseline_bleu": 50.0}, "rows":
+            curve("importance", [(0, 50.0), (20, 49.0), (50, importance_at_50)])
+            + curve("ablation", [(0, 50.0), (20, 45.0), (50, 30.0)])
+            + curve("random", [(0, 50.0), (20, 44.0), (50, random_at_50)], std=random_std, draws=3)},
+        "pruning/prune_curves.enc-enc.json": {"rows": curve("importance", [(0, 50.0), (90, 45.0)])},
+        "pruning/prune_curves.enc-dec.json": {"rows": curve("importance", [(0, 50.0), (90, enc_dec_last)])},
+    }
+
+
+def verdicts(payloads):
+    rows = paper_findings(payloads.get)
+    return {row[0].split(" (")[0]: row[-1] for row in rows}, rows
+
+
+def test_verdicts_follow_the_numbers():
+    found, rows = verdicts(study())
+    assert found["masking one head at a time rarely hurts significantly"] is True  # 2 of 8 significant
+    assert found["a head's effect correlates across domains"] is True
+    assert found["a share of the heads can be pruned with little loss"] is True  # 49 >= 0.95 * 50
+    assert found["importance is a better pruning order than single-head ablation scores"] is True
+    assert found["random pruning does about as well as importance"] is False  # 40 vs 20 ± 3
+    assert found["Enc-Dec attention is the most sensitive to pruning"] is True
+    # findings without result files are left out, not guessed
+    assert not any("training" in row[0] or "budget" in row[0] for row in rows)
+    table = markdown_findings(rows)
+    assert table.count("\n") == len(rows) + 2 and "**no**" in table
+
+
+def test_the_other_numbers_give_the_other_verdicts():
+    found, _ = verdicts(study(importance_at_50=21.0, enc_dec_last=48.0, r=0.3))
+    assert found["random pruning does about as well as importance"] is True  # within one std
+    assert found["Enc-Dec attention is the most sensitive to pruning"] is False
+    assert found["a head's effect correlates across domains"] is False
