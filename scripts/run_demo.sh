@@ -81,6 +81,13 @@ translate() {  # NAME [fairseq-generate options...]
 }
 
 echo "tokenized BLEU on the demo test set (fairseq's bleu scorer):"
+# the ceiling: the test sentences with every word's most frequent translation,
+# scored against the sampled references (no model can expect more)
+[[ -f "$out_dir/data/majority/test.fr" ]] || \
+  fairseq-headprune corpus "$out_dir/data/majority" --majority --seed "${SEED:-1}" --scale "${SCALE:-1.0}" > /dev/null
+fairseq-score --sys "$out_dir/data/majority/test.fr" --ref "$out_dir/data/raw/test.fr" 2> /dev/null \
+  | grep 'BLEU4 = ' > "$out_dir/generate/ceiling-majority-references.txt"
+printf '%-28s %s\n' "ceiling (majority refs)" "$(grep -o 'BLEU4 = .*' "$out_dir/generate/ceiling-majority-references.txt")"
 translate "no-mask"
 translate "mask-${head_mask//[^A-Za-z0-9,=-]/_}" --head-mask "$head_mask"
 translate "mask-A_last_layer_all" --head-mask "A:$(( ${LAYERS:-3} )):*"

@@ -23,7 +23,7 @@ def dynamics(tiny_model, checkpoints, out_dir, *extra, check=True):
 def epochs_dir(tiny_model, tmp_path_factory):
     """Two of the tiny model's epoch checkpoints, and a best/last that must be ignored."""
     directory = tmp_path_factory.mktemp("epochs")
-    for name in ("checkpoint2.pt", "checkpoint8.pt", "checkpoint_best.pt", "checkpoint_last.pt"):
+    for name in ("checkpoint4.pt", "checkpoint8.pt", "checkpoint_best.pt", "checkpoint_last.pt"):
         os.symlink(tiny_model["checkpoint"].parent / name, directory / name)
     return directory
 
@@ -41,9 +41,9 @@ def test_every_epoch_gets_its_own_importance_and_curve(tiny_model, epochs_dir, s
     from fairseq_headprune.study.files import file_sha256
 
     out_dir, rows, stdout = study
-    assert sorted({r["epoch"] for r in rows}) == [2, 8]
+    assert sorted({r["epoch"] for r in rows}) == [4, 8]
     assert {r["level"] for r in rows} == {0, 1} and {r["pruned"] for r in rows} == {0, 24}
-    for epoch in (2, 8):
+    for epoch in (4, 8):
         level0, level1 = sorted((r for r in rows if r["epoch"] == epoch), key=lambda r: r["level"])
         assert level0["relative"] == pytest.approx(1.0) and level0["bleu"] == level0["unpruned_bleu"]
         assert level1["relative"] == pytest.approx(level1["bleu"] / level0["unpruned_bleu"])
@@ -57,20 +57,20 @@ def test_every_epoch_gets_its_own_importance_and_curve(tiny_model, epochs_dir, s
     # the last epoch's unpruned BLEU is the final model's (checkpoint8 = checkpoint_last)
     with open(out_dir / "epoch8" / "sweeps" / "valid" / "configs" / "baseline.json") as stream:
         assert json.load(stream)["bleu"] == pytest.approx([r for r in rows if r["epoch"] == 8][0]["unpruned_bleu"])
-    assert "2 epochs (2,8)" in stdout
+    assert "2 epochs (4,8)" in stdout
     for name in ("dynamics.tsv", "dynamics.md", "dynamics.png"):
         assert os.path.getsize(out_dir / name) > 0
 
 
 def test_a_rerun_reuses_finished_epochs_and_redoes_an_interrupted_one(tiny_model, epochs_dir, study):
     out_dir, rows, stdout = study
-    finished = (out_dir / "epoch2" / "done.json").stat().st_mtime_ns
+    finished = (out_dir / "epoch4" / "done.json").stat().st_mtime_ns
     configs = out_dir / "epoch8" / "sweeps" / "valid" / "configs"
     stored = {p.name: p.stat().st_mtime_ns for p in configs.iterdir()}
     (out_dir / "epoch8" / "done.json").unlink()  # as if killed before epoch 8 was recorded
     again = dynamics(tiny_model, epochs_dir, out_dir)
     assert again.stdout == stdout
-    assert (out_dir / "epoch2" / "done.json").stat().st_mtime_ns == finished
+    assert (out_dir / "epoch4" / "done.json").stat().st_mtime_ns == finished
     assert (out_dir / "epoch8" / "done.json").exists()
     assert {p.name: p.stat().st_mtime_ns for p in configs.iterdir()} == stored  # nothing re-translated
     with open(out_dir / "dynamics.json") as stream:
@@ -127,18 +127,18 @@ def test_the_report_reads_its_numbers_from_the_result_files(study, tmp_path):
     write_report(str(tmp_path / "study"))
     text = report.read_text()
     at_50 = {r["epoch"]: r for r in rows if r["level"] == 1}
-    assert f"keeps {100 * at_50[2]['relative']:.1f}% of its BLEU at epoch 2" in text
+    assert f"keeps {100 * at_50[4]['relative']:.1f}% of its BLEU at epoch 4" in text
     assert "![pruning curves over training](dynamics/dynamics.png)" in text
     assert "fairseq-headprune dynamics DATA --checkpoints DIR" in text
     # change a result file: the report follows it
     path = tmp_path / "study" / "dynamics" / "dynamics.json"
     payload = json.loads(path.read_text())
     for row in payload["rows"]:
-        if row["epoch"] == 2 and row["level"] == 1:
+        if row["epoch"] == 4 and row["level"] == 1:
             row["relative"] = 0.123
     path.write_text(json.dumps(payload))
     write_report(str(tmp_path / "study"))
-    assert "keeps 12.3% of its BLEU at epoch 2" in report.read_text()
+    assert "keeps 12.3% of its BLEU at epoch 4" in report.read_text()
 
 
 def test_a_report_of_an_empty_directory_is_one_line(tmp_path):

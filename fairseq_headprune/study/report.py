@@ -66,7 +66,11 @@ def _section_translation(study: _Study) -> str:
     return (
         "## Translation with heads masked\n\n"
         "Tokenized BLEU of the test set, as `fairseq-generate` prints it, with no head masked and with "
-        "the masks named.\n\n| configuration | BLEU |\n|---|---:|\n" + "\n".join(lines) + "\n\n"
+        "the masks named" + (
+            " (`ceiling-majority-references`: the references a perfect model would write, every word translated "
+            "by its most frequent choice, scored against the sampled ones)"
+            if study.exists("generate", "ceiling-majority-references.txt") else ""
+        ) + ".\n\n| configuration | BLEU |\n|---|---:|\n" + "\n".join(lines) + "\n\n"
         + study.command("generate")
     )
 
