@@ -15,7 +15,8 @@ from ..constants import ATTENTION_TYPES, TYPE_TITLES
 Load = Callable[[str], Optional[dict]]
 
 
-def _point(rows: List[Dict], order: str, percent: float) -> Optional[Dict]:
+def curve_point(rows: List[Dict], order: str, percent: float) -> Optional[Dict]:
+    """The point of a pruning curve (summary rows) nearest to ``percent`` pruned."""
     points = [r for r in rows if r["order"] == order]
     return min(points, key=lambda r: abs(r["percent"] - percent)) if points else None
 
@@ -88,7 +89,7 @@ def _curves(load: Load) -> List[List]:
         return []
     rows, baseline = table["rows"], table["settings"]["baseline_bleu"]
     findings = []
-    at_20 = _point(rows, "importance", 20)
+    at_20 = curve_point(rows, "importance", 20)
     if at_20 and baseline:
         findings.append([
             "a share of the heads can be pruned with little loss (Figure 3)",
@@ -101,7 +102,7 @@ def _curves(load: Load) -> List[List]:
     levels = sorted({r["percent"] for r in rows if 0 < r["percent"] <= 70.5})
     orders = {r["order"] for r in rows}
     if "ablation" in orders and "importance" in orders and levels:
-        mean = {o: sum(_point(rows, o, p)["bleu"] for p in levels) / len(levels) for o in ("importance", "ablation")}
+        mean = {o: sum(curve_point(rows, o, p)["bleu"] for p in levels) / len(levels) for o in ("importance", "ablation")}
         findings.append([
             "importance is a better pruning order than single-head ablation scores (Figure 3)",
             "importance as good, and far cheaper",
@@ -111,7 +112,7 @@ def _curves(load: Load) -> List[List]:
             mean["importance"] >= mean["ablation"],
         ])
     if "random" in orders and "importance" in orders:
-        importance, random = _point(rows, "importance", 50), _point(rows, "random", 50)
+        importance, random = curve_point(rows, "importance", 50), curve_point(rows, "random", 50)
         findings.append([
             "random pruning does about as well as importance (Budhraja et al.)",
             "random within about 1 BLEU of importance up to 60% (BERT and NMT)",

@@ -14,7 +14,7 @@ from typing import Dict, List, Optional
 from ..constants import ATTENTION_TYPES
 from ..errors import StudyError
 from .files import write_text
-from .findings import markdown_findings, paper_findings
+from .findings import curve_point, markdown_findings, paper_findings
 
 REPORT = "report.md"
 DEFAULT_TITLE = "fairseq-headprune study"
@@ -161,18 +161,13 @@ def _section_all_but_one(study: _Study) -> str:
     return text + study.command("ablate-all-but-one")
 
 
-def _curve_point(summary: List[Dict], order: str, percent: float) -> Optional[Dict]:
-    points = [r for r in summary if r["order"] == order]
-    return min(points, key=lambda r: abs(r["percent"] - percent)) if points else None
-
-
 def _section_pruning(study: _Study) -> str:
     text = "## Pruning curves (Figures 3 and 4)\n\n"
     if study.exists("pruning", "prune_curves.all.json"):
         curves = study.json("pruning", "prune_curves.all.json")
         summary, settings = curves["rows"], curves["settings"]
-        best_order = max({r["order"] for r in summary}, key=lambda o: _curve_point(summary, o, 50)["bleu"])
-        point = _curve_point(summary, best_order, 50)
+        best_order = max({r["order"] for r in summary}, key=lambda o: curve_point(summary, o, 50)["bleu"])
+        point = curve_point(summary, best_order, 50)
         text += (
             f"BLEU on {settings['split']} as the heads are pruned, by order (random: mean ± std over "
             f"{settings['draws']} draws, band: ±1 std); dashed: unpruned ({settings['baseline_bleu']:.2f}). "
