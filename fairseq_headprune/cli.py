@@ -6,6 +6,7 @@ commands with this plugin and its task already selected.
 """
 
 import argparse
+import os
 import sys
 from typing import List, Optional
 
@@ -67,13 +68,26 @@ def main(argv: Optional[List[str]] = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.fairseq_args = unknown
     _quiet_libraries()
+    from .engine.ranks import SHARDED_COMMANDS, join_ranks, launched_world_size, leave_ranks
     from .errors import HeadPruneError
 
+    if launched_world_size() > 1 and args.command not in SHARDED_COMMANDS:
+        print(f"fairseq-headprune {args.command}: error: runs in one process; under torchrun only "
+              f"{', '.join(SHARDED_COMMANDS)} are sharded", file=sys.stderr)
+        return 2
+    ranks = join_ranks()
+    if not ranks.is_main:  # rank 0 speaks for all
+        sys.stdout = open(os.devnull, "w")
+        if hasattr(args, "no_progress"):
+            args.no_progress = True
     try:
         return args.handler(args)
     except HeadPruneError as error:
-        print(f"fairseq-headprune {args.command}: error: {error}", file=sys.stderr)
+        if ranks.is_main:
+            print(f"fairseq-headprune {args.command}: error: {error}", file=sys.stderr)
         return 2
+    finally:
+        leave_ranks()
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@ def command_ablate(args: argparse.Namespace) -> int:
 
     settings = settings_from(args)
     outcome = run_ablation(settings)
+    if outcome is None:  # a rank other than 0 of a sharded sweep
+        return 0
     alpha = settings.sweep.test.alpha
     if settings.mode == "all-but-one":
         print(f"baseline BLEU {outcome.baseline_bleu:.2f} on {outcome.split}; best ΔBLEU per layer when one head is kept:")

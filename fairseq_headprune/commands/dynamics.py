@@ -20,7 +20,10 @@ def command_dynamics(args: argparse.Namespace) -> int:
     from ..engine.dynamics_study import run_dynamics
 
     settings = settings_from(args)
-    grid = dynamics_grid(run_dynamics(settings))
+    rows = run_dynamics(settings)
+    if rows is None:  # a rank other than 0 of a sharded sweep
+        return 0
+    grid = dynamics_grid(rows)
     print(f"{len(grid.epochs)} epochs ({format_ranges(grid.epochs)}); BLEU as % of each epoch's unpruned BLEU:")
     print("  epoch  unpruned  " + "  ".join(f"{grid.percent[k]:>5.0f}%" for k in grid.levels[1:]))
     for epoch in grid.epochs:

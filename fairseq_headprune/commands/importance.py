@@ -29,6 +29,8 @@ def command_importance(args: argparse.Namespace) -> int:
         args.data, args.path, settings, args.out_dir, head_mask=args.head_mask, loss_ablation=args.loss_ablation,
         fairseq_args=fairseq_language_args(args), cpu=args.cpu, progress=not args.no_progress,
     )
+    if result is None:  # a rank other than 0 of a sharded estimate
+        return 0
     sentences = int(result.settings["sentences"])
     loss = "plain cross-entropy" if settings.loss == "nll" else f"label-smoothed ({settings.label_smoothing:g})"
     print(

@@ -27,6 +27,8 @@ def command_prune(args: argparse.Namespace) -> int:
 
     settings = settings_from(args)
     outcome = run_prune(settings)
+    if outcome is None:  # a rank other than 0 of a sharded sweep
+        return 0
     if outcome.curve_summary:
         print(f"unpruned BLEU {outcome.baseline_bleu:.2f} on {outcome.split}; BLEU with x% of the heads pruned:")
         for scope in settings.scopes:

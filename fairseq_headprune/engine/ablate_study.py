@@ -29,6 +29,7 @@ from ..study.ablation import (
 from ..study.files import write_text
 from ..study.head_mask import parse_head_mask
 from ..study.settings import AblationSettings
+from .ranks import current_ranks
 from .split_sweep import SplitSweep, table_caption, write_result_rows
 
 
@@ -45,7 +46,8 @@ class AblationOutcome:
     written: List[str] = field(default_factory=list)  # lines naming the files written
 
 
-def run_ablation(settings: AblationSettings) -> AblationOutcome:
+def run_ablation(settings: AblationSettings) -> Optional[AblationOutcome]:
+    """The study's outcome (None on ranks other than 0, which only translate their share)."""
     from ..modules.masked_multihead_attention import current_head_mask, head_layout
     from .loading import load_task_and_model
 
@@ -75,20 +77,11 @@ def run_ablation(settings: AblationSettings) -> AblationOutcome:
 
     split = sweep_settings.gen_subset
     sweep = SplitSweep(sweep_settings, cfg, task, model, split, split, sweep_settings.references)
-    baseline, rows = sweep.compare(sweep.run(configs, base_mask), configs)
-    outcome = AblationOutcome(split, reported_bleu(baseline, sweep_settings.bleu), rows)
-
-    if settings.mode == "all-but-one":
-        select_rows = None
-        if settings.select_subset:
-            select = SplitSweep(sweep_settings, cfg, task, model, settings.select_subset, settings.select_subset)
-            _, select_rows = select.compare(select.run(configs, base_mask), configs)
-        _write_all_but_one(settings, sweep, baseline, rows, select_rows, outcome)
-        return outcome
-
-    _write_single(sweep, baseline, rows, os.path.join(out, "single"))
-    outcome.written.append(f"{os.path.join(out, 'single')}.{{tsv,json,md,tex}} single_delta.png single_hist.png")
-    if settings.mode == "cross-domain":
+    translated = sweep.run(configs, base_mask)
+    other = None  # all-but-one: the selection split; cross-domain: the shifted split
+    if settings.mode == "all-but-one" and settings.select_subset:
+        other = SplitSweep(sweep_settings, cfg, task, model, settings.select_subset, settings.select_subset)
+    elif settings.mode == "cross-domain":
         cross_task, cross_model, name = task, model, settings.cross_subset
         if settings.cross_data:
             _, cross_task, cross_model = load_task_and_model(
@@ -96,10 +89,24 @@ def run_ablation(settings: AblationSettings) -> AblationOutcome:
                 cpu=sweep_settings.cpu,
             )
             name = f"{os.path.basename(os.path.normpath(settings.cross_data))}.{settings.cross_subset}"
-        cross = SplitSweep(sweep_settings, cfg, cross_task, cross_model, settings.cross_subset, name)
-        cross_baseline, cross_rows = cross.compare(cross.run(configs, base_mask), configs)
-        _write_single(cross, cross_baseline, cross_rows, os.path.join(out, f"single.{name}"))
-        _write_cross_domain(sweep, cross, baseline, cross_baseline, rows, cross_rows, outcome)
+        other = SplitSweep(sweep_settings, cfg, cross_task, cross_model, settings.cross_subset, name)
+    other_translated = other.run(configs, base_mask) if other is not None else None
+    if not current_ranks().is_main:
+        return None  # rank 0 tests and writes
+    baseline, rows = sweep.compare(translated, configs)
+    outcome = AblationOutcome(split, reported_bleu(baseline, sweep_settings.bleu), rows)
+
+    if settings.mode == "all-but-one":
+        select_rows = other.compare(other_translated, configs)[1] if other is not None else None
+        _write_all_but_one(settings, sweep, baseline, rows, select_rows, outcome)
+        return outcome
+
+    _write_single(sweep, baseline, rows, os.path.join(out, "single"))
+    outcome.written.append(f"{os.path.join(out, 'single')}.{{tsv,json,md,tex}} single_delta.png single_hist.png")
+    if settings.mode == "cross-domain":
+        cross_baseline, cross_rows = other.compare(other_translated, configs)
+        _write_single(other, cross_baseline, cross_rows, os.path.join(out, f"single.{other.name}"))
+        _write_cross_domain(sweep, other, baseline, cross_baseline, rows, cross_rows, outcome)
     return outcome
 
 

@@ -10,7 +10,7 @@ starts, so a rerun skips the epochs done.
 import dataclasses
 import json
 import os
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..errors import StudyError
 from ..study.ablation import write_rows_tsv
@@ -55,12 +55,14 @@ def epoch_prune_settings(settings: DynamicsSettings, checkpoint: str, epoch_dir:
     return PruneSettings(sweep=sweep, curve=settings.curve, orders=["importance"], scopes=["all"], draws=1)
 
 
-def run_dynamics(settings: DynamicsSettings) -> List[Dict[str, object]]:
-    """One row per epoch and pruning level: BLEU relative to the epoch's unpruned BLEU."""
+def run_dynamics(settings: DynamicsSettings) -> Optional[List[Dict[str, object]]]:
+    """One row per epoch and pruning level: BLEU relative to the epoch's unpruned BLEU (rank 0; others None)."""
     from tqdm import tqdm
 
     from .prune_study import run_prune
+    from .ranks import current_ranks
 
+    ranks = current_ranks()
     checkpoints = epoch_checkpoints(settings.checkpoints, settings.epochs)
     described = check_same_architecture(checkpoints)
     out = settings.sweep.out_dir
@@ -72,7 +74,7 @@ def run_dynamics(settings: DynamicsSettings) -> List[Dict[str, object]]:
         done_path = os.path.join(epoch_dir, DONE)
         sha256 = file_sha256(checkpoint)
         done = None
-        if os.path.exists(done_path):
+        if ranks.main_value(os.path.exists(done_path)):
             with open(done_path, encoding="utf-8") as stream:
                 done = json.load(stream)
             if done.get("checkpoint_sha256") != sha256:
@@ -81,6 +83,8 @@ def run_dynamics(settings: DynamicsSettings) -> List[Dict[str, object]]:
                 )
         if done is None:
             outcome = run_prune(epoch_prune_settings(settings, checkpoint, epoch_dir))
+            if not ranks.is_main:
+                continue  # rank 0 records the epoch
             done = {"epoch": epoch, "checkpoint": os.path.abspath(checkpoint), "checkpoint_sha256": sha256,
                     "unpruned_bleu": outcome.baseline_bleu, "curve": outcome.step_rows}
             write_json(done, done_path, indent=1)
@@ -88,6 +92,8 @@ def run_dynamics(settings: DynamicsSettings) -> List[Dict[str, object]]:
         if settings.sweep.progress:
             bar.write(f"epoch {epoch}: unpruned BLEU {done['unpruned_bleu']:.2f}")
     bar.close()
+    if not ranks.is_main:
+        return None
     _write_outputs(settings, rows, described)
     return rows
 

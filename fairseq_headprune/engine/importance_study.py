@@ -21,14 +21,15 @@ def run_importance(
     fairseq_args: Sequence[str] = (),
     cpu: bool = False,
     progress: bool = True,
-) -> ImportanceResult:
-    """Estimate, write OUT/importance.{json,tsv,png} and return the result."""
+) -> Optional[ImportanceResult]:
+    """Estimate, write OUT/importance.{json,tsv,png} and return the result (rank 0; others None)."""
     import torch
 
     from ..modules.masked_multihead_attention import current_head_mask, head_layout, set_head_mask
     from ..study.head_mask import combine_masks
     from ..study.plots import plot_importance
     from .loading import load_task_and_model, parse_mask_for_model
+    from .ranks import current_ranks
     from .scoring import ImportanceEstimator, single_head_loss_increase
 
     _, task, model = load_task_and_model(data, checkpoint, fairseq_args, cpu=cpu)
@@ -36,7 +37,9 @@ def run_importance(
     base_mask = combine_masks(current_head_mask(model), parse_mask_for_model(head_mask, layout))
     set_head_mask(model, base_mask)
     estimator = ImportanceEstimator(task, model, settings)
-    result = estimator.estimate(None, progress=progress)
+    result = estimator.estimate(None, progress=progress)  # sharded over ranks, if any
+    if not current_ranks().is_main:
+        return None  # rank 0 checks the proxy and writes
     if loss_ablation:
         result.loss_increase, base_loss = single_head_loss_increase(
             model, estimator.criterion, estimator.samples, base_mask, layout, progress=progress

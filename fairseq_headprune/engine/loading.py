@@ -16,6 +16,7 @@ from ..errors import HeadMaskError, StudyError
 from ..study.head_mask import HeadMask, parse_head_mask
 
 logger = logging.getLogger(__name__)
+BATCHING_SEED = 1  # fairseq's default --seed
 
 
 def _first_line(error: BaseException) -> str:
@@ -105,9 +106,14 @@ def split_batches(
     """fairseq's batches (lists of sentence indices) for the first ``limit`` sentences of ``split``."""
     import numpy as np
 
+    from fairseq.data.data_utils import numpy_seed
+
     load_split(task, split)
     dataset = task.dataset(split)
-    indices = dataset.ordered_indices()
+    # fairseq breaks ties between sentences of one length with a random permutation:
+    # seeded, so every run and every rank of a sharded study gets the same batches
+    with numpy_seed(BATCHING_SEED):
+        indices = dataset.ordered_indices()
     if limit is not None:
         indices = indices[indices < limit]
     if len(indices) == 0:

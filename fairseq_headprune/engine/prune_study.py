@@ -30,6 +30,7 @@ from ..study.pruning import (
     summarize_curves,
 )
 from ..study.settings import ImportanceSettings, PruneSettings, SweepSettings
+from .ranks import current_ranks
 from .split_sweep import SplitSweep, table_caption, write_result_rows
 
 IMPORTANCE_DIR = "importance"
@@ -62,9 +63,10 @@ class ImportanceStore:
         """Raw importance of every head with ``head_mask`` (on top of the model's own mask) set."""
         from ..study.importance import read_importance_file, write_importance_json
 
+        ranks = current_ranks()
         path = os.path.join(self.directory, mask_name(head_mask) + ".json")
         identity = dict(self.identity, pruned=head_mask_to_spec(head_mask))
-        if os.path.exists(path):
+        if ranks.main_value(os.path.exists(path)):  # all ranks estimate (sharded), or all read
             result = read_importance_file(path)
             difference = first_difference(result.settings.get("identity", {}), identity)
             if difference is not None:
@@ -80,8 +82,9 @@ class ImportanceStore:
             combine_masks(self.base_mask, head_mask), progress=self.progress, description=description
         )
         result.settings["identity"] = identity
-        os.makedirs(self.directory, exist_ok=True)
-        write_importance_json(result, path)
+        if ranks.is_main:
+            os.makedirs(self.directory, exist_ok=True)
+            write_importance_json(result, path)
         return result.importance
 
 
@@ -98,8 +101,8 @@ class PruneOutcome:
     budget_files: str = ""  # written for the budgets
 
 
-def run_prune(settings: PruneSettings) -> PruneOutcome:
-    """The whole study of one checkpoint."""
+def run_prune(settings: PruneSettings) -> Optional[PruneOutcome]:
+    """The whole study of one checkpoint (None on ranks other than 0, which only do their share)."""
     from ..modules.masked_multihead_attention import current_head_mask, head_layout
     from ..study.importance import read_importance_file
     from .loading import load_task_and_model
@@ -145,7 +148,10 @@ def run_prune(settings: PruneSettings) -> PruneOutcome:
         configs.setdefault(mask_name(head_mask), HeadConfig(mask_name(head_mask), head_mask))
     split = sweep_settings.gen_subset
     sweep = SplitSweep(sweep_settings, cfg, task, model, split, split, sweep_settings.references)
-    baseline, rows = sweep.compare(sweep.run(list(configs.values()), base_mask), list(configs.values()))
+    translated = sweep.run(list(configs.values()), base_mask)
+    if not current_ranks().is_main:
+        return None  # rank 0 tests and writes
+    baseline, rows = sweep.compare(translated, list(configs.values()))
     by_config = {row["config"]: row for row in rows}
     record = sweep.settings_record(baseline)
     record.update(

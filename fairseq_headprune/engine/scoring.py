@@ -56,19 +56,28 @@ def estimate_importance(
     """Run forward and backward over ``samples`` and read the criterion's importance.
 
     ``criterion`` is a ``HeadPruneImportanceCriterion``.  Parameters stay
-    frozen and unchanged; dropout is off (eval mode).
+    frozen and unchanged; dropout is off (eval mode).  Under several ranks
+    each takes every world_size-th batch and the sums are added over ranks.
     """
     from fairseq.logging import metrics
 
     from ..criterions.headprune_importance import importance_from_meters
 
+    from .ranks import current_ranks
+
+    ranks = current_ranks()
+    samples = ranks.share(list(samples))
     total: Dict[str, object] = {}
     model.eval()
     with frozen_parameters(model), torch.enable_grad():
-        for sample in _progress(samples, total_batches, description, progress):
+        for sample in _progress(samples, len(samples), description, progress):
             loss, _, logging_output = criterion(model, sample)
             loss.backward()  # fills the importance sums in logging_output
             _sum_logging_outputs(total, logging_output)
+    if ranks.sharded:  # each rank had every world_size-th batch: sum over ranks, in rank order
+        shares, total = ranks.gather(total), {}
+        for share in shares:
+            _sum_logging_outputs(total, share)
     if not total:
         raise StudyError("no batches to estimate importance on")
     with metrics.aggregate(new_root=True) as meters:

@@ -104,31 +104,39 @@ def run_sweep(
     progress: bool = True,
     configs_per_batch: int = 1,
 ) -> Dict[str, ConfigResult]:
-    """Every configuration's result, translating only those not stored yet."""
+    """Every configuration's result, translating only those not stored yet.
+
+    Under several ranks (``ranks.py``) rank 0 prepares the directory and
+    decides what is left to do; the batches of configurations are then
+    dealt out round robin, each rank storing its own, and every rank reads
+    the others' results back once all are done.
+    """
     from tqdm import tqdm
 
+    from .ranks import current_ranks
+
+    ranks = current_ranks()
     names = [c.name for c in configs]
     if len(set(names)) != len(names):
         raise StudyError("two configurations share a name")
-    open_sweep_dir(out_dir, identity, translator.sacrebleu_references)
+    if ranks.is_main:
+        open_sweep_dir(out_dir, identity, translator.sacrebleu_references)
     results: Dict[str, ConfigResult] = {}
-    todo = []
-    for config in configs:
-        stored = load_config_result(out_dir, config.name)
-        if stored is not None:
-            results[config.name] = stored
-        else:
-            todo.append(config)
-    bar = tqdm(
-        total=len(configs), initial=len(configs) - len(todo), desc=f"{translator.split}",
-        unit="config", disable=not progress, leave=False, dynamic_ncols=True,
+    stored_names = ranks.main_value(
+        [c.name for c in configs if os.path.exists(config_path(out_dir, c.name))] if ranks.is_main else None
     )
+    todo = [c for c in configs if c.name not in set(stored_names)]
     # the unmasked baseline runs alone (fairseq's fused attention path, as fairseq-generate);
     # masked configurations run configs_per_batch at a time
     chunks = [[c] for c in todo if c.head_mask is None and base_mask is None]
     masked = [c for c in todo if not (c.head_mask is None and base_mask is None)]
     size = max(1, configs_per_batch)
     chunks += [masked[i:i + size] for i in range(0, len(masked), size)]
+    chunks = ranks.share(chunks)
+    bar = tqdm(
+        total=sum(len(chunk) for chunk in chunks), desc=f"{translator.split}",
+        unit="config", disable=not progress, leave=False, dynamic_ncols=True,
+    )
     try:
         for chunk in chunks:
             translations = translator.translate_many([combine_masks(base_mask, c.head_mask) for c in chunk])
@@ -139,4 +147,8 @@ def run_sweep(
                 bar.update(1)
     finally:
         bar.close()
-    return results
+    ranks.barrier()  # every rank's results are on disk
+    for config in configs:
+        if config.name not in results:
+            results[config.name] = load_config_result(out_dir, config.name)
+    return {config.name: results[config.name] for config in configs}
