@@ -12,7 +12,7 @@ Skips work already done.
 
 environment:
   SEED   corpus seed (default 1)
-  SCALE  multiply every split's size (default 1.0: 16000/500/400/400 pairs)
+  SCALE  multiply every split's size (default 1.0: 16000/500/300/300 pairs)
 USAGE
 }
 

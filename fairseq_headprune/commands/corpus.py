@@ -31,7 +31,7 @@ def add_parser(commands) -> None:
     )
     corpus.add_argument(
         "--scale", type=float, default=1.0,
-        help="multiply every split's size (default 1.0: 16000/500/400/400 pairs)",
+        help="multiply every split's size (default 1.0: 16000/500/300/300 pairs)",
     )
     corpus.add_argument(
         "--majority", action="store_true",

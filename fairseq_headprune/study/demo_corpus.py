@@ -288,8 +288,8 @@ def generate_corpus(size: int, seed: int, domain: str = "news", majority: bool =
 DEMO_SPLITS = {
     "train": (16000, "news"),
     "valid": (500, "news"),
-    "test": (400, "news"),
-    "test-shifted": (400, "shifted"),
+    "test": (300, "news"),
+    "test-shifted": (300, "shifted"),
 }
 
 
