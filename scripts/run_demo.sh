@@ -28,7 +28,7 @@ environment:
   VENV       virtual environment to use (default: REPO/.venv)
   THREADS    CPU threads for training and every study (default 2)
   RANKS      processes the sweeps are sharded over with torchrun (default 2; 1: no torchrun)
-  EPOCHS_STUDIED  epoch checkpoints of the training-dynamics study (default 1-3,5,10)
+  EPOCHS_STUDIED  epoch checkpoints of the training-dynamics study (default 3-5,7,10: epochs 1-2 translate nothing yet)
   HEAD_MASK  the masked configuration to compare (default: "E:1:1", one head)
   plus those of scripts/prepare_demo_data.sh and scripts/train_demo.sh
 USAGE
@@ -167,9 +167,9 @@ fi
 
 # training dynamics (paper section 6): importance (on the validation set) and the
 # pruning curve on the test set at epoch checkpoints spaced for Figure 5's log scale
-echo "importance over training: the pruning curve at epochs ${EPOCHS_STUDIED:-1-3,5,10} (Figure 5):"
+echo "importance over training: the pruning curve at epochs ${EPOCHS_STUDIED:-3-5,7,10} (Figure 5):"
 record dynamics sweep dynamics "$out_dir/data/bin" --checkpoints "$out_dir/checkpoints" \
-  --epochs "${EPOCHS_STUDIED:-1-3,5,10}" \
+  --epochs "${EPOCHS_STUDIED:-3-5,7,10}" \
   --out-dir "$out_dir/dynamics" --gen-subset test --importance-subset valid \
   --beam 5 --lenpen 1 --batch-size 128 --max-len-a 1.2 --max-len-b 10 --no-progress
 
