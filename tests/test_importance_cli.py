@@ -36,11 +36,11 @@ def data_with_empty_split(tiny_model, tmp_path_factory):
 
 
 def test_importance_command_writes_scores_plot_and_correlates_with_loss_increase(tiny_model, tmp_path):
-    result = importance_command(tiny_model, tmp_path, "--subset", "valid", "test", "--limit", "150",
+    result = importance_command(tiny_model, tmp_path, "--subset", "valid", "test", "--limit", "100",
                                 "--max-tokens", "1500", "--loss-ablation")
     assert (tmp_path / "importance.png").stat().st_size > 10_000
     scores = read_importance_file(str(tmp_path / "importance.json"), LAYOUT)
-    assert scores.settings["sentences"] == 300  # 150 of each split
+    assert scores.settings["sentences"] == 200  # 100 of each split
     assert scores.settings["subsets"] == ["valid", "test"]
     # the authors' loss by default: plain cross-entropy, recorded with the scores
     assert (scores.settings["loss"], scores.settings["label_smoothing"]) == ("nll", 0.0)

@@ -144,3 +144,20 @@ def test_a_command_that_is_not_sharded_refuses_torchrun_in_one_line(tmp_path):
     assert result.returncode != 0
     lines = [line for line in result.stderr.splitlines() if "fairseq-headprune report: error" in line]
     assert lines and "ablate, prune, dynamics, importance" in lines[0]
+
+
+def test_training_dynamics_under_two_ranks_equals_one_process(tiny_model, tmp_path):
+    checkpoints = tmp_path / "epochs"
+    checkpoints.mkdir()
+    for name in ("checkpoint4.pt", "checkpoint8.pt"):
+        os.symlink(tiny_model["checkpoint"].parent / name, checkpoints / name)
+    outputs = {}
+    for ranks in (1, 2):
+        outputs[ranks] = tmp_path / f"ranks{ranks}"
+        headprune(ranks, "dynamics", tiny_model["data"], "--checkpoints", checkpoints, "--out-dir", outputs[ranks],
+                  "--gen-subset", "valid", "--step-percent", "50", "--max-percent", "50", "--max-len-a", "1.2",
+                  "--max-len-b", "10", *GENERATION)
+    assert read(outputs[1] / "dynamics.tsv") == read(outputs[2] / "dynamics.tsv")
+    for epoch in (4, 8):
+        assert_same_sweep(outputs[1] / f"epoch{epoch}" / "sweeps" / "valid",
+                          outputs[2] / f"epoch{epoch}" / "sweeps" / "valid")
