@@ -122,10 +122,10 @@ def run_sweep(
     if ranks.is_main:
         open_sweep_dir(out_dir, identity, translator.sacrebleu_references)
     results: Dict[str, ConfigResult] = {}
-    stored_names = ranks.main_value(
+    stored = set(ranks.main_value(
         [c.name for c in configs if os.path.exists(config_path(out_dir, c.name))] if ranks.is_main else None
-    )
-    todo = [c for c in configs if c.name not in set(stored_names)]
+    ))
+    todo = [c for c in configs if c.name not in stored]
     # the unmasked baseline runs alone (fairseq's fused attention path, as fairseq-generate);
     # masked configurations run configs_per_batch at a time
     chunks = [[c] for c in todo if c.head_mask is None and base_mask is None]
@@ -133,8 +133,9 @@ def run_sweep(
     size = max(1, configs_per_batch)
     chunks += [masked[i:i + size] for i in range(0, len(masked), size)]
     chunks = ranks.share(chunks)
+    # stored configurations count as done; each rank's bar shows its own share of the rest
     bar = tqdm(
-        total=sum(len(chunk) for chunk in chunks), desc=f"{translator.split}",
+        total=len(stored) + sum(len(chunk) for chunk in chunks), initial=len(stored), desc=f"{translator.split}",
         unit="config", disable=not progress, leave=False, dynamic_ncols=True,
     )
     try:
