@@ -83,6 +83,11 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
         help="translate K masked configurations together, each batch repeated K times "
         f"(default {DEFAULT_CONFIGS_PER_BATCH}; memory grows like a K times larger batch; 1: one at a time)",
     )
+    parser.add_argument(
+        "--no-encoder-reuse", action="store_true",
+        help="run the encoder once per configuration even when configurations translated together "
+        "mask no Enc-Enc head differently (by default they share one encoder pass; the same translations)",
+    )
     add_test_arguments(parser)
     add_device_arguments(parser)
 
@@ -97,7 +102,8 @@ def sweep_settings(args: argparse.Namespace, checkpoint: str) -> SweepSettings:
     return SweepSettings(
         data=args.data, checkpoint=checkpoint, out_dir=args.out_dir, gen_subset=args.gen_subset,
         bleu=args.bleu, test=test_settings(args), detokenize=args.sacrebleu_detokenize,
-        references=args.references, configs_per_batch=args.configs_per_batch, cpu=args.cpu,
+        references=args.references, configs_per_batch=args.configs_per_batch,
+        share_encoder=not args.no_encoder_reuse, cpu=args.cpu,
         progress=not args.no_progress, generation_args=list(args.fairseq_args),
     )
 

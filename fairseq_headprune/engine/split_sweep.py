@@ -41,7 +41,8 @@ class SplitSweep:
                  references: Optional[str] = None):
         self.settings, self.split, self.name = settings, split, name
         self.translator = SplitTranslator(
-            cfg, task, model, split, detokenize=settings.detokenize, references=references
+            cfg, task, model, split, detokenize=settings.detokenize, references=references,
+            share_encoder=settings.share_encoder,
         )
         self.directory = os.path.join(settings.out_dir, SWEEPS_DIR, name)
 

@@ -9,7 +9,9 @@ references into strings with fairseq's own post-processing. Tokenized BLEU
 statistics come from fairseq's C scorer on the same token ids
 ``fairseq-generate`` feeds it, so a configuration's BLEU is the number
 ``fairseq-generate --head-mask SPEC`` prints. Several masks are translated
-together, each batch repeated once per mask (``translate_many``).
+together, each batch repeated once per mask (``translate_many``); masks that
+agree on the encoder's self-attention share one encoder pass
+(``encoder_passes_shared``).
 """
 
 import contextlib
@@ -59,12 +61,14 @@ class Translation:
 class SplitTranslator:
     """fairseq-generate's loop over one split, with the model loaded once."""
 
-    def __init__(self, cfg, task, model, split: str, detokenize: str = "auto", references: Optional[str] = None):
+    def __init__(self, cfg, task, model, split: str, detokenize: str = "auto", references: Optional[str] = None,
+                 share_encoder: bool = True):
         from fairseq import utils
 
         from .loading import load_split
 
         self.cfg, self.task, self.model, self.split = cfg, task, model, split
+        self.share_encoder = share_encoder
         scoring = getattr(cfg.scoring, "_name", None)
         if scoring not in (None, "bleu"):
             raise StudyError(
@@ -75,6 +79,9 @@ class SplitTranslator:
         load_split(task, split)
         if cfg.common.fp16:
             model.half()
+        elif cfg.common.bf16:
+            # fairseq-generate ignores --bf16 (it translates in fp32); a sweep honours it
+            model.to(torch.bfloat16)
         model.prepare_for_inference_(cfg)
         if cfg.common.seed is not None and not cfg.generation.no_seed_provided:
             np.random.seed(cfg.common.seed)
@@ -201,7 +208,9 @@ class SplitTranslator:
         carries its own mask, and the rows' masks follow beam search's
         reordering of the encoder output (``rows_follow_beam_search``). Each
         sentence's search is independent of the others in its batch, so this
-        only saves the per-step overhead of small batches.
+        saves the per-step overhead of small batches, and, with
+        ``share_encoder``, the encoder passes of masks that differ only on
+        the decoder side (``encoder_passes_shared``).
         """
         from ..modules.masked_multihead_attention import head_mask_applied
 
@@ -216,7 +225,11 @@ class SplitTranslator:
                     with head_mask_applied(self.model, head_masks[0]):
                         outputs = self._inference(sample)
                 else:
-                    with rows_follow_beam_search(self.model, _row_masks(head_masks, batch)):
+                    sharing = (
+                        encoder_passes_shared(self.model, head_masks, batch)
+                        if self.share_encoder else contextlib.nullcontext()
+                    )
+                    with rows_follow_beam_search(self.model, _row_masks(head_masks, batch)), sharing:
                         outputs = self._inference(_repeat_sample(sample, count))
                 for row, output in enumerate(outputs):
                     k, i = divmod(row, batch)
@@ -311,6 +324,7 @@ class SplitTranslator:
             "batch_size": cfg.dataset.batch_size,
             "required_batch_size_multiple": cfg.dataset.required_batch_size_multiple,
             "fp16": cfg.common.fp16,
+            **({"bf16": True} if cfg.common.bf16 else {}),
             "sacrebleu_detokenizer": "moses" if self.detokenizer is not None else "none",
             "sacrebleu_references": self.references_source,
         }
@@ -368,3 +382,77 @@ def rows_follow_beam_search(model, row_masks: HeadMask):
             yield
         finally:
             del encoder.reorder_encoder_out
+
+
+def encoder_groups(head_masks: Sequence[Optional[HeadMask]]) -> Tuple[List[int], List[int]]:
+    """Masks with the same encoder self-attention mask, grouped.
+
+    Returns ``(representatives, group_of)``: the index of the first mask of
+    every group, and each mask's group. A mask without ``enc-enc`` heads
+    masked is in the group of the unmasked encoder.
+    """
+    keys: Dict[Optional[bytes], int] = {}
+    representatives, group_of = [], []
+    for index, head_mask in enumerate(head_masks):
+        encoder_mask = None if head_mask is None else head_mask.get("enc-enc")
+        key = None if encoder_mask is None or bool((encoder_mask == 1).all()) else (
+            encoder_mask.detach().float().cpu().numpy().tobytes()
+        )
+        if key not in keys:
+            keys[key] = len(representatives)
+            representatives.append(index)
+        group_of.append(keys[key])
+    return representatives, group_of
+
+
+@contextlib.contextmanager
+def encoder_passes_shared(model, head_masks: Sequence[Optional[HeadMask]], batch: int):
+    """One encoder pass per distinct encoder mask, not one per configuration.
+
+    Inside ``rows_follow_beam_search`` the batch holds every configuration's
+    copy of the sentences (row ``k * batch + i``). Configurations that mask
+    only Enc-Dec or Dec-Dec heads have the same encoder output, so the
+    encoder runs on one copy per group of equal encoder masks (with that
+    group's rows of the per-row masks, the path ``fairseq-generate
+    --head-mask`` takes) and its output is copied to every configuration's
+    rows with fairseq's ``reorder_encoder_out``; beam search then reorders
+    it as usual.
+    """
+    representatives, group_of = encoder_groups(head_masks)
+    if len(representatives) == len(head_masks):
+        yield  # nothing to share
+        return
+    from ..modules.masked_multihead_attention import attention_modules
+
+    encoder = model.encoder
+    encoder_modules = [m for (t, _), m in attention_modules(model).items() if t == "enc-enc"]
+    original_forward = encoder.forward_torchscript
+
+    def forward_torchscript(net_input):
+        device = net_input["src_tokens"].device
+        groups = len(representatives)
+        # rows 0 .. groups * batch - 1 are copies of the batch's sentences
+        shared_input = {
+            key: value[: groups * batch] if torch.is_tensor(value) and value.dim() > 0 else value
+            for key, value in net_input.items()
+        }
+        rows = torch.cat([torch.arange(r * batch, (r + 1) * batch, device=device) for r in representatives])
+        previous = [module.head_mask for module in encoder_modules]
+        for module in encoder_modules:
+            module.head_mask = module.head_mask.index_select(0, rows.to(module.head_mask.device))
+        try:
+            encoder_out = original_forward(shared_input)
+        finally:
+            for module, head_mask in zip(encoder_modules, previous):
+                module.head_mask = head_mask
+        copies = torch.tensor(
+            [group * batch + i for group in group_of for i in range(batch)], device=device
+        )
+        # the class's method: the instance's wrapper would reorder the decoder's masks too
+        return type(encoder).reorder_encoder_out(encoder, encoder_out, copies)
+
+    encoder.forward_torchscript = forward_torchscript
+    try:
+        yield
+    finally:
+        del encoder.forward_torchscript

@@ -104,6 +104,7 @@ class SweepSettings:
     detokenize: str = "auto"  # how output becomes text for sacreBLEU
     references: Optional[str] = None  # raw references of gen_subset, for sacreBLEU
     configs_per_batch: int = DEFAULT_CONFIGS_PER_BATCH
+    share_encoder: bool = True  # one encoder pass for configurations batched together that mask no Enc-Enc head
     cpu: bool = False
     progress: bool = True
     generation_args: List[str] = field(default_factory=list)  # passed to fairseq-generate's parser
