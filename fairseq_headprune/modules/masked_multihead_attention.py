@@ -104,14 +104,24 @@ class MaskedMultiheadAttention(MultiheadAttention):
 
 
 def attention_modules(model) -> Dict[Tuple[str, int], MultiheadAttention]:
-    """(attention_type, 0-based layer) -> attention module of a fairseq Transformer."""
-    encoder_layers = getattr(getattr(model, "encoder", None), "layers", None)
+    """(attention_type, 0-based layer) -> attention module of a fairseq Transformer.
+
+    Encoder-decoder models (``transformer``) have all three types; encoder-only
+    ones (RoBERTa, whose layers sit in ``encoder.sentence_encoder``) have
+    Enc-Enc self-attention only; decoder-only ones (``transformer_lm``)
+    Dec-Dec only.
+    """
+    encoder = getattr(model, "encoder", None)
+    encoder = getattr(encoder, "sentence_encoder", encoder)  # RoBERTa's RobertaEncoder wraps it
+    encoder_layers = getattr(encoder, "layers", None)
     decoder_layers = getattr(getattr(model, "decoder", None), "layers", None)
-    if encoder_layers is None or decoder_layers is None:
+    if encoder_layers is None and decoder_layers is None:
         raise HeadMaskError(
-            f"{type(model).__name__} is not an encoder-decoder Transformer "
-            "(no encoder.layers / decoder.layers)"
+            f"{type(model).__name__} is not a fairseq Transformer "
+            "(no encoder.layers, encoder.sentence_encoder.layers or decoder.layers)"
         )
+    encoder_layers = encoder_layers if encoder_layers is not None else []
+    decoder_layers = decoder_layers if decoder_layers is not None else []
     modules = {}
     for layer_index, layer in enumerate(encoder_layers):
         modules[("enc-enc", layer_index)] = layer.self_attn
