@@ -63,7 +63,7 @@ def test_shared_encoder_gives_the_same_translations(translators):
 
 
 def test_encoder_groups():
-    from fairseq_headprune.engine.translator import encoder_groups
+    from fairseq_headprune.engine.config_batching import encoder_groups
     from fairseq_headprune.study.head_mask import parse_head_mask
 
     layout = {"enc-enc": (2, 4), "enc-dec": (2, 4), "dec-dec": (2, 4)}
