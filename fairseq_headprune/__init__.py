@@ -24,14 +24,14 @@ from .engine import checkpoint_compat  # noqa: F401,E402  (torch.load allow-list
 
 
 def register_components() -> None:
-    """Register the task and criterion with fairseq (importing fairseq).
+    """Register the tasks and criterion with fairseq (importing fairseq).
 
     fairseq auto-imports a user dir's ``tasks/`` and ``models/`` only, and
     only if it has not imported the package already: every entry point that
     builds a fairseq task calls this first.
     """
     from .criterions import headprune_importance  # noqa: F401
-    from .tasks import fairseq_headprune  # noqa: F401
+    from .tasks import fairseq_headprune, headprune_sentence_prediction  # noqa: F401
 
 
 if "fairseq" in sys.modules:

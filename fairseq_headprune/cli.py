@@ -61,7 +61,13 @@ def _quiet_libraries() -> None:
 def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in FAIRSEQ_COMMANDS:
-        return run_fairseq_command(argv[0], argv[1:])
+        from .errors import HeadPruneError
+
+        try:
+            return run_fairseq_command(argv[0], argv[1:])
+        except HeadPruneError as error:  # the --path checkpoint the task is chosen from
+            print(f"fairseq-headprune {argv[0]}: error: {error}", file=sys.stderr)
+            return 2
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown and not getattr(args, "accepts_fairseq_args", False):

@@ -8,13 +8,20 @@ from ..errors import SettingsError
 
 
 def command_corpus(args: argparse.Namespace) -> int:
-    from ..study.demo_corpus import write_demo_corpus
+    from ..study.demo_corpus import write_acceptability_corpus, write_demo_corpus
 
     if args.scale <= 0:
         raise SettingsError(f"--scale must be positive, got {args.scale}")
-    counts = write_demo_corpus(args.out_dir, seed=args.seed, scale=args.scale, majority=args.majority)
+    if args.kind == "acceptability":
+        if args.majority:
+            raise SettingsError("--majority is for --kind translation (the references' ceiling)")
+        counts = write_acceptability_corpus(args.out_dir, seed=args.seed, scale=args.scale)
+        files, what = "{input0,label}", "labelled sentences"
+    else:
+        counts = write_demo_corpus(args.out_dir, seed=args.seed, scale=args.scale, majority=args.majority)
+        files, what = "{en,fr}", "sentence pairs"
     for split, count in counts.items():
-        print(f"{split}\t{count} sentence pairs\t{os.path.join(args.out_dir, split)}.{{en,fr}}")
+        print(f"{split}\t{count} {what}\t{os.path.join(args.out_dir, split)}.{files}")
     return 0
 
 
@@ -23,9 +30,16 @@ def add_parser(commands) -> None:
         "corpus",
         help="write the built-in synthetic En-Fr demo corpus (raw text)",
         description="Write train/valid/test and a domain-shifted test-shifted split "
-        "as SPLIT.en / SPLIT.fr; the same seed gives the same corpus.",
+        "as SPLIT.en / SPLIT.fr (--kind acceptability: French sentences labelled acceptable or not, "
+        "SPLIT.input0/.label); the same seed gives the same corpus.",
     )
     corpus.add_argument("out_dir", help="directory for the text files")
+    corpus.add_argument(
+        "--kind", choices=("translation", "acceptability"), default="translation",
+        help="translation (default): English -> French pairs; acceptability: does the French main verb "
+        "agree with its subject (labels acceptable/unacceptable, about half each; a CoLA-like task "
+        "for encoder-only models)",
+    )
     corpus.add_argument(
         "--seed", type=int, default=DEFAULT_CORPUS_SEED, help=f"corpus seed (default {DEFAULT_CORPUS_SEED})"
     )

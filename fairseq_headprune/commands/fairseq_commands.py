@@ -1,13 +1,16 @@
 """``fairseq-headprune train|generate|validate|interactive``: fairseq's own commands with the plugin.
 
-``--user-dir`` and ``--task fairseq-headprune`` are filled in unless given;
-every other option is fairseq's, ``--head-mask`` included.
+``--user-dir`` and ``--task`` are filled in unless given: the head-masking
+task that extends the task the ``--path`` checkpoint was trained with
+(``headprune_sentence_prediction`` for ``sentence_prediction``, with its
+``--criterion sentence_prediction``), otherwise ``fairseq-headprune``
+(translation). Every other option is fairseq's, ``--head-mask`` included.
 """
 
 import importlib
 import os
 import sys
-from typing import List
+from typing import List, Optional
 
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -20,17 +23,46 @@ FAIRSEQ_COMMANDS = {
 }
 
 
+def _given(argv: List[str], option: str) -> bool:
+    return any(a == option or a.startswith(option + "=") for a in argv)
+
+
+def _option_value(argv: List[str], option: str) -> Optional[str]:
+    for index, argument in enumerate(argv):
+        if argument == option and index + 1 < len(argv):
+            return argv[index + 1]
+        if argument.startswith(option + "="):
+            return argument.split("=", 1)[1]
+    return None
+
+
+def _task_for(argv: List[str]) -> List[str]:
+    """``--task`` (and the criterion it needs) for the ``--path`` checkpoint's task."""
+    from ..engine.checkpoint_info import load_checkpoint_state, saved_task_name
+    from ..tasks.fairseq_headprune import TASK_NAME
+    from ..tasks.headprune_sentence_prediction import TASK_NAME as SENTENCE_TASK_NAME
+
+    path = _option_value(argv, "--path")
+    saved = None
+    if path is not None and os.path.isfile(path.split(":")[0]):
+        saved = saved_task_name(load_checkpoint_state(path.split(":")[0]))
+    if saved in ("sentence_prediction", SENTENCE_TASK_NAME):
+        # fairseq-validate cannot resolve the task's criterion interpolations without it
+        criterion = [] if _given(argv, "--criterion") else ["--criterion", "sentence_prediction"]
+        return ["--task", SENTENCE_TASK_NAME, *criterion]
+    return ["--task", TASK_NAME]
+
+
 def run_fairseq_command(command: str, args: List[str]) -> int:
     """Run a fairseq command with ``--user-dir`` and ``--task`` filled in."""
     from .. import register_components
-    from ..tasks.fairseq_headprune import TASK_NAME
 
     register_components()
     argv = list(args)
-    if not any(a == "--user-dir" or a.startswith("--user-dir=") for a in argv):
+    if not _given(argv, "--user-dir"):
         argv += ["--user-dir", PACKAGE_DIR]
-    if not any(a == "--task" or a.startswith("--task=") for a in argv):
-        argv += ["--task", TASK_NAME]
+    if not _given(argv, "--task"):
+        argv += _task_for(argv)
     module = importlib.import_module(FAIRSEQ_COMMANDS[command])
     sys.argv = [f"fairseq-{command}"] + argv
     module.cli_main()
@@ -43,6 +75,7 @@ def add_parsers(commands) -> None:
         commands.add_parser(
             command,
             add_help=False,
-            help=f"fairseq-{command} with --user-dir and --task fairseq-headprune set "
-            f"(all fairseq-{command} options, plus --head-mask)",
+            help=f"fairseq-{command} with --user-dir and the head-masking --task set (fairseq-headprune, "
+            f"or headprune_sentence_prediction for a sentence_prediction --path; all fairseq-{command} "
+            "options, plus --head-mask)",
         )

@@ -59,7 +59,8 @@ def state_head_layout(state: Dict[str, Any]) -> HeadLayout:
     config = model_config(state)
     layer_indices = {"encoder": set(), "decoder": set(), "encoder_attn": set()}
     for key in state["model"]:
-        match = re.match(r"(encoder|decoder)\.layers\.(\d+)\.(self_attn|encoder_attn)\.", key)
+        # encoder-decoder and decoder-only: (encoder|decoder).layers.N; RoBERTa: encoder.sentence_encoder.layers.N
+        match = re.match(r"(encoder|decoder)\.(?:sentence_encoder\.)?layers\.(\d+)\.(self_attn|encoder_attn)\.", key)
         if match:
             side, index, kind = match.groups()
             layer_indices["encoder_attn" if kind == "encoder_attn" else side].add(int(index))
@@ -76,6 +77,14 @@ def state_head_layout(state: Dict[str, Any]) -> HeadLayout:
     if not layout:
         raise CheckpointError("checkpoint has no Transformer attention layers")
     return layout
+
+
+def saved_task_name(state: Dict[str, Any]):
+    """The task a checkpoint was trained with (``--task``), or None if it does not say."""
+    if state.get("cfg") is not None and state["cfg"].get("task") is not None:
+        return state["cfg"]["task"].get("_name")
+    args = state.get("args")
+    return getattr(args, "task", None) if args is not None else None
 
 
 def config_value(model_cfg, key: str):

@@ -92,6 +92,8 @@ class SentenceGenerator:
         # version of a corpus has exactly the same sentences
         self.variant_rng = random.Random(seed + 7919)
         self.majority = majority
+        # the main verb agrees with the wrong number (acceptability corpus); the same draws either way
+        self.flip_agreement = False
         self.domain = domain
         shifted = domain == "shifted"
         self.shifted = shifted
@@ -248,7 +250,7 @@ class SentenceGenerator:
                 verb = self._pick(TRANSITIVE_VERBS if transitive else INTRANSITIVE_VERBS)
         negated = rng.random() < self.p_negation
         past = rng.random() < self.p_past
-        english_verb, french_verb = self._verb_forms(verb, subject.plural, past, negated)
+        english_verb, french_verb = self._verb_forms(verb, subject.plural != self.flip_agreement, past, negated)
         english = subject.english + english_verb
         french = subject.french + french_verb
         if transitive:
@@ -293,6 +295,28 @@ DEMO_SPLITS = {
 }
 
 
+def demo_splits(
+    seed: int = 1, scale: float = 1.0, splits: Dict = None, majority: bool = False
+) -> Dict[str, List[Tuple[str, str]]]:
+    """The demo's sentence pairs per split (held-out splits never repeat a training source sentence)."""
+    splits = splits or DEMO_SPLITS
+    seen = set()
+    pairs_by_split = {}
+    for offset, (split, (size, domain)) in enumerate(splits.items()):
+        size = max(1, int(round(size * scale)))
+        pairs = generate_corpus(size + (0 if split == "train" else size), seed * 1000 + offset, domain, majority)
+        pairs = [(en, fr) for en, fr in pairs if en not in seen][:size]
+        seen.update(en for en, _ in pairs)
+        pairs_by_split[split] = pairs
+    return pairs_by_split
+
+
+def _write_columns(out_dir: str, split: str, columns: Dict[str, Sequence[str]]) -> None:
+    for suffix, lines in columns.items():
+        with atomic_text_file(os.path.join(out_dir, f"{split}.{suffix}")) as handle:
+            handle.writelines(line + "\n" for line in lines)
+
+
 def write_demo_corpus(
     out_dir: str, seed: int = 1, scale: float = 1.0, splits: Dict = None, majority: bool = False
 ) -> Dict[str, int]:
@@ -303,17 +327,66 @@ def write_demo_corpus(
     the most frequent translation of every word (the corpus's ceiling).
     """
     os.makedirs(out_dir, exist_ok=True)
-    splits = splits or DEMO_SPLITS
+    counts = {}
+    for split, pairs in demo_splits(seed, scale, splits, majority).items():
+        _write_columns(out_dir, split, {"en": [en for en, _ in pairs], "fr": [fr for _, fr in pairs]})
+        counts[split] = len(pairs)
+    return counts
+
+
+# labels of the acceptability corpus
+ACCEPTABILITY_LABELS = ("acceptable", "unacceptable")
+
+
+def generate_acceptability(size: int, seed: int, domain: str = "news") -> List[Tuple[str, str]]:
+    """``size`` distinct (french, label) examples: does the main verb agree with its subject?
+
+    Each sentence is drawn twice from the same random state, once as is and
+    once with the main verb in the other number ("les chats que le chien
+    voit dort"); one of the two is kept, half of the time the wrong one
+    (only where the two differ). Deciding means finding the subject across
+    relative clauses, coordinations and negation: a CoLA-like task
+    (Michel et al. 2019, appendix B; Budhraja et al. 2020 prune BERT on GLUE)
+    that a small model learns well but not perfectly.
+    """
+    generator = SentenceGenerator(seed, domain)
+    choice = random.Random(seed + 104729)
+    examples: Dict[str, str] = {}
+    attempts = 0
+    while len(examples) < size:
+        states = generator.rng.getstate(), generator.variant_rng.getstate()
+        _, french = generator.sentence()
+        generator.rng.setstate(states[0])
+        generator.variant_rng.setstate(states[1])
+        generator.flip_agreement = True
+        try:
+            _, wrong = generator.sentence()
+        finally:
+            generator.flip_agreement = False
+        unacceptable = wrong != french and choice.random() < 0.5
+        text = wrong if unacceptable else french
+        examples.setdefault(text, ACCEPTABILITY_LABELS[int(unacceptable)])
+        attempts += 1
+        if attempts > 50 * size:
+            raise RuntimeError(f"could not draw {size} distinct sentences")
+    return list(examples.items())
+
+
+def write_acceptability_corpus(out_dir: str, seed: int = 1, scale: float = 1.0, splits: Dict = None) -> Dict[str, int]:
+    """Write ``SPLIT.input0`` (a French sentence) and ``SPLIT.label``; returns examples per split.
+
+    The splits and domains are the translation demo's (``test-shifted`` for
+    the matched/mismatched study of section 3.4); held-out splits never
+    repeat a training sentence.
+    """
+    os.makedirs(out_dir, exist_ok=True)
     seen = set()
     counts = {}
-    for offset, (split, (size, domain)) in enumerate(splits.items()):
+    for offset, (split, (size, domain)) in enumerate((splits or DEMO_SPLITS).items()):
         size = max(1, int(round(size * scale)))
-        pairs = generate_corpus(size + (0 if split == "train" else size), seed * 1000 + offset, domain, majority)
-        pairs = [(en, fr) for en, fr in pairs if en not in seen][:size]
-        seen.update(en for en, _ in pairs)
-        for suffix, column in (("en", 0), ("fr", 1)):
-            path = os.path.join(out_dir, f"{split}.{suffix}")
-            with atomic_text_file(path) as handle:
-                handle.writelines(pair[column] + "\n" for pair in pairs)
-        counts[split] = len(pairs)
+        examples = generate_acceptability(size + (0 if split == "train" else size), seed * 1000 + 500 + offset, domain)
+        examples = [(text, label) for text, label in examples if text not in seen][:size]
+        seen.update(text for text, _ in examples)
+        _write_columns(out_dir, split, {"input0": [t for t, _ in examples], "label": [l for _, l in examples]})
+        counts[split] = len(examples)
     return counts

@@ -1,0 +1,104 @@
+"""What every head-masking task adds to the fairseq task it extends.
+
+Not a registered component: ``fairseq_headprune`` (translation) and
+``headprune_sentence_prediction`` (RoBERTa classification) are fairseq's own
+tasks with this mixin in front, so fairseq builds, trains and validates their
+models as usual and the mixin only makes the attention maskable.
+"""
+
+import logging
+
+import torch
+
+from ..engine.checkpoint_info import HEAD_MASK_KEY, config_value, record_config_value
+from ..engine.shrink import rebuild_pruned
+from ..errors import HeadPruneError, exit_with_error
+from ..modules.masked_multihead_attention import (
+    head_layout,
+    install_masked_attention,
+    masked_head_slices,
+    set_head_mask,
+)
+from ..study.head_mask import combine_masks, count_masked, head_mask_to_spec, parse_head_mask, validate_spec_syntax
+
+logger = logging.getLogger(__name__)
+
+HEAD_MASK_HELP = (
+    "heads to mask: space-separated TYPE:LAYERS:HEADS terms, TYPE one of E/enc-enc, "
+    "A/enc-dec, D/dec-dec (encoder-only models have E only), 1-based layers and heads as lists, "
+    "ranges or '*', 'keep=LIST' to mask all other heads (e.g. \"E:1:6 A:2:1,3 D:*:keep=1\"), "
+    "'none', or a .json/.tsv mask file"
+)
+
+
+class HeadMaskingMixin:
+    """``--head-mask`` for the fairseq task it precedes in the bases.
+
+    ``build_model`` lets fairseq build the model named by ``--arch`` (or the
+    checkpoint), then makes every attention module maskable, rebuilds heads a
+    pruned checkpoint removed, and applies the checkpoint's recorded mask
+    combined with ``--head-mask``; ``optimizer_step`` keeps masked heads'
+    weights where they were while fine-tuning.
+    """
+
+    def __init__(self, cfg, *args, **kwargs):
+        try:
+            validate_spec_syntax(cfg.head_mask)
+        except HeadPruneError as error:
+            exit_with_error(f"--head-mask: {error}")
+        super().__init__(cfg, *args, **kwargs)
+        self.criterion = None
+        self._frozen_heads = None  # (parameter, dim, index, values) of masked heads
+
+    def build_model(self, cfg, from_checkpoint=False):
+        model = super().build_model(cfg, from_checkpoint)
+        install_masked_attention(model)
+        try:
+            removed = rebuild_pruned(model, cfg)
+        except HeadPruneError as error:
+            exit_with_error(f"pruned checkpoint: {error}")
+        if removed:
+            logger.info("model with heads removed: %s", removed)
+        head_mask = self._head_mask(model, cfg)
+        if head_mask is not None:
+            set_head_mask(model, head_mask)
+            spec = head_mask_to_spec(head_mask)
+            record_config_value(cfg, HEAD_MASK_KEY, spec)
+            logger.info("masking %d heads: %s", count_masked(head_mask), spec)
+        return model
+
+    def _head_mask(self, model, model_cfg):
+        """The checkpoint's recorded mask and ``--head-mask``, combined (None: no head masked)."""
+        head_mask = None
+        for name, spec in (("recorded head mask", config_value(model_cfg, HEAD_MASK_KEY)),
+                           ("--head-mask", self.cfg.head_mask)):
+            if spec is None:
+                continue
+            try:
+                parsed = parse_head_mask(spec, head_layout(model))
+            except HeadPruneError as error:
+                exit_with_error(f"{name}: {error}")
+            head_mask = combine_masks(head_mask, parsed)
+        if head_mask is None or count_masked(head_mask) == 0:
+            return None
+        return head_mask
+
+    def optimizer_step(self, optimizer, model, update_num):
+        """The optimizer's step, after which masked heads get their weights back.
+
+        Their gradients are exactly zero (the mask multiplies their output by
+        0), but decoupled weight decay and stale optimizer moments would still
+        move them; restoring keeps a pruned head pruned if the mask is ever lifted.
+        """
+        if self._frozen_heads is None:
+            unwrapped = model
+            while hasattr(unwrapped, "module"):  # distributed / legacy wrappers
+                unwrapped = unwrapped.module
+            self._frozen_heads = [
+                (parameter, dim, index, parameter.detach().index_select(dim, index).clone())
+                for parameter, dim, index in masked_head_slices(unwrapped)
+            ]
+        super().optimizer_step(optimizer, model, update_num)
+        with torch.no_grad():
+            for parameter, dim, index, values in self._frozen_heads:
+                parameter.index_copy_(dim, index, values.to(parameter.dtype))

@@ -1,0 +1,132 @@
+"""``--head-mask`` on an encoder-only classifier through fairseq's own commands.
+
+A tiny RoBERTa-architecture classifier is trained by stock ``fairseq-train
+--task sentence_prediction`` on the acceptability corpus
+(``scripts/prepare_acceptability_data.sh``, ``scripts/train_classifier.sh``).
+The reference for a masked validation is stock ``fairseq-validate`` on a
+copy of the checkpoint with those heads' output-projection columns zeroed.
+"""
+
+import os
+import re
+
+import pytest
+import torch
+
+from conftest import REPO, USER_DIR, run
+
+CLASSIFIER_ENV = {"SCALE": "0.25", "LAYERS": "2", "EMBED_DIM": "64", "FFN_DIM": "128", "HEADS": "4",
+                  "EPOCHS": "2", "LR": "0.001"}
+# every example scored: fairseq otherwise leaves out the last (examples mod 8)
+BATCHING = ["--batch-size", "16", "--required-batch-size-multiple", "1"]
+SPEC = "E:1:2-4 E:2:1,3"  # 5 of the 8 heads
+
+
+@pytest.fixture(scope="module")
+def classifier(tmp_path_factory):
+    cache = os.environ.get("HEADPRUNE_TEST_CACHE")
+    root = (tmp_path_factory.getbasetemp() if not cache else type(REPO)(cache)) / "classifier"
+    checkpoint = root / "checkpoints" / "checkpoint_best.pt"
+    if not checkpoint.exists():
+        run(["bash", REPO / "scripts" / "prepare_acceptability_data.sh", root], env=CLASSIFIER_ENV)
+        run(["bash", REPO / "scripts" / "train_classifier.sh", root / "bin", root / "checkpoints"],
+            env=CLASSIFIER_ENV)
+    return {"data": root / "bin", "checkpoint": checkpoint, "root": root}
+
+
+def validation(command, checkpoint, data, *extra):
+    """(loss, accuracy, examples) that a fairseq-validate run prints for the test split."""
+    result = run([*command, str(data), "--path", str(checkpoint), "--valid-subset", "test", *BATCHING, *extra])
+    log = result.stdout + result.stderr
+    found = re.search(r"valid on 'test' subset \| loss ([\d.]+) .*\| accuracy ([\d.]+) .*\| bsz (\d+)", log)
+    assert found, log[-2000:]
+    return float(found.group(1)), float(found.group(2)), int(found.group(3))
+
+
+def stock_validate(checkpoint, data):
+    # --user-dir only for the torch.load allow-list; the task and criterion are fairseq's own
+    return validation(["fairseq-validate", "--user-dir", USER_DIR, "--task", "sentence_prediction",
+                       "--criterion", "sentence_prediction"], checkpoint, data)
+
+
+def zeroed_checkpoint(checkpoint, spec, path):
+    """The checkpoint with the heads of ``spec`` zeroed in every layer's out_proj."""
+    import fairseq_headprune  # noqa: F401  (allow-list)
+    from fairseq_headprune.study.head_mask import parse_head_mask
+
+    state = torch.load(checkpoint, map_location="cpu")
+    heads = state["cfg"]["model"].encoder_attention_heads  # RoBERTa's model config is an argparse Namespace
+    layers = 1 + max(int(k.split(".")[3]) for k in state["model"] if k.startswith("encoder.sentence_encoder.layers."))
+    mask = parse_head_mask(spec, {"enc-enc": (layers, heads)})["enc-enc"]
+    for layer in range(layers):
+        weight = state["model"][f"encoder.sentence_encoder.layers.{layer}.self_attn.out_proj.weight"]
+        head_dim = weight.size(1) // heads
+        for head in range(heads):
+            if mask[layer, head] == 0:
+                weight[:, head * head_dim:(head + 1) * head_dim] = 0
+    torch.save(state, path)
+    return path
+
+
+def test_masked_validation_equals_stock_fairseq_with_zeroed_columns(classifier, tmp_path):
+    data, checkpoint = classifier["data"], classifier["checkpoint"]
+    unmasked = stock_validate(checkpoint, data)
+    reference = stock_validate(zeroed_checkpoint(checkpoint, SPEC, tmp_path / "zeroed.pt"), data)
+    assert unmasked[2] == reference[2] == len((classifier["root"] / "raw" / "test.label").read_text().splitlines())
+    assert reference[0] != unmasked[0]  # the zeroed heads matter to the loss
+    ours = ["fairseq-validate", "--user-dir", USER_DIR, "--task", "headprune_sentence_prediction",
+            "--criterion", "sentence_prediction"]
+    assert validation(ours, checkpoint, data, "--head-mask", SPEC) == reference
+    assert validation(ours, checkpoint, data) == unmasked
+    # the wrapper picks the task (and the criterion) from the checkpoint
+    assert validation(["fairseq-headprune", "validate"], checkpoint, data, "--head-mask", SPEC) == reference
+    assert validation(["fairseq-headprune", "validate"], checkpoint, data) == unmasked
+
+
+def test_fine_tuning_keeps_masked_heads_pruned(classifier, tmp_path):
+    import fairseq_headprune  # noqa: F401
+
+    data, checkpoint = classifier["data"], classifier["checkpoint"]
+    result = run(
+        ["fairseq-headprune", "train", str(data), "--task", "headprune_sentence_prediction",
+         "--criterion", "sentence_prediction", "--restore-file", str(checkpoint), "--reset-optimizer",
+         "--reset-dataloader", "--reset-meters", "--arch", "roberta_base", "--num-classes", "2",
+         "--init-token", "0", "--separator-token", "2", "--max-positions", "128",
+         "--encoder-layers", "2", "--encoder-embed-dim", CLASSIFIER_ENV["EMBED_DIM"], "--encoder-ffn-embed-dim", CLASSIFIER_ENV["FFN_DIM"],
+         "--encoder-attention-heads", CLASSIFIER_ENV["HEADS"], "--head-mask", "E:1:2", "--optimizer", "adam", "--lr", "0.01",
+         "--weight-decay", "0.1", "--batch-size", "16", "--max-update", "4", "--save-dir", str(tmp_path),
+         "--num-workers", "0", "--no-epoch-checkpoints", "--log-format", "simple"]
+    )
+    assert "masking 1 heads: E:1:2" in result.stdout + result.stderr
+    before = torch.load(checkpoint, map_location="cpu")["model"]
+    after = torch.load(tmp_path / "checkpoint_last.pt", map_location="cpu")["model"]
+    prefix = "encoder.sentence_encoder.layers.0.self_attn."
+    head_dim = int(CLASSIFIER_ENV["EMBED_DIM"]) // int(CLASSIFIER_ENV["HEADS"])
+    head, other = slice(head_dim, 2 * head_dim), slice(0, head_dim)  # heads 2 and 1
+    for name in ("q_proj.weight", "k_proj.weight", "v_proj.weight"):
+        assert torch.equal(before[prefix + name][head], after[prefix + name][head]), name
+        assert not torch.equal(before[prefix + name][other], after[prefix + name][other]), name
+    assert torch.equal(before[prefix + "out_proj.weight"][:, head], after[prefix + "out_proj.weight"][:, head])
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("A:1:1", "the model has no enc-dec attention (term 'A:1:1')"),
+    ("D:*:1", "the model has no dec-dec attention"),
+    ("E:3:1", "layer 3 out of range 1-2"),
+])
+def test_specs_an_encoder_only_model_lacks_are_one_line(classifier, spec, message):
+    result = run(["fairseq-headprune", "validate", str(classifier["data"]), "--path", str(classifier["checkpoint"]),
+                  "--valid-subset", "test", *BATCHING, "--head-mask", spec], check=False)
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]  # after fairseq's own log lines
+    assert last.startswith("fairseq-headprune: error: --head-mask:") and message in last, last
+
+
+def test_a_path_that_is_no_checkpoint_is_one_line(classifier, tmp_path):
+    bogus = tmp_path / "bogus.pt"
+    bogus.write_text("not a checkpoint")
+    result = run(["fairseq-headprune", "validate", str(classifier["data"]), "--path", str(bogus)], check=False)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"fairseq-headprune validate: error: cannot read checkpoint {bogus}: ")
