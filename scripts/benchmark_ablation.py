@@ -1,16 +1,27 @@
 #!/usr/bin/env python
-"""How much faster is one `ablate` process than one fairseq-generate per configuration?
+"""How much does one sweep process save, and how much does sharing work across configurations add?
 
 Runs the single-head sweep (the baseline plus every head masked alone, or the
-heads --heads selects) twice: once as `fairseq-headprune ablate` in one
-process, and once as one `fairseq-generate --head-mask SPEC` process per
-configuration (what the authors' scripts do). Prints both wall times, their
-ratio, whether every configuration got the same BLEU both ways, and the time
-of the significance step per configuration.
+heads --heads selects) several ways, all in this one run, and prints the
+ratios of issue 19's speed goals:
+
+1. Processes (each time includes process start and model loading):
+   `fairseq-headprune ablate` with configuration batching and encoder reuse
+   (the defaults), `ablate --configs-per-batch 1` (neither), and one
+   `fairseq-generate --head-mask SPEC` process per configuration (what the
+   authors' scripts do). Goal: the per-process loop takes at least 5x the
+   default sweep. Every configuration must get the same BLEU both ways.
+2. In one process, model loaded once: the serial limit (fairseq's generator
+   decoding each configuration alone), then the sweep's batches of
+   --configs-per-batch configurations without and with encoder reuse.
+   Goal: the sweep's time per configuration at most 0.8x the serial limit.
+   Every way must give the same hypotheses.
+3. The significance step's time per configuration.
 
 usage: scripts/benchmark_ablation.py --data DATA_BIN --path CKPT
            [--subset test] [--heads SPEC] [--batch-size 128] [--beam 5]
-           [--work-dir DIR] [--cpu]
+           [--configs-per-batch 4] [--fp16 | --bf16] [--cpu]
+           [--skip-processes] [--work-dir DIR] [--json FILE]
 """
 
 import argparse
@@ -22,17 +33,159 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 
 BIN_DIR = os.path.dirname(sys.executable)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROCESS_GOAL = 5.0  # per-process loop / one sweep process, at least
+SERIAL_GOAL = 0.8  # sweep time per configuration / serial limit, at most
+
+warnings.filterwarnings("ignore")  # fairseq/hydra deprecation notices; the ratios are the output
 
 
 def run(command):
     env = dict(os.environ, PATH=BIN_DIR + os.pathsep + os.environ.get("PATH", ""))
     result = subprocess.run(command, capture_output=True, text=True, env=env)
     if result.returncode != 0:
-        sys.exit(f"{' '.join(command)} failed:\n{result.stderr[-2000:]}")
+        sys.exit(f"benchmark_ablation: error: {' '.join(command[:2])} failed:\n{result.stderr[-2000:]}")
     return result.stdout
+
+
+def timed_ablate(args, generation, out_dir, *extra):
+    """Wall seconds of one `ablate` process, and its BLEU per configuration."""
+    shutil.rmtree(out_dir, ignore_errors=True)
+    command = ["fairseq-headprune", "ablate", args.data, "--path", args.path, "--gen-subset", args.subset,
+               "--out-dir", out_dir, "--no-progress", *generation, *extra]
+    if args.heads:
+        command += ["--heads", args.heads]
+    start = time.perf_counter()
+    run(command)
+    seconds = time.perf_counter() - start
+    with open(os.path.join(out_dir, "single.json")) as stream:
+        table = json.load(stream)
+    bleu = {"baseline": table["settings"]["baseline_bleu"]}
+    bleu.update({row["config"]: row["bleu"] for row in table["rows"]})
+    specs = {"baseline": "none"}
+    specs.update({row["config"]: row["spec"] for row in table["rows"]})
+    return seconds, bleu, specs
+
+
+def processes(args, generation, work, measurements):
+    """Part 1: one sweep process (with and without batching and reuse) vs one process per configuration."""
+    default_seconds, sweep_bleu, specs = timed_ablate(
+        args, generation, os.path.join(work, "ablate"), "--configs-per-batch", str(args.configs_per_batch)
+    )
+    count = len(specs)
+    print(f"one ablate process, {args.configs_per_batch} configurations per batch, encoder reuse: "
+          f"{count} configurations in {default_seconds:.1f} s ({default_seconds / count:.2f} s each)")
+    plain_seconds, plain_bleu, _ = timed_ablate(
+        args, generation, os.path.join(work, "ablate-plain"), "--configs-per-batch", "1"
+    )
+    print(f"one ablate process, one configuration at a time: {plain_seconds:.1f} s "
+          f"({plain_seconds / count:.2f} s each)")
+
+    start = time.perf_counter()
+    generate_bleu = {}
+    for name, spec in specs.items():
+        output = run(["fairseq-generate", args.data, "--user-dir", os.path.join(REPO, "fairseq_headprune"),
+                      "--task", "fairseq-headprune", "--path", args.path, "--gen-subset", args.subset,
+                      "--head-mask", spec, "--quiet", *generation])
+        generate_bleu[name] = float(re.search(r"BLEU4 = ([\d.]+)", output).group(1))
+    generate_seconds = time.perf_counter() - start
+    print(f"one fairseq-generate per configuration: {generate_seconds:.1f} s ({generate_seconds / count:.2f} s each)")
+    ratio = generate_seconds / default_seconds
+    print(f"speed-up of the sweep: {ratio:.2f}x with batching and encoder reuse "
+          f"(goal: at least {PROCESS_GOAL:g}x: {'met' if ratio >= PROCESS_GOAL else 'NOT met'}), "
+          f"{generate_seconds / plain_seconds:.2f}x one configuration at a time")
+    mismatches = [n for n in specs if not (round(sweep_bleu[n], 2) == round(plain_bleu[n], 2) == generate_bleu[n])]
+    print(f"same BLEU (2 decimals, as fairseq-generate prints) all three ways for {count - len(mismatches)} "
+          f"of {count} configurations" + (f"; differ: {', '.join(mismatches)}" if mismatches else ""))
+    measurements["processes"] = {
+        "configurations": count, "ablate_seconds": default_seconds, "ablate_one_at_a_time_seconds": plain_seconds,
+        "fairseq_generate_seconds": generate_seconds, "speedup": ratio,
+        "speedup_one_at_a_time": generate_seconds / plain_seconds, "same_bleu": not mismatches,
+    }
+    return specs
+
+
+def in_process(args, generation, specs, measurements):
+    """Part 2: the serial limit against the sweep's batches, without and with encoder reuse."""
+    import torch
+
+    from fairseq_headprune import cli
+    from fairseq_headprune.engine.loading import load_task_and_model, model_device, parse_mask_for_model
+    from fairseq_headprune.engine.translator import SplitTranslator
+    from fairseq_headprune.errors import HeadPruneError
+    from fairseq_headprune.modules.masked_multihead_attention import head_layout
+    from fairseq_headprune.study.ablation import single_head_configs
+
+    cli._quiet_libraries()
+    try:
+        cfg, task, model = load_task_and_model(args.data, args.path, generation, cpu=args.cpu)
+        layout = head_layout(model)
+        if specs is None:
+            heads = parse_mask_for_model(args.heads, layout) if args.heads else None
+            specs = {"baseline": "none"}
+            specs.update({c.name: c.spec for c in single_head_configs(layout, heads)})
+        masks = {n: None if s == "none" else parse_mask_for_model(s, layout) for n, s in specs.items()}
+    except HeadPruneError as error:
+        sys.exit(f"benchmark_ablation: error: {error}")
+    device = model_device(model)
+    dtype = "fp16" if args.fp16 else "bf16" if args.bf16 else "fp32"
+    print(f"in one process: device {device}"
+          + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")
+          + f", {dtype}, threads {torch.get_num_threads()}, torch {torch.__version__}")
+    masked = [n for n in masks if masks[n] is not None]
+    chunks = [masked[i:i + args.configs_per_batch] for i in range(0, len(masked), args.configs_per_batch)]
+
+    def sweep(share_encoder, batched):
+        # a fresh translator each time: every way scores its own outputs from scratch
+        translator = SplitTranslator(cfg, task, model, args.subset, share_encoder=share_encoder)
+        translator.translate(None)  # warm-up, not timed
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        hypotheses = {"baseline": translator.translate(None).hypotheses}
+        for chunk in chunks if batched else [[n] for n in masked]:
+            for name, translation in zip(chunk, translator.translate_many([masks[n] for n in chunk])):
+                hypotheses[name] = translation.hypotheses
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        return (time.perf_counter() - start) / len(masks), hypotheses
+
+    serial, serial_hypotheses = sweep(share_encoder=False, batched=False)
+    print(f"serial limit (each configuration decoded alone): {serial:.3f} s per configuration")
+    rows = {}
+    for label, share in (("without encoder reuse", False), ("with encoder reuse", True)):
+        seconds, hypotheses = sweep(share_encoder=share, batched=True)
+        same = hypotheses == serial_hypotheses
+        rows[label] = {"seconds_per_configuration": seconds, "ratio": seconds / serial, "same_hypotheses": same}
+        print(f"{args.configs_per_batch} configurations per batch, {label}: {seconds:.3f} s per configuration, "
+              f"{seconds / serial:.2f}x the serial limit; same hypotheses as alone: {same}")
+    best = rows["with encoder reuse"]["ratio"]
+    print(f"goal: at most {SERIAL_GOAL:g}x the serial limit: {'met' if best <= SERIAL_GOAL else 'NOT met'} ({best:.2f}x)")
+    measurements["in_process"] = {
+        "device": str(device), "dtype": dtype, "threads": torch.get_num_threads(),
+        "configs_per_batch": args.configs_per_batch, "configurations": len(masks),
+        "serial_seconds_per_configuration": serial, **rows,
+    }
+    return specs
+
+
+def significance_time(args, work, specs):
+    """Part 3: the significance step alone, on the stored sweep."""
+    from fairseq_headprune.engine.sweep import load_config_result
+    from fairseq_headprune.study.ablation import ConfigScores, compare_with_baseline
+    from fairseq_headprune.study.metrics import TOKENIZED_BLEU
+    from fairseq_headprune.study.significance import SignificanceSettings
+
+    results = [load_config_result(os.path.join(work, "ablate", "sweeps", args.subset), n) for n in specs]
+    scores = [ConfigScores(r.name, r.spec, r.labels, r.bleu, r.sacrebleu, r.fairseq_stats) for r in results]
+    start = time.perf_counter()
+    compare_with_baseline(scores[0], scores[1:], SignificanceSettings(), TOKENIZED_BLEU)
+    seconds = time.perf_counter() - start
+    print(f"significance (paired bootstrap, 1000 resamples, {len(scores[0].stats)} sentences): "
+          f"{seconds:.2f} s for {len(scores) - 1} configurations ({1000 * seconds / (len(scores) - 1):.1f} ms each)")
 
 
 def main():
@@ -43,64 +196,37 @@ def main():
     parser.add_argument("--heads", help="ablate only these heads (spec; default: every head)")
     parser.add_argument("--batch-size", type=int, default=128, help="sentences per batch (default: 128)")
     parser.add_argument("--beam", type=int, default=5, help="beam size (default: 5)")
-    parser.add_argument("--work-dir", help="keep the sweep here (default: a temporary directory)")
+    parser.add_argument("--configs-per-batch", type=int, default=4, metavar="K",
+                        help="configurations translated together by the sweep (default: 4, ablate's default)")
+    precision = parser.add_mutually_exclusive_group()
+    precision.add_argument("--fp16", action="store_true", help="half precision (GPU)")
+    precision.add_argument("--bf16", action="store_true", help="bfloat16")
     parser.add_argument("--cpu", action="store_true", help="CPU even if a GPU is present")
+    parser.add_argument("--skip-processes", action="store_true",
+                        help="only the in-process measurements (part 2), not the process comparison")
+    parser.add_argument("--work-dir", help="keep the sweeps here (default: a temporary directory)")
+    parser.add_argument("--json", metavar="FILE", help="also write the measurements as JSON")
     args = parser.parse_args()
+    if args.configs_per_batch < 2:
+        parser.error("--configs-per-batch must be at least 2 (batching is what is measured)")
+    if args.bf16 and not args.skip_processes:
+        parser.error("--bf16 needs --skip-processes: fairseq-generate ignores --bf16 (it translates in fp32)")
 
+    sys.path.insert(0, REPO)
     work = args.work_dir or tempfile.mkdtemp(prefix="benchmark_ablation.")
-    sweep_dir = os.path.join(work, "ablate")
-    shutil.rmtree(sweep_dir, ignore_errors=True)
     # every sentence scored (fairseq otherwise leaves out the last sentences mod 8)
     generation = ["--beam", str(args.beam), "--batch-size", str(args.batch_size),
-                  "--required-batch-size-multiple", "1"] + (["--cpu"] if args.cpu else [])
-
-    command = ["fairseq-headprune", "ablate", args.data, "--path", args.path, "--gen-subset", args.subset,
-               "--out-dir", sweep_dir, "--no-progress", *generation]
-    if args.heads:
-        command += ["--heads", args.heads]
-    start = time.perf_counter()
-    run(command)
-    sweep_seconds = time.perf_counter() - start
-    with open(os.path.join(sweep_dir, "single.json")) as stream:
-        table = json.load(stream)
-    specs = {"baseline": "none"}
-    specs.update({row["config"]: row["spec"] for row in table["rows"]})
-    sweep_bleu = {row["config"]: row["bleu"] for row in table["rows"]}
-    sweep_bleu["baseline"] = table["settings"]["baseline_bleu"]
-    print(f"one ablate process: {len(specs)} configurations in {sweep_seconds:.1f} s "
-          f"({sweep_seconds / len(specs):.2f} s each)")
-
-    start = time.perf_counter()
-    generate_bleu = {}
-    for name, spec in specs.items():
-        output = run(["fairseq-generate", args.data, "--user-dir", os.path.join(REPO, "fairseq_headprune"),
-                      "--task", "fairseq-headprune", "--path", args.path, "--gen-subset", args.subset,
-                      "--head-mask", spec, "--quiet", *generation])
-        generate_bleu[name] = float(re.search(r"BLEU4 = ([\d.]+)", output).group(1))
-    generate_seconds = time.perf_counter() - start
-    print(f"one fairseq-generate per configuration: {generate_seconds:.1f} s "
-          f"({generate_seconds / len(specs):.2f} s each)")
-    print(f"speed-up of the sweep: {generate_seconds / sweep_seconds:.2f}x (goal: at least 3x)")
-
-    mismatches = [n for n in specs if round(sweep_bleu[n], 2) != generate_bleu[n]]
-    print(f"same BLEU (2 decimals, as fairseq-generate prints) for {len(specs) - len(mismatches)} "
-          f"of {len(specs)} configurations" + (f"; differ: {', '.join(mismatches)}" if mismatches else ""))
-
-    # the significance step alone: re-running ablate on the finished sweep only tests and writes tables
-    sys.path.insert(0, REPO)
-    from fairseq_headprune.study.ablation import ConfigScores, compare_with_baseline
-    from fairseq_headprune.study.metrics import TOKENIZED_BLEU
-    from fairseq_headprune.study.significance import SignificanceSettings
-    from fairseq_headprune.engine.sweep import load_config_result
-
-    results = [load_config_result(os.path.join(sweep_dir, "sweeps", args.subset), n) for n in specs]
-    scores = [ConfigScores(r.name, r.spec, r.labels, r.bleu, r.sacrebleu, r.fairseq_stats) for r in results]
-    start = time.perf_counter()
-    compare_with_baseline(scores[0], scores[1:], SignificanceSettings(), TOKENIZED_BLEU)
-    test_seconds = time.perf_counter() - start
-    print(f"significance (paired bootstrap, 1000 resamples, {len(scores[0].stats)} sentences): "
-          f"{test_seconds:.2f} s for {len(scores) - 1} configurations "
-          f"({1000 * test_seconds / (len(scores) - 1):.1f} ms each)")
+                  "--required-batch-size-multiple", "1"]
+    generation += ["--fp16"] if args.fp16 else ["--bf16"] if args.bf16 else []
+    generation += ["--cpu"] if args.cpu else []
+    measurements = {"command": sys.argv}
+    specs = None if args.skip_processes else processes(args, generation, work, measurements)
+    specs = in_process(args, generation, specs, measurements)
+    if not args.skip_processes:
+        significance_time(args, work, specs)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as stream:
+            json.dump(measurements, stream, indent=1)
     if not args.work_dir:
         shutil.rmtree(work, ignore_errors=True)
 
