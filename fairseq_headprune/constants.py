@@ -24,7 +24,10 @@ DEFAULT_IMPORTANCE_LOSS = "nll"
 DEFAULT_LABEL_SMOOTHING = 0.1
 
 # significance tests: seed as sacreBLEU's (SACREBLEU_SEED's default), level as the paper's
-SIGNIFICANCE_TESTS = ("bootstrap", "compare-mt", "sacrebleu-bs", "sacrebleu-ar")
+# paired tests for BLEU (corpus-level: resampling) and for per-example correctness (classification)
+BLEU_TESTS = ("bootstrap", "compare-mt", "sacrebleu-bs", "sacrebleu-ar")
+CORRECTNESS_TESTS = ("t-test", "mcnemar")
+SIGNIFICANCE_TESTS = BLEU_TESTS + CORRECTNESS_TESTS
 DEFAULT_SIGNIFICANCE_SEED = 12345
 DEFAULT_RESAMPLES = 1000
 DEFAULT_ALPHA = 0.01

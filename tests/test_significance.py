@@ -160,7 +160,7 @@ def test_identical_system_is_never_significant():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"test": "t-test"}, "unknown test"),
+        ({"test": "wilcoxon"}, "unknown test"),
         ({"samples": 0}, "resamples must be positive"),
         ({"alpha": 1.5}, "significance level"),
         ({"sample_ratio": 0.0}, "sample ratio"),

@@ -41,7 +41,8 @@ def add_test_arguments(parser: argparse.ArgumentParser) -> None:
         help="bootstrap: Koehn's paired bootstrap with full-size resamples (default); "
         "compare-mt: compare-mt's exact procedure (half-size resamples, its BLEU, its "
         "p = 1 - max win fraction); sacrebleu-bs / sacrebleu-ar: sacreBLEU's paired "
-        "bootstrap / approximate randomisation",
+        "bootstrap / approximate randomisation; for accuracy also t-test (paired, on per-example "
+        "correctness, as the paper tests BERT) and mcnemar (McNemar's exact test)",
     )
     group.add_argument(
         "--samples", type=int, default=DEFAULT_RESAMPLES,

@@ -1,4 +1,4 @@
-"""``fairseq-headprune significance``: the sweeps' paired tests on hypothesis files."""
+"""``fairseq-headprune significance``: the sweeps' paired tests on hypothesis or prediction files."""
 
 import argparse
 import os
@@ -6,11 +6,13 @@ import os
 from ..errors import StudyError
 from ..study.ablation import compare_with_baseline, reported_bleu, result_rows, text_scores
 from ..study.files import read_lines, write_json
-from ..study.metrics import BLEU_METRICS
+from ..study.metrics import BLEU_METRICS, CLASSIFICATION_METRICS
 from .common import add_test_arguments, test_settings
 
 
 def command_significance(args: argparse.Namespace) -> int:
+    if args.metric is not None:
+        return _classification_significance(args)
     settings = test_settings(args)
     metric = BLEU_METRICS[args.bleu]
     test_metric = metric.for_test(settings.test)
@@ -53,17 +55,63 @@ def command_significance(args: argparse.Namespace) -> int:
     return 0
 
 
+def _classification_significance(args: argparse.Namespace) -> int:
+    """Gold labels in REF, one predicted label per line in BASELINE and each SYSTEM."""
+    from ..study.ablation import ConfigScores
+
+    settings = test_settings(args)
+    metric = CLASSIFICATION_METRICS[args.metric]
+    metric.for_test(settings.test)
+    references = read_lines(args.reference)
+    if not references:
+        raise StudyError(f"the gold labels {args.reference} are empty")
+    files = [args.baseline] + list(args.systems)
+    systems, values = [], []
+    for path in files:
+        predictions = read_lines(path)
+        if len(predictions) != len(references):
+            raise StudyError(f"{path} has {len(predictions)} lines but the gold labels {args.reference} have {len(references)}")
+        statistics = metric.example_statistics(references, predictions)
+        values.append(metric.score(statistics))
+        # the tests read only the statistics (and, for sacreBLEU's, the text) of ConfigScores
+        systems.append(ConfigScores(os.path.basename(path), "", {}, None, None, statistics, predictions))
+    results = compare_with_baseline(systems[0], systems[1:], settings, metric)
+    print(f"{metric.description}; {settings.test} test" + (
+        f", {settings.samples} resamples, seed {settings.seed}" if settings.test == "bootstrap" else ""
+    ) + f"; significant: p < {settings.alpha:g}")
+    print(f"{'system':<32} {metric.column:>8} {'delta':>7} {'p-value':>8}  significant")
+    print(f"{files[0][-32:]:<32} {values[0]:>8.2f} {'':>7} {'':>8}  (baseline)")
+    rows = []
+    for path, value, result in zip(files[1:], values[1:], results):
+        print(f"{path[-32:]:<32} {value:>8.2f} {value - values[0]:>+7.2f} "
+              f"{result.p_value:>8.4f}  {'yes' if result.significant else 'no'}")
+        rows.append({"system": path, metric.column: value, "delta": value - values[0],
+                     "p_value": result.p_value, "significant": result.significant, **result.extra})
+    if args.json:
+        write_json({"settings": {"metric": metric.name, "test": settings.to_dict(), "reference": args.reference,
+                                 "baseline": args.baseline, f"baseline_{metric.column}": values[0]},
+                    "rows": rows}, args.json, indent=1)
+        print(f"wrote\t{args.json}")
+    return 0
+
+
 def add_parser(commands) -> None:
     significance = commands.add_parser(
         "significance",
         help="paired significance test of hypothesis files against a baseline",
         description="Score each SYSTEM and the BASELINE against REF (one sentence per line) "
         "and test each SYSTEM against the BASELINE: BLEU, its 95%% bootstrap interval, "
-        "ΔBLEU and p-value.",
+        "ΔBLEU and p-value. With --metric accuracy or mcc the files hold one label per line "
+        "(REF the gold labels, the others predictions) and the metric is tested instead.",
     )
     significance.add_argument("reference", metavar="REF", help="reference file")
     significance.add_argument("baseline", metavar="BASELINE", help="baseline hypotheses")
     significance.add_argument("systems", metavar="SYSTEM", nargs="+", help="hypotheses to test")
+    significance.add_argument(
+        "--metric", choices=sorted(CLASSIFICATION_METRICS),
+        help="the files are labels, one per line: test accuracy (with --test bootstrap, t-test or mcnemar) "
+        "or Matthews correlation (bootstrap) instead of BLEU",
+    )
     add_test_arguments(significance)
     significance.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     significance.set_defaults(handler=command_significance)

@@ -19,6 +19,7 @@ from .files import atomic_text_file
 from .head_mask import HeadLayout, HeadMask, full_mask, head_mask_to_spec
 from .metrics import Metric
 from .significance import (
+    CORRECTNESS_TEST_FUNCTIONS,
     PairedResult,
     SignificanceSettings,
     paired_bootstrap,
@@ -116,6 +117,9 @@ def compare_with_baseline(
         return sacrebleu_paired_tests(
             references, baseline.hypotheses, [s.hypotheses for s in systems], settings, tokenize
         )
+    if settings.test in CORRECTNESS_TEST_FUNCTIONS:  # accuracy's statistics: column 0 is correctness
+        test = CORRECTNESS_TEST_FUNCTIONS[settings.test]
+        return [test(baseline.stats[:, 0], s.stats[:, 0], settings) for s in systems]
     counts = resample_counts(len(baseline.stats), settings)
     baseline_resampled = resampled_scores(baseline.stats, counts, metric)
     return [

@@ -9,15 +9,18 @@ perplexity are new ``Metric`` objects, not new branches.
 
 BLEU is implemented three ways, each reproducing one tool exactly
 (``bleu_stats.py``): fairseq's tokenized BLEU, sacreBLEU, and compare-mt's
-BLEU, which its own paired bootstrap resamples.
+BLEU, which its own paired bootstrap resamples. Classification has accuracy
+and Matthews correlation, on (gold label, predicted label) strings, each in
+percent as fairseq's ``sentence_prediction`` criterion reports it.
 """
 
 from dataclasses import dataclass
-from typing import Callable, Dict, Sequence, Tuple
+from typing import Callable, Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from ..constants import SIGNIFICANCE_TESTS
+from ..constants import BLEU_TESTS, CORRECTNESS_TESTS
+from ..errors import SettingsError
 from . import bleu_stats
 
 
@@ -31,7 +34,7 @@ class Metric:
     statistics: Callable[[Sequence[str], Sequence[str]], np.ndarray]  # (references, hypotheses) -> rows
     from_sums: Callable[[np.ndarray], np.ndarray]  # (n, columns) summed statistics -> n scores
     higher_is_better: bool = True
-    tests: Tuple[str, ...] = SIGNIFICANCE_TESTS  # significance tests that apply to it
+    tests: Tuple[str, ...] = BLEU_TESTS  # significance tests that apply to it
 
     def example_statistics(self, references: Sequence[str], hypotheses: Sequence[str]) -> np.ndarray:
         """One row of sufficient statistics per example."""
@@ -48,7 +51,7 @@ class Metric:
     def for_test(self, test: str) -> "Metric":
         """The metric whose statistics ``test`` resamples (compare-mt's test uses its own BLEU)."""
         if test not in self.tests:
-            raise ValueError(f"the {test} test does not apply to {self.name}")
+            raise SettingsError(f"--test {test} does not apply to {self.name}; choose from {', '.join(self.tests)}")
         return COMPARE_MT_BLEU if test == "compare-mt" else self
 
 
@@ -82,3 +85,68 @@ COMPARE_MT_BLEU = Metric(
 
 # the BLEU a study reports (--bleu)
 BLEU_METRICS: Dict[str, Metric] = {metric.name: metric for metric in (TOKENIZED_BLEU, SACREBLEU)}
+
+
+def _accuracy_statistics(references: Sequence[str], predictions: Sequence[str]) -> np.ndarray:
+    """One row per example: [1 if the predicted label is the gold one else 0, 1 (the example)]."""
+    if len(references) != len(predictions):
+        raise SettingsError(f"{len(predictions)} predictions for {len(references)} gold labels")
+    correct = np.array([float(r == p) for r, p in zip(references, predictions)])
+    return np.stack([correct, np.ones_like(correct)], axis=1)
+
+
+def _labels_of(references: Sequence[str]) -> List[str]:
+    return sorted(set(references))
+
+
+def _confusion_statistics(references: Sequence[str], predictions: Sequence[str]) -> np.ndarray:
+    """One row per example: the one-hot (gold, predicted) cell of the K x K confusion matrix.
+
+    K is the number of gold labels; a prediction outside them is an error.
+    """
+    if len(references) != len(predictions):
+        raise SettingsError(f"{len(predictions)} predictions for {len(references)} gold labels")
+    labels = _labels_of(references)
+    index = {label: i for i, label in enumerate(labels)}
+    unknown = sorted(set(predictions) - set(index))
+    if unknown:
+        raise SettingsError(f"predicted labels {', '.join(unknown)} never occur among the gold labels")
+    rows = np.zeros((len(references), len(labels) ** 2))
+    for row, (gold, predicted) in enumerate(zip(references, predictions)):
+        rows[row, index[gold] * len(labels) + index[predicted]] = 1.0
+    return rows
+
+
+def _matthews_from_sums(sums: np.ndarray) -> np.ndarray:
+    """Matthews correlation (Gorodkin's K-class form, the one scikit-learn computes), in percent."""
+    classes = int(round(np.sqrt(sums.shape[1])))
+    confusion = sums.reshape(len(sums), classes, classes)  # [resample, gold, predicted]
+    total = confusion.sum(axis=(1, 2))
+    correct = np.trace(confusion, axis1=1, axis2=2)
+    gold = confusion.sum(axis=2)
+    predicted = confusion.sum(axis=1)
+    numerator = correct * total - (gold * predicted).sum(axis=1)
+    denominator = np.sqrt((total ** 2 - (predicted ** 2).sum(axis=1)) * (total ** 2 - (gold ** 2).sum(axis=1)))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(denominator > 0, 100.0 * numerator / np.where(denominator > 0, denominator, 1.0), 0.0)
+
+
+ACCURACY = Metric(
+    name="accuracy",
+    column="accuracy",
+    description="accuracy (%, as fairseq's sentence_prediction criterion reports it)",
+    statistics=_accuracy_statistics,
+    from_sums=lambda sums: 100.0 * sums[:, 0] / np.maximum(sums[:, 1], 1.0),
+    tests=("bootstrap",) + CORRECTNESS_TESTS,
+)
+MATTHEWS = Metric(
+    name="mcc",
+    column="mcc",
+    description="Matthews correlation (x 100, as fairseq's --report-mcc)",
+    statistics=_confusion_statistics,
+    from_sums=_matthews_from_sums,
+    tests=("bootstrap",),
+)
+
+# the metric a classification study reports (--metric)
+CLASSIFICATION_METRICS: Dict[str, Metric] = {metric.name: metric for metric in (ACCURACY, MATTHEWS)}

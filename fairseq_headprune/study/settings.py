@@ -116,6 +116,7 @@ class SweepSettings:
             raise SettingsError(f"--sacrebleu-detokenize must be one of {', '.join(DETOKENIZERS)}")
         if self.configs_per_batch <= 0:
             raise SettingsError(f"--configs-per-batch must be positive, got {self.configs_per_batch}")
+        self.metric.for_test(self.test.test)  # the test must apply to the metric: say so before any work
         if self.references and self.bleu != "sacrebleu":
             raise SettingsError("--references (raw reference text) is used by --bleu sacrebleu only")
         if not any(a.startswith("--required-batch-size-multiple") for a in self.generation_args):

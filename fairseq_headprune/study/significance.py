@@ -15,12 +15,19 @@ baseline is not worse) and p = 1 - max(win fractions).
 ``sacrebleu-bs`` and ``sacrebleu-ar`` run sacreBLEU's own ``PairedTest``
 (paired bootstrap or approximate randomisation; two-sided, its own p-value).
 
+For classification, on per-example correctness: ``t-test`` is the paired
+t-test Michel et al. (2019, section 3.2) use for BERT (two-sided), and
+``mcnemar`` McNemar's exact test (two-sided binomial test on the examples
+the two systems disagree on); the bootstrap resamples accuracy or Matthews
+correlation like BLEU.
+
 Resamples are drawn once per sweep as a (resamples x sentences) count matrix,
 so every configuration is compared on the same resamples, and resampled
 statistics are one matrix product.
 """
 
 import contextlib
+import math
 import os
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Sequence
@@ -206,3 +213,57 @@ def sacrebleu_paired_tests(
             )
         )
     return out
+
+
+def _correctness_result(baseline_correct, system_correct, p_value: float, settings: SignificanceSettings,
+                        extra: Dict[str, float]) -> PairedResult:
+    score, baseline_score = 100.0 * float(np.mean(system_correct)), 100.0 * float(np.mean(baseline_correct))
+    return PairedResult(score=score, baseline_score=baseline_score, delta=score - baseline_score,
+                        p_value=p_value, significant=p_value < settings.alpha, extra=extra)
+
+
+def _correctness(baseline_correct, system_correct):
+    baseline_correct = np.asarray(baseline_correct, dtype=np.float64)
+    system_correct = np.asarray(system_correct, dtype=np.float64)
+    if baseline_correct.shape != system_correct.shape or baseline_correct.ndim != 1:
+        raise ValueError(f"{system_correct.shape} system examples for {baseline_correct.shape} baseline examples")
+    if len(baseline_correct) == 0:
+        raise ValueError("no examples to test")
+    return baseline_correct, system_correct
+
+
+def paired_t_test(baseline_correct, system_correct, settings: SignificanceSettings) -> PairedResult:
+    """Two-sided paired t-test on per-example correctness (0/1), as Michel et al. test BERT's heads."""
+    from scipy.special import stdtr
+
+    baseline_correct, system_correct = _correctness(baseline_correct, system_correct)
+    differences = system_correct - baseline_correct
+    count = len(differences)
+    mean = float(differences.mean())
+    spread = float(differences.std(ddof=1)) if count > 1 else 0.0
+    if spread == 0.0:  # every difference the same: no variance to test against
+        t_value, p_value = (0.0, 1.0) if mean == 0.0 else (math.copysign(math.inf, mean), 0.0)
+    else:
+        t_value = mean / (spread / math.sqrt(count))
+        p_value = float(2.0 * stdtr(count - 1, -abs(t_value)))
+    return _correctness_result(baseline_correct, system_correct, p_value, settings,
+                               {"t": t_value, "degrees_of_freedom": count - 1})
+
+
+def mcnemar_exact(baseline_correct, system_correct, settings: SignificanceSettings) -> PairedResult:
+    """McNemar's exact test: two-sided binomial test (p = 1/2) on the examples only one system gets right."""
+    baseline_correct, system_correct = _correctness(baseline_correct, system_correct)
+    baseline_only = int(np.sum((baseline_correct == 1) & (system_correct == 0)))
+    system_only = int(np.sum((baseline_correct == 0) & (system_correct == 1)))
+    disagreements = baseline_only + system_only
+    if disagreements == 0:
+        p_value = 1.0
+    else:
+        tail = sum(math.comb(disagreements, k) for k in range(min(baseline_only, system_only) + 1))
+        p_value = min(1.0, 2.0 * tail / 2.0 ** disagreements)
+    return _correctness_result(baseline_correct, system_correct, p_value, settings,
+                               {"baseline_only_correct": baseline_only, "system_only_correct": system_only})
+
+
+# test name -> test on per-example correctness
+CORRECTNESS_TEST_FUNCTIONS = {"t-test": paired_t_test, "mcnemar": mcnemar_exact}
