@@ -52,13 +52,16 @@ def test_shared_encoder_gives_the_same_translations(translators):
     masks = [None if s is None else parse_mask_for_model(s, layout) for s in specs]
     sentences = shared.size
     shared_rows, with_sharing = encoder_rows(model, lambda: shared.translate_many(masks))
-    unshared_rows, without_sharing = encoder_rows(model, lambda: unshared.translate_many(masks))
     # two encoder masks (none, E:1:2): two copies of the batch instead of four
     assert shared_rows == 2 * sentences
-    assert unshared_rows == 4 * sentences
-    for spec, mask, a, b in zip(specs, masks, with_sharing, without_sharing):
-        alone = shared.translate(mask)
-        assert a.hypotheses == b.hypotheses == alone.hypotheses, spec
+    # the decoder-only configurations against the unshared path (E:1:2's two share nothing with it)
+    unshared_rows, without_sharing = encoder_rows(model, lambda: unshared.translate_many(masks[:2]))
+    assert unshared_rows == 2 * sentences
+    for spec, mask, a, b in zip(specs[:2], masks[:2], with_sharing, without_sharing):
+        assert a.hypotheses == b.hypotheses, spec
+    for spec, mask, a in zip(specs, masks, with_sharing):
+        alone = shared.translate(mask)  # as fairseq-generate --head-mask translates it
+        assert a.hypotheses == alone.hypotheses, spec
         assert (a.fairseq_stats == alone.fairseq_stats).all(), spec
 
 
