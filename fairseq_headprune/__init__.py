@@ -24,14 +24,17 @@ from .engine import checkpoint_compat  # noqa: F401,E402  (torch.load allow-list
 
 
 def register_components() -> None:
-    """Register the tasks and criterion with fairseq (importing fairseq).
+    """Register the tasks and criterion with fairseq (importing it), and fix its LM data for numpy 2.
 
     fairseq auto-imports a user dir's ``tasks/`` and ``models/`` only, and
     only if it has not imported the package already: every entry point that
     builds a fairseq task calls this first.
     """
     from .criterions import headprune_importance  # noqa: F401
-    from .tasks import fairseq_headprune, headprune_sentence_prediction  # noqa: F401
+    from .engine.numpy_compat import give_token_block_dataset_compat_long
+    from .tasks import fairseq_headprune, headprune_language_modeling, headprune_sentence_prediction  # noqa: F401
+
+    give_token_block_dataset_compat_long()  # transformer_lm data under numpy 2
 
 
 if "fairseq" in sys.modules:

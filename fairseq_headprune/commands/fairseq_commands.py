@@ -1,10 +1,10 @@
-"""``fairseq-headprune train|generate|validate|interactive``: fairseq's own commands with the plugin.
+"""``fairseq-headprune train|generate|validate|interactive|eval-lm``: fairseq's own commands with the plugin.
 
 ``--user-dir`` and ``--task`` are filled in unless given: the head-masking
 task that extends the task the ``--path`` checkpoint was trained with
 (``headprune_sentence_prediction`` for ``sentence_prediction``, with its
-``--criterion sentence_prediction``), otherwise ``fairseq-headprune``
-(translation). Every other option is fairseq's, ``--head-mask`` included.
+``--criterion sentence_prediction``; ``headprune_language_modeling`` for
+``language_modeling``), otherwise ``fairseq-headprune`` (translation). Every other option is fairseq's, ``--head-mask`` included.
 """
 
 import importlib
@@ -20,6 +20,7 @@ FAIRSEQ_COMMANDS = {
     "generate": "fairseq_cli.generate",
     "validate": "fairseq_cli.validate",
     "interactive": "fairseq_cli.interactive",
+    "eval-lm": "fairseq_cli.eval_lm",
 }
 
 
@@ -40,6 +41,7 @@ def _task_for(argv: List[str]) -> List[str]:
     """``--task`` (and the criterion it needs) for the ``--path`` checkpoint's task."""
     from ..engine.checkpoint_info import load_checkpoint_state, saved_task_name
     from ..tasks.fairseq_headprune import TASK_NAME
+    from ..tasks.headprune_language_modeling import TASK_NAME as LM_TASK_NAME
     from ..tasks.headprune_sentence_prediction import TASK_NAME as SENTENCE_TASK_NAME
 
     path = _option_value(argv, "--path")
@@ -50,6 +52,8 @@ def _task_for(argv: List[str]) -> List[str]:
         # fairseq-validate cannot resolve the task's criterion interpolations without it
         criterion = [] if _given(argv, "--criterion") else ["--criterion", "sentence_prediction"]
         return ["--task", SENTENCE_TASK_NAME, *criterion]
+    if saved in ("language_modeling", LM_TASK_NAME):
+        return ["--task", LM_TASK_NAME]
     return ["--task", TASK_NAME]
 
 
@@ -75,7 +79,7 @@ def add_parsers(commands) -> None:
         commands.add_parser(
             command,
             add_help=False,
-            help=f"fairseq-{command} with --user-dir and the head-masking --task set (fairseq-headprune, "
-            f"or headprune_sentence_prediction for a sentence_prediction --path; all fairseq-{command} "
-            "options, plus --head-mask)",
+            help=f"fairseq-{command} with --user-dir and the head-masking --task set (fairseq-headprune; "
+            "headprune_sentence_prediction or headprune_language_modeling for a --path checkpoint of "
+            f"those tasks; all fairseq-{command} options, plus --head-mask)",
         )

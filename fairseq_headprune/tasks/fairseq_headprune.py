@@ -80,13 +80,15 @@ def _select_task_from_overrides(load_checkpoint_to_cpu):
     checkpoint trained with ``--task translation`` (or ``sentence_prediction``)
     it would silently drop ``--head-mask``. Old-format checkpoints take every
     override already; for new-format ones we switch the saved task to ours
-    (``fairseq-headprune`` or ``headprune_sentence_prediction``, each extending
-    the task it replaces) when the overrides ask for it. Nothing changes for
+    (``fairseq-headprune``, ``headprune_sentence_prediction`` or
+    ``headprune_language_modeling``, each extending the task it replaces) when
+    the overrides ask for it. Nothing changes for
     any other call.
     """
+    from .headprune_language_modeling import TASK_NAME as LM_TASK_NAME
     from .headprune_sentence_prediction import TASK_NAME as SENTENCE_TASK_NAME
 
-    ours = (TASK_NAME, SENTENCE_TASK_NAME)
+    ours = (TASK_NAME, SENTENCE_TASK_NAME, LM_TASK_NAME)
 
     @functools.wraps(load_checkpoint_to_cpu)
     def wrapper(path, arg_overrides=None, *args, **kwargs):

@@ -43,12 +43,20 @@ class HeadMaskingMixin:
 
     def __init__(self, cfg, *args, **kwargs):
         try:
-            validate_spec_syntax(cfg.head_mask)
+            validate_spec_syntax(getattr(cfg, "head_mask", None))
         except HeadPruneError as error:
             exit_with_error(f"--head-mask: {error}")
         super().__init__(cfg, *args, **kwargs)
         self.criterion = None
         self._frozen_heads = None  # (parameter, dim, index, values) of masked heads
+
+    @property
+    def head_mask_spec(self):
+        """``--head-mask``: legacy tasks (language_modeling) keep their settings in ``args``."""
+        settings = getattr(self, "cfg", None)
+        if settings is None or not hasattr(settings, "head_mask"):
+            settings = getattr(self, "args", None)
+        return getattr(settings, "head_mask", None)
 
     def build_model(self, cfg, from_checkpoint=False):
         model = super().build_model(cfg, from_checkpoint)
@@ -71,7 +79,7 @@ class HeadMaskingMixin:
         """The checkpoint's recorded mask and ``--head-mask``, combined (None: no head masked)."""
         head_mask = None
         for name, spec in (("recorded head mask", config_value(model_cfg, HEAD_MASK_KEY)),
-                           ("--head-mask", self.cfg.head_mask)):
+                           ("--head-mask", self.head_mask_spec)):
             if spec is None:
                 continue
             try:

@@ -1,0 +1,26 @@
+"""The ``headprune_language_modeling`` task: fairseq's language_modeling with per-head masks.
+
+For decoder-only ``transformer_lm`` models: data, targets and
+``fairseq-eval-lm`` stay fairseq's own; ``--head-mask`` masks their
+self-attention heads, the Dec-Dec type (``D:LAYERS:HEADS``).
+"""
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from fairseq.tasks import register_task
+from fairseq.tasks.language_modeling import LanguageModelingConfig, LanguageModelingTask
+
+from .masking import HEAD_MASK_HELP, HeadMaskingMixin
+
+TASK_NAME = "headprune_language_modeling"
+
+
+@dataclass
+class HeadPruneLanguageModelingConfig(LanguageModelingConfig):
+    head_mask: Optional[str] = field(default=None, metadata={"help": HEAD_MASK_HELP})
+
+
+@register_task(TASK_NAME, dataclass=HeadPruneLanguageModelingConfig)
+class HeadPruneLanguageModelingTask(HeadMaskingMixin, LanguageModelingTask):
+    """Language modeling whose model can mask any self-attention heads."""

@@ -1,0 +1,197 @@
+"""Head masks on decoder-only fairseq language models (``transformer_lm``).
+
+In process, on models fairseq builds from its registered ``transformer_lm``
+architectures at small dimensions: the identities against stock fairseq,
+zeroed output-projection columns and one sentence at a time with autograd.
+Through the commands, on a tiny LM trained by ``fairseq-train --task
+language_modeling``: masked ``fairseq-eval-lm`` against stock
+``fairseq-eval-lm`` on a checkpoint with those columns zeroed.
+"""
+
+import argparse
+import copy
+import dataclasses
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import USER_DIR, run
+from fairseq_headprune.errors import HeadMaskError
+from fairseq_headprune.modules.masked_multihead_attention import (
+    MaskedMultiheadAttention,
+    attention_modules,
+    head_layout,
+    install_masked_attention,
+    set_head_mask,
+)
+from fairseq_headprune.study.head_mask import full_mask, parse_head_mask
+
+LAYERS, HEADS = 2, 4
+LM_OPTIONS = ["--arch", "transformer_lm", "--decoder-layers", str(LAYERS), "--decoder-embed-dim", "32",
+              "--decoder-ffn-embed-dim", "64", "--decoder-attention-heads", str(HEADS),
+              "--tokens-per-sample", "64", "--sample-break-mode", "eos"]
+
+
+def build_lm(arch="transformer_lm", seed=1):
+    from fairseq.data import Dictionary
+    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+    from fairseq.models.transformer_lm import TransformerLanguageModelConfig
+
+    dictionary = Dictionary()
+    for index in range(40):
+        dictionary.add_symbol(f"w{index}")
+    task = argparse.Namespace(source_dictionary=dictionary, target_dictionary=dictionary)
+    # the model config's defaults, with the values it takes from the task and common settings
+    defaults = TransformerLanguageModelConfig()
+    args = argparse.Namespace(**{f.name: getattr(defaults, f.name) for f in dataclasses.fields(defaults)})
+    args.__dict__.update(arch=arch, decoder_layers=LAYERS, decoder_embed_dim=32, decoder_ffn_embed_dim=64,
+                         decoder_attention_heads=HEADS, tokens_per_sample=64, max_target_positions=64,
+                         add_bos_token=False, tpu=False)
+    ARCH_CONFIG_REGISTRY[arch](args)
+    torch.manual_seed(seed)
+    return ARCH_MODEL_REGISTRY[arch].build_model(args, task).eval(), dictionary
+
+
+def token_rows(dictionary, lengths=(10, 7, 10), seed=2):
+    generator = torch.Generator().manual_seed(seed)
+    rows = torch.full((len(lengths), max(lengths)), dictionary.pad())
+    for row, length in enumerate(lengths):
+        rows[row, :length] = torch.randint(dictionary.nspecial, len(dictionary), (length,), generator=generator)
+    return rows
+
+
+def next_token_logits(model, tokens):
+    return model(tokens)[0]
+
+
+@pytest.fixture(scope="module")
+def lm():
+    plain, dictionary = build_lm()
+    masked = copy.deepcopy(plain)
+    install_masked_attention(masked)
+    return plain, masked, dictionary
+
+
+def test_every_self_attention_layer_is_dec_dec(lm):
+    _, masked, _ = lm
+    assert sorted(attention_modules(masked)) == [("dec-dec", layer) for layer in range(LAYERS)]
+    assert all(isinstance(m, MaskedMultiheadAttention) for m in attention_modules(masked).values())
+    assert head_layout(masked) == {"dec-dec": (LAYERS, HEADS)}
+
+
+def test_unmasked_all_ones_and_zeroed_columns(lm):
+    plain, masked, dictionary = lm
+    tokens = token_rows(dictionary)
+    with torch.no_grad():
+        reference = next_token_logits(plain, tokens)
+        set_head_mask(masked, None)
+        assert (next_token_logits(masked, tokens) - reference).abs().max() <= 1e-5
+        set_head_mask(masked, full_mask(head_layout(masked)))
+        assert (next_token_logits(masked, tokens) - reference).abs().max() <= 1e-5
+        for spec in ("D:1:2", "D:2:*", "D:*:keep=3"):
+            head_mask = parse_head_mask(spec, head_layout(masked))
+            zeroed = copy.deepcopy(plain)
+            for (_, layer), module in attention_modules(zeroed).items():
+                for head, xi in enumerate(head_mask["dec-dec"][layer].tolist()):
+                    if xi == 0:
+                        module.out_proj.weight.data[:, head * module.head_dim:(head + 1) * module.head_dim] = 0
+            set_head_mask(masked, head_mask)
+            result = next_token_logits(masked, tokens)
+            assert (result - next_token_logits(zeroed, tokens)).abs().max() <= 1e-5, spec
+            assert (result - reference).abs().max() > 1e-4, spec
+    set_head_mask(masked, None)
+
+
+def test_per_sentence_masks_and_gradients(lm):
+    _, masked, dictionary = lm
+    lengths = (10, 7, 10)
+    tokens = token_rows(dictionary, lengths)
+    xi = (torch.rand(LAYERS, len(lengths), HEADS, generator=torch.Generator().manual_seed(3)) > 0.3).float()
+    xi[1, 0] = 0.0  # a whole layer masked for one sentence
+
+    def loss_of(logits, rows, length):
+        # next-token loss on the sentence's own positions
+        return torch.nn.functional.cross_entropy(
+            logits[:, : length - 1].reshape(-1, logits.size(-1)), rows[:, 1:length].reshape(-1), reduction="sum"
+        )
+
+    batched_xi = xi.clone().requires_grad_()
+    set_head_mask(masked, {"dec-dec": batched_xi})
+    try:
+        logits = next_token_logits(masked, tokens)
+        sum(loss_of(logits[r:r + 1], tokens[r:r + 1], n) for r, n in enumerate(lengths)).backward()
+        for row, length in enumerate(lengths):
+            alone_xi = xi[:, row].clone().requires_grad_()
+            set_head_mask(masked, {"dec-dec": alone_xi})
+            alone = next_token_logits(masked, tokens[row:row + 1, :length])
+            loss_of(alone, tokens[row:row + 1], length).backward()
+            assert (logits[row, :length] - alone[0]).abs().max() <= 1e-5
+            torch.testing.assert_close(batched_xi.grad[:, row], alone_xi.grad, rtol=1e-4, atol=1e-6)
+    finally:
+        set_head_mask(masked, None)
+
+
+@pytest.mark.parametrize("spec, message", [("E:1:1", "no enc-enc attention"), ("A:*:*", "no enc-dec attention")])
+def test_encoder_specs_on_a_decoder_only_model_are_refused(lm, spec, message):
+    with pytest.raises(HeadMaskError, match=message):
+        parse_head_mask(spec, head_layout(lm[1]))
+
+
+@pytest.fixture(scope="module")
+def tiny_lm(tiny_model, tmp_path_factory):
+    """A 2-layer transformer_lm trained by fairseq-train --task language_modeling on the demo's French side."""
+    root = tmp_path_factory.mktemp("tiny_lm")
+    raw = tiny_model["raw"]
+    for split, name in (("train", "train"), ("valid", "valid"), ("test", "test")):
+        lines = (raw / f"{name}.fr").read_text().splitlines()
+        (root / f"{split}.txt").write_text("\n".join(lines[:1500]) + "\n")
+    run(["fairseq-preprocess", "--only-source", "--trainpref", root / "train.txt", "--validpref", root / "valid.txt",
+         "--testpref", root / "test.txt", "--destdir", root / "bin", "--workers", "1"])
+    # --user-dir: fairseq's LM data needs the plugin's numpy 2 fix (tests below); the task is fairseq's
+    run(["fairseq-train", root / "bin", "--user-dir", USER_DIR, "--task", "language_modeling", *LM_OPTIONS,
+         "--optimizer", "adam", "--lr", "0.003", "--max-tokens", "2048", "--max-epoch", "2", "--seed", "1",
+         "--save-dir", root / "checkpoints", "--num-workers", "0", "--no-epoch-checkpoints"])
+    return {"data": root / "bin", "checkpoint": root / "checkpoints" / "checkpoint_best.pt", "root": root}
+
+
+def eval_lm(command, tiny_lm, checkpoint, *extra):
+    result = run([*command, tiny_lm["data"], "--path", checkpoint, "--gen-subset", "test",
+                  "--sample-break-mode", "eos", "--max-tokens", "2048", *extra])
+    found = re.search(r"Loss \(base 2\): ([\d.]+), Perplexity: ([\d.]+)", result.stdout + result.stderr)
+    assert found, (result.stdout + result.stderr)[-2000:]
+    return float(found.group(1)), float(found.group(2))
+
+
+def test_masked_eval_lm_equals_stock_with_zeroed_columns(tiny_lm, tmp_path):
+    import fairseq_headprune  # noqa: F401  (allow-list)
+
+    spec = "D:1:2-3 D:2:1"
+    state = torch.load(tiny_lm["checkpoint"], map_location="cpu")
+    mask = parse_head_mask(spec, {"dec-dec": (LAYERS, HEADS)})["dec-dec"]
+    for layer in range(LAYERS):
+        weight = state["model"][f"decoder.layers.{layer}.self_attn.out_proj.weight"]
+        head_dim = weight.size(1) // HEADS
+        for head in range(HEADS):
+            if mask[layer, head] == 0:
+                weight[:, head * head_dim:(head + 1) * head_dim] = 0
+    torch.save(state, tmp_path / "zeroed.pt")
+    stock = ["fairseq-eval-lm", "--user-dir", USER_DIR, "--task", "language_modeling"]
+    unmasked = eval_lm(stock, tiny_lm, tiny_lm["checkpoint"])
+    reference = eval_lm(stock, tiny_lm, tmp_path / "zeroed.pt")
+    assert reference != unmasked
+    ours = ["fairseq-eval-lm", "--user-dir", USER_DIR, "--task", "headprune_language_modeling"]
+    assert eval_lm(ours, tiny_lm, tiny_lm["checkpoint"], "--head-mask", spec) == reference
+    # the wrapper picks the task from the checkpoint
+    assert eval_lm(["fairseq-headprune", "eval-lm"], tiny_lm, tiny_lm["checkpoint"], "--head-mask", spec) == reference
+    assert eval_lm(["fairseq-headprune", "eval-lm"], tiny_lm, tiny_lm["checkpoint"]) == unmasked
+
+
+@pytest.mark.skipif(hasattr(np, "compat"), reason="numpy 1 has np.compat: fairseq needs no fix")
+def test_stock_fairseq_needs_the_numpy_fix(tiny_lm, tmp_path):
+    """Without the plugin, fairseq's LM data stops at np.compat.long under numpy 2 (tiny_lm trained with it)."""
+    result = run(["fairseq-train", tiny_lm["data"], "--task", "language_modeling", *LM_OPTIONS, "--optimizer", "adam",
+                  "--lr", "0.003", "--max-tokens", "2048", "--max-update", "1", "--save-dir", tmp_path,
+                  "--num-workers", "0", "--no-save"], check=False)
+    assert result.returncode != 0 and "np.compat.long" in result.stderr
