@@ -56,6 +56,41 @@ def validate_loss(tiny_model, *extra):
     return float(re.search(r"\| loss ([\d.]+)", result.stdout + result.stderr).group(1))
 
 
+def zeroed_copy(model, head_mask):
+    """A copy of ``model`` with the masked heads' output-projection columns zeroed (the reference for masks)."""
+    import copy
+
+    from fairseq_headprune.modules.masked_multihead_attention import attention_modules
+
+    zeroed = copy.deepcopy(model)
+    for (attention_type, layer), module in attention_modules(zeroed).items():
+        for head, xi in enumerate(head_mask[attention_type][layer].tolist()):
+            if xi == 0.0:
+                module.out_proj.weight.data[:, head * module.head_dim:(head + 1) * module.head_dim] = 0.0
+    return zeroed
+
+
+def save_zeroed_checkpoint(checkpoint, layer_prefix, heads, mask, path):
+    """``checkpoint`` with heads zeroed in out_proj, written to ``path``: the stock-fairseq reference.
+
+    ``layer_prefix`` names a layer's attention (``"decoder.layers.{}.self_attn."``),
+    ``mask`` is its (layers, heads) tensor, 0 for the heads to zero.
+    """
+    import torch
+
+    import fairseq_headprune  # noqa: F401  (its allow-list lets torch.load read checkpoints)
+
+    state = torch.load(checkpoint, map_location="cpu")
+    for layer in range(mask.size(0)):
+        weight = state["model"][layer_prefix.format(layer) + "out_proj.weight"]
+        head_dim = weight.size(1) // heads
+        for head in range(heads):
+            if mask[layer, head] == 0:
+                weight[:, head * head_dim:(head + 1) * head_dim] = 0
+    torch.save(state, path)
+    return path
+
+
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory):
     """Paths of a tiny trained model: data dir (bin), raw text dir, checkpoint."""

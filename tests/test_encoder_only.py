@@ -13,10 +13,11 @@ import copy
 import pytest
 import torch
 
+from conftest import zeroed_copy
+
 from fairseq_headprune.errors import HeadMaskError
 from fairseq_headprune.modules.masked_multihead_attention import (
     MaskedMultiheadAttention,
-    attention_modules,
     head_layout,
     install_masked_attention,
     set_head_mask,
@@ -102,11 +103,7 @@ def test_masking_heads_equals_zeroing_their_output_projection_columns(roberta, s
     plain, masked, dictionary = roberta
     tokens = batch(dictionary)
     head_mask = parse_head_mask(spec, head_layout(masked))
-    zeroed = copy.deepcopy(plain)
-    for (attention_type, layer), module in attention_modules(zeroed).items():
-        for head, xi in enumerate(head_mask[attention_type][layer].tolist()):
-            if xi == 0.0:
-                module.out_proj.weight.data[:, head * module.head_dim:(head + 1) * module.head_dim] = 0.0
+    zeroed = zeroed_copy(plain, head_mask)
     set_head_mask(masked, head_mask)
     try:
         with torch.no_grad():

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import USER_DIR, run
+from conftest import USER_DIR, run, save_zeroed_checkpoint, zeroed_copy
 from fairseq_headprune.errors import HeadMaskError
 from fairseq_headprune.modules.masked_multihead_attention import (
     MaskedMultiheadAttention,
@@ -92,11 +92,7 @@ def test_unmasked_all_ones_and_zeroed_columns(lm):
         assert (next_token_logits(masked, tokens) - reference).abs().max() <= 1e-5
         for spec in ("D:1:2", "D:2:*", "D:*:keep=3"):
             head_mask = parse_head_mask(spec, head_layout(masked))
-            zeroed = copy.deepcopy(plain)
-            for (_, layer), module in attention_modules(zeroed).items():
-                for head, xi in enumerate(head_mask["dec-dec"][layer].tolist()):
-                    if xi == 0:
-                        module.out_proj.weight.data[:, head * module.head_dim:(head + 1) * module.head_dim] = 0
+            zeroed = zeroed_copy(plain, head_mask)
             set_head_mask(masked, head_mask)
             result = next_token_logits(masked, tokens)
             assert (result - next_token_logits(zeroed, tokens)).abs().max() <= 1e-5, spec
@@ -165,18 +161,9 @@ def eval_lm(command, tiny_lm, checkpoint, *extra):
 
 
 def test_masked_eval_lm_equals_stock_with_zeroed_columns(tiny_lm, tmp_path):
-    import fairseq_headprune  # noqa: F401  (allow-list)
-
     spec = "D:1:2-3 D:2:1"
-    state = torch.load(tiny_lm["checkpoint"], map_location="cpu")
     mask = parse_head_mask(spec, {"dec-dec": (LAYERS, HEADS)})["dec-dec"]
-    for layer in range(LAYERS):
-        weight = state["model"][f"decoder.layers.{layer}.self_attn.out_proj.weight"]
-        head_dim = weight.size(1) // HEADS
-        for head in range(HEADS):
-            if mask[layer, head] == 0:
-                weight[:, head * head_dim:(head + 1) * head_dim] = 0
-    torch.save(state, tmp_path / "zeroed.pt")
+    save_zeroed_checkpoint(tiny_lm["checkpoint"], "decoder.layers.{}.self_attn.", HEADS, mask, tmp_path / "zeroed.pt")
     stock = ["fairseq-eval-lm", "--user-dir", USER_DIR, "--task", "language_modeling"]
     unmasked = eval_lm(stock, tiny_lm, tiny_lm["checkpoint"])
     reference = eval_lm(stock, tiny_lm, tmp_path / "zeroed.pt")

@@ -1,9 +1,10 @@
 """Masked multi-head attention on a real (tiny, trained) fairseq Transformer."""
 
-import copy
 
 import pytest
 import torch
+
+from conftest import zeroed_copy
 
 from fairseq_headprune.study.head_mask import full_mask, parse_head_mask
 from fairseq_headprune.modules.masked_multihead_attention import (
@@ -68,12 +69,7 @@ def test_masking_a_head_equals_zeroing_its_output_projection_columns(loaded, spe
     with torch.no_grad():
         masked = logits(model, sample)
     set_head_mask(model, None)
-    zeroed = copy.deepcopy(model)
-    for (attention_type, layer), module in attention_modules(zeroed).items():
-        head_dim = module.head_dim
-        for head, xi in enumerate(head_mask[attention_type][layer].tolist()):
-            if xi == 0.0:
-                module.out_proj.weight.data[:, head * head_dim:(head + 1) * head_dim] = 0.0
+    zeroed = zeroed_copy(model, head_mask)
     with torch.no_grad():
         reference = logits(zeroed, sample)
         unmasked = logits(model, sample)

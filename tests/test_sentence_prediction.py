@@ -13,7 +13,7 @@ import re
 import pytest
 import torch
 
-from conftest import REPO, USER_DIR, run
+from conftest import REPO, USER_DIR, run, save_zeroed_checkpoint
 
 CLASSIFIER_ENV = {"SCALE": "0.25", "LAYERS": "2", "EMBED_DIM": "64", "FFN_DIM": "128", "HEADS": "4",
                   "EPOCHS": "2", "LR": "0.001"}
@@ -58,14 +58,7 @@ def zeroed_checkpoint(checkpoint, spec, path):
     heads = state["cfg"]["model"].encoder_attention_heads  # RoBERTa's model config is an argparse Namespace
     layers = 1 + max(int(k.split(".")[3]) for k in state["model"] if k.startswith("encoder.sentence_encoder.layers."))
     mask = parse_head_mask(spec, {"enc-enc": (layers, heads)})["enc-enc"]
-    for layer in range(layers):
-        weight = state["model"][f"encoder.sentence_encoder.layers.{layer}.self_attn.out_proj.weight"]
-        head_dim = weight.size(1) // heads
-        for head in range(heads):
-            if mask[layer, head] == 0:
-                weight[:, head * head_dim:(head + 1) * head_dim] = 0
-    torch.save(state, path)
-    return path
+    return save_zeroed_checkpoint(checkpoint, "encoder.sentence_encoder.layers.{}.self_attn.", heads, mask, path)
 
 
 def test_masked_validation_equals_stock_fairseq_with_zeroed_columns(classifier, tmp_path):
