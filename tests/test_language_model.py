@@ -173,6 +173,11 @@ def test_masked_eval_lm_equals_stock_with_zeroed_columns(tiny_lm, tmp_path):
     # the wrapper picks the task from the checkpoint
     assert eval_lm(["fairseq-headprune", "eval-lm"], tiny_lm, tiny_lm["checkpoint"], "--head-mask", spec) == reference
     assert eval_lm(["fairseq-headprune", "eval-lm"], tiny_lm, tiny_lm["checkpoint"]) == unmasked
+    # the heads removed for real: a smaller checkpoint that evaluates as the masked model
+    shrunk = tmp_path / "shrunk.pt"
+    run(["fairseq-headprune", "shrink", "--path", tiny_lm["checkpoint"], "--head-mask", spec, "--out", shrunk])
+    assert torch.load(shrunk, map_location="cpu")["model"]["decoder.layers.0.self_attn.q_proj.weight"].size(0) == 16
+    assert eval_lm(["fairseq-headprune", "eval-lm"], tiny_lm, shrunk) == reference
 
 
 @pytest.mark.skipif(hasattr(np, "compat"), reason="numpy 1 has np.compat: fairseq needs no fix")
@@ -182,3 +187,14 @@ def test_stock_fairseq_needs_the_numpy_fix(tiny_lm, tmp_path):
                   "--lr", "0.003", "--max-tokens", "2048", "--max-update", "1", "--save-dir", tmp_path,
                   "--num-workers", "0", "--no-save"], check=False)
     assert result.returncode != 0 and "np.compat.long" in result.stderr
+
+
+def test_a_study_refuses_a_language_model_in_one_line(tiny_lm, tmp_path):
+    result = run(["fairseq-headprune", "importance", tiny_lm["data"], "--path", tiny_lm["checkpoint"],
+                  "--out-dir", tmp_path / "importance"], check=False)
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines() == [
+        f"fairseq-headprune importance: error: {tiny_lm['checkpoint']} is a language_modeling checkpoint; this "
+        "study takes translation checkpoints so far (mask it with fairseq-headprune eval-lm --head-mask SPEC, "
+        "or remove heads with fairseq-headprune shrink)"
+    ]

@@ -73,6 +73,12 @@ def test_masked_validation_equals_stock_fairseq_with_zeroed_columns(classifier, 
     # the wrapper picks the task (and the criterion) from the checkpoint
     assert validation(["fairseq-headprune", "validate"], checkpoint, data, "--head-mask", SPEC) == reference
     assert validation(["fairseq-headprune", "validate"], checkpoint, data) == unmasked
+    # the heads removed for real: a smaller checkpoint that validates as the masked model
+    shrunk = tmp_path / "shrunk.pt"
+    run(["fairseq-headprune", "shrink", "--path", str(checkpoint), "--head-mask", SPEC, "--out", str(shrunk)])
+    state = torch.load(shrunk, map_location="cpu")["model"]
+    assert state["encoder.sentence_encoder.layers.0.self_attn.q_proj.weight"].size(0) == 16  # 1 of 4 heads kept
+    assert validation(["fairseq-headprune", "validate"], shrunk, data) == reference
 
 
 def test_fine_tuning_keeps_masked_heads_pruned(classifier, tmp_path):
@@ -121,3 +127,14 @@ def test_a_path_that_is_no_checkpoint_is_one_line(classifier, tmp_path):
     assert result.returncode != 0 and "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"fairseq-headprune validate: error: cannot read checkpoint {bogus}: ")
+
+
+def test_a_study_refuses_a_classifier_in_one_line(classifier, tmp_path):
+    result = run(["fairseq-headprune", "ablate", str(classifier["data"]), "--path", str(classifier["checkpoint"]),
+                  "--out-dir", str(tmp_path / "ablate"), "--gen-subset", "test"], check=False)
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines() == [
+        f"fairseq-headprune ablate: error: {classifier['checkpoint']} is a sentence_prediction checkpoint; this "
+        "study takes translation checkpoints so far (mask it with fairseq-headprune validate --head-mask SPEC, "
+        "or remove heads with fairseq-headprune shrink)"
+    ]

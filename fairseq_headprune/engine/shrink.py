@@ -97,6 +97,15 @@ _MODULE_PREFIXES = {
     "enc-dec": "decoder.layers.{}.encoder_attn.",
     "dec-dec": "decoder.layers.{}.self_attn.",
 }
+# RoBERTa's encoder layers sit one level deeper
+_SENTENCE_ENCODER_PREFIX = "encoder.sentence_encoder.layers.{}.self_attn."
+
+
+def module_prefixes(weights: Dict[str, torch.Tensor]) -> Dict[str, str]:
+    """State-dict key prefix of each attention type's layer N (``.format(N)``)."""
+    if any(key.startswith("encoder.sentence_encoder.layers.") for key in weights):
+        return dict(_MODULE_PREFIXES, **{"enc-enc": _SENTENCE_ENCODER_PREFIX})
+    return _MODULE_PREFIXES
 
 
 def _unpack_in_proj(weights: Dict[str, torch.Tensor], prefix: str) -> None:
@@ -110,9 +119,10 @@ def _unpack_in_proj(weights: Dict[str, torch.Tensor], prefix: str) -> None:
 
 def shrink_state_dict(weights: Dict[str, torch.Tensor], head_mask: HeadMask) -> None:
     """Slice the masked heads out of a fairseq Transformer state dict, in place."""
+    prefixes = module_prefixes(weights)
     for attention_type, mask in head_mask.items():
         for layer, layer_mask in enumerate(mask):
-            prefix = _MODULE_PREFIXES[attention_type].format(layer)
+            prefix = prefixes[attention_type].format(layer)
             _unpack_in_proj(weights, prefix)
             heads = layer_mask.numel()
             width = weights[prefix + "q_proj.weight"].size(0)
@@ -146,8 +156,9 @@ def unique_parameter_count(tensors) -> int:
 def state_parameter_counts(weights: Dict[str, torch.Tensor], layout) -> Dict[str, int]:
     """Attention-projection parameters per type and the model total, from a state dict."""
     counts = {}
+    type_prefixes = module_prefixes(weights)
     for attention_type, (layers, _) in layout.items():
-        prefixes = tuple(_MODULE_PREFIXES[attention_type].format(layer) for layer in range(layers))
+        prefixes = tuple(type_prefixes[attention_type].format(layer) for layer in range(layers))
         counts[attention_type] = sum(
             tensor.numel() for key, tensor in weights.items() if key.startswith(prefixes)
         )

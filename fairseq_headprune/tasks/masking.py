@@ -11,7 +11,7 @@ import logging
 import torch
 
 from ..engine.checkpoint_info import HEAD_MASK_KEY, config_value, record_config_value
-from ..engine.shrink import rebuild_pruned
+from ..engine.shrink import PRUNED_HEADS_KEY, rebuild_pruned
 from ..errors import HeadPruneError, exit_with_error
 from ..modules.masked_multihead_attention import (
     head_layout,
@@ -59,7 +59,13 @@ class HeadMaskingMixin:
         return getattr(settings, "head_mask", None)
 
     def build_model(self, cfg, from_checkpoint=False):
+        # fairseq drops the config keys a dataclass model (transformer_lm) does not declare when it
+        # builds one from a checkpoint (merge_with_parent(remove_missing=True)): keep ours
+        recorded = {key: config_value(cfg, key) for key in (HEAD_MASK_KEY, PRUNED_HEADS_KEY)}
         model = super().build_model(cfg, from_checkpoint)
+        for key, value in recorded.items():
+            if value is not None and config_value(cfg, key) is None:
+                record_config_value(cfg, key, value)
         install_masked_attention(model)
         try:
             removed = rebuild_pruned(model, cfg)
