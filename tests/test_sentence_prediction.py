@@ -138,3 +138,41 @@ def test_a_study_refuses_a_classifier_in_one_line(classifier, tmp_path):
         "study takes translation checkpoints so far (mask it with fairseq-headprune validate --head-mask SPEC, "
         "or remove heads with fairseq-headprune shrink)"
     ]
+
+
+def test_importance_of_a_classifier_equals_explicit_autograd(classifier, tmp_path):
+    """I_h = mean over examples of |dL(x)/dxi_h|, L the classification loss, one example at a time."""
+    import json
+
+    import torch.nn.functional as F
+    from fairseq import checkpoint_utils
+
+    from fairseq_headprune.modules.masked_multihead_attention import head_layout, install_masked_attention, set_head_mask
+
+    result = run(["fairseq-headprune", "importance", str(classifier["data"]), "--path", str(classifier["checkpoint"]),
+                  "--subset", "valid", "--out-dir", str(tmp_path), "--no-progress"])
+    assert "estimated on" in result.stdout
+    stored = json.loads((tmp_path / "importance.json").read_text())
+    computed = torch.tensor(stored["importance"]["enc-enc"], dtype=torch.float64)
+    # the reference: stock sentence_prediction task, one example at a time, explicit xi
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task(
+        [str(classifier["checkpoint"])], arg_overrides={"data": str(classifier["data"])})
+    model = models[0].eval()
+    install_masked_attention(model)
+    layers, heads = head_layout(model)["enc-enc"]
+    task.load_dataset("valid")
+    dataset = task.dataset("valid")
+    total = torch.zeros(layers, heads, dtype=torch.float64)
+    for index in range(len(dataset)):
+        sample = dataset.collater([dataset[index]])
+        xi = torch.ones(layers, heads, requires_grad=True)
+        set_head_mask(model, {"enc-enc": xi})
+        logits, _ = model(**sample["net_input"], features_only=True,
+                          classification_head_name="sentence_classification_head")
+        loss = F.nll_loss(F.log_softmax(logits, dim=-1, dtype=torch.float32), sample["target"].view(-1), reduction="sum")
+        (gradient,) = torch.autograd.grad(loss, xi)
+        total += gradient.abs().double()
+    set_head_mask(model, None)
+    reference = total / len(dataset)
+    assert stored["count"] == len(dataset)
+    assert torch.allclose(computed, reference, rtol=1e-4, atol=1e-7), (computed - reference).abs().max()

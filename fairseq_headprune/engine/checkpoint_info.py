@@ -79,6 +79,17 @@ def state_head_layout(state: Dict[str, Any]) -> HeadLayout:
     return layout
 
 
+def saved_task_of(path: str):
+    """The task a checkpoint file was trained with, read lazily (memory-mapped where torch can)."""
+    try:
+        state = torch.load(path, map_location="cpu", mmap=True)
+    except Exception:  # not a zip-format file (old checkpoints): read it whole, with one-line errors
+        state = load_checkpoint_state(path)
+    if not isinstance(state, dict):
+        return None
+    return saved_task_name(state)
+
+
 def saved_task_name(state: Dict[str, Any]):
     """The task a checkpoint was trained with (``--task``), or None if it does not say."""
     if state.get("cfg") is not None and state["cfg"].get("task") is not None:

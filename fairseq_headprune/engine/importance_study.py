@@ -7,6 +7,7 @@ optional check of the proxy: the loss increase when each head alone is masked.
 import os
 from typing import Optional, Sequence
 
+from ..errors import StudyError
 from ..study.importance import ImportanceResult, write_importance_json, write_importance_tsv
 from ..study.settings import ImportanceSettings
 
@@ -27,11 +28,18 @@ def run_importance(
 
     from ..modules.masked_multihead_attention import current_head_mask, head_layout, set_head_mask
     from ..study.head_mask import combine_masks
-    from ..study.plots import plot_importance
     from .loading import load_task_and_model, parse_mask_for_model
     from .ranks import current_ranks
     from .scoring import ImportanceEstimator, single_head_loss_increase
 
+    from .checkpoint_info import saved_task_of
+    from .classifier_importance import SENTENCE_PREDICTION_TASKS, run_classifier_importance
+
+    if saved_task_of(checkpoint) in SENTENCE_PREDICTION_TASKS:
+        if current_ranks().world_size > 1:
+            raise StudyError("a classifier's importance runs in one process (not under torchrun) so far")
+        result = run_classifier_importance(data, checkpoint, settings, head_mask, loss_ablation, cpu, progress)
+        return _write(result, out_dir)
     _, task, model = load_task_and_model(data, checkpoint, fairseq_args, cpu=cpu)
     layout = head_layout(model)
     base_mask = combine_masks(current_head_mask(model), parse_mask_for_model(head_mask, layout))
@@ -53,6 +61,12 @@ def run_importance(
             "torch": torch.__version__,
         }
     )
+    return _write(result, out_dir)
+
+
+def _write(result: ImportanceResult, out_dir: str) -> ImportanceResult:
+    from ..study.plots import plot_importance
+
     prefix = importance_prefix(out_dir)
     write_importance_json(result, prefix + ".json")
     write_importance_tsv(result, prefix + ".tsv")

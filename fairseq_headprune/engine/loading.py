@@ -172,7 +172,9 @@ def load_split(task, split: str) -> None:
 
 def _check_split_not_empty(task, split: str) -> None:
     """fairseq cannot even open an empty binarized split (it cannot mmap 0 bytes)."""
-    source, target = task.cfg.source_lang, task.cfg.target_lang
+    source, target = getattr(task.cfg, "source_lang", None), getattr(task.cfg, "target_lang", None)
+    if source is None or target is None:
+        return  # not a translation task: fairseq's own reader reports its files
     for pair in (f"{source}-{target}", f"{target}-{source}"):
         for lang in (source, target):
             path = os.path.join(task.cfg.data, f"{split}.{pair}.{lang}.bin")
