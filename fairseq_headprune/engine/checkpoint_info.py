@@ -80,11 +80,17 @@ def state_head_layout(state: Dict[str, Any]) -> HeadLayout:
 
 
 def saved_task_of(path: str):
-    """The task a checkpoint file was trained with, read lazily (memory-mapped where torch can)."""
+    """The task a checkpoint file was trained with, read lazily (memory-mapped where torch can).
+
+    None when the file says nothing or cannot be read: whoever loads it next reports that.
+    """
     try:
         state = torch.load(path, map_location="cpu", mmap=True)
-    except Exception:  # not a zip-format file (old checkpoints): read it whole, with one-line errors
-        state = load_checkpoint_state(path)
+    except Exception:  # not a zip-format file (old checkpoints): read it whole
+        try:
+            state = load_checkpoint_state(path)
+        except CheckpointError:
+            return None
     if not isinstance(state, dict):
         return None
     return saved_task_name(state)
