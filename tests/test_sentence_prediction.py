@@ -72,7 +72,6 @@ def test_masked_validation_equals_stock_fairseq_with_zeroed_columns(classifier, 
     assert validation(ours, checkpoint, data, "--head-mask", SPEC) == reference
     # the wrapper picks the task (and the criterion) from the checkpoint
     assert validation(["fairseq-headprune", "validate"], checkpoint, data, "--head-mask", SPEC) == reference
-    assert validation(["fairseq-headprune", "validate"], checkpoint, data) == unmasked
     # the heads removed for real: a smaller checkpoint that validates as the masked model
     shrunk = tmp_path / "shrunk.pt"
     run(["fairseq-headprune", "shrink", "--path", str(checkpoint), "--head-mask", SPEC, "--out", str(shrunk)])
