@@ -8,11 +8,14 @@ sentences with beam search at each batch size with three models: the
 unpruned one, the same with those heads masked, and the shrunk one.  Prints
 the median and min-max time over interleaved repeats and the speed-ups
 (paper, Table 4), and checks that masked and shrunk give the same hypotheses.
+Masked and shrunk layers compute attention with torch's fused
+scaled_dot_product_attention; the same models on fairseq's unfused path
+(before this plugin routed them) are timed beside them unless --no-unfused.
 
 usage: scripts/benchmark_speed.py --data DATA_BIN --path CKPT
            [--subset test] [--fractions 0.25 0.5 0.75] [--batch-sizes 1 64]
            [--sentences 200] [--repeats 3] [--beam 5] [--importance FILE] [--cpu]
-           [--json FILE] [--keep-dir DIR]
+           [--json FILE] [--keep-dir DIR] [--no-unfused]
 """
 
 import argparse
@@ -58,6 +61,8 @@ def main():
     parser.add_argument("--importance", help="importance .json: remove the least important heads")
     parser.add_argument("--seed", type=int, default=1, help="seed of the random choice (default: 1)")
     parser.add_argument("--cpu", action="store_true", help="CPU even if a GPU is present")
+    parser.add_argument("--no-unfused", action="store_true",
+                        help="skip the masked and shrunk models on fairseq's unfused attention path")
     parser.add_argument("--json", metavar="FILE", help="also write the measurements as JSON")
     parser.add_argument("--keep-dir", metavar="DIR",
                         help="keep the shrunk checkpoints in DIR (default: a temporary directory)")
@@ -71,7 +76,8 @@ def main():
     from fairseq_headprune.engine.scoring import translate_batches
     from fairseq_headprune.errors import HeadPruneError
     from fairseq_headprune.study.head_mask import full_mask, head_mask_to_spec
-    from fairseq_headprune.modules.masked_multihead_attention import head_layout, head_mask_applied, set_head_mask
+    from fairseq_headprune.modules.masked_multihead_attention import (
+        head_layout, head_mask_applied, set_head_mask, unfused_attention)
 
     try:
         _, task, model = load_task_and_model(args.data, args.path, cpu=args.cpu)
@@ -99,8 +105,8 @@ def main():
 
     print(f"device: {device}, threads: {torch.get_num_threads()}, torch {torch.__version__}")
     print(f"{count} sentences of {args.subset}, beam {args.beam}, median (min-max) seconds of {args.repeats} repeats")
-    print(f"{'removed':>8s} {'batch':>5s} {'unpruned':>20s} {'masked':>20s} {'shrunk':>20s} "
-          f"{'shrunk/unpruned':>15s} {'shrunk/masked':>13s} same")
+    print("masked and shrunk layers run torch's scaled_dot_product_attention"
+          + ("; '(fairseq)' columns: the same models on fairseq's unfused path" if not args.no_unfused else ""))
     workdir = args.keep_dir or tempfile.mkdtemp(prefix="benchmark-speed-")
     os.makedirs(workdir, exist_ok=True)
     measurements = []
@@ -132,34 +138,60 @@ def main():
         def shrunk_run(batches):
             return translate_batches(shrunk_task, shrunk, batches, args.beam)
 
+        def on_fairseqs_path(run):
+            def unfused_run(batches):
+                with unfused_attention():
+                    return run(batches)
+            return unfused_run
+
+        runs = {"unpruned": unpruned_run, "masked": masked_run, "shrunk": shrunk_run}
+        if not args.no_unfused:
+            runs.update({"masked (fairseq)": on_fairseqs_path(masked_run),
+                         "shrunk (fairseq)": on_fairseqs_path(shrunk_run)})
+        print(f"\n{len(removed)} of {total} heads removed ({len(removed) / total:.0%}): {spec}")
+        print(f"{'batch':>5s} " + " ".join(f"{name:>20s}" for name in runs))
         for size in args.batch_sizes:
             batches = batches_of(size)
-            runs = {"unpruned": unpruned_run, "masked": masked_run, "shrunk": shrunk_run}
             times = {name: [] for name in runs}
             outputs = {}
             for name, run in runs.items():  # warm-up
                 outputs[name] = run(batches)[1]
-            for _ in range(args.repeats):
+            for _ in range(args.repeats):  # interleaved, so drift hits every model alike
                 for name, run in runs.items():
                     times[name].append(run(batches)[0])
-            cells = {
-                name: f"{statistics.median(v):.2f} ({min(v):.2f}-{max(v):.2f})" for name, v in times.items()
-            }
             median = {name: statistics.median(v) for name, v in times.items()}
-            lengths = {name: sum(len(h) for h in hypotheses) for name, hypotheses in outputs.items()}
-            print(f"{len(removed) / total:8.0%} {size:5d} {cells['unpruned']:>20s} {cells['masked']:>20s} "
-                  f"{cells['shrunk']:>20s} {median['unpruned'] / median['shrunk']:14.2f}x "
-                  f"{median['masked'] / median['shrunk']:12.2f}x {outputs['masked'] == outputs['shrunk']}"
-                  f"  (output tokens: unpruned {lengths['unpruned']}, pruned {lengths['shrunk']})",
+            tokens = {name: sum(len(h) for h in hypotheses) for name, hypotheses in outputs.items()}
+            print(f"{size:5d} " + " ".join(
+                f"{f'{median[n]:.2f} ({min(v):.2f}-{max(v):.2f})':>20s}" for n, v in times.items()))
+            per_token = {name: median[name] / tokens[name] for name in runs}
+            ratios = {
+                "masked_vs_unpruned": median["masked"] / median["unpruned"],
+                "speedup_shrunk_vs_unpruned": median["unpruned"] / median["shrunk"],
+                "speedup_shrunk_vs_unpruned_per_token": per_token["unpruned"] / per_token["shrunk"],
+                "speedup_shrunk_vs_masked": median["masked"] / median["shrunk"],
+            }
+            same = {"masked_shrunk": outputs["masked"] == outputs["shrunk"]}
+            if not args.no_unfused:
+                ratios["speedup_masked_vs_fairseq_path"] = median["masked (fairseq)"] / median["masked"]
+                ratios["speedup_shrunk_vs_fairseq_path"] = median["shrunk (fairseq)"] / median["shrunk"]
+                same["masked_fairseq_path"] = outputs["masked"] == outputs["masked (fairseq)"]
+                same["shrunk_fairseq_path"] = outputs["shrunk"] == outputs["shrunk (fairseq)"]
+            print(f"      masked/unpruned {ratios['masked_vs_unpruned']:.2f}x (goal <= 1.05x); "
+                  f"shrunk faster than unpruned: {ratios['speedup_shrunk_vs_unpruned']:.2f}x in total time, "
+                  f"{ratios['speedup_shrunk_vs_unpruned_per_token']:.2f}x per output token "
+                  f"(output tokens: unpruned {tokens['unpruned']}, pruned {tokens['shrunk']}); "
+                  f"shrunk/masked {ratios['speedup_shrunk_vs_masked']:.2f}x", flush=True)
+            if not args.no_unfused:
+                print(f"      fused vs fairseq's path: masked {ratios['speedup_masked_vs_fairseq_path']:.2f}x, "
+                      f"shrunk {ratios['speedup_shrunk_vs_fairseq_path']:.2f}x faster", flush=True)
+            print(f"      same hypotheses: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in same.items()),
                   flush=True)
             measurements.append({
                 "removed_heads": len(removed), "total_heads": total, "removed_fraction": len(removed) / total,
                 "spec": spec, "batch_size": size, "sentences": count, "beam": args.beam,
                 "seconds": {name: sorted(v) for name, v in times.items()},
-                "median_seconds": median,
-                "speedup_shrunk_vs_unpruned": median["unpruned"] / median["shrunk"],
-                "speedup_shrunk_vs_masked": median["masked"] / median["shrunk"],
-                "same_hypotheses_masked_shrunk": outputs["masked"] == outputs["shrunk"],
+                "median_seconds": median, "output_tokens": tokens, **ratios,
+                "same_hypotheses": same,
                 "shrunk_checkpoint": pruned_path if args.keep_dir else None,
                 "parameters": {"unpruned": sum(p.numel() for p in model.parameters()),
                                "shrunk": sum(p.numel() for p in shrunk.parameters())},

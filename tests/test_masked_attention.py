@@ -142,3 +142,53 @@ def test_per_sentence_masks_and_gradients(loaded):
             ), t
     set_head_mask(model, None)
     assert all(batch_mask[t].grad.abs().sum() > 0 for t in layout)
+
+
+def beam_hypotheses(task, model, sample):
+    generator = task.build_generator([model], type("Args", (), {"beam": 5})())
+    with torch.no_grad():
+        outputs = generator.generate([model], sample)
+    return [[(h["tokens"].tolist(), round(float(h["score"]), 4)) for h in beams] for beams in outputs]
+
+
+@pytest.mark.parametrize("per_sentence", [False, True])
+def test_fused_attention_equals_fairseqs_unfused_path(loaded, monkeypatch, per_sentence):
+    """Masked modules run F.scaled_dot_product_attention (incremental state
+    included); fairseq's own unfused path gives the same logits and beams."""
+    task, model = loaded
+    sample = batch_of(task)
+    layout = head_layout(model)
+    if per_sentence:  # one mask per sentence, as in batched configurations
+        generator = torch.Generator().manual_seed(1)
+        head_mask = {
+            t: (torch.rand(layers, sample["target"].size(0), heads, generator=generator) > 0.4).float()
+            for t, (layers, heads) in layout.items()
+        }
+    else:
+        head_mask = parse_head_mask("E:1:3 A:2:1,8 D:1:keep=2 D:2:5", layout)
+    for layer in model.decoder.layers:  # as fairseq-generate: no attention weights wanted
+        monkeypatch.setattr(layer, "need_attn", False)
+    fused_types = set()
+    fused_forward = MaskedMultiheadAttention._sdpa_forward
+
+    def counting_forward(module, *args):
+        fused_types.add(module.attention_type)
+        return fused_forward(module, *args)
+
+    monkeypatch.setattr(MaskedMultiheadAttention, "_sdpa_forward", counting_forward)
+    set_head_mask(model, head_mask)
+    try:
+        with torch.no_grad():
+            fused_logits = logits(model, sample)
+        fused_beams = beam_hypotheses(task, model, sample) if not per_sentence else None
+        assert fused_types == {"enc-enc", "enc-dec", "dec-dec"}
+        monkeypatch.setattr(MaskedMultiheadAttention, "use_sdpa", False)
+        fused_types.clear()
+        with torch.no_grad():
+            reference_logits = logits(model, sample)
+        reference_beams = beam_hypotheses(task, model, sample) if not per_sentence else None
+        assert not fused_types
+    finally:
+        set_head_mask(model, None)
+    assert (fused_logits - reference_logits).abs().max() <= 1e-5
+    assert fused_beams == reference_beams

@@ -8,7 +8,9 @@ import torch
 from conftest import USER_DIR, run
 from fairseq_headprune.engine.checkpoint_info import load_checkpoint_state, state_head_layout
 from fairseq_headprune.study.head_mask import parse_head_mask
-from fairseq_headprune.modules.masked_multihead_attention import attention_modules, head_layout, set_head_mask
+from fairseq_headprune.modules.masked_multihead_attention import (
+    attention_modules, head_layout, set_head_mask, unfused_attention,
+)
 from fairseq_headprune.engine.shrink import shrink_model
 
 MASKS = [
@@ -52,6 +54,12 @@ def test_shrunk_model_equals_masked_model(tiny_model, tiny_task_and_model, tmp_p
             masked_hypotheses = [h[0]["tokens"].tolist() for h in task.inference_step(generator, [model], sample)]
             shrunk_hypotheses = [h[0]["tokens"].tolist() for h in task.inference_step(generator, [shrunk], sample)]
         assert masked_hypotheses == shrunk_hypotheses
+        # the narrowed layers' fused attention against fairseq's unfused path
+        with torch.no_grad(), unfused_attention():
+            unfused_logits = shrunk(**sample["net_input"])[0]
+            unfused_hypotheses = [h[0]["tokens"].tolist() for h in task.inference_step(generator, [shrunk], sample)]
+        assert (unfused_logits - shrunk_logits).abs().max() <= 1e-5
+        assert unfused_hypotheses == shrunk_hypotheses
     finally:
         set_head_mask(model, None)
 

@@ -7,11 +7,21 @@ a forward pre-hook on ``out_proj``.  fairseq's fused path calls
 the module, so while a mask is set the unfused path is taken; with no mask
 the module runs fairseq's code untouched (fused path included), so
 installing the plugin costs nothing at inference.
+
+fairseq's unfused path is slow (separate bmm, softmax and bmm kernels, and
+during beam search it is the only path).  Masked and narrowed (shrunk) modules
+therefore compute attention with ``torch.nn.functional.scaled_dot_product_attention``
+when nothing needs fairseq's extras (attention weights, dropout, bias_k/v,
+zero attention, beamable enc-dec attention): the same projections, the
+incremental state in fairseq's own layout and keys, and the head mask still
+applied by the hook on ``out_proj``.
 """
 
 import contextlib
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
+import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from fairseq.modules.multihead_attention import MultiheadAttention
@@ -30,6 +40,10 @@ class MaskedMultiheadAttention(MultiheadAttention):
     sentence's row).  A tensor that requires grad yields per-sentence
     gradients dL/dxi.
     """
+
+    # compute masked and narrowed modules' attention with torch's fused
+    # scaled_dot_product_attention (False: fairseq's unfused path, as before)
+    use_sdpa: bool = True
 
     attention_type: str
     layer_index: int
@@ -66,7 +80,13 @@ class MaskedMultiheadAttention(MultiheadAttention):
             if bias is None:
                 return query.new_zeros(tgt_len, bsz, self.out_proj.out_features), None
             return bias.to(query.dtype).expand(tgt_len, bsz, -1), None
-        if self.head_mask is None:
+        narrowed = self.skip_embed_dim_check
+        if self.head_mask is None and not narrowed:
+            return super().forward(query, *args, **kwargs)
+        arguments = self._sdpa_arguments(query, *args, **kwargs)
+        if arguments is not None:
+            return self._sdpa_forward(query, *arguments), None
+        if narrowed:
             return super().forward(query, *args, **kwargs)
         # skip_embed_dim_check is one of the conditions that routes fairseq's
         # forward to the unfused path, which calls self.out_proj (and the hook).
@@ -76,6 +96,87 @@ class MaskedMultiheadAttention(MultiheadAttention):
             return super().forward(query, *args, **kwargs)
         finally:
             self.skip_embed_dim_check = previous
+
+    _FORWARD_ARGUMENTS = (
+        "key", "value", "key_padding_mask", "incremental_state", "need_weights",
+        "static_kv", "attn_mask", "before_softmax", "need_head_weights",
+    )
+
+    def _sdpa_arguments(self, query: Tensor, *args, **kwargs):
+        """(key, value, key_padding_mask, incremental_state, static_kv, attn_mask)
+        when the fused path computes exactly what fairseq's would, else None."""
+        if not self.use_sdpa:
+            return None
+        bound = dict(zip(self._FORWARD_ARGUMENTS, args))
+        bound.update(kwargs)
+        dropout = self.dropout_module.p if (
+            self.training or self.dropout_module.apply_during_inference) else 0.0
+        if (
+            bound.get("need_weights", True) or bound.get("need_head_weights", False)
+            or bound.get("before_softmax", False) or dropout > 0
+            or self.onnx_trace or query.device.type == "xla"
+            or self.bias_k is not None or self.add_zero_attn
+            or getattr(self, "use_xformers", False)
+            or (self.encoder_decoder_attention and self.beam_size > 1)
+            or not (self.self_attention or self.encoder_decoder_attention)
+        ):
+            return None
+        return (
+            bound.get("key"), bound.get("value"), bound.get("key_padding_mask"),
+            bound.get("incremental_state"), bool(bound.get("static_kv", False)),
+            bound.get("attn_mask"),
+        )
+
+    def _sdpa_forward(self, query, key, value, key_padding_mask, incremental_state,
+                      static_kv, attn_mask) -> Tensor:
+        """fairseq's attention (self or encoder-decoder, incremental or not)
+        through ``F.scaled_dot_product_attention``; returns T x B x C."""
+        tgt_len, bsz, _ = query.shape
+        heads, head_dim = self.num_heads, self.head_dim
+        saved_state = self._get_input_buffer(incremental_state) if incremental_state is not None else None
+        if saved_state is not None and static_kv and "prev_key" in saved_state:
+            key = None  # the encoder's keys and values are cached
+
+        def split_heads(x: Tensor) -> Tensor:  # T x B x (H*d) -> B x H x T x d
+            return x.view(x.size(0), x.size(1), heads, head_dim).permute(1, 2, 0, 3)
+
+        q = split_heads(self.q_proj(query))
+        source = query if self.self_attention else key
+        k = v = None
+        if source is not None:
+            k, v = split_heads(self.k_proj(source)), split_heads(self.v_proj(source))
+        if saved_state is not None:
+            if "prev_key" in saved_state:
+                prev_key, prev_value = saved_state["prev_key"], saved_state["prev_value"]
+                if static_kv:
+                    k, v = prev_key, prev_value
+                else:
+                    k, v = torch.cat([prev_key, k], dim=2), torch.cat([prev_value, v], dim=2)
+            key_padding_mask = MultiheadAttention._append_prev_key_padding_mask(
+                key_padding_mask=key_padding_mask,
+                prev_key_padding_mask=saved_state.get("prev_key_padding_mask"),
+                batch_size=k.size(0),
+                src_len=k.size(2),
+                static_kv=static_kv,
+            )
+            saved_state["prev_key"] = k.contiguous()
+            saved_state["prev_value"] = v.contiguous()
+            saved_state["prev_key_padding_mask"] = key_padding_mask
+            self._set_input_buffer(incremental_state, saved_state)
+        if key_padding_mask is not None and key_padding_mask.dim() == 0:
+            key_padding_mask = None  # fairseq's stand-in for "none" in scripted code
+
+        # fairseq's masks, broadcast to B x H x T x S: attn_mask is additive
+        # (-inf: future positions), key_padding_mask is nonzero at padding
+        sdpa_mask = None
+        if key_padding_mask is not None:
+            sdpa_mask = ~key_padding_mask.to(torch.bool)[:, None, None, :]  # True: attend
+        if attn_mask is not None:
+            additive = attn_mask.to(q.dtype)[None, None]
+            sdpa_mask = additive if sdpa_mask is None else additive.masked_fill(~sdpa_mask, float("-inf"))
+        attn = F.scaled_dot_product_attention(q, k, v, attn_mask=sdpa_mask, scale=self.scaling)
+        attn = attn.permute(2, 0, 1, 3).reshape(tgt_len, bsz, heads * head_dim)
+        return self.out_proj(attn)  # the pre-hook applies the head mask
 
     def _scale_heads(self, out_proj, inputs):
         head_mask = self.head_mask
@@ -188,6 +289,18 @@ def head_mask_applied(model, head_mask: Optional[HeadMask]) -> Iterator[None]:
     finally:
         for key, module in modules.items():
             module.head_mask = previous[key]
+
+
+@contextlib.contextmanager
+def unfused_attention() -> Iterator[None]:
+    """Masked and narrowed modules take fairseq's unfused path in the block
+    (the reference the fused path is tested and benchmarked against)."""
+    previous = MaskedMultiheadAttention.use_sdpa
+    MaskedMultiheadAttention.use_sdpa = False
+    try:
+        yield
+    finally:
+        MaskedMultiheadAttention.use_sdpa = previous
 
 
 def current_head_mask(model) -> Optional[HeadMask]:
