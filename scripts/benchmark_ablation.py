@@ -17,11 +17,18 @@ ratios of issue 19's speed goals:
    Goal: the sweep's time per configuration at most 0.8x the serial limit.
    Every way must give the same hypotheses.
 3. The significance step's time per configuration.
+4. Sharding over --shard-ranks processes (default 2; 0 skips), both ways,
+   each rank on its share of the threads: by configurations (what
+   `ablate`/`prune`/`dynamics` do under torchrun: batches of
+   configurations dealt round robin) and by sentences (every rank decodes
+   every configuration on its share of each batch). Prints each way's wall
+   time (the slowest rank, model loading left out) and checks that the
+   shares together give the hypotheses of one process.
 
 usage: scripts/benchmark_ablation.py --data DATA_BIN --path CKPT
            [--subset test] [--heads SPEC] [--batch-size 128] [--beam 5]
            [--configs-per-batch 4] [--fp16 | --bf16] [--cpu]
-           [--skip-processes] [--work-dir DIR] [--json FILE]
+           [--skip-processes] [--shard-ranks 2] [--work-dir DIR] [--json FILE]
 """
 
 import argparse
@@ -169,7 +176,84 @@ def in_process(args, generation, specs, measurements):
         "configs_per_batch": args.configs_per_batch, "configurations": len(masks),
         "serial_seconds_per_configuration": serial, **rows,
     }
-    return specs
+    return specs, serial_hypotheses
+
+
+def shard_worker(args, generation):
+    """One rank of part 4 (run as a subprocess): decode its share, print JSON."""
+    import torch
+
+    from fairseq_headprune import cli
+    from fairseq_headprune.engine.loading import load_task_and_model, parse_mask_for_model
+    from fairseq_headprune.engine.translator import SplitTranslator
+    from fairseq_headprune.modules.masked_multihead_attention import head_layout
+
+    cli._quiet_libraries()
+    way, rank, ranks = args.shard_worker[0], int(args.shard_worker[1]), int(args.shard_worker[2])
+    with open(args.shard_specs, encoding="utf-8") as stream:
+        specs = json.load(stream)
+    cfg, task, model = load_task_and_model(args.data, args.path, generation, cpu=args.cpu)
+    layout = head_layout(model)
+    names = [n for n in specs if specs[n] != "none"]
+    chunks = [names[i:i + args.configs_per_batch] for i in range(0, len(names), args.configs_per_batch)]
+    if way == "configurations":
+        translator = SplitTranslator(cfg, task, model, args.subset)
+        chunks = chunks[rank::ranks]
+    else:
+        translator = SplitTranslator(cfg, task, model, args.subset, sentence_shard=(rank, ranks))
+    translator.translate(None)  # warm-up, not timed
+    start = time.perf_counter()
+    hypotheses = {}
+    for chunk in chunks:
+        masks = [parse_mask_for_model(specs[n], layout) for n in chunk]
+        for name, translation in zip(chunk, translator.translate_many(masks)):
+            hypotheses[name] = dict(zip(translator.sentence_ids, translation.hypotheses))
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    print(json.dumps({"seconds": time.perf_counter() - start, "hypotheses": hypotheses}))
+
+
+def sharding(args, generation, work, specs, serial_hypotheses, measurements):
+    """Part 4: configuration sharding against sentence sharding, --shard-ranks processes at once."""
+    import torch
+
+    ranks = args.shard_ranks
+    threads = max(1, torch.get_num_threads() // ranks)
+    specs_file = os.path.join(work, "specs.json")
+    with open(specs_file, "w", encoding="utf-8") as stream:
+        json.dump(specs, stream)
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), PATH=BIN_DIR + os.pathsep + os.environ.get("PATH", ""))
+    ways = {}
+    for way in ("configurations", "sentences"):
+        command = [sys.executable, os.path.abspath(__file__), "--shard-specs", specs_file] + [
+            a for a in sys.argv[1:] if a not in ("--shard-worker",)]
+        workers = [subprocess.Popen(command + ["--shard-worker", way, str(rank), str(ranks)],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                   for rank in range(ranks)]
+        results = []
+        for worker in workers:
+            stdout, stderr = worker.communicate()
+            if worker.returncode != 0:
+                sys.exit(f"benchmark_ablation: error: a {way} shard failed:\n{stderr[-2000:]}")
+            results.append(json.loads(stdout.strip().splitlines()[-1]))
+        merged = {}
+        for result in results:
+            for name, by_id in result["hypotheses"].items():
+                merged.setdefault(name, {}).update(by_id)
+        # JSON made the sentence ids strings; one process's lists follow the sorted ids
+        same = set(merged) == set(serial_hypotheses) - {"baseline"} and all(
+            [by_id[k] for k in sorted(by_id, key=int)] == serial_hypotheses[name] for name, by_id in merged.items()
+        )
+        wall = max(r["seconds"] for r in results)
+        rank_seconds = ", ".join(f"{r['seconds']:.1f}" for r in results)
+        ways[way] = {"wall_seconds": wall, "rank_seconds": [r["seconds"] for r in results], "same_hypotheses": same}
+        print(f"sharded by {way} over {ranks} processes of {threads} thread(s): {wall:.1f} s "
+              f"(ranks: {rank_seconds} s); "
+              f"same hypotheses as one process: {same}", flush=True)
+    faster = min(ways, key=lambda w: ways[w]["wall_seconds"])
+    other = "sentences" if faster == "configurations" else "configurations"
+    print(f"faster: sharding by {faster} ({ways[other]['wall_seconds'] / ways[faster]['wall_seconds']:.2f}x)")
+    measurements["sharding"] = {"ranks": ranks, "threads_per_rank": threads, **ways}
 
 
 def significance_time(args, work, specs):
@@ -204,6 +288,10 @@ def main():
     parser.add_argument("--cpu", action="store_true", help="CPU even if a GPU is present")
     parser.add_argument("--skip-processes", action="store_true",
                         help="only the in-process measurements (part 2), not the process comparison")
+    parser.add_argument("--shard-ranks", type=int, default=2, metavar="N",
+                        help="processes for the sharding comparison (default: 2; 0 skips it)")
+    parser.add_argument("--shard-worker", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--shard-specs", help=argparse.SUPPRESS)
     parser.add_argument("--work-dir", help="keep the sweeps here (default: a temporary directory)")
     parser.add_argument("--json", metavar="FILE", help="also write the measurements as JSON")
     args = parser.parse_args()
@@ -219,11 +307,18 @@ def main():
                   "--required-batch-size-multiple", "1"]
     generation += ["--fp16"] if args.fp16 else ["--bf16"] if args.bf16 else []
     generation += ["--cpu"] if args.cpu else []
+    if args.shard_worker:
+        shard_worker(args, generation)
+        return
+    if args.shard_ranks < 0 or args.shard_ranks == 1:
+        parser.error("--shard-ranks must be 0 (skip) or at least 2")
     measurements = {"command": sys.argv}
     specs = None if args.skip_processes else processes(args, generation, work, measurements)
-    specs = in_process(args, generation, specs, measurements)
+    specs, serial_hypotheses = in_process(args, generation, specs, measurements)
     if not args.skip_processes:
         significance_time(args, work, specs)
+    if args.shard_ranks:
+        sharding(args, generation, work, specs, serial_hypotheses, measurements)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as stream:
             json.dump(measurements, stream, indent=1)

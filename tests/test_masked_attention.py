@@ -1,6 +1,9 @@
 """Masked multi-head attention on a real (tiny, trained) fairseq Transformer."""
 
 
+import copy
+import os
+
 import pytest
 import torch
 
@@ -157,6 +160,10 @@ def test_fused_attention_equals_fairseqs_unfused_path(loaded, monkeypatch, per_s
     included); fairseq's own unfused path gives the same logits and beams."""
     task, model = loaded
     sample = batch_of(task)
+    if os.environ.get("HEADPRUNE_TEST_GPU") and torch.cuda.is_available():  # scripts/gpu_check.sh
+        from fairseq import utils
+
+        model, sample = copy.deepcopy(model).cuda(), utils.move_to_cuda(sample)
     layout = head_layout(model)
     if per_sentence:  # one mask per sentence, as in batched configurations
         generator = torch.Generator().manual_seed(1)

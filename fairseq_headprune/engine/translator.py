@@ -63,13 +63,18 @@ class SplitTranslator:
     """fairseq-generate's loop over one split, with the model loaded once."""
 
     def __init__(self, cfg, task, model, split: str, detokenize: str = "auto", references: Optional[str] = None,
-                 share_encoder: bool = True):
+                 share_encoder: bool = True, sentence_shard: Optional[Tuple[int, int]] = None):
+        """``sentence_shard=(rank, ranks)`` keeps the sentences whose id is
+        ``rank`` modulo ``ranks`` from every batch: sharding by sentences, which
+        ``scripts/benchmark_ablation.py`` measures against the commands'
+        sharding by configurations."""
         from fairseq import utils
 
         from .loading import load_split
 
         self.cfg, self.task, self.model, self.split = cfg, task, model, split
         self.share_encoder = share_encoder
+        self.sentence_shard = sentence_shard
         scoring = getattr(cfg.scoring, "_name", None)
         if scoring not in (None, "bleu"):
             raise StudyError(
@@ -132,7 +137,13 @@ class SplitTranslator:
             data_buffer_size=cfg.dataset.data_buffer_size,
         ).next_epoch_itr(shuffle=False)
         use_cuda = next(self.model.parameters()).is_cuda
-        samples = [utils.move_to_cuda(s) if use_cuda else s for s in iterator if "net_input" in s]
+        samples = [s for s in iterator if "net_input" in s]
+        if self.sentence_shard is not None:
+            rank, ranks = self.sentence_shard
+            dataset = task.dataset(self.split)
+            shares = ([i for i in s["id"].tolist() if i % ranks == rank] for s in samples)
+            samples = [dataset.collater([dataset[i] for i in share]) for share in shares if share]
+        samples = [utils.move_to_cuda(s) if use_cuda else s for s in samples]
         if not samples:
             raise StudyError(f"split {self.split!r} in {self.cfg.task.data} has no sentences")
         if any(s["target"] is None for s in samples):
