@@ -149,6 +149,8 @@ def in_process(args, generation, specs, measurements):
         # a fresh translator each time: every way scores its own outputs from scratch
         translator = SplitTranslator(cfg, task, model, args.subset, share_encoder=share_encoder)
         translator.translate(None)  # warm-up, not timed
+        if batched:  # the batched shapes too (GPU kernels' first calls, the allocator's growth)
+            translator.translate_many([masks[n] for n in chunks[0]])
         if device.type == "cuda":
             torch.cuda.synchronize()
         start = time.perf_counter()
