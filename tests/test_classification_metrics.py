@@ -126,3 +126,57 @@ def test_significance_command_on_label_files(tmp_path):
     assert bad.returncode != 0 and bad.stderr.strip().splitlines() == [
         "fairseq-headprune significance: error: --test t-test does not apply to mcc; choose from bootstrap"
     ]
+
+
+def loss_lines(losses, tokens):
+    return "".join(f"{loss:.6f} {count}\n" for loss, count in zip(losses, tokens))
+
+
+def test_perplexity_significance_is_a_paired_bootstrap_over_sentences(tmp_path, capsys):
+    """``significance --metric ppl``: perplexity as fairseq-eval-lm computes it
+    (2 ** total base-2 loss / total tokens), tested by the definition of the
+    paired bootstrap over sentences with the settings' seed."""
+    from fairseq_headprune import cli
+    from fairseq_headprune.constants import DEFAULT_RESAMPLES, DEFAULT_SIGNIFICANCE_SEED
+
+    rng = np.random.default_rng(3)
+    sentences = 250
+    tokens = rng.integers(5, 40, size=sentences)
+    bits_per_token = rng.gamma(4.0, 1.0, size=sentences)
+    losses = {"base": bits_per_token * tokens,
+              "worse": (bits_per_token + np.abs(rng.normal(0.1, 0.3, sentences))) * tokens,
+              "same": bits_per_token * tokens}
+    for name, values in losses.items():
+        (tmp_path / name).write_text(loss_lines(values, tokens))
+    losses = {name: np.array([float(line.split()[0]) for line in (tmp_path / name).read_text().splitlines()])
+              for name in losses}
+    paths = [str(tmp_path / name) for name in losses]
+    assert cli.main(["significance", *paths, "--metric", "ppl", "--json", str(tmp_path / "out.json")]) == 0
+    result = json.loads((tmp_path / "out.json").read_text())
+    worse, same = result["rows"]
+    ppl = {name: 2.0 ** (values.sum() / tokens.sum()) for name, values in losses.items()}
+    assert result["settings"]["baseline_ppl"] == pytest.approx(ppl["base"])
+    assert worse["ppl"] == pytest.approx(ppl["worse"]) and worse["delta"] > 0
+    drawn = np.random.default_rng(DEFAULT_SIGNIFICANCE_SEED).integers(0, sentences, size=(DEFAULT_RESAMPLES, sentences))
+
+    def resampled_ppl(values):
+        return np.array([2.0 ** (values[d].sum() / tokens[d].sum()) for d in drawn])
+
+    # the worse system's p-value: the share of resamples on which it is not worse
+    expected = np.mean(resampled_ppl(losses["worse"]) <= resampled_ppl(losses["base"]))
+    assert worse["p_value"] == pytest.approx(expected) and worse["significant"] == (expected < 0.01)
+    assert same["p_value"] == 1.0 and not same["significant"]
+    assert result["settings"]["test"]["seed"] == DEFAULT_SIGNIFICANCE_SEED
+
+    # bad input: one line each, nothing written
+    (tmp_path / "short").write_text(loss_lines(losses["base"][:-1], tokens[:-1]))
+    (tmp_path / "garbled").write_text("1.0 3\nnan-ish 4\n")
+    for files, message in (
+        ([paths[0], str(tmp_path / "short")], "does not score the sentences of"),
+        ([paths[0], str(tmp_path / "garbled")], "line 2 is not 'LOSS TOKENS'"),
+    ):
+        capsys.readouterr()
+        assert cli.main(["significance", *files, "--metric", "ppl", "--json", str(tmp_path / "bad.json")]) != 0
+        error = capsys.readouterr().err.strip().splitlines()
+        assert len(error) == 1 and message in error[0], error
+        assert not (tmp_path / "bad.json").exists()

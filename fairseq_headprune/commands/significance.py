@@ -3,14 +3,18 @@
 import argparse
 import os
 
-from ..errors import StudyError
+from ..errors import SettingsError, StudyError
 from ..study.ablation import compare_with_baseline, reported_bleu, result_rows, text_scores
 from ..study.files import read_lines, write_json
-from ..study.metrics import BLEU_METRICS, CLASSIFICATION_METRICS
+from ..study.metrics import BLEU_METRICS, CLASSIFICATION_METRICS, LANGUAGE_MODEL_METRICS
 from .common import add_test_arguments, test_settings
 
 
 def command_significance(args: argparse.Namespace) -> int:
+    if args.metric in LANGUAGE_MODEL_METRICS:
+        return _perplexity_significance(args)
+    if not args.systems:
+        raise StudyError("give at least one SYSTEM to test against the BASELINE")
     if args.metric is not None:
         return _classification_significance(args)
     settings = test_settings(args)
@@ -95,6 +99,54 @@ def _classification_significance(args: argparse.Namespace) -> int:
     return 0
 
 
+def _perplexity_significance(args: argparse.Namespace) -> int:
+    """Per-sentence ``LOSS TOKENS`` files; no reference, so the first file is the baseline."""
+    from ..study.ablation import ConfigScores
+
+    settings = test_settings(args)
+    metric = LANGUAGE_MODEL_METRICS[args.metric]
+    metric.for_test(settings.test)
+    files = [args.reference, args.baseline] + list(args.systems)
+    systems, values, tokens = [], [], None
+    for path in files:
+        lines = read_lines(path)
+        if not lines:
+            raise StudyError(f"{path} is empty")
+        try:
+            statistics = metric.example_statistics(None, lines)
+        except SettingsError as error:
+            raise StudyError(f"{path}: {error}") from None
+        if tokens is None:
+            tokens = statistics[:, 1]
+        elif len(statistics) != len(tokens) or (statistics[:, 1] != tokens).any():
+            raise StudyError(f"{path} does not score the sentences of {files[0]} "
+                             f"({len(statistics)} sentences against {len(tokens)}, or other token counts)")
+        values.append(metric.score(statistics))
+        systems.append(ConfigScores(os.path.basename(path), "", {}, None, None, statistics, lines))
+    results = compare_with_baseline(systems[0], systems[1:], settings, metric)
+    print(f"{metric.description}; {settings.test} test, {settings.samples} resamples, seed {settings.seed}, "
+          f"{len(tokens)} sentences, {int(tokens.sum())} tokens; significant: p < {settings.alpha:g}")
+    print(f"{'system':<32} {metric.column:>9} {'95% CI':>19} {'delta':>8} {'p-value':>8}  significant")
+    print(f"{files[0][-32:]:<32} {values[0]:>9.3f} {'':>19} {'':>8} {'':>8}  (baseline)")
+    rows = []
+    for path, value, result in zip(files[1:], values[1:], results):
+        interval = f"[{result.ci_low:.3f}, {result.ci_high:.3f}]"
+        print(f"{path[-32:]:<32} {value:>9.3f} {interval:>19} {value - values[0]:>+8.3f} "
+              f"{result.p_value:>8.4f}  {'yes' if result.significant else 'no'}")
+        rows.append({"system": path, metric.column: value, "delta": value - values[0],
+                     "loss": float(systems[files.index(path)].stats[:, 0].sum() / tokens.sum()),
+                     "ci_low": result.ci_low, "ci_high": result.ci_high,
+                     "p_value": result.p_value, "significant": result.significant})
+    if args.json:
+        write_json({"settings": {"metric": metric.name, "test": settings.to_dict(), "baseline": files[0],
+                                 f"baseline_{metric.column}": values[0],
+                                 "baseline_loss": float(systems[0].stats[:, 0].sum() / tokens.sum()),
+                                 "sentences": len(tokens), "tokens": int(tokens.sum())},
+                    "rows": rows}, args.json, indent=1)
+        print(f"wrote\t{args.json}")
+    return 0
+
+
 def add_parser(commands) -> None:
     significance = commands.add_parser(
         "significance",
@@ -102,15 +154,18 @@ def add_parser(commands) -> None:
         description="Score each SYSTEM and the BASELINE against REF (one sentence per line) "
         "and test each SYSTEM against the BASELINE: BLEU, its 95%% bootstrap interval, "
         "ΔBLEU and p-value. With --metric accuracy or mcc the files hold one label per line "
-        "(REF the gold labels, the others predictions) and the metric is tested instead.",
+        "(REF the gold labels, the others predictions) and the metric is tested instead. "
+        "With --metric ppl there is no REF: every file holds one 'LOSS TOKENS' line per sentence "
+        "(summed loss in base 2, token count) and the first file is the baseline.",
     )
     significance.add_argument("reference", metavar="REF", help="reference file")
     significance.add_argument("baseline", metavar="BASELINE", help="baseline hypotheses")
-    significance.add_argument("systems", metavar="SYSTEM", nargs="+", help="hypotheses to test")
+    significance.add_argument("systems", metavar="SYSTEM", nargs="*", help="hypotheses to test")
     significance.add_argument(
-        "--metric", choices=sorted(CLASSIFICATION_METRICS),
-        help="the files are labels, one per line: test accuracy (with --test bootstrap, t-test or mcnemar) "
-        "or Matthews correlation (bootstrap) instead of BLEU",
+        "--metric", choices=sorted(CLASSIFICATION_METRICS) + sorted(LANGUAGE_MODEL_METRICS),
+        help="accuracy, mcc: the files are labels, one per line: test accuracy (with --test bootstrap, "
+        "t-test or mcnemar) or Matthews correlation (bootstrap) instead of BLEU; ppl: the files are "
+        "per-sentence 'LOSS TOKENS' lines of language models, the first the baseline (bootstrap)",
     )
     add_test_arguments(significance)
     significance.add_argument("--json", metavar="FILE", help="also write the results as JSON")

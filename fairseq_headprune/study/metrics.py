@@ -11,7 +11,8 @@ BLEU is implemented three ways, each reproducing one tool exactly
 (``bleu_stats.py``): fairseq's tokenized BLEU, sacreBLEU, and compare-mt's
 BLEU, which its own paired bootstrap resamples. Classification has accuracy
 and Matthews correlation, on (gold label, predicted label) strings, each in
-percent as fairseq's ``sentence_prediction`` criterion reports it.
+percent as fairseq's ``sentence_prediction`` criterion reports it. Language
+models have perplexity, on each sentence's summed loss and token count.
 """
 
 from dataclasses import dataclass
@@ -150,3 +151,38 @@ MATTHEWS = Metric(
 
 # the metric a classification study reports (--metric)
 CLASSIFICATION_METRICS: Dict[str, Metric] = {metric.name: metric for metric in (ACCURACY, MATTHEWS)}
+
+
+def _perplexity_statistics(references, lines: Sequence[str]) -> np.ndarray:
+    """One row per sentence, [summed loss in base 2, tokens], from ``LOSS TOKENS`` lines.
+
+    No reference is involved (``references`` is ignored); the loss is the
+    one fairseq-eval-lm reports ("Loss (base 2)"), summed over the sentence.
+    """
+    rows = []
+    for number, line in enumerate(lines, 1):
+        fields = line.split()
+        try:
+            loss, tokens = float(fields[0]), float(fields[1])
+            if len(fields) != 2 or tokens <= 0 or not tokens.is_integer() or not np.isfinite(loss) or loss < 0:
+                raise ValueError
+        except (ValueError, IndexError):
+            raise SettingsError(
+                f"line {number} is not 'LOSS TOKENS' (summed loss in base 2 >= 0, a positive token count): {line!r}"
+            ) from None
+        rows.append((loss, tokens))
+    return np.asarray(rows, dtype=np.float64).reshape(-1, 2)
+
+
+PERPLEXITY = Metric(
+    name="ppl",
+    column="ppl",
+    description="perplexity (2 ** (summed loss in base 2 / tokens), as fairseq-eval-lm reports it)",
+    statistics=_perplexity_statistics,
+    from_sums=lambda sums: np.exp2(sums[:, 0] / np.maximum(sums[:, 1], 1.0)),
+    higher_is_better=False,
+    tests=("bootstrap",),
+)
+
+# the metric a language-model study reports
+LANGUAGE_MODEL_METRICS: Dict[str, Metric] = {PERPLEXITY.name: PERPLEXITY}
