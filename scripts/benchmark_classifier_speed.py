@@ -1,0 +1,175 @@
+#!/usr/bin/env python
+"""Does removing heads make a RoBERTa classifier faster? Michel et al. (2019), Table 4.
+
+For each fraction of heads removed (the least important ones given an
+importance file, otherwise a seeded random choice), writes the shrunk
+checkpoint with `fairseq-headprune shrink`, then classifies the same
+examples at each batch size (the paper's 1, 4, 16, 64) with the unpruned
+classifier, the same with those heads masked, and the shrunk one (the
+masked and shrunk ones also on fairseq's unfused attention path, unless
+--no-unfused). Prints examples per second, median and min-max over
+interleaved repeats, the speed-ups, and whether every model predicts the
+same labels as the masked one.
+
+usage: scripts/benchmark_classifier_speed.py --data DATA_BIN --path CKPT
+           [--subset valid] [--fractions 0.5] [--batch-sizes 1 4 16 64]
+           [--examples 256] [--repeats 5] [--importance FILE] [--seed 1]
+           [--cpu] [--no-unfused] [--json FILE] [--keep-dir DIR]
+"""
+
+import argparse
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+
+import torch
+
+warnings.filterwarnings("ignore")  # fairseq/hydra deprecation notices; the table is the output
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchmark_speed import heads_to_remove  # noqa: E402  (the same choice of heads)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", required=True, help="binarized sentence_prediction data directory")
+    parser.add_argument("--path", required=True, help="unpruned classifier checkpoint")
+    parser.add_argument("--subset", default="valid", help="split to classify (default: valid)")
+    parser.add_argument("--fractions", type=float, nargs="+", default=[0.5],
+                        help="fractions of all heads to remove (default: 0.5, as Table 4)")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 16, 64],
+                        help="examples per batch (default: 1 4 16 64, as Table 4)")
+    parser.add_argument("--examples", type=int, default=256, help="first N examples (default: 256)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed repeats (default: 5)")
+    parser.add_argument("--importance", help="importance .json: remove the least important heads")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the random choice (default: 1)")
+    parser.add_argument("--cpu", action="store_true", help="CPU even if a GPU is present")
+    parser.add_argument("--no-unfused", action="store_true",
+                        help="skip the masked and shrunk models on fairseq's unfused attention path")
+    parser.add_argument("--json", metavar="FILE", help="also write the measurements as JSON")
+    parser.add_argument("--keep-dir", metavar="DIR",
+                        help="keep the shrunk checkpoints in DIR (default: a temporary directory)")
+    args = parser.parse_args()
+    if min(args.batch_sizes) < 1 or args.examples < 1 or args.repeats < 1:
+        sys.exit("benchmark_classifier_speed: error: --batch-sizes, --examples and --repeats must be positive")
+    if not all(0.0 < f < 1.0 for f in args.fractions):
+        sys.exit("benchmark_classifier_speed: error: --fractions must lie strictly between 0 and 1")
+
+    from fairseq import utils
+
+    from fairseq_headprune import cli
+
+    cli._quiet_libraries()
+    from fairseq_headprune.engine.classifier_importance import load_classifier
+    from fairseq_headprune.errors import HeadPruneError
+    from fairseq_headprune.modules.masked_multihead_attention import (
+        head_layout, head_mask_applied, unfused_attention)
+    from fairseq_headprune.study.head_mask import full_mask, head_mask_to_spec
+
+    try:
+        task, model, criterion = load_classifier(args.data, args.path, cpu=args.cpu)
+        task.load_dataset(args.subset)
+    except (HeadPruneError, FileNotFoundError) as error:
+        sys.exit(f"benchmark_classifier_speed: error: {error}")
+    device = next(model.parameters()).device
+    head_name = criterion.classification_head_name
+    layout = head_layout(model)
+    total = sum(layers * heads for layers, heads in layout.values())
+    dataset = task.dataset(args.subset)
+    count = min(args.examples, len(dataset))
+
+    def batches_of(size):
+        samples = [dataset.collater([dataset[i] for i in range(start, min(start + size, count))])
+                   for start in range(0, count, size)]
+        return [utils.move_to_cuda(s) for s in samples] if device.type == "cuda" else samples
+
+    def classify(classifier, batches):
+        """Seconds and the predicted labels (argmax) of every example."""
+        predictions = []
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        with torch.no_grad():
+            for sample in batches:
+                logits, _ = classifier(**sample["net_input"], features_only=True, classification_head_name=head_name)
+                predictions.append(logits.argmax(dim=-1))
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - start
+        return seconds, torch.cat(predictions).tolist()
+
+    print(f"device: {device}" + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")
+          + f", threads: {torch.get_num_threads()}, torch {torch.__version__}")
+    print(f"{count} examples of {args.subset}; examples per second, median (min-max) of {args.repeats} repeats")
+    workdir = args.keep_dir or tempfile.mkdtemp(prefix="benchmark-classifier-speed-")
+    os.makedirs(workdir, exist_ok=True)
+    measurements = []
+    for fraction in args.fractions:
+        removed = heads_to_remove(layout, math.ceil(fraction * total), args.importance, args.seed)
+        head_mask = full_mask(layout)
+        for attention_type, layer, head in removed:
+            head_mask[attention_type][layer, head] = 0.0
+        spec = head_mask_to_spec(head_mask)
+        pruned_path = os.path.join(workdir, f"pruned-{fraction}.pt")
+        with open(os.devnull, "w") as quiet:
+            stdout, sys.stdout = sys.stdout, quiet
+            try:
+                status = cli.main(["shrink", "--path", args.path, "--head-mask", spec, "--out", pruned_path])
+            finally:
+                sys.stdout = stdout
+        if status != 0:
+            sys.exit(1)
+        _, shrunk, _ = load_classifier(args.data, pruned_path, cpu=args.cpu)
+
+        def masked(batches):
+            with head_mask_applied(model, head_mask):
+                return classify(model, batches)
+
+        def on_fairseqs_path(run):
+            def unfused(batches):
+                with unfused_attention():
+                    return run(batches)
+            return unfused
+
+        runs = {"unpruned": lambda b: classify(model, b), "masked": masked, "shrunk": lambda b: classify(shrunk, b)}
+        if not args.no_unfused:
+            runs.update({"masked (fairseq)": on_fairseqs_path(masked),
+                         "shrunk (fairseq)": on_fairseqs_path(runs["shrunk"])})
+        print(f"\n{len(removed)} of {total} heads removed ({len(removed) / total:.0%}): {spec}")
+        print(f"{'batch':>5s} " + " ".join(f"{name:>22s}" for name in runs) + "  shrunk/unpruned  same labels")
+        for size in args.batch_sizes:
+            batches = batches_of(size)
+            rates = {name: [] for name in runs}
+            labels = {name: run(batches)[1] for name, run in runs.items()}  # warm-up
+            for _ in range(args.repeats):  # interleaved, so drift hits every model alike
+                for name, run in runs.items():
+                    rates[name].append(count / run(batches)[0])
+            median = {name: statistics.median(v) for name, v in rates.items()}
+            same = all(labels[name] == labels["masked"] for name in runs if name != "unpruned")
+            print(f"{size:5d} " + " ".join(
+                f"{f'{median[n]:.0f} ({min(v):.0f}-{max(v):.0f})':>22s}" for n, v in rates.items())
+                + f"  {median['shrunk'] / median['unpruned']:14.2f}x  {same}", flush=True)
+            measurements.append({
+                "removed_heads": len(removed), "total_heads": total, "spec": spec, "batch_size": size,
+                "examples": count, "examples_per_second": {n: sorted(v) for n, v in rates.items()},
+                "median_examples_per_second": median,
+                "speedup_shrunk_vs_unpruned": median["shrunk"] / median["unpruned"],
+                "speedup_masked_vs_unpruned": median["masked"] / median["unpruned"],
+                "same_labels_as_masked": same,
+                "parameters": {"unpruned": sum(p.numel() for p in model.parameters()),
+                               "shrunk": sum(p.numel() for p in shrunk.parameters())},
+            })
+    if args.json:
+        from fairseq_headprune.study.files import write_json
+
+        write_json({"device": str(device), "threads": torch.get_num_threads(), "torch": torch.__version__,
+                    "subset": args.subset, "importance": args.importance, "measurements": measurements},
+                   args.json, indent=1)
+        print(f"wrote\t{args.json}")
+
+
+if __name__ == "__main__":
+    main()
