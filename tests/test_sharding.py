@@ -163,3 +163,15 @@ def test_training_dynamics_under_two_ranks_equals_one_process(tiny_model, tmp_pa
     for epoch in (4, 8):
         assert_same_sweep(outputs[1] / f"epoch{epoch}" / "sweeps" / "valid",
                           outputs[2] / f"epoch{epoch}" / "sweeps" / "valid")
+
+
+def test_more_ranks_than_configurations_is_refused_in_one_line_before_anything_is_written(tiny_model, tmp_path):
+    out_dir = tmp_path / "ablate"
+    result = headprune(
+        3, "ablate", tiny_model["data"], "--path", tiny_model["checkpoint"], "--gen-subset", "test",
+        "--out-dir", out_dir, *GENERATION, "--heads", "E:1:1", check=False,
+    )
+    assert result.returncode != 0
+    lines = [line for line in result.stderr.splitlines() if "fairseq-headprune ablate: error" in line]
+    assert lines and "3 ranks (torchrun --nproc-per-node) for 2 configurations" in lines[0]
+    assert not out_dir.exists()

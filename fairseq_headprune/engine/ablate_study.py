@@ -50,6 +50,7 @@ def run_ablation(settings: AblationSettings) -> Optional[AblationOutcome]:
     """The study's outcome (None on ranks other than 0, which only translate their share)."""
     from ..modules.masked_multihead_attention import current_head_mask, head_layout
     from .loading import load_task_and_model
+    from .ranks import current_ranks
 
     sweep_settings = settings.sweep
     cfg, task, model = load_task_and_model(
@@ -63,9 +64,6 @@ def run_ablation(settings: AblationSettings) -> Optional[AblationOutcome]:
             heads = parse_head_mask(settings.heads, layout)
         except HeadMaskError as error:
             raise StudyError(f"--heads: {error}")
-    os.makedirs(sweep_settings.out_dir, exist_ok=True)
-    out = sweep_settings.out_dir
-
     if settings.mode == "all-but-one":
         configs = [baseline_config()] + all_but_one_configs(layout, settings.types)
     else:
@@ -74,6 +72,9 @@ def run_ablation(settings: AblationSettings) -> Optional[AblationOutcome]:
         ]
     if len(configs) == 1:
         raise StudyError("no configuration to translate (check --types and --heads)")
+    current_ranks().require_work_for_each(len(configs), "configurations")
+    os.makedirs(sweep_settings.out_dir, exist_ok=True)
+    out = sweep_settings.out_dir
 
     split = sweep_settings.gen_subset
     sweep = SplitSweep(sweep_settings, cfg, task, model, split, split, sweep_settings.references)

@@ -18,6 +18,8 @@ CPU processes or over GPUs (each rank on ``cuda:LOCAL_RANK``).
 import os
 from typing import Any, List, Optional
 
+from ..errors import StudyError
+
 SHARDED_COMMANDS = ("ablate", "prune", "dynamics", "importance")
 
 
@@ -34,6 +36,14 @@ class Ranks:
     @property
     def sharded(self) -> bool:
         return self.world_size > 1
+
+    def require_work_for_each(self, count: int, what: str) -> None:
+        """Refuse a launch with more ranks than ``count`` units of work, before anything is written."""
+        if self.world_size > count:
+            raise StudyError(
+                f"{self.world_size} ranks (torchrun --nproc-per-node) for {count} {what}: "
+                f"some ranks would have nothing to do; launch at most {count}"
+            )
 
     def share(self, items: List[Any]) -> List[Any]:
         """This rank's items: every world_size-th, starting at its rank."""
