@@ -58,11 +58,10 @@ def main():
     if not all(0.0 < f < 1.0 for f in args.fractions):
         sys.exit("benchmark_classifier_speed: error: --fractions must lie strictly between 0 and 1")
 
-    from fairseq import utils
-
     from fairseq_headprune import cli
 
     cli._quiet_libraries()
+    from fairseq import utils
     from fairseq_headprune.engine.classifier_importance import load_classifier
     from fairseq_headprune.errors import HeadPruneError
     from fairseq_headprune.modules.masked_multihead_attention import (
