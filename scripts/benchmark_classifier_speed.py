@@ -18,7 +18,6 @@ usage: scripts/benchmark_classifier_speed.py --data DATA_BIN --path CKPT
 """
 
 import argparse
-import math
 import os
 import statistics
 import sys
@@ -30,7 +29,7 @@ import torch
 
 warnings.filterwarnings("ignore")  # fairseq/hydra deprecation notices; the table is the output
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchmark_speed import heads_to_remove  # noqa: E402  (the same choice of heads)
+from benchmark_speed import shrunk_checkpoint  # noqa: E402  (the same choice and removal of heads)
 
 
 def main():
@@ -107,20 +106,8 @@ def main():
     os.makedirs(workdir, exist_ok=True)
     measurements = []
     for fraction in args.fractions:
-        removed = heads_to_remove(layout, math.ceil(fraction * total), args.importance, args.seed)
-        head_mask = full_mask(layout)
-        for attention_type, layer, head in removed:
-            head_mask[attention_type][layer, head] = 0.0
-        spec = head_mask_to_spec(head_mask)
-        pruned_path = os.path.join(workdir, f"pruned-{fraction}.pt")
-        with open(os.devnull, "w") as quiet:
-            stdout, sys.stdout = sys.stdout, quiet
-            try:
-                status = cli.main(["shrink", "--path", args.path, "--head-mask", spec, "--out", pruned_path])
-            finally:
-                sys.stdout = stdout
-        if status != 0:
-            sys.exit(1)
+        removed, head_mask, spec, pruned_path = shrunk_checkpoint(
+            args.path, layout, fraction, args.importance, args.seed, workdir)
         _, shrunk, _ = load_classifier(args.data, pruned_path, cpu=args.cpu)
 
         def masked(batches):

@@ -45,6 +45,29 @@ def heads_to_remove(layout, count, importance_file, seed):
     return heads[:count]
 
 
+def shrunk_checkpoint(path, layout, fraction, importance_file, seed, workdir):
+    """The heads removed, their mask and spec, and the checkpoint `fairseq-headprune shrink` writes without them."""
+    from fairseq_headprune import cli
+    from fairseq_headprune.study.head_mask import full_mask, head_mask_to_spec
+
+    total = sum(layers * heads for layers, heads in layout.values())
+    removed = heads_to_remove(layout, math.ceil(fraction * total), importance_file, seed)
+    head_mask = full_mask(layout)
+    for attention_type, layer, head in removed:
+        head_mask[attention_type][layer, head] = 0.0
+    spec = head_mask_to_spec(head_mask)
+    pruned_path = os.path.join(workdir, f"pruned-{fraction}.pt")
+    with open(os.devnull, "w") as quiet:
+        stdout, sys.stdout = sys.stdout, quiet
+        try:
+            status = cli.main(["shrink", "--path", path, "--head-mask", spec, "--out", pruned_path])
+        finally:
+            sys.stdout = stdout
+    if status != 0:
+        sys.exit(1)
+    return removed, head_mask, spec, pruned_path
+
+
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -75,7 +98,6 @@ def main():
     from fairseq_headprune.engine.loading import load_task_and_model, model_device
     from fairseq_headprune.engine.scoring import translate_batches
     from fairseq_headprune.errors import HeadPruneError
-    from fairseq_headprune.study.head_mask import full_mask, head_mask_to_spec
     from fairseq_headprune.modules.masked_multihead_attention import (
         head_layout, head_mask_applied, set_head_mask, unfused_attention)
 
@@ -111,20 +133,8 @@ def main():
     os.makedirs(workdir, exist_ok=True)
     measurements = []
     for fraction in args.fractions:
-        removed = heads_to_remove(layout, math.ceil(fraction * total), args.importance, args.seed)
-        head_mask = full_mask(layout)
-        for attention_type, layer, head in removed:
-            head_mask[attention_type][layer, head] = 0.0
-        spec = head_mask_to_spec(head_mask)
-        pruned_path = os.path.join(workdir, f"pruned-{fraction}.pt")
-        with open(os.devnull, "w") as quiet:
-            stdout, sys.stdout = sys.stdout, quiet
-            try:
-                status = cli.main(["shrink", "--path", args.path, "--head-mask", spec, "--out", pruned_path])
-            finally:
-                sys.stdout = stdout
-        if status != 0:
-            sys.exit(1)
+        removed, head_mask, spec, pruned_path = shrunk_checkpoint(
+            args.path, layout, fraction, args.importance, args.seed, workdir)
         _, shrunk_task, shrunk = load_task_and_model(args.data, pruned_path, cpu=args.cpu)
 
         def unpruned_run(batches):
