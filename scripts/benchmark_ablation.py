@@ -227,8 +227,7 @@ def sharding(args, generation, work, specs, serial_hypotheses, measurements):
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), PATH=BIN_DIR + os.pathsep + os.environ.get("PATH", ""))
     ways = {}
     for way in ("configurations", "sentences"):
-        command = [sys.executable, os.path.abspath(__file__), "--shard-specs", specs_file] + [
-            a for a in sys.argv[1:] if a not in ("--shard-worker",)]
+        command = [sys.executable, os.path.abspath(__file__), "--shard-specs", specs_file, *sys.argv[1:]]
         workers = [subprocess.Popen(command + ["--shard-worker", way, str(rank), str(ranks)],
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
                    for rank in range(ranks)]

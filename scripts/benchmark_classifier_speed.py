@@ -29,7 +29,8 @@ import torch
 
 warnings.filterwarnings("ignore")  # fairseq/hydra deprecation notices; the table is the output
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchmark_speed import shrunk_checkpoint  # noqa: E402  (the same choice and removal of heads)
+# the same options, choice and removal of heads, and reference path
+from benchmark_speed import add_removal_arguments, on_fairseqs_path, shrunk_checkpoint  # noqa: E402
 
 
 def main():
@@ -43,14 +44,7 @@ def main():
                         help="examples per batch (default: 1 4 16 64, as Table 4)")
     parser.add_argument("--examples", type=int, default=256, help="first N examples (default: 256)")
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats (default: 5)")
-    parser.add_argument("--importance", help="importance .json: remove the least important heads")
-    parser.add_argument("--seed", type=int, default=1, help="seed of the random choice (default: 1)")
-    parser.add_argument("--cpu", action="store_true", help="CPU even if a GPU is present")
-    parser.add_argument("--no-unfused", action="store_true",
-                        help="skip the masked and shrunk models on fairseq's unfused attention path")
-    parser.add_argument("--json", metavar="FILE", help="also write the measurements as JSON")
-    parser.add_argument("--keep-dir", metavar="DIR",
-                        help="keep the shrunk checkpoints in DIR (default: a temporary directory)")
+    add_removal_arguments(parser)
     args = parser.parse_args()
     if min(args.batch_sizes) < 1 or args.examples < 1 or args.repeats < 1:
         sys.exit("benchmark_classifier_speed: error: --batch-sizes, --examples and --repeats must be positive")
@@ -63,8 +57,7 @@ def main():
     from fairseq import utils
     from fairseq_headprune.engine.classifier_importance import load_classifier
     from fairseq_headprune.errors import HeadPruneError
-    from fairseq_headprune.modules.masked_multihead_attention import (
-        head_layout, head_mask_applied, unfused_attention)
+    from fairseq_headprune.modules.masked_multihead_attention import head_layout, head_mask_applied
     from fairseq_headprune.study.head_mask import full_mask, head_mask_to_spec
 
     try:
@@ -113,12 +106,6 @@ def main():
         def masked(batches):
             with head_mask_applied(model, head_mask):
                 return classify(model, batches)
-
-        def on_fairseqs_path(run):
-            def unfused(batches):
-                with unfused_attention():
-                    return run(batches)
-            return unfused
 
         runs = {"unpruned": lambda b: classify(model, b), "masked": masked, "shrunk": lambda b: classify(shrunk, b)}
         if not args.no_unfused:

@@ -68,6 +68,28 @@ def shrunk_checkpoint(path, layout, fraction, importance_file, seed, workdir):
     return removed, head_mask, spec, pruned_path
 
 
+def add_removal_arguments(parser):
+    """The options this benchmark shares with benchmark_classifier_speed.py."""
+    parser.add_argument("--importance", help="importance .json: remove the least important heads")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the random choice (default: 1)")
+    parser.add_argument("--cpu", action="store_true", help="CPU even if a GPU is present")
+    parser.add_argument("--no-unfused", action="store_true",
+                        help="skip the masked and shrunk models on fairseq's unfused attention path")
+    parser.add_argument("--json", metavar="FILE", help="also write the measurements as JSON")
+    parser.add_argument("--keep-dir", metavar="DIR",
+                        help="keep the shrunk checkpoints in DIR (default: a temporary directory)")
+
+
+def on_fairseqs_path(run):
+    """``run`` with masked and narrowed attention on fairseq's unfused path (the reference)."""
+    from fairseq_headprune.modules.masked_multihead_attention import unfused_attention
+
+    def unfused_run(batches):
+        with unfused_attention():
+            return run(batches)
+    return unfused_run
+
+
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -81,14 +103,7 @@ def main():
     parser.add_argument("--sentences", type=int, default=200, help="first N sentences (default: 200)")
     parser.add_argument("--repeats", type=int, default=3, help="timed repeats (default: 3)")
     parser.add_argument("--beam", type=int, default=5, help="beam size (default: 5)")
-    parser.add_argument("--importance", help="importance .json: remove the least important heads")
-    parser.add_argument("--seed", type=int, default=1, help="seed of the random choice (default: 1)")
-    parser.add_argument("--cpu", action="store_true", help="CPU even if a GPU is present")
-    parser.add_argument("--no-unfused", action="store_true",
-                        help="skip the masked and shrunk models on fairseq's unfused attention path")
-    parser.add_argument("--json", metavar="FILE", help="also write the measurements as JSON")
-    parser.add_argument("--keep-dir", metavar="DIR",
-                        help="keep the shrunk checkpoints in DIR (default: a temporary directory)")
+    add_removal_arguments(parser)
     args = parser.parse_args()
 
     import fairseq_headprune  # noqa: F401
@@ -98,8 +113,7 @@ def main():
     from fairseq_headprune.engine.loading import load_task_and_model, model_device
     from fairseq_headprune.engine.scoring import translate_batches
     from fairseq_headprune.errors import HeadPruneError
-    from fairseq_headprune.modules.masked_multihead_attention import (
-        head_layout, head_mask_applied, set_head_mask, unfused_attention)
+    from fairseq_headprune.modules.masked_multihead_attention import head_layout, head_mask_applied, set_head_mask
 
     try:
         _, task, model = load_task_and_model(args.data, args.path, cpu=args.cpu)
@@ -147,12 +161,6 @@ def main():
 
         def shrunk_run(batches):
             return translate_batches(shrunk_task, shrunk, batches, args.beam)
-
-        def on_fairseqs_path(run):
-            def unfused_run(batches):
-                with unfused_attention():
-                    return run(batches)
-            return unfused_run
 
         runs = {"unpruned": unpruned_run, "masked": masked_run, "shrunk": shrunk_run}
         if not args.no_unfused:

@@ -129,12 +129,12 @@ def _perplexity_significance(args: argparse.Namespace) -> int:
     print(f"{'system':<32} {metric.column:>9} {'95% CI':>19} {'delta':>8} {'p-value':>8}  significant")
     print(f"{files[0][-32:]:<32} {values[0]:>9.3f} {'':>19} {'':>8} {'':>8}  (baseline)")
     rows = []
-    for path, value, result in zip(files[1:], values[1:], results):
+    for path, system, value, result in zip(files[1:], systems[1:], values[1:], results):
         interval = f"[{result.ci_low:.3f}, {result.ci_high:.3f}]"
         print(f"{path[-32:]:<32} {value:>9.3f} {interval:>19} {value - values[0]:>+8.3f} "
               f"{result.p_value:>8.4f}  {'yes' if result.significant else 'no'}")
         rows.append({"system": path, metric.column: value, "delta": value - values[0],
-                     "loss": float(systems[files.index(path)].stats[:, 0].sum() / tokens.sum()),
+                     "loss": float(system.stats[:, 0].sum() / tokens.sum()),
                      "ci_low": result.ci_low, "ci_high": result.ci_high,
                      "p_value": result.p_value, "significant": result.significant})
     if args.json:
