@@ -30,7 +30,8 @@ import torch
 warnings.filterwarnings("ignore")  # fairseq/hydra deprecation notices; the table is the output
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # the same options, choice and removal of heads, and reference path
-from benchmark_speed import add_removal_arguments, on_fairseqs_path, shrunk_checkpoint  # noqa: E402
+from benchmark_speed import (  # noqa: E402
+    add_removal_arguments, on_fairseqs_path, shrunk_checkpoint, write_measurements)
 
 
 def main():
@@ -135,13 +136,7 @@ def main():
                 "parameters": {"unpruned": sum(p.numel() for p in model.parameters()),
                                "shrunk": sum(p.numel() for p in shrunk.parameters())},
             })
-    if args.json:
-        from fairseq_headprune.study.files import write_json
-
-        write_json({"device": str(device), "threads": torch.get_num_threads(), "torch": torch.__version__,
-                    "subset": args.subset, "importance": args.importance, "measurements": measurements},
-                   args.json, indent=1)
-        print(f"wrote\t{args.json}")
+    write_measurements(args, device, measurements)
 
 
 if __name__ == "__main__":

@@ -80,6 +80,18 @@ def add_removal_arguments(parser):
                         help="keep the shrunk checkpoints in DIR (default: a temporary directory)")
 
 
+def write_measurements(args, device, measurements):
+    """--json: the device, the choice of heads and every measurement."""
+    if not args.json:
+        return
+    from fairseq_headprune.study.files import write_json
+
+    write_json({"device": str(device), "threads": torch.get_num_threads(), "torch": torch.__version__,
+                "subset": args.subset, "importance": args.importance, "measurements": measurements},
+               args.json, indent=1)
+    print(f"wrote\t{args.json}")
+
+
 def on_fairseqs_path(run):
     """``run`` with masked and narrowed attention on fairseq's unfused path (the reference)."""
     from fairseq_headprune.modules.masked_multihead_attention import unfused_attention
@@ -216,13 +228,7 @@ def main():
                 # the shrunk checkpoint has no optimizer state
                 "checkpoint_bytes": {"unpruned": os.path.getsize(args.path), "shrunk": os.path.getsize(pruned_path)},
             })
-    if args.json:
-        from fairseq_headprune.study.files import write_json
-
-        write_json({"device": str(device), "threads": torch.get_num_threads(), "torch": torch.__version__,
-                    "subset": args.subset, "importance": args.importance, "measurements": measurements},
-                   args.json, indent=1)
-        print(f"wrote\t{args.json}")
+    write_measurements(args, device, measurements)
 
 
 if __name__ == "__main__":
