@@ -49,3 +49,11 @@ SCOPES = ("all",) + ATTENTION_TYPES
 ORDERS = ("importance", "iterative", "ablation", "random")
 # ablation studies of Michel et al. section 3
 ABLATION_MODES = ("single", "all-but-one", "cross-domain")
+
+# model families the studies take, from the task a checkpoint was trained with:
+# encoder-decoder translation (BLEU), encoder-only classifiers (accuracy or Matthews
+# correlation), decoder-only language models (perplexity)
+TRANSLATION_FAMILY = "translation"
+CLASSIFIER_FAMILY = "classifier"
+LANGUAGE_MODEL_FAMILY = "language_model"
+MODEL_FAMILIES = (TRANSLATION_FAMILY, CLASSIFIER_FAMILY, LANGUAGE_MODEL_FAMILY)

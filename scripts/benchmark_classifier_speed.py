@@ -56,7 +56,7 @@ def main():
 
     cli._quiet_libraries()
     from fairseq import utils
-    from fairseq_headprune.engine.classifier_importance import load_classifier
+    from fairseq_headprune.engine.scored_importance import load_classifier
     from fairseq_headprune.errors import HeadPruneError
     from fairseq_headprune.modules.masked_multihead_attention import head_layout, head_mask_applied
     from fairseq_headprune.study.head_mask import full_mask, head_mask_to_spec

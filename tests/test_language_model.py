@@ -11,7 +11,9 @@ language_modeling``: masked ``fairseq-eval-lm`` against stock
 import argparse
 import copy
 import dataclasses
+import os
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -138,7 +140,12 @@ def test_encoder_specs_on_a_decoder_only_model_are_refused(lm, spec, message):
 @pytest.fixture(scope="module")
 def tiny_lm(tiny_model, tmp_path_factory):
     """A 2-layer transformer_lm trained by fairseq-train --task language_modeling on the demo's French side."""
-    root = tmp_path_factory.mktemp("tiny_lm")
+    cache = os.environ.get("HEADPRUNE_TEST_CACHE")
+    root = Path(cache) / "tiny_lm" if cache else tmp_path_factory.mktemp("tiny_lm")
+    data = {"data": root / "bin", "checkpoint": root / "checkpoints" / "checkpoint_best.pt", "root": root}
+    if data["checkpoint"].exists():
+        return data
+    root.mkdir(parents=True, exist_ok=True)
     raw = tiny_model["raw"]
     for split, name in (("train", "train"), ("valid", "valid"), ("test", "test")):
         lines = (raw / f"{name}.fr").read_text().splitlines()
@@ -149,7 +156,7 @@ def tiny_lm(tiny_model, tmp_path_factory):
     run(["fairseq-train", root / "bin", "--user-dir", USER_DIR, "--task", "language_modeling", *LM_OPTIONS,
          "--optimizer", "adam", "--lr", "0.003", "--max-tokens", "2048", "--max-epoch", "2", "--seed", "1",
          "--save-dir", root / "checkpoints", "--num-workers", "0", "--no-epoch-checkpoints"])
-    return {"data": root / "bin", "checkpoint": root / "checkpoints" / "checkpoint_best.pt", "root": root}
+    return data
 
 
 def eval_lm(command, tiny_lm, checkpoint, *extra):
@@ -188,11 +195,92 @@ def test_stock_fairseq_needs_the_numpy_fix(tiny_lm, tmp_path):
 
 
 def test_a_study_refuses_a_language_model_in_one_line(tiny_lm, tmp_path):
-    result = run(["fairseq-headprune", "importance", tiny_lm["data"], "--path", tiny_lm["checkpoint"],
-                  "--out-dir", tmp_path / "importance"], check=False)
+    result = run(["fairseq-headprune", "prune", tiny_lm["data"], "--path", tiny_lm["checkpoint"],
+                  "--out-dir", tmp_path / "prune"], check=False)
     assert result.returncode != 0
     assert result.stderr.strip().splitlines() == [
-        f"fairseq-headprune importance: error: {tiny_lm['checkpoint']} is a language_modeling checkpoint; this "
-        "study takes translation checkpoints so far (mask it with fairseq-headprune eval-lm --head-mask SPEC, "
-        "or remove heads with fairseq-headprune shrink)"
+        f"fairseq-headprune prune: error: {tiny_lm['checkpoint']} is a language_modeling checkpoint; this "
+        "study takes translation checkpoints so far (ablate takes it too; mask it with fairseq-headprune eval-lm "
+        "--head-mask SPEC, or remove heads with fairseq-headprune shrink)"
     ]
+
+
+def test_importance_of_a_language_model_equals_explicit_autograd(tiny_lm, tmp_path):
+    """I_h = mean over sentences of |dL(x)/dxi_h|, L(x) the sentence's summed next-token loss, one at a time."""
+    import json
+
+    import torch.nn.functional as F
+    from fairseq import checkpoint_utils
+
+    result = run(["fairseq-headprune", "importance", tiny_lm["data"], "--path", tiny_lm["checkpoint"],
+                  "--subset", "valid", "--limit", "200", "--out-dir", tmp_path, "--no-progress"])
+    assert "estimated on 200 sentences" in result.stdout
+    stored = json.loads((tmp_path / "importance.json").read_text())
+    computed = torch.tensor(stored["importance"]["dec-dec"], dtype=torch.float64)
+    # the reference: stock language_modeling task (with the numpy 2 fix), one sentence at a time, explicit xi
+    import fairseq_headprune
+
+    fairseq_headprune.register_components()
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task(
+        [str(tiny_lm["checkpoint"])], arg_overrides={"data": str(tiny_lm["data"])})
+    model = models[0].eval()
+    install_masked_attention(model)
+    task.load_dataset("valid")
+    dataset = task.dataset("valid")
+    total = torch.zeros(LAYERS, HEADS, dtype=torch.float64)
+    for index in range(200):
+        sample = dataset.collater([dataset[index]])
+        xi = torch.ones(LAYERS, HEADS, requires_grad=True)
+        set_head_mask(model, {"dec-dec": xi})
+        logits = model(**sample["net_input"])[0]
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), sample["target"].view(-1),
+                               ignore_index=task.target_dictionary.pad(), reduction="sum")
+        (gradient,) = torch.autograd.grad(loss, xi)
+        total += gradient.abs().double()
+    set_head_mask(model, None)
+    reference = total / 200
+    assert stored["count"] == 200
+    assert torch.allclose(computed, reference, rtol=1e-4, atol=1e-7), (computed - reference).abs().max()
+
+
+def test_ablate_perplexity_equals_stock_eval_lm_with_zeroed_columns(tiny_lm, tmp_path):
+    """ablate's perplexity and loss per token for a masked head against stock fairseq-eval-lm with its columns zeroed."""
+    import json
+
+    data, checkpoint, out = tiny_lm["data"], tiny_lm["checkpoint"], tmp_path / "ablate"
+    lm_options = ["--sample-break-mode", "eos", "--max-tokens", "2048"]
+    result = run(["fairseq-headprune", "ablate", data, "--path", checkpoint, "--gen-subset", "test", "--out-dir", out,
+                  "--mode", "cross-domain", "--cross-subset", "valid", "--samples", "200", "--no-progress",
+                  *lm_options])
+    assert "baseline perplexity" in result.stdout and "largest rise" in result.stdout
+    table = json.loads((out / "single.json").read_text())
+    assert list(table["rows"][0])[:8] == ["config", "attention_type", "layer", "head", "spec", "ppl", "delta", "loss"]
+    assert len(table["rows"]) == LAYERS * HEADS and table["settings"]["family"] == "language_model"
+    stock = ["fairseq-eval-lm", "--user-dir", USER_DIR, "--task", "language_modeling"]
+    loss, ppl = eval_lm(stock, tiny_lm, checkpoint)  # printed to 4 and 2 decimals
+    assert abs(table["settings"]["baseline_ppl"] - ppl) <= 0.0051
+    for spec in ("D:1:2", "D:2:4"):
+        row = next(r for r in table["rows"] if r["spec"] == spec)
+        mask = parse_head_mask(spec, {"dec-dec": (LAYERS, HEADS)})["dec-dec"]
+        zeroed = save_zeroed_checkpoint(checkpoint, "decoder.layers.{}.self_attn.", HEADS, mask, tmp_path / "z.pt")
+        zeroed_loss, zeroed_ppl = eval_lm(stock, tiny_lm, zeroed)
+        assert abs(row["loss"] - zeroed_loss) <= 0.00006 and abs(row["ppl"] - zeroed_ppl) <= 0.0051, (row, zeroed_loss)
+        assert row["delta"] == pytest.approx(row["ppl"] - table["settings"]["baseline_ppl"])
+    cross = json.loads((out / "cross_domain.json").read_text())
+    assert len(cross["rows"]) == LAYERS * HEADS and "cross_baseline_ppl" in cross["settings"]
+    # all-but-one: the best kept head of a layer has the lowest perplexity
+    run(["fairseq-headprune", "ablate", data, "--path", checkpoint, "--gen-subset", "test", "--out-dir", out,
+         "--mode", "all-but-one", "--samples", "200", "--no-progress", *lm_options])
+    rows = json.loads((out / "all_but_one.json").read_text())["rows"]
+    for entry in json.loads((out / "all_but_one_best.json").read_text())["rows"]:
+        assert entry["ppl"] == min(r["ppl"] for r in rows if r["layer"] == entry["layer"])
+
+
+def test_ablate_refuses_translation_data_for_a_language_model(tiny_lm, tiny_model, tmp_path):
+    result = run(["fairseq-headprune", "ablate", tiny_model["data"], "--path", tiny_lm["checkpoint"],
+                  "--out-dir", tmp_path], check=False)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"fairseq-headprune ablate: error: cannot load {tiny_lm['checkpoint']} with the data in {tiny_model['data']}"
+    ), lines

@@ -129,13 +129,13 @@ def test_a_path_that_is_no_checkpoint_is_one_line(classifier, tmp_path):
 
 
 def test_a_study_refuses_a_classifier_in_one_line(classifier, tmp_path):
-    result = run(["fairseq-headprune", "ablate", str(classifier["data"]), "--path", str(classifier["checkpoint"]),
-                  "--out-dir", str(tmp_path / "ablate"), "--gen-subset", "test"], check=False)
+    result = run(["fairseq-headprune", "prune", str(classifier["data"]), "--path", str(classifier["checkpoint"]),
+                  "--out-dir", str(tmp_path / "prune"), "--gen-subset", "test"], check=False)
     assert result.returncode != 0
     assert result.stderr.strip().splitlines() == [
-        f"fairseq-headprune ablate: error: {classifier['checkpoint']} is a sentence_prediction checkpoint; this "
-        "study takes translation checkpoints so far (mask it with fairseq-headprune validate --head-mask SPEC, "
-        "or remove heads with fairseq-headprune shrink)"
+        f"fairseq-headprune prune: error: {classifier['checkpoint']} is a sentence_prediction checkpoint; this "
+        "study takes translation checkpoints so far (ablate takes it too; mask it with fairseq-headprune validate "
+        "--head-mask SPEC, or remove heads with fairseq-headprune shrink)"
     ]
 
 
@@ -175,3 +175,61 @@ def test_importance_of_a_classifier_equals_explicit_autograd(classifier, tmp_pat
     reference = total / len(dataset)
     assert stored["count"] == len(dataset)
     assert torch.allclose(computed, reference, rtol=1e-4, atol=1e-7), (computed - reference).abs().max()
+
+
+def test_ablate_accuracy_equals_stock_fairseq_with_zeroed_columns(classifier, tmp_path):
+    """Every single-head configuration's predictions are stock fairseq's on a model with that head's columns zeroed."""
+    import json
+
+    from fairseq import checkpoint_utils
+
+    from conftest import zeroed_copy
+    from fairseq_headprune.modules.masked_multihead_attention import head_layout
+    from fairseq_headprune.study.head_mask import parse_head_mask
+
+    data, checkpoint, out = classifier["data"], classifier["checkpoint"], tmp_path / "ablate"
+    result = run(["fairseq-headprune", "ablate", str(data), "--path", str(checkpoint), "--gen-subset", "test",
+                  "--out-dir", str(out), "--test", "t-test", "--no-progress"])
+    assert "baseline accuracy" in result.stdout and "largest drop" in result.stdout
+    table = json.loads((out / "single.json").read_text())
+    assert list(table["rows"][0])[:7] == ["config", "attention_type", "layer", "head", "spec", "accuracy", "delta"]
+    assert table["settings"]["test"]["test"] == "t-test" and len(table["rows"]) == 8
+    # the baseline and one configuration through stock fairseq-validate (accuracy printed to 0.1)
+    assert abs(table["settings"]["baseline_accuracy"] - stock_validate(checkpoint, data)[1]) <= 0.05
+    row = next(r for r in table["rows"] if r["spec"] == "E:1:2")
+    zeroed = stock_validate(zeroed_checkpoint(checkpoint, "E:1:2", tmp_path / "zeroed.pt"), data)
+    assert abs(row["accuracy"] - zeroed[1]) <= 0.05
+    # every configuration's stored predictions against stock fairseq's model with zeroed columns, in process
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task(
+        [str(checkpoint)], arg_overrides={"data": str(data)})
+    model = models[0].eval()
+    task.load_dataset("test")
+    dataset = task.dataset("test")
+    labels = task.label_dictionary
+    sample = dataset.collater([dataset[i] for i in range(len(dataset))])
+    layout = head_layout(model)
+    for row in table["rows"]:
+        stored = json.loads((out / "sweeps" / "test" / "configs" / f"{row['config']}.json").read_text())["outputs"]
+        with torch.no_grad():
+            logits, _ = zeroed_copy(model, parse_head_mask(row["spec"], layout))(
+                **sample["net_input"], features_only=True, classification_head_name="sentence_classification_head")
+        expected = [labels[p + labels.nspecial] for p in logits.argmax(dim=1).tolist()]
+        assert stored == [expected[i] for i in sorted(sample["id"].tolist())], row["spec"]
+    # appendix A: the kept head of each layer chosen on another split
+    run(["fairseq-headprune", "ablate", str(data), "--path", str(checkpoint), "--gen-subset", "test",
+         "--mode", "all-but-one", "--select-subset", "valid", "--out-dir", str(out), "--no-progress"])
+    best = json.loads((out / "all_but_one_best.json").read_text())
+    assert [(e["layer"], "selected_accuracy" in e) for e in best["rows"]] == [(1, True), (2, True)]
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--bleu", "sacrebleu"], "--bleu, --references and --sacrebleu-detokenize are for translation, not a classifier"),
+    (["--metric", "mcc", "--test", "t-test"], "--test t-test does not apply to mcc"),
+    (["--test", "compare-mt"], "--test compare-mt does not apply to accuracy"),
+])
+def test_ablate_options_a_classifier_cannot_take_are_one_line(classifier, tmp_path, options, message):
+    result = run(["fairseq-headprune", "ablate", str(classifier["data"]), "--path", str(classifier["checkpoint"]),
+                  "--out-dir", str(tmp_path), *options], check=False)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], lines

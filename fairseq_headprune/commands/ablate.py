@@ -9,8 +9,10 @@ from .common import add_study_inputs, add_sweep_arguments, sweep_settings
 
 
 def settings_from(args: argparse.Namespace) -> AblationSettings:
+    from ..engine.checkpoint_info import checkpoint_family
+
     return AblationSettings(
-        sweep=sweep_settings(args, args.path), mode=args.mode, types=parse_types(args.types), heads=args.heads,
+        sweep=sweep_settings(args, args.path, checkpoint_family(args.path)), mode=args.mode, types=parse_types(args.types), heads=args.heads,
         select_subset=args.select_subset, cross_subset=args.cross_subset, cross_data=args.cross_data,
     )
 
@@ -22,9 +24,11 @@ def command_ablate(args: argparse.Namespace) -> int:
     outcome = run_ablation(settings)
     if outcome is None:  # a rank other than 0 of a sharded sweep
         return 0
-    alpha = settings.sweep.test.alpha
+    alpha, metric = settings.sweep.test.alpha, settings.sweep.metric
+    label = metric.label
     if settings.mode == "all-but-one":
-        print(f"baseline BLEU {outcome.baseline_bleu:.2f} on {outcome.split}; best ΔBLEU per layer when one head is kept:")
+        print(f"baseline {label} {outcome.baseline_score:.2f} on {outcome.split}; "
+              f"best Δ{label} per layer when one head is kept:")
         for entry in outcome.best:
             line = f"  {entry['attention_type']}\tlayer {entry['layer']}\thead {entry['head']}\t{entry['delta']:+.2f}"
             if settings.select_subset:
@@ -32,15 +36,17 @@ def command_ablate(args: argparse.Namespace) -> int:
             print(line)
         print(f"wrote\t{outcome.written[0]}")
         return 0
-    significant, worst, best = ablation_summary(outcome.rows)
-    print(f"baseline BLEU {outcome.baseline_bleu:.2f}; {len(outcome.rows)} heads masked one at a time; "
+    significant, worst, best = ablation_summary(outcome.rows, metric.higher_is_better)
+    print(f"baseline {label} {outcome.baseline_score:.2f}; {len(outcome.rows)} heads masked one at a time; "
           f"{significant} significant at p < {alpha:g}")
-    print(f"largest drop  {worst['delta']:+.2f}  {worst['config']} (p = {worst['p_value']:.3g})")
-    print(f"largest gain  {best['delta']:+.2f}  {best['config']} (p = {best['p_value']:.3g})")
+    worse, better = ("largest drop", "largest gain") if metric.higher_is_better else ("largest rise", "largest fall")
+    print(f"{worse}  {worst['delta']:+.2f}  {worst['config']} (p = {worst['p_value']:.3g})")
+    print(f"{better}  {best['delta']:+.2f}  {best['config']} (p = {best['p_value']:.3g})")
     print(f"wrote\t{outcome.written[0]}")
     if outcome.pearson is not None:
         r, p = outcome.pearson
-        print(f"cross-domain: Pearson r = {r:.3f} (p = {p:.3g}) between ΔBLEU on {outcome.split} and on {outcome.cross_split}")
+        print(f"cross-domain: Pearson r = {r:.3f} (p = {p:.3g}) between Δ{label} on {outcome.split} "
+              f"and on {outcome.cross_split}")
         print(f"wrote\t{outcome.written[1]}")
     return 0
 
@@ -50,13 +56,16 @@ def add_parser(commands) -> None:
         "ablate",
         help="ablation sweeps with paired-bootstrap significance (paper section 3)",
         description="Translate a split with fairseq's SequenceGenerator under many head masks, "
-        "loading the model once: every head masked alone (--mode single, Table 1), every "
+        "loading the model once (or, for a classifier or language-model checkpoint, score it: "
+        "accuracy or Matthews correlation, perplexity): every head masked alone (--mode single, Table 1), every "
         "head kept alone in its layer (--mode all-but-one, Table 2), or the single-head "
         "sweep on two test sets (--mode cross-domain, Figure 2). Every configuration is "
         "tested against the unmasked model. Results are stored per configuration as they "
         "finish: a rerun continues where it stopped. Any other option is passed to "
         "fairseq-generate's parser (--beam, --lenpen, --remove-bpe, --batch-size, "
-        "--max-tokens, --tokenizer, --bpe, ...).",
+        "--max-tokens, --tokenizer, --bpe, ...); for a classifier to fairseq-validate's "
+        "(--batch-size, --max-tokens, --head-mask), for a language model to fairseq-eval-lm's "
+        "(--sample-break-mode, --tokens-per-sample, --context-window, --max-tokens, ...).",
     )
     add_study_inputs(ablate)
     ablate.add_argument("--path", required=True, metavar="CKPT", help="fairseq checkpoint")

@@ -21,6 +21,7 @@ from ..constants import (
     GRANULARITIES,
     IMPORTANCE_LOSSES,
     SIGNIFICANCE_TESTS,
+    TRANSLATION_FAMILY,
 )
 from ..study.metrics import BLEU_METRICS
 from ..study.settings import DETOKENIZERS, CurveSettings, ImportanceSettings, SweepSettings
@@ -89,6 +90,12 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
         help="run the encoder once per configuration even when configurations translated together "
         "mask no Enc-Enc head differently (by default they share one encoder pass; the same translations)",
     )
+    parser.add_argument(
+        "--metric", choices=("accuracy", "mcc"),
+        help="classifier checkpoints (sentence_prediction): the metric reported and tested, accuracy "
+        "(default) or mcc (Matthews correlation, as fairseq's --report-mcc); a language model "
+        "(language_modeling) is scored by perplexity, a translation model by --bleu",
+    )
     add_test_arguments(parser)
     add_device_arguments(parser)
 
@@ -98,7 +105,7 @@ def add_device_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def sweep_settings(args: argparse.Namespace, checkpoint: str) -> SweepSettings:
+def sweep_settings(args: argparse.Namespace, checkpoint: str, family: str = TRANSLATION_FAMILY) -> SweepSettings:
     """``checkpoint``: --path (ablate, prune), or the directory of epoch checkpoints (dynamics)."""
     return SweepSettings(
         data=args.data, checkpoint=checkpoint, out_dir=args.out_dir, gen_subset=args.gen_subset,
@@ -106,6 +113,7 @@ def sweep_settings(args: argparse.Namespace, checkpoint: str) -> SweepSettings:
         references=args.references, configs_per_batch=args.configs_per_batch,
         share_encoder=not args.no_encoder_reuse, cpu=args.cpu,
         progress=not args.no_progress, generation_args=list(args.fairseq_args),
+        family=family, metric_name=args.metric,
     )
 
 

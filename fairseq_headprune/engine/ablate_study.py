@@ -5,6 +5,11 @@ configurations over the split (resumable), tests every configuration against
 the unmasked model and writes the paper's tables and figures: Table 1 and
 Figure 1 (``single``), Table 2 and appendix A (``all-but-one``), Figure 2
 (``cross-domain``). It returns what the command prints.
+
+Translation checkpoints are swept by beam search and scored by BLEU
+(``split_sweep``); classifier and language-model checkpoints are scored
+example by example, by accuracy (or Matthews correlation) and perplexity
+(``scored_sweep``), into the same tables with the metric's own column.
 """
 
 import os
@@ -23,13 +28,14 @@ from ..study.ablation import (
     markdown_best_table,
     markdown_cross_domain,
     markdown_single_table,
-    reported_bleu,
     single_head_configs,
 )
+from ..constants import TRANSLATION_FAMILY
 from ..study.files import write_text
 from ..study.head_mask import parse_head_mask
-from ..study.settings import AblationSettings
+from ..study.settings import AblationSettings, SweepSettings
 from .ranks import current_ranks
+from .scored_sweep import ScoredSplitSweep
 from .split_sweep import SplitSweep, table_caption, write_result_rows
 
 
@@ -38,7 +44,7 @@ class AblationOutcome:
     """What a finished ablation study reports on the console."""
 
     split: str
-    baseline_bleu: float
+    baseline_score: float  # in the study's metric (BLEU, accuracy, MCC or perplexity)
     rows: List[Dict[str, object]]  # one per configuration, with its test
     best: List[Dict[str, object]] = field(default_factory=list)  # all-but-one: best head per layer
     cross_split: Optional[str] = None
@@ -46,16 +52,31 @@ class AblationOutcome:
     written: List[str] = field(default_factory=list)  # lines naming the files written
 
 
+def _load(sweep_settings: SweepSettings, data: str):
+    """(cfg, task, model) of the study's checkpoint with the data in ``data``."""
+    from .loading import load_scoring_model, load_task_and_model
+
+    if sweep_settings.family == TRANSLATION_FAMILY:
+        return load_task_and_model(data, sweep_settings.checkpoint, sweep_settings.generation_args,
+                                   cpu=sweep_settings.cpu)
+    return load_scoring_model(sweep_settings.family, data, sweep_settings.checkpoint,
+                              sweep_settings.generation_args, cpu=sweep_settings.cpu)
+
+
+def _sweep(sweep_settings: SweepSettings, cfg, task, model, split: str, name: str, references=None):
+    """The split's sweep: beam search and BLEU, or examples scored by the classifier's or LM's metric."""
+    if sweep_settings.family == TRANSLATION_FAMILY:
+        return SplitSweep(sweep_settings, cfg, task, model, split, name, references)
+    return ScoredSplitSweep(sweep_settings, cfg, task, model, split, name)
+
+
 def run_ablation(settings: AblationSettings) -> Optional[AblationOutcome]:
     """The study's outcome (None on ranks other than 0, which only translate their share)."""
     from ..modules.masked_multihead_attention import current_head_mask, head_layout
-    from .loading import load_task_and_model
     from .ranks import current_ranks
 
     sweep_settings = settings.sweep
-    cfg, task, model = load_task_and_model(
-        sweep_settings.data, sweep_settings.checkpoint, sweep_settings.generation_args, cpu=sweep_settings.cpu
-    )
+    cfg, task, model = _load(sweep_settings, sweep_settings.data)
     layout = head_layout(model)
     base_mask = current_head_mask(model)  # --head-mask and the checkpoint's recorded mask
     heads = None
@@ -64,8 +85,9 @@ def run_ablation(settings: AblationSettings) -> Optional[AblationOutcome]:
             heads = parse_head_mask(settings.heads, layout)
         except HeadMaskError as error:
             raise StudyError(f"--heads: {error}")
+    types = [t for t in settings.types if t in layout]
     if settings.mode == "all-but-one":
-        configs = [baseline_config()] + all_but_one_configs(layout, settings.types)
+        configs = [baseline_config()] + all_but_one_configs(layout, types)
     else:
         configs = [baseline_config()] + [
             c for c in single_head_configs(layout, heads) if c.attention_type in settings.types
@@ -77,25 +99,22 @@ def run_ablation(settings: AblationSettings) -> Optional[AblationOutcome]:
     out = sweep_settings.out_dir
 
     split = sweep_settings.gen_subset
-    sweep = SplitSweep(sweep_settings, cfg, task, model, split, split, sweep_settings.references)
+    sweep = _sweep(sweep_settings, cfg, task, model, split, split, sweep_settings.references)
     translated = sweep.run(configs, base_mask)
     other = None  # all-but-one: the selection split; cross-domain: the shifted split
     if settings.mode == "all-but-one" and settings.select_subset:
-        other = SplitSweep(sweep_settings, cfg, task, model, settings.select_subset, settings.select_subset)
+        other = _sweep(sweep_settings, cfg, task, model, settings.select_subset, settings.select_subset)
     elif settings.mode == "cross-domain":
-        cross_task, cross_model, name = task, model, settings.cross_subset
+        cross_cfg, cross_task, cross_model, name = cfg, task, model, settings.cross_subset
         if settings.cross_data:
-            _, cross_task, cross_model = load_task_and_model(
-                settings.cross_data, sweep_settings.checkpoint, sweep_settings.generation_args,
-                cpu=sweep_settings.cpu,
-            )
+            cross_cfg, cross_task, cross_model = _load(sweep_settings, settings.cross_data)
             name = f"{os.path.basename(os.path.normpath(settings.cross_data))}.{settings.cross_subset}"
-        other = SplitSweep(sweep_settings, cfg, cross_task, cross_model, settings.cross_subset, name)
+        other = _sweep(sweep_settings, cross_cfg, cross_task, cross_model, settings.cross_subset, name)
     other_translated = other.run(configs, base_mask) if other is not None else None
     if not current_ranks().is_main:
         return None  # rank 0 tests and writes
     baseline, rows = sweep.compare(translated, configs)
-    outcome = AblationOutcome(split, reported_bleu(baseline, sweep_settings.bleu), rows)
+    outcome = AblationOutcome(split, sweep.baseline_score(baseline), rows)
 
     if settings.mode == "all-but-one":
         select_rows = other.compare(other_translated, configs)[1] if other is not None else None
@@ -111,27 +130,34 @@ def run_ablation(settings: AblationSettings) -> Optional[AblationOutcome]:
     return outcome
 
 
-def _write_single(sweep: SplitSweep, baseline, rows, prefix: str) -> None:
+def _write_single(sweep, baseline, rows, prefix: str) -> None:
     """Table 1 (TSV, JSON, Markdown, LaTeX), Figure 1's heat maps and the score histogram."""
     from ..study.plots import plot_delta_heatmaps, plot_score_histogram
 
-    settings = sweep.settings
+    settings, metric = sweep.settings, sweep.metric
     record = sweep.settings_record(baseline)
     write_result_rows(prefix, rows, record)
-    caption = table_caption(settings, "BLEU change when one head is masked", sweep.split)
-    write_text(markdown_single_table(rows, record["baseline_bleu"], caption), prefix + ".md")
-    write_text(latex_single_table(rows, record["baseline_bleu"], caption), prefix + ".tex")
+    baseline_score = sweep.baseline_score(baseline)
+    caption = table_caption(settings, f"{_title(metric.label)} change when one head is masked", sweep.split)
+    write_text(markdown_single_table(rows, baseline_score, caption), prefix + ".md")
+    write_text(latex_single_table(rows, baseline_score, caption), prefix + ".tex")
     plot_delta_heatmaps(
         rows, prefix + "_delta.png",
-        f"ΔBLEU when one head is masked ({sweep.split}; dots: p < {settings.test.alpha:g})",
+        f"Δ{metric.label} when one head is masked ({sweep.split}; dots: p < {settings.test.alpha:g})",
+        colorbar_label=f"Δ{metric.label}",
     )
+    xlabel = f"{settings.bleu} BLEU" if settings.family == TRANSLATION_FAMILY else metric.label
     plot_score_histogram(
-        rows, record["baseline_bleu"], prefix + "_hist.png",
-        f"BLEU with one head masked ({sweep.split})", f"{settings.bleu} BLEU",
+        rows, baseline_score, prefix + "_hist.png",
+        f"{metric.label} with one head masked ({sweep.split})", xlabel, column=metric.column,
     )
 
 
-def _write_all_but_one(settings: AblationSettings, sweep: SplitSweep, baseline, rows, select_rows,
+def _title(label: str) -> str:
+    return label[:1].upper() + label[1:]
+
+
+def _write_all_but_one(settings: AblationSettings, sweep, baseline, rows, select_rows,
                        outcome: AblationOutcome) -> None:
     """Table 2: every kept head, the best per layer, and (appendix A) the head chosen on another split."""
     from ..study.plots import plot_delta_heatmaps
@@ -139,17 +165,24 @@ def _write_all_but_one(settings: AblationSettings, sweep: SplitSweep, baseline, 
     out = settings.sweep.out_dir
     record = sweep.settings_record(baseline)
     write_result_rows(os.path.join(out, "all_but_one"), rows, record)
-    best, entries, selected = best_heads(rows, select_rows, settings.select_subset)
+    metric = sweep.metric
+    best, entries, selected = best_heads(
+        rows, select_rows, settings.select_subset, metric.column, metric.higher_is_better
+    )
     if selected is not None:
         record["select_subset"] = settings.select_subset
     prefix = os.path.join(out, "all_but_one_best")
     write_result_rows(prefix, entries, record)
-    caption = table_caption(settings.sweep, "Best BLEU change per layer when only one head is kept", sweep.split)
+    caption = table_caption(
+        settings.sweep, f"Best {metric.label} change per layer when only one head is kept", sweep.split
+    )
     write_text(markdown_best_table(best, caption, selected), prefix + ".md")
     write_text(latex_best_table(best, caption, selected), prefix + ".tex")
     plot_delta_heatmaps(
         rows, os.path.join(out, "all_but_one_delta.png"),
-        f"ΔBLEU when only this head of its layer is kept ({sweep.split}; dots: p < {settings.sweep.test.alpha:g})",
+        f"Δ{metric.label} when only this head of its layer is kept "
+        f"({sweep.split}; dots: p < {settings.sweep.test.alpha:g})",
+        colorbar_label=f"Δ{metric.label}",
     )
     outcome.best = entries
     outcome.written.append(
@@ -157,19 +190,19 @@ def _write_all_but_one(settings: AblationSettings, sweep: SplitSweep, baseline, 
     )
 
 
-def _write_cross_domain(sweep: SplitSweep, cross: SplitSweep, baseline, cross_baseline, rows, cross_rows,
+def _write_cross_domain(sweep, cross, baseline, cross_baseline, rows, cross_rows,
                         outcome: AblationOutcome) -> None:
-    """Figure 2: ΔBLEU on the test split against ΔBLEU on the shifted one, with Pearson's r."""
+    """Figure 2: the change on the test split against the change on the shifted one, with Pearson's r."""
     from ..study.plots import plot_cross_domain
 
-    settings = sweep.settings
+    settings, label = sweep.settings, sweep.metric.label
     joined = cross_domain_rows(rows, cross_rows)
     (r, p), per_type = cross_domain_correlation(joined)
     record = sweep.settings_record(baseline)
     record.update(
         {
             "cross_split": cross.split,
-            "cross_baseline_bleu": reported_bleu(cross_baseline, settings.bleu),
+            f"cross_baseline_{sweep.metric.column}": cross.baseline_score(cross_baseline),
             "pearson_r": r,
             "pearson_p": p,
             "pearson_per_type": {t: {"r": v[0], "p": v[1]} for t, v in per_type.items()},
@@ -178,12 +211,12 @@ def _write_cross_domain(sweep: SplitSweep, cross: SplitSweep, baseline, cross_ba
     prefix = os.path.join(settings.out_dir, "cross_domain")
     write_result_rows(prefix, joined, record)
     write_text(
-        markdown_cross_domain((r, p), per_type, sweep.split, cross.split, settings.metric.description),
+        markdown_cross_domain((r, p), per_type, sweep.split, cross.split, settings.metric.description, label),
         prefix + ".md",
     )
     plot_cross_domain(
         joined, prefix + ".png", f"Pearson r = {r:.2f} (p = {p:.2g})",
-        f"ΔBLEU on {sweep.split}", f"ΔBLEU on {cross.split}",
+        f"Δ{label} on {sweep.split}", f"Δ{label} on {cross.split}",
     )
     outcome.cross_split, outcome.pearson = cross.split, (r, p)
     outcome.written.append(f"{prefix}.{{tsv,json,md,png}}")

@@ -96,6 +96,23 @@ def saved_task_of(path: str):
     return saved_task_name(state)
 
 
+# the tasks of classifier and language-model checkpoints (fairseq's and the plugin's head-masking ones)
+CLASSIFIER_TASKS = ("sentence_prediction", "headprune_sentence_prediction")
+LANGUAGE_MODEL_TASKS = ("language_modeling", "headprune_language_modeling")
+
+
+def checkpoint_family(path: str) -> str:
+    """The family of model a checkpoint holds, from its task: translation unless it says otherwise."""
+    from ..constants import CLASSIFIER_FAMILY, LANGUAGE_MODEL_FAMILY, TRANSLATION_FAMILY
+
+    task = saved_task_of(path) if os.path.isfile(path) else None
+    if task in CLASSIFIER_TASKS:
+        return CLASSIFIER_FAMILY
+    if task in LANGUAGE_MODEL_TASKS:
+        return LANGUAGE_MODEL_FAMILY
+    return TRANSLATION_FAMILY
+
+
 def saved_task_name(state: Dict[str, Any]):
     """The task a checkpoint was trained with (``--task``), or None if it does not say."""
     if state.get("cfg") is not None and state["cfg"].get("task") is not None:

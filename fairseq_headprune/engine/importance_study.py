@@ -32,13 +32,15 @@ def run_importance(
     from .ranks import current_ranks
     from .scoring import ImportanceEstimator, single_head_loss_increase
 
-    from .checkpoint_info import saved_task_of
-    from .classifier_importance import SENTENCE_PREDICTION_TASKS, run_classifier_importance
+    from ..constants import TRANSLATION_FAMILY
+    from .checkpoint_info import checkpoint_family
+    from .scored_importance import run_example_importance
 
-    if saved_task_of(checkpoint) in SENTENCE_PREDICTION_TASKS:
+    family = checkpoint_family(checkpoint)
+    if family != TRANSLATION_FAMILY:
         if current_ranks().world_size > 1:
-            raise StudyError("a classifier's importance runs in one process (not under torchrun) so far")
-        result = run_classifier_importance(data, checkpoint, settings, head_mask, loss_ablation, cpu, progress)
+            raise StudyError(f"a {family.replace('_', ' ')}'s importance runs in one process (not under torchrun) so far")
+        result = run_example_importance(family, data, checkpoint, settings, head_mask, loss_ablation, cpu, progress)
         return _write(result, out_dir)
     _, task, model = load_task_and_model(data, checkpoint, fairseq_args, cpu=cpu)
     layout = head_layout(model)

@@ -95,6 +95,66 @@ def load_task_and_model(
     return cfg, task, model
 
 
+def load_scoring_model(family: str, data: str, checkpoint: str, fairseq_args: Sequence[str] = (), cpu: bool = False):
+    """(cfg, task, model) of a classifier or language-model checkpoint, as fairseq's own commands load it.
+
+    A classifier (``sentence_prediction``) is read with fairseq-validate's
+    options and its own saved task settings; a language model
+    (``language_modeling``) with fairseq-eval-lm's, so ``--sample-break-mode``,
+    ``--tokens-per-sample``, ``--context-window``, ``--add-bos-token`` …
+    mean what they mean there. The task is the plugin's head-masking
+    variant of the saved one, so ``--head-mask`` applies.
+    """
+    from fairseq import checkpoint_utils, options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    from .. import register_components
+    from ..constants import CLASSIFIER_FAMILY
+    from ..tasks.headprune_language_modeling import TASK_NAME as LM_TASK_NAME
+    from ..tasks.headprune_sentence_prediction import TASK_NAME as CLASSIFIER_TASK_NAME
+
+    register_components()
+    if not os.path.isdir(data):
+        raise StudyError(f"data directory not found: {data}")
+    if not os.path.isfile(checkpoint):
+        raise StudyError(f"checkpoint not found: {checkpoint}")
+    classifier = family == CLASSIFIER_FAMILY
+    task_name = CLASSIFIER_TASK_NAME if classifier else LM_TASK_NAME
+    parser = options.get_validation_parser() if classifier else options.get_eval_lm_parser()
+    argv = [data, "--task", task_name, "--path", checkpoint, *fairseq_args]
+    if classifier:
+        argv += ["--criterion", "sentence_prediction"]
+    if cpu or not torch.cuda.is_available():
+        argv.append("--cpu")
+
+    def refuse(message):
+        raise StudyError(f"fairseq option: {message}")
+
+    parser.error = refuse
+    try:
+        cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(parser, argv))
+    except SystemExit as error:
+        raise StudyError(f"bad fairseq options: {' '.join(fairseq_args)}") from error
+    if not classifier and cfg.eval_lm.context_window > 0:
+        cfg.task.tokens_per_sample -= cfg.eval_lm.context_window  # as fairseq-eval-lm does
+    try:
+        if classifier:  # as fairseq-validate: the saved task settings, this data and mask
+            overrides = {"data": data, "task": task_name, "head_mask": cfg.task.head_mask}
+            models, _, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], arg_overrides=overrides)
+        else:  # as fairseq-eval-lm: the task from the command line
+            task = tasks.setup_task(cfg.task)
+            models, _, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], task=task)
+    except SystemExit as error:  # the task's one-line errors (--head-mask)
+        raise StudyError(str(error).split("error: ", 1)[-1])
+    except Exception as error:
+        raise StudyError(f"cannot load {checkpoint} with the data in {data}: {_first_line(error)}")
+    model = models[0]
+    if not cpu and torch.cuda.is_available():
+        model.cuda()
+    model.eval()
+    return cfg, task, model
+
+
 # tasks whose checkpoints fairseq-headprune's own commands mask, but the studies do not take yet
 _OTHER_TASKS = {
     "sentence_prediction": "fairseq-headprune validate --head-mask SPEC",
@@ -116,7 +176,7 @@ def _refuse_other_tasks(checkpoint: str) -> None:
     if task in _OTHER_TASKS:
         raise StudyError(
             f"{checkpoint} is a {task} checkpoint; this study takes translation checkpoints so far "
-            f"(mask it with {_OTHER_TASKS[task]}, or remove heads with fairseq-headprune shrink)"
+            f"(ablate takes it too; mask it with {_OTHER_TASKS[task]}, or remove heads with fairseq-headprune shrink)"
         )
 
 

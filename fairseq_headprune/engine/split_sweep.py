@@ -84,6 +84,14 @@ class SplitSweep:
         )
         return baseline, result_rows(baseline, systems, results, self.settings.bleu)
 
+    @property
+    def metric(self):
+        """The BLEU reported."""
+        return self.settings.metric
+
+    def baseline_score(self, baseline: ConfigScores) -> float:
+        return reported_bleu(baseline, self.settings.bleu)
+
     def settings_record(self, baseline: ConfigScores) -> Dict[str, object]:
         """What is written beside every result table of this sweep."""
         return {

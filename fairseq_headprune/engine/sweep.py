@@ -1,4 +1,4 @@
-"""A sweep: every configuration of a study translated once, stored as it finishes.
+"""A sweep: every configuration of a study translated (or scored) once, stored as it finishes.
 
 ``run_sweep`` stores one JSON file per configuration (written atomically),
 next to a manifest that identifies the sweep (checkpoint hash, data, split,
@@ -17,7 +17,8 @@ from ..errors import StudyError
 from ..study.ablation import HeadConfig
 from ..study.files import first_difference, remove_stale_temporaries, write_json
 from ..study.head_mask import HeadMask, combine_masks
-from .translator import SplitTranslator, Translation
+from .example_scorer import ScoredExamples, SplitScorer
+from .translator import Translation
 
 MANIFEST = "sweep.json"
 CONFIG_DIR = "configs"
@@ -60,6 +61,24 @@ class ConfigResult(Translation):
         )
 
 
+@dataclass
+class ScoredConfigResult(ScoredExamples):
+    """A finished configuration of a classifier or LM sweep (``example_scorer``) as stored on disk."""
+
+    name: str = ""
+    spec: str = ""
+    labels: Dict[str, object] = field(default_factory=dict)
+
+    def to_dict(self) -> Dict[str, object]:
+        return {"name": self.name, "spec": self.spec, "labels": self.labels, "seconds": self.seconds,
+                "outputs": self.outputs}
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, object]) -> "ScoredConfigResult":
+        return cls(name=data["name"], spec=data["spec"], labels=data["labels"], seconds=data["seconds"],
+                   outputs=data["outputs"])
+
+
 def open_sweep_dir(out_dir: str, identity: Dict[str, object], references: Sequence[str]) -> None:
     """Create the sweep directory, or check that it holds this very sweep."""
     manifest = os.path.join(out_dir, MANIFEST)
@@ -87,24 +106,28 @@ def config_path(out_dir: str, name: str) -> str:
     return os.path.join(out_dir, CONFIG_DIR, name + ".json")
 
 
-def load_config_result(out_dir: str, name: str) -> Optional[ConfigResult]:
+def load_config_result(out_dir: str, name: str, result_type=ConfigResult):
     path = config_path(out_dir, name)
     if not os.path.exists(path):
         return None
     with open(path, encoding="utf-8") as stream:
-        return ConfigResult.from_dict(json.load(stream))
+        return result_type.from_dict(json.load(stream))
 
 
 def run_sweep(
-    translator: SplitTranslator,
+    runner,
     configs: Sequence[HeadConfig],
     out_dir: str,
     identity: Dict[str, object],
     base_mask: Optional[HeadMask] = None,
     progress: bool = True,
     configs_per_batch: int = 1,
-) -> Dict[str, ConfigResult]:
-    """Every configuration's result, translating only those not stored yet.
+) -> Dict[str, object]:
+    """Every configuration's result, translating (or scoring) only those not stored yet.
+
+    ``runner`` is a ``SplitTranslator`` (results are ``ConfigResult``) or an
+    ``example_scorer.SplitScorer`` (``ScoredConfigResult``): its
+    ``run_many(masks)`` gives one output per mask.
 
     Under several ranks (``ranks.py``) rank 0 prepares the directory and
     decides what is left to do; the batches of configurations are then
@@ -115,12 +138,13 @@ def run_sweep(
 
     from .ranks import current_ranks
 
+    result_type = ScoredConfigResult if isinstance(runner, SplitScorer) else ConfigResult
     ranks = current_ranks()
     names = [c.name for c in configs]
     if len(set(names)) != len(names):
         raise StudyError("two configurations share a name")
     if ranks.is_main:
-        open_sweep_dir(out_dir, identity, translator.sacrebleu_references)
+        open_sweep_dir(out_dir, identity, runner.manifest_references)
     results: Dict[str, ConfigResult] = {}
     stored = set(ranks.main_value(
         [c.name for c in configs if os.path.exists(config_path(out_dir, c.name))] if ranks.is_main else None
@@ -135,14 +159,14 @@ def run_sweep(
     chunks = ranks.share(chunks)
     # stored configurations count as done; each rank's bar shows its own share of the rest
     bar = tqdm(
-        total=len(stored) + sum(len(chunk) for chunk in chunks), initial=len(stored), desc=f"{translator.split}",
+        total=len(stored) + sum(len(chunk) for chunk in chunks), initial=len(stored), desc=f"{runner.split}",
         unit="config", disable=not progress, leave=False, dynamic_ncols=True,
     )
     try:
         for chunk in chunks:
-            translations = translator.translate_many([combine_masks(base_mask, c.head_mask) for c in chunk])
-            for config, translation in zip(chunk, translations):
-                result = ConfigResult(name=config.name, spec=config.spec, labels=config.labels, **vars(translation))
+            outputs = runner.run_many([combine_masks(base_mask, c.head_mask) for c in chunk])
+            for config, output in zip(chunk, outputs):
+                result = result_type(name=config.name, spec=config.spec, labels=config.labels, **vars(output))
                 write_json(result.to_dict(), config_path(out_dir, config.name))
                 results[config.name] = result
                 bar.update(1)
@@ -151,5 +175,5 @@ def run_sweep(
     ranks.barrier()  # every rank's results are on disk
     for config in configs:
         if config.name not in results:
-            results[config.name] = load_config_result(out_dir, config.name)
+            results[config.name] = load_config_result(out_dir, config.name, result_type)
     return {config.name: results[config.name] for config in configs}

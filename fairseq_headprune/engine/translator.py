@@ -209,6 +209,15 @@ class SplitTranslator:
             self.sacrebleu_references = [self._detokenize(t) for t in self.reference_text]
             self.references_source = "data"
 
+    @property
+    def manifest_references(self) -> List[str]:
+        """What a sweep's manifest records as the references."""
+        return self.sacrebleu_references
+
+    def run_many(self, head_masks: Sequence[Optional[HeadMask]]) -> List[Translation]:
+        """What ``sweep.run_sweep`` calls: ``translate_many``."""
+        return self.translate_many(head_masks)
+
     def translate(self, head_mask: Optional[HeadMask]) -> Translation:
         return self.translate_many([head_mask])[0]
 

@@ -17,7 +17,7 @@ import numpy as np
 from ..constants import ATTENTION_TYPES, NO_MASK_SPEC, TYPE_TITLES
 from .files import atomic_text_file
 from .head_mask import HeadLayout, HeadMask, full_mask, head_mask_to_spec
-from .metrics import Metric
+from .metrics import PERPLEXITY, Metric, loss_per_token
 from .significance import (
     CORRECTNESS_TEST_FUNCTIONS,
     PairedResult,
@@ -181,25 +181,68 @@ def result_rows(
     return rows
 
 
-def best_per_layer(rows: Sequence[Dict[str, object]]) -> List[Dict[str, object]]:
-    """Table 2: per attention type and layer, the kept head with the highest BLEU."""
+def metric_result_rows(
+    baseline: ConfigScores, systems: Sequence[ConfigScores], results: Sequence[PairedResult], metric: Metric
+) -> List[Dict[str, object]]:
+    """One row per configuration of a classifier or LM sweep: the metric's own column and its change.
+
+    ``stats`` are ``metric``'s statistics; a perplexity row also has the
+    loss per token (base 2), as fairseq-eval-lm prints it.
+    """
+    base = metric.score(baseline.stats)
+    rows = []
+    for system, result in zip(systems, results):
+        value = metric.score(system.stats)
+        row = {
+            "config": system.name,
+            "attention_type": system.labels.get("attention_type"),
+            "layer": system.labels.get("layer"),
+            "head": system.labels.get("head"),
+            "spec": system.spec,
+            metric.column: value,
+            "delta": value - base,
+        }
+        if metric is PERPLEXITY:
+            row["loss"] = loss_per_token(system.stats)
+        row.update({
+            "p_value": result.p_value,
+            "significant": bool(result.significant),
+            "ci_low": result.ci_low,
+            "ci_high": result.ci_high,
+            "system_wins": result.system_wins,
+            "baseline_wins": result.baseline_wins,
+            "ties": result.ties,
+        })
+        rows.append(row)
+    return rows
+
+
+def best_per_layer(rows: Sequence[Dict[str, object]], column: str = "bleu",
+                   higher_is_better: bool = True) -> List[Dict[str, object]]:
+    """Table 2: per attention type and layer, the kept head with the best score in ``column``."""
     best: Dict[Tuple[str, int], Dict[str, object]] = {}
+    sign = 1.0 if higher_is_better else -1.0
     for row in rows:
         key = (row["attention_type"], row["layer"])
-        if key not in best or row["bleu"] > best[key]["bleu"]:
+        if key not in best or sign * row[column] > sign * best[key][column]:
             best[key] = row
     return [best[key] for key in sorted(best, key=lambda k: (ATTENTION_TYPES.index(k[0]), k[1]))]
 
 
-BEST_COLUMNS = ("attention_type", "layer", "head", "config", "bleu", "delta", "p_value", "significant")
-SELECTED_COLUMNS = {"head": "selected_head", "bleu": "selected_bleu", "delta": "selected_delta",
-                    "p_value": "selected_p_value", "significant": "selected_significant"}
+def best_columns(column: str = "bleu") -> Tuple[str, ...]:
+    return ("attention_type", "layer", "head", "config", column, "delta", "p_value", "significant")
+
+
+def selected_columns(column: str = "bleu") -> Dict[str, str]:
+    return {key: f"selected_{key}" for key in ("head", column, "delta", "p_value", "significant")}
 
 
 def best_heads(
     rows: Sequence[Dict[str, object]],
     select_rows: Optional[Sequence[Dict[str, object]]] = None,
     select_split: Optional[str] = None,
+    column: str = "bleu",
+    higher_is_better: bool = True,
 ) -> Tuple[List[Dict[str, object]], List[Dict[str, object]], Optional[Dict[Tuple[str, int], Dict[str, object]]]]:
     """Table 2 and its appendix-A variant: the best kept head per layer.
 
@@ -207,23 +250,23 @@ def best_heads(
     table entries, and, when ``select_rows`` (the same sweep on another
     split) is given, per (type, layer) the head chosen there with its score
     on the test split (``selected``), so the choice is not made on the data
-    it is reported on.
+    it is reported on. ``column`` is the score compared (lower is better for perplexity).
     """
-    best = best_per_layer(rows)
+    best = best_per_layer(rows, column, higher_is_better)
     selected = None
     if select_rows is not None:
         by_name = {r["config"]: r for r in rows}
         selected = {}
-        for chosen in best_per_layer(select_rows):
+        for chosen in best_per_layer(select_rows, column, higher_is_better):
             row = dict(by_name[chosen["config"]])
             row["selected_on"] = select_split
             selected[(row["attention_type"], row["layer"])] = row
     entries = []
     for row in best:
-        entry = {k: row[k] for k in BEST_COLUMNS}
+        entry = {k: row[k] for k in best_columns(column)}
         if selected is not None:
             chosen = selected[(row["attention_type"], row["layer"])]
-            entry.update({column: chosen[key] for key, column in SELECTED_COLUMNS.items()})
+            entry.update({name: chosen[key] for key, name in selected_columns(column).items()})
         entries.append(entry)
     return best, entries, selected
 
@@ -267,9 +310,10 @@ def cross_domain_correlation(
 def markdown_cross_domain(
     overall: Tuple[float, float], per_type: Dict[str, Tuple[float, float]], split: str, cross_split: str,
     metric_description: str,
+    label: str = "BLEU",
 ) -> str:
     lines = [
-        f"ΔBLEU per masked head on {split} and {cross_split} ({metric_description}).\n\n",
+        f"Δ{label} per masked head on {split} and {cross_split} ({metric_description}).\n\n",
         "| heads | Pearson r | p-value |\n|---|---:|---:|\n",
         f"| all | {overall[0]:.3f} | {overall[1]:.3g} |\n",
     ]
@@ -278,10 +322,15 @@ def markdown_cross_domain(
     return "".join(lines)
 
 
-def ablation_summary(rows: Sequence[Dict[str, object]]) -> Tuple[int, Dict[str, object], Dict[str, object]]:
-    """(significant configurations, largest drop, largest gain) of a single-head sweep."""
+def ablation_summary(rows: Sequence[Dict[str, object]], higher_is_better: bool = True
+                     ) -> Tuple[int, Dict[str, object], Dict[str, object]]:
+    """(significant configurations, worst change, best change) of a single-head sweep.
+
+    For BLEU or accuracy the worst change is the largest drop; for perplexity, the largest rise.
+    """
     significant = sum(1 for r in rows if r["significant"])
-    return significant, min(rows, key=lambda r: r["delta"]), max(rows, key=lambda r: r["delta"])
+    worst, best = (min, max) if higher_is_better else (max, min)
+    return significant, worst(rows, key=lambda r: r["delta"]), best(rows, key=lambda r: r["delta"])
 
 
 def pearson(x: Sequence[float], y: Sequence[float]) -> Tuple[float, float]:

@@ -36,6 +36,7 @@ class Metric:
     from_sums: Callable[[np.ndarray], np.ndarray]  # (n, columns) summed statistics -> n scores
     higher_is_better: bool = True
     tests: Tuple[str, ...] = BLEU_TESTS  # significance tests that apply to it
+    label: str = "BLEU"  # its name in console lines, captions and axes ("ΔBLEU")
 
     def example_statistics(self, references: Sequence[str], hypotheses: Sequence[str]) -> np.ndarray:
         """One row of sufficient statistics per example."""
@@ -139,6 +140,7 @@ ACCURACY = Metric(
     statistics=_accuracy_statistics,
     from_sums=lambda sums: 100.0 * sums[:, 0] / np.maximum(sums[:, 1], 1.0),
     tests=("bootstrap",) + CORRECTNESS_TESTS,
+    label="accuracy",
 )
 MATTHEWS = Metric(
     name="mcc",
@@ -147,6 +149,7 @@ MATTHEWS = Metric(
     statistics=_confusion_statistics,
     from_sums=_matthews_from_sums,
     tests=("bootstrap",),
+    label="MCC",
 )
 
 # the metric a classification study reports (--metric)
@@ -182,7 +185,14 @@ PERPLEXITY = Metric(
     from_sums=lambda sums: np.exp2(sums[:, 0] / np.maximum(sums[:, 1], 1.0)),
     higher_is_better=False,
     tests=("bootstrap",),
+    label="perplexity",
 )
+
+def loss_per_token(statistics: np.ndarray) -> float:
+    """Summed loss over summed tokens (base 2) of per-sentence perplexity statistics: fairseq-eval-lm's loss."""
+    sums = np.asarray(statistics, dtype=np.float64).sum(axis=0)
+    return float(sums[0] / max(sums[1], 1.0))
+
 
 # the metric a language-model study reports
 LANGUAGE_MODEL_METRICS: Dict[str, Metric] = {PERPLEXITY.name: PERPLEXITY}

@@ -108,18 +108,18 @@ def plot_delta_heatmaps(rows, path: str, title: str, colorbar_label: str = "ΔBL
     plt.close(figure)
 
 
-def plot_score_histogram(rows, baseline_bleu: float, path: str, title: str, xlabel: str) -> None:
-    """Figure 1 of the paper: how many heads leave which score when masked alone."""
+def plot_score_histogram(rows, baseline_bleu: float, path: str, title: str, xlabel: str, column: str = "bleu") -> None:
+    """Figure 1 of the paper: how many heads leave which score (``column`` of the rows) when masked alone."""
     import numpy as np
 
     plt = _pyplot()
     types = [t for t in ATTENTION_TYPES if any(r["attention_type"] == t for r in rows)]
-    scores = [r["bleu"] for r in rows]
+    scores = [r[column] for r in rows]
     low, high = min(scores + [baseline_bleu]), max(scores + [baseline_bleu])
     bins = np.linspace(low - 0.5, high + 0.5, 31)
     figure, axis = plt.subplots(figsize=(6, 3.4))
     axis.hist(
-        [[r["bleu"] for r in rows if r["attention_type"] == t] for t in types],
+        [[r[column] for r in rows if r["attention_type"] == t] for t in types],
         bins=bins, stacked=True, label=[TYPE_TITLES[t] for t in types],
     )
     axis.axvline(baseline_bleu, color="black", linestyle="--", linewidth=1, label="no head masked")

@@ -12,6 +12,7 @@ from typing import List, Optional, Sequence
 from ..constants import (
     ABLATION_MODES,
     ATTENTION_TYPES,
+    CLASSIFIER_FAMILY,
     DEFAULT_CONFIGS_PER_BATCH,
     DEFAULT_DRAWS,
     DEFAULT_GRANULARITY,
@@ -22,12 +23,15 @@ from ..constants import (
     DEFAULT_STEP_PERCENT,
     GRANULARITIES,
     IMPORTANCE_LOSSES,
+    LANGUAGE_MODEL_FAMILY,
+    MODEL_FAMILIES,
     ORDERS,
     SCOPES,
+    TRANSLATION_FAMILY,
 )
 from ..errors import HeadMaskError, SettingsError
 from .head_mask import parse_attention_type
-from .metrics import BLEU_METRICS, Metric
+from .metrics import BLEU_METRICS, CLASSIFICATION_METRICS, PERPLEXITY, Metric
 from .significance import SignificanceSettings
 
 DETOKENIZERS = ("auto", "moses", "none")
@@ -93,7 +97,12 @@ class ImportanceSettings:
 
 @dataclass
 class SweepSettings:
-    """What every command that translates a split under many masks shares (ablate, prune, dynamics)."""
+    """What every command that translates (or scores) a split under many masks shares (ablate, prune, dynamics).
+
+    ``family`` is the checkpoint's kind of model: translation reports the
+    BLEU ``bleu`` names; a classifier reports ``metric_name`` (accuracy by
+    default, or Matthews correlation); a language model reports perplexity.
+    """
 
     data: str
     checkpoint: str
@@ -108,8 +117,13 @@ class SweepSettings:
     cpu: bool = False
     progress: bool = True
     generation_args: List[str] = field(default_factory=list)  # passed to fairseq-generate's parser
+    family: str = TRANSLATION_FAMILY
+    metric_name: Optional[str] = None  # classifiers: a key of CLASSIFICATION_METRICS (default accuracy)
 
     def __post_init__(self):
+        if self.family not in MODEL_FAMILIES:
+            raise SettingsError(f"unknown model family {self.family!r} (expected {', '.join(MODEL_FAMILIES)})")
+        self._check_family_options()
         if self.bleu not in BLEU_METRICS:
             raise SettingsError(f"--bleu must be one of {', '.join(BLEU_METRICS)}")
         if self.detokenize not in DETOKENIZERS:
@@ -124,14 +138,32 @@ class SweepSettings:
             # a split when batches must be multiples of 8 (its default): score every sentence
             self.generation_args = list(self.generation_args) + ["--required-batch-size-multiple", "1"]
 
+    def _check_family_options(self) -> None:
+        """Options that belong to another family of models are named, not ignored."""
+        if self.family == TRANSLATION_FAMILY:
+            if self.metric_name is not None:
+                raise SettingsError("--metric is for classifier checkpoints; a translation study reports --bleu")
+            return
+        kind = "a classifier" if self.family == CLASSIFIER_FAMILY else "a language model"
+        if self.bleu != "tokenized" or self.references or self.detokenize != "auto":
+            raise SettingsError(f"--bleu, --references and --sacrebleu-detokenize are for translation, not {kind}")
+        if self.family == CLASSIFIER_FAMILY and self.metric_name not in (None, *CLASSIFICATION_METRICS):
+            raise SettingsError(f"--metric must be one of {', '.join(CLASSIFICATION_METRICS)} for a classifier")
+        if self.family == LANGUAGE_MODEL_FAMILY and self.metric_name not in (None, PERPLEXITY.name):
+            raise SettingsError(f"--metric {self.metric_name}: a language model is scored by perplexity (ppl)")
+
     @property
     def metric(self) -> Metric:
-        """The BLEU reported."""
+        """The metric reported: the BLEU of --bleu, or the classifier's or LM's own."""
+        if self.family == CLASSIFIER_FAMILY:
+            return CLASSIFICATION_METRICS[self.metric_name or "accuracy"]
+        if self.family == LANGUAGE_MODEL_FAMILY:
+            return PERPLEXITY
         return BLEU_METRICS[self.bleu]
 
     @property
     def test_metric(self) -> Metric:
-        """The BLEU the significance test resamples."""
+        """The metric the significance test resamples."""
         return self.metric.for_test(self.test.test)
 
 

@@ -1,12 +1,15 @@
-"""Head importance of an encoder-only classifier (fairseq ``sentence_prediction``).
+"""Head importance of an encoder-only classifier or a decoder-only language model.
 
 I_h = E_x |dL(x)/dxi_h| (Michel et al. 2019, section 4.1, as they estimate it
-for BERT on MNLI), L being the checkpoint's own ``sentence_prediction``
-criterion: cross-entropy over the classes, or the squared error of a
-regression target. Each example gets its own mask variables (one
+for BERT on MNLI). For a classifier (fairseq ``sentence_prediction``) L is
+the checkpoint's own ``sentence_prediction`` criterion: cross-entropy over
+the classes, or the squared error of a regression target. For a language
+model (``language_modeling``) L(x) is the summed next-token cross-entropy of
+sample x (fairseq's ``cross_entropy`` criterion; a sentence with
+``--sample-break-mode eos``). Each example gets its own mask variables (one
 (layers, examples, heads) tensor of ones that requires grad), so one backward
 pass of the summed loss gives every example's dL(x)/dxi at once: examples do
-not interact in an encoder.
+not interact in these models.
 """
 
 import os
@@ -14,53 +17,78 @@ from typing import Optional
 
 import torch
 
+from ..constants import CLASSIFIER_FAMILY
 from ..errors import StudyError
 from ..study.importance import ImportanceResult
 from ..study.settings import ImportanceSettings
 
-SENTENCE_PREDICTION_TASKS = ("sentence_prediction", "headprune_sentence_prediction")
-
 
 def load_classifier(data: str, checkpoint: str, head_mask: Optional[str] = None, cpu: bool = False):
     """(task, model, criterion) of a sentence_prediction checkpoint, through the head-masking task."""
+    from ..tasks.headprune_sentence_prediction import TASK_NAME
+
+    task, model, saved_cfg = _load_with_saved_task(data, checkpoint, TASK_NAME, head_mask, cpu, "classifier")
+    return task, model, task.build_criterion(saved_cfg.criterion)
+
+
+def _load_with_saved_task(data: str, checkpoint: str, task_name: str, head_mask: Optional[str], cpu: bool,
+                          kind: str):
+    """(task, model, saved cfg): the checkpoint's own task settings, with this data, the head-masking task and mask."""
     from fairseq import checkpoint_utils
 
     from .. import register_components
-    from ..tasks.headprune_sentence_prediction import TASK_NAME
 
     register_components()
     if not os.path.isdir(data):
         raise StudyError(f"data directory not found: {data}")
-    overrides = {"data": data, "task": TASK_NAME, "head_mask": head_mask}
+    overrides = {"data": data, "task": task_name, "head_mask": head_mask}
     try:
         models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], arg_overrides=overrides)
     except SystemExit as error:  # the task's one-line errors (--head-mask)
         raise StudyError(str(error).split("error: ", 1)[-1])
     except Exception as error:
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise StudyError(f"cannot load classifier {checkpoint} with the data in {data}: {first_line}")
+        raise StudyError(f"cannot load {kind} {checkpoint} with the data in {data}: {first_line}")
     model = models[0]
     if torch.cuda.is_available() and not cpu:
         model.cuda()
     model.eval()
-    criterion = task.build_criterion(cfg.criterion)
-    return task, model, criterion
+    return task, model, cfg
 
 
-def classifier_importance(model, criterion, samples, layout) -> torch.Tensor:
-    """Sum over examples of |dL(x)/dxi_h|, a (layers, heads) float64 tensor, and the example count."""
+def load_language_model(data: str, checkpoint: str, head_mask: Optional[str] = None, cpu: bool = False):
+    """(task, model, criterion) of a language_modeling checkpoint: fairseq's cross_entropy criterion (summed).
+
+    The data is read with the checkpoint's own task settings (sample break
+    mode, tokens per sample), so an example is a sample as the model was
+    trained on it.
+    """
+    from fairseq.criterions.cross_entropy import CrossEntropyCriterion
+
+    from ..tasks.headprune_language_modeling import TASK_NAME
+
+    task, model, _ = _load_with_saved_task(data, checkpoint, TASK_NAME, head_mask, cpu, "language model")
+    return task, model, CrossEntropyCriterion(task, sentence_avg=False)
+
+
+def example_importance(model, criterion, samples, layout) -> torch.Tensor:
+    """Sum over examples of |dL(x)/dxi_h|, a (layers, heads) float64 tensor, and the example count.
+
+    The model has one attention type (Enc-Enc for a classifier, Dec-Dec for an LM).
+    """
     from ..modules.masked_multihead_attention import current_head_mask, head_mask_applied
 
-    layers, heads = layout["enc-enc"]
+    (attention_type,) = layout
+    layers, heads = layout[attention_type]
     base = current_head_mask(model)
-    base_mask = torch.ones(layers, heads) if base is None else base["enc-enc"]
+    base_mask = torch.ones(layers, heads) if base is None else base[attention_type]
     total = torch.zeros(layers, heads, dtype=torch.float64)
     count = 0
     for sample in samples:
         examples = sample["nsentences"]
         device = next(model.parameters()).device
         xi = base_mask.to(device).unsqueeze(1).repeat(1, examples, 1).requires_grad_()
-        with head_mask_applied(model, {"enc-enc": xi}):
+        with head_mask_applied(model, {attention_type: xi}):
             loss, _, _ = criterion(model, sample)
             model.zero_grad()
             loss.backward()
@@ -69,7 +97,8 @@ def classifier_importance(model, criterion, samples, layout) -> torch.Tensor:
     return total, count
 
 
-def run_classifier_importance(
+def run_example_importance(
+    family: str,
     data: str,
     checkpoint: str,
     settings: ImportanceSettings,
@@ -78,16 +107,18 @@ def run_classifier_importance(
     cpu: bool = False,
     progress: bool = True,
 ) -> ImportanceResult:
-    """The importance command's result for a classifier: sentence level, the criterion's loss."""
+    """The importance command's result for a classifier or an LM: sentence (example) level, the criterion's loss."""
     from ..modules.masked_multihead_attention import current_head_mask, head_layout
     from .loading import iterate_samples, model_device, split_batches
     from .scoring import single_head_loss_increase
 
+    kind = "a classifier" if family == CLASSIFIER_FAMILY else "a language model"
     if settings.granularity != "sentence":
-        raise StudyError(f"--granularity {settings.granularity}: a classifier's loss is per example; use sentence")
+        raise StudyError(f"--granularity {settings.granularity}: {kind} is scored per example here; use sentence")
     if settings.loss != "nll":
-        raise StudyError("--loss: a classifier is scored with its own sentence_prediction criterion; drop --loss")
-    task, model, criterion = load_classifier(data, checkpoint, head_mask, cpu)
+        raise StudyError(f"--loss: {kind} is scored with its own criterion's loss; drop --loss")
+    load = load_classifier if family == CLASSIFIER_FAMILY else load_language_model
+    task, model, criterion = load(data, checkpoint, head_mask, cpu)
     layout = head_layout(model)
     samples = []
     for subset in settings.subsets:
@@ -95,9 +126,9 @@ def run_classifier_importance(
             task, subset, settings.max_tokens, settings.max_sentences or 32, settings.limit
         )
         samples += list(iterate_samples(dataset, batches, model_device(model)))
-    total, count = classifier_importance(model, criterion, samples, layout)
+    total, count = example_importance(model, criterion, samples, layout)
     result = ImportanceResult(
-        importance={"enc-enc": (total / count).float()}, granularity="sentence", count=count,
+        importance={next(iter(layout)): (total / count).float()}, granularity="sentence", count=count,
         settings={
             "subsets": list(settings.subsets), "sentences": count, "limit": settings.limit,
             "loss": criterion.__class__.__name__, "task": task.__class__.__name__,
