@@ -150,7 +150,7 @@ def test_a_report_of_an_empty_directory_is_one_line(tmp_path):
 
 
 def test_the_report_keeps_every_table_of_a_file_but_its_caption(tmp_path):
-    from fairseq_headprune.study.ablation import markdown_single_table
+    from fairseq_headprune.study.ablation_tables import markdown_single_table
     from fairseq_headprune.study.report import _Study
 
     rows = [{"attention_type": t, "layer": 1, "head": h, "delta": -0.1 * h, "significant": h == 2}

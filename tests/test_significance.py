@@ -13,11 +13,10 @@ from fairseq_headprune.study.ablation import (
     all_but_one_configs,
     best_per_layer,
     compare_with_baseline,
-    markdown_single_table,
-    latex_single_table,
     result_rows,
     single_head_configs,
 )
+from fairseq_headprune.study.ablation_tables import latex_single_table, markdown_single_table
 from fairseq_headprune.study.bleu_stats import compare_mt_stats, fairseq_bleu_stats, sacrebleu_stats
 from fairseq_headprune.study.head_mask import count_masked, full_mask
 from fairseq_headprune.study.metrics import COMPARE_MT_BLEU, SACREBLEU, TOKENIZED_BLEU

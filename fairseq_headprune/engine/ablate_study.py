@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
+from ..constants import TRANSLATION_FAMILY
 from ..errors import HeadMaskError, StudyError
 from ..study.ablation import (
     all_but_one_configs,
@@ -23,14 +24,10 @@ from ..study.ablation import (
     best_heads,
     cross_domain_correlation,
     cross_domain_rows,
-    latex_best_table,
-    latex_single_table,
-    markdown_best_table,
     markdown_cross_domain,
-    markdown_single_table,
     single_head_configs,
 )
-from ..constants import TRANSLATION_FAMILY
+from ..study.ablation_tables import latex_best_table, latex_single_table, markdown_best_table, markdown_single_table
 from ..study.files import write_text
 from ..study.head_mask import parse_head_mask
 from ..study.settings import AblationSettings, SweepSettings
@@ -73,7 +70,6 @@ def _sweep(sweep_settings: SweepSettings, cfg, task, model, split: str, name: st
 def run_ablation(settings: AblationSettings) -> Optional[AblationOutcome]:
     """The study's outcome (None on ranks other than 0, which only translate their share)."""
     from ..modules.masked_multihead_attention import current_head_mask, head_layout
-    from .ranks import current_ranks
 
     sweep_settings = settings.sweep
     cfg, task, model = _load(sweep_settings, sweep_settings.data)

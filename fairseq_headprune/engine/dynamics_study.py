@@ -13,7 +13,7 @@ import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..errors import StudyError
-from ..study.ablation import write_rows_tsv
+from ..study.ablation_tables import write_rows_tsv
 from ..study.dynamics import epoch_checkpoints, markdown_dynamics, relative_rows
 from ..study.files import file_sha256, first_difference, write_json, write_text
 from ..study.settings import DynamicsSettings, PruneSettings

@@ -14,7 +14,8 @@ from typing import Dict, List, Optional, Sequence
 
 from ..constants import ORDERS, SCOPES
 from ..errors import ResultFileError, StudyError
-from ..study.ablation import BASELINE, HeadConfig, baseline_config, reported_bleu, write_rows_tsv
+from ..study.ablation import BASELINE, HeadConfig, baseline_config, reported_bleu
+from ..study.ablation_tables import write_rows_tsv
 from ..study.files import file_sha256, first_difference, write_json, write_text
 from ..study.head_mask import HeadMask, combine_masks, head_mask_to_spec
 from ..study.budgets import parse_layer_budget, parse_type_budget, plan_budgets

@@ -20,8 +20,8 @@ from ..study.ablation import (
     compare_with_baseline,
     reported_bleu,
     result_rows,
-    write_rows_tsv,
 )
+from ..study.ablation_tables import write_rows_tsv
 from ..study.files import write_json
 from ..study.head_mask import HeadMask
 from ..study.settings import SweepSettings

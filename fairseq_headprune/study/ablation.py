@@ -3,19 +3,17 @@
 Which configurations a study translates (``single_head_configs``,
 ``all_but_one_configs``), how their scores become the paper's tables (one
 row per configuration, best head per layer, cross-domain correlation), and
-how those tables are written (TSV, JSON, Markdown, LaTeX). Nothing here
+how those tables are written (``ablation_tables.py``). Nothing here
 touches fairseq: results come in as BLEU statistics per configuration.
 """
 
-import csv
 import math
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..constants import ATTENTION_TYPES, NO_MASK_SPEC, TYPE_TITLES
-from .files import atomic_text_file
+from ..constants import ATTENTION_TYPES, NO_MASK_SPEC
 from .head_mask import HeadLayout, HeadMask, full_mask, head_mask_to_spec
 from .metrics import PERPLEXITY, Metric, loss_per_token
 from .significance import (
@@ -342,133 +340,3 @@ def pearson(x: Sequence[float], y: Sequence[float]) -> Tuple[float, float]:
         return math.nan, math.nan
     r, p = stats.pearsonr(x, y)
     return float(r), float(p)
-
-
-# ----------------------------------------------------------------------------- writers
-
-
-def write_rows_tsv(rows: Sequence[Dict[str, object]], path: str) -> None:
-    if not rows:
-        raise ValueError("no rows to write")
-    columns = list(rows[0])
-    with atomic_text_file(path) as stream:
-        writer = csv.writer(stream, delimiter="\t", lineterminator="\n")
-        writer.writerow(columns)
-        for row in rows:
-            writer.writerow([_tsv_value(row[c]) for c in columns])
-
-
-def _tsv_value(value) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.6g}" if not math.isnan(value) else "nan"
-    return str(value)
-
-
-def _delta_cell(row: Optional[Dict[str, object]], latex: bool) -> str:
-    if row is None:
-        return ""
-    text = f"{row['delta']:+.2f}"
-    if not row["significant"]:
-        return text
-    return f"\\underline{{{text}}}" if latex else f"**{text}**"
-
-
-def _grid(rows: Sequence[Dict[str, object]], attention_type: str):
-    cells = {(r["layer"], r["head"]): r for r in rows if r["attention_type"] == attention_type}
-    if not cells:
-        return None
-    layers = max(layer for layer, _ in cells)
-    heads = max(head for _, head in cells)
-    return cells, layers, heads
-
-
-def markdown_single_table(rows, baseline_bleu: float, caption: str) -> str:
-    """Table 1: BLEU change when one head is masked, layers x heads per attention type."""
-    parts = [f"{caption}\n"]
-    for attention_type in ATTENTION_TYPES:
-        grid = _grid(rows, attention_type)
-        if grid is None:
-            continue
-        cells, layers, heads = grid
-        parts.append(f"\n**{TYPE_TITLES[attention_type]}** (baseline {baseline_bleu:.2f})\n\n")
-        parts.append("| Layer | " + " | ".join(str(h) for h in range(1, heads + 1)) + " |\n")
-        parts.append("|---:|" + "---:|" * heads + "\n")
-        for layer in range(1, layers + 1):
-            values = [_delta_cell(cells.get((layer, h)), latex=False) for h in range(1, heads + 1)]
-            parts.append(f"| {layer} | " + " | ".join(values) + " |\n")
-    return "".join(parts)
-
-
-def latex_single_table(rows, baseline_bleu: float, caption: str) -> str:
-    parts = []
-    for attention_type in ATTENTION_TYPES:
-        grid = _grid(rows, attention_type)
-        if grid is None:
-            continue
-        cells, layers, heads = grid
-        parts.append("\\begin{table}[t]\n\\centering\\small\n")
-        parts.append("\\begin{tabular}{r|" + "r" * heads + "}\n")
-        parts.append("Layer & " + " & ".join(str(h) for h in range(1, heads + 1)) + " \\\\\n\\hline\n")
-        for layer in range(1, layers + 1):
-            values = [_delta_cell(cells.get((layer, h)), latex=True) for h in range(1, heads + 1)]
-            parts.append(f"{layer} & " + " & ".join(values) + " \\\\\n")
-        parts.append("\\end{tabular}\n")
-        parts.append(
-            f"\\caption{{{_latex_escape(caption)} {TYPE_TITLES[attention_type]} heads; "
-            f"baseline {baseline_bleu:.2f}.}}\n\\end{{table}}\n\n"
-        )
-    return "".join(parts)
-
-
-def markdown_best_table(best_rows, caption: str, selected: Optional[Dict[Tuple[str, int], Dict]] = None) -> str:
-    """Table 2: best ΔBLEU per layer when only one head is kept."""
-    types = [t for t in ATTENTION_TYPES if any(r["attention_type"] == t for r in best_rows)]
-    by_key = {(r["attention_type"], r["layer"]): r for r in best_rows}
-    layers = max(r["layer"] for r in best_rows)
-    header = ["Layer"] + [TYPE_TITLES[t] for t in types]
-    if selected:
-        header += [f"{TYPE_TITLES[t]} (chosen on {_selected_split(selected)})" for t in types]
-    lines = [f"{caption}\n\n", "| " + " | ".join(header) + " |\n", "|---:|" + "---:|" * (len(header) - 1) + "\n"]
-    for layer in range(1, layers + 1):
-        values = [_best_cell(by_key.get((t, layer)), False) for t in types]
-        if selected:
-            values += [_best_cell(selected.get((t, layer)), False) for t in types]
-        lines.append(f"| {layer} | " + " | ".join(values) + " |\n")
-    return "".join(lines)
-
-
-def latex_best_table(best_rows, caption: str, selected: Optional[Dict[Tuple[str, int], Dict]] = None) -> str:
-    types = [t for t in ATTENTION_TYPES if any(r["attention_type"] == t for r in best_rows)]
-    by_key = {(r["attention_type"], r["layer"]): r for r in best_rows}
-    layers = max(r["layer"] for r in best_rows)
-    columns = len(types) * (2 if selected else 1)
-    header = ["Layer"] + [TYPE_TITLES[t] for t in types]
-    if selected:
-        header += [f"{TYPE_TITLES[t]} (sel.)" for t in types]
-    lines = ["\\begin{table}[t]\n\\centering\\small\n", "\\begin{tabular}{r|" + "r" * columns + "}\n"]
-    lines.append(" & ".join(header) + " \\\\\n\\hline\n")
-    for layer in range(1, layers + 1):
-        values = [_best_cell(by_key.get((t, layer)), True) for t in types]
-        if selected:
-            values += [_best_cell(selected.get((t, layer)), True) for t in types]
-        lines.append(f"{layer} & " + " & ".join(values) + " \\\\\n")
-    lines.append(f"\\end{{tabular}}\n\\caption{{{_latex_escape(caption)}}}\n\\end{{table}}\n")
-    return "".join(lines)
-
-
-def _best_cell(row: Optional[Dict[str, object]], latex: bool) -> str:
-    if row is None:
-        return ""
-    return f"{_delta_cell(row, latex)} (h{row['head']})"
-
-
-def _selected_split(selected: Dict[Tuple[str, int], Dict]) -> str:
-    return next(iter(selected.values())).get("selected_on", "validation")
-
-
-def _latex_escape(text: str) -> str:
-    for plain, escaped in (("\\", "\\textbackslash{}"), ("&", "\\&"), ("%", "\\%"), ("_", "\\_"), ("#", "\\#")):
-        text = text.replace(plain, escaped)
-    return text
