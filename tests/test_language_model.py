@@ -194,17 +194,6 @@ def test_stock_fairseq_needs_the_numpy_fix(tiny_lm, tmp_path):
     assert result.returncode != 0 and "np.compat.long" in result.stderr
 
 
-def test_a_study_refuses_a_language_model_in_one_line(tiny_lm, tmp_path):
-    result = run(["fairseq-headprune", "prune", tiny_lm["data"], "--path", tiny_lm["checkpoint"],
-                  "--out-dir", tmp_path / "prune"], check=False)
-    assert result.returncode != 0
-    assert result.stderr.strip().splitlines() == [
-        f"fairseq-headprune prune: error: {tiny_lm['checkpoint']} is a language_modeling checkpoint; this "
-        "study takes translation checkpoints so far (ablate takes it too; mask it with fairseq-headprune eval-lm "
-        "--head-mask SPEC, or remove heads with fairseq-headprune shrink)"
-    ]
-
-
 def test_importance_of_a_language_model_equals_explicit_autograd(tiny_lm, tmp_path):
     """I_h = mean over sentences of |dL(x)/dxi_h|, L(x) the sentence's summed next-token loss, one at a time."""
     import json
@@ -284,3 +273,36 @@ def test_ablate_refuses_translation_data_for_a_language_model(tiny_lm, tiny_mode
     assert len(lines) == 1 and lines[0].startswith(
         f"fairseq-headprune ablate: error: cannot load {tiny_lm['checkpoint']} with the data in {tiny_model['data']}"
     ), lines
+
+
+def test_prune_a_language_model_by_importance_and_at_random(tiny_lm, tmp_path):
+    """Step 0 is the baseline; the importance order prunes the least important head first; a step's
+    perplexity equals stock fairseq-eval-lm with that step's heads zeroed."""
+    import json
+
+    from fairseq_headprune.study.importance import normalize_per_layer, read_importance_file
+
+    data, checkpoint, out = tiny_lm["data"], tiny_lm["checkpoint"], tmp_path / "prune"
+    result = run(["fairseq-headprune", "prune", data, "--path", checkpoint, "--gen-subset", "test", "--out-dir", out,
+                  "--orders", "importance,random", "--draws", "2", "--importance-limit", "200", "--samples", "200",
+                  "--sample-break-mode", "eos", "--max-tokens", "2048", "--no-progress"])
+    assert result.stdout.startswith("unpruned perplexity ")
+    table = json.loads((out / "prune_steps.all.json").read_text())
+    rows = table["rows"]
+    assert {"spec", "ppl", "delta", "loss"} <= set(rows[0])
+    first = [r for r in rows if r["step"] == 0]
+    assert all(r["delta"] == 0 and r["p_value"] == 1 for r in first)  # nothing pruned: the baseline itself
+    (importance_file,) = (out / "importance").glob("*.json")
+    scores = normalize_per_layer(read_importance_file(str(importance_file)).importance)["dec-dec"]
+    layer, head = divmod(int(scores.argmin()), HEADS)
+    step = next(r for r in rows if r["order"] == "importance" and r["step"] == 1)
+    assert step["spec"] == f"D:{layer + 1}:{head + 1}"
+    step = next(r for r in rows if r["order"] == "importance" and r["step"] == 3)
+    mask = parse_head_mask(step["spec"], {"dec-dec": (LAYERS, HEADS)})["dec-dec"]
+    zeroed = save_zeroed_checkpoint(checkpoint, "decoder.layers.{}.self_attn.", HEADS, mask, tmp_path / "z.pt")
+    zeroed_loss, zeroed_ppl = eval_lm(["fairseq-eval-lm", "--user-dir", USER_DIR, "--task", "language_modeling"],
+                                      tiny_lm, zeroed)
+    assert abs(step["loss"] - zeroed_loss) <= 0.00006 and abs(step["ppl"] - zeroed_ppl) <= 0.0051
+    curves = json.loads((out / "prune_curves.all.json").read_text())["rows"]
+    assert {(r["order"], r["draws"]) for r in curves} == {("importance", 1), ("random", 2)}
+    assert all("ppl_std" in r for r in curves) and "unpruned perplexity" in (out / "prune_curves.md").read_text()

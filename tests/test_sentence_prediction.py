@@ -128,17 +128,6 @@ def test_a_path_that_is_no_checkpoint_is_one_line(classifier, tmp_path):
     assert len(lines) == 1 and lines[0].startswith(f"fairseq-headprune validate: error: cannot read checkpoint {bogus}: ")
 
 
-def test_a_study_refuses_a_classifier_in_one_line(classifier, tmp_path):
-    result = run(["fairseq-headprune", "prune", str(classifier["data"]), "--path", str(classifier["checkpoint"]),
-                  "--out-dir", str(tmp_path / "prune"), "--gen-subset", "test"], check=False)
-    assert result.returncode != 0
-    assert result.stderr.strip().splitlines() == [
-        f"fairseq-headprune prune: error: {classifier['checkpoint']} is a sentence_prediction checkpoint; this "
-        "study takes translation checkpoints so far (ablate takes it too; mask it with fairseq-headprune validate "
-        "--head-mask SPEC, or remove heads with fairseq-headprune shrink)"
-    ]
-
-
 def test_importance_of_a_classifier_equals_explicit_autograd(classifier, tmp_path):
     """I_h = mean over examples of |dL(x)/dxi_h|, L the classification loss, one example at a time."""
     import json
@@ -233,3 +222,60 @@ def test_ablate_options_a_classifier_cannot_take_are_one_line(classifier, tmp_pa
     assert result.returncode != 0 and "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], lines
+
+
+def test_prune_a_classifier_by_importance_and_within_budgets(classifier, tmp_path):
+    """Every step's and budget draw's accuracy equals stock fairseq's model with those heads' columns zeroed."""
+    import json
+
+    data, checkpoint, out = classifier["data"], classifier["checkpoint"], tmp_path / "prune"
+    result = run(["fairseq-headprune", "prune", str(data), "--path", str(checkpoint), "--gen-subset", "test",
+                  "--out-dir", str(out), "--orders", "importance", "--type-budget", "(4)", "--draws", "2",
+                  "--importance-subset", "valid", "--no-progress"])
+    assert result.stdout.startswith("unpruned accuracy ") and "accuracy" in result.stdout.splitlines()[-2]
+    steps = json.loads((out / "prune_steps.all.json").read_text())["rows"]
+    budgets = json.loads((out / "budgets.json").read_text())["rows"]
+    assert len(budgets) == 2 and all(r["percent"] == 50.0 for r in budgets)
+    for row in steps + budgets:
+        correct = stock_correctness(checkpoint, data, row["spec"])
+        assert row["accuracy"] == pytest.approx(100 * correct.mean(), abs=1e-9), row["spec"]
+
+
+def stock_correctness(checkpoint, data, spec, split="test"):
+    """Per example of ``split`` (in id order), 1.0 where stock fairseq's model with ``spec``'s columns zeroed is right."""
+    from fairseq import checkpoint_utils
+
+    from conftest import zeroed_copy
+    from fairseq_headprune.modules.masked_multihead_attention import head_layout
+    from fairseq_headprune.study.head_mask import parse_head_mask
+
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task(
+        [str(checkpoint)], arg_overrides={"data": str(data)})
+    model = models[0].eval()
+    task.load_dataset(split)
+    dataset = task.dataset(split)
+    sample = dataset.collater([dataset[i] for i in range(len(dataset))])
+    with torch.no_grad():
+        model = zeroed_copy(model, parse_head_mask(spec, head_layout(model))) if spec != "none" else model
+        logits, _ = model(**sample["net_input"], features_only=True,
+                          classification_head_name="sentence_classification_head")
+    return (logits.argmax(dim=1) == sample["target"].view(-1)).double().numpy()
+
+
+def test_dynamics_of_a_classifier(classifier, tmp_path):
+    """Each epoch's unpruned accuracy is its checkpoint's, by stock fairseq; levels are relative to it."""
+    import json
+
+    out = tmp_path / "dynamics"
+    result = run(["fairseq-headprune", "dynamics", str(classifier["data"]), "--checkpoints",
+                  str(classifier["root"] / "checkpoints"), "--gen-subset", "test", "--out-dir", str(out),
+                  "--importance-subset", "valid", "--max-percent", "50", "--no-progress"])
+    assert "accuracy as % of each epoch's unpruned accuracy" in result.stdout
+    rows = json.loads((out / "dynamics.json").read_text())["rows"]
+    assert sorted({r["epoch"] for r in rows}) == [1, 2]
+    for row in rows:
+        checkpoint = classifier["root"] / "checkpoints" / row["checkpoint"]
+        if row["level"] == 0:
+            assert row["unpruned_accuracy"] == pytest.approx(100 * stock_correctness(checkpoint, classifier["data"],
+                                                                                      "none").mean(), abs=1e-9)
+        assert row["relative"] == pytest.approx(row["accuracy"] / row["unpruned_accuracy"])

@@ -76,7 +76,7 @@ def test_dynamics_rows_are_relative_to_each_epochs_unpruned_bleu():
     assert [r["relative"] for r in rows] == [1.0, 0.75, 0.5]
     grid = dynamics_grid(rows + relative_rows(1, "checkpoint1.pt", 20.0, curve))
     assert grid.epochs == [1, 3] and grid.levels == [0, 1, 2]
-    assert grid.unpruned_bleu(1) == 20.0 and grid.cell[(1, 2)]["relative"] == 1.0
+    assert grid.unpruned_score(1) == 20.0 and grid.cell[(1, 2)]["relative"] == 1.0
     assert math.isnan(relative_rows(1, "c", 0.0, curve)[0]["relative"])
 
 

@@ -10,9 +10,14 @@ from .common import add_curve_arguments, add_study_inputs, add_sweep_arguments, 
 
 
 def settings_from(args: argparse.Namespace) -> DynamicsSettings:
+    from ..engine.checkpoint_info import checkpoint_family
+    from ..study.dynamics import epoch_checkpoints
+
+    epochs = parse_epochs(args.epochs)
+    (_, first), *_ = epoch_checkpoints(args.checkpoints, epochs)  # the family of the first epoch's model
     return DynamicsSettings(
-        sweep=sweep_settings(args, args.checkpoints), checkpoints=args.checkpoints, curve=curve_settings(args),
-        epochs=parse_epochs(args.epochs),
+        sweep=sweep_settings(args, args.checkpoints, checkpoint_family(first)), checkpoints=args.checkpoints,
+        curve=curve_settings(args), epochs=epochs,
     )
 
 
@@ -23,11 +28,11 @@ def command_dynamics(args: argparse.Namespace) -> int:
     rows = run_dynamics(settings)
     if rows is None:  # a rank other than 0 of a sharded sweep
         return 0
-    grid = dynamics_grid(rows)
-    print(f"{len(grid.epochs)} epochs ({format_ranges(grid.epochs)}); BLEU as % of each epoch's unpruned BLEU:")
+    grid, label = dynamics_grid(rows), settings.sweep.metric.label
+    print(f"{len(grid.epochs)} epochs ({format_ranges(grid.epochs)}); {label} as % of each epoch's unpruned {label}:")
     print("  epoch  unpruned  " + "  ".join(f"{grid.percent[k]:>5.0f}%" for k in grid.levels[1:]))
     for epoch in grid.epochs:
-        print(f"  {epoch:>5}  {grid.unpruned_bleu(epoch):>8.2f}  "
+        print(f"  {epoch:>5}  {grid.unpruned_score(epoch):>8.2f}  "
               + "  ".join(f"{100 * grid.cell[(epoch, k)]['relative']:>6.1f}" for k in grid.levels[1:]))
     print(f"wrote\t{os.path.join(settings.sweep.out_dir, 'dynamics')}.{{tsv,json,md,png}} and epochN/ per checkpoint")
     return 0

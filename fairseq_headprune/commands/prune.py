@@ -8,8 +8,10 @@ from .common import add_curve_arguments, add_study_inputs, add_sweep_arguments, 
 
 
 def settings_from(args: argparse.Namespace) -> PruneSettings:
+    from ..engine.checkpoint_info import checkpoint_family
+
     return PruneSettings(
-        sweep=sweep_settings(args, args.path),
+        sweep=sweep_settings(args, args.path, checkpoint_family(args.path)),
         curve=curve_settings(args),
         orders=parse_choices(args.orders, ORDERS, "--orders"),
         scopes=parse_choices(args.scopes, SCOPES, "--scopes"),
@@ -29,18 +31,19 @@ def command_prune(args: argparse.Namespace) -> int:
     outcome = run_prune(settings)
     if outcome is None:  # a rank other than 0 of a sharded sweep
         return 0
+    label, column = settings.sweep.metric.label, settings.sweep.metric.column
     if outcome.curve_summary:
-        print(f"unpruned BLEU {outcome.baseline_bleu:.2f} on {outcome.split}; BLEU with x% of the heads pruned:")
+        print(f"unpruned {label} {outcome.baseline_score:.2f} on {outcome.split}; {label} with x% of the heads pruned:")
         for scope in settings.scopes:
             for order in settings.orders:
                 points = [r for r in outcome.curve_summary if r["scope"] == scope and r["order"] == order]
-                text = "  ".join(f"{r['percent']:.0f}%:{r['bleu']:.2f}" for r in points)
+                text = "  ".join(f"{r['percent']:.0f}%:{r[column]:.2f}" for r in points)
                 print(f"  {scope:<7} {order:<10} {text}")
         print(f"wrote\t{settings.sweep.out_dir}: " + " ".join(outcome.curve_files))
     if outcome.budget_summary:
         print(f"random heads within budgets (heads kept), {settings.draws} draws each:")
         for row in outcome.budget_summary:
-            print(f"  {row['budget']:<24} {row['percent']:5.1f}% pruned  BLEU {row['bleu']:.2f} ± {row['bleu_std']:.2f}"
+            print(f"  {row['budget']:<24} {row['percent']:5.1f}% pruned  {label} {row[column]:.2f} ± {row[column + '_std']:.2f}"
                   f"  ({row['delta']:+.2f}; {row['significant']} of {row['draws']} draws significant)")
         print(f"wrote\t{outcome.budget_files}")
     return 0
@@ -52,14 +55,16 @@ def add_parser(commands) -> None:
         help="pruning curves by importance, ablation score or at random; random head budgets "
         "(paper sections 4.2 and 5; Budhraja et al. 2020)",
         description="Prune heads in steps (default 10% of the heads in scope per step, rounded "
-        "up) and translate --gen-subset at every step, testing each against the unpruned "
+        "up) and translate --gen-subset at every step (a classifier or language-model checkpoint: "
+        "score it, by accuracy or Matthews correlation, perplexity), testing each against the unpruned "
         "model. Orders: importance (I_h estimated once on the unpruned model, lowest first; "
         "default), iterative (I_h re-estimated on the pruned model after each step), ablation "
-        "(the head whose masking alone cost the least BLEU first, from ablate --mode single), "
+        "(the head whose masking alone cost the least first, from ablate --mode single), "
         "random (seeded, --draws permutations, mean and std). Scopes: all heads together, or "
         "one attention type. --layer-budget / --type-budget add Budhraja et al.'s random "
         "configurations. Results are stored per mask as they finish: a rerun continues where "
-        "it stopped. Any other option is passed to fairseq-generate's parser.",
+        "it stopped. Any other option is passed to fairseq-generate's parser (fairseq-validate's "
+        "for a classifier, fairseq-eval-lm's for a language model).",
     )
     add_study_inputs(prune)
     prune.add_argument("--path", required=True, metavar="CKPT", help="fairseq checkpoint")

@@ -30,10 +30,11 @@ from ..study.ablation import (
 from ..study.ablation_tables import latex_best_table, latex_single_table, markdown_best_table, markdown_single_table
 from ..study.files import write_text
 from ..study.head_mask import parse_head_mask
-from ..study.settings import AblationSettings, SweepSettings
+from ..study.settings import AblationSettings
+from .loading import load_study_model
 from .ranks import current_ranks
-from .scored_sweep import ScoredSplitSweep
-from .split_sweep import SplitSweep, table_caption, write_result_rows
+from .scored_sweep import open_split_sweep
+from .split_sweep import table_caption, write_result_rows
 
 
 @dataclass
@@ -49,30 +50,12 @@ class AblationOutcome:
     written: List[str] = field(default_factory=list)  # lines naming the files written
 
 
-def _load(sweep_settings: SweepSettings, data: str):
-    """(cfg, task, model) of the study's checkpoint with the data in ``data``."""
-    from .loading import load_scoring_model, load_task_and_model
-
-    if sweep_settings.family == TRANSLATION_FAMILY:
-        return load_task_and_model(data, sweep_settings.checkpoint, sweep_settings.generation_args,
-                                   cpu=sweep_settings.cpu)
-    return load_scoring_model(sweep_settings.family, data, sweep_settings.checkpoint,
-                              sweep_settings.generation_args, cpu=sweep_settings.cpu)
-
-
-def _sweep(sweep_settings: SweepSettings, cfg, task, model, split: str, name: str, references=None):
-    """The split's sweep: beam search and BLEU, or examples scored by the classifier's or LM's metric."""
-    if sweep_settings.family == TRANSLATION_FAMILY:
-        return SplitSweep(sweep_settings, cfg, task, model, split, name, references)
-    return ScoredSplitSweep(sweep_settings, cfg, task, model, split, name)
-
-
 def run_ablation(settings: AblationSettings) -> Optional[AblationOutcome]:
     """The study's outcome (None on ranks other than 0, which only translate their share)."""
     from ..modules.masked_multihead_attention import current_head_mask, head_layout
 
     sweep_settings = settings.sweep
-    cfg, task, model = _load(sweep_settings, sweep_settings.data)
+    cfg, task, model = load_study_model(sweep_settings, sweep_settings.data)
     layout = head_layout(model)
     base_mask = current_head_mask(model)  # --head-mask and the checkpoint's recorded mask
     heads = None
@@ -95,17 +78,17 @@ def run_ablation(settings: AblationSettings) -> Optional[AblationOutcome]:
     out = sweep_settings.out_dir
 
     split = sweep_settings.gen_subset
-    sweep = _sweep(sweep_settings, cfg, task, model, split, split, sweep_settings.references)
+    sweep = open_split_sweep(sweep_settings, cfg, task, model, split, split, sweep_settings.references)
     translated = sweep.run(configs, base_mask)
     other = None  # all-but-one: the selection split; cross-domain: the shifted split
     if settings.mode == "all-but-one" and settings.select_subset:
-        other = _sweep(sweep_settings, cfg, task, model, settings.select_subset, settings.select_subset)
+        other = open_split_sweep(sweep_settings, cfg, task, model, settings.select_subset, settings.select_subset)
     elif settings.mode == "cross-domain":
         cross_cfg, cross_task, cross_model, name = cfg, task, model, settings.cross_subset
         if settings.cross_data:
-            cross_cfg, cross_task, cross_model = _load(sweep_settings, settings.cross_data)
+            cross_cfg, cross_task, cross_model = load_study_model(sweep_settings, settings.cross_data)
             name = f"{os.path.basename(os.path.normpath(settings.cross_data))}.{settings.cross_subset}"
-        other = _sweep(sweep_settings, cross_cfg, cross_task, cross_model, settings.cross_subset, name)
+        other = open_split_sweep(sweep_settings, cross_cfg, cross_task, cross_model, settings.cross_subset, name)
     other_translated = other.run(configs, base_mask) if other is not None else None
     if not current_ranks().is_main:
         return None  # rank 0 tests and writes

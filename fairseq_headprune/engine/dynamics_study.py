@@ -2,7 +2,8 @@
 
 For every epoch checkpoint fairseq-train saved, estimate importance on it and
 run the pruning curve by importance (``prune_study.run_prune``), then report
-each level's BLEU relative to that epoch's unpruned BLEU. Each epoch is
+each level's BLEU (a classifier's accuracy, an LM's perplexity) relative to
+that epoch's unpruned score. Each epoch is
 finished (and recorded in ``OUT/epochN/done.json``) before the next one
 starts, so a rerun skips the epochs done.
 """
@@ -12,10 +13,11 @@ import json
 import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from ..constants import TRANSLATION_FAMILY
 from ..errors import StudyError
 from ..study.ablation_tables import write_rows_tsv
 from ..study.dynamics import epoch_checkpoints, markdown_dynamics, relative_rows
-from ..study.files import file_sha256, first_difference, write_json, write_text
+from ..study.files import file_sha256, write_json, write_text
 from ..study.settings import DynamicsSettings, PruneSettings
 
 DONE = "done.json"
@@ -65,7 +67,8 @@ def run_dynamics(settings: DynamicsSettings) -> Optional[List[Dict[str, object]]
     ranks = current_ranks()
     checkpoints = epoch_checkpoints(settings.checkpoints, settings.epochs)
     described = check_same_architecture(checkpoints)
-    out = settings.sweep.out_dir
+    out, metric = settings.sweep.out_dir, settings.sweep.metric
+    unpruned_key = f"unpruned_{metric.column}"
     os.makedirs(out, exist_ok=True)
     rows = []
     bar = tqdm(checkpoints, desc="epochs", unit="checkpoint", disable=not settings.sweep.progress, leave=False)
@@ -86,11 +89,11 @@ def run_dynamics(settings: DynamicsSettings) -> Optional[List[Dict[str, object]]
             if not ranks.is_main:
                 continue  # rank 0 records the epoch
             done = {"epoch": epoch, "checkpoint": os.path.abspath(checkpoint), "checkpoint_sha256": sha256,
-                    "unpruned_bleu": outcome.baseline_bleu, "curve": outcome.step_rows}
+                    unpruned_key: outcome.baseline_score, "curve": outcome.step_rows}
             write_json(done, done_path, indent=1)
-        rows += relative_rows(epoch, checkpoint, done["unpruned_bleu"], done["curve"])
+        rows += relative_rows(epoch, checkpoint, done[unpruned_key], done["curve"], metric.column)
         if settings.sweep.progress:
-            bar.write(f"epoch {epoch}: unpruned BLEU {done['unpruned_bleu']:.2f}")
+            bar.write(f"epoch {epoch}: unpruned {metric.label} {done[unpruned_key]:.2f}")
     bar.close()
     if not ranks.is_main:
         return None
@@ -109,14 +112,17 @@ def _write_outputs(settings: DynamicsSettings, rows, described: str) -> None:
         "importance_subsets": list(settings.curve.importance.subsets),
         "step_percent": settings.curve.step_percent,
         "max_percent": settings.curve.max_percent,
-        "bleu": sweep.bleu,
+        **({"bleu": sweep.bleu} if sweep.family == TRANSLATION_FAMILY else {"family": sweep.family,
+                                                                             "metric": sweep.metric.name}),
     }
     write_rows_tsv(rows, os.path.join(out, "dynamics.tsv"))
     write_json({"settings": record, "rows": rows}, os.path.join(out, "dynamics.json"), indent=1)
+    label = sweep.metric.label
     caption = (
-        f"BLEU on {sweep.gen_subset} with the least important heads pruned, as % of the same epoch's "
-        f"unpruned BLEU (importance estimated on each epoch's checkpoint, on "
+        f"{label[:1].upper() + label[1:]} on {sweep.gen_subset} with the least important heads pruned, as % of "
+        f"the same epoch's unpruned {label} (importance estimated on each epoch's checkpoint, on "
         f"{', '.join(settings.curve.importance.subsets)})."
     )
-    write_text(markdown_dynamics(rows, caption), os.path.join(out, "dynamics.md"))
-    plot_dynamics(rows, os.path.join(out, "dynamics.png"), f"{sweep.bleu} BLEU on {sweep.gen_subset}")
+    write_text(markdown_dynamics(rows, caption, label), os.path.join(out, "dynamics.md"))
+    what = f"{sweep.bleu} BLEU" if sweep.family == TRANSLATION_FAMILY else label
+    plot_dynamics(rows, os.path.join(out, "dynamics.png"), f"{what} on {sweep.gen_subset}", label)

@@ -17,6 +17,7 @@ from ..study.head_mask import HeadMask, parse_head_mask
 
 logger = logging.getLogger(__name__)
 BATCHING_SEED = 1  # fairseq's default --seed
+TRANSLATION_TASK_NAME = "fairseq-headprune"
 
 
 def _first_line(error: BaseException) -> str:
@@ -95,6 +96,17 @@ def load_task_and_model(
     return cfg, task, model
 
 
+def load_study_model(sweep_settings, data: str):
+    """(cfg, task, model) of a sweep's checkpoint (``SweepSettings``) with the data in ``data``, by its family."""
+    from ..constants import TRANSLATION_FAMILY
+
+    if sweep_settings.family == TRANSLATION_FAMILY:
+        return load_task_and_model(data, sweep_settings.checkpoint, sweep_settings.generation_args,
+                                   cpu=sweep_settings.cpu)
+    return load_scoring_model(sweep_settings.family, data, sweep_settings.checkpoint,
+                              sweep_settings.generation_args, cpu=sweep_settings.cpu)
+
+
 def load_scoring_model(family: str, data: str, checkpoint: str, fairseq_args: Sequence[str] = (), cpu: bool = False):
     """(cfg, task, model) of a classifier or language-model checkpoint, as fairseq's own commands load it.
 
@@ -155,17 +167,8 @@ def load_scoring_model(family: str, data: str, checkpoint: str, fairseq_args: Se
     return cfg, task, model
 
 
-# tasks whose checkpoints fairseq-headprune's own commands mask, but the studies do not take yet
-_OTHER_TASKS = {
-    "sentence_prediction": "fairseq-headprune validate --head-mask SPEC",
-    "headprune_sentence_prediction": "fairseq-headprune validate --head-mask SPEC",
-    "language_modeling": "fairseq-headprune eval-lm --head-mask SPEC",
-    "headprune_language_modeling": "fairseq-headprune eval-lm --head-mask SPEC",
-}
-
-
 def _refuse_other_tasks(checkpoint: str) -> None:
-    """One clear line when a study is given an encoder-only or LM checkpoint (only read on failure)."""
+    """One clear line when a translation loader is given a checkpoint of a task no study takes (read on failure)."""
     from ..errors import HeadPruneError
     from .checkpoint_info import load_checkpoint_state, saved_task_name
 
@@ -173,10 +176,10 @@ def _refuse_other_tasks(checkpoint: str) -> None:
         task = saved_task_name(load_checkpoint_state(checkpoint))
     except HeadPruneError:
         return  # not a readable checkpoint: the caller's own message says so
-    if task in _OTHER_TASKS:
+    if task is not None and "translation" not in task and task != TRANSLATION_TASK_NAME:
         raise StudyError(
-            f"{checkpoint} is a {task} checkpoint; this study takes translation checkpoints so far "
-            f"(ablate takes it too; mask it with {_OTHER_TASKS[task]}, or remove heads with fairseq-headprune shrink)"
+            f"{checkpoint} is a {task} checkpoint; the studies take translation, sentence_prediction "
+            "and language_modeling checkpoints"
         )
 
 

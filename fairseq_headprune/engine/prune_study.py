@@ -2,8 +2,10 @@
 
 ``run_prune`` decides every step's mask (``study.pruning.plan_curves``),
 estimating importance where an order needs it (``ImportanceStore``, resumable),
-translates all distinct masks in one resumable sweep and tests each against
-the unpruned model, then writes the tables and figures. ``dynamics`` calls it
+translates all distinct masks in one resumable sweep (or, for a classifier or
+language model, scores them: accuracy or Matthews correlation, perplexity)
+and tests each against the unpruned model, then writes the tables and
+figures, with the metric's own column. ``dynamics`` calls it
 once per epoch checkpoint with the same settings.
 """
 
@@ -12,9 +14,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
-from ..constants import ORDERS, SCOPES
+from ..constants import ORDERS, SCOPES, TRANSLATION_FAMILY
 from ..errors import ResultFileError, StudyError
-from ..study.ablation import BASELINE, HeadConfig, baseline_config, reported_bleu
+from ..study.ablation import BASELINE, HeadConfig, baseline_config
 from ..study.ablation_tables import write_rows_tsv
 from ..study.files import file_sha256, first_difference, write_json, write_text
 from ..study.head_mask import HeadMask, combine_masks, head_mask_to_spec
@@ -31,20 +33,24 @@ from ..study.pruning import (
     summarize_curves,
 )
 from ..study.settings import ImportanceSettings, PruneSettings, SweepSettings
+from .loading import load_study_model
 from .ranks import current_ranks
-from .split_sweep import SplitSweep, table_caption, write_result_rows
+from .scored_sweep import open_split_sweep
+from .split_sweep import table_caption, write_result_rows
 
 IMPORTANCE_DIR = "importance"
 RESULT_COLUMNS = ("config", "spec", "bleu", "delta", "bleu_tokenized", "bleu_sacrebleu", "p_value", "significant",
                   "ci_low", "ci_high")
+TEST_COLUMNS = ("p_value", "significant", "ci_low", "ci_high")
 
 
 class ImportanceStore:
     """Importance per mask under OUT/importance, estimated once and reused on rerun."""
 
-    def __init__(self, sweep: SweepSettings, importance: ImportanceSettings, task, model,
+    def __init__(self, sweep: SweepSettings, importance: ImportanceSettings, cfg, task, model,
                  base_mask: Optional[HeadMask]):
         self.importance_settings, self.task, self.model, self.base_mask = importance, task, model, base_mask
+        self.cfg, self.family = cfg, sweep.family
         self.progress = sweep.progress
         self.directory = os.path.join(sweep.out_dir, IMPORTANCE_DIR)
         self.identity = {
@@ -76,9 +82,7 @@ class ImportanceStore:
                 )
             return result.importance
         if self._estimator is None:
-            from .scoring import ImportanceEstimator
-
-            self._estimator = ImportanceEstimator(self.task, self.model, self.importance_settings)
+            self._estimator = self._build_estimator()
         result = self._estimator.estimate(
             combine_masks(self.base_mask, head_mask), progress=self.progress, description=description
         )
@@ -88,13 +92,24 @@ class ImportanceStore:
             write_importance_json(result, path)
         return result.importance
 
+    def _build_estimator(self):
+        """The translation criterion's estimator, or the classifier's or LM's (one process: no sharding)."""
+        if self.family == TRANSLATION_FAMILY:
+            from .scoring import ImportanceEstimator
+
+            return ImportanceEstimator(self.task, self.model, self.importance_settings)
+        from .scored_importance import ExampleImportanceEstimator, study_criterion
+
+        criterion = study_criterion(self.family, self.cfg, self.task)
+        return ExampleImportanceEstimator(self.family, self.task, self.model, criterion, self.importance_settings)
+
 
 @dataclass
 class PruneOutcome:
     """What a finished pruning study reports."""
 
     split: str
-    baseline_bleu: float
+    baseline_score: float  # in the study's metric (BLEU, accuracy, MCC or perplexity)
     curve_summary: List[Dict[str, object]] = field(default_factory=list)  # one row per (scope, order, step)
     step_rows: List[Dict[str, object]] = field(default_factory=list)  # one row per step (and draw)
     budget_summary: List[Dict[str, object]] = field(default_factory=list)
@@ -106,16 +121,13 @@ def run_prune(settings: PruneSettings) -> Optional[PruneOutcome]:
     """The whole study of one checkpoint (None on ranks other than 0, which only do their share)."""
     from ..modules.masked_multihead_attention import current_head_mask, head_layout
     from ..study.importance import read_importance_file
-    from .loading import load_task_and_model
 
     sweep_settings = settings.sweep
     ablation_rows = read_ablation_rows(settings.ablation_file) if "ablation" in settings.orders else None
     if settings.importance_file and not os.path.isfile(settings.importance_file):
         raise StudyError(f"--importance file not found: {settings.importance_file}")
 
-    cfg, task, model = load_task_and_model(
-        sweep_settings.data, sweep_settings.checkpoint, sweep_settings.generation_args, cpu=sweep_settings.cpu
-    )
+    cfg, task, model = load_study_model(sweep_settings, sweep_settings.data)
     layout = head_layout(model)
     budgets = [parse_layer_budget(text, layout) for text in settings.layer_budgets]
     budgets += [parse_type_budget(text, layout) for text in settings.type_budgets]
@@ -129,7 +141,9 @@ def run_prune(settings: PruneSettings) -> Optional[PruneOutcome]:
     base_mask = current_head_mask(model)
     os.makedirs(sweep_settings.out_dir, exist_ok=True)
     needs_store = "iterative" in settings.orders or ("importance" in settings.orders and given is None)
-    store = ImportanceStore(sweep_settings, settings.curve.importance, task, model, base_mask) if needs_store else None
+    store = (
+        ImportanceStore(sweep_settings, settings.curve.importance, cfg, task, model, base_mask) if needs_store else None
+    )
 
     def importance_of(pruned, description):
         if not pruned and given is not None:
@@ -140,6 +154,7 @@ def run_prune(settings: PruneSettings) -> Optional[PruneOutcome]:
         layout, settings.orders, settings.scopes, importance_of, normalize=not settings.curve.raw_importance,
         step_percent=settings.curve.step_percent, max_percent=settings.curve.max_percent,
         ablation_rows=ablation_rows, ablation_source=f"--ablation {settings.ablation_file}",
+        higher_is_better=sweep_settings.metric.higher_is_better,
         draws=settings.draws, seed=settings.pruning_seed,
     )
     budget_draws = plan_budgets(budgets, layout, settings.pruning_seed, settings.draws)
@@ -148,7 +163,7 @@ def run_prune(settings: PruneSettings) -> Optional[PruneOutcome]:
     for head_mask in [s.head_mask for s in steps] + [mask for _, _, mask in budget_draws]:
         configs.setdefault(mask_name(head_mask), HeadConfig(mask_name(head_mask), head_mask))
     split = sweep_settings.gen_subset
-    sweep = SplitSweep(sweep_settings, cfg, task, model, split, split, sweep_settings.references)
+    sweep = open_split_sweep(sweep_settings, cfg, task, model, split, split, sweep_settings.references)
     translated = sweep.run(list(configs.values()), base_mask)
     if not current_ranks().is_main:
         return None  # rank 0 tests and writes
@@ -170,7 +185,7 @@ def run_prune(settings: PruneSettings) -> Optional[PruneOutcome]:
             "ablation": os.path.abspath(settings.ablation_file) if settings.ablation_file else None,
         }
     )
-    outcome = PruneOutcome(split, reported_bleu(baseline, sweep_settings.bleu))
+    outcome = PruneOutcome(split, sweep.baseline_score(baseline))
     if steps:
         _write_curves(settings, steps, by_config, record, outcome)
     if budget_draws:
@@ -178,8 +193,18 @@ def run_prune(settings: PruneSettings) -> Optional[PruneOutcome]:
     return outcome
 
 
-def _result_columns(row: Dict[str, object]) -> Dict[str, object]:
-    return {key: row[key] for key in RESULT_COLUMNS}
+def _result_columns(row: Dict[str, object], sweep: SweepSettings) -> Dict[str, object]:
+    """A step's result: the translation columns, or the metric's own (with the loss per token for perplexity)."""
+    if sweep.family == TRANSLATION_FAMILY:
+        return {key: row[key] for key in RESULT_COLUMNS}
+    column = sweep.metric.column
+    keys = ("config", "spec", column, "delta") + (("loss",) if "loss" in row else ()) + TEST_COLUMNS
+    return {key: row[key] for key in keys}
+
+
+def _axis_label(sweep: SweepSettings) -> str:
+    what = f"{sweep.bleu} BLEU" if sweep.family == TRANSLATION_FAMILY else sweep.metric.label
+    return f"{what} on {sweep.gen_subset}"
 
 
 def _write_curves(settings: PruneSettings, steps: Sequence[PruneStep], by_config, record, outcome: PruneOutcome):
@@ -198,19 +223,20 @@ def _write_curves(settings: PruneSettings, steps: Sequence[PruneStep], by_config
                 "scope": step.scope, "order": step.order, "draw": step.draw, "step": step.step,
                 "pruned": step.pruned, "total": step.total, "percent": step.percent,
             }
-            row.update(_result_columns(by_config[step.config_name]))
+            row.update(_result_columns(by_config[step.config_name], settings.sweep))
             rows.append(row)
         write_result_rows(os.path.join(out, f"prune_steps.{scope}"), rows, record)
         outcome.step_rows += rows
-        summary = summarize_curves(rows)
+        column = settings.sweep.metric.column
+        summary = summarize_curves(rows, column)
         outcome.curve_summary += summary
         write_result_rows(os.path.join(out, f"prune_curves.{scope}"), summary, record)
         plot_pruning_curves(
-            summary, scope, outcome.baseline_bleu, os.path.join(out, f"prune_curves.{scope}.png"),
-            f"{settings.sweep.bleu} BLEU on {settings.sweep.gen_subset}",
+            summary, scope, outcome.baseline_score, os.path.join(out, f"prune_curves.{scope}.png"),
+            _axis_label(settings.sweep), column=column, metric_label=settings.sweep.metric.label,
         )
         outcome.curve_files.append(f"prune_curves.{scope}.{{tsv,json,png}} prune_steps.{scope}.{{tsv,json}}")
-    outcome.curve_files += _write_combined_curves(settings.sweep, outcome.baseline_bleu)
+    outcome.curve_files += _write_combined_curves(settings.sweep, outcome.baseline_score)
 
 
 def curves_of(out_dir: str, scope: str) -> List[Dict[str, object]]:
@@ -222,16 +248,18 @@ def curves_of(out_dir: str, scope: str) -> List[Dict[str, object]]:
         return json.load(stream)["rows"]
 
 
-def _write_combined_curves(sweep: SweepSettings, baseline_bleu: float) -> List[str]:
+def _write_combined_curves(sweep: SweepSettings, baseline_score: float) -> List[str]:
     """prune_curves.md and prune_types.png from every scope's curves in the output directory."""
     from ..study.plots import plot_pruning_by_type
 
-    out = sweep.out_dir
+    out, metric = sweep.out_dir, sweep.metric
     summary = [row for scope in SCOPES for row in curves_of(out, scope)]
     caption = table_caption(
-        sweep, "BLEU as more and more heads are pruned (random: mean ± std over its draws)", sweep.gen_subset,
+        sweep, f"{metric.label} as more and more heads are pruned (random: mean ± std over its draws)",
+        sweep.gen_subset,
     )
-    write_text(markdown_curves(summary, baseline_bleu, caption), os.path.join(out, "prune_curves.md"))
+    write_text(markdown_curves(summary, baseline_score, caption, metric.column, metric.label),
+               os.path.join(out, "prune_curves.md"))
     written = ["prune_curves.md"]
     types = {r["scope"] for r in summary if r["scope"] != "all"}
     if types:
@@ -239,8 +267,8 @@ def _write_combined_curves(sweep: SweepSettings, baseline_bleu: float) -> List[s
         shared = [o for o in ORDERS if all(any(r["scope"] == t and r["order"] == o for r in summary) for t in types)]
         if shared:
             plot_pruning_by_type(
-                summary, shared[0], baseline_bleu, os.path.join(out, "prune_types.png"),
-                f"{sweep.bleu} BLEU on {sweep.gen_subset}",
+                summary, shared[0], baseline_score, os.path.join(out, "prune_types.png"), _axis_label(sweep),
+                column=metric.column, metric_label=metric.label,
             )
             written.append("prune_types.png")
     return written
@@ -252,16 +280,18 @@ def _write_budgets(settings: PruneSettings, layout, budget_draws, by_config, rec
     for budget, draw, head_mask in budget_draws:
         row = {"budget": budget.label, "kind": budget.kind, "draw": draw,
                "percent": budget.pruned_percent(layout)}
-        row.update(_result_columns(by_config[mask_name(head_mask)]))
+        row.update(_result_columns(by_config[mask_name(head_mask)], settings.sweep))
         rows.append(row)
     write_result_rows(os.path.join(out, "budgets"), rows, record)
-    summary = summarize_budgets(rows)
+    metric = settings.sweep.metric
+    summary = summarize_budgets(rows, metric.column)
     write_rows_tsv(summary, os.path.join(out, "budgets_summary.tsv"))
     write_json({"settings": record, "rows": summary}, os.path.join(out, "budgets_summary.json"), indent=1)
     caption = table_caption(
         settings.sweep, f"Heads kept at random within each budget (mean ± std over {settings.draws} draws)",
         settings.sweep.gen_subset,
     )
-    write_text(markdown_budgets(summary, outcome.baseline_bleu, caption), os.path.join(out, "budgets_summary.md"))
+    write_text(markdown_budgets(summary, outcome.baseline_score, caption, metric.column, metric.label),
+               os.path.join(out, "budgets_summary.md"))
     outcome.budget_summary = summary
     outcome.budget_files = (f"{os.path.join(out, 'budgets')}.{{tsv,json}} budgets_summary.{{tsv,json,md}}")

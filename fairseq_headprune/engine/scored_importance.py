@@ -12,6 +12,7 @@ pass of the summed loss gives every example's dL(x)/dxi at once: examples do
 not interact in these models.
 """
 
+import contextlib
 import os
 from typing import Optional
 
@@ -63,12 +64,11 @@ def load_language_model(data: str, checkpoint: str, head_mask: Optional[str] = N
     mode, tokens per sample), so an example is a sample as the model was
     trained on it.
     """
-    from fairseq.criterions.cross_entropy import CrossEntropyCriterion
-
+    from ..constants import LANGUAGE_MODEL_FAMILY
     from ..tasks.headprune_language_modeling import TASK_NAME
 
-    task, model, _ = _load_with_saved_task(data, checkpoint, TASK_NAME, head_mask, cpu, "language model")
-    return task, model, CrossEntropyCriterion(task, sentence_avg=False)
+    task, model, cfg = _load_with_saved_task(data, checkpoint, TASK_NAME, head_mask, cpu, "language model")
+    return task, model, study_criterion(LANGUAGE_MODEL_FAMILY, cfg, task)
 
 
 def example_importance(model, criterion, samples, layout) -> torch.Tensor:
@@ -97,6 +97,50 @@ def example_importance(model, criterion, samples, layout) -> torch.Tensor:
     return total, count
 
 
+class ExampleImportanceEstimator:
+    """I_h of a classifier or LM under any mask, with the estimation samples batched once.
+
+    The counterpart of ``scoring.ImportanceEstimator`` (translation) for
+    ``prune``'s importance orders and the importance command.
+    """
+
+    def __init__(self, family: str, task, model, criterion, settings: ImportanceSettings):
+        from ..modules.masked_multihead_attention import head_layout
+        from .loading import iterate_samples, model_device, split_batches
+
+        kind = "a classifier" if family == CLASSIFIER_FAMILY else "a language model"
+        if settings.granularity != "sentence":
+            raise StudyError(
+                f"{settings.option('granularity')} {settings.granularity}: {kind} is scored per example here; "
+                "use sentence"
+            )
+        if settings.loss != "nll":
+            raise StudyError(f"{settings.option('loss')}: {kind} is scored with its own criterion's loss; drop it")
+        self.task, self.model, self.criterion, self.settings = task, model, criterion, settings
+        self.layout = head_layout(model)
+        self.samples = []
+        for subset in settings.subsets:
+            dataset, batches = split_batches(
+                task, subset, settings.max_tokens, settings.max_sentences or 32, settings.limit
+            )
+            self.samples += list(iterate_samples(dataset, batches, model_device(model)))
+
+    def estimate(self, head_mask=None, progress: bool = True, description: str = "importance") -> ImportanceResult:
+        """Importance with ``head_mask`` set (None: the model's own mask); sentence level."""
+        from ..modules.masked_multihead_attention import head_mask_applied
+
+        with head_mask_applied(self.model, head_mask) if head_mask is not None else contextlib.nullcontext():
+            total, count = example_importance(self.model, self.criterion, self.samples, self.layout)
+        return ImportanceResult(
+            importance={next(iter(self.layout)): (total / count).float()}, granularity="sentence", count=count,
+            settings={
+                "subsets": list(self.settings.subsets), "sentences": count, "limit": self.settings.limit,
+                "loss": self.criterion.__class__.__name__, "task": self.task.__class__.__name__,
+                "torch": torch.__version__,
+            },
+        )
+
+
 def run_example_importance(
     family: str,
     data: str,
@@ -108,37 +152,28 @@ def run_example_importance(
     progress: bool = True,
 ) -> ImportanceResult:
     """The importance command's result for a classifier or an LM: sentence (example) level, the criterion's loss."""
-    from ..modules.masked_multihead_attention import current_head_mask, head_layout
-    from .loading import iterate_samples, model_device, split_batches
+    from ..modules.masked_multihead_attention import current_head_mask
     from .scoring import single_head_loss_increase
 
-    kind = "a classifier" if family == CLASSIFIER_FAMILY else "a language model"
-    if settings.granularity != "sentence":
-        raise StudyError(f"--granularity {settings.granularity}: {kind} is scored per example here; use sentence")
-    if settings.loss != "nll":
-        raise StudyError(f"--loss: {kind} is scored with its own criterion's loss; drop --loss")
     load = load_classifier if family == CLASSIFIER_FAMILY else load_language_model
     task, model, criterion = load(data, checkpoint, head_mask, cpu)
-    layout = head_layout(model)
-    samples = []
-    for subset in settings.subsets:
-        dataset, batches = split_batches(
-            task, subset, settings.max_tokens, settings.max_sentences or 32, settings.limit
-        )
-        samples += list(iterate_samples(dataset, batches, model_device(model)))
-    total, count = example_importance(model, criterion, samples, layout)
-    result = ImportanceResult(
-        importance={next(iter(layout)): (total / count).float()}, granularity="sentence", count=count,
-        settings={
-            "subsets": list(settings.subsets), "sentences": count, "limit": settings.limit,
-            "loss": criterion.__class__.__name__, "task": task.__class__.__name__,
-            "checkpoint": os.path.abspath(checkpoint), "data": os.path.abspath(data), "head_mask": head_mask,
-            "torch": torch.__version__,
-        },
+    estimator = ExampleImportanceEstimator(family, task, model, criterion, settings)
+    result = estimator.estimate(progress=progress)
+    result.settings.update(
+        {"checkpoint": os.path.abspath(checkpoint), "data": os.path.abspath(data), "head_mask": head_mask}
     )
     if loss_ablation:
         result.loss_increase, base_loss = single_head_loss_increase(
-            model, criterion, samples, current_head_mask(model), layout, progress=progress
+            model, criterion, estimator.samples, current_head_mask(model), estimator.layout, progress=progress
         )
         result.settings["loss_ablation_base_loss_per_token"] = base_loss
     return result
+
+
+def study_criterion(family: str, cfg, task):
+    """The loss a prune study's importance differentiates: the classifier's criterion, or an LM's summed cross-entropy."""
+    from fairseq.criterions.cross_entropy import CrossEntropyCriterion
+
+    if family == CLASSIFIER_FAMILY:
+        return task.build_criterion(cfg.criterion)
+    return CrossEntropyCriterion(task, sentence_avg=False)

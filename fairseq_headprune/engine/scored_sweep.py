@@ -16,8 +16,17 @@ from ..study.ablation import BASELINE, ConfigScores, HeadConfig, compare_with_ba
 from ..study.head_mask import HeadMask
 from ..study.settings import SweepSettings
 from .example_scorer import SplitScorer
-from .split_sweep import SWEEPS_DIR, check_out_dir
+from .split_sweep import SWEEPS_DIR, SplitSweep, check_out_dir
 from .sweep import run_sweep
+
+
+def open_split_sweep(settings: SweepSettings, cfg, task, model, split: str, name: str, references=None):
+    """The split's sweep: beam search and BLEU, or examples scored by the classifier's or LM's metric."""
+    from ..constants import TRANSLATION_FAMILY
+
+    if settings.family == TRANSLATION_FAMILY:
+        return SplitSweep(settings, cfg, task, model, split, name, references)
+    return ScoredSplitSweep(settings, cfg, task, model, split, name)
 
 
 class ScoredSplitSweep:

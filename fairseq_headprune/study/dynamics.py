@@ -59,8 +59,9 @@ def epoch_checkpoints(directory: str, epochs: Optional[Sequence[int]] = None) ->
     return found
 
 
-def relative_rows(epoch: int, checkpoint: str, unpruned: float, curve: Sequence[Dict[str, object]]):
-    """One row per pruning level: BLEU relative to the same epoch's unpruned BLEU."""
+def relative_rows(epoch: int, checkpoint: str, unpruned: float, curve: Sequence[Dict[str, object]],
+                  column: str = "bleu"):
+    """One row per pruning level: the score (BLEU, or ``column``) relative to the same epoch's unpruned score."""
     rows = []
     for point in sorted(curve, key=lambda r: r["step"]):
         rows.append(
@@ -70,9 +71,9 @@ def relative_rows(epoch: int, checkpoint: str, unpruned: float, curve: Sequence[
                 "level": point["step"],
                 "pruned": point["pruned"],
                 "percent": point["percent"],
-                "bleu": point["bleu"],
-                "unpruned_bleu": unpruned,
-                "relative": point["bleu"] / unpruned if unpruned > 0 else float("nan"),
+                column: point[column],
+                f"unpruned_{column}": unpruned,
+                "relative": point[column] / unpruned if unpruned > 0 else float("nan"),
                 "p_value": point.get("p_value"),
                 "significant": point.get("significant"),
             }
@@ -88,9 +89,10 @@ class DynamicsGrid:
     levels: List[int]  # 0 is the unpruned model
     percent: Dict[int, float]  # level -> % of the heads pruned
     cell: Dict[Tuple[int, int], Dict[str, object]]  # (epoch, level) -> row
+    unpruned_key: str = "unpruned_bleu"  # unpruned_<metric column>
 
-    def unpruned_bleu(self, epoch: int) -> float:
-        return self.cell[(epoch, self.levels[0])]["unpruned_bleu"]
+    def unpruned_score(self, epoch: int) -> float:
+        return self.cell[(epoch, self.levels[0])][self.unpruned_key]
 
 
 def dynamics_grid(rows: Sequence[Dict[str, object]]) -> DynamicsGrid:
@@ -99,18 +101,19 @@ def dynamics_grid(rows: Sequence[Dict[str, object]]) -> DynamicsGrid:
         levels=sorted({r["level"] for r in rows}),
         percent={r["level"]: r["percent"] for r in rows},
         cell={(r["epoch"], r["level"]): r for r in rows},
+        unpruned_key=next(key for key in rows[0] if key.startswith("unpruned_")),
     )
 
 
-def markdown_dynamics(rows: Sequence[Dict[str, object]], caption: str) -> str:
-    """Epochs down, pruning levels across: BLEU as % of the epoch's unpruned BLEU."""
+def markdown_dynamics(rows: Sequence[Dict[str, object]], caption: str, label: str = "BLEU") -> str:
+    """Epochs down, pruning levels across: the score as % of the epoch's unpruned score."""
     grid = dynamics_grid(rows)
-    lines = [f"{caption}\n\n", "| epoch | unpruned BLEU | "
+    lines = [f"{caption}\n\n", f"| epoch | unpruned {label} | "
              + " | ".join(f"{grid.percent[k]:.0f}%" for k in grid.levels) + " |\n"]
     lines.append("|---:|---:|" + "---:|" * len(grid.levels) + "\n")
     for epoch in grid.epochs:
         cells = [
             f"{100 * grid.cell[(epoch, k)]['relative']:.1f}" if (epoch, k) in grid.cell else "" for k in grid.levels
         ]
-        lines.append(f"| {epoch} | {grid.unpruned_bleu(epoch):.2f} | " + " | ".join(cells) + " |\n")
+        lines.append(f"| {epoch} | {grid.unpruned_score(epoch):.2f} | " + " | ".join(cells) + " |\n")
     return "".join(lines)

@@ -160,29 +160,30 @@ _ORDER_STYLES = {
 }
 
 
-def _curve(axis, points, label: str, **style) -> None:
+def _curve(axis, points, label: str, column: str = "bleu", **style) -> None:
     points = sorted(points, key=lambda r: r["percent"])
     x = [r["percent"] for r in points]
-    y = [r["bleu"] for r in points]
+    y = [r[column] for r in points]
     axis.plot(x, y, label=label, markersize=4, **style)
     if any(r["draws"] > 1 for r in points):
-        low = [r["bleu"] - r["bleu_std"] for r in points]
-        high = [r["bleu"] + r["bleu_std"] for r in points]
+        low = [r[column] - r[column + "_std"] for r in points]
+        high = [r[column] + r[column + "_std"] for r in points]
         axis.fill_between(x, low, high, color=style.get("color"), alpha=0.2, linewidth=0)
 
 
-def plot_pruning_curves(summary, scope: str, baseline_bleu: float, path: str, ylabel: str) -> None:
-    """Figure 3 of the paper: BLEU against % of heads pruned, one line per order."""
+def plot_pruning_curves(summary, scope: str, baseline_bleu: float, path: str, ylabel: str, column: str = "bleu",
+                        metric_label: str = "BLEU") -> None:
+    """Figure 3 of the paper: the score (BLEU, or ``column``) against % of heads pruned, one line per order."""
     from ..constants import ORDERS
-    from .pruning import ORDER_TITLES
+    from .pruning import order_title
 
     plt = _pyplot()
     figure, axis = plt.subplots(figsize=(5.2, 3.6))
     for order in ORDERS:
         points = [r for r in summary if r["scope"] == scope and r["order"] == order]
         if points:
-            label = ORDER_TITLES[order] + (f" (mean ± std, {points[0]['draws']} draws)" if order == "random" else "")
-            _curve(axis, points, label, **_ORDER_STYLES[order])
+            label = order_title(order, metric_label) + (f" (mean ± std, {points[0]['draws']} draws)" if order == "random" else "")
+            _curve(axis, points, label, column, **_ORDER_STYLES[order])
     axis.axhline(baseline_bleu, color="black", linestyle="--", linewidth=0.8, label="unpruned")
     heads = next(r["total"] for r in summary if r["scope"] == scope)
     what = "all heads" if scope == "all" else f"{TYPE_TITLES[scope]} heads"
@@ -194,9 +195,10 @@ def plot_pruning_curves(summary, scope: str, baseline_bleu: float, path: str, yl
     plt.close(figure)
 
 
-def plot_pruning_by_type(summary, order: str, baseline_bleu: float, path: str, ylabel: str) -> None:
+def plot_pruning_by_type(summary, order: str, baseline_bleu: float, path: str, ylabel: str,
+                         column: str = "bleu", metric_label: str = "BLEU") -> None:
     """Figure 4 of the paper: pruning one attention type at a time, one line per type."""
-    from .pruning import ORDER_TITLES
+    from .pruning import order_title
 
     plt = _pyplot()
     figure, axis = plt.subplots(figsize=(5.2, 3.6))
@@ -204,21 +206,21 @@ def plot_pruning_by_type(summary, order: str, baseline_bleu: float, path: str, y
         points = [r for r in summary if r["scope"] == scope and r["order"] == order]
         if points:
             label = "all types" if scope == "all" else TYPE_TITLES[scope]
-            _curve(axis, points, label, linestyle=":" if scope == "all" else "-", marker="o")
+            _curve(axis, points, label, column, linestyle=":" if scope == "all" else "-", marker="o")
     axis.axhline(baseline_bleu, color="black", linestyle="--", linewidth=0.8, label="unpruned")
     axis.set_xlabel("% of the attention type's heads pruned")
     axis.set_ylabel(ylabel)
-    axis.set_title(f"order: {ORDER_TITLES[order]}", fontsize=9)
+    axis.set_title(f"order: {order_title(order, metric_label)}", fontsize=9)
     axis.set_xlim(left=0)
     axis.legend(fontsize=7)
     save_figure(figure, path)
     plt.close(figure)
 
 
-def plot_dynamics(rows, path: str, ylabel: str) -> None:
-    """Figure 5 of the paper: per pruning level, BLEU relative to the epoch's unpruned BLEU.
+def plot_dynamics(rows, path: str, ylabel: str, label: str = "BLEU") -> None:
+    """Figure 5 of the paper: per pruning level, the score (BLEU) relative to the epoch's unpruned score.
 
-    Epochs on a log scale; the upper panel shows each epoch's unpruned BLEU.
+    Epochs on a log scale; the upper panel shows each epoch's unpruned score.
     """
     from .dynamics import dynamics_grid
 
@@ -228,7 +230,7 @@ def plot_dynamics(rows, path: str, ylabel: str) -> None:
     figure, (top, bottom) = plt.subplots(
         2, 1, figsize=(5.6, 5.2), sharex=True, gridspec_kw={"height_ratios": [1, 2.4]}
     )
-    top.plot(epochs, [grid.unpruned_bleu(e) for e in epochs], color="black", marker="o", markersize=3)
+    top.plot(epochs, [grid.unpruned_score(e) for e in epochs], color="black", marker="o", markersize=3)
     top.set_ylabel(f"unpruned\n{ylabel}", fontsize=8)
     colors = plt.get_cmap("viridis")
     for index, level in enumerate(levels[1:]):
@@ -241,7 +243,7 @@ def plot_dynamics(rows, path: str, ylabel: str) -> None:
     bottom.set_xticks(epochs, [str(e) for e in epochs], fontsize=7)
     bottom.minorticks_off()
     bottom.set_xlabel("epoch (log scale)")
-    bottom.set_ylabel("BLEU, % of the epoch's unpruned BLEU")
+    bottom.set_ylabel(f"{label}, % of the epoch's unpruned {label}")
     bottom.legend(fontsize=6, ncol=3, loc="lower left")
     save_figure(figure, path)
     plt.close(figure)

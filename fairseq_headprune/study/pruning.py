@@ -39,6 +39,13 @@ ORDER_TITLES = {
     "random": "random",
 }
 
+
+
+def order_title(order: str, label: str = "BLEU") -> str:
+    """An order's title in tables and figures, naming the study's metric (``label``)."""
+    return ORDER_TITLES[order].replace("BLEU", label)
+
+
 # (attention type, 0-based layer, 0-based head)
 Head = Tuple[str, int, int]
 
@@ -98,12 +105,14 @@ def importance_scores(importance: Dict[str, torch.Tensor], normalize: bool = Tru
     }
 
 
-def ablation_scores(rows: Sequence[Dict[str, object]], layout: HeadLayout, scope: str, source: str) -> Dict[Head, float]:
-    """Pruning scores from a single-head ablation result: minus ΔBLEU.
+def ablation_scores(rows: Sequence[Dict[str, object]], layout: HeadLayout, scope: str, source: str,
+                    higher_is_better: bool = True) -> Dict[Head, float]:
+    """Pruning scores from a single-head ablation result: minus ΔBLEU (ΔBLEU, Δaccuracy; +Δperplexity).
 
-    The head whose masking cost the least BLEU (or gained the most) comes
-    first in ascending order. Every head of the scope must be in the result.
+    The head whose masking cost the least (or gained the most) comes first in
+    ascending order. Every head of the scope must be in the result.
     """
+    sign = -1.0 if higher_is_better else 1.0
     scores = {}
     for row in rows:
         key = (row.get("attention_type"), row.get("layer"), row.get("head"))
@@ -115,7 +124,7 @@ def ablation_scores(rows: Sequence[Dict[str, object]], layout: HeadLayout, scope
                 f"{source} scores {key[0]} layer {key[1]} head {key[2]}, which this model "
                 f"({key[0]} {layers}x{heads}) does not have"
             )
-        scores[(key[0], key[1] - 1, key[2] - 1)] = -float(row["delta"])
+        scores[(key[0], key[1] - 1, key[2] - 1)] = sign * float(row["delta"])
     missing = [h for h in heads_in_scope(layout, scope) if h not in scores]
     if missing:
         attention_type, layer, head = missing[0]
@@ -215,8 +224,12 @@ def plan_curves(
     ablation_source: str = "--ablation",
     draws: int = 1,
     seed: int = DEFAULT_PRUNING_SEED,
+    higher_is_better: bool = True,
 ) -> List[PruneStep]:
-    """Every step of every requested curve (scope x order, and draw for random), with its mask."""
+    """Every step of every requested curve (scope x order, and draw for random), with its mask.
+
+    ``higher_is_better``: the direction of the ablation result's metric (False for perplexity).
+    """
     steps: List[PruneStep] = []
     once = importance_of([], "importance") if {"importance", "iterative"} & set(orders) else None
     for scope in scopes:
@@ -226,7 +239,7 @@ def plan_curves(
             if order == "importance":
                 steps += curve_steps(layout, scope, order, ascending(importance_scores(once, normalize), candidates), counts)
             elif order == "ablation":
-                scores = ablation_scores(ablation_rows, layout, scope, ablation_source)
+                scores = ablation_scores(ablation_rows, layout, scope, ablation_source, higher_is_better)
                 steps += curve_steps(layout, scope, order, ascending(scores, candidates), counts)
             elif order == "random":
                 for draw in range(1, draws + 1):
@@ -269,37 +282,36 @@ def mean_and_std(values: Sequence[float]) -> Tuple[float, float]:
     return float(array.mean()), float(array.std(ddof=1)) if len(array) > 1 else 0.0
 
 
-def _summarize(rows, keys: Sequence[str], shared: Sequence[str]) -> List[Dict[str, object]]:
-    """Group rows by ``keys``; per group the ``shared`` fields, BLEU mean and std, draws, significant draws."""
+def _summarize(rows, keys: Sequence[str], shared: Sequence[str], column: str = "bleu") -> List[Dict[str, object]]:
+    """Group rows by ``keys``; per group the ``shared`` fields, the score's mean and std, draws, significant draws."""
     groups: Dict[tuple, List[Dict[str, object]]] = {}
     for row in rows:
         groups.setdefault(tuple(row[k] for k in keys), []).append(row)
     summary = []
     for key, members in groups.items():
-        mean, std = mean_and_std([m["bleu"] for m in members])
+        mean, std = mean_and_std([m[column] for m in members])
         delta, _ = mean_and_std([m["delta"] for m in members])
         entry = dict(zip(keys, key))
         entry.update({field: members[0][field] for field in shared})
-        entry.update(
-            bleu=mean, bleu_std=std, delta=delta, draws=len(members),
-            significant=sum(bool(m["significant"]) for m in members),
-        )
+        entry.update({column: mean, f"{column}_std": std, "delta": delta, "draws": len(members),
+                      "significant": sum(bool(m["significant"]) for m in members)})
         summary.append(entry)
     return summary
 
 
-def summarize_curves(rows: Sequence[Dict[str, object]]) -> List[Dict[str, object]]:
-    """One row per (scope, order, step): BLEU mean and standard deviation over draws."""
-    return _summarize(rows, ("scope", "order", "step"), ("pruned", "total", "percent"))
+def summarize_curves(rows: Sequence[Dict[str, object]], column: str = "bleu") -> List[Dict[str, object]]:
+    """One row per (scope, order, step): the score's (``column``'s) mean and standard deviation over draws."""
+    return _summarize(rows, ("scope", "order", "step"), ("pruned", "total", "percent"), column)
 
 
-def summarize_budgets(rows: Sequence[Dict[str, object]]) -> List[Dict[str, object]]:
-    """One row per budget: BLEU mean and standard deviation over draws."""
-    return _summarize(rows, ("budget",), ("kind", "percent"))
+def summarize_budgets(rows: Sequence[Dict[str, object]], column: str = "bleu") -> List[Dict[str, object]]:
+    """One row per budget: the score's mean and standard deviation over draws."""
+    return _summarize(rows, ("budget",), ("kind", "percent"), column)
 
 
-def markdown_curves(summary: Sequence[Dict[str, object]], baseline_bleu: float, caption: str) -> str:
-    """Per scope: % pruned by order, BLEU (mean ± std for random)."""
+def markdown_curves(summary: Sequence[Dict[str, object]], baseline_bleu: float, caption: str,
+                    column: str = "bleu", label: str = "BLEU") -> str:
+    """Per scope: % pruned by order, the score (mean ± std for random)."""
     parts = [f"{caption}\n"]
     for scope in SCOPES:
         rows = [r for r in summary if r["scope"] == scope]
@@ -307,36 +319,37 @@ def markdown_curves(summary: Sequence[Dict[str, object]], baseline_bleu: float, 
             continue
         orders = [o for o in ORDERS if any(r["order"] == o for r in rows)]
         total = rows[0]["total"]
-        parts.append(f"\n**{_scope_title(scope)}** ({total} heads; unpruned BLEU {baseline_bleu:.2f})\n\n")
-        parts.append("| heads pruned | % | " + " | ".join(ORDER_TITLES[o] for o in orders) + " |\n")
+        parts.append(f"\n**{_scope_title(scope)}** ({total} heads; unpruned {label} {baseline_bleu:.2f})\n\n")
+        parts.append("| heads pruned | % | " + " | ".join(order_title(o, label) for o in orders) + " |\n")
         parts.append("|---:|---:|" + "---:|" * len(orders) + "\n")
         for pruned in sorted({r["pruned"] for r in rows}):
             cells = []
             for order in orders:
                 match = [r for r in rows if r["order"] == order and r["pruned"] == pruned]
-                cells.append(_curve_cell(match[0]) if match else "")
+                cells.append(_curve_cell(match[0], column) if match else "")
             percent = 100.0 * pruned / total
             parts.append(f"| {pruned} | {percent:.1f} | " + " | ".join(cells) + " |\n")
     return "".join(parts)
 
 
-def _curve_cell(row: Dict[str, object]) -> str:
+def _curve_cell(row: Dict[str, object], column: str = "bleu") -> str:
     if row["draws"] > 1:
-        return f"{row['bleu']:.2f} ± {row['bleu_std']:.2f}"
-    text = f"{row['bleu']:.2f}"
+        return f"{row[column]:.2f} ± {row[column + '_std']:.2f}"
+    text = f"{row[column]:.2f}"
     return f"**{text}**" if row["significant"] else text
 
 
-def markdown_budgets(summary: Sequence[Dict[str, object]], baseline_bleu: float, caption: str) -> str:
+def markdown_budgets(summary: Sequence[Dict[str, object]], baseline_bleu: float, caption: str,
+                     column: str = "bleu", label: str = "BLEU") -> str:
     lines = [
         f"{caption}\n\n",
-        "| configuration (heads kept) | kind | % pruned | BLEU (mean ± std) | ΔBLEU | significant draws |\n",
+        f"| configuration (heads kept) | kind | % pruned | {label} (mean ± std) | Δ{label} | significant draws |\n",
         "|---|---|---:|---:|---:|---:|\n",
         f"| all heads | | 0.0 | {baseline_bleu:.2f} | | |\n",
     ]
     for row in summary:
         lines.append(
-            f"| `{row['budget']}` | {row['kind']} | {row['percent']:.1f} | {row['bleu']:.2f} ± {row['bleu_std']:.2f} "
+            f"| `{row['budget']}` | {row['kind']} | {row['percent']:.1f} | {row[column]:.2f} ± {row[column + '_std']:.2f} "
             f"| {row['delta']:+.2f} | {row['significant']} of {row['draws']} |\n"
         )
     return "".join(lines)
