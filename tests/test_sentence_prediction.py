@@ -166,7 +166,28 @@ def test_importance_of_a_classifier_equals_explicit_autograd(classifier, tmp_pat
     assert torch.allclose(computed, reference, rtol=1e-4, atol=1e-7), (computed - reference).abs().max()
 
 
-def test_ablate_accuracy_equals_stock_fairseq_with_zeroed_columns(classifier, tmp_path):
+@pytest.fixture(scope="module")
+def classifier_study(classifier, tmp_path_factory):
+    """The BERT-side studies of the tiny classifier in one study directory, as run_demo.sh lays them out."""
+    data, checkpoint = str(classifier["data"]), str(classifier["checkpoint"])
+    study = tmp_path_factory.mktemp("classifier_study")
+    common = ["--gen-subset", "test", "--no-progress"]
+    consoles = {
+        "single": run(["fairseq-headprune", "ablate", data, "--path", checkpoint, "--out-dir", study / "ablation",
+                       "--test", "t-test", *common]).stdout,
+        "all-but-one": run(["fairseq-headprune", "ablate", data, "--path", checkpoint, "--out-dir",
+                            study / "ablation", "--mode", "all-but-one", "--select-subset", "valid", *common]).stdout,
+        "prune": run(["fairseq-headprune", "prune", data, "--path", checkpoint, "--out-dir", study / "pruning",
+                      "--orders", "importance", "--type-budget", "(4)", "--draws", "2", "--importance-subset", "valid",
+                      *common]).stdout,
+        "dynamics": run(["fairseq-headprune", "dynamics", data, "--checkpoints", classifier["root"] / "checkpoints",
+                         "--out-dir", study / "dynamics", "--importance-subset", "valid", "--max-percent", "50",
+                         *common]).stdout,
+    }
+    return {"dir": study, "console": consoles}
+
+
+def test_ablate_accuracy_equals_stock_fairseq_with_zeroed_columns(classifier, classifier_study, tmp_path):
     """Every single-head configuration's predictions are stock fairseq's on a model with that head's columns zeroed."""
     import json
 
@@ -176,10 +197,9 @@ def test_ablate_accuracy_equals_stock_fairseq_with_zeroed_columns(classifier, tm
     from fairseq_headprune.modules.masked_multihead_attention import head_layout
     from fairseq_headprune.study.head_mask import parse_head_mask
 
-    data, checkpoint, out = classifier["data"], classifier["checkpoint"], tmp_path / "ablate"
-    result = run(["fairseq-headprune", "ablate", str(data), "--path", str(checkpoint), "--gen-subset", "test",
-                  "--out-dir", str(out), "--test", "t-test", "--no-progress"])
-    assert "baseline accuracy" in result.stdout and "largest drop" in result.stdout
+    data, checkpoint, out = classifier["data"], classifier["checkpoint"], classifier_study["dir"] / "ablation"
+    console = classifier_study["console"]["single"]
+    assert "baseline accuracy" in console and "largest drop" in console
     table = json.loads((out / "single.json").read_text())
     assert list(table["rows"][0])[:7] == ["config", "attention_type", "layer", "head", "spec", "accuracy", "delta"]
     assert table["settings"]["test"]["test"] == "t-test" and len(table["rows"]) == 8
@@ -205,8 +225,6 @@ def test_ablate_accuracy_equals_stock_fairseq_with_zeroed_columns(classifier, tm
         expected = [labels[p + labels.nspecial] for p in logits.argmax(dim=1).tolist()]
         assert stored == [expected[i] for i in sorted(sample["id"].tolist())], row["spec"]
     # appendix A: the kept head of each layer chosen on another split
-    run(["fairseq-headprune", "ablate", str(data), "--path", str(checkpoint), "--gen-subset", "test",
-         "--mode", "all-but-one", "--select-subset", "valid", "--out-dir", str(out), "--no-progress"])
     best = json.loads((out / "all_but_one_best.json").read_text())
     assert [(e["layer"], "selected_accuracy" in e) for e in best["rows"]] == [(1, True), (2, True)]
 
@@ -224,15 +242,13 @@ def test_ablate_options_a_classifier_cannot_take_are_one_line(classifier, tmp_pa
     assert len(lines) == 1 and message in lines[0], lines
 
 
-def test_prune_a_classifier_by_importance_and_within_budgets(classifier, tmp_path):
+def test_prune_a_classifier_by_importance_and_within_budgets(classifier, classifier_study):
     """Every step's and budget draw's accuracy equals stock fairseq's model with those heads' columns zeroed."""
     import json
 
-    data, checkpoint, out = classifier["data"], classifier["checkpoint"], tmp_path / "prune"
-    result = run(["fairseq-headprune", "prune", str(data), "--path", str(checkpoint), "--gen-subset", "test",
-                  "--out-dir", str(out), "--orders", "importance", "--type-budget", "(4)", "--draws", "2",
-                  "--importance-subset", "valid", "--no-progress"])
-    assert result.stdout.startswith("unpruned accuracy ") and "accuracy" in result.stdout.splitlines()[-2]
+    data, checkpoint, out = classifier["data"], classifier["checkpoint"], classifier_study["dir"] / "pruning"
+    console = classifier_study["console"]["prune"]
+    assert console.startswith("unpruned accuracy ") and "accuracy" in console.splitlines()[-2]
     steps = json.loads((out / "prune_steps.all.json").read_text())["rows"]
     budgets = json.loads((out / "budgets.json").read_text())["rows"]
     assert len(budgets) == 2 and all(r["percent"] == 50.0 for r in budgets)
@@ -262,16 +278,12 @@ def stock_correctness(checkpoint, data, spec, split="test"):
     return (logits.argmax(dim=1) == sample["target"].view(-1)).double().numpy()
 
 
-def test_dynamics_of_a_classifier(classifier, tmp_path):
+def test_dynamics_of_a_classifier(classifier, classifier_study):
     """Each epoch's unpruned accuracy is its checkpoint's, by stock fairseq; levels are relative to it."""
     import json
 
-    out = tmp_path / "dynamics"
-    result = run(["fairseq-headprune", "dynamics", str(classifier["data"]), "--checkpoints",
-                  str(classifier["root"] / "checkpoints"), "--gen-subset", "test", "--out-dir", str(out),
-                  "--importance-subset", "valid", "--max-percent", "50", "--no-progress"])
-    assert "accuracy as % of each epoch's unpruned accuracy" in result.stdout
-    rows = json.loads((out / "dynamics.json").read_text())["rows"]
+    assert "accuracy as % of each epoch's unpruned accuracy" in classifier_study["console"]["dynamics"]
+    rows = json.loads((classifier_study["dir"] / "dynamics" / "dynamics.json").read_text())["rows"]
     assert sorted({r["epoch"] for r in rows}) == [1, 2]
     for row in rows:
         checkpoint = classifier["root"] / "checkpoints" / row["checkpoint"]
@@ -279,3 +291,16 @@ def test_dynamics_of_a_classifier(classifier, tmp_path):
             assert row["unpruned_accuracy"] == pytest.approx(100 * stock_correctness(checkpoint, classifier["data"],
                                                                                       "none").mean(), abs=1e-9)
         assert row["relative"] == pytest.approx(row["accuracy"] / row["unpruned_accuracy"])
+
+
+def test_report_of_a_classifier_study(classifier_study):
+    """The report reads the accuracy tables and holds them to the papers' BERT findings."""
+    import json
+
+    study = classifier_study["dir"]
+    run(["fairseq-headprune", "report", study])
+    report = (study / "report.md").read_text()
+    single = json.loads((study / "ablation" / "single.json").read_text())["settings"]
+    assert f"Baseline {single['baseline_accuracy']:.2f}; " in report and "heads change accuracy significantly" in report
+    assert "every layer within −0.96% accuracy with one head kept" in report  # the BERT finding, not WMT's
+    assert "40% of the heads pruned by importance" in report and "BLEU" not in report.split("## What reproduces")[0]

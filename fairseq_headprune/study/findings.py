@@ -6,13 +6,47 @@ numbers the study wrote, by a rule stated in the table (so a reader can
 disagree with the rule, not with the arithmetic); a finding whose results are
 missing is left out.  Plain logic: ``load(relative_path)`` returns a result
 file's JSON or None.
+
+A translation study is held to the papers' WMT findings, a classifier's to
+their BERT (MNLI) findings, in the study's own metric; the papers state none
+for language models, so an LM study has no findings table.
 """
 
 from typing import Callable, Dict, List, Optional
 
 from ..constants import ATTENTION_TYPES, TYPE_TITLES
+from .metrics import CLASSIFICATION_METRICS, Metric, metric_of_record
 
 Load = Callable[[str], Optional[dict]]
+
+# what the papers report, for the WMT model and for BERT on MNLI
+PAPER = {
+    "single": ("8 of 96 Enc-Enc heads significant; largest drop −0.53 BLEU",
+               "most of the 144 heads can be masked alone with little change in accuracy (Figure 1(b))"),
+    "all_but_one": ("every layer within −1.55 BLEU but Enc-Dec layer 6: −13.56",
+                    "every layer within −0.96% accuracy with one head kept, none significant (Table 3)"),
+    "selected": ("small differences between the two choices",
+                 "no significant change for 100% of the layers with the head chosen on held-out data"),
+    "cross_domain": ("positive correlation (newstest2013 vs MTNT)",
+                     "positive correlation (MNLI matched vs mismatched)"),
+    "pruned_share": ("20% of the heads pruned by importance with no noticeable loss",
+                     "40% of the heads pruned by importance with no noticeable loss"),
+}
+PRUNED_SHARE = (20, 40)  # % of the heads the papers prune with no noticeable loss (WMT, BERT)
+
+
+class _Study:
+    """The metric a study was scored with, and which of the papers' models it is held to."""
+
+    def __init__(self, metric: Metric):
+        self.metric, self.column, self.label = metric, metric.column, metric.label
+        self.bert = metric.name in CLASSIFICATION_METRICS
+
+    def paper(self, finding: str) -> str:
+        return PAPER[finding][self.bert]
+
+    def baseline(self, settings: Dict) -> Optional[float]:
+        return settings.get(f"baseline_{self.column}")
 
 
 def curve_point(rows: List[Dict], order: str, percent: float) -> Optional[Dict]:
@@ -21,7 +55,7 @@ def curve_point(rows: List[Dict], order: str, percent: float) -> Optional[Dict]:
     return min(points, key=lambda r: abs(r["percent"] - percent)) if points else None
 
 
-def _single(load: Load) -> Optional[List[str]]:
+def _single(load: Load, study: _Study) -> Optional[List[str]]:
     table = load("ablation/single.json")
     if not table:
         return None
@@ -30,83 +64,91 @@ def _single(load: Load) -> Optional[List[str]]:
     worst = min(rows, key=lambda r: r["delta"])
     return [
         "masking one head at a time rarely hurts significantly (Table 1)",
-        "8 of 96 Enc-Enc heads significant; largest drop −0.53 BLEU",
+        study.paper("single"),
         f"{len(dropping)} of {len(rows)} heads significantly worse; largest drop {worst['delta']:+.2f}",
         "fewer than half of the heads significantly worse",
         len(dropping) < len(rows) / 2,
     ]
 
 
-def _all_but_one(load: Load) -> List[List]:
+def _all_but_one(load: Load, study: _Study) -> List[List]:
     table = load("ablation/all_but_one_best.json")
     if not table:
         return []
     rows, settings = table["rows"], table["settings"]
-    baseline = settings.get("baseline_bleu")
+    baseline = study.baseline(settings)
     worst = min(rows, key=lambda r: r["delta"])
     findings = []
     if baseline:
         kept = [r for r in rows if baseline + r["delta"] >= 0.9 * baseline]
+        if study.bert:  # one attention type
+            finding, rule = "every layer can be reduced to one head (Table 3)", "more than half of the layers keep ≥ 90%"
+            verdict = len(kept) > len(rows) / 2
+        else:
+            finding = "most layers can be reduced to one head, but not the last Enc-Dec layer (Table 2)"
+            rule = "more than half of the layers keep ≥ 90%, and the most sensitive layer is Enc-Dec"
+            verdict = len(kept) > len(rows) / 2 and worst["attention_type"] == "enc-dec"
         findings.append([
-            "most layers can be reduced to one head, but not the last Enc-Dec layer (Table 2)",
-            "every layer within −1.55 BLEU but Enc-Dec layer 6: −13.56",
-            f"{len(kept)} of {len(rows)} layers keep ≥ 90% of BLEU with their best head; most sensitive: "
+            finding,
+            study.paper("all_but_one"),
+            f"{len(kept)} of {len(rows)} layers keep ≥ 90% of {study.label} with their best head; most sensitive: "
             f"{TYPE_TITLES[worst['attention_type']]} layer {worst['layer']} ({worst['delta']:+.2f})",
-            "more than half of the layers keep ≥ 90%, and the most sensitive layer is Enc-Dec",
-            len(kept) > len(rows) / 2 and worst["attention_type"] == "enc-dec",
+            rule,
+            verdict,
         ])
     if settings.get("select_subset") and all("selected_delta" in r for r in rows):
         gaps = [r["delta"] - r["selected_delta"] for r in rows]
         agree = sum(1 for r in rows if r.get("selected_head") == r["head"])
         findings.append([
             "the head chosen on held-out data generalises (appendix A)",
-            "small differences between the two choices",
+            study.paper("selected"),
             f"the head chosen on {settings['select_subset']} is the test set's best in {agree} of {len(rows)} "
-            f"layers; mean loss against the best {sum(gaps) / len(gaps):.2f} BLEU",
-            "mean loss against the test set's best ≤ 1 BLEU",
+            f"layers; mean loss against the best {sum(gaps) / len(gaps):.2f} {study.label}",
+            f"mean loss against the test set's best ≤ 1 {study.label}",
             sum(gaps) / len(gaps) <= 1.0,
         ])
     return findings
 
 
-def _cross_domain(load: Load) -> Optional[List]:
+def _cross_domain(load: Load, study: _Study) -> Optional[List]:
     table = load("ablation/cross_domain.json")
     if not table:
         return None
     r = table["settings"]["pearson_r"]
     return [
         "a head's effect correlates across domains (Figure 2)",
-        "positive correlation (newstest2013 vs MTNT)",
-        f"Pearson r = {r:.2f} between ΔBLEU on the two test sets",
+        study.paper("cross_domain"),
+        f"Pearson r = {r:.2f} between Δ{study.label} on the two test sets",
         "r > 0.5",
         r > 0.5,
     ]
 
 
-def _curves(load: Load) -> List[List]:
+def _curves(load: Load, study: _Study) -> List[List]:
     table = load("pruning/prune_curves.all.json")
     if not table:
         return []
-    rows, baseline = table["rows"], table["settings"]["baseline_bleu"]
+    rows, baseline, column, label = table["rows"], study.baseline(table["settings"]), study.column, study.label
     findings = []
-    at_20 = curve_point(rows, "importance", 20)
-    if at_20 and baseline:
+    share = PRUNED_SHARE[study.bert]
+    at_share = curve_point(rows, "importance", share)
+    if at_share and baseline:
         findings.append([
             "a share of the heads can be pruned with little loss (Figure 3)",
-            "20% of the heads pruned by importance with no noticeable loss",
-            f"{at_20['percent']:.0f}% pruned by importance: BLEU {at_20['bleu']:.2f} "
-            f"({100 * at_20['bleu'] / baseline:.0f}% of {baseline:.2f})",
-            "≥ 95% of the unpruned BLEU at about 20% pruned",
-            at_20["bleu"] >= 0.95 * baseline,
+            study.paper("pruned_share"),
+            f"{at_share['percent']:.0f}% pruned by importance: {label} {at_share[column]:.2f} "
+            f"({100 * at_share[column] / baseline:.0f}% of {baseline:.2f})",
+            f"≥ 95% of the unpruned {label} at about {share}% pruned",
+            at_share[column] >= 0.95 * baseline,
         ])
     levels = sorted({r["percent"] for r in rows if 0 < r["percent"] <= 70.5})
     orders = {r["order"] for r in rows}
     if "ablation" in orders and "importance" in orders and levels:
-        mean = {o: sum(curve_point(rows, o, p)["bleu"] for p in levels) / len(levels) for o in ("importance", "ablation")}
+        mean = {o: sum(curve_point(rows, o, p)[column] for p in levels) / len(levels) for o in ("importance", "ablation")}
         findings.append([
             "importance is a better pruning order than single-head ablation scores (Figure 3)",
             "importance as good, and far cheaper",
-            f"mean BLEU over {levels[0]:.0f}-{levels[-1]:.0f}% pruned: importance {mean['importance']:.2f}, "
+            f"mean {label} over {levels[0]:.0f}-{levels[-1]:.0f}% pruned: importance {mean['importance']:.2f}, "
             f"ablation order {mean['ablation']:.2f}",
             "importance's mean ≥ the ablation order's",
             mean["importance"] >= mean["ablation"],
@@ -116,15 +158,15 @@ def _curves(load: Load) -> List[List]:
         findings.append([
             "random pruning does about as well as importance (Budhraja et al.)",
             "random within about 1 BLEU of importance up to 60% (BERT and NMT)",
-            f"{importance['percent']:.0f}% pruned: importance {importance['bleu']:.2f}, random "
-            f"{random['bleu']:.2f} ± {random['bleu_std']:.2f} ({random['draws']} draws)",
+            f"{importance['percent']:.0f}% pruned: importance {importance[column]:.2f}, random "
+            f"{random[column]:.2f} ± {random[column + '_std']:.2f} ({random['draws']} draws)",
             "importance within one std of random's mean",
-            abs(importance["bleu"] - random["bleu"]) <= max(random["bleu_std"], 1e-9),
+            abs(importance[column] - random[column]) <= max(random[column + "_std"], 1e-9),
         ])
     return findings
 
 
-def _types(load: Load) -> Optional[List]:
+def _types(load: Load, study: _Study) -> Optional[List]:
     last = {}
     for attention_type in ATTENTION_TYPES:
         table = load(f"pruning/prune_curves.{attention_type}.json")
@@ -143,7 +185,7 @@ def _types(load: Load) -> Optional[List]:
     ]
 
 
-def _dynamics(load: Load) -> Optional[List]:
+def _dynamics(load: Load, study: _Study) -> Optional[List]:
     table = load("dynamics/dynamics.json")
     if not table:
         return None
@@ -157,14 +199,14 @@ def _dynamics(load: Load) -> Optional[List]:
     return [
         "unimportant heads emerge as training goes on (Figure 5)",
         "early epochs lose BLEU linearly with pruning; later ones keep it",
-        f"{first['percent']:.0f}% pruned: {100 * first['relative']:.0f}% of BLEU kept at epoch {first['epoch']}, "
+        f"{first['percent']:.0f}% pruned: {100 * first['relative']:.0f}% of {study.label} kept at epoch {first['epoch']}, "
         f"{100 * last['relative']:.0f}% at epoch {last['epoch']}",
         "the last epoch keeps a larger share than the first scored one",
         last["relative"] > first["relative"],
     ]
 
 
-def _speed(load: Load) -> Optional[List]:
+def _speed(load: Load, study: _Study) -> Optional[List]:
     payload = load("shrink/speed.json")
     if not payload or not payload.get("measurements"):
         return None
@@ -181,27 +223,37 @@ def _speed(load: Load) -> Optional[List]:
     ]
 
 
-def _budgets(load: Load) -> Optional[List]:
+def _budgets(load: Load, study: _Study) -> Optional[List]:
     table = load("pruning/budgets_summary.json")
     if not table or len(table["rows"]) < 2:
         return None
-    rows = table["rows"]
-    best, worst = max(rows, key=lambda r: r["bleu"]), min(rows, key=lambda r: r["bleu"])
-    spread = max(r["bleu_std"] for r in rows)
+    rows, column = table["rows"], study.column
+    best, worst = max(rows, key=lambda r: r[column]), min(rows, key=lambda r: r[column])
+    spread = max(r[column + "_std"] for r in rows)
     return [
         "where the kept heads are does not matter (Budhraja et al. Tables 2, 3)",
         "no consistent preference between budgets",
-        f"best budget `{best['budget']}` {best['bleu']:.2f}, worst `{worst['budget']}` {worst['bleu']:.2f} "
+        f"best budget `{best['budget']}` {best[column]:.2f}, worst `{worst['budget']}` {worst[column]:.2f} "
         f"(largest std over draws {spread:.2f})",
         "best and worst budget within twice the largest std",
-        best["bleu"] - worst["bleu"] <= 2 * spread,
+        best[column] - worst[column] <= 2 * spread,
     ]
+
+
+# result files that record the metric the study was scored with
+_SCORED_FILES = ("ablation/single.json", "ablation/all_but_one_best.json", "pruning/prune_curves.all.json",
+                 "pruning/budgets_summary.json", "dynamics/dynamics.json")
 
 
 def paper_findings(load: Load) -> List[List]:
     """Rows of (finding, paper, this study, rule, reproduces) for every finding with results."""
-    found = [_single(load), *_all_but_one(load), _cross_domain(load), *_curves(load), _types(load),
-             _dynamics(load), _speed(load), _budgets(load)]
+    table = next((t for t in (load(path) for path in _SCORED_FILES) if t), None)
+    metric = metric_of_record(table["settings"]) if table else metric_of_record({})
+    if not metric.higher_is_better:
+        return []  # perplexity: the papers state no finding for language models
+    study = _Study(metric)
+    found = [_single(load, study), *_all_but_one(load, study), _cross_domain(load, study), *_curves(load, study),
+             _types(load, study), _dynamics(load, study), _speed(load, study), _budgets(load, study)]
     return [row for row in found if row is not None]
 
 

@@ -196,3 +196,11 @@ def loss_per_token(statistics: np.ndarray) -> float:
 
 # the metric a language-model study reports
 LANGUAGE_MODEL_METRICS: Dict[str, Metric] = {PERPLEXITY.name: PERPLEXITY}
+
+
+def metric_of_record(settings: Dict[str, object]) -> Metric:
+    """The metric a result file's settings were scored with: ``metric`` (classifier, LM) or ``bleu`` (translation)."""
+    name = settings.get("metric")
+    if name is None:
+        return BLEU_METRICS.get(settings.get("bleu", "tokenized"), TOKENIZED_BLEU)
+    return {**CLASSIFICATION_METRICS, **LANGUAGE_MODEL_METRICS}[name]

@@ -15,6 +15,7 @@ from ..constants import ATTENTION_TYPES
 from ..errors import StudyError
 from .files import write_text
 from .findings import curve_point, markdown_findings, paper_findings
+from .metrics import metric_of_record
 
 REPORT = "report.md"
 DEFAULT_TITLE = "fairseq-headprune study"
@@ -107,43 +108,51 @@ def _section_importance(study: _Study) -> str:
     return text + study.figure("importance/importance.png", "head importance") + study.command("importance")
 
 
+def _worst(rows, metric):
+    """The row whose change is the most harmful (the largest drop, or for perplexity the largest rise)."""
+    return (min if metric.higher_is_better else max)(rows, key=lambda r: r["delta"])
+
+
 def _section_single(study: _Study) -> str:
     table = study.json("ablation", "single.json")
     rows, settings = table["rows"], table["settings"]
+    metric = metric_of_record(settings)
+    label = metric.label
     significant = [r for r in rows if r["significant"]]
-    worst = min(rows, key=lambda r: r["delta"])
+    worst = _worst(rows, metric)
     alpha = settings["test"]["alpha"]
     text = (
         "## Masking one head at a time (Table 1, Figure 1)\n\n"
-        f"BLEU change on {settings['split']} when each head alone is masked; bold: significant at "
-        f"p < {alpha:g} ({settings['test']['test']}, {settings['test']['samples']} resamples). "
-        f"Baseline {settings['baseline_bleu']:.2f}; {len(significant)} of {len(rows)} heads change BLEU "
-        f"significantly; the largest drop is {worst['delta']:+.2f} ({worst['attention_type']} layer "
-        f"{worst['layer']} head {worst['head']}).\n\n"
+        f"{label[:1].upper() + label[1:]} change on {settings['split']} when each head alone is masked; bold: "
+        f"significant at p < {alpha:g} ({settings['test']['test']}, {settings['test']['samples']} resamples). "
+        f"Baseline {settings[f'baseline_{metric.column}']:.2f}; {len(significant)} of {len(rows)} heads change "
+        f"{label} significantly; the largest {'drop' if metric.higher_is_better else 'rise'} is "
+        f"{worst['delta']:+.2f} ({worst['attention_type']} layer {worst['layer']} head {worst['head']}).\n\n"
     )
     text += study.table("ablation/single.md")
-    text += study.figure("ablation/single_delta.png", "ΔBLEU per masked head")
-    text += study.figure("ablation/single_hist.png", "BLEU with one head masked")
+    text += study.figure("ablation/single_delta.png", f"Δ{label} per masked head")
+    text += study.figure("ablation/single_hist.png", f"{label} with one head masked")
     if study.exists("ablation", "cross_domain.json"):
         cross = study.json("ablation", "cross_domain.json")["settings"]
         per_type = ", ".join(f"{t} {v['r']:.2f}" for t, v in cross["pearson_per_type"].items())
         text += (
             "### The same on a domain-shifted test set (Figure 2)\n\n"
-            f"Each dot is a head: its ΔBLEU on {cross['split']} against that on {cross['cross_split']} "
-            f"(baseline {cross['cross_baseline_bleu']:.2f}). Pearson r = {cross['pearson_r']:.3f} "
+            f"Each dot is a head: its Δ{label} on {cross['split']} against that on {cross['cross_split']} "
+            f"(baseline {cross[f'cross_baseline_{metric.column}']:.2f}). Pearson r = {cross['pearson_r']:.3f} "
             f"(p = {cross['pearson_p']:.2g}); per type {per_type}.\n\n"
         )
-        text += study.figure("ablation/cross_domain.png", "ΔBLEU on two test sets")
+        text += study.figure("ablation/cross_domain.png", f"Δ{label} on two test sets")
     return text + study.command("ablate-single")
 
 
 def _section_all_but_one(study: _Study) -> str:
     table = study.json("ablation", "all_but_one_best.json")
     rows, settings = table["rows"], table["settings"]
-    worst = min(rows, key=lambda r: r["delta"])
+    metric = metric_of_record(settings)
+    worst = _worst(rows, metric)
     text = (
         "## Keeping one head per layer (Table 2, appendix A)\n\n"
-        f"Per layer, the best ΔBLEU on {settings['split']} when all heads but one are masked (the kept "
+        f"Per layer, the best Δ{metric.label} on {settings['split']} when all heads but one are masked (the kept "
         "head in brackets; bold: significant)"
     )
     if settings.get("select_subset"):
@@ -157,7 +166,7 @@ def _section_all_but_one(study: _Study) -> str:
         f"({worst['delta']:+.2f}).\n\n"
     )
     text += study.table("ablation/all_but_one_best.md")
-    text += study.figure("ablation/all_but_one_delta.png", "ΔBLEU when one head is kept")
+    text += study.figure("ablation/all_but_one_delta.png", f"Δ{metric.label} when one head is kept")
     return text + study.command("ablate-all-but-one")
 
 
@@ -166,13 +175,15 @@ def _section_pruning(study: _Study) -> str:
     if study.exists("pruning", "prune_curves.all.json"):
         curves = study.json("pruning", "prune_curves.all.json")
         summary, settings = curves["rows"], curves["settings"]
-        best_order = max({r["order"] for r in summary}, key=lambda o: curve_point(summary, o, 50)["bleu"])
+        metric = metric_of_record(settings)
+        column, sign = metric.column, 1.0 if metric.higher_is_better else -1.0
+        best_order = max({r["order"] for r in summary}, key=lambda o: sign * curve_point(summary, o, 50)[column])
         point = curve_point(summary, best_order, 50)
         text += (
-            f"BLEU on {settings['split']} as the heads are pruned, by order (random: mean ± std over "
-            f"{settings['draws']} draws, band: ±1 std); dashed: unpruned ({settings['baseline_bleu']:.2f}). "
-            f"At {point['percent']:.0f}% of the heads pruned the best order is {best_order} "
-            f"({point['bleu']:.2f}).\n\n"
+            f"{metric.label[:1].upper() + metric.label[1:]} on {settings['split']} as the heads are pruned, by "
+            f"order (random: mean ± std over {settings['draws']} draws, band: ±1 std); dashed: unpruned "
+            f"({settings[f'baseline_{column}']:.2f}). At {point['percent']:.0f}% of the heads pruned the best "
+            f"order is {best_order} ({point[column]:.2f}).\n\n"
         )
         text += study.figure("pruning/prune_curves.all.png", "pruning curves, all heads")
         text += study.command("prune-all")
@@ -194,8 +205,8 @@ def _section_pruning(study: _Study) -> str:
     if study.exists("pruning", "budgets_summary.md"):
         text += (
             "### Random heads within budgets (Budhraja et al.)\n\n"
-            "Heads kept per layer (one digit per layer of Enc-Enc, Enc-Dec, Dec-Dec) or per type; the heads "
-            "are drawn at random within the budget.\n\n"
+            "Heads kept per layer (one digit per layer, a group per attention type: Enc-Enc, Enc-Dec, Dec-Dec "
+            "as the model has them) or per type; the heads are drawn at random within the budget.\n\n"
         )
         text += study.table("pruning/budgets_summary.md")
     return text + study.command("prune-types")
@@ -228,19 +239,21 @@ def _section_dynamics(study: _Study) -> str:
     table = study.json("dynamics", "dynamics.json")
     rows, settings = table["rows"], table["settings"]
     epochs = sorted({r["epoch"] for r in rows})
+    metric = metric_of_record(settings)
+    label, verb = metric.label, ("keeps" if metric.higher_is_better else "is at")
     level = max(r["level"] for r in rows if r["percent"] <= 50.0 + 1e-9)
-    # an epoch whose unpruned model scores 0 has no relative BLEU
+    # an epoch whose unpruned model scores 0 has no relative score
     at_level = {r["epoch"]: r for r in rows if r["level"] == level and r["relative"] == r["relative"]}
     scored = [e for e in epochs if e in at_level]
     if not scored:
-        raise ValueError("no epoch has a BLEU above 0")
+        raise ValueError(f"no epoch has a {label} above 0")
     first, last = at_level[scored[0]], at_level[scored[-1]]
     text = (
         "## Importance over training (Figure 5)\n\n"
         f"At each epoch's checkpoint, importance is estimated on that checkpoint and the least important heads "
-        f"are pruned; each line is a pruning level, its BLEU on {settings['split']} as % of the same epoch's "
-        f"unpruned BLEU, which the upper panel shows. With {first['percent']:.0f}% of the heads pruned the model "
-        f"keeps {100 * first['relative']:.1f}% of its BLEU at epoch {first['epoch']} and "
+        f"are pruned; each line is a pruning level, its {label} on {settings['split']} as % of the same epoch's "
+        f"unpruned {label}, which the upper panel shows. With {first['percent']:.0f}% of the heads pruned the "
+        f"model {verb} {100 * first['relative']:.1f}% of its {label} at epoch {first['epoch']} and "
         f"{100 * last['relative']:.1f}% at epoch {last['epoch']}.\n\n"
     )
     text += study.figure("dynamics/dynamics.png", "pruning curves over training")
