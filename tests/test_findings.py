@@ -46,3 +46,20 @@ def test_the_other_numbers_give_the_other_verdicts():
     assert found["random pruning does about as well as importance"] is True  # within one std
     assert found["Enc-Dec attention is the most sensitive to pruning"] is False
     assert found["a head's effect correlates across domains"] is False
+
+
+def test_a_classifier_is_held_to_the_bert_findings_and_an_lm_to_none():
+    """The metric recorded in the result files decides: accuracy -> BERT's statements at 40%; perplexity -> none."""
+    payloads = study()
+    curves = payloads["pruning/prune_curves.all.json"]
+    curves["settings"] = {"metric": "accuracy", "baseline_accuracy": 50.0}
+    for row in curves["rows"]:
+        row["accuracy"], row["accuracy_std"] = row.pop("bleu"), row.pop("bleu_std")
+    curves["rows"].append({"order": "importance", "percent": 40, "accuracy": 47.0, "accuracy_std": 0.0, "draws": 1})
+    found, rows = verdicts(payloads)
+    share = next(row for row in rows if row[0].startswith("a share of the heads"))
+    assert share[1] == "40% of the heads pruned by importance with no noticeable loss"
+    assert share[2] == "40% pruned by importance: accuracy 47.00 (94% of 50.00)" and share[-1] is False
+    assert "most of the 144 heads" in next(row for row in rows if row[0].startswith("masking one head"))[1]
+    curves["settings"] = {"metric": "ppl", "baseline_ppl": 50.0}
+    assert paper_findings(payloads.get) == []

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import USER_DIR, run, save_zeroed_checkpoint, zeroed_copy
+from conftest import REPO, USER_DIR, run, save_zeroed_checkpoint, zeroed_copy
 from fairseq_headprune.errors import HeadMaskError
 from fairseq_headprune.modules.masked_multihead_attention import (
     MaskedMultiheadAttention,
@@ -137,25 +137,20 @@ def test_encoder_specs_on_a_decoder_only_model_are_refused(lm, spec, message):
         parse_head_mask(spec, head_layout(lm[1]))
 
 
+LM_ENV = {"SCALE": "0.25", "LAYERS": str(LAYERS), "EMBED_DIM": "32", "FFN_DIM": "64", "HEADS": str(HEADS),
+          "EPOCHS": "2", "LR": "0.003", "WARMUP": "100"}
+
+
 @pytest.fixture(scope="module")
-def tiny_lm(tiny_model, tmp_path_factory):
-    """A 2-layer transformer_lm trained by fairseq-train --task language_modeling on the demo's French side."""
+def tiny_lm(tmp_path_factory):
+    """A 2-layer transformer_lm trained by fairseq-train --task language_modeling on the demo corpus's French side,
+    with the project's scripts (prepare_lm_data.sh, train_lm.sh)."""
     cache = os.environ.get("HEADPRUNE_TEST_CACHE")
-    root = Path(cache) / "tiny_lm" if cache else tmp_path_factory.mktemp("tiny_lm")
+    root = Path(cache) / "lm" if cache else tmp_path_factory.mktemp("tiny_lm")
     data = {"data": root / "bin", "checkpoint": root / "checkpoints" / "checkpoint_best.pt", "root": root}
-    if data["checkpoint"].exists():
-        return data
-    root.mkdir(parents=True, exist_ok=True)
-    raw = tiny_model["raw"]
-    for split, name in (("train", "train"), ("valid", "valid"), ("test", "test")):
-        lines = (raw / f"{name}.fr").read_text().splitlines()
-        (root / f"{split}.txt").write_text("\n".join(lines[:1500]) + "\n")
-    run(["fairseq-preprocess", "--only-source", "--trainpref", root / "train.txt", "--validpref", root / "valid.txt",
-         "--testpref", root / "test.txt", "--destdir", root / "bin", "--workers", "1"])
-    # --user-dir: fairseq's LM data needs the plugin's numpy 2 fix (tests below); the task is fairseq's
-    run(["fairseq-train", root / "bin", "--user-dir", USER_DIR, "--task", "language_modeling", *LM_OPTIONS,
-         "--optimizer", "adam", "--lr", "0.003", "--max-tokens", "2048", "--max-epoch", "2", "--seed", "1",
-         "--save-dir", root / "checkpoints", "--num-workers", "0", "--no-epoch-checkpoints"])
+    if not data["checkpoint"].exists():
+        run(["bash", REPO / "scripts" / "prepare_lm_data.sh", root], env=LM_ENV)
+        run(["bash", REPO / "scripts" / "train_lm.sh", root / "bin", root / "checkpoints"], env=LM_ENV)
     return data
 
 
@@ -202,8 +197,8 @@ def test_importance_of_a_language_model_equals_explicit_autograd(tiny_lm, tmp_pa
     from fairseq import checkpoint_utils
 
     result = run(["fairseq-headprune", "importance", tiny_lm["data"], "--path", tiny_lm["checkpoint"],
-                  "--subset", "valid", "--limit", "200", "--out-dir", tmp_path, "--no-progress"])
-    assert "estimated on 200 sentences" in result.stdout
+                  "--subset", "valid", "--limit", "100", "--out-dir", tmp_path, "--no-progress"])
+    assert "estimated on 100 sentences" in result.stdout
     stored = json.loads((tmp_path / "importance.json").read_text())
     computed = torch.tensor(stored["importance"]["dec-dec"], dtype=torch.float64)
     # the reference: stock language_modeling task (with the numpy 2 fix), one sentence at a time, explicit xi
@@ -217,7 +212,7 @@ def test_importance_of_a_language_model_equals_explicit_autograd(tiny_lm, tmp_pa
     task.load_dataset("valid")
     dataset = task.dataset("valid")
     total = torch.zeros(LAYERS, HEADS, dtype=torch.float64)
-    for index in range(200):
+    for index in range(100):
         sample = dataset.collater([dataset[index]])
         xi = torch.ones(LAYERS, HEADS, requires_grad=True)
         set_head_mask(model, {"dec-dec": xi})
@@ -227,8 +222,8 @@ def test_importance_of_a_language_model_equals_explicit_autograd(tiny_lm, tmp_pa
         (gradient,) = torch.autograd.grad(loss, xi)
         total += gradient.abs().double()
     set_head_mask(model, None)
-    reference = total / 200
-    assert stored["count"] == 200
+    reference = total / 100
+    assert stored["count"] == 100
     assert torch.allclose(computed, reference, rtol=1e-4, atol=1e-7), (computed - reference).abs().max()
 
 
@@ -284,7 +279,7 @@ def test_prune_a_language_model_by_importance_and_at_random(tiny_lm, tmp_path):
 
     data, checkpoint, out = tiny_lm["data"], tiny_lm["checkpoint"], tmp_path / "prune"
     result = run(["fairseq-headprune", "prune", data, "--path", checkpoint, "--gen-subset", "test", "--out-dir", out,
-                  "--orders", "importance,random", "--draws", "2", "--importance-limit", "200", "--samples", "200",
+                  "--orders", "importance,random", "--draws", "2", "--importance-limit", "100", "--samples", "200",
                   "--sample-break-mode", "eos", "--max-tokens", "2048", "--no-progress"])
     assert result.stdout.startswith("unpruned perplexity ")
     table = json.loads((out / "prune_steps.all.json").read_text())
@@ -306,3 +301,17 @@ def test_prune_a_language_model_by_importance_and_at_random(tiny_lm, tmp_path):
     curves = json.loads((out / "prune_curves.all.json").read_text())["rows"]
     assert {(r["order"], r["draws"]) for r in curves} == {("importance", 1), ("random", 2)}
     assert all("ppl_std" in r for r in curves) and "unpruned perplexity" in (out / "prune_curves.md").read_text()
+
+
+def test_speed_benchmark_scores_and_generates_the_same_with_heads_masked_or_removed(tiny_lm, tmp_path):
+    """scripts/benchmark_lm_speed.py: the shrunk LM's summed loss and greedy continuations equal the masked one's."""
+    import json
+
+    run(["python", REPO / "scripts" / "benchmark_lm_speed.py", "--data", tiny_lm["data"], "--path",
+         tiny_lm["checkpoint"], "--batch-sizes", "3", "--sentences", "6", "--repeats", "1", "--generate", "6",
+         "--json", tmp_path / "speed.json"])
+    measurements = json.loads((tmp_path / "speed.json").read_text())["measurements"]
+    assert [m["mode"] for m in measurements] == ["scoring", "generating"]
+    assert all(m["same_output_as_masked"] and m["removed_heads"] == LAYERS * HEADS // 2 for m in measurements)
+    assert measurements[1]["tokens"] == 6 * (6 + 1)  # each continuation and its EOS
+    assert measurements[0]["parameters"]["shrunk"] < measurements[0]["parameters"]["unpruned"]

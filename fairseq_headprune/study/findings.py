@@ -247,8 +247,8 @@ _SCORED_FILES = ("ablation/single.json", "ablation/all_but_one_best.json", "prun
 
 def paper_findings(load: Load) -> List[List]:
     """Rows of (finding, paper, this study, rule, reproduces) for every finding with results."""
-    table = next((t for t in (load(path) for path in _SCORED_FILES) if t), None)
-    metric = metric_of_record(table["settings"]) if table else metric_of_record({})
+    table = next((t for t in (load(path) for path in _SCORED_FILES) if t and "settings" in t), None)
+    metric = metric_of_record(table["settings"] if table else {})
     if not metric.higher_is_better:
         return []  # perplexity: the papers state no finding for language models
     study = _Study(metric)
