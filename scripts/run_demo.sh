@@ -47,38 +47,9 @@ ranks=${RANKS:-2}
 rank_threads=$(( THREADS / ranks > 0 ? THREADS / ranks : 1 ))
 export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
 export ATEN_CPU_CAPABILITY=${ATEN_CPU_CAPABILITY:-avx2} MKL_CBWR=${MKL_CBWR:-AVX2}
-RANKS=$ranks RANK_THREADS=$rank_threads python - > "$out_dir/environment.txt" <<'PYTHON'
-import os
-import platform
-
-import fairseq, numpy, sacrebleu, torch
-
-cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-           platform.processor() or "unknown")
-print(f"torch {torch.__version__}, fairseq {fairseq.__version__}, numpy {numpy.__version__}, "
-      f"sacrebleu {sacrebleu.__version__}; {torch.get_num_threads()} CPU threads on {cpu} "
-      f"(kernels: ATEN_CPU_CAPABILITY={os.environ.get('ATEN_CPU_CAPABILITY')}, "
-      f"MKL_CBWR={os.environ.get('MKL_CBWR')}); sweeps: {os.environ['RANKS']} ranks of "
-      f"{os.environ['RANK_THREADS']} thread(s); "
-      f"Python {platform.python_version()}")
-PYTHON
-
-declare -A recorded
-record() {  # NAME COMMAND...: note the command in commands/NAME.sh (for the report), then run it
-  local name=$1; shift
-  [[ -n ${recorded[$name]:-} ]] || : > "$out_dir/commands/$name.sh"
-  recorded[$name]=1
-  local quoted prefix=""
-  if [[ $1 == sweep ]]; then  # as the sweep function runs it
-    printf -v quoted '%q ' fairseq-headprune "${@:2}"
-    (( ranks > 1 )) && { prefix="OMP_NUM_THREADS=$rank_threads torchrun --standalone --nproc-per-node $ranks "
-                         quoted='"$(command -v fairseq-headprune)" '"${quoted#fairseq-headprune }"; }
-  else
-    printf -v quoted '%q ' "$@"
-  fi
-  echo "$prefix${quoted% }" | sed "s|$repo/||g" >> "$out_dir/commands/$name.sh"
-  "$@"
-}
+# shellcheck disable=SC1091
+source "$repo/scripts/demo_common.sh"
+write_environment
 
 bash "$repo/scripts/prepare_demo_data.sh" "$out_dir/data"
 bash "$repo/scripts/train_demo.sh" "$out_dir/data/bin" "$out_dir/checkpoints" \
@@ -122,16 +93,6 @@ if [[ ! -f "$importance_dir-label-smoothed/importance.json" ]]; then
     --subset valid --out-dir "$importance_dir-label-smoothed" --loss label_smoothed --loss-ablation --no-progress \
     | grep -E "^(estimated|spearman)"
 fi
-
-# the sweeps: RANKS processes of RANK_THREADS threads each under torchrun
-sweep() {  # STUDY-COMMAND OPTIONS...
-  if (( ranks > 1 )); then
-    OMP_NUM_THREADS=$rank_threads MKL_NUM_THREADS=$rank_threads \
-      torchrun --standalone --nproc-per-node "$ranks" "$(command -v fairseq-headprune)" "$@"
-  else
-    fairseq-headprune "$@"
-  fi
-}
 
 # ablation studies (paper section 3): the sweeps are stored per configuration,
 # so a rerun only recomputes the tables

@@ -227,16 +227,37 @@ def test_importance_of_a_language_model_equals_explicit_autograd(tiny_lm, tmp_pa
     assert torch.allclose(computed, reference, rtol=1e-4, atol=1e-7), (computed - reference).abs().max()
 
 
-def test_ablate_perplexity_equals_stock_eval_lm_with_zeroed_columns(tiny_lm, tmp_path):
+@pytest.fixture(scope="module")
+def lm_study(tiny_lm, tmp_path_factory):
+    """Every study of the tiny LM in one study directory, as run_lm_demo.sh lays them out."""
+    data, checkpoint = tiny_lm["data"], tiny_lm["checkpoint"]
+    study = tmp_path_factory.mktemp("lm_study")
+    common = ["--gen-subset", "test", "--samples", "200", "--sample-break-mode", "eos", "--max-tokens", "2048",
+              "--no-progress"]
+    consoles = {
+        "single": run(["fairseq-headprune", "ablate", data, "--path", checkpoint, "--out-dir", study / "ablation",
+                       "--mode", "cross-domain", "--cross-subset", "valid", *common]).stdout,
+        "all-but-one": run(["fairseq-headprune", "ablate", data, "--path", checkpoint, "--out-dir",
+                            study / "ablation", "--mode", "all-but-one", *common]).stdout,
+        "prune": run(["fairseq-headprune", "prune", data, "--path", checkpoint, "--out-dir", study / "pruning",
+                      "--orders", "importance,random", "--draws", "2", "--importance-limit", "100", *common]).stdout,
+        "dynamics": run(["fairseq-headprune", "dynamics", data, "--checkpoints", tiny_lm["root"] / "checkpoints",
+                         "--out-dir", study / "dynamics", "--importance-limit", "100", "--max-percent", "50",
+                         *common]).stdout,
+        "speed": run(["python", REPO / "scripts" / "benchmark_lm_speed.py", "--data", data, "--path", checkpoint,
+                      "--batch-sizes", "3", "--sentences", "6", "--repeats", "1", "--generate", "6",
+                      "--json", study / "shrink" / "lm_speed.json"]).stdout,
+    }
+    return {"dir": study, "console": consoles}
+
+
+def test_ablate_perplexity_equals_stock_eval_lm_with_zeroed_columns(tiny_lm, lm_study, tmp_path):
     """ablate's perplexity and loss per token for a masked head against stock fairseq-eval-lm with its columns zeroed."""
     import json
 
-    data, checkpoint, out = tiny_lm["data"], tiny_lm["checkpoint"], tmp_path / "ablate"
-    lm_options = ["--sample-break-mode", "eos", "--max-tokens", "2048"]
-    result = run(["fairseq-headprune", "ablate", data, "--path", checkpoint, "--gen-subset", "test", "--out-dir", out,
-                  "--mode", "cross-domain", "--cross-subset", "valid", "--samples", "200", "--no-progress",
-                  *lm_options])
-    assert "baseline perplexity" in result.stdout and "largest rise" in result.stdout
+    checkpoint, out = tiny_lm["checkpoint"], lm_study["dir"] / "ablation"
+    console = lm_study["console"]["single"]
+    assert "baseline perplexity" in console and "largest rise" in console
     table = json.loads((out / "single.json").read_text())
     assert list(table["rows"][0])[:8] == ["config", "attention_type", "layer", "head", "spec", "ppl", "delta", "loss"]
     assert len(table["rows"]) == LAYERS * HEADS and table["settings"]["family"] == "language_model"
@@ -253,8 +274,6 @@ def test_ablate_perplexity_equals_stock_eval_lm_with_zeroed_columns(tiny_lm, tmp
     cross = json.loads((out / "cross_domain.json").read_text())
     assert len(cross["rows"]) == LAYERS * HEADS and "cross_baseline_ppl" in cross["settings"]
     # all-but-one: the best kept head of a layer has the lowest perplexity
-    run(["fairseq-headprune", "ablate", data, "--path", checkpoint, "--gen-subset", "test", "--out-dir", out,
-         "--mode", "all-but-one", "--samples", "200", "--no-progress", *lm_options])
     rows = json.loads((out / "all_but_one.json").read_text())["rows"]
     for entry in json.loads((out / "all_but_one_best.json").read_text())["rows"]:
         assert entry["ppl"] == min(r["ppl"] for r in rows if r["layer"] == entry["layer"])
@@ -270,18 +289,15 @@ def test_ablate_refuses_translation_data_for_a_language_model(tiny_lm, tiny_mode
     ), lines
 
 
-def test_prune_a_language_model_by_importance_and_at_random(tiny_lm, tmp_path):
+def test_prune_a_language_model_by_importance_and_at_random(tiny_lm, lm_study, tmp_path):
     """Step 0 is the baseline; the importance order prunes the least important head first; a step's
     perplexity equals stock fairseq-eval-lm with that step's heads zeroed."""
     import json
 
     from fairseq_headprune.study.importance import normalize_per_layer, read_importance_file
 
-    data, checkpoint, out = tiny_lm["data"], tiny_lm["checkpoint"], tmp_path / "prune"
-    result = run(["fairseq-headprune", "prune", data, "--path", checkpoint, "--gen-subset", "test", "--out-dir", out,
-                  "--orders", "importance,random", "--draws", "2", "--importance-limit", "100", "--samples", "200",
-                  "--sample-break-mode", "eos", "--max-tokens", "2048", "--no-progress"])
-    assert result.stdout.startswith("unpruned perplexity ")
+    checkpoint, out = tiny_lm["checkpoint"], lm_study["dir"] / "pruning"
+    assert lm_study["console"]["prune"].startswith("unpruned perplexity ")
     table = json.loads((out / "prune_steps.all.json").read_text())
     rows = table["rows"]
     assert {"spec", "ppl", "delta", "loss"} <= set(rows[0])
@@ -303,14 +319,28 @@ def test_prune_a_language_model_by_importance_and_at_random(tiny_lm, tmp_path):
     assert all("ppl_std" in r for r in curves) and "unpruned perplexity" in (out / "prune_curves.md").read_text()
 
 
-def test_speed_benchmark_scores_and_generates_the_same_with_heads_masked_or_removed(tiny_lm, tmp_path):
+def test_dynamics_and_report_of_a_language_model(lm_study):
+    """Each epoch's level 0 is its unpruned perplexity; the report reads perplexity everywhere, with no findings."""
+    import json
+
+    study = lm_study["dir"]
+    assert "perplexity as % of each epoch's unpruned perplexity" in lm_study["console"]["dynamics"]
+    rows = json.loads((study / "dynamics" / "dynamics.json").read_text())["rows"]
+    assert sorted({r["epoch"] for r in rows}) == [1, 2]
+    assert all(r["relative"] == 1.0 for r in rows if r["level"] == 0)
+    run(["fairseq-headprune", "report", study])
+    report = (study / "report.md").read_text()
+    single = json.loads((study / "ablation" / "single.json").read_text())["settings"]
+    assert f"Baseline {single['baseline_ppl']:.2f}; " in report and "the largest rise is" in report
+    assert "## Removing heads for real" in report and "| scoring | 3 |" in report
+    assert "BLEU" not in report and "## What reproduces" not in report
+
+
+def test_speed_benchmark_scores_and_generates_the_same_with_heads_masked_or_removed(lm_study):
     """scripts/benchmark_lm_speed.py: the shrunk LM's summed loss and greedy continuations equal the masked one's."""
     import json
 
-    run(["python", REPO / "scripts" / "benchmark_lm_speed.py", "--data", tiny_lm["data"], "--path",
-         tiny_lm["checkpoint"], "--batch-sizes", "3", "--sentences", "6", "--repeats", "1", "--generate", "6",
-         "--json", tmp_path / "speed.json"])
-    measurements = json.loads((tmp_path / "speed.json").read_text())["measurements"]
+    measurements = json.loads((lm_study["dir"] / "shrink" / "lm_speed.json").read_text())["measurements"]
     assert [m["mode"] for m in measurements] == ["scoring", "generating"]
     assert all(m["same_output_as_masked"] and m["removed_heads"] == LAYERS * HEADS // 2 for m in measurements)
     assert measurements[1]["tokens"] == 6 * (6 + 1)  # each continuation and its EOS

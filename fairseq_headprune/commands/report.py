@@ -15,7 +15,7 @@ def add_parser(commands) -> None:
     report = commands.add_parser(
         "report",
         help="one Markdown report of a study directory (tables, figures, commands)",
-        description="Write DIR/report.md from the results in DIR (generate/, importance/, ablation/, "
+        description="Write DIR/report.md from the results in DIR (generate/ or eval-lm/, importance/, ablation/, "
         "pruning/, shrink/, dynamics/, as scripts/run_demo.sh lays them out): every table and figure, "
         "each with a sentence on how to read it and the command that made it (from DIR/commands/).",
     )

@@ -76,6 +76,23 @@ def _section_translation(study: _Study) -> str:
     )
 
 
+def _section_perplexity(study: _Study) -> str:
+    lines = []
+    for name in sorted(os.listdir(study.path("eval-lm"))):
+        if name.endswith(".txt"):
+            match = re.search(r"Loss \(base 2\): ([\d.]+), Perplexity: ([\d.]+)", study.text("eval-lm", name))
+            if match:
+                lines.append(f"| {name[:-4]} | {float(match.group(1)):.4f} | {float(match.group(2)):.2f} |")
+    if not lines:
+        return ""
+    return (
+        "## Perplexity with heads masked\n\n"
+        "Loss per token (base 2) and perplexity of the test set, as `fairseq-eval-lm` prints them, with no head "
+        "masked and with the masks named.\n\n| configuration | loss (base 2) | perplexity |\n|---|---:|---:|\n"
+        + "\n".join(lines) + "\n\n" + study.command("eval-lm")
+    )
+
+
 def _loss_name(settings: Dict) -> str:
     if settings.get("loss", "nll") == "nll":
         return "plain cross-entropy (NLL)"
@@ -235,6 +252,29 @@ def _section_speed(study: _Study) -> str:
     return "".join(lines) + "\n" + study.command("speed")
 
 
+def _section_lm_speed(study: _Study) -> str:
+    payload = study.json("shrink", "lm_speed.json")
+    lines = [
+        "## Removing heads for real\n\n",
+        f"The least important heads removed from the checkpoint (`fairseq-headprune shrink`), then the same "
+        f"sentences scored (fairseq's SequenceScorer) and continued (greedy, fairseq's SequenceGenerator) by the "
+        f"unpruned model, the model with those heads masked and the shrunk one ({payload['device']}, "
+        f"{payload['threads']} threads; median tokens per second).\n\n",
+        "| heads removed | mode | batch | unpruned | masked | shrunk | speed-up | same output | "
+        "parameters (before → after) |\n",
+        "|---:|---|---:|---:|---:|---:|---:|---|---|\n",
+    ]
+    for m in payload["measurements"]:
+        rate, size = m["median_tokens_per_second"], m["parameters"]
+        lines.append(
+            f"| {m['removed_heads']} of {m['total_heads']} | {m['mode']} | {m['batch_size']} | "
+            f"{rate['unpruned']:.0f} | {rate['masked']:.0f} | {rate['shrunk']:.0f} | "
+            f"{m['speedup_shrunk_vs_unpruned']:.2f}x | {'yes' if m['same_output_as_masked'] else 'no'} | "
+            f"{size['unpruned']:,} → {size['shrunk']:,} |\n"
+        )
+    return "".join(lines) + "\n" + study.command("speed")
+
+
 def _section_dynamics(study: _Study) -> str:
     table = study.json("dynamics", "dynamics.json")
     rows, settings = table["rows"], table["settings"]
@@ -275,11 +315,13 @@ def _section_findings(study: _Study) -> str:
 
 SECTIONS = [
     ("generate", _section_translation),
+    ("eval-lm", _section_perplexity),
     ("importance/importance.json", _section_importance),
     ("ablation/single.json", _section_single),
     ("ablation/all_but_one_best.json", _section_all_but_one),
     ("pruning", _section_pruning),
     ("shrink/speed.json", _section_speed),
+    ("shrink/lm_speed.json", _section_lm_speed),
     ("dynamics/dynamics.json", _section_dynamics),
     (".", _section_findings),
 ]
