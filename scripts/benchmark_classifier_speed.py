@@ -31,7 +31,7 @@ warnings.filterwarnings("ignore")  # fairseq/hydra deprecation notices; the tabl
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # the same options, choice and removal of heads, and reference path
 from benchmark_speed import (  # noqa: E402
-    add_removal_arguments, on_fairseqs_path, shrunk_checkpoint, write_measurements)
+    add_removal_arguments, on_fairseqs_path, rate_cells, shrunk_checkpoint, timed_interleaved, write_measurements)
 
 
 def main():
@@ -59,7 +59,6 @@ def main():
     from fairseq_headprune.engine.scored_importance import load_classifier
     from fairseq_headprune.errors import HeadPruneError
     from fairseq_headprune.modules.masked_multihead_attention import head_layout, head_mask_applied
-    from fairseq_headprune.study.head_mask import full_mask, head_mask_to_spec
 
     try:
         task, model, criterion = load_classifier(args.data, args.path, cpu=args.cpu)
@@ -116,16 +115,12 @@ def main():
         print(f"{'batch':>5s} " + " ".join(f"{name:>22s}" for name in runs) + "  shrunk/unpruned  same labels")
         for size in args.batch_sizes:
             batches = batches_of(size)
-            rates = {name: [] for name in runs}
-            labels = {name: run(batches)[1] for name, run in runs.items()}  # warm-up
-            for _ in range(args.repeats):  # interleaved, so drift hits every model alike
-                for name, run in runs.items():
-                    rates[name].append(count / run(batches)[0])
+            labels, seconds = timed_interleaved(runs, batches, args.repeats)
+            rates = {name: [count / s for s in v] for name, v in seconds.items()}
             median = {name: statistics.median(v) for name, v in rates.items()}
             same = all(labels[name] == labels["masked"] for name in runs if name != "unpruned")
-            print(f"{size:5d} " + " ".join(
-                f"{f'{median[n]:.0f} ({min(v):.0f}-{max(v):.0f})':>22s}" for n, v in rates.items())
-                + f"  {median['shrunk'] / median['unpruned']:14.2f}x  {same}", flush=True)
+            print(f"{size:5d} {rate_cells(rates, 22)}  {median['shrunk'] / median['unpruned']:14.2f}x  {same}",
+                  flush=True)
             measurements.append({
                 "removed_heads": len(removed), "total_heads": total, "spec": spec, "batch_size": size,
                 "examples": count, "examples_per_second": {n: sorted(v) for n, v in rates.items()},

@@ -40,7 +40,7 @@ warnings.filterwarnings("ignore")  # fairseq/hydra deprecation notices; the tabl
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # the same options, choice and removal of heads, and reference path
 from benchmark_speed import (  # noqa: E402
-    add_removal_arguments, on_fairseqs_path, shrunk_checkpoint, write_measurements)
+    add_removal_arguments, on_fairseqs_path, rate_cells, shrunk_checkpoint, timed_interleaved, write_measurements)
 
 LM_OPTIONS = ["--sample-break-mode", "eos"]  # one sentence per sample
 
@@ -170,22 +170,18 @@ def main():
                   + "  shrunk/unpruned  same output")
             for size in args.batch_sizes:
                 batches = batches_of(size) if mode == "scoring" else prompts_of(batches_of(size))
-                outputs = {name: work(batches)[1] for name, work in runs.items()}  # warm-up
+                outputs, seconds = timed_interleaved(runs, batches, args.repeats)
                 # scored target tokens; or generated tokens past the prompts (the final EOS included)
                 tokens = (sum(int(s["ntokens"]) for s in batches) if mode == "scoring"
                           else sum(len(t) for t in outputs["unpruned"]) - count * args.prompt)
-                rates = {name: [] for name in runs}
-                for _ in range(args.repeats):  # interleaved, so drift hits every model alike
-                    for name, work in runs.items():
-                        rates[name].append(tokens / work(batches)[0])
+                rates = {name: [tokens / s for s in v] for name, v in seconds.items()}
                 median = {name: statistics.median(v) for name, v in rates.items()}
                 if mode == "scoring":
                     same = all(math.isclose(outputs[n], outputs["masked"], rel_tol=1e-4) for n in runs if n != "unpruned")
                 else:
                     same = all(outputs[n] == outputs["masked"] for n in runs if n != "unpruned")
-                print(f"{'':>10s} {size:5d} " + " ".join(
-                    f"{f'{median[n]:.0f} ({min(v):.0f}-{max(v):.0f})':>20s}" for n, v in rates.items())
-                    + f"  {median['shrunk'] / median['unpruned']:14.2f}x  {same}", flush=True)
+                print(f"{'':>10s} {size:5d} {rate_cells(rates, 20)}  {median['shrunk'] / median['unpruned']:14.2f}x"
+                      f"  {same}", flush=True)
                 measurements.append({
                     "mode": mode, "removed_heads": len(removed), "total_heads": total, "spec": spec,
                     "batch_size": size, "sentences": count, "tokens": tokens,

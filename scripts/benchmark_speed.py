@@ -92,6 +92,22 @@ def write_measurements(args, device, measurements):
     print(f"wrote\t{args.json}")
 
 
+def timed_interleaved(runs, batches, repeats):
+    """Each run's output (from a warm-up run) and its seconds over ``repeats`` repeats, interleaved so that
+    drift hits every model alike. A run maps batches to (seconds, output)."""
+    outputs = {name: run(batches)[1] for name, run in runs.items()}
+    seconds = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            seconds[name].append(run(batches)[0])
+    return outputs, seconds
+
+
+def rate_cells(rates, width):
+    """Each run's rates as 'median (min-max)', right-aligned in ``width`` characters."""
+    return " ".join(f"{f'{statistics.median(v):.0f} ({min(v):.0f}-{max(v):.0f})':>{width}s}" for v in rates.values())
+
+
 def on_fairseqs_path(run):
     """``run`` with masked and narrowed attention on fairseq's unfused path (the reference)."""
     from fairseq_headprune.modules.masked_multihead_attention import unfused_attention
@@ -182,13 +198,7 @@ def main():
         print(f"{'batch':>5s} " + " ".join(f"{name:>20s}" for name in runs))
         for size in args.batch_sizes:
             batches = batches_of(size)
-            times = {name: [] for name in runs}
-            outputs = {}
-            for name, run in runs.items():  # warm-up
-                outputs[name] = run(batches)[1]
-            for _ in range(args.repeats):  # interleaved, so drift hits every model alike
-                for name, run in runs.items():
-                    times[name].append(run(batches)[0])
+            outputs, times = timed_interleaved(runs, batches, args.repeats)
             median = {name: statistics.median(v) for name, v in times.items()}
             tokens = {name: sum(len(h) for h in hypotheses) for name, hypotheses in outputs.items()}
             print(f"{size:5d} " + " ".join(

@@ -72,7 +72,9 @@ def run_ablation(settings: AblationSettings) -> Optional[AblationOutcome]:
             c for c in single_head_configs(layout, heads) if c.attention_type in settings.types
         ]
     if len(configs) == 1:
-        raise StudyError("no configuration to translate (check --types and --heads)")
+        raise StudyError(
+            f"no configuration to run (check --types and --heads; the model has {', '.join(layout)} attention)"
+        )
     current_ranks().require_work_for_each(len(configs), "configurations")
     os.makedirs(sweep_settings.out_dir, exist_ok=True)
     out = sweep_settings.out_dir
