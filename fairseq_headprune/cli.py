@@ -54,6 +54,8 @@ def _quiet_libraries() -> None:
     warnings.filterwarnings("ignore", message=r"\s*The strict flag in the compose API")
     # fairseq's batch iterator asks for pinned memory on machines without a GPU too
     warnings.filterwarnings("ignore", message=r".*'pin_memory' argument is set as true")
+    # fairseq's fused path hands torch a boolean padding mask beside a float causal mask (LMs)
+    warnings.filterwarnings("ignore", message=r"Support for mismatched key_padding_mask and attn_mask")
     for name in ("fairseq", "fairseq_headprune", "hydra", "matplotlib", "PIL"):
         logging.getLogger(name).setLevel(logging.WARNING)
 

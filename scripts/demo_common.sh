@@ -1,11 +1,25 @@
 #!/usr/bin/env bash
 # What the demo scripts (run_demo.sh, run_lm_demo.sh) share; sourced, not run.
 #
-# Expects: repo (the checkout), out_dir (the study directory), THREADS, ranks
-# (processes of a sweep) and rank_threads (threads of each). Provides:
+# Expects: repo (the checkout) and out_dir (the study directory). Provides:
+#   begin_demo DIR...   the virtual environment, OUT_DIR/commands and DIRs, the thread and rank
+#                       counts (THREADS, RANKS: sets ranks and rank_threads), OUT_DIR/environment.txt
 #   write_environment   OUT_DIR/environment.txt: versions, threads, kernels, CPU
 #   record NAME CMD...  note CMD in OUT_DIR/commands/NAME.sh (for the report), then run it
 #   sweep STUDY ARGS... fairseq-headprune STUDY ARGS, under torchrun with `ranks` processes when > 1
+
+begin_demo() {
+  # shellcheck disable=SC1091
+  source "$repo/scripts/setup_env.sh"
+  mkdir -p "$out_dir/commands" "$@"
+  export THREADS=${THREADS:-2}
+  ranks=${RANKS:-2}
+  [[ $ranks =~ ^[1-9][0-9]*$ ]] || { echo "RANKS must be a positive integer, got '$ranks'" >&2; exit 2; }
+  rank_threads=$(( THREADS / ranks > 0 ? THREADS / ranks : 1 ))
+  export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
+  export ATEN_CPU_CAPABILITY=${ATEN_CPU_CAPABILITY:-avx2} MKL_CBWR=${MKL_CBWR:-AVX2}
+  write_environment
+}
 
 write_environment() {
   RANKS=$ranks RANK_THREADS=$rank_threads python - > "$out_dir/environment.txt" <<'PYTHON'

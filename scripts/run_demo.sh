@@ -39,17 +39,8 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out_dir=${1:-$repo/results/demo}
 head_mask=${HEAD_MASK:-E:1:1}
 # shellcheck disable=SC1091
-source "$repo/scripts/setup_env.sh"
-mkdir -p "$out_dir/generate" "$out_dir/commands"
-export THREADS=${THREADS:-2}
-ranks=${RANKS:-2}
-[[ $ranks =~ ^[1-9][0-9]*$ ]] || { echo "RANKS must be a positive integer, got '$ranks'" >&2; exit 2; }
-rank_threads=$(( THREADS / ranks > 0 ? THREADS / ranks : 1 ))
-export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
-export ATEN_CPU_CAPABILITY=${ATEN_CPU_CAPABILITY:-avx2} MKL_CBWR=${MKL_CBWR:-AVX2}
-# shellcheck disable=SC1091
 source "$repo/scripts/demo_common.sh"
-write_environment
+begin_demo "$out_dir/generate"
 
 bash "$repo/scripts/prepare_demo_data.sh" "$out_dir/data"
 bash "$repo/scripts/train_demo.sh" "$out_dir/data/bin" "$out_dir/checkpoints" \

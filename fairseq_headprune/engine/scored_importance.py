@@ -135,7 +135,8 @@ class ExampleImportanceEstimator:
             importance={next(iter(self.layout)): (total / count).float()}, granularity="sentence", count=count,
             settings={
                 "subsets": list(self.settings.subsets), "sentences": count, "limit": self.settings.limit,
-                "loss": self.criterion.__class__.__name__, "task": self.task.__class__.__name__,
+                # the criterion's cross-entropy (over classes, or next tokens), or a regression's squared error
+                "loss": "mse" if getattr(self.task.cfg, "regression_target", False) else "nll", "criterion": self.criterion.__class__.__name__, "task": self.task.__class__.__name__,
                 "torch": torch.__version__,
             },
         )

@@ -94,8 +94,11 @@ def _section_perplexity(study: _Study) -> str:
 
 
 def _loss_name(settings: Dict) -> str:
+    criterion = f", {settings['criterion']}" if settings.get("criterion") else ""
     if settings.get("loss", "nll") == "nll":
-        return "plain cross-entropy (NLL)"
+        return f"plain cross-entropy (NLL{criterion})"
+    if settings["loss"] == "mse":
+        return f"squared error (regression{criterion})"
     return f"label-smoothed cross-entropy (ε = {settings.get('label_smoothing', 0):g})"
 
 
