@@ -178,6 +178,21 @@ def test_masked_eval_lm_equals_stock_with_zeroed_columns(tiny_lm, tmp_path):
     run(["fairseq-headprune", "shrink", "--path", tiny_lm["checkpoint"], "--head-mask", spec, "--out", shrunk])
     assert torch.load(shrunk, map_location="cpu")["model"]["decoder.layers.0.self_attn.q_proj.weight"].size(0) == 16
     assert eval_lm(["fairseq-headprune", "eval-lm"], tiny_lm, shrunk) == reference
+    # fairseq-validate too (through the wrapper): the loss stock fairseq-validate reports with the columns zeroed
+    validated = [validation(command, tiny_lm, checkpoint, *extra) for command, checkpoint, extra in (
+        (["fairseq-validate", "--user-dir", USER_DIR, "--task", "language_modeling"], tmp_path / "zeroed.pt", ()),
+        (["fairseq-headprune", "validate"], tiny_lm["checkpoint"], ("--head-mask", spec)),
+    )]
+    assert validated[0] == validated[1]
+
+
+def validation(command, tiny_lm, checkpoint, *extra):
+    """(loss, ppl) that fairseq-validate prints for the test split."""
+    result = run([*command, tiny_lm["data"], "--path", checkpoint, "--valid-subset", "test", "--max-tokens", "2048",
+                  *extra])
+    found = re.search(r"valid on 'test' subset \| loss ([\d.]+) \| ppl ([\d.]+)", result.stdout + result.stderr)
+    assert found, (result.stdout + result.stderr)[-2000:]
+    return found.groups()
 
 
 @pytest.mark.skipif(hasattr(np, "compat"), reason="numpy 1 has np.compat: fairseq needs no fix")
@@ -279,14 +294,20 @@ def test_ablate_perplexity_equals_stock_eval_lm_with_zeroed_columns(tiny_lm, lm_
         assert entry["ppl"] == min(r["ppl"] for r in rows if r["layer"] == entry["layer"])
 
 
-def test_ablate_refuses_translation_data_for_a_language_model(tiny_lm, tiny_model, tmp_path):
-    result = run(["fairseq-headprune", "ablate", tiny_model["data"], "--path", tiny_lm["checkpoint"],
-                  "--out-dir", tmp_path], check=False)
+@pytest.mark.parametrize("bad, message", [
+    ("translation data", "cannot load {checkpoint} with the data in {data}: "),
+    ("--heads E:1:1", "--heads: the model has no enc-enc attention (term 'E:1:1')"),
+])
+def test_ablate_refuses_translation_data_and_encoder_heads_for_a_language_model(tiny_lm, tiny_model, tmp_path, bad,
+                                                                                 message):
+    data = tiny_model["data"] if bad == "translation data" else tiny_lm["data"]
+    extra = bad.split() if bad.startswith("--") else []
+    result = run(["fairseq-headprune", "ablate", data, "--path", tiny_lm["checkpoint"], "--out-dir", tmp_path, *extra],
+                 check=False)
     assert result.returncode != 0 and "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(
-        f"fairseq-headprune ablate: error: cannot load {tiny_lm['checkpoint']} with the data in {tiny_model['data']}"
-    ), lines
+    expected = "fairseq-headprune ablate: error: " + message.format(checkpoint=tiny_lm["checkpoint"], data=data)
+    assert len(lines) == 1 and lines[0].startswith(expected), lines
 
 
 def test_prune_a_language_model_by_importance_and_at_random(tiny_lm, lm_study, tmp_path):
