@@ -11,16 +11,18 @@ masked and shrunk ones also on fairseq's unfused attention path, unless
 - scoring: target tokens per second of fairseq's SequenceScorer over the
   same sentences (what fairseq-eval-lm runs); the summed loss of the masked
   and shrunk models must agree (relative 1e-4);
-- generating: new tokens per second of fairseq's SequenceGenerator, greedy,
-  continuing each sentence's first --prompt tokens by --generate tokens with
-  the incremental state (what fairseq-interactive runs for an LM); the
-  continuations of the masked and shrunk models are compared token for token.
+- generating: new tokens per second of fairseq's SequenceGenerator, greedy
+  (or sampling from the --sampling-topk most likely tokens, seeded alike for
+  every model), continuing each sentence's first --prompt tokens by
+  --generate tokens with the incremental state (what fairseq-interactive runs
+  for an LM); the continuations of the masked and shrunk models are compared
+  token for token.
 
 Prints the median and min-max over interleaved repeats and the speed-ups.
 
 usage: scripts/benchmark_lm_speed.py --data DATA_BIN --path CKPT
            [--subset test] [--fractions 0.5] [--batch-sizes 1 4 16 64]
-           [--sentences 256] [--prompt 4] [--generate 24] [--repeats 3]
+           [--sentences 256] [--prompt 4] [--generate 24] [--sampling-topk K] [--repeats 3]
            [--importance FILE] [--seed 1] [--cpu] [--no-unfused]
            [--json FILE] [--keep-dir DIR]
 """
@@ -57,12 +59,14 @@ def main():
     parser.add_argument("--sentences", type=int, default=256, help="first N sentences long enough (default: 256)")
     parser.add_argument("--prompt", type=int, default=4, help="prompt tokens of each sentence (default: 4)")
     parser.add_argument("--generate", type=int, default=24, help="tokens generated after the prompt (default: 24)")
+    parser.add_argument("--sampling-topk", type=int, metavar="K",
+                        help="generate by sampling from the K most likely tokens (seeded by --seed; default: greedy)")
     parser.add_argument("--repeats", type=int, default=3, help="timed repeats (default: 3)")
     add_removal_arguments(parser)
     args = parser.parse_args()
-    if min(args.batch_sizes + [args.sentences, args.prompt, args.generate, args.repeats]) < 1:
-        sys.exit("benchmark_lm_speed: error: --batch-sizes, --sentences, --prompt, --generate and --repeats "
-                 "must be positive")
+    if min(args.batch_sizes + [args.sentences, args.prompt, args.generate, args.repeats, args.sampling_topk or 1]) < 1:
+        sys.exit("benchmark_lm_speed: error: --batch-sizes, --sentences, --prompt, --generate, --sampling-topk and "
+                 "--repeats must be positive")
     if not all(0.0 < f < 1.0 for f in args.fractions):
         sys.exit("benchmark_lm_speed: error: --fractions must lie strictly between 0 and 1")
 
@@ -97,7 +101,9 @@ def main():
     count = len(long_enough)
     scorer = SequenceScorer(task.target_dictionary)
     length = args.prompt + args.generate
-    generation = GenerationConfig(beam=1, max_len_a=0, max_len_b=length, min_len=length)
+    generation = GenerationConfig(beam=1, max_len_a=0, max_len_b=length, min_len=length,
+                                  sampling=args.sampling_topk is not None, sampling_topk=args.sampling_topk or -1)
+    decoding = f"sampling from the top {args.sampling_topk}" if args.sampling_topk else "greedy"
 
     def batches_of(size):
         samples = [dataset.collater([dataset[i] for i in long_enough[start:start + size]])
@@ -132,10 +138,11 @@ def main():
         return timed(work)
 
     def generate(lm, prompts):
-        """Seconds and every continuation (token ids), greedy."""
+        """Seconds and every continuation (token ids): greedy, or sampled with the same seed for every model."""
         generator = task.build_generator([lm], generation)
 
         def work():
+            torch.manual_seed(args.seed)
             return [h[0]["tokens"].tolist() for sample in prompts
                     for h in task.inference_step(generator, [lm], sample)]
         return timed(work)
@@ -143,7 +150,7 @@ def main():
     print(f"device: {device}" + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")
           + f", threads: {torch.get_num_threads()}, torch {torch.__version__}")
     print(f"{count} sentences of {args.subset}; tokens per second, median (min-max) of {args.repeats} repeats; "
-          f"generation: {args.prompt} prompt tokens continued by {args.generate}, greedy")
+          f"generation: {args.prompt} prompt tokens continued by {args.generate}, {decoding}")
     workdir = args.keep_dir or tempfile.mkdtemp(prefix="benchmark-lm-speed-")
     os.makedirs(workdir, exist_ok=True)
     measurements = []
@@ -183,7 +190,8 @@ def main():
                 print(f"{'':>10s} {size:5d} {rate_cells(rates, 20)}  {median['shrunk'] / median['unpruned']:14.2f}x"
                       f"  {same}", flush=True)
                 measurements.append({
-                    "mode": mode, "removed_heads": len(removed), "total_heads": total, "spec": spec,
+                    "mode": mode if mode == "scoring" else f"generating ({decoding})",
+                    "removed_heads": len(removed), "total_heads": total, "spec": spec,
                     "batch_size": size, "sentences": count, "tokens": tokens,
                     "tokens_per_second": {n: sorted(v) for n, v in rates.items()},
                     "median_tokens_per_second": median,

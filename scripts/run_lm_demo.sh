@@ -88,7 +88,7 @@ if [[ ! -f "$out_dir/shrink/lm_speed.json" ]]; then
   echo "removing the least important half of the heads for real: tokens/s scoring and generating:"
   record speed python "$repo/scripts/benchmark_lm_speed.py" --data "$data" --path "$checkpoint" \
     --importance "$importance_dir/importance.json" --fractions 0.5 --batch-sizes 1 64 --sentences 128 \
-    --repeats 3 --keep-dir "$out_dir/shrink" --json "$out_dir/shrink/lm_speed.json"
+    --sampling-topk 10 --repeats 3 --keep-dir "$out_dir/shrink" --json "$out_dir/shrink/lm_speed.json"
 fi
 
 echo "importance over training: the pruning curve at epochs ${EPOCHS_STUDIED:-1-6} (Figure 5):"

@@ -260,7 +260,7 @@ def lm_study(tiny_lm, tmp_path_factory):
                          "--out-dir", study / "dynamics", "--importance-limit", "100", "--max-percent", "50",
                          *common]).stdout,
         "speed": run(["python", REPO / "scripts" / "benchmark_lm_speed.py", "--data", data, "--path", checkpoint,
-                      "--batch-sizes", "3", "--sentences", "6", "--repeats", "1", "--generate", "6",
+                      "--batch-sizes", "3", "--sentences", "6", "--repeats", "1", "--generate", "6", "--sampling-topk", "5",
                       "--json", study / "shrink" / "lm_speed.json"]).stdout,
     }
     return {"dir": study, "console": consoles}
@@ -354,15 +354,17 @@ def test_dynamics_and_report_of_a_language_model(lm_study):
     single = json.loads((study / "ablation" / "single.json").read_text())["settings"]
     assert f"Baseline {single['baseline_ppl']:.2f}; " in report and "the largest rise is" in report
     assert "## Removing heads for real" in report and "| scoring | 3 |" in report
+    assert "| generating (sampling from the top 5) | 3 |" in report
     assert "BLEU" not in report and "## What reproduces" not in report
 
 
 def test_speed_benchmark_scores_and_generates_the_same_with_heads_masked_or_removed(lm_study):
-    """scripts/benchmark_lm_speed.py: the shrunk LM's summed loss and greedy continuations equal the masked one's."""
+    """scripts/benchmark_lm_speed.py: the shrunk LM's summed loss and sampled continuations (same seed) equal the
+    masked one's."""
     import json
 
     measurements = json.loads((lm_study["dir"] / "shrink" / "lm_speed.json").read_text())["measurements"]
-    assert [m["mode"] for m in measurements] == ["scoring", "generating"]
+    assert [m["mode"] for m in measurements] == ["scoring", "generating (sampling from the top 5)"]
     assert all(m["same_output_as_masked"] and m["removed_heads"] == LAYERS * HEADS // 2 for m in measurements)
     assert measurements[1]["tokens"] == 6 * (6 + 1)  # each continuation and its EOS
     assert measurements[0]["parameters"]["shrunk"] < measurements[0]["parameters"]["unpruned"]

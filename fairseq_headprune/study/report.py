@@ -260,7 +260,7 @@ def _section_lm_speed(study: _Study) -> str:
     lines = [
         "## Removing heads for real\n\n",
         f"The least important heads removed from the checkpoint (`fairseq-headprune shrink`), then the same "
-        f"sentences scored (fairseq's SequenceScorer) and continued (greedy, fairseq's SequenceGenerator) by the "
+        f"sentences scored (fairseq's SequenceScorer) and continued (fairseq's SequenceGenerator, as the mode says) by the "
         f"unpruned model, the model with those heads masked and the shrunk one ({payload['device']}, "
         f"{payload['threads']} threads; median tokens per second).\n\n",
         "| heads removed | mode | batch | unpruned | masked | shrunk | speed-up | same output | "
