@@ -244,6 +244,6 @@ def plot_dynamics(rows, path: str, ylabel: str, label: str = "BLEU") -> None:
     bottom.minorticks_off()
     bottom.set_xlabel("epoch (log scale)")
     bottom.set_ylabel(f"{label}, % of the epoch's unpruned {label}")
-    bottom.legend(fontsize=6, ncol=3, loc="lower left")
+    bottom.legend(fontsize=6, ncol=3, loc="best")
     save_figure(figure, path)
     plt.close(figure)
