@@ -368,3 +368,20 @@ def test_speed_benchmark_scores_and_generates_the_same_with_heads_masked_or_remo
     assert all(m["same_output_as_masked"] and m["removed_heads"] == LAYERS * HEADS // 2 for m in measurements)
     assert measurements[1]["tokens"] == 6 * (6 + 1)  # each continuation and its EOS
     assert measurements[0]["parameters"]["shrunk"] < measurements[0]["parameters"]["unpruned"]
+
+
+def test_ablate_with_a_context_window_equals_stock_eval_lm(tiny_lm, tmp_path):
+    """fairseq-eval-lm's --context-window passes through: a masked head's perplexity as stock eval-lm's, zeroed."""
+    import json
+
+    window = ["--context-window", "16", "--tokens-per-sample", "64"]
+    run(["fairseq-headprune", "ablate", tiny_lm["data"], "--path", tiny_lm["checkpoint"], "--gen-subset", "test",
+         "--out-dir", tmp_path / "ablate", "--heads", "D:1:1-2", "--samples", "100", "--no-progress", *window])
+    table = json.loads((tmp_path / "ablate" / "single.json").read_text())
+    mask = parse_head_mask("D:1:1", {"dec-dec": (LAYERS, HEADS)})["dec-dec"]
+    zeroed = save_zeroed_checkpoint(tiny_lm["checkpoint"], "decoder.layers.{}.self_attn.", HEADS, mask, tmp_path / "z.pt")
+    stock = ["fairseq-eval-lm", "--user-dir", USER_DIR, "--task", "language_modeling"]
+    result = run([*stock, tiny_lm["data"], "--path", zeroed, "--gen-subset", "test", *window])
+    zeroed_ppl = float(re.search(r"Perplexity: ([\d.]+)", result.stdout + result.stderr).group(1))
+    row = next(r for r in table["rows"] if r["spec"] == "D:1:1")
+    assert abs(row["ppl"] - zeroed_ppl) <= 0.0051 and len(table["rows"]) == 2

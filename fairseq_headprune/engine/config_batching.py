@@ -26,6 +26,10 @@ def repeat_sample(sample: dict, count: int) -> dict:
     repeated = dict(sample, net_input=net_input, id=sample["id"].repeat(count))
     if sample.get("target") is not None:
         repeated["target"] = sample["target"].repeat(count, 1)
+    batch = len(sample["id"])
+    for key, value in sample.items():  # per-row lists, e.g. an LM context window's start_indices
+        if isinstance(value, list) and len(value) == batch:
+            repeated[key] = value * count
     return repeated
 
 
