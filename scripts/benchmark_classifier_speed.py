@@ -31,7 +31,8 @@ warnings.filterwarnings("ignore")  # fairseq/hydra deprecation notices; the tabl
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # the same options, choice and removal of heads, and reference path
 from benchmark_speed import (  # noqa: E402
-    add_removal_arguments, on_fairseqs_path, rate_cells, shrunk_checkpoint, timed_interleaved, write_measurements)
+    add_removal_arguments, device_line, model_runs, rate_cells, shrunk_checkpoint, timed_interleaved,
+    write_measurements)
 
 
 def main():
@@ -92,8 +93,7 @@ def main():
         seconds = time.perf_counter() - start
         return seconds, torch.cat(predictions).tolist()
 
-    print(f"device: {device}" + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")
-          + f", threads: {torch.get_num_threads()}, torch {torch.__version__}")
+    print(device_line(device))
     print(f"{count} examples of {args.subset}; examples per second, median (min-max) of {args.repeats} repeats")
     workdir = args.keep_dir or tempfile.mkdtemp(prefix="benchmark-classifier-speed-")
     os.makedirs(workdir, exist_ok=True)
@@ -107,10 +107,8 @@ def main():
             with head_mask_applied(model, head_mask):
                 return classify(model, batches)
 
-        runs = {"unpruned": lambda b: classify(model, b), "masked": masked, "shrunk": lambda b: classify(shrunk, b)}
-        if not args.no_unfused:
-            runs.update({"masked (fairseq)": on_fairseqs_path(masked),
-                         "shrunk (fairseq)": on_fairseqs_path(runs["shrunk"])})
+        runs = model_runs(lambda b: classify(model, b), masked, lambda b: classify(shrunk, b),
+                          unfused=not args.no_unfused)
         print(f"\n{len(removed)} of {total} heads removed ({len(removed) / total:.0%}): {spec}")
         print(f"{'batch':>5s} " + " ".join(f"{name:>22s}" for name in runs) + "  shrunk/unpruned  same labels")
         for size in args.batch_sizes:

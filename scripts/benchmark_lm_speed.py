@@ -42,7 +42,8 @@ warnings.filterwarnings("ignore")  # fairseq/hydra deprecation notices; the tabl
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # the same options, choice and removal of heads, and reference path
 from benchmark_speed import (  # noqa: E402
-    add_removal_arguments, on_fairseqs_path, rate_cells, shrunk_checkpoint, timed_interleaved, write_measurements)
+    add_removal_arguments, device_line, model_runs, rate_cells, shrunk_checkpoint, timed_interleaved,
+    write_measurements)
 
 LM_OPTIONS = ["--sample-break-mode", "eos"]  # one sentence per sample
 
@@ -147,8 +148,7 @@ def main():
                     for h in task.inference_step(generator, [lm], sample)]
         return timed(work)
 
-    print(f"device: {device}" + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")
-          + f", threads: {torch.get_num_threads()}, torch {torch.__version__}")
+    print(device_line(device))
     print(f"{count} sentences of {args.subset}; tokens per second, median (min-max) of {args.repeats} repeats; "
           f"generation: {args.prompt} prompt tokens continued by {args.generate}, {decoding}")
     workdir = args.keep_dir or tempfile.mkdtemp(prefix="benchmark-lm-speed-")
@@ -167,12 +167,8 @@ def main():
 
         print(f"\n{len(removed)} of {total} heads removed ({len(removed) / total:.0%}): {spec}")
         for mode, run in (("scoring", score), ("generating", generate)):
-            runs = {"unpruned": lambda b, run=run: run(model, b),
-                    "masked": lambda b, run=run: masked(run)(model, b),
-                    "shrunk": lambda b, run=run: run(shrunk, b)}
-            if not args.no_unfused:
-                runs.update({"masked (fairseq)": on_fairseqs_path(runs["masked"]),
-                             "shrunk (fairseq)": on_fairseqs_path(runs["shrunk"])})
+            runs = model_runs(lambda b, run=run: run(model, b), lambda b, run=run: masked(run)(model, b),
+                              lambda b, run=run: run(shrunk, b), unfused=not args.no_unfused)
             print(f"{mode:>10s} {'batch':>5s} " + " ".join(f"{name:>20s}" for name in runs)
                   + "  shrunk/unpruned  same output")
             for size in args.batch_sizes:

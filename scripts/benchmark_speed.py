@@ -92,6 +92,20 @@ def write_measurements(args, device, measurements):
     print(f"wrote\t{args.json}")
 
 
+def model_runs(unpruned, masked, shrunk, unfused):
+    """The runs every speed benchmark times, by name; with ``unfused`` also masked and shrunk on fairseq's path."""
+    runs = {"unpruned": unpruned, "masked": masked, "shrunk": shrunk}
+    if unfused:
+        runs.update({"masked (fairseq)": on_fairseqs_path(masked), "shrunk (fairseq)": on_fairseqs_path(shrunk)})
+    return runs
+
+
+def device_line(device):
+    """The device (and GPU name), threads and torch version a benchmark ran with."""
+    name = f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else ""
+    return f"device: {device}{name}, threads: {torch.get_num_threads()}, torch {torch.__version__}"
+
+
 def timed_interleaved(runs, batches, repeats):
     """Each run's output (from a warm-up run) and its seconds over ``repeats`` repeats, interleaved so that
     drift hits every model alike. A run maps batches to (seconds, output)."""
@@ -190,10 +204,7 @@ def main():
         def shrunk_run(batches):
             return translate_batches(shrunk_task, shrunk, batches, args.beam)
 
-        runs = {"unpruned": unpruned_run, "masked": masked_run, "shrunk": shrunk_run}
-        if not args.no_unfused:
-            runs.update({"masked (fairseq)": on_fairseqs_path(masked_run),
-                         "shrunk (fairseq)": on_fairseqs_path(shrunk_run)})
+        runs = model_runs(unpruned_run, masked_run, shrunk_run, unfused=not args.no_unfused)
         print(f"\n{len(removed)} of {total} heads removed ({len(removed) / total:.0%}): {spec}")
         print(f"{'batch':>5s} " + " ".join(f"{name:>20s}" for name in runs))
         for size in args.batch_sizes:

@@ -39,7 +39,8 @@ def _option_value(argv: List[str], option: str) -> Optional[str]:
 
 def _task_for(argv: List[str]) -> List[str]:
     """``--task`` (and the criterion it needs) for the ``--path`` checkpoint's task."""
-    from ..engine.checkpoint_info import load_checkpoint_state, saved_task_name
+    from ..constants import CLASSIFIER_FAMILY, LANGUAGE_MODEL_FAMILY
+    from ..engine.checkpoint_info import load_checkpoint_state, saved_task_name, task_family
     from ..tasks.fairseq_headprune import TASK_NAME
     from ..tasks.headprune_language_modeling import TASK_NAME as LM_TASK_NAME
     from ..tasks.headprune_sentence_prediction import TASK_NAME as SENTENCE_TASK_NAME
@@ -48,11 +49,12 @@ def _task_for(argv: List[str]) -> List[str]:
     saved = None
     if path is not None and os.path.isfile(path.split(":")[0]):
         saved = saved_task_name(load_checkpoint_state(path.split(":")[0]))
-    if saved in ("sentence_prediction", SENTENCE_TASK_NAME):
+    family = task_family(saved)
+    if family == CLASSIFIER_FAMILY:
         # fairseq-validate cannot resolve the task's criterion interpolations without it
         criterion = [] if _given(argv, "--criterion") else ["--criterion", "sentence_prediction"]
         return ["--task", SENTENCE_TASK_NAME, *criterion]
-    if saved in ("language_modeling", LM_TASK_NAME):
+    if family == LANGUAGE_MODEL_FAMILY:
         return ["--task", LM_TASK_NAME]
     return ["--task", TASK_NAME]
 

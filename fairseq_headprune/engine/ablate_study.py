@@ -16,7 +16,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from ..constants import TRANSLATION_FAMILY
 from ..errors import HeadMaskError, StudyError
 from ..study.ablation import (
     all_but_one_configs,
@@ -119,7 +118,7 @@ def _write_single(sweep, baseline, rows, prefix: str) -> None:
     record = sweep.settings_record(baseline)
     write_result_rows(prefix, rows, record)
     baseline_score = sweep.baseline_score(baseline)
-    caption = table_caption(settings, f"{_title(metric.label)} change when one head is masked", sweep.split)
+    caption = table_caption(settings, f"{metric.title} change when one head is masked", sweep.split)
     write_text(markdown_single_table(rows, baseline_score, caption), prefix + ".md")
     write_text(latex_single_table(rows, baseline_score, caption), prefix + ".tex")
     plot_delta_heatmaps(
@@ -127,15 +126,10 @@ def _write_single(sweep, baseline, rows, prefix: str) -> None:
         f"Δ{metric.label} when one head is masked ({sweep.split}; dots: p < {settings.test.alpha:g})",
         colorbar_label=f"Δ{metric.label}",
     )
-    xlabel = f"{settings.bleu} BLEU" if settings.family == TRANSLATION_FAMILY else metric.label
     plot_score_histogram(
         rows, baseline_score, prefix + "_hist.png",
-        f"{metric.label} with one head masked ({sweep.split})", xlabel, column=metric.column,
+        f"{metric.label} with one head masked ({sweep.split})", settings.score_label, column=metric.column,
     )
-
-
-def _title(label: str) -> str:
-    return label[:1].upper() + label[1:]
 
 
 def _write_all_but_one(settings: AblationSettings, sweep, baseline, rows, select_rows,

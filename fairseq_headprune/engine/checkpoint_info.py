@@ -103,9 +103,13 @@ LANGUAGE_MODEL_TASKS = ("language_modeling", "headprune_language_modeling")
 
 def checkpoint_family(path: str) -> str:
     """The family of model a checkpoint holds, from its task: translation unless it says otherwise."""
+    return task_family(saved_task_of(path) if os.path.isfile(path) else None)
+
+
+def task_family(task) -> str:
+    """The family of model a saved ``--task`` trains: translation unless it is a classifier's or an LM's."""
     from ..constants import CLASSIFIER_FAMILY, LANGUAGE_MODEL_FAMILY, TRANSLATION_FAMILY
 
-    task = saved_task_of(path) if os.path.isfile(path) else None
     if task in CLASSIFIER_TASKS:
         return CLASSIFIER_FAMILY
     if task in LANGUAGE_MODEL_TASKS:

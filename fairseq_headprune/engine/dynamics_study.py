@@ -119,10 +119,9 @@ def _write_outputs(settings: DynamicsSettings, rows, described: str) -> None:
     write_json({"settings": record, "rows": rows}, os.path.join(out, "dynamics.json"), indent=1)
     label = sweep.metric.label
     caption = (
-        f"{label[:1].upper() + label[1:]} on {sweep.gen_subset} with the least important heads pruned, as % of "
+        f"{sweep.metric.title} on {sweep.gen_subset} with the least important heads pruned, as % of "
         f"the same epoch's unpruned {label} (importance estimated on each epoch's checkpoint, on "
         f"{', '.join(settings.curve.importance.subsets)})."
     )
     write_text(markdown_dynamics(rows, caption, label), os.path.join(out, "dynamics.md"))
-    what = f"{sweep.bleu} BLEU" if sweep.family == TRANSLATION_FAMILY else label
-    plot_dynamics(rows, os.path.join(out, "dynamics.png"), f"{what} on {sweep.gen_subset}", label)
+    plot_dynamics(rows, os.path.join(out, "dynamics.png"), f"{sweep.score_label} on {sweep.gen_subset}", label)

@@ -73,6 +73,7 @@ class SplitScorer:
 
             self.scorer = SequenceScorer(task.target_dictionary, cfg.eval_lm.softmax_batch)
             self.references = [""] * self.size
+            self.continuations = self._continuation_ids(cfg.common_eval.post_process)
 
     # ------------------------------------------------------------------ batches
 
@@ -178,12 +179,7 @@ class SplitScorer:
         subword continuations folded into the word's last piece with
         --post-process subword_nmt, infinite scores skipped.
         """
-        post_process = self.cfg.common_eval.post_process
-        continuation = None
-        if post_process is not None:
-            if post_process not in ("subword_nmt", "@@ "):
-                raise StudyError(f"--post-process {post_process}: fairseq-eval-lm implements subword_nmt only")
-            continuation = self._continuation_ids()
+        continuation = self.continuations
         rows = []
         for hypotheses in self.scorer.generate([self.model], sample):
             tokens, scores = hypotheses[0]["tokens"], hypotheses[0]["positional_scores"].float()
@@ -202,11 +198,14 @@ class SplitScorer:
             rows.append(f"{loss!r} {scores.numel() - skipped}")
         return rows
 
-    def _continuation_ids(self):
-        if not hasattr(self, "_continuations"):
-            dictionary = self.task.source_dictionary
-            self._continuations = {i for i in range(len(dictionary)) if dictionary[i].endswith("@@")}
-        return self._continuations
+    def _continuation_ids(self, post_process: Optional[str]):
+        """Subword pieces continued by the next (``--post-process subword_nmt``), or None without it."""
+        if post_process is None:
+            return None
+        if post_process not in ("subword_nmt", "@@ "):
+            raise StudyError(f"--post-process {post_process}: fairseq-eval-lm implements subword_nmt only")
+        dictionary = self.task.source_dictionary
+        return {i for i in range(len(dictionary)) if dictionary[i].endswith("@@")}
 
     # ------------------------------------------------------------------ identity
 

@@ -17,7 +17,6 @@ from ..study.head_mask import HeadMask, parse_head_mask
 
 logger = logging.getLogger(__name__)
 BATCHING_SEED = 1  # fairseq's default --seed
-TRANSLATION_TASK_NAME = "fairseq-headprune"
 
 
 def _first_line(error: BaseException) -> str:
@@ -170,13 +169,14 @@ def load_scoring_model(family: str, data: str, checkpoint: str, fairseq_args: Se
 def _refuse_other_tasks(checkpoint: str) -> None:
     """One clear line when a translation loader is given a checkpoint of a task no study takes (read on failure)."""
     from ..errors import HeadPruneError
+    from ..tasks.fairseq_headprune import TASK_NAME
     from .checkpoint_info import load_checkpoint_state, saved_task_name
 
     try:
         task = saved_task_name(load_checkpoint_state(checkpoint))
     except HeadPruneError:
         return  # not a readable checkpoint: the caller's own message says so
-    if task is not None and "translation" not in task and task != TRANSLATION_TASK_NAME:
+    if task is not None and "translation" not in task and task != TASK_NAME:
         raise StudyError(
             f"{checkpoint} is a {task} checkpoint; the studies take translation, sentence_prediction "
             "and language_modeling checkpoints"

@@ -203,8 +203,7 @@ def _result_columns(row: Dict[str, object], sweep: SweepSettings) -> Dict[str, o
 
 
 def _axis_label(sweep: SweepSettings) -> str:
-    what = f"{sweep.bleu} BLEU" if sweep.family == TRANSLATION_FAMILY else sweep.metric.label
-    return f"{what} on {sweep.gen_subset}"
+    return f"{sweep.score_label} on {sweep.gen_subset}"
 
 
 def _write_curves(settings: PruneSettings, steps: Sequence[PruneStep], by_config, record, outcome: PruneOutcome):

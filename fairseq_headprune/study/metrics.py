@@ -38,6 +38,11 @@ class Metric:
     tests: Tuple[str, ...] = BLEU_TESTS  # significance tests that apply to it
     label: str = "BLEU"  # its name in console lines, captions and axes ("ΔBLEU")
 
+    @property
+    def title(self) -> str:
+        """``label`` at the start of a sentence."""
+        return self.label[:1].upper() + self.label[1:]
+
     def example_statistics(self, references: Sequence[str], hypotheses: Sequence[str]) -> np.ndarray:
         """One row of sufficient statistics per example."""
         return self.statistics(references, hypotheses)

@@ -143,7 +143,7 @@ def _section_single(study: _Study) -> str:
     alpha = settings["test"]["alpha"]
     text = (
         "## Masking one head at a time (Table 1, Figure 1)\n\n"
-        f"{label[:1].upper() + label[1:]} change on {settings['split']} when each head alone is masked; bold: "
+        f"{metric.title} change on {settings['split']} when each head alone is masked; bold: "
         f"significant at p < {alpha:g} ({settings['test']['test']}, {settings['test']['samples']} resamples). "
         f"Baseline {settings[f'baseline_{metric.column}']:.2f}; {len(significant)} of {len(rows)} heads change "
         f"{label} significantly; the largest {'drop' if metric.higher_is_better else 'rise'} is "
@@ -200,7 +200,7 @@ def _section_pruning(study: _Study) -> str:
         best_order = max({r["order"] for r in summary}, key=lambda o: sign * curve_point(summary, o, 50)[column])
         point = curve_point(summary, best_order, 50)
         text += (
-            f"{metric.label[:1].upper() + metric.label[1:]} on {settings['split']} as the heads are pruned, by "
+            f"{metric.title} on {settings['split']} as the heads are pruned, by "
             f"order (random: mean ± std over {settings['draws']} draws, band: ±1 std); dashed: unpruned "
             f"({settings[f'baseline_{column}']:.2f}). At {point['percent']:.0f}% of the heads pruned the best "
             f"order is {best_order} ({point[column]:.2f}).\n\n"

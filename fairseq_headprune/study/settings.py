@@ -162,6 +162,11 @@ class SweepSettings:
         return BLEU_METRICS[self.bleu]
 
     @property
+    def score_label(self) -> str:
+        """What an axis of scores says: which BLEU for translation, the metric's label otherwise."""
+        return f"{self.bleu} BLEU" if self.family == TRANSLATION_FAMILY else self.metric.label
+
+    @property
     def test_metric(self) -> Metric:
         """The metric the significance test resamples."""
         return self.metric.for_test(self.test.test)
