@@ -12,11 +12,16 @@ stock fairseq-train (--task sentence_prediction, --criterion
 sentence_prediction), saving one checkpoint per epoch and checkpoint_best.pt
 (best validation accuracy) in SAVE_DIR. An interrupted run resumes from
 SAVE_DIR/checkpoint_last.pt. Deterministic for a seed and thread count on
-one machine, like scripts/train_demo.sh.
+one machine, like scripts/train_demo.sh. With RESTORE, fine-tunes a
+pretrained model instead (scripts/pretrain_roberta.sh; its dimensions must
+be given again), as fairseq's RoBERTa GLUE instructions do: --restore-file
+with the optimizer, data loader and meters reset, a new classification head.
 
 environment (defaults are the demo classifier):
   LAYERS=4 EMBED_DIM=128 FFN_DIM=256 HEADS=8 EPOCHS=6 BATCH_SIZE=32
   LR=0.0005 WARMUP=200 SEED=1 NUM_CLASSES=2
+  ARCH        the architecture (default roberta_base; any of fairseq's roberta family)
+  RESTORE     a pretrained checkpoint to fine-tune (default: none, train from scratch)
   THREADS=2   CPU threads (OMP_NUM_THREADS, MKL_NUM_THREADS)
   ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=AVX2  CPU kernels' instruction set
   EXTRA_ARGS  further fairseq-train options
@@ -28,10 +33,16 @@ data_bin=$1
 save_dir=$2
 export OMP_NUM_THREADS=${THREADS:-2} MKL_NUM_THREADS=${THREADS:-2}
 export ATEN_CPU_CAPABILITY=${ATEN_CPU_CAPABILITY:-avx2} MKL_CBWR=${MKL_CBWR:-AVX2}
+restore=()
+if [[ -n ${RESTORE:-} ]]; then
+  [[ -f $RESTORE ]] || { echo "RESTORE: no such checkpoint: $RESTORE" >&2; exit 2; }
+  restore=(--restore-file "$(cd "$(dirname "$RESTORE")" && pwd)/$(basename "$RESTORE")"
+           --reset-optimizer --reset-dataloader --reset-meters)
+fi
 
 # shellcheck disable=SC2086  # EXTRA_ARGS is a list of options
 fairseq-train "$data_bin" --task sentence_prediction --criterion sentence_prediction \
-  --arch roberta_base --encoder-layers "${LAYERS:-4}" --encoder-embed-dim "${EMBED_DIM:-128}" \
+  --arch "${ARCH:-roberta_base}" --encoder-layers "${LAYERS:-4}" --encoder-embed-dim "${EMBED_DIM:-128}" \
   --encoder-ffn-embed-dim "${FFN_DIM:-256}" --encoder-attention-heads "${HEADS:-8}" \
   --num-classes "${NUM_CLASSES:-2}" --init-token 0 --separator-token 2 --max-positions 128 \
   --dropout 0.1 --attention-dropout 0.0 \
@@ -40,5 +51,5 @@ fairseq-train "$data_bin" --task sentence_prediction --criterion sentence_predic
   --batch-size "${BATCH_SIZE:-32}" --max-epoch "${EPOCHS:-6}" \
   --best-checkpoint-metric accuracy --maximize-best-checkpoint-metric \
   --seed "${SEED:-1}" --num-workers 0 --save-dir "$save_dir" \
-  --log-format simple --log-interval 100 \
+  --log-format simple --log-interval 100 "${restore[@]}" \
   ${EXTRA_ARGS:-}

@@ -8,15 +8,23 @@ from ..errors import SettingsError
 
 
 def command_corpus(args: argparse.Namespace) -> int:
-    from ..study.demo_corpus import write_acceptability_corpus, write_demo_corpus
+    from ..study.demo_corpus import write_columns, write_acceptability_corpus, write_demo_corpus
+    from ..study.nli_corpus import pretraining_text, write_inference_corpus
 
     if args.scale <= 0:
         raise SettingsError(f"--scale must be positive, got {args.scale}")
+    if args.majority and args.kind != "translation":
+        raise SettingsError("--majority is for --kind translation (the references' ceiling)")
     if args.kind == "acceptability":
-        if args.majority:
-            raise SettingsError("--majority is for --kind translation (the references' ceiling)")
         counts = write_acceptability_corpus(args.out_dir, seed=args.seed, scale=args.scale)
         files, what = "{input0,label}", "labelled sentences"
+    elif args.kind == "nli":
+        counts = write_inference_corpus(args.out_dir, seed=args.seed, scale=args.scale)
+        files, what = "{input0,input1,label}", "premise/hypothesis pairs"
+        for split, size in (("train", 40000), ("valid", 1000)):
+            sentences = pretraining_text(args.seed + (0 if split == "train" else 1), args.scale, size)
+            write_columns(args.out_dir, f"pretrain.{split}", {"txt": sentences})
+            print(f"pretrain.{split}\t{len(sentences)} sentences\t{os.path.join(args.out_dir, 'pretrain.' + split)}.txt")
     else:
         counts = write_demo_corpus(args.out_dir, seed=args.seed, scale=args.scale, majority=args.majority)
         files, what = "{en,fr}", "sentence pairs"
@@ -31,14 +39,18 @@ def add_parser(commands) -> None:
         help="write the built-in synthetic En-Fr demo corpus (raw text)",
         description="Write train/valid/test and a domain-shifted test-shifted split "
         "as SPLIT.en / SPLIT.fr (--kind acceptability: French sentences labelled acceptable or not, "
-        "SPLIT.input0/.label); the same seed gives the same corpus.",
+        "SPLIT.input0/.label; --kind nli: premise, hypothesis and label, SPLIT.input0/.input1/.label, "
+        "with test-mismatched for the shifted domain); the same seed gives the same corpus.",
     )
     corpus.add_argument("out_dir", help="directory for the text files")
     corpus.add_argument(
-        "--kind", choices=("translation", "acceptability"), default="translation",
+        "--kind", choices=("translation", "acceptability", "nli"), default="translation",
         help="translation (default): English -> French pairs; acceptability: does the French main verb "
         "agree with its subject (labels acceptable/unacceptable, about half each; a CoLA-like task "
-        "for encoder-only models)",
+        "for encoder-only models); nli: English premise/hypothesis pairs labelled entailment, neutral "
+        "or contradiction (a thirds each; MultiNLI-like, 20000/1000/1000 train/valid/test and a "
+        "domain-shifted test-mismatched), and pretrain.{train,valid}.txt (40000/1000 sentences) "
+        "for masked-LM pretraining",
     )
     corpus.add_argument(
         "--seed", type=int, default=DEFAULT_CORPUS_SEED, help=f"corpus seed (default {DEFAULT_CORPUS_SEED})"

@@ -4,7 +4,10 @@
 task that extends the task the ``--path`` checkpoint was trained with
 (``headprune_sentence_prediction`` for ``sentence_prediction``, with its
 ``--criterion sentence_prediction``; ``headprune_language_modeling`` for
-``language_modeling``), otherwise ``fairseq-headprune`` (translation). Every other option is fairseq's, ``--head-mask`` included.
+``language_modeling``), otherwise ``fairseq-headprune`` (translation). A
+classifier whose one classification head is not the one its config names
+(``roberta.large.mnli``: ``mnli``) gets ``--model-overrides`` naming it,
+unless given. Every other option is fairseq's, ``--head-mask`` included.
 """
 
 import importlib
@@ -40,7 +43,12 @@ def _option_value(argv: List[str], option: str) -> Optional[str]:
 def _task_for(argv: List[str]) -> List[str]:
     """``--task`` (and the criterion it needs) for the ``--path`` checkpoint's task."""
     from ..constants import CLASSIFIER_FAMILY, LANGUAGE_MODEL_FAMILY
-    from ..engine.checkpoint_info import load_checkpoint_state, saved_task_name, task_family
+    from ..engine.checkpoint_info import (
+        classification_head_override,
+        load_checkpoint_state,
+        saved_task_name,
+        task_family,
+    )
     from ..tasks.fairseq_headprune import TASK_NAME
     from ..tasks.headprune_language_modeling import TASK_NAME as LM_TASK_NAME
     from ..tasks.headprune_sentence_prediction import TASK_NAME as SENTENCE_TASK_NAME
@@ -53,7 +61,10 @@ def _task_for(argv: List[str]) -> List[str]:
     if family == CLASSIFIER_FAMILY:
         # fairseq-validate cannot resolve the task's criterion interpolations without it
         criterion = [] if _given(argv, "--criterion") else ["--criterion", "sentence_prediction"]
-        return ["--task", SENTENCE_TASK_NAME, *criterion]
+        # a released classifier's one head under another name (roberta.large.mnli: mnli) is kept
+        head = classification_head_override(path.split(":")[0])
+        overrides = [] if _given(argv, "--model-overrides") or not head else ["--model-overrides", repr(head)]
+        return ["--task", SENTENCE_TASK_NAME, *criterion, *overrides]
     if family == LANGUAGE_MODEL_FAMILY:
         return ["--task", LM_TASK_NAME]
     return ["--task", TASK_NAME]
@@ -62,9 +73,14 @@ def _task_for(argv: List[str]) -> List[str]:
 def run_fairseq_command(command: str, args: List[str]) -> int:
     """Run a fairseq command with ``--user-dir`` and ``--task`` filled in."""
     from .. import register_components
+    from ..errors import CheckpointError
 
     register_components()
     argv = list(args)
+    path = _option_value(argv, "--path")
+    for checkpoint in (path.split(":") if path else []):
+        if not os.path.isfile(checkpoint):
+            raise CheckpointError(f"--path: checkpoint not found: {checkpoint}")
     if not _given(argv, "--user-dir"):
         argv += ["--user-dir", PACKAGE_DIR]
     if not _given(argv, "--task"):

@@ -59,10 +59,12 @@ def state_head_layout(state: Dict[str, Any]) -> HeadLayout:
     config = model_config(state)
     layer_indices = {"encoder": set(), "decoder": set(), "encoder_attn": set()}
     for key in state["model"]:
-        # encoder-decoder and decoder-only: (encoder|decoder).layers.N; RoBERTa: encoder.sentence_encoder.layers.N
-        match = re.match(r"(encoder|decoder)\.(?:sentence_encoder\.)?layers\.(\d+)\.(self_attn|encoder_attn)\.", key)
+        # encoder-decoder and decoder-only: (encoder|decoder).layers.N; RoBERTa: encoder.sentence_encoder.layers.N,
+        # decoder.sentence_encoder.layers.N in checkpoints released before fairseq renamed it (roberta.large.mnli)
+        match = re.match(r"(encoder|decoder)\.(sentence_encoder\.)?layers\.(\d+)\.(self_attn|encoder_attn)\.", key)
         if match:
-            side, index, kind = match.groups()
+            side, sentence_encoder, index, kind = match.groups()
+            side = "encoder" if sentence_encoder else side
             layer_indices["encoder_attn" if kind == "encoder_attn" else side].add(int(index))
     layout = {}
     for attention_type, side, heads_key in (
@@ -99,6 +101,35 @@ def saved_task_of(path: str):
 # the tasks of classifier and language-model checkpoints (fairseq's and the plugin's head-masking ones)
 CLASSIFIER_TASKS = ("sentence_prediction", "headprune_sentence_prediction")
 LANGUAGE_MODEL_TASKS = ("language_modeling", "headprune_language_modeling")
+
+
+def classification_head_override(path: str) -> Dict[str, str]:
+    """``{"classification_head_name": NAME}`` where a classifier's configured head is not in its weights but one is.
+
+    fairseq's sentence_prediction task builds the head its config names
+    (``sentence_classification_head`` unless ``--classification-head-name``)
+    and drops the checkpoint's others; a released classifier such as
+    ``roberta.large.mnli`` stores its one head as ``mnli``. Loading it as
+    stock fairseq-validate would with ``--model-overrides
+    "{'classification_head_name': 'mnli'}"`` keeps it. Empty when nothing is
+    to override; several heads, none of them configured, is one clear error.
+    """
+    try:
+        state = torch.load(path, map_location="cpu", mmap=True)
+    except Exception:
+        state = load_checkpoint_state(path)
+    heads = sorted({key.split(".")[1] for key in state["model"] if key.startswith("classification_heads.")})
+    configured = None
+    if state.get("cfg") is not None and state["cfg"].get("task") is not None:
+        configured = state["cfg"]["task"].get("classification_head_name")
+    elif state.get("args") is not None:
+        configured = getattr(state["args"], "classification_head_name", None)
+    configured = configured or "sentence_classification_head"
+    if not heads or configured in heads:
+        return {}
+    if len(heads) > 1:
+        raise CheckpointError(f"{path} has classification heads {', '.join(heads)} and its config names none of them")
+    return {"classification_head_name": heads[0]}
 
 
 def checkpoint_family(path: str) -> str:

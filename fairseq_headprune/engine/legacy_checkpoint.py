@@ -1,4 +1,4 @@
-"""Write a checkpoint in the old fairseq format of the released WMT14 En-Fr model.
+"""Write checkpoints in the old fairseq formats of the released models the papers study.
 
 The released ``wmt14.en-fr.joined-dict.transformer`` model predates fairseq's
 hydra configs: its configuration is an ``argparse.Namespace`` under ``args``,
@@ -70,6 +70,50 @@ def write_legacy_checkpoint(source_path: str, out_path: str, **extra_args: Any) 
         "optimizer_history": [
             {
                 "criterion_name": "LabelSmoothedCrossEntropyCriterion",
+                "optimizer_name": "FairseqAdam",
+                "lr_scheduler_state": {"best": None},
+                "num_updates": 0,
+            }
+        ],
+        "extra_state": {"epoch": 1, "batch_offset": 0, "val_loss": None},
+        "last_optimizer_state": None,
+    }
+    torch.save(legacy_state, out_path)
+
+
+def _legacy_roberta_state(model_state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+    """RoBERTa's encoder under ``decoder`` and ``emb_layer_norm``, as released (fairseq renames both on load)."""
+    legacy = {}
+    for key, tensor in model_state.items():
+        key = re.sub(r"^encoder\.", "decoder.", key)
+        legacy[key.replace(".layernorm_embedding.", ".emb_layer_norm.")] = tensor
+    return legacy
+
+
+def write_legacy_roberta_checkpoint(source_path: str, out_path: str) -> None:
+    """Save a fine-tuned RoBERTa classifier in the format of the released ``roberta.large.mnli``.
+
+    An ``argparse.Namespace`` under ``args`` (the model's and the
+    sentence_prediction task's settings, without ``classification_head_name``:
+    the released model names its head ``mnli`` while its config names none),
+    the encoder's keys under ``decoder.``.
+    """
+    state = load_checkpoint_state(source_path)
+    namespace_fields = dict(task="sentence_prediction", criterion="sentence_prediction", optimizer="adam",
+                            lr=[1e-05], lr_scheduler="polynomial_decay", fp16=True)
+    namespace_fields.update(model_config(state))
+    task_config = state["cfg"]["task"] if state.get("cfg") else {}
+    for name in ("num_classes", "init_token", "separator_token", "max_positions", "regression_target"):
+        if name in task_config:
+            namespace_fields[name] = task_config[name]
+    namespace_fields.pop("classification_head_name", None)
+    namespace_fields.pop("_name", None)
+    legacy_state = {
+        "args": Namespace(**namespace_fields),
+        "model": _legacy_roberta_state(state["model"]),
+        "optimizer_history": [
+            {
+                "criterion_name": "SentencePredictionCriterion",
                 "optimizer_name": "FairseqAdam",
                 "lr_scheduler_state": {"best": None},
                 "num_updates": 0,

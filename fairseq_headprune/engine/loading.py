@@ -121,6 +121,7 @@ def load_scoring_model(family: str, data: str, checkpoint: str, fairseq_args: Se
 
     from .. import register_components
     from ..constants import CLASSIFIER_FAMILY
+    from .checkpoint_info import classification_head_override
     from ..tasks.headprune_language_modeling import TASK_NAME as LM_TASK_NAME
     from ..tasks.headprune_sentence_prediction import TASK_NAME as CLASSIFIER_TASK_NAME
 
@@ -150,7 +151,10 @@ def load_scoring_model(family: str, data: str, checkpoint: str, fairseq_args: Se
         cfg.task.tokens_per_sample -= cfg.eval_lm.context_window  # as fairseq-eval-lm does
     try:
         if classifier:  # as fairseq-validate: the saved task settings, this data and mask
-            overrides = {"data": data, "task": task_name, "head_mask": cfg.task.head_mask}
+            head = classification_head_override(checkpoint)
+            overrides = {"data": data, "task": task_name, "head_mask": cfg.task.head_mask, **head}
+            if head:  # the criterion built from these options scores that head too
+                cfg.criterion.classification_head_name = head["classification_head_name"]
             models, _, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], arg_overrides=overrides)
         else:  # as fairseq-eval-lm: the task from the command line
             task = tasks.setup_task(cfg.task)

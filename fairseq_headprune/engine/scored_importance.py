@@ -38,11 +38,14 @@ def _load_with_saved_task(data: str, checkpoint: str, task_name: str, head_mask:
     from fairseq import checkpoint_utils
 
     from .. import register_components
+    from .checkpoint_info import classification_head_override
 
     register_components()
     if not os.path.isdir(data):
         raise StudyError(f"data directory not found: {data}")
     overrides = {"data": data, "task": task_name, "head_mask": head_mask}
+    if kind == "classifier":
+        overrides.update(classification_head_override(checkpoint))
     try:
         models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], arg_overrides=overrides)
     except SystemExit as error:  # the task's one-line errors (--head-mask)

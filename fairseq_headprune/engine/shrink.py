@@ -97,14 +97,16 @@ _MODULE_PREFIXES = {
     "enc-dec": "decoder.layers.{}.encoder_attn.",
     "dec-dec": "decoder.layers.{}.self_attn.",
 }
-# RoBERTa's encoder layers sit one level deeper
-_SENTENCE_ENCODER_PREFIX = "encoder.sentence_encoder.layers.{}.self_attn."
+# RoBERTa's encoder layers sit one level deeper, under "decoder" in checkpoints released
+# before fairseq renamed it (roberta.large.mnli; fairseq renames it on load)
+_SENTENCE_ENCODER_PREFIXES = ("encoder.sentence_encoder.layers.", "decoder.sentence_encoder.layers.")
 
 
 def module_prefixes(weights: Dict[str, torch.Tensor]) -> Dict[str, str]:
     """State-dict key prefix of each attention type's layer N (``.format(N)``)."""
-    if any(key.startswith("encoder.sentence_encoder.layers.") for key in weights):
-        return dict(_MODULE_PREFIXES, **{"enc-enc": _SENTENCE_ENCODER_PREFIX})
+    for prefix in _SENTENCE_ENCODER_PREFIXES:
+        if any(key.startswith(prefix) for key in weights):
+            return dict(_MODULE_PREFIXES, **{"enc-enc": prefix + "{}.self_attn."})
     return _MODULE_PREFIXES
 
 

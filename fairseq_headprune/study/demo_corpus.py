@@ -311,7 +311,7 @@ def demo_splits(
     return pairs_by_split
 
 
-def _write_columns(out_dir: str, split: str, columns: Dict[str, Sequence[str]]) -> None:
+def write_columns(out_dir: str, split: str, columns: Dict[str, Sequence[str]]) -> None:
     for suffix, lines in columns.items():
         with atomic_text_file(os.path.join(out_dir, f"{split}.{suffix}")) as handle:
             handle.writelines(line + "\n" for line in lines)
@@ -329,7 +329,7 @@ def write_demo_corpus(
     os.makedirs(out_dir, exist_ok=True)
     counts = {}
     for split, pairs in demo_splits(seed, scale, splits, majority).items():
-        _write_columns(out_dir, split, {"en": [en for en, _ in pairs], "fr": [fr for _, fr in pairs]})
+        write_columns(out_dir, split, {"en": [en for en, _ in pairs], "fr": [fr for _, fr in pairs]})
         counts[split] = len(pairs)
     return counts
 
@@ -387,6 +387,6 @@ def write_acceptability_corpus(out_dir: str, seed: int = 1, scale: float = 1.0, 
         examples = generate_acceptability(size + (0 if split == "train" else size), seed * 1000 + 500 + offset, domain)
         examples = [(text, label) for text, label in examples if text not in seen][:size]
         seen.update(text for text, _ in examples)
-        _write_columns(out_dir, split, {"input0": [t for t, _ in examples], "label": [l for _, l in examples]})
+        write_columns(out_dir, split, {"input0": [t for t, _ in examples], "label": [l for _, l in examples]})
         counts[split] = len(examples)
     return counts

@@ -207,7 +207,7 @@ def _dynamics(load: Load, study: _Study) -> Optional[List]:
 
 
 def _speed(load: Load, study: _Study) -> Optional[List]:
-    payload = load("shrink/speed.json")
+    payload = load("shrink/speed.json") or load("shrink/classifier_speed.json")
     if not payload or not payload.get("measurements"):
         return None
     by_batch = sorted(payload["measurements"], key=lambda m: m["batch_size"])
