@@ -20,6 +20,10 @@ DEFAULT_GRANULARITY = "sentence"
 # default, as the authors' prune_wmt.sh, which runs prune.py with fairseq
 # 0.6's default criterion (cross_entropy); label smoothing stays selectable
 IMPORTANCE_LOSSES = ("nll", "label_smoothed")
+# gradient: I_h = E_x |dL(x)/dxi_h| (Michel et al.); fisher: F_h = E_x (dL(x)/dxi_h)^2, the mask's
+# diagonal Fisher information (Kwon et al. 2022)
+IMPORTANCE_METHODS = ("gradient", "fisher")
+DEFAULT_IMPORTANCE_METHOD = "gradient"
 DEFAULT_IMPORTANCE_LOSS = "nll"
 DEFAULT_LABEL_SMOOTHING = 0.1
 

@@ -18,10 +18,12 @@ Writes, in the layout prepare_roberta_mnli.sh expects once its downloads are don
                               and fairseq's dictionary of its ids
   OUT_DIR/raw/MNLI/{train,dev_matched,dev_mismatched}.tsv   the demo NLI corpus in
                               GLUE's MNLI columns (dev_mismatched: the shifted domain)
-Then: OFFLINE=1 bash scripts/prepare_roberta_mnli.sh OUT_DIR
+and prepares the data with OFFLINE=1 TRAIN=1 scripts/prepare_roberta_mnli.sh OUT_DIR
+(the training set binarized too, to fine-tune the stand-in on). Then:
+scripts/study_roberta_mnli.sh OUT_DIR.
 
 environment:
-  SCALE=0.1 MERGES=300 SUBSET=300    corpus size, BPE merges, train5k's size for the training run
+  SCALE=0.1 MERGES=300 SUBSET=300    corpus size, BPE merges, train5k's size
   LAYERS=2 EMBED_DIM=32 FFN_DIM=64 HEADS=4 EPOCHS=3   the model (see train_classifier.sh)
 USAGE
 }
@@ -70,16 +72,13 @@ if [[ ! -s "$out_dir/bundle/model.pt" ]]; then
     > "$work/dict.log" 2>&1 || { echo "fairseq-preprocess failed: see $work/dict.log" >&2; exit 1; }
   cp "$work/dict/dict.txt" "$out_dir/bundle/dict.txt"
 
-  # the data as the real pipeline prepares it, with the training set, to fine-tune on
-  mkdir -p "$work/prepared/bundle" "$work/prepared/raw"
-  cp "$out_dir/bundle/dict.txt" "$out_dir/bundle/encoder.json" "$out_dir/bundle/vocab.bpe" "$work/prepared/bundle/"
-  rm -rf "$work/prepared/raw/MNLI" && cp -r "$out_dir/raw/MNLI" "$work/prepared/raw/"
-  OFFLINE=1 TRAIN=1 SUBSET=${SUBSET:-300} bash "$repo/scripts/prepare_roberta_mnli.sh" "$work/prepared" \
-    > "$work/prepare.log" 2>&1 || { echo "preparing the stand-in data failed: see $work/prepare.log" >&2; exit 1; }
+  # the data as the real pipeline prepares it (with the training set), to fine-tune on
+  OFFLINE=1 TRAIN=1 bash "$repo/scripts/prepare_roberta_mnli.sh" "$out_dir" > "$work/prepare.log" 2>&1 \
+    || { echo "preparing the stand-in data failed: see $work/prepare.log" >&2; exit 1; }
   ARCH=roberta_large LAYERS=${LAYERS:-2} EMBED_DIM=${EMBED_DIM:-32} FFN_DIM=${FFN_DIM:-64} HEADS=${HEADS:-4} \
     EPOCHS=${EPOCHS:-3} WARMUP=${WARMUP:-50} LR=${LR:-0.002} NUM_CLASSES=3 \
     EXTRA_ARGS="--classification-head-name mnli --no-epoch-checkpoints" \
-    bash "$repo/scripts/train_classifier.sh" "$work/prepared/bin" "$work/checkpoints" > "$work/train.log" 2>&1 \
+    bash "$repo/scripts/train_classifier.sh" "$out_dir/bin" "$work/checkpoints" > "$work/train.log" 2>&1 \
     || { echo "training failed: see $work/train.log" >&2; exit 1; }
   python -c 'import sys; from fairseq_headprune.engine.legacy_checkpoint import write_legacy_roberta_checkpoint; write_legacy_roberta_checkpoint(sys.argv[1], sys.argv[2])' \
     "$work/checkpoints/checkpoint_last.pt" "$out_dir/bundle/model.pt.part"

@@ -126,14 +126,15 @@ fi
 
 # 4. GPT-2 BPE with the bundle's encoder, as fairseq's instructions do
 for name in "${splits[@]}" $([[ ${TRAIN:-0} == 1 ]] && echo train); do
-  for input in input0 input1; do
-    [[ -s "$out_dir/bpe/$name.$input" ]] && continue
+  if [[ ! -s "$out_dir/bpe/$name.input1" ]]; then  # both columns in one pass: their lines correspond
     python -m fairseq.examples.roberta.multiprocessing_bpe_encoder \
       --encoder-json "$out_dir/bundle/encoder.json" --vocab-bpe "$out_dir/bundle/vocab.bpe" \
-      --inputs "$out_dir/text/$name.raw.$input" --outputs "$out_dir/bpe/$name.$input.part" \
-      --keep-empty --workers "$workers" > /dev/null || die "BPE encoding of $name.$input failed"
-    mv "$out_dir/bpe/$name.$input.part" "$out_dir/bpe/$name.$input"
-  done
+      --inputs "$out_dir/text/$name.raw.input0" "$out_dir/text/$name.raw.input1" \
+      --outputs "$out_dir/bpe/$name.input0.part" "$out_dir/bpe/$name.input1.part" \
+      --keep-empty --workers "$workers" > /dev/null || die "BPE encoding of $name failed"
+    mv "$out_dir/bpe/$name.input0.part" "$out_dir/bpe/$name.input0"
+    mv "$out_dir/bpe/$name.input1.part" "$out_dir/bpe/$name.input1"
+  fi
   cp "$out_dir/text/$name.label" "$out_dir/bpe/$name.label"
 done
 

@@ -30,7 +30,7 @@ environment:
   THREADS    CPU threads for training and every study (default 2)
   RANKS      processes the sweeps are sharded over with torchrun (default 2; 1: no torchrun)
   LAYERS=6 HEADS=8 EMBED_DIM=128 FFN_DIM=256   the model
-  PRETRAIN_EPOCHS=10 EPOCHS=4 LR=0.0003 WARMUP=150   pretraining and fine-tuning
+  PRETRAIN_EPOCHS=6 EPOCHS=6 LR=0.0003 WARMUP=150   pretraining and fine-tuning
   EPOCHS_STUDIED  fine-tuning epochs of the training-dynamics study (default 1-EPOCHS)
   HEAD_MASK  the masked configuration to validate (default: "E:1:1")
   plus those of scripts/prepare_nli_data.sh
@@ -46,12 +46,12 @@ source "$repo/scripts/demo_common.sh"
 begin_demo "$out_dir/validate"
 
 export LAYERS=${LAYERS:-6} HEADS=${HEADS:-8} EMBED_DIM=${EMBED_DIM:-128} FFN_DIM=${FFN_DIM:-256}
-epochs=${EPOCHS:-4}
+epochs=${EPOCHS:-6}
 data=$out_dir/data/bin/nli
 checkpoint=$out_dir/checkpoints/checkpoint_best.pt
 bash "$repo/scripts/prepare_nli_data.sh" "$out_dir/data"
-echo "pretraining (masked LM, ${PRETRAIN_EPOCHS:-10} epochs):"
-EPOCHS=${PRETRAIN_EPOCHS:-10} bash "$repo/scripts/pretrain_roberta.sh" "$out_dir/data/bin/pretrain" "$out_dir/pretrain" \
+echo "pretraining (masked LM, ${PRETRAIN_EPOCHS:-6} epochs):"
+EPOCHS=${PRETRAIN_EPOCHS:-6} bash "$repo/scripts/pretrain_roberta.sh" "$out_dir/data/bin/pretrain" "$out_dir/pretrain" \
   2>&1 | tee "$out_dir/pretrain.log" | grep --line-buffered -E "valid on|done training" || true
 [[ -f "$out_dir/pretrain/checkpoint_best.pt" ]] || { echo "pretraining failed: see $out_dir/pretrain.log" >&2; exit 1; }
 echo "fine-tuning on NLI ($epochs epochs):"

@@ -27,6 +27,7 @@ environment:
                with torchrun (default 1; on N GPUs: N, rank r on cuda:r)
   BATCH_SIZE   examples per batch in the sweeps (default 32)
   FAIRSEQ_ARGS further options for every sweep (e.g. --fp16 on a GPU)
+  ORDERS       pruning orders (default importance,iterative,ablation,random)
   SPEED_EXAMPLES examples timed per batch size (default 1024); SPEED_REPEATS (default 3)
 USAGE
 }
@@ -59,7 +60,7 @@ record ablate-all-but-one "${ablation[@]}" --mode all-but-one --select-subset va
 echo "pruning by importance, by single-head ablation and at random (Figure 3(b)):"
 record prune-all sweep prune "$data" --path "$model" --gen-subset valid --out-dir "$out_dir/pruning" \
   --importance "$out_dir/importance/importance.json" --importance-subset valid2 \
-  --orders importance,iterative,ablation,random --ablation "$out_dir/ablation/single.json" "${options[@]}"
+  --orders "${ORDERS:-importance,iterative,ablation,random}" --ablation "$out_dir/ablation/single.json" "${options[@]}"
 if [[ ! -f "$out_dir/shrink/classifier_speed.json" ]]; then
   echo "examples per second with half of the heads removed (Table 4):"
   record speed python "$repo/scripts/benchmark_classifier_speed.py" --data "$data" --path "$model" --subset valid \

@@ -34,9 +34,12 @@ save_dir=$2
 export OMP_NUM_THREADS=${THREADS:-2} MKL_NUM_THREADS=${THREADS:-2}
 export ATEN_CPU_CAPABILITY=${ATEN_CPU_CAPABILITY:-avx2} MKL_CBWR=${MKL_CBWR:-AVX2}
 restore=()
+user_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/../fairseq_headprune" && pwd)
 if [[ -n ${RESTORE:-} ]]; then
   [[ -f $RESTORE ]] || { echo "RESTORE: no such checkpoint: $RESTORE" >&2; exit 2; }
-  restore=(--restore-file "$(cd "$(dirname "$RESTORE")" && pwd)/$(basename "$RESTORE")"
+  # the plugin is loaded only for its torch.load allow-list: fairseq's own checkpoints hold an
+  # argparse.Namespace, which torch >= 2.6 refuses to unpickle unless allowed (see README, "Install")
+  restore=(--user-dir "$user_dir" --restore-file "$(cd "$(dirname "$RESTORE")" && pwd)/$(basename "$RESTORE")"
            --reset-optimizer --reset-dataloader --reset-meters)
 fi
 

@@ -44,6 +44,11 @@ def test_reduce_contributions_takes_the_absolute_value_where_the_granularity_say
     assert reduce_contributions(contributions, "batch").tolist() == [1.0, 5.0]
     with pytest.raises(ValueError, match="granularity"):
         reduce_contributions(contributions, "layer")
+    # fisher squares instead: sentence (1-4)^2 + (3+1)^2 = 25, (-2+1)^2 + (1-5)^2 = 17
+    assert reduce_contributions(contributions, "sentence", "fisher").tolist() == [25.0, 17.0]
+    assert reduce_contributions(contributions, "token", "fisher").tolist() == [27.0, 31.0]
+    with pytest.raises(ValueError, match="method"):
+        reduce_contributions(contributions, "sentence", "hessian")
 
 
 def test_normalize_per_layer_gives_unit_l2_norm_and_keeps_zero_layers():
@@ -99,10 +104,10 @@ def loaded(tiny_task_and_model):
         parameter.requires_grad_(True)
 
 
-def criterion_scores(task, model, granularity, batches=None, loss="label_smoothed"):
+def criterion_scores(task, model, granularity, batches=None, loss="label_smoothed", method="gradient"):
     dataset, default_batches = split_batches(task, "valid", max_sentences=8, limit=SENTENCES)
     criterion = HeadPruneImportanceCriterion(
-        task, False, 0.1, importance_loss=loss, importance_granularity=granularity
+        task, False, 0.1, importance_loss=loss, importance_granularity=granularity, importance_method=method
     )
     batches = batches or default_batches
     samples = [dataset.collater([dataset[i] for i in batch]) for batch in batches]
@@ -115,14 +120,15 @@ def sentence_loss(criterion, model, sample):
     return loss if criterion.importance_loss == "label_smoothed" else nll_loss
 
 
-def add_abs_xi_gradients(expected, model, modules, criterion, sample):
-    """Add |dL/dxi_h| for ``sample``, with one explicit xi leaf variable per head."""
+def add_abs_xi_gradients(expected, model, modules, criterion, sample, power=None):
+    """Add |dL/dxi_h| (``power=2``: (dL/dxi_h)^2) for ``sample``, with one explicit xi leaf variable per head."""
     xi = {key: torch.ones(module.num_heads, requires_grad=True) for key, module in modules.items()}
     for key, module in modules.items():
         module.head_mask = xi[key]
     sentence_loss(criterion, model, sample).backward()
     for (attention_type, layer), variable in xi.items():
-        expected[attention_type][layer] += variable.grad.abs().double()
+        gradient = variable.grad.double()
+        expected[attention_type][layer] += gradient.abs() if power is None else gradient ** power
 
 
 def zeros_like_layout(layout):
@@ -153,6 +159,24 @@ def test_sentence_level_matches_explicit_xi_one_sentence_at_a_time(loaded, loss)
         add_abs_xi_gradients(expected, model, modules, criterion, dataset.collater([dataset[index]]))
     set_head_mask(model, None)
     assert_mean_matches(result, expected, SENTENCES)
+
+
+def test_fisher_scores_equal_the_squared_gradients_of_explicit_xi_one_sentence_at_a_time(loaded):
+    """F_h = E_x (dL(x)/dxi_h)^2 (Kwon et al. 2022): the same backward pass, squared where I_h takes |.|."""
+    task, model = loaded
+    result, criterion = criterion_scores(task, model, "sentence", loss="nll", method="fisher")
+    assert result.method == "fisher"
+    dataset = task.dataset("valid")
+    modules = attention_modules(model)
+    expected = zeros_like_layout(head_layout(model))
+    for index in range(SENTENCES):
+        add_abs_xi_gradients(expected, model, modules, criterion, dataset.collater([dataset[index]]), power=2)
+    set_head_mask(model, None)
+    assert_mean_matches(result, expected, SENTENCES)
+    gradient, _ = criterion_scores(task, model, "sentence", loss="nll")
+    for attention_type in expected:  # a different score: E(g^2) >= (E|g|)^2, strictly unless |g| is constant
+        assert (result.importance[attention_type] >= gradient.importance[attention_type] ** 2 - 1e-9).all()
+        assert not torch.allclose(result.importance[attention_type], gradient.importance[attention_type])
 
 
 def test_token_level_matches_one_xi_per_head_and_position(loaded):

@@ -202,6 +202,39 @@ def test_an_importance_file_of_another_model_is_refused(tiny_model, study, tmp_p
     )
 
 
+def test_fisher_scores_order_the_heads_and_are_not_mixed_with_importance(tiny_model, study, tmp_path):
+    """--importance-method fisher: the iterative order re-estimates F_h; a file of the other kind is refused."""
+    out_dir, _, _ = study
+    source = next(p for p in (out_dir / "importance").iterdir() if p.name.endswith(".json"))
+    payload = json.loads(source.read_text())
+    payload["method"] = "fisher"
+    fisher_file = tmp_path / "fisher.json"
+    fisher_file.write_text(json.dumps(payload))
+    result = prune(tiny_model, tmp_path / "out", "--importance", fisher_file, check=False)
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"fairseq-headprune prune: error: --importance {fisher_file} holds fisher scores, "
+        "but --importance-method is gradient"
+    )
+    fisher = tmp_path / "fisher"
+    prune(tiny_model, fisher, "--orders", "iterative", "--step-percent", "25", "--max-percent", "25",
+          "--importance-method", "fisher", "--importance-limit", "16")
+    from fairseq_headprune.study.head_mask import full_mask
+    from fairseq_headprune.study.importance import read_importance_file
+
+    layout = checkpoint_head_layout(str(tiny_model["checkpoint"]))
+    first = read_importance_file(str(fisher / "importance" / f"{mask_name(full_mask(layout))}.json"), layout)
+    assert first.method == "fisher" and first.settings["sentences"] == 16
+    curves = json.loads((fisher / "prune_curves.all.json").read_text())
+    assert curves["settings"]["importance_method"] == "fisher"
+    # the first step removes the heads of lowest per-layer-normalised F_h
+    ranking = ascending(importance_scores(first.importance), heads_in_scope(layout, "all"))
+    expected = curve_steps(layout, "all", "iterative", ranking, step_counts(48, 25, 25))
+    rows = json.loads((fisher / "prune_steps.all.json").read_text())["rows"]
+    assert [r["spec"] for r in sorted(rows, key=lambda r: r["step"])] == [
+        head_mask_to_spec(s.head_mask) for s in expected]
+
+
 def test_the_per_type_scripts_add_up_to_figure_4(tiny_model, study, tmp_path):
     import sys
 

@@ -129,7 +129,7 @@ def test_a_path_that_is_no_checkpoint_is_one_line(classifier, tmp_path):
 
 
 def test_importance_of_a_classifier_equals_explicit_autograd(classifier, tmp_path):
-    """I_h = mean over examples of |dL(x)/dxi_h|, L the classification loss, one example at a time."""
+    """I_h = mean over examples of |dL(x)/dxi_h| (and F_h, of (dL(x)/dxi_h)^2), L the classification loss."""
     import json
 
     import torch.nn.functional as F
@@ -137,11 +137,15 @@ def test_importance_of_a_classifier_equals_explicit_autograd(classifier, tmp_pat
 
     from fairseq_headprune.modules.masked_multihead_attention import head_layout, install_masked_attention, set_head_mask
 
-    result = run(["fairseq-headprune", "importance", str(classifier["data"]), "--path", str(classifier["checkpoint"]),
-                  "--subset", "valid", "--out-dir", str(tmp_path), "--no-progress"])
-    assert "estimated on" in result.stdout
-    stored = json.loads((tmp_path / "importance.json").read_text())
-    computed = torch.tensor(stored["importance"]["enc-enc"], dtype=torch.float64)
+    computed = {}
+    for method in ("gradient", "fisher"):
+        out_dir = tmp_path / method
+        result = run(["fairseq-headprune", "importance", str(classifier["data"]), "--path", str(classifier["checkpoint"]),
+                      "--subset", "valid", "--out-dir", str(out_dir), "--no-progress", "--importance-method", method])
+        assert "estimated on" in result.stdout
+        stored = json.loads((out_dir / "importance.json").read_text())
+        assert stored["method"] == method
+        computed[method] = torch.tensor(stored["importance"]["enc-enc"], dtype=torch.float64)
     # the reference: stock sentence_prediction task, one example at a time, explicit xi
     models, _, task = checkpoint_utils.load_model_ensemble_and_task(
         [str(classifier["checkpoint"])], arg_overrides={"data": str(classifier["data"])})
@@ -150,7 +154,7 @@ def test_importance_of_a_classifier_equals_explicit_autograd(classifier, tmp_pat
     layers, heads = head_layout(model)["enc-enc"]
     task.load_dataset("valid")
     dataset = task.dataset("valid")
-    total = torch.zeros(layers, heads, dtype=torch.float64)
+    total = {method: torch.zeros(layers, heads, dtype=torch.float64) for method in computed}
     for index in range(len(dataset)):
         sample = dataset.collater([dataset[index]])
         xi = torch.ones(layers, heads, requires_grad=True)
@@ -159,11 +163,14 @@ def test_importance_of_a_classifier_equals_explicit_autograd(classifier, tmp_pat
                           classification_head_name="sentence_classification_head")
         loss = F.nll_loss(F.log_softmax(logits, dim=-1, dtype=torch.float32), sample["target"].view(-1), reduction="sum")
         (gradient,) = torch.autograd.grad(loss, xi)
-        total += gradient.abs().double()
+        total["gradient"] += gradient.abs().double()
+        total["fisher"] += gradient.double() ** 2
     set_head_mask(model, None)
-    reference = total / len(dataset)
     assert stored["count"] == len(dataset)
-    assert torch.allclose(computed, reference, rtol=1e-4, atol=1e-7), (computed - reference).abs().max()
+    for method, sums in total.items():
+        reference = sums / len(dataset)
+        relative = ((computed[method] - reference).abs().max() / reference.abs().max()).item()
+        assert relative <= 1e-4, f"{method}: relative error {relative:.2e}"
 
 
 @pytest.fixture(scope="module")

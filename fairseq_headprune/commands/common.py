@@ -13,6 +13,7 @@ from ..constants import (
     DEFAULT_CONFIGS_PER_BATCH,
     DEFAULT_GRANULARITY,
     DEFAULT_IMPORTANCE_LOSS,
+    DEFAULT_IMPORTANCE_METHOD,
     DEFAULT_LABEL_SMOOTHING,
     DEFAULT_MAX_PERCENT,
     DEFAULT_RESAMPLES,
@@ -20,6 +21,7 @@ from ..constants import (
     DEFAULT_STEP_PERCENT,
     GRANULARITIES,
     IMPORTANCE_LOSSES,
+    IMPORTANCE_METHODS,
     SIGNIFICANCE_TESTS,
     TRANSLATION_FAMILY,
 )
@@ -138,6 +140,11 @@ def add_curve_arguments(parser: argparse.ArgumentParser) -> None:
         help="|dL/dxi_h| per sentence (the paper, default), per target token or per batch",
     )
     parser.add_argument(
+        "--importance-method", choices=IMPORTANCE_METHODS, default=DEFAULT_IMPORTANCE_METHOD,
+        help="what orders the heads: gradient (default), I_h = E_x |dL/dxi_h| as the paper; fisher, "
+        "F_h = E_x (dL/dxi_h)^2 (Kwon et al. 2022)",
+    )
+    parser.add_argument(
         "--importance-loss", choices=IMPORTANCE_LOSSES, default=DEFAULT_IMPORTANCE_LOSS,
         help="loss whose gradient ranks the heads (default: nll, plain cross-entropy as the "
         "authors' code; label_smoothed with --importance-label-smoothing)",
@@ -160,7 +167,7 @@ def curve_settings(args: argparse.Namespace) -> CurveSettings:
             subsets=list(args.importance_subset), limit=args.importance_limit,
             max_tokens=args.importance_max_tokens, granularity=args.importance_granularity,
             loss=args.importance_loss, label_smoothing=args.importance_label_smoothing,
-            option_prefix="--importance-",
+            method=args.importance_method, option_prefix="--importance-",
         ),
         raw_importance=args.raw_importance,
     )

@@ -5,9 +5,11 @@ import argparse
 from ..constants import (
     DEFAULT_GRANULARITY,
     DEFAULT_IMPORTANCE_LOSS,
+    DEFAULT_IMPORTANCE_METHOD,
     DEFAULT_LABEL_SMOOTHING,
     GRANULARITIES,
     IMPORTANCE_LOSSES,
+    IMPORTANCE_METHODS,
 )
 from ..study.settings import ImportanceSettings
 from .common import add_device_arguments, fairseq_language_args
@@ -17,6 +19,7 @@ def settings_from(args: argparse.Namespace) -> ImportanceSettings:
     return ImportanceSettings(
         subsets=list(args.subset), limit=args.limit, max_tokens=args.max_tokens, max_sentences=args.max_sentences,
         granularity=args.granularity, loss=args.loss, label_smoothing=args.label_smoothing,
+        method=args.importance_method,
     )
 
 
@@ -33,8 +36,9 @@ def command_importance(args: argparse.Namespace) -> int:
         return 0
     sentences = int(result.settings["sentences"])
     loss = "plain cross-entropy" if settings.loss == "nll" else f"label-smoothed ({settings.label_smoothing:g})"
+    what = "Fisher scores E_x (dL/dxi_h)^2" if settings.method == "fisher" else "importance E_x |dL/dxi_h|"
     print(
-        f"estimated on {sentences} sentences ({', '.join(settings.subsets)}), {settings.granularity} level, "
+        f"{what} estimated on {sentences} sentences ({', '.join(settings.subsets)}), {settings.granularity} level, "
         f"{loss} loss; heads as layer:head"
     )
     for line in summarize(result):
@@ -64,6 +68,11 @@ def add_parser(commands) -> None:
         "--granularity", choices=GRANULARITIES, default=DEFAULT_GRANULARITY,
         help="|dL/dxi_h| per sentence (the paper, default), per target token (the "
         "authors' code) or per batch",
+    )
+    importance.add_argument(
+        "--importance-method", choices=IMPORTANCE_METHODS, default=DEFAULT_IMPORTANCE_METHOD,
+        help="gradient (default): I_h = E_x |dL(x)/dxi_h|, the paper's importance; fisher: F_h = E_x "
+        "(dL(x)/dxi_h)^2, the mask's diagonal Fisher information (Kwon et al. 2022), from the same backward pass",
     )
     importance.add_argument(
         "--loss", choices=IMPORTANCE_LOSSES, default=DEFAULT_IMPORTANCE_LOSS,

@@ -1,8 +1,9 @@
 """The ``headprune_importance`` criterion: translation loss + head importance.
 
 It computes the usual translation loss and, during the backward pass that
-fairseq runs anyway, accumulates I_h = E_x |dL(x)/dxi_h| for every head
-(see ``importance.py`` for the granularities).  Sums and counts travel in
+fairseq runs anyway, accumulates I_h = E_x |dL(x)/dxi_h| for every head, or
+with ``--importance-method fisher`` F_h = E_x (dL(x)/dxi_h)^2 (see
+``importance.py`` for both and the granularities).  Sums and counts travel in
 ``logging_outputs`` as (layers, heads) tensors, so fairseq adds them up
 across data-parallel workers before ``reduce_metrics`` logs them.
 """
@@ -26,9 +27,11 @@ from ..constants import (
     ATTENTION_TYPES,
     DEFAULT_GRANULARITY,
     DEFAULT_IMPORTANCE_LOSS,
+    DEFAULT_IMPORTANCE_METHOD,
     DEFAULT_LABEL_SMOOTHING,
     GRANULARITIES,
     IMPORTANCE_LOSSES,
+    IMPORTANCE_METHODS,
 )
 from ..modules.masked_multihead_attention import install_masked_attention
 from ..study.importance import HeadScores, reduce_contributions
@@ -62,6 +65,13 @@ class HeadPruneImportanceConfig(LabelSmoothedCrossEntropyCriterionConfig):
             "target token (the authors' released code) or per batch"
         },
     )
+    importance_method: ChoiceEnum(list(IMPORTANCE_METHODS)) = field(
+        default=DEFAULT_IMPORTANCE_METHOD,
+        metadata={
+            "help": "gradient: I_h = E_x |dL(x)/dxi_h| (Michel et al. 2019); fisher: F_h = E_x (dL(x)/dxi_h)^2, "
+            "the mask's diagonal Fisher information (Kwon et al. 2022), from the same backward pass"
+        },
+    )
     importance_save_dir: Optional[str] = field(
         default=None,
         metadata={
@@ -80,8 +90,9 @@ class HeadImportanceRecorder:
     there turns the output gradient into per-position contributions.
     """
 
-    def __init__(self, model, granularity: str):
+    def __init__(self, model, granularity: str, method: str = DEFAULT_IMPORTANCE_METHOD):
         self.granularity = granularity
+        self.method = method
         self.modules = install_masked_attention(model)
         layers: Dict[str, int] = {}
         heads: Dict[str, int] = {}
@@ -100,12 +111,12 @@ class HeadImportanceRecorder:
         if not scaled.requires_grad:
             return
         sums = self.sums[module.attention_type][module.layer_index]
-        granularity = self.granularity
+        granularity, method = self.granularity, self.method
 
         def accumulate(grad: torch.Tensor) -> None:
             contributions = (head_outputs.detach() * grad).sum(dim=-1)  # T x B x H
             sums[: contributions.size(-1)] += reduce_contributions(
-                contributions.to(torch.float64), granularity
+                contributions.to(torch.float64), granularity, method
             )
 
         scaled.register_hook(accumulate)
@@ -154,6 +165,7 @@ class HeadPruneImportanceCriterion(LabelSmoothedCrossEntropyCriterion):
         label_smoothing,
         importance_loss=DEFAULT_IMPORTANCE_LOSS,
         importance_granularity=DEFAULT_GRANULARITY,
+        importance_method=DEFAULT_IMPORTANCE_METHOD,
         importance_save_dir=None,
         ignore_prefix_size=0,
         report_accuracy=False,
@@ -162,10 +174,11 @@ class HeadPruneImportanceCriterion(LabelSmoothedCrossEntropyCriterion):
         # fairseq passes ChoiceEnum members; keep plain strings
         self.importance_loss = str(importance_loss)
         self.importance_granularity = str(importance_granularity)
+        self.importance_method = str(importance_method)
         self.importance_save_dir = importance_save_dir
 
     def forward(self, model, sample, reduce=True):
-        recorder = HeadImportanceRecorder(model, self.importance_granularity)
+        recorder = HeadImportanceRecorder(model, self.importance_granularity, self.importance_method)
         recording = reduce and torch.is_grad_enabled()
         with recorder.recording() if recording else contextlib.nullcontext():
             net_output = model(**sample["net_input"])

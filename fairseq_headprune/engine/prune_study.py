@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
 from ..constants import ORDERS, SCOPES, TRANSLATION_FAMILY
-from ..errors import ResultFileError, StudyError
+from ..errors import SettingsError, ResultFileError, StudyError
 from ..study.ablation import BASELINE, HeadConfig, baseline_config
 from ..study.ablation_tables import write_rows_tsv
 from ..study.files import file_sha256, first_difference, write_json, write_text
@@ -60,6 +60,7 @@ class ImportanceStore:
             "limit_per_subset": importance.limit,
             "max_tokens": importance.max_tokens,
             "granularity": importance.granularity,
+            "method": importance.method,
             "loss": importance.loss,
             "label_smoothing": importance.label_smoothing if importance.loss == "label_smoothed" else 0.0,
             "base_mask": head_mask_to_spec(base_mask) if base_mask is not None else "none",
@@ -75,7 +76,9 @@ class ImportanceStore:
         identity = dict(self.identity, pruned=head_mask_to_spec(head_mask))
         if ranks.main_value(os.path.exists(path)):  # all ranks estimate (sharded), or all read
             result = read_importance_file(path)
-            difference = first_difference(result.settings.get("identity", {}), identity)
+            stored = dict(result.settings.get("identity", {}))
+            stored.setdefault("method", "gradient")  # estimated before Fisher scores existed
+            difference = first_difference(stored, identity)
             if difference is not None:
                 raise StudyError(
                     f"{path} was estimated with other settings ({difference}); use another --out-dir"
@@ -135,9 +138,16 @@ def run_prune(settings: PruneSettings) -> Optional[PruneOutcome]:
     given = None
     if settings.importance_file:
         try:
-            given = read_importance_file(settings.importance_file, layout).importance
+            given_result = read_importance_file(settings.importance_file, layout)
         except ResultFileError as error:
             raise ResultFileError(f"--importance: {error}")
+        method = settings.curve.importance.method
+        if given_result.method != method:  # the first step would rank by one score, the next by the other
+            raise SettingsError(
+                f"--importance {settings.importance_file} holds {given_result.method} scores, "
+                f"but --importance-method is {method}"
+            )
+        given = given_result.importance
     base_mask = current_head_mask(model)
     os.makedirs(sweep_settings.out_dir, exist_ok=True)
     needs_store = "iterative" in settings.orders or ("importance" in settings.orders and given is None)
@@ -182,6 +192,7 @@ def run_prune(settings: PruneSettings) -> Optional[PruneOutcome]:
                 None if store is None else os.path.abspath(store.directory)
             ),
             "importance_ranking": "raw" if settings.curve.raw_importance else "normalised per layer",
+            "importance_method": settings.curve.importance.method,
             "ablation": os.path.abspath(settings.ablation_file) if settings.ablation_file else None,
         }
     )

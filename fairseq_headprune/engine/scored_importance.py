@@ -20,7 +20,8 @@ import torch
 
 from ..constants import CLASSIFIER_FAMILY
 from ..errors import StudyError
-from ..study.importance import ImportanceResult
+from ..constants import DEFAULT_IMPORTANCE_METHOD
+from ..study.importance import ImportanceResult, gradient_magnitude
 from ..study.settings import ImportanceSettings
 
 
@@ -74,8 +75,8 @@ def load_language_model(data: str, checkpoint: str, head_mask: Optional[str] = N
     return task, model, study_criterion(LANGUAGE_MODEL_FAMILY, cfg, task)
 
 
-def example_importance(model, criterion, samples, layout) -> torch.Tensor:
-    """Sum over examples of |dL(x)/dxi_h|, a (layers, heads) float64 tensor, and the example count.
+def example_importance(model, criterion, samples, layout, method: str = DEFAULT_IMPORTANCE_METHOD) -> torch.Tensor:
+    """Sum over examples of |dL(x)/dxi_h| (``fisher``: its square), a (layers, heads) float64 tensor, and the count.
 
     The model has one attention type (Enc-Enc for a classifier, Dec-Dec for an LM).
     """
@@ -95,7 +96,7 @@ def example_importance(model, criterion, samples, layout) -> torch.Tensor:
             loss, _, _ = criterion(model, sample)
             model.zero_grad()
             loss.backward()
-        total += xi.grad.detach().abs().sum(dim=1).double().cpu()
+        total += gradient_magnitude(xi.grad.detach().double(), method).sum(dim=1).cpu()
         count += examples
     return total, count
 
@@ -133,9 +134,11 @@ class ExampleImportanceEstimator:
         from ..modules.masked_multihead_attention import head_mask_applied
 
         with head_mask_applied(self.model, head_mask) if head_mask is not None else contextlib.nullcontext():
-            total, count = example_importance(self.model, self.criterion, self.samples, self.layout)
+            total, count = example_importance(self.model, self.criterion, self.samples, self.layout,
+                                              self.settings.method)
         return ImportanceResult(
             importance={next(iter(self.layout)): (total / count).float()}, granularity="sentence", count=count,
+            method=self.settings.method,
             settings={
                 "subsets": list(self.settings.subsets), "sentences": count, "limit": self.settings.limit,
                 # the criterion's cross-entropy (over classes, or next tokens), or a regression's squared error

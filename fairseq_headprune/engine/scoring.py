@@ -89,6 +89,7 @@ def estimate_importance(
     return ImportanceResult(
         importance=scores,
         granularity=criterion.importance_granularity,
+        method=criterion.importance_method,
         count=count,
         settings={
             "loss": criterion.importance_loss,
@@ -118,6 +119,7 @@ class ImportanceEstimator:
             label_smoothing=settings.label_smoothing,
             importance_loss=settings.loss,
             importance_granularity=settings.granularity,
+            importance_method=settings.method,
         )
         device = model_device(model)
         self.samples = []

@@ -11,6 +11,12 @@ absolute value is taken decides the granularity:
   (the authors' released ``prune.py``);
 - ``batch``: |sum_{t,b} c[t, b, h]| per batch, averaged over batches.
 
+The ``fisher`` method squares where the ``gradient`` method takes the
+absolute value: F_h = E_x (dL(x)/dxi_h)^2 at sentence level, the diagonal of
+the mask's empirical Fisher information, which Kwon et al. (2022, "A Fast
+Post-Training Pruning Framework for Transformers", section 4.1) use to
+estimate the loss increase of a mask. Same backward pass, same files.
+
 Nothing here depends on fairseq: scores are tensors ``(layers, heads)`` per
 attention type, as in ``head_mask``.
 """
@@ -24,7 +30,7 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
-from ..constants import ATTENTION_TYPES, GRANULARITIES
+from ..constants import ATTENTION_TYPES, DEFAULT_IMPORTANCE_METHOD, GRANULARITIES, IMPORTANCE_METHODS
 from ..errors import ResultFileError
 from .files import atomic_text_file, write_json
 from .head_mask import HeadLayout
@@ -35,19 +41,30 @@ IMPORTANCE_FORMAT_VERSION = 1
 HeadScores = Dict[str, torch.Tensor]
 
 
-def reduce_contributions(contributions: torch.Tensor, granularity: str) -> torch.Tensor:
-    """Sum of |dL/dxi_h| terms for one batch, from per-position contributions.
+def gradient_magnitude(gradients: torch.Tensor, method: str = DEFAULT_IMPORTANCE_METHOD) -> torch.Tensor:
+    """|g| (Michel et al.'s importance) or g^2 (the Fisher information), elementwise."""
+    if method == "gradient":
+        return gradients.abs()
+    if method == "fisher":
+        return gradients.pow(2)
+    raise ValueError(f"unknown importance method {method!r} (expected one of {IMPORTANCE_METHODS})")
+
+
+def reduce_contributions(
+    contributions: torch.Tensor, granularity: str, method: str = DEFAULT_IMPORTANCE_METHOD
+) -> torch.Tensor:
+    """Sum of |dL/dxi_h| (or, ``fisher``, (dL/dxi_h)^2) terms for one batch, from per-position contributions.
 
     ``contributions`` is T x B x H (c[t, b, h] = <o_h, dL/d(xi_h o_h)> at
     position t of sentence b); positions that feed no loss (padding) hold 0.
     Returns an ``(H,)`` tensor to be added to the running sum.
     """
     if granularity == "sentence":
-        return contributions.sum(dim=0).abs().sum(dim=0)
+        return gradient_magnitude(contributions.sum(dim=0), method).sum(dim=0)
     if granularity == "token":
-        return contributions.abs().sum(dim=(0, 1))
+        return gradient_magnitude(contributions, method).sum(dim=(0, 1))
     if granularity == "batch":
-        return contributions.sum(dim=(0, 1)).abs()
+        return gradient_magnitude(contributions.sum(dim=(0, 1)), method)
     raise ValueError(f"unknown importance granularity {granularity!r} (expected one of {GRANULARITIES})")
 
 
@@ -96,6 +113,7 @@ class ImportanceResult:
     settings: Dict[str, object] = field(default_factory=dict)
     # loss increase when each head alone is masked (optional, same shape)
     loss_increase: Optional[HeadScores] = None
+    method: str = DEFAULT_IMPORTANCE_METHOD  # gradient (I_h) or fisher (F_h)
 
     @property
     def layout(self) -> HeadLayout:
@@ -124,6 +142,7 @@ def write_importance_json(result: ImportanceResult, path: str) -> None:
         "format": "fairseq-headprune importance",
         "version": IMPORTANCE_FORMAT_VERSION,
         "granularity": result.granularity,
+        "method": result.method,
         "count": result.count,
         "settings": result.settings,
         "layout": {t: list(shape) for t, shape in result.layout.items()},
@@ -178,12 +197,15 @@ def read_importance_file(path: str, layout: Optional[HeadLayout] = None) -> Impo
             granularity=payload["granularity"],
             count=payload["count"],
             settings=payload.get("settings", {}),
+            method=payload.get("method", DEFAULT_IMPORTANCE_METHOD),
             loss_increase=None
             if loss_increase is None
             else {t: torch.tensor(v, dtype=torch.float64) for t, v in loss_increase.items()},
         )
     except (ValueError, KeyError, TypeError) as error:
         raise ResultFileError(f"{path} is not a fairseq-headprune importance file ({error})")
+    if result.method not in IMPORTANCE_METHODS:
+        raise ResultFileError(f"{path}: unknown importance method {result.method!r}")
     for attention_type in importance:
         if attention_type not in ATTENTION_TYPES or importance[attention_type].dim() != 2:
             raise ResultFileError(f"{path}: bad scores for attention type {attention_type!r}")
@@ -220,7 +242,8 @@ def summarize(result: ImportanceResult) -> List[str]:
     correlation = result.correlation_with_loss_increase()
     if correlation is not None and not math.isnan(correlation[0]):
         lines.append(
-            f"spearman(importance, loss increase when the head alone is masked) = "
+            f"spearman({'Fisher score' if result.method == 'fisher' else 'importance'}, "
+            f"loss increase when the head alone is masked) = "
             f"{correlation[0]:.3f} (p = {correlation[1]:.2g}, {len(flatten_scores(result.importance))} heads)"
         )
     return lines

@@ -17,12 +17,14 @@ from ..constants import (
     DEFAULT_DRAWS,
     DEFAULT_GRANULARITY,
     DEFAULT_IMPORTANCE_LOSS,
+    DEFAULT_IMPORTANCE_METHOD,
     DEFAULT_LABEL_SMOOTHING,
     DEFAULT_MAX_PERCENT,
     DEFAULT_PRUNING_SEED,
     DEFAULT_STEP_PERCENT,
     GRANULARITIES,
     IMPORTANCE_LOSSES,
+    IMPORTANCE_METHODS,
     LANGUAGE_MODEL_FAMILY,
     MODEL_FAMILIES,
     ORDERS,
@@ -77,6 +79,7 @@ class ImportanceSettings:
     granularity: str = DEFAULT_GRANULARITY
     loss: str = DEFAULT_IMPORTANCE_LOSS
     label_smoothing: float = DEFAULT_LABEL_SMOOTHING
+    method: str = DEFAULT_IMPORTANCE_METHOD  # gradient: I_h (the paper); fisher: F_h = E_x (dL/dxi_h)^2
     option_prefix: str = "--"  # how the options are named where these settings come from
 
     def __post_init__(self):
@@ -84,6 +87,8 @@ class ImportanceSettings:
             _positive(getattr(self, name), self.option(name))
         if self.granularity not in GRANULARITIES:
             raise SettingsError(f"{self.option('granularity')} must be one of {', '.join(GRANULARITIES)}")
+        if self.method not in IMPORTANCE_METHODS:
+            raise SettingsError(f"--importance-method must be one of {', '.join(IMPORTANCE_METHODS)}")
         if self.loss not in IMPORTANCE_LOSSES:
             raise SettingsError(f"{self.option('loss')} must be one of {', '.join(IMPORTANCE_LOSSES)}")
         if not 0.0 <= self.label_smoothing < 1.0:
