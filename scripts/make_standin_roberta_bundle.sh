@@ -73,7 +73,7 @@ if [[ ! -s "$out_dir/bundle/model.pt" ]]; then
   cp "$work/dict/dict.txt" "$out_dir/bundle/dict.txt"
 
   # the data as the real pipeline prepares it (with the training set), to fine-tune on
-  OFFLINE=1 TRAIN=1 bash "$repo/scripts/prepare_roberta_mnli.sh" "$out_dir" > "$work/prepare.log" 2>&1 \
+  OFFLINE=1 TRAIN=1 SUBSET=${SUBSET:-300} bash "$repo/scripts/prepare_roberta_mnli.sh" "$out_dir" > "$work/prepare.log" 2>&1 \
     || { echo "preparing the stand-in data failed: see $work/prepare.log" >&2; exit 1; }
   ARCH=roberta_large LAYERS=${LAYERS:-2} EMBED_DIM=${EMBED_DIM:-32} FFN_DIM=${FFN_DIM:-64} HEADS=${HEADS:-4} \
     EPOCHS=${EPOCHS:-3} WARMUP=${WARMUP:-50} LR=${LR:-0.002} NUM_CLASSES=3 \

@@ -64,12 +64,18 @@ def write_legacy_checkpoint(source_path: str, out_path: str, **extra_args: Any) 
         if name in task_config:
             namespace_fields[name] = task_config[name]
     namespace_fields.update(extra_args)
-    legacy_state = {
+    torch.save(_legacy_checkpoint(namespace_fields, _legacy_model_state(state["model"]),
+                                  "LabelSmoothedCrossEntropyCriterion"), out_path)
+
+
+def _legacy_checkpoint(namespace_fields: Dict[str, Any], model_state: Dict[str, torch.Tensor], criterion: str):
+    """The old format's top level: args as a Namespace, the weights, an optimizer history without state."""
+    return {
         "args": Namespace(**namespace_fields),
-        "model": _legacy_model_state(state["model"]),
+        "model": model_state,
         "optimizer_history": [
             {
-                "criterion_name": "LabelSmoothedCrossEntropyCriterion",
+                "criterion_name": criterion,
                 "optimizer_name": "FairseqAdam",
                 "lr_scheduler_state": {"best": None},
                 "num_updates": 0,
@@ -78,7 +84,6 @@ def write_legacy_checkpoint(source_path: str, out_path: str, **extra_args: Any) 
         "extra_state": {"epoch": 1, "batch_offset": 0, "val_loss": None},
         "last_optimizer_state": None,
     }
-    torch.save(legacy_state, out_path)
 
 
 def _legacy_roberta_state(model_state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
@@ -108,18 +113,5 @@ def write_legacy_roberta_checkpoint(source_path: str, out_path: str) -> None:
             namespace_fields[name] = task_config[name]
     namespace_fields.pop("classification_head_name", None)
     namespace_fields.pop("_name", None)
-    legacy_state = {
-        "args": Namespace(**namespace_fields),
-        "model": _legacy_roberta_state(state["model"]),
-        "optimizer_history": [
-            {
-                "criterion_name": "SentencePredictionCriterion",
-                "optimizer_name": "FairseqAdam",
-                "lr_scheduler_state": {"best": None},
-                "num_updates": 0,
-            }
-        ],
-        "extra_state": {"epoch": 1, "batch_offset": 0, "val_loss": None},
-        "last_optimizer_state": None,
-    }
-    torch.save(legacy_state, out_path)
+    torch.save(_legacy_checkpoint(namespace_fields, _legacy_roberta_state(state["model"]),
+                                  "SentencePredictionCriterion"), out_path)
