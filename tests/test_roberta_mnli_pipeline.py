@@ -99,9 +99,18 @@ def test_study_script_runs_every_bert_study_and_accuracy_is_stock_fairseq_valida
                   "--required-batch-size-multiple", "1"])
     accuracy = float(re.search(r"\| accuracy ([\d.]+)", result.stdout + result.stderr).group(1))
     assert row["accuracy"] == pytest.approx(accuracy, abs=1e-6)
+    # the wrapper finds the task, the criterion and the head named mnli by itself
+    wrapped = run(["fairseq-headprune", "validate", os.path.join(mnli_dir, "bin"), "--path",
+                   os.path.join(mnli_dir, "bundle", "model.pt"), "--valid-subset", "valid", "--batch-size", "64",
+                   "--required-batch-size-multiple", "1", "--head-mask", "E:2:3"])
+    assert float(re.search(r"\| accuracy ([\d.]+)", wrapped.stdout + wrapped.stderr).group(1)) == accuracy
 
 
 def test_bad_input_is_one_line(mnli_dir, tmp_path):
+    missing = tmp_path / "missing.pt"
+    result = run(["fairseq-headprune", "validate", os.path.join(mnli_dir, "bin"), "--path", missing], check=False)
+    assert result.returncode == 2 and result.stderr.strip() == (
+        f"fairseq-headprune validate: error: --path: checkpoint not found: {missing}")
     empty = tmp_path / "empty"
     empty.mkdir()
     result = run(["bash", REPO / "scripts" / "study_roberta_mnli.sh", empty], check=False)
