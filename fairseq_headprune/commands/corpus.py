@@ -8,8 +8,8 @@ from ..errors import SettingsError
 
 
 def command_corpus(args: argparse.Namespace) -> int:
-    from ..study.demo_corpus import write_columns, write_acceptability_corpus, write_demo_corpus
-    from ..study.nli_corpus import pretraining_text, write_inference_corpus
+    from ..study.demo_corpus import write_acceptability_corpus, write_demo_corpus
+    from ..study.nli_corpus import write_inference_corpus, write_pretraining_text
 
     if args.scale <= 0:
         raise SettingsError(f"--scale must be positive, got {args.scale}")
@@ -21,10 +21,8 @@ def command_corpus(args: argparse.Namespace) -> int:
     elif args.kind == "nli":
         counts = write_inference_corpus(args.out_dir, seed=args.seed, scale=args.scale)
         files, what = "{input0,input1,label}", "premise/hypothesis pairs"
-        for split, size in (("train", 40000), ("valid", 1000)):
-            sentences = pretraining_text(args.seed + (0 if split == "train" else 1), args.scale, size)
-            write_columns(args.out_dir, f"pretrain.{split}", {"txt": sentences})
-            print(f"pretrain.{split}\t{len(sentences)} sentences\t{os.path.join(args.out_dir, 'pretrain.' + split)}.txt")
+        for split, count in write_pretraining_text(args.out_dir, seed=args.seed, scale=args.scale).items():
+            print(f"pretrain.{split}\t{count} sentences\t{os.path.join(args.out_dir, 'pretrain.' + split)}.txt")
     else:
         counts = write_demo_corpus(args.out_dir, seed=args.seed, scale=args.scale, majority=args.majority)
         files, what = "{en,fr}", "sentence pairs"

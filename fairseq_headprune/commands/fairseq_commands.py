@@ -44,25 +44,24 @@ def _task_for(argv: List[str]) -> List[str]:
     """``--task`` (and the criterion it needs) for the ``--path`` checkpoint's task."""
     from ..constants import CLASSIFIER_FAMILY, LANGUAGE_MODEL_FAMILY
     from ..engine.checkpoint_info import (
-        classification_head_override,
         load_checkpoint_state,
         saved_task_name,
+        state_classification_head_override,
         task_family,
     )
     from ..tasks.fairseq_headprune import TASK_NAME
     from ..tasks.headprune_language_modeling import TASK_NAME as LM_TASK_NAME
     from ..tasks.headprune_sentence_prediction import TASK_NAME as SENTENCE_TASK_NAME
 
-    path = _option_value(argv, "--path")
-    saved = None
-    if path is not None and os.path.isfile(path.split(":")[0]):
-        saved = saved_task_name(load_checkpoint_state(path.split(":")[0]))
-    family = task_family(saved)
+    path = _option_value(argv, "--path")  # run_fairseq_command checked that its files exist
+    checkpoint = path.split(":")[0] if path is not None else None
+    state = load_checkpoint_state(checkpoint) if checkpoint is not None else None
+    family = task_family(saved_task_name(state) if state is not None else None)
     if family == CLASSIFIER_FAMILY:
         # fairseq-validate cannot resolve the task's criterion interpolations without it
         criterion = [] if _given(argv, "--criterion") else ["--criterion", "sentence_prediction"]
         # a released classifier's one head under another name (roberta.large.mnli: mnli) is kept
-        head = classification_head_override(path.split(":")[0])
+        head = state_classification_head_override(state, checkpoint)
         overrides = [] if _given(argv, "--model-overrides") or not head else ["--model-overrides", repr(head)]
         return ["--task", SENTENCE_TASK_NAME, *criterion, *overrides]
     if family == LANGUAGE_MODEL_FAMILY:

@@ -87,15 +87,20 @@ def saved_task_of(path: str):
     None when the file says nothing or cannot be read: whoever loads it next reports that.
     """
     try:
-        state = torch.load(path, map_location="cpu", mmap=True)
-    except Exception:  # not a zip-format file (old checkpoints): read it whole
-        try:
-            state = load_checkpoint_state(path)
-        except CheckpointError:
-            return None
+        state = _read_lazily(path)
+    except CheckpointError:
+        return None
     if not isinstance(state, dict):
         return None
     return saved_task_name(state)
+
+
+def _read_lazily(path: str):
+    """``torch.load`` memory-mapped where torch can, whole otherwise (old, non-zip files)."""
+    try:
+        return torch.load(path, map_location="cpu", mmap=True)
+    except Exception:
+        return load_checkpoint_state(path)
 
 
 # the tasks of classifier and language-model checkpoints (fairseq's and the plugin's head-masking ones)
@@ -114,10 +119,11 @@ def classification_head_override(path: str) -> Dict[str, str]:
     "{'classification_head_name': 'mnli'}"`` keeps it. Empty when nothing is
     to override; several heads, none of them configured, is one clear error.
     """
-    try:
-        state = torch.load(path, map_location="cpu", mmap=True)
-    except Exception:
-        state = load_checkpoint_state(path)
+    return state_classification_head_override(_read_lazily(path), path)
+
+
+def state_classification_head_override(state: Dict[str, Any], path: str) -> Dict[str, str]:
+    """``classification_head_override`` of a checkpoint already loaded (``path`` names it in the error)."""
     heads = sorted({key.split(".")[1] for key in state["model"] if key.startswith("classification_heads.")})
     configured = None
     if state.get("cfg") is not None and state["cfg"].get("task") is not None:

@@ -18,9 +18,8 @@ from typing import Optional
 
 import torch
 
-from ..constants import CLASSIFIER_FAMILY
+from ..constants import CLASSIFIER_FAMILY, DEFAULT_IMPORTANCE_METHOD
 from ..errors import StudyError
-from ..constants import DEFAULT_IMPORTANCE_METHOD
 from ..study.importance import ImportanceResult, gradient_magnitude
 from ..study.settings import ImportanceSettings
 

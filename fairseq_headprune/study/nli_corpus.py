@@ -31,6 +31,7 @@ from .demo_lexicon import (
     DETERMINERS,
     INTRANSITIVE_VERBS,
     PAST_ADVERBIALS,
+    PLURAL_DETERMINERS,
     POST_ADJECTIVES,
     PRE_ADJECTIVES,
     PREPOSITIONS,
@@ -61,8 +62,7 @@ class NounPhrase:
     relative_role: str = ""  # "subject" (the cat that sees ...) or "object" (the cat that the dog sees)
 
     def words(self, with_relative: bool = True) -> List[str]:
-        determiner = {"the": "the", "a": "some", "this": "these", "my": "my", "his": "his"}.get(
-            self.determiner, self.determiner) if self.plural else self.determiner
+        determiner = PLURAL_DETERMINERS[self.determiner] if self.plural else self.determiner
         words = [determiner] + self.adjectives + [self.noun[1] if self.plural else self.noun[0]]
         if with_relative and self.relative is not None:
             event = self.relative
@@ -246,6 +246,20 @@ def write_inference_corpus(out_dir: str, seed: int = 1, scale: float = 1.0, spli
         write_columns(out_dir, split, {"input0": [p for p, _, _ in examples], "input1": [h for _, h, _ in examples],
                                         "label": [label for _, _, label in examples]})
         counts[split] = len(examples)
+    return counts
+
+
+# masked-LM pretraining text: split -> (sentences, seed offset)
+PRETRAINING_SPLITS = {"train": (40000, 0), "valid": (1000, 1)}
+
+
+def write_pretraining_text(out_dir: str, seed: int = 1, scale: float = 1.0) -> Dict[str, int]:
+    """Write ``pretrain.SPLIT.txt`` for each of ``PRETRAINING_SPLITS``; returns sentences per split."""
+    counts = {}
+    for split, (size, offset) in PRETRAINING_SPLITS.items():
+        sentences = pretraining_text(seed + offset, scale, size)
+        write_columns(out_dir, f"pretrain.{split}", {"txt": sentences})
+        counts[split] = len(sentences)
     return counts
 
 
