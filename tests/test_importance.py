@@ -14,6 +14,7 @@ from fairseq_headprune.study.importance import (
     ImportanceResult,
     normalize_per_layer,
     read_importance_file,
+    fisher_block_terms,
     reduce_contributions,
     write_importance_json,
     write_importance_tsv,
@@ -49,6 +50,11 @@ def test_reduce_contributions_takes_the_absolute_value_where_the_granularity_say
     assert reduce_contributions(contributions, "token", "fisher").tolist() == [27.0, 31.0]
     with pytest.raises(ValueError, match="method"):
         reduce_contributions(contributions, "sentence", "hessian")
+    # the Fisher block: sentence g = (-3, -1), (4, -4): g g^T summed = [[9+16, 3-16], [3-16, 1+16]]
+    assert fisher_block_terms(contributions, "sentence").tolist() == [[25.0, -13.0], [-13.0, 17.0]]
+    for granularity in ("sentence", "token", "batch"):  # its diagonal is the Fisher score
+        block = fisher_block_terms(contributions, granularity)
+        assert torch.equal(block.diagonal(), reduce_contributions(contributions, granularity, "fisher"))
 
 
 def test_normalize_per_layer_gives_unit_l2_norm_and_keeps_zero_layers():
@@ -120,8 +126,9 @@ def sentence_loss(criterion, model, sample):
     return loss if criterion.importance_loss == "label_smoothed" else nll_loss
 
 
-def add_abs_xi_gradients(expected, model, modules, criterion, sample, power=None):
-    """Add |dL/dxi_h| (``power=2``: (dL/dxi_h)^2) for ``sample``, with one explicit xi leaf variable per head."""
+def add_abs_xi_gradients(expected, model, modules, criterion, sample, power=None, blocks=None):
+    """Add |dL/dxi_h| (``power=2``: (dL/dxi_h)^2) for ``sample``, with one explicit xi leaf variable per head;
+    ``blocks``: also add the outer product g g^T of each layer's gradient vector."""
     xi = {key: torch.ones(module.num_heads, requires_grad=True) for key, module in modules.items()}
     for key, module in modules.items():
         module.head_mask = xi[key]
@@ -129,6 +136,8 @@ def add_abs_xi_gradients(expected, model, modules, criterion, sample, power=None
     for (attention_type, layer), variable in xi.items():
         gradient = variable.grad.double()
         expected[attention_type][layer] += gradient.abs() if power is None else gradient ** power
+        if blocks is not None:
+            blocks[attention_type][layer] += torch.outer(gradient, gradient)
 
 
 def zeros_like_layout(layout):
@@ -169,10 +178,19 @@ def test_fisher_scores_equal_the_squared_gradients_of_explicit_xi_one_sentence_a
     dataset = task.dataset("valid")
     modules = attention_modules(model)
     expected = zeros_like_layout(head_layout(model))
+    blocks = {t: torch.zeros(layers, heads, heads, dtype=torch.float64) for t, (layers, heads) in head_layout(model).items()}
     for index in range(SENTENCES):
-        add_abs_xi_gradients(expected, model, modules, criterion, dataset.collater([dataset[index]]), power=2)
+        add_abs_xi_gradients(expected, model, modules, criterion, dataset.collater([dataset[index]]), power=2,
+                             blocks=blocks)
     set_head_mask(model, None)
     assert_mean_matches(result, expected, SENTENCES)
+    # the block-diagonal Fisher (Kwon et al. section 4.2): E_x g g^T per layer, off-diagonal terms included
+    for attention_type in blocks:
+        expected_block = blocks[attention_type] / SENTENCES
+        error = (expected_block - result.fisher_blocks[attention_type]).abs().max() / expected_block.abs().max()
+        assert error <= 1e-4, f"{attention_type}: relative error {error:.2e}"
+        off_diagonal = expected_block - torch.diag_embed(expected_block.diagonal(dim1=-2, dim2=-1))
+        assert off_diagonal.abs().max() > 1e-3 * expected_block.abs().max()  # the test sees them
     gradient, _ = criterion_scores(task, model, "sentence", loss="nll")
     for attention_type in expected:  # a different score: E(g^2) >= (E|g|)^2, strictly unless |g| is constant
         assert (result.importance[attention_type] >= gradient.importance[attention_type] ** 2 - 1e-9).all()

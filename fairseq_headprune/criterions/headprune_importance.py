@@ -34,14 +34,16 @@ from ..constants import (
     IMPORTANCE_METHODS,
 )
 from ..modules.masked_multihead_attention import install_masked_attention
-from ..study.importance import HeadScores, reduce_contributions
+from ..study.importance import HeadScores, fisher_block_terms, reduce_contributions
 
 CRITERION_NAME = "headprune_importance"
 IMPORTANCE_SUM_KEY = "head_importance_sum:"  # + attention type
 IMPORTANCE_COUNT_KEY = "head_importance_count"
+FISHER_BLOCK_SUM_KEY = "head_fisher_block_sum:"  # + attention type; the fisher method only
 # hidden meters (fairseq does not print keys starting with "_")
 IMPORTANCE_METER = "_head_importance_sum:"
 COUNT_METER = "_head_importance_count"
+FISHER_BLOCK_METER = "_head_fisher_block_sum:"
 
 
 @dataclass
@@ -106,18 +108,25 @@ class HeadImportanceRecorder:
             for t in ATTENTION_TYPES
             if t in layers
         }
+        # the fisher method also sums g g^T over each layer's heads (Kwon et al.'s block-diagonal Fisher)
+        self.blocks: HeadScores = {
+            t: torch.zeros(layers[t], heads[t], heads[t], dtype=torch.float64, device=device)
+            for t in self.sums
+        } if method == "fisher" else {}
 
     def _on_head_outputs(self, module, head_outputs: torch.Tensor, scaled: torch.Tensor) -> None:
         if not scaled.requires_grad:
             return
         sums = self.sums[module.attention_type][module.layer_index]
+        blocks = self.blocks[module.attention_type][module.layer_index] if self.blocks else None
         granularity, method = self.granularity, self.method
 
         def accumulate(grad: torch.Tensor) -> None:
-            contributions = (head_outputs.detach() * grad).sum(dim=-1)  # T x B x H
-            sums[: contributions.size(-1)] += reduce_contributions(
-                contributions.to(torch.float64), granularity, method
-            )
+            contributions = (head_outputs.detach() * grad).sum(dim=-1).to(torch.float64)  # T x B x H
+            heads = contributions.size(-1)
+            sums[:heads] += reduce_contributions(contributions, granularity, method)
+            if blocks is not None:
+                blocks[:heads, :heads] += fisher_block_terms(contributions, granularity)
 
         scaled.register_hook(accumulate)
 
@@ -197,6 +206,8 @@ class HeadPruneImportanceCriterion(LabelSmoothedCrossEntropyCriterion):
         }
         for attention_type, sums in recorder.sums.items():
             logging_output[IMPORTANCE_SUM_KEY + attention_type] = sums
+        for attention_type, blocks in recorder.blocks.items():
+            logging_output[FISHER_BLOCK_SUM_KEY + attention_type] = blocks
         if self.report_accuracy:
             n_correct, total = self.compute_accuracy(model, net_output, sample)
             logging_output["n_correct"] = n_correct.item()
@@ -217,6 +228,13 @@ class HeadPruneImportanceCriterion(LabelSmoothedCrossEntropyCriterion):
                 continue
             total = torch.stack([s.detach().to("cpu", torch.float64) for s in sums]).sum(dim=0)
             metrics.log_scalar_sum(IMPORTANCE_METER + attention_type, total)
+            blocks = [log[FISHER_BLOCK_SUM_KEY + attention_type] for log in logging_outputs
+                      if FISHER_BLOCK_SUM_KEY + attention_type in log]
+            if blocks:
+                metrics.log_scalar_sum(
+                    FISHER_BLOCK_METER + attention_type,
+                    torch.stack([b.detach().to("cpu", torch.float64) for b in blocks]).sum(dim=0),
+                )
             # one readable number per type in the training log: mean I_h
             metrics.log_derived(
                 "imp_" + attention_type.replace("-", "_"),
@@ -235,6 +253,16 @@ def _mean_importance_of(attention_type: str):
         return round(float(total.mean()) / count, 6) if count else math.nan
 
     return mean_importance
+
+
+def fisher_blocks_from_meters(meters, count: float) -> Optional[HeadScores]:
+    """Per type, the mean g g^T of each layer's heads (the fisher method), or None."""
+    blocks = {
+        attention_type: meters[FISHER_BLOCK_METER + attention_type].sum.to(torch.float64) / count
+        for attention_type in ATTENTION_TYPES
+        if FISHER_BLOCK_METER + attention_type in meters
+    }
+    return blocks or None
 
 
 def importance_from_meters(meters) -> Optional[tuple]:

@@ -74,8 +74,9 @@ def load_language_model(data: str, checkpoint: str, head_mask: Optional[str] = N
     return task, model, study_criterion(LANGUAGE_MODEL_FAMILY, cfg, task)
 
 
-def example_importance(model, criterion, samples, layout, method: str = DEFAULT_IMPORTANCE_METHOD) -> torch.Tensor:
-    """Sum over examples of |dL(x)/dxi_h| (``fisher``: its square), a (layers, heads) float64 tensor, and the count.
+def example_importance(model, criterion, samples, layout, method: str = DEFAULT_IMPORTANCE_METHOD):
+    """Sum over examples of |dL(x)/dxi_h| (``fisher``: its square), a (layers, heads) float64 tensor, the count,
+    and the sum of g g^T over each layer's heads ((layers, heads, heads): the Fisher blocks, whatever the method).
 
     The model has one attention type (Enc-Enc for a classifier, Dec-Dec for an LM).
     """
@@ -86,6 +87,7 @@ def example_importance(model, criterion, samples, layout, method: str = DEFAULT_
     base = current_head_mask(model)
     base_mask = torch.ones(layers, heads) if base is None else base[attention_type]
     total = torch.zeros(layers, heads, dtype=torch.float64)
+    blocks = torch.zeros(layers, heads, heads, dtype=torch.float64)
     count = 0
     for sample in samples:
         examples = sample["nsentences"]
@@ -95,9 +97,11 @@ def example_importance(model, criterion, samples, layout, method: str = DEFAULT_
             loss, _, _ = criterion(model, sample)
             model.zero_grad()
             loss.backward()
-        total += gradient_magnitude(xi.grad.detach().double(), method).sum(dim=1).cpu()
+        gradients = xi.grad.detach().double().cpu()  # layers x examples x heads
+        total += gradient_magnitude(gradients, method).sum(dim=1)
+        blocks += gradients.transpose(1, 2) @ gradients
         count += examples
-    return total, count
+    return total, count, blocks
 
 
 class ExampleImportanceEstimator:
@@ -133,11 +137,13 @@ class ExampleImportanceEstimator:
         from ..modules.masked_multihead_attention import head_mask_applied
 
         with head_mask_applied(self.model, head_mask) if head_mask is not None else contextlib.nullcontext():
-            total, count = example_importance(self.model, self.criterion, self.samples, self.layout,
-                                              self.settings.method)
+            total, count, blocks = example_importance(self.model, self.criterion, self.samples, self.layout,
+                                                      self.settings.method)
+        attention_type = next(iter(self.layout))
         return ImportanceResult(
-            importance={next(iter(self.layout)): (total / count).float()}, granularity="sentence", count=count,
+            importance={attention_type: (total / count).float()}, granularity="sentence", count=count,
             method=self.settings.method,
+            fisher_blocks={attention_type: blocks / count} if self.settings.method == "fisher" else None,
             settings={
                 "subsets": list(self.settings.subsets), "sentences": count, "limit": self.settings.limit,
                 # the criterion's cross-entropy (over classes, or next tokens), or a regression's squared error

@@ -61,7 +61,7 @@ def estimate_importance(
     """
     from fairseq.logging import metrics
 
-    from ..criterions.headprune_importance import importance_from_meters
+    from ..criterions.headprune_importance import fisher_blocks_from_meters, importance_from_meters
 
     from .ranks import current_ranks
 
@@ -91,6 +91,7 @@ def estimate_importance(
         granularity=criterion.importance_granularity,
         method=criterion.importance_method,
         count=count,
+        fisher_blocks=fisher_blocks_from_meters(meters, count),
         settings={
             "loss": criterion.importance_loss,
             "label_smoothing": criterion.eps if criterion.importance_loss == "label_smoothed" else 0.0,

@@ -68,6 +68,26 @@ def reduce_contributions(
     raise ValueError(f"unknown importance granularity {granularity!r} (expected one of {GRANULARITIES})")
 
 
+def fisher_block_terms(contributions: torch.Tensor, granularity: str) -> torch.Tensor:
+    """Sum of g g^T over the units of one batch: the layer's block of the mask's empirical Fisher.
+
+    ``contributions`` is T x B x H as in ``reduce_contributions``; g is the
+    vector of one unit's dL/dxi_h over the layer's heads (a sentence, a
+    target token or the batch, as ``granularity`` says). Its diagonal is
+    ``reduce_contributions(..., "fisher")``. Kwon et al. (2022, section 4.2)
+    rearrange a layer's mask with this block.
+    """
+    if granularity == "sentence":
+        per_unit = contributions.sum(dim=0)  # B x H
+    elif granularity == "token":
+        per_unit = contributions.reshape(-1, contributions.size(-1))
+    elif granularity == "batch":
+        per_unit = contributions.sum(dim=(0, 1)).unsqueeze(0)
+    else:
+        raise ValueError(f"unknown importance granularity {granularity!r} (expected one of {GRANULARITIES})")
+    return per_unit.transpose(0, 1) @ per_unit
+
+
 def normalize_per_layer(scores: HeadScores) -> HeadScores:
     """Divide each layer's scores by their l2 norm over the layer's heads.
 
@@ -114,6 +134,8 @@ class ImportanceResult:
     # loss increase when each head alone is masked (optional, same shape)
     loss_increase: Optional[HeadScores] = None
     method: str = DEFAULT_IMPORTANCE_METHOD  # gradient (I_h) or fisher (F_h)
+    # fisher: per attention type (layers, heads, heads), E_x g g^T of each layer's heads (diagonal: importance)
+    fisher_blocks: Optional[Dict[str, torch.Tensor]] = None
 
     @property
     def layout(self) -> HeadLayout:
@@ -149,6 +171,8 @@ def write_importance_json(result: ImportanceResult, path: str) -> None:
         "importance": _to_lists(result.importance),
         "normalized": _to_lists(result.normalized),
     }
+    if result.fisher_blocks is not None:
+        payload["fisher_blocks"] = _to_lists(result.fisher_blocks)
     if result.loss_increase is not None:
         payload["loss_increase"] = _to_lists(result.loss_increase)
         payload["spearman_importance_vs_loss_increase"] = {"rho": correlation[0], "p": correlation[1]}
@@ -192,6 +216,7 @@ def read_importance_file(path: str, layout: Optional[HeadLayout] = None) -> Impo
             payload = json.load(stream)
         importance = {t: torch.tensor(v, dtype=torch.float64) for t, v in payload["importance"].items()}
         loss_increase = payload.get("loss_increase")
+        blocks = payload.get("fisher_blocks")
         result = ImportanceResult(
             importance=importance,
             granularity=payload["granularity"],
@@ -201,6 +226,7 @@ def read_importance_file(path: str, layout: Optional[HeadLayout] = None) -> Impo
             loss_increase=None
             if loss_increase is None
             else {t: torch.tensor(v, dtype=torch.float64) for t, v in loss_increase.items()},
+            fisher_blocks=None if blocks is None else {t: torch.tensor(v, dtype=torch.float64) for t, v in blocks.items()},
         )
     except (ValueError, KeyError, TypeError) as error:
         raise ResultFileError(f"{path} is not a fairseq-headprune importance file ({error})")
@@ -209,6 +235,11 @@ def read_importance_file(path: str, layout: Optional[HeadLayout] = None) -> Impo
     for attention_type in importance:
         if attention_type not in ATTENTION_TYPES or importance[attention_type].dim() != 2:
             raise ResultFileError(f"{path}: bad scores for attention type {attention_type!r}")
+        if result.fisher_blocks is not None:
+            layers, heads = importance[attention_type].shape
+            block = result.fisher_blocks.get(attention_type)
+            if block is None or tuple(block.shape) != (layers, heads, heads):
+                raise ResultFileError(f"{path}: bad Fisher blocks for attention type {attention_type!r}")
     if layout is not None:
         shapes = {t: tuple(s.shape) for t, s in importance.items()}
         expected = {t: tuple(shape) for t, shape in layout.items()}

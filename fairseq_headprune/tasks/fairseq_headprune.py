@@ -51,18 +51,21 @@ class HeadPruneTranslationTask(HeadMaskingMixin, TranslationTask):
 def _save_epoch_importance(criterion, save_dir: str, epoch: int) -> None:
     from fairseq.distributed import utils as distributed_utils
 
-    from ..criterions.headprune_importance import importance_from_meters
+    from ..criterions.headprune_importance import fisher_blocks_from_meters, importance_from_meters
     from ..study.importance import ImportanceResult, write_importance_json, write_importance_tsv
 
     if distributed_utils.get_global_rank() != 0:
         return  # every worker holds the same all-reduced sums
-    found = importance_from_meters(metrics.get_meters("train") or {})
+    meters = metrics.get_meters("train") or {}
+    found = importance_from_meters(meters)
     if found is None:
         return
     scores, count = found
     result = ImportanceResult(
         importance=scores,
         granularity=criterion.importance_granularity,
+        method=criterion.importance_method,
+        fisher_blocks=fisher_blocks_from_meters(meters, count),
         count=count,
         settings={"source": "fairseq-train", "epoch": epoch, "loss": criterion.importance_loss},
     )
