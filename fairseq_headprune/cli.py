@@ -19,13 +19,15 @@ from .commands import (
     mask,
     prune,
     report,
+    search,
     shrink,
     significance,
 )
 from .commands.fairseq_commands import FAIRSEQ_COMMANDS, run_fairseq_command
 
 # in the order --help lists them
-COMMAND_MODULES = (corpus, mask, importance, shrink, ablate, significance, prune, dynamics, report, fairseq_commands)
+COMMAND_MODULES = (corpus, mask, importance, shrink, ablate, significance, prune, search, dynamics, report,
+                   fairseq_commands)
 
 
 def build_parser() -> argparse.ArgumentParser:

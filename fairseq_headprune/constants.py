@@ -50,7 +50,15 @@ DEFAULT_CONFIGS_PER_BATCH = 4
 
 # pruning: which heads a curve may prune (all types together, or one), and in which order
 SCOPES = ("all",) + ATTENTION_TYPES
-ORDERS = ("importance", "iterative", "ablation", "random")
+ORDERS = ("importance", "iterative", "ablation", "random", "fisher", "fisher-rearranged")
+# what a budgeted mask search (Kwon et al. 2022) counts: heads kept, attention FLOPs per token,
+# or latency from a table measured per layer on the device
+COST_KINDS = ("heads", "flops", "latency")
+DEFAULT_SEQUENCE_LENGTH = 32  # attended positions assumed by the FLOPs cost and the latency table
+# mask tuning by least squares: sentences of each tuning split, the largest scale, the largest condition number
+DEFAULT_TUNE_LIMIT = 2000
+DEFAULT_SCALE_BOUND = 10.0
+DEFAULT_MAX_CONDITION = 1e8
 # ablation studies of Michel et al. section 3
 ABLATION_MODES = ("single", "all-but-one", "cross-domain")
 

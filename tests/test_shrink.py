@@ -49,15 +49,17 @@ def test_shrunk_model_equals_masked_model(tiny_model, tiny_task_and_model, tmp_p
             masked_logits = model(**sample["net_input"])[0]
             shrunk_logits = shrunk(**sample["net_input"])[0]
         assert (masked_logits - shrunk_logits).abs().max() <= 1e-4
+        # a generator decodes with the models it was built with: one per model
         generator = task.build_generator([model], type("Args", (), {"beam": 5})())
+        shrunk_generator = task.build_generator([shrunk], type("Args", (), {"beam": 5})())
         with torch.no_grad():
             masked_hypotheses = [h[0]["tokens"].tolist() for h in task.inference_step(generator, [model], sample)]
-            shrunk_hypotheses = [h[0]["tokens"].tolist() for h in task.inference_step(generator, [shrunk], sample)]
+            shrunk_hypotheses = [h[0]["tokens"].tolist() for h in task.inference_step(shrunk_generator, [shrunk], sample)]
         assert masked_hypotheses == shrunk_hypotheses
         # the narrowed layers' fused attention against fairseq's unfused path
         with torch.no_grad(), unfused_attention():
             unfused_logits = shrunk(**sample["net_input"])[0]
-            unfused_hypotheses = [h[0]["tokens"].tolist() for h in task.inference_step(generator, [shrunk], sample)]
+            unfused_hypotheses = [h[0]["tokens"].tolist() for h in task.inference_step(shrunk_generator, [shrunk], sample)]
         assert (unfused_logits - shrunk_logits).abs().max() <= 1e-5
         assert unfused_hypotheses == shrunk_hypotheses
     finally:

@@ -15,10 +15,13 @@ from ..constants import (
     DEFAULT_IMPORTANCE_LOSS,
     DEFAULT_IMPORTANCE_METHOD,
     DEFAULT_LABEL_SMOOTHING,
+    DEFAULT_MAX_CONDITION,
     DEFAULT_MAX_PERCENT,
     DEFAULT_RESAMPLES,
+    DEFAULT_SCALE_BOUND,
     DEFAULT_SIGNIFICANCE_SEED,
     DEFAULT_STEP_PERCENT,
+    DEFAULT_TUNE_LIMIT,
     GRANULARITIES,
     IMPORTANCE_LOSSES,
     IMPORTANCE_METHODS,
@@ -26,7 +29,7 @@ from ..constants import (
     TRANSLATION_FAMILY,
 )
 from ..study.metrics import BLEU_METRICS
-from ..study.settings import DETOKENIZERS, CurveSettings, ImportanceSettings, SweepSettings
+from ..study.settings import DETOKENIZERS, CurveSettings, ImportanceSettings, SweepSettings, TuningSettings
 from ..study.significance import SignificanceSettings
 
 
@@ -170,6 +173,41 @@ def curve_settings(args: argparse.Namespace) -> CurveSettings:
             method=args.importance_method, option_prefix="--importance-",
         ),
         raw_importance=args.raw_importance,
+    )
+
+
+def add_tuning_arguments(parser: argparse.ArgumentParser, tune_option_help: str) -> None:
+    """Mask tuning by least squares (search --tune-masks, prune --tune-masks)."""
+    group = parser.add_argument_group("mask tuning (Kwon et al. 2022, section 4.3)")
+    group.add_argument("--tune-masks", nargs="?", const="all", metavar="ORDERS", help=tune_option_help)
+    group.add_argument(
+        "--tune-subset", nargs="+", default=["valid"], metavar="SPLIT",
+        help="training or validation splits to fit the scales on, teacher-forced (default: valid; a test split "
+        "is refused)",
+    )
+    group.add_argument(
+        "--tune-limit", type=int, default=DEFAULT_TUNE_LIMIT, metavar="N",
+        help=f"first N sentences of each tuning split (default {DEFAULT_TUNE_LIMIT})",
+    )
+    group.add_argument("--tune-max-tokens", type=int, metavar="N", help="tokens per tuning batch (default: 64 sentences)")
+    group.add_argument(
+        "--tune-scale-bound", type=float, default=DEFAULT_SCALE_BOUND, metavar="B",
+        help=f"a layer whose fit needs a scale above B in absolute value keeps its binary mask (default {DEFAULT_SCALE_BOUND:g})",
+    )
+    group.add_argument(
+        "--tune-max-condition", type=float, default=DEFAULT_MAX_CONDITION, metavar="C",
+        help=f"a layer whose normal equations have a condition number above C keeps its binary mask "
+        f"(default {DEFAULT_MAX_CONDITION:g})",
+    )
+
+
+def tuning_settings(args: argparse.Namespace) -> "TuningSettings | None":
+    """None unless --tune-masks was given."""
+    if args.tune_masks is None:
+        return None
+    return TuningSettings(
+        subsets=list(args.tune_subset), limit=args.tune_limit, max_tokens=args.tune_max_tokens,
+        scale_bound=args.tune_scale_bound, max_condition=args.tune_max_condition,
     )
 
 

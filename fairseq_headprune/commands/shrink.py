@@ -7,7 +7,7 @@ def command_shrink(args: argparse.Namespace) -> int:
     from ..engine.shrink import shrink_checkpoint
     from ..study.files import write_text
 
-    outcome = shrink_checkpoint(args.path, args.out, args.head_mask)
+    outcome = shrink_checkpoint(args.path, args.out, args.head_mask, args.tuning)
     if outcome.recorded:
         print(f"recorded\tthe checkpoint's masked heads ({outcome.recorded}) are removed too")
     print(f"removed\t{outcome.removed} of {outcome.total} heads: {outcome.spec}")
@@ -31,7 +31,12 @@ def add_parser(commands) -> None:
         "with --reset-optimizer.",
     )
     shrink.add_argument("--path", required=True, metavar="CKPT", help="checkpoint to prune")
-    shrink.add_argument("--head-mask", required=True, metavar="SPEC", help="heads to remove (spec or mask file)")
+    shrink.add_argument("--head-mask", metavar="SPEC", help="heads to remove (spec or mask file); required unless --tuning")
+    shrink.add_argument(
+        "--tuning", metavar="TUNING.json",
+        help="a tuned mask (search --tune-masks): fold its head scales and output-bias corrections into the "
+        "output projections and remove its heads, so the smaller checkpoint computes the tuned masked model",
+    )
     shrink.add_argument("--out", required=True, metavar="PRUNED.pt", help="pruned checkpoint to write")
     shrink.add_argument("--report", metavar="FILE.tsv", help="also write the parameter report here")
     shrink.set_defaults(handler=command_shrink)

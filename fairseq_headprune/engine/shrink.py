@@ -187,8 +187,13 @@ class ShrinkOutcome:
     report: List[str]  # TSV lines: part, parameters before, after, fraction removed
 
 
-def shrink_checkpoint(path: str, out: str, spec: str) -> ShrinkOutcome:
-    """Write ``out``: ``path`` with the heads ``spec`` masks (and those it recorded) removed."""
+def shrink_checkpoint(path: str, out: str, spec: Optional[str], tuning_file: Optional[str] = None) -> ShrinkOutcome:
+    """Write ``out``: ``path`` with the heads ``spec`` masks (and those it recorded) removed.
+
+    ``tuning_file`` (``search --tune-masks``): its scales and bias corrections
+    are folded into the output projections first, and its mask is removed
+    (``spec``, if given too, must be the same mask).
+    """
     import os
 
     from ..study.files import atomic_path
@@ -214,14 +219,29 @@ def shrink_checkpoint(path: str, out: str, spec: str) -> ShrinkOutcome:
             "with every head to remove"
         )
     layout = state_head_layout(state)
+    tuning = None
+    if tuning_file is not None:
+        from ..study.mask_tuning import read_tuning
+        from .mask_tuning import fold_tuning_into_state
+
+        tuning = read_tuning(tuning_file, layout)
+        if spec is not None and head_mask_to_spec(parse_head_mask(spec, layout)) != tuning.spec:
+            raise HeadMaskError(f"--head-mask {spec!r} is not the mask {tuning_file} was tuned for ({tuning.spec})")
+        spec = tuning.spec
+    if spec is None:
+        raise SettingsError("give --head-mask SPEC, or --tuning FILE (its mask)")
     head_mask = parse_head_mask(spec, layout)
     recorded = config_value(config, HEAD_MASK_KEY)
+    if recorded and tuning is not None:
+        raise CheckpointError(f"{path} was fine-tuned with heads masked ({recorded}); tune its masks with those heads")
     if recorded:
         # a model fine-tuned with heads masked: those heads go too, and the record with them
         head_mask = combine_masks(parse_head_mask(recorded, layout), head_mask)
     if count_masked(head_mask) == 0:
         raise HeadMaskError(f"--head-mask {spec!r} removes no head")
     before = state_parameter_counts(state["model"], layout)
+    if tuning is not None:
+        fold_tuning_into_state(state["model"], tuning)
     shrink_state_dict(state["model"], head_mask)
     after = state_parameter_counts(state["model"], layout)
     removed_spec = head_mask_to_spec(head_mask)

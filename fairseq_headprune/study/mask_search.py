@@ -28,12 +28,11 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from ..constants import ATTENTION_TYPES
+from ..constants import ATTENTION_TYPES, COST_KINDS
 from ..errors import ResultFileError, SettingsError
 from .files import write_json
 from .head_mask import HeadLayout, HeadMask, full_mask
 
-COST_KINDS = ("heads", "flops", "latency")
 COST_UNITS = {"heads": "heads", "flops": "attention FLOPs per token", "latency": "ms"}
 COST_GRID = 2000  # steps of the budget a real-valued cost is rounded up to
 LATENCY_TABLE_FORMAT = "fairseq-headprune latency table"
@@ -268,8 +267,9 @@ def rearrange(result: SearchResult, blocks: Dict[str, torch.Tensor]) -> SearchRe
         0.5 * float(blocks[t][layer].diagonal()[[h for h in range(blocks[t].shape[1]) if h not in heads]].sum())
         for (t, layer), heads in kept.items()
     )
+    details = dict(result.details, block_loss_before_rearrangement=result.block_loss)
     return SearchResult(head_mask, kept, result.cost, result.budget, result.unit, diagonal,
-                        block_loss(blocks, kept), True, swaps, dict(result.details))
+                        block_loss(blocks, kept), True, swaps, details)
 
 
 def blocks_as_scores(blocks: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:

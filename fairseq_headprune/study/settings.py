@@ -13,6 +13,7 @@ from ..constants import (
     ABLATION_MODES,
     ATTENTION_TYPES,
     CLASSIFIER_FAMILY,
+    COST_KINDS,
     DEFAULT_CONFIGS_PER_BATCH,
     DEFAULT_DRAWS,
     DEFAULT_GRANULARITY,
@@ -20,8 +21,12 @@ from ..constants import (
     DEFAULT_IMPORTANCE_METHOD,
     DEFAULT_LABEL_SMOOTHING,
     DEFAULT_MAX_PERCENT,
+    DEFAULT_MAX_CONDITION,
     DEFAULT_PRUNING_SEED,
+    DEFAULT_SCALE_BOUND,
+    DEFAULT_SEQUENCE_LENGTH,
     DEFAULT_STEP_PERCENT,
+    DEFAULT_TUNE_LIMIT,
     GRANULARITIES,
     IMPORTANCE_LOSSES,
     IMPORTANCE_METHODS,
@@ -211,6 +216,93 @@ class CurveSettings:
 
 
 @dataclass
+class TuningSettings:
+    """Mask tuning by least squares (Kwon et al. 2022, section 4.3): on which data, with which safeguards."""
+
+    subsets: List[str] = field(default_factory=lambda: ["valid"])
+    limit: Optional[int] = DEFAULT_TUNE_LIMIT  # first N sentences of each subset
+    max_tokens: Optional[int] = None
+    scale_bound: float = DEFAULT_SCALE_BOUND
+    max_condition: float = DEFAULT_MAX_CONDITION
+
+    def __post_init__(self):
+        if not self.subsets:
+            raise SettingsError("--tune-subset names no split")
+        for name, option in ((self.limit, "--tune-limit"), (self.max_tokens, "--tune-max-tokens")):
+            _positive(name, option)
+        if not self.scale_bound > 0:
+            raise SettingsError(f"--tune-scale-bound must be positive, got {self.scale_bound:g}")
+        if not self.max_condition > 1:
+            raise SettingsError(f"--tune-max-condition must be above 1, got {self.max_condition:g}")
+        tests = [s for s in self.subsets if s.startswith("test")]
+        if tests:
+            raise SettingsError(
+                f"--tune-subset {tests[0]}: masks are tuned on training or validation data, never on a test split"
+            )
+
+    def refuse_evaluation_split(self, split: str) -> None:
+        """The study's evaluation split must not be tuned on."""
+        if split in self.subsets:
+            raise SettingsError(
+                f"--tune-subset {split} is the split the study is evaluated on (--gen-subset); "
+                "tune on training or validation data"
+            )
+
+
+@dataclass
+class SearchSettings:
+    """``search``: the mask that minimises the Fisher loss estimate within a budget (Kwon et al. 2022)."""
+
+    data: str
+    checkpoint: str
+    out_dir: str
+    budget: str  # a number (heads, FLOPs per token, ms) or a percentage of the unpruned model's cost
+    cost: str = "heads"
+    latency_table: Optional[str] = None
+    sequence_length: int = DEFAULT_SEQUENCE_LENGTH  # the FLOPs cost's attended positions
+    fisher_file: Optional[str] = None  # importance.json estimated with the fisher method; default: estimate
+    importance: ImportanceSettings = field(
+        default_factory=lambda: ImportanceSettings(method="fisher", option_prefix="--importance-")
+    )
+    rearrange: bool = True
+    tuning: Optional[TuningSettings] = None
+    family: str = TRANSLATION_FAMILY
+    cpu: bool = False
+    progress: bool = True
+    fairseq_args: List[str] = field(default_factory=list)
+
+    def __post_init__(self):
+        if self.cost not in COST_KINDS:
+            raise SettingsError(f"--cost must be one of {', '.join(COST_KINDS)}")
+        if (self.cost == "latency") != (self.latency_table is not None):
+            raise SettingsError("--cost latency needs --latency-table FILE (from the latency command), "
+                                "and --latency-table goes with --cost latency")
+        _positive(self.sequence_length, "--sequence-length")
+        if self.importance.method != "fisher":
+            raise SettingsError("the search ranks by Fisher scores: estimate them with the fisher method")
+
+
+@dataclass
+class LatencySettings:
+    """``latency``: each attention layer's time keeping 0 .. H heads, measured on this device."""
+
+    data: str
+    checkpoint: str
+    out: str
+    batch_size: int = 32
+    sequence_length: int = DEFAULT_SEQUENCE_LENGTH
+    repeats: int = 20
+    cpu: bool = False
+    progress: bool = True
+    fairseq_args: List[str] = field(default_factory=list)
+
+    def __post_init__(self):
+        for value, option in ((self.batch_size, "--batch-size"), (self.sequence_length, "--sequence-length"),
+                              (self.repeats, "--repeats")):
+            _positive(value, option)
+
+
+@dataclass
 class PruneSettings:
     """``prune``: pruning curves (Michel et al. sections 4.2, 5) and random budgets (Budhraja et al.)."""
 
@@ -224,8 +316,16 @@ class PruneSettings:
     pruning_seed: int = DEFAULT_PRUNING_SEED
     layer_budgets: List[str] = field(default_factory=list)
     type_budgets: List[str] = field(default_factory=list)
+    fisher_file: Optional[str] = None  # Fisher scores and blocks for the fisher orders, instead of estimating
+    tuning: Optional[TuningSettings] = None  # --tune-masks: also every curve of tune_orders with tuned masks
+    tune_orders: List[str] = field(default_factory=list)
 
     def __post_init__(self):
+        if self.tuning is not None:
+            self.tuning.refuse_evaluation_split(self.sweep.gen_subset)
+            unknown = [o for o in self.tune_orders if o not in self.orders]
+            if unknown:
+                raise SettingsError(f"--tune-masks {unknown[0]}: not one of --orders ({', '.join(self.orders)})")
         for value, allowed, option in ((self.orders, ORDERS, "--orders"), (self.scopes, SCOPES, "--scopes")):
             unknown = [v for v in value if v not in allowed]
             if unknown:

@@ -1,0 +1,149 @@
+"""``fairseq-headprune search`` and ``latency``: a mask for a budget (Kwon et al. 2022)."""
+
+import argparse
+
+from ..constants import (
+    COST_KINDS,
+    DEFAULT_GRANULARITY,
+    DEFAULT_IMPORTANCE_LOSS,
+    DEFAULT_LABEL_SMOOTHING,
+    DEFAULT_SEQUENCE_LENGTH,
+    GRANULARITIES,
+    IMPORTANCE_LOSSES,
+)
+from ..errors import SettingsError
+from ..study.settings import ImportanceSettings, LatencySettings, SearchSettings
+from .common import add_device_arguments, add_tuning_arguments, tuning_settings
+
+
+def search_settings(args: argparse.Namespace) -> SearchSettings:
+    from ..engine.checkpoint_info import checkpoint_family
+
+    if args.tune_masks not in (None, "all"):
+        raise SettingsError(f"--tune-masks takes no value here (got {args.tune_masks!r}): it tunes the mask found")
+    return SearchSettings(
+        data=args.data, checkpoint=args.path, out_dir=args.out_dir, budget=args.budget, cost=args.cost,
+        latency_table=args.latency_table, sequence_length=args.sequence_length, fisher_file=args.fisher,
+        importance=ImportanceSettings(
+            subsets=list(args.importance_subset), limit=args.importance_limit,
+            max_tokens=args.importance_max_tokens, granularity=args.importance_granularity,
+            loss=args.importance_loss, label_smoothing=args.importance_label_smoothing, method="fisher",
+            option_prefix="--importance-",
+        ),
+        rearrange=not args.no_rearrange, tuning=tuning_settings(args), family=checkpoint_family(args.path),
+        cpu=args.cpu, progress=not args.no_progress, fairseq_args=list(args.fairseq_args),
+    )
+
+
+def command_search(args: argparse.Namespace) -> int:
+    from ..engine.mask_tuning import layer_tuning_summary
+    from ..engine.search_study import run_search
+    from ..study.head_mask import head_mask_to_spec
+
+    settings = search_settings(args)
+    outcome = run_search(settings)
+    result = outcome.result
+    print(f"Fisher information: {outcome.fisher_source}")
+    print(f"budget {settings.budget} = {result.budget:g} {result.unit} of {outcome.costs.full_cost():g}; "
+          f"the mask costs {result.cost:g} {result.unit}")
+    print(f"pruned {outcome.pruned} of {outcome.total_heads} heads: {head_mask_to_spec(result.head_mask)}")
+    estimate = f"estimated loss increase (Fisher, diagonal) {result.diagonal_loss:.5f}"
+    if result.block_loss is not None:
+        estimate += f"; block-diagonal {result.block_loss:.5f}"
+    if result.rearranged:
+        estimate += f" after rearrangement ({result.swaps} swaps)"
+    print(estimate)
+    if outcome.tuning is not None:
+        summary = outcome.tuning.summary()
+        print(f"mask tuning on {outcome.tuning.settings['sentences']} sentences ({', '.join(settings.tuning.subsets)}): "
+              f"{summary['fitted']} of {summary['layers']} layers fitted")
+        for line in layer_tuning_summary(outcome.tuning):
+            print(line)
+    timing = ", ".join(f"{name} {value:.1f} s" for name, value in outcome.seconds.items())
+    print(f"time: {timing}")
+    print("wrote\t" + " ".join(outcome.files))
+    return 0
+
+
+def command_latency(args: argparse.Namespace) -> int:
+    from ..engine.search_study import run_latency
+
+    table = run_latency(LatencySettings(
+        data=args.data, checkpoint=args.path, out=args.out, batch_size=args.batch_size,
+        sequence_length=args.sequence_length, repeats=args.repeats, cpu=args.cpu, progress=not args.no_progress,
+        fairseq_args=list(args.fairseq_args),
+    ))
+    print(f"device: {table.device}; {args.batch_size} sentences x {args.sequence_length} positions, "
+          f"median of {args.repeats}")
+    print("layer\tms keeping 0, 1, ... heads")
+    for (attention_type, layer), timings in table.per_layer.items():
+        print(f"{attention_type}:{layer + 1}\t" + " ".join(f"{t:.3f}" for t in timings))
+    print(f"wrote\t{args.out}")
+    return 0
+
+
+def add_parsers(commands) -> None:
+    search = commands.add_parser(
+        "search",
+        help="the heads to keep within a budget, by the mask's Fisher information, rearranged and "
+        "optionally tuned (Kwon et al. 2022)",
+        description="Find the mask that minimises the Fisher estimate of the loss increase, "
+        "1/2 (1-m)^T F (1-m), within --budget: heads kept, attention FLOPs per token, or latency from a "
+        "table the latency command measured on this device. The search uses the diagonal of F; "
+        "rearrangement then swaps heads within each layer with its block of F (the number kept per layer "
+        "stays). --tune-masks fits each pruned layer's kept-head scales and an output-bias correction by "
+        "least squares. Writes OUT/mask.json (for any command's --head-mask or shrink), OUT/search.json "
+        "and, tuned, OUT/tuning.json (for shrink --tuning).",
+    )
+    search.add_argument("data", metavar="DATA", help="fairseq-preprocess output directory")
+    search.add_argument("--path", required=True, metavar="CKPT", help="fairseq checkpoint")
+    search.add_argument("--out-dir", required=True, metavar="DIR", help="where the mask and its record go")
+    search.add_argument(
+        "--budget", required=True, metavar="B",
+        help="what the pruned model may cost, in --cost's unit: a number (36 heads; FLOPs per token; ms) or "
+        "a percentage of the unpruned model's cost (50%%)",
+    )
+    search.add_argument("--cost", choices=COST_KINDS, default="heads",
+                        help="what the budget counts (default: heads)")
+    search.add_argument("--latency-table", metavar="FILE",
+                        help="for --cost latency: the latency command's table for this model and device")
+    search.add_argument(
+        "--sequence-length", type=int, default=DEFAULT_SEQUENCE_LENGTH, metavar="N",
+        help=f"for --cost flops: attended positions per token (default {DEFAULT_SEQUENCE_LENGTH})",
+    )
+    search.add_argument("--fisher", metavar="FILE",
+                        help="importance.json of importance --importance-method fisher (default: estimate it)")
+    search.add_argument("--no-rearrange", action="store_true", help="keep the diagonal search's mask")
+    group = search.add_argument_group("Fisher estimation (without --fisher)")
+    group.add_argument("--importance-subset", nargs="+", default=["valid"], metavar="SPLIT",
+                       help="splits to estimate on (default: valid)")
+    group.add_argument("--importance-limit", type=int, metavar="N", help="first N sentences of each split")
+    group.add_argument("--importance-max-tokens", type=int, metavar="N", help="tokens per batch")
+    group.add_argument("--importance-granularity", choices=GRANULARITIES, default=DEFAULT_GRANULARITY,
+                       help="the unit x of E_x g g^T: sentence (default), token or batch")
+    group.add_argument("--importance-loss", choices=IMPORTANCE_LOSSES, default=DEFAULT_IMPORTANCE_LOSS,
+                       help="the loss L (default: nll)")
+    group.add_argument("--importance-label-smoothing", type=float, default=DEFAULT_LABEL_SMOOTHING, metavar="EPS",
+                       help=f"for --importance-loss label_smoothed (default {DEFAULT_LABEL_SMOOTHING:g})")
+    add_tuning_arguments(search, "also tune the mask found: least-squares scales of the kept heads and an "
+                         "output-bias correction per pruned layer, written to OUT/tuning.json")
+    add_device_arguments(search)
+    search.set_defaults(handler=command_search, accepts_fairseq_args=True)
+
+    latency = commands.add_parser(
+        "latency",
+        help="measure each attention layer's latency keeping 0 .. H heads, for search --cost latency",
+        description="Time every attention layer of CKPT on this device with its first k heads kept, for "
+        "every k, on random inputs (a full-sequence pass of --batch-size sentences of --sequence-length "
+        "positions; median of --repeats). The table records the device and the model's shape; search "
+        "refuses it for another model or device.",
+    )
+    latency.add_argument("data", metavar="DATA", help="fairseq-preprocess output directory (its dictionaries)")
+    latency.add_argument("--path", required=True, metavar="CKPT", help="fairseq checkpoint (every head)")
+    latency.add_argument("--out", required=True, metavar="FILE.json", help="the table to write")
+    latency.add_argument("--batch-size", type=int, default=32, metavar="N", help="sentences (default 32)")
+    latency.add_argument("--sequence-length", type=int, default=DEFAULT_SEQUENCE_LENGTH, metavar="N",
+                         help=f"positions (default {DEFAULT_SEQUENCE_LENGTH})")
+    latency.add_argument("--repeats", type=int, default=20, metavar="N", help="timed passes per shape (default 20)")
+    add_device_arguments(latency)
+    latency.set_defaults(handler=command_latency, accepts_fairseq_args=True)
