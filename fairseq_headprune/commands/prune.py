@@ -4,16 +4,28 @@ import argparse
 
 from ..constants import DEFAULT_DRAWS, DEFAULT_PRUNING_SEED, ORDERS, SCOPES
 from ..study.settings import PruneSettings, parse_choices
-from .common import add_curve_arguments, add_study_inputs, add_sweep_arguments, curve_settings, sweep_settings
+from .common import (
+    add_curve_arguments,
+    add_study_inputs,
+    add_sweep_arguments,
+    add_tuning_arguments,
+    curve_settings,
+    sweep_settings,
+    tuning_settings,
+)
 
 
 def settings_from(args: argparse.Namespace) -> PruneSettings:
     from ..engine.checkpoint_info import checkpoint_family
 
+    orders = parse_choices(args.orders, ORDERS, "--orders")
+    tune_orders = []
+    if args.tune_masks is not None:
+        tune_orders = list(orders) if args.tune_masks == "all" else parse_choices(args.tune_masks, ORDERS, "--tune-masks")
     return PruneSettings(
         sweep=sweep_settings(args, args.path, checkpoint_family(args.path)),
         curve=curve_settings(args),
-        orders=parse_choices(args.orders, ORDERS, "--orders"),
+        orders=orders,
         scopes=parse_choices(args.scopes, SCOPES, "--scopes"),
         importance_file=args.importance,
         ablation_file=args.ablation,
@@ -21,6 +33,9 @@ def settings_from(args: argparse.Namespace) -> PruneSettings:
         pruning_seed=args.pruning_seed,
         layer_budgets=list(args.layer_budget or []),
         type_budgets=list(args.type_budget or []),
+        fisher_file=args.fisher,
+        tuning=tuning_settings(args),
+        tune_orders=tune_orders,
     )
 
 
@@ -34,11 +49,20 @@ def command_prune(args: argparse.Namespace) -> int:
     label, column = settings.sweep.metric.label, settings.sweep.metric.column
     if outcome.curve_summary:
         print(f"unpruned {label} {outcome.baseline_score:.2f} on {outcome.split}; {label} with x% of the heads pruned:")
+        from ..study.pruning import curve_orders
+
+        width = max(10, *(len(r["order"]) for r in outcome.curve_summary))
         for scope in settings.scopes:
-            for order in settings.orders:
+            for order in curve_orders(r["order"] for r in outcome.curve_summary if r["scope"] == scope):
                 points = [r for r in outcome.curve_summary if r["scope"] == scope and r["order"] == order]
                 text = "  ".join(f"{r['percent']:.0f}%:{r[column]:.2f}" for r in points)
-                print(f"  {scope:<7} {order:<10} {text}")
+                print(f"  {scope:<7} {order:<{width}} {text}")
+        costs = outcome.method_costs
+        if any(c["seconds"] for c in costs.values()):
+            print("cost of finding the masks: " + "; ".join(
+                f"{order} {c['seconds']:.1f} s ({c['sentences']} sentences"
+                + (f", tuned on {c['tuning_sentences']}" if "tuning_sentences" in c else "") + ")"
+                for order, c in costs.items() if c["seconds"]))
         print(f"wrote\t{settings.sweep.out_dir}: " + " ".join(outcome.curve_files))
     if outcome.budget_summary:
         print(f"random heads within budgets (heads kept), {settings.draws} draws each:")
@@ -60,7 +84,10 @@ def add_parser(commands) -> None:
         "model. Orders: importance (I_h estimated once on the unpruned model, lowest first; "
         "default), iterative (I_h re-estimated on the pruned model after each step), ablation "
         "(the head whose masking alone cost the least first, from ablate --mode single), "
-        "random (seeded, --draws permutations, mean and std). Scopes: all heads together, or "
+        "random (seeded, --draws permutations, mean and std), fisher (Kwon et al.'s mask search with the "
+        "diagonal Fisher information at each level: the heads of largest F_h kept), fisher-rearranged (the same, "
+        "then each layer's heads swapped with its block of the Fisher matrix). --tune-masks draws a second curve "
+        "of each order with every mask tuned by least squares. Scopes: all heads together, or "
         "one attention type. --layer-budget / --type-budget add Budhraja et al.'s random "
         "configurations. Results are stored per mask as they finish: a rerun continues where "
         "it stopped. Any other option is passed to fairseq-generate's parser (fairseq-validate's "
@@ -86,6 +113,11 @@ def add_parser(commands) -> None:
     )
     prune.add_argument("--ablation", metavar="FILE", help="single.json (or .tsv) of ablate --mode single, for --orders ablation")
     prune.add_argument(
+        "--fisher", metavar="FILE",
+        help="importance.json of importance --importance-method fisher, for the fisher orders; default: estimate "
+        "it on --importance-subset and store it under OUT/importance-fisher",
+    )
+    prune.add_argument(
         "--draws", type=int, default=DEFAULT_DRAWS, metavar="N",
         help=f"random draws per random curve or budget (default {DEFAULT_DRAWS})",
     )
@@ -102,6 +134,10 @@ def add_parser(commands) -> None:
     prune.add_argument(
         "--type-budget", action="append", metavar="BUDGET",
         help="heads kept in each attention type, e.g. '(14,31,30)' (Budhraja et al. Table 3); repeatable",
+    )
+    add_tuning_arguments(
+        prune, "also draw each curve of ORDERS (comma-separated; default: every --orders) with each mask tuned "
+        "by least squares (Kwon et al. 2022): the order named ORDER+tuned; tunings are stored under OUT/tuning",
     )
     add_sweep_arguments(prune)
     prune.set_defaults(handler=command_prune, accepts_fairseq_args=True)

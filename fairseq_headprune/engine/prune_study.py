@@ -9,6 +9,7 @@ figures, with the metric's own column. ``dynamics`` calls it
 once per epoch checkpoint with the same settings.
 """
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from ..study.files import file_sha256, first_difference, write_json, write_text
 from ..study.head_mask import HeadMask, combine_masks, head_mask_to_spec
 from ..study.budgets import parse_layer_budget, parse_type_budget, plan_budgets
 from ..study.pruning import (
+    TUNED_SUFFIX,
     PruneStep,
     mask_name,
     markdown_budgets,
@@ -31,14 +33,18 @@ from ..study.pruning import (
     read_ablation_rows,
     summarize_budgets,
     summarize_curves,
+    tuned_steps,
 )
-from ..study.settings import ImportanceSettings, PruneSettings, SweepSettings
+from ..study.settings import ImportanceSettings, PruneSettings, SweepSettings, TuningSettings
 from .loading import load_study_model
 from .ranks import current_ranks
 from .scored_sweep import open_split_sweep
 from .split_sweep import table_caption, write_result_rows
 
 IMPORTANCE_DIR = "importance"
+FISHER_DIR = "importance-fisher"
+TUNING_DIR = "tuning"
+FISHER_ORDERS = {"fisher", "fisher-rearranged"}
 RESULT_COLUMNS = ("config", "spec", "bleu", "delta", "bleu_tokenized", "bleu_sacrebleu", "p_value", "significant",
                   "ci_low", "ci_high")
 TEST_COLUMNS = ("p_value", "significant", "ci_low", "ci_high")
@@ -48,11 +54,13 @@ class ImportanceStore:
     """Importance per mask under OUT/importance, estimated once and reused on rerun."""
 
     def __init__(self, sweep: SweepSettings, importance: ImportanceSettings, cfg, task, model,
-                 base_mask: Optional[HeadMask]):
+                 base_mask: Optional[HeadMask], directory: str = IMPORTANCE_DIR):
         self.importance_settings, self.task, self.model, self.base_mask = importance, task, model, base_mask
         self.cfg, self.family = cfg, sweep.family
         self.progress = sweep.progress
-        self.directory = os.path.join(sweep.out_dir, IMPORTANCE_DIR)
+        self.directory = os.path.join(sweep.out_dir, directory)
+        # (seconds, sentences) of every estimate used, in order (stored ones: as recorded when made)
+        self.estimates: List[tuple] = []
         self.identity = {
             "checkpoint_sha256": file_sha256(sweep.checkpoint),
             "data": os.path.abspath(sweep.data),
@@ -69,6 +77,12 @@ class ImportanceStore:
 
     def importance(self, head_mask: HeadMask, description: str):
         """Raw importance of every head with ``head_mask`` (on top of the model's own mask) set."""
+        return self.result(head_mask, description).importance
+
+    def result(self, head_mask: HeadMask, description: str):
+        """The whole estimate (scores, Fisher blocks, settings) with ``head_mask`` set; stored and reused."""
+        import time
+
         from ..study.importance import read_importance_file, write_importance_json
 
         ranks = current_ranks()
@@ -83,28 +97,135 @@ class ImportanceStore:
                 raise StudyError(
                     f"{path} was estimated with other settings ({difference}); use another --out-dir"
                 )
-            return result.importance
+            self._count(result)
+            return result
         if self._estimator is None:
-            self._estimator = self._build_estimator()
+            from .search_study import importance_estimator
+
+            self._estimator = importance_estimator(self.family, self.cfg, self.task, self.model,
+                                                   self.importance_settings)
+        start = time.perf_counter()
         result = self._estimator.estimate(
             combine_masks(self.base_mask, head_mask), progress=self.progress, description=description
         )
         result.settings["identity"] = identity
+        result.settings["seconds"] = time.perf_counter() - start
         if ranks.is_main:
             os.makedirs(self.directory, exist_ok=True)
             write_importance_json(result, path)
-        return result.importance
+        self._count(result)
+        return result
 
-    def _build_estimator(self):
-        """The translation criterion's estimator, or the classifier's or LM's (one process: no sharding)."""
-        if self.family == TRANSLATION_FAMILY:
-            from .scoring import ImportanceEstimator
+    def _count(self, result) -> None:
+        self.estimates.append((float(result.settings.get("seconds", 0.0)),
+                               int(result.settings.get("sentences", result.count))))
 
-            return ImportanceEstimator(self.task, self.model, self.importance_settings)
-        from .scored_importance import ExampleImportanceEstimator, study_criterion
 
-        criterion = study_criterion(self.family, self.cfg, self.task)
-        return ExampleImportanceEstimator(self.family, self.task, self.model, criterion, self.importance_settings)
+class TuningStore:
+    """Tuned masks (least squares, ``mask_tuning``) under OUT/tuning, fitted once and reused on rerun.
+
+    Rank 0 fits every mask a sharded study needs before the sweep; the
+    other ranks read them (``fit_all``).
+    """
+
+    def __init__(self, sweep: SweepSettings, settings: TuningSettings, task, model, base_mask: Optional[HeadMask]):
+        self.settings, self.task, self.model, self.base_mask = settings, task, model, base_mask
+        self.progress = sweep.progress
+        self.directory = os.path.join(sweep.out_dir, TUNING_DIR)
+        self.identity = {
+            "checkpoint_sha256": file_sha256(sweep.checkpoint),
+            "data": os.path.abspath(sweep.data),
+            "subsets": list(settings.subsets),
+            "limit_per_subset": settings.limit,
+            "max_tokens": settings.max_tokens,
+            "scale_bound": settings.scale_bound,
+            "max_condition": settings.max_condition,
+            "base_mask": head_mask_to_spec(base_mask) if base_mask is not None else "none",
+        }
+        self._samples = None
+        self.seconds: Dict[str, float] = {}  # per mask name, as fitted (or recorded when stored)
+        self.sentences = 0
+
+    def _path(self, head_mask: HeadMask) -> str:
+        return os.path.join(self.directory, mask_name(head_mask) + ".json")
+
+    def fit_all(self, head_masks: Sequence[HeadMask]) -> None:
+        ranks = current_ranks()
+        if ranks.is_main:
+            todo = {mask_name(m): m for m in head_masks if not os.path.exists(self._path(m)) and _prunes(m)}
+            for index, head_mask in enumerate(todo.values()):
+                self._fit(head_mask, f"mask tuning {index + 1}/{len(todo)}")
+        ranks.barrier()
+
+    def _fit(self, head_mask: HeadMask, description: str = "mask tuning"):
+        """Fit ``head_mask`` (on top of the model's own mask) and store it."""
+        from ..study.mask_tuning import write_tuning
+        from .mask_tuning import tune_mask
+        from .search_study import tuning_samples
+
+        if self._samples is None:
+            self._samples = tuning_samples(self.task, self.model, self.settings)
+        tuning = tune_mask(
+            self.model, combine_masks(self.base_mask, head_mask), self._samples, self.task.source_dictionary.pad(),
+            self.settings.scale_bound, self.settings.max_condition, progress=self.progress, description=description,
+        )
+        tuning.head_mask = head_mask
+        tuning.settings["identity"] = self.identity
+        os.makedirs(self.directory, exist_ok=True)
+        write_tuning(tuning, self._path(head_mask))
+        self.seconds[mask_name(head_mask)] = float(tuning.settings["seconds"])
+        self.sentences = max(self.sentences, int(tuning.settings["sentences"]))
+        return tuning
+
+    def tuning(self, head_mask: HeadMask):
+        """The stored tuning of ``head_mask`` (an empty one for the unpruned mask)."""
+        from ..study.mask_tuning import MaskTuning, read_tuning
+
+        if not _prunes(head_mask):
+            return MaskTuning(head_mask, {})
+        path = self._path(head_mask)
+        if not os.path.exists(path):
+            return self._fit(head_mask)
+        layout = {t: tuple(m.shape) for t, m in head_mask.items()}
+        result = read_tuning(path, layout)
+        difference = first_difference(result.settings.get("identity", {}), self.identity)
+        if difference is not None:
+            raise StudyError(f"{path} was tuned with other settings ({difference}); use another --out-dir")
+        self.seconds[mask_name(head_mask)] = float(result.settings.get("seconds", 0.0))
+        self.sentences = max(self.sentences, int(result.settings.get("sentences", 0)))
+        return result
+
+
+def _prunes(head_mask: HeadMask) -> bool:
+    return any(bool((m == 0).any()) for m in head_mask.values())
+
+
+def method_costs(settings: PruneSettings, store: Optional[ImportanceStore], fisher_store: Optional[ImportanceStore],
+                 tuning_store: Optional[TuningStore], steps: Sequence[PruneStep]) -> Dict[str, Dict[str, object]]:
+    """What each order's masks cost to find: seconds and sentences of the estimates and fits it needed.
+
+    Estimates read back from OUT count the seconds they took when made.
+    """
+    costs: Dict[str, Dict[str, object]] = {}
+    for order in settings.orders:
+        if order in ("importance", "iterative") and store is not None and store.estimates:
+            used = store.estimates[:1] if order == "importance" else store.estimates
+            costs[order] = {"seconds": sum(s for s, _ in used), "sentences": used[0][1], "estimates": len(used)}
+        elif order in FISHER_ORDERS and fisher_store is not None and fisher_store.estimates:
+            seconds, sentences = fisher_store.estimates[0]
+            costs[order] = {"seconds": seconds, "sentences": sentences, "estimates": 1}
+        else:
+            costs[order] = {"seconds": 0.0, "sentences": 0, "estimates": 0}
+    if tuning_store is not None:
+        for order in settings.tune_orders:
+            names = {mask_name(s.head_mask) for s in steps if s.order == order and _prunes(s.head_mask)}
+            base = costs[order]
+            costs[order + TUNED_SUFFIX] = {
+                "seconds": base["seconds"] + sum(tuning_store.seconds.get(n, 0.0) for n in names),
+                "sentences": base["sentences"], "estimates": base["estimates"],
+                "tuning_sentences": tuning_store.sentences, "tuned_masks": len(names),
+            }
+    return costs
 
 
 @dataclass
@@ -118,6 +239,7 @@ class PruneOutcome:
     budget_summary: List[Dict[str, object]] = field(default_factory=list)
     curve_files: List[str] = field(default_factory=list)  # written for the curves, relative to OUT
     budget_files: str = ""  # written for the budgets
+    method_costs: Dict[str, Dict[str, object]] = field(default_factory=dict)  # per order: seconds, sentences
 
 
 def run_prune(settings: PruneSettings) -> Optional[PruneOutcome]:
@@ -160,17 +282,40 @@ def run_prune(settings: PruneSettings) -> Optional[PruneOutcome]:
             return given
         return store.importance(pruning_mask(layout, pruned), description)
 
+    fisher, fisher_store = None, None
+    if FISHER_ORDERS & set(settings.orders):
+        if settings.fisher_file:
+            from .search_study import read_fisher_file
+
+            fisher_result = read_fisher_file(settings.fisher_file, layout)
+        else:
+            fisher_settings = dataclasses.replace(settings.curve.importance, method="fisher")
+            fisher_store = ImportanceStore(sweep_settings, fisher_settings, cfg, task, model, base_mask, FISHER_DIR)
+            fisher_result = fisher_store.result(pruning_mask(layout, []), "Fisher information")
+        fisher = (fisher_result.importance, fisher_result.fisher_blocks)
+
     steps = plan_curves(
         layout, settings.orders, settings.scopes, importance_of, normalize=not settings.curve.raw_importance,
         step_percent=settings.curve.step_percent, max_percent=settings.curve.max_percent,
         ablation_rows=ablation_rows, ablation_source=f"--ablation {settings.ablation_file}",
         higher_is_better=sweep_settings.metric.higher_is_better,
-        draws=settings.draws, seed=settings.pruning_seed,
+        draws=settings.draws, seed=settings.pruning_seed, fisher=fisher,
     )
+    tuning_store = None
+    if settings.tuning is not None:
+        tuned = tuned_steps(steps, settings.tune_orders)
+        tuning_store = TuningStore(sweep_settings, settings.tuning, task, model, base_mask)
+        tuning_store.fit_all([step.head_mask for step in tuned])
+        for step in tuned:
+            step.tuning = tuning_store.tuning(step.head_mask)
+        steps += tuned
     budget_draws = plan_budgets(budgets, layout, settings.pruning_seed, settings.draws)
 
     configs = {BASELINE: baseline_config()}
-    for head_mask in [s.head_mask for s in steps] + [mask for _, _, mask in budget_draws]:
+    for step in steps:
+        tuning = step.tuning if step.tuning is not None and step.tuning.layers else None
+        configs.setdefault(step.config_name, HeadConfig(step.config_name, step.head_mask, tuning=tuning))
+    for head_mask in [mask for _, _, mask in budget_draws]:
         configs.setdefault(mask_name(head_mask), HeadConfig(mask_name(head_mask), head_mask))
     split = sweep_settings.gen_subset
     sweep = open_split_sweep(sweep_settings, cfg, task, model, split, split, sweep_settings.references)
@@ -194,9 +339,14 @@ def run_prune(settings: PruneSettings) -> Optional[PruneOutcome]:
             "importance_ranking": "raw" if settings.curve.raw_importance else "normalised per layer",
             "importance_method": settings.curve.importance.method,
             "ablation": os.path.abspath(settings.ablation_file) if settings.ablation_file else None,
+            "fisher": os.path.abspath(settings.fisher_file) if settings.fisher_file else (
+                None if fisher_store is None else os.path.abspath(fisher_store.directory)
+            ),
+            "tuning": None if tuning_store is None else dict(tuning_store.identity, orders=list(settings.tune_orders)),
+            "method_costs": method_costs(settings, store, fisher_store, tuning_store, steps),
         }
     )
-    outcome = PruneOutcome(split, sweep.baseline_score(baseline))
+    outcome = PruneOutcome(split, sweep.baseline_score(baseline), method_costs=record["method_costs"])
     if steps:
         _write_curves(settings, steps, by_config, record, outcome)
     if budget_draws:

@@ -6,6 +6,7 @@ every generation option). A restarted sweep skips configurations whose file
 exists; a directory holding another sweep is refused.
 """
 
+import contextlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from ..study.ablation import HeadConfig
 from ..study.files import first_difference, remove_stale_temporaries, write_json
 from ..study.head_mask import HeadMask, combine_masks
 from .example_scorer import ScoredExamples, SplitScorer
+from .mask_tuning import tuning_folded
 from .translator import Translation
 
 MANIFEST = "sweep.json"
@@ -153,7 +155,9 @@ def run_sweep(
     # the unmasked baseline runs alone (fairseq's fused attention path, as fairseq-generate);
     # masked configurations run configs_per_batch at a time
     chunks = [[c] for c in todo if c.head_mask is None and base_mask is None]
-    masked = [c for c in todo if not (c.head_mask is None and base_mask is None)]
+    # a tuned mask changes the output projections' weights: it runs alone, with them folded in
+    chunks += [[c] for c in todo if c.tuning is not None]
+    masked = [c for c in todo if not (c.head_mask is None and base_mask is None) and c.tuning is None]
     size = max(1, configs_per_batch)
     chunks += [masked[i:i + size] for i in range(0, len(masked), size)]
     chunks = ranks.share(chunks)
@@ -164,7 +168,9 @@ def run_sweep(
     )
     try:
         for chunk in chunks:
-            outputs = runner.run_many([combine_masks(base_mask, c.head_mask) for c in chunk])
+            tuned = chunk[0].tuning
+            with contextlib.nullcontext() if tuned is None else tuning_folded(runner.model, tuned):
+                outputs = runner.run_many([combine_masks(base_mask, c.head_mask) for c in chunk])
             for config, output in zip(chunk, outputs):
                 result = result_type(name=config.name, spec=config.spec, labels=config.labels, **vars(output))
                 write_json(result.to_dict(), config_path(out_dir, config.name))

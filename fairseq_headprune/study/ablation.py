@@ -38,6 +38,7 @@ class HeadConfig:
     attention_type: Optional[str] = None
     layer: Optional[int] = None  # 1-based, as in the paper's tables
     head: Optional[int] = None
+    tuning: Optional[object] = None  # a mask_tuning.MaskTuning whose scales and corrections apply with the mask
 
     @property
     def labels(self) -> Dict[str, object]:

@@ -157,7 +157,20 @@ _ORDER_STYLES = {
     "iterative": dict(color="tab:green", linestyle="-", marker="s"),
     "ablation": dict(color="tab:orange", linestyle="--", marker="^"),
     "random": dict(color="tab:grey", linestyle=":", marker="x"),
+    "fisher": dict(color="tab:purple", linestyle="-", marker="D"),
+    "fisher-rearranged": dict(color="tab:red", linestyle="-", marker="v"),
 }
+
+
+def _order_style(order: str) -> dict:
+    """An order's line; its tuned variant (``ORDER+tuned``) in the same colour, dashed, hollow markers."""
+    from .pruning import TUNED_SUFFIX
+
+    if order.endswith(TUNED_SUFFIX):
+        style = dict(_ORDER_STYLES[order[: -len(TUNED_SUFFIX)]])
+        style.update(linestyle="--", markerfacecolor="none")
+        return style
+    return _ORDER_STYLES[order]
 
 
 def _curve(axis, points, label: str, column: str = "bleu", **style) -> None:
@@ -174,16 +187,15 @@ def _curve(axis, points, label: str, column: str = "bleu", **style) -> None:
 def plot_pruning_curves(summary, scope: str, baseline_bleu: float, path: str, ylabel: str, column: str = "bleu",
                         metric_label: str = "BLEU") -> None:
     """Figure 3 of the paper: the score (BLEU, or ``column``) against % of heads pruned, one line per order."""
-    from ..constants import ORDERS
-    from .pruning import order_title
+    from .pruning import curve_orders, order_title
 
     plt = _pyplot()
     figure, axis = plt.subplots(figsize=(5.2, 3.6))
-    for order in ORDERS:
+    for order in curve_orders(r["order"] for r in summary if r["scope"] == scope):
         points = [r for r in summary if r["scope"] == scope and r["order"] == order]
         if points:
             label = order_title(order, metric_label) + (f" (mean ± std, {points[0]['draws']} draws)" if order == "random" else "")
-            _curve(axis, points, label, column, **_ORDER_STYLES[order])
+            _curve(axis, points, label, column, **_order_style(order))
     axis.axhline(baseline_bleu, color="black", linestyle="--", linewidth=0.8, label="unpruned")
     heads = next(r["total"] for r in summary if r["scope"] == scope)
     what = "all heads" if scope == "all" else f"{TYPE_TITLES[scope]} heads"

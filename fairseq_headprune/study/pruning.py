@@ -37,13 +37,24 @@ ORDER_TITLES = {
     "iterative": "importance (re-estimated each step)",
     "ablation": "single-head ablation ΔBLEU",
     "random": "random",
+    "fisher": "Fisher search (Kwon et al.)",
+    "fisher-rearranged": "Fisher search + rearrangement",
 }
-
+# an order's curve with every mask tuned by least squares (prune --tune-masks)
+TUNED_SUFFIX = "+tuned"
 
 
 def order_title(order: str, label: str = "BLEU") -> str:
     """An order's title in tables and figures, naming the study's metric (``label``)."""
+    if order.endswith(TUNED_SUFFIX):
+        return order_title(order[: -len(TUNED_SUFFIX)], label) + " + mask tuning"
     return ORDER_TITLES[order].replace("BLEU", label)
+
+
+def curve_orders(present) -> List[str]:
+    """The orders among ``present``, in ``ORDERS``' order, each followed by its tuned variant."""
+    present = set(present)
+    return [name for order in ORDERS for name in (order, order + TUNED_SUFFIX) if name in present]
 
 
 # (attention type, 0-based layer, 0-based head)
@@ -164,6 +175,7 @@ class PruneStep:
     pruned: int  # heads of the scope pruned
     total: int  # heads in the scope
     head_mask: HeadMask
+    tuning: Optional[object] = None  # a study.mask_tuning.MaskTuning for ORDER+tuned steps, once fitted
 
     @property
     def percent(self) -> float:
@@ -171,6 +183,8 @@ class PruneStep:
 
     @property
     def config_name(self) -> str:
+        if self.tuning is not None and self.tuning.layers:
+            return f"{mask_name(self.head_mask)}.tuned-{self.tuning.fingerprint()}"
         return mask_name(self.head_mask)
 
 
@@ -212,6 +226,38 @@ def iterative_steps(
     return steps
 
 
+def fisher_steps(
+    layout: HeadLayout, scope: str, order: str, counts: Sequence[int],
+    scores: Dict[str, torch.Tensor], blocks: Optional[Dict[str, torch.Tensor]],
+) -> List[PruneStep]:
+    """Kwon et al.'s mask search at each level (heads kept = the rest), rearranged for ``fisher-rearranged``.
+
+    With a budget of heads the search keeps the heads of largest raw F_hh,
+    so the ``fisher`` curve's masks contain each other; rearranged masks
+    need not. A single-type scope searches among that type's heads only.
+    """
+    from .mask_search import pruned_count_search
+
+    types = [t for t in ATTENTION_TYPES if t in layout and scope in ("all", t)]
+    scoped_scores = {t: scores[t] for t in types}
+    scoped_blocks = None if blocks is None else {t: blocks[t] for t in types}
+    total = len(heads_in_scope(layout, scope))
+    steps = []
+    for step, count in enumerate(counts):
+        head_mask = full_mask(layout)
+        head_mask.update(pruned_count_search(scoped_scores, scoped_blocks, count, order == "fisher-rearranged"))
+        steps.append(PruneStep(scope, order, None, step, count, total, head_mask))
+    return steps
+
+
+def tuned_steps(steps: Sequence[PruneStep], tune_orders: Sequence[str]) -> List[PruneStep]:
+    """A copy of every step of the ``tune_orders`` curves under the order ``ORDER+tuned`` (same masks)."""
+    return [
+        PruneStep(s.scope, s.order + TUNED_SUFFIX, s.draw, s.step, s.pruned, s.total, s.head_mask)
+        for s in steps if s.order in tune_orders
+    ]
+
+
 def plan_curves(
     layout: HeadLayout,
     orders: Sequence[str],
@@ -225,10 +271,12 @@ def plan_curves(
     draws: int = 1,
     seed: int = DEFAULT_PRUNING_SEED,
     higher_is_better: bool = True,
+    fisher: Optional[Tuple[Dict[str, torch.Tensor], Optional[Dict[str, torch.Tensor]]]] = None,
 ) -> List[PruneStep]:
     """Every step of every requested curve (scope x order, and draw for random), with its mask.
 
     ``higher_is_better``: the direction of the ablation result's metric (False for perplexity).
+    ``fisher``: the Fisher scores and blocks of the fisher orders.
     """
     steps: List[PruneStep] = []
     once = importance_of([], "importance") if {"importance", "iterative"} & set(orders) else None
@@ -247,6 +295,10 @@ def plan_curves(
             elif order == "iterative":
                 reuse_once = lambda pruned, text: once if not pruned else importance_of(pruned, text)  # noqa: E731
                 steps += iterative_steps(layout, scope, counts, reuse_once, normalize)
+            elif order in ("fisher", "fisher-rearranged"):
+                if fisher is None:
+                    raise SettingsError(f"--orders {order} needs the Fisher scores")
+                steps += fisher_steps(layout, scope, order, counts, *fisher)
             else:
                 raise SettingsError(f"--orders: unknown value {order!r} (expected {', '.join(ORDERS)})")
     return steps
@@ -317,7 +369,7 @@ def markdown_curves(summary: Sequence[Dict[str, object]], baseline_bleu: float, 
         rows = [r for r in summary if r["scope"] == scope]
         if not rows:
             continue
-        orders = [o for o in ORDERS if any(r["order"] == o for r in rows)]
+        orders = curve_orders(r["order"] for r in rows)
         total = rows[0]["total"]
         parts.append(f"\n**{_scope_title(scope)}** ({total} heads; unpruned {label} {baseline_bleu:.2f})\n\n")
         parts.append("| heads pruned | % | " + " | ".join(order_title(o, label) for o in orders) + " |\n")
