@@ -174,7 +174,11 @@ def test_a_rerun_reuses_every_result(tiny_model, study):
         (["--type-budget", "(8,12)"],
          "type budget '(8,12)': expected 3 head counts (enc-enc, enc-dec, dec-dec), e.g. '(14,31,30)'"),
         (["--orders", "ablation"], "--orders ablation needs --ablation FILE (single.json of ablate --mode single)"),
-        (["--orders", "importance,magnitude"], "--orders: unknown value 'magnitude' (expected importance, iterative, ablation, random)"),
+        (["--orders", "importance,magnitude"], "--orders: unknown value 'magnitude' (expected importance, iterative, "
+                                               "ablation, random, fisher, fisher-rearranged)"),
+        (["--tune-masks"], "--tune-subset valid is the split the study is evaluated on (--gen-subset); "
+                           "tune on training or validation data"),
+        (["--tune-masks", "random", "--tune-subset", "train"], "--tune-masks random: not one of --orders (importance)"),
         (["--scopes", "encoder"], "--scopes: unknown value 'encoder' (expected all, enc-enc, enc-dec, dec-dec)"),
         (["--draws", "0"], "--draws must be positive, got 0"),
         (["--step-percent", "0"], "the step must be in (0, 100] percent, got 0"),
@@ -233,6 +237,42 @@ def test_fisher_scores_order_the_heads_and_are_not_mixed_with_importance(tiny_mo
     rows = json.loads((fisher / "prune_steps.all.json").read_text())["rows"]
     assert [r["spec"] for r in sorted(rows, key=lambda r: r["step"])] == [
         head_mask_to_spec(s.head_mask) for s in expected]
+
+
+def test_fisher_search_curves_and_tuned_masks_translate_as_the_tuned_shrunk_model(tiny_model, tmp_path):
+    """Kwon et al.: the search's masks at each level, rearranged, and tuned; a tuned step is what the
+    tuned, shrunk checkpoint translates."""
+    from fairseq_headprune.study.head_mask import full_mask
+    from fairseq_headprune.study.importance import read_importance_file
+    from fairseq_headprune.study.mask_search import pruned_count_search
+
+    out = tmp_path / "kwon"
+    result = prune(tiny_model, out, "--orders", "fisher,fisher-rearranged", "--tune-masks", "fisher-rearranged",
+                   "--step-percent", "50", "--max-percent", "50", "--importance-limit", "64",
+                   "--tune-subset", "train", "--tune-limit", "64")
+    assert "fisher-rearranged+tuned" in result.stdout and "tuned on 64" in result.stdout
+    layout = checkpoint_head_layout(str(tiny_model["checkpoint"]))
+    fisher = read_importance_file(str(out / "importance-fisher" / f"{mask_name(full_mask(layout))}.json"), layout)
+    assert fisher.method == "fisher" and fisher.fisher_blocks is not None
+    steps = json.loads((out / "prune_steps.all.json").read_text())
+    rows = {r["order"]: r for r in steps["rows"] if r["step"] == 1}
+    for order, rearranged in (("fisher", False), ("fisher-rearranged", True)):
+        expected = pruned_count_search(fisher.importance, fisher.fisher_blocks, 24, rearranged)
+        assert rows[order]["spec"] == head_mask_to_spec(expected)
+    tuned = rows["fisher-rearranged+tuned"]
+    assert tuned["spec"] == rows["fisher-rearranged"]["spec"] and tuned["config"] != rows["fisher-rearranged"]["config"]
+    costs = steps["settings"]["method_costs"]
+    assert costs["fisher-rearranged+tuned"]["tuning_sentences"] == 64
+    assert costs["fisher-rearranged+tuned"]["seconds"] > costs["fisher-rearranged"]["seconds"] > 0
+    # the tuned step's BLEU is the tuned, shrunk checkpoint's, translated by fairseq-generate
+    tuning_file = out / "tuning" / f"{mask_name(parse_head_mask(tuned['spec'], layout))}.json"
+    run(["fairseq-headprune", "shrink", "--path", tiny_model["checkpoint"], "--tuning", tuning_file,
+         "--out", tmp_path / "tuned.pt"])
+    generated = run(
+        ["fairseq-generate", tiny_model["data"], "--path", tmp_path / "tuned.pt", "--user-dir", USER_DIR,
+         "--task", "fairseq-headprune", "--gen-subset", "valid", "--required-batch-size-multiple", "1", *GENERATION]
+    )
+    assert float(re.search(r"BLEU4 = ([\d.]+)", generated.stdout).group(1)) == pytest.approx(tuned["bleu"], abs=0.006)
 
 
 def test_the_per_type_scripts_add_up_to_figure_4(tiny_model, study, tmp_path):
