@@ -30,7 +30,7 @@ def register_components() -> None:
     only if it has not imported the package already: every entry point that
     builds a fairseq task calls this first.
     """
-    from .criterions import headprune_importance  # noqa: F401
+    from .criterions import headprune_gates, headprune_importance  # noqa: F401
     from .engine.numpy_compat import give_token_block_dataset_compat_long
     from .tasks import fairseq_headprune, headprune_language_modeling, headprune_sentence_prediction  # noqa: F401
 

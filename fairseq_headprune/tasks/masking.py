@@ -67,6 +67,8 @@ class HeadMaskingMixin:
             if value is not None and config_value(cfg, key) is None:
                 record_config_value(cfg, key, value)
         install_masked_attention(model)
+        # the heads a criterion with per-head parameters (headprune_gates) is built for
+        self.model_head_layout = head_layout(model)
         try:
             removed = rebuild_pruned(model, cfg)
         except HeadPruneError as error:

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Learn hard-concrete head gates with an exact head budget on a converged demo-shaped model.
+set -euo pipefail
+
+usage() {
+  cat <<USAGE
+usage: $(basename "$0") DATA_BIN CHECKPOINT SAVE_DIR HEADS_KEPT
+
+Trains one gate per head of CHECKPOINT with fairseq-train --criterion
+headprune_gates (Voita et al. 2019's hard-concrete gates, with a Lagrangian
+that holds the expected number of open gates at HEADS_KEPT: a number or a
+percentage of the heads), the model's own weights frozen, then exports the
+learned mask, exactly HEADS_KEPT heads, to SAVE_DIR/mask.json (for any
+command's --head-mask, or shrink). checkpoint_best.pt is the update whose
+exact-budget mask had the lowest validation loss. A finished SAVE_DIR is
+left as it is.
+
+environment (the architecture must be CHECKPOINT's; defaults are the demo model's):
+  LAYERS=3 EMBED_DIM=128 FFN_DIM=256 HEADS=8 MAX_TOKENS=4096 SEED=1
+  UPDATES=150      gate updates
+  GATE_LR=0.05     Adam learning rate of the gates and multipliers (constant)
+  THREADS=2        CPU threads
+  EXTRA_ARGS       further fairseq-train options (e.g. --gate-train-model)
+USAGE
+}
+
+[[ $# -eq 4 ]] || { usage; [[ $# -eq 1 && ( $1 == -h || $1 == --help ) ]] && exit 0 || exit 2; }
+data_bin=$1
+checkpoint=$2
+save_dir=$3
+kept=$4
+[[ -f $checkpoint ]] || { echo "checkpoint not found: $checkpoint" >&2; exit 2; }
+if [[ -f $save_dir/mask.json ]]; then
+  exit 0
+fi
+export OMP_NUM_THREADS=${THREADS:-2} MKL_NUM_THREADS=${THREADS:-2}
+export ATEN_CPU_CAPABILITY=${ATEN_CPU_CAPABILITY:-avx2} MKL_CBWR=${MKL_CBWR:-AVX2}
+layers=${LAYERS:-3}
+embed_dim=${EMBED_DIM:-128}
+ffn_dim=${FFN_DIM:-256}
+heads=${HEADS:-8}
+mkdir -p "$save_dir"
+
+# shellcheck disable=SC2086
+fairseq-headprune train "$data_bin" \
+  --arch transformer_vaswani_wmt_en_fr_big --share-all-embeddings \
+  --encoder-layers "$layers" --decoder-layers "$layers" \
+  --encoder-embed-dim "$embed_dim" --decoder-embed-dim "$embed_dim" \
+  --encoder-ffn-embed-dim "$ffn_dim" --decoder-ffn-embed-dim "$ffn_dim" \
+  --encoder-attention-heads "$heads" --decoder-attention-heads "$heads" \
+  --dropout 0.0 --attention-dropout 0.0 \
+  --restore-file "$checkpoint" --reset-optimizer --reset-dataloader --reset-meters --reset-lr-scheduler \
+  --criterion headprune_gates --gate-target-heads "$kept" --label-smoothing 0.1 \
+  --optimizer adam --adam-betas '(0.9,0.98)' --lr "${GATE_LR:-0.05}" --lr-scheduler fixed \
+  --max-tokens "${MAX_TOKENS:-4096}" --max-update "${UPDATES:-150}" \
+  --seed "${SEED:-1}" --num-workers 0 --save-dir "$save_dir" --no-epoch-checkpoints \
+  --log-format simple --log-interval 25 \
+  ${EXTRA_ARGS:-} > "$save_dir/train.log" 2>&1 || { echo "gate training failed: see $save_dir/train.log" >&2; exit 1; }
+fairseq-headprune mask --from-gates "$save_dir/checkpoint_best.pt" --path "$checkpoint" --out "$save_dir/mask.json"

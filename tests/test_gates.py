@@ -1,0 +1,77 @@
+"""Learned hard-concrete head gates with an exact budget (--criterion headprune_gates)."""
+
+import json
+
+import pytest
+import torch
+
+from conftest import REPO, TINY_MODEL_ENV, run
+from fairseq_headprune.errors import SettingsError
+from fairseq_headprune.study.gates import (
+    log_alpha_for_open_probability,
+    open_probability,
+    parse_target_heads,
+    sample_gates,
+    top_k_mask,
+)
+
+
+def test_the_open_probability_is_the_frequency_of_open_gates_in_samples():
+    log_alpha = torch.tensor([-3.0, -1.0, 0.0, 1.5, 4.0], dtype=torch.float64)
+    generator = torch.Generator().manual_seed(0)
+    draws = torch.stack([sample_gates(log_alpha, generator=generator) for _ in range(40000)])
+    assert ((draws == 0) | (draws == 1)).float().mean() > 0.3  # exact zeros and ones occur
+    frequency = (draws > 0).double().mean(dim=0)
+    assert torch.allclose(frequency, open_probability(log_alpha), atol=0.01)
+    for probability in (0.1, 0.5, 0.9):
+        value = open_probability(torch.tensor(log_alpha_for_open_probability(probability)))
+        assert float(value) == pytest.approx(probability)
+
+
+def test_the_exported_mask_keeps_exactly_the_target_heads_of_largest_log_alpha():
+    log_alpha = {"enc-enc": torch.tensor([[0.5, -1.0], [2.0, 0.5]]), "dec-dec": torch.tensor([[3.0, -2.0]])}
+    mask = top_k_mask(log_alpha, 3)
+    assert mask["enc-enc"].tolist() == [[1.0, 0.0], [1.0, 0.0]] and mask["dec-dec"].tolist() == [[1.0, 0.0]]
+    assert parse_target_heads("50%", 72) == 36 and parse_target_heads("20", 48) == 20
+    for text in ("49", "0", "half", "2.5"):
+        with pytest.raises(SettingsError):
+            parse_target_heads(text, 48)
+
+
+def train_gates(tiny_model, save_dir, kept, check=True):
+    env = dict(TINY_MODEL_ENV, UPDATES="24", GATE_LR="0.05")
+    return run(["bash", REPO / "scripts" / "train_gates.sh", tiny_model["data"], tiny_model["checkpoint"],
+                save_dir, kept], env=env, check=check)
+
+
+def test_trained_gates_keep_exactly_the_target_and_leave_the_frozen_model_unchanged(tiny_model, tmp_path):
+    save_dir = tmp_path / "gates"
+    result = train_gates(tiny_model, save_dir, "20")
+    assert "masked\t28 of 48 heads" in result.stdout
+    mask = json.loads((save_dir / "mask.json").read_text())
+    state = torch.load(save_dir / "checkpoint_best.pt", map_location="cpu", weights_only=False)
+    original = torch.load(tiny_model["checkpoint"], map_location="cpu", weights_only=False)["model"]
+    assert all(torch.equal(original[name], state["model"][name]) for name in original)  # frozen
+    gates = state["criterion"]
+    assert float(gates["target_heads"]) == 20
+    # the 20 heads kept are those with the largest log_alpha, read here from the saved parameters
+    scores = sorted(((float(v), name, layer, head) for name, tensor in gates.items() if name.startswith("log_alpha_")
+                     for layer, row in enumerate(tensor.tolist()) for head, v in enumerate(row)), reverse=True)
+    kept = {(name.replace("log_alpha_", "").replace("_", "-"), layer + 1, head + 1) for _, name, layer, head in scores[:20]}
+    masked = {(t, int(layer), head) for t, layers in mask["masked"].items() for layer, heads in layers.items()
+              for head in heads}
+    everything = {(t, layer, head) for t in ("enc-enc", "enc-dec", "dec-dec") for layer in (1, 2) for head in range(1, 9)}
+    assert masked == everything - kept
+    # the gates moved: training changed them from their common initial value
+    assert len({round(score, 6) for score, *_ in scores}) > 40
+    # the exported mask is a --head-mask for fairseq's commands
+    run(["fairseq-headprune", "validate", tiny_model["data"], "--path", tiny_model["checkpoint"],
+         "--head-mask", save_dir / "mask.json", "--valid-subset", "valid", "--max-sentences", "64"])
+
+
+def test_a_target_larger_than_the_model_is_one_line(tiny_model, tmp_path):
+    result = train_gates(tiny_model, tmp_path / "gates", "49", check=False)
+    assert result.returncode != 0
+    log = (tmp_path / "gates" / "train.log").read_text().strip().splitlines()
+    assert "--gate-target-heads 49 must keep between 1 and the model's 48 heads" in log[-1]
+    assert not any("Traceback" in line for line in log)
