@@ -50,7 +50,7 @@ DEFAULT_CONFIGS_PER_BATCH = 4
 
 # pruning: which heads a curve may prune (all types together, or one), and in which order
 SCOPES = ("all",) + ATTENTION_TYPES
-ORDERS = ("importance", "iterative", "ablation", "random", "fisher", "fisher-rearranged")
+ORDERS = ("importance", "iterative", "ablation", "random", "fisher", "fisher-rearranged", "gates")
 # what a budgeted mask search (Kwon et al. 2022) counts: heads kept, attention FLOPs per token,
 # or latency from a table measured per layer on the device
 COST_KINDS = ("heads", "flops", "latency")

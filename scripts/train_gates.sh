@@ -40,6 +40,7 @@ embed_dim=${EMBED_DIM:-128}
 ffn_dim=${FFN_DIM:-256}
 heads=${HEADS:-8}
 mkdir -p "$save_dir"
+start=$(date +%s.%N)
 
 # shellcheck disable=SC2086
 fairseq-headprune train "$data_bin" \
@@ -56,4 +57,18 @@ fairseq-headprune train "$data_bin" \
   --seed "${SEED:-1}" --num-workers 0 --save-dir "$save_dir" --no-epoch-checkpoints \
   --log-format simple --log-interval 25 \
   ${EXTRA_ARGS:-} > "$save_dir/train.log" 2>&1 || { echo "gate training failed: see $save_dir/train.log" >&2; exit 1; }
+# what training cost: wall seconds and sentences seen (per epoch: batch size x updates, from the log)
+python - "$save_dir" "$start" "$(date +%s.%N)" <<'PYTHON'
+import json, re, sys
+
+save_dir, start, end = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+sentences, previous = 0.0, 0
+for line in open(f"{save_dir}/train.log", encoding="utf-8"):
+    match = re.search(r"(?:INFO:train:|\| train \| )epoch .*\| bsz ([\d.]+) \| num_updates (\d+)", line)
+    if match:
+        sentences += float(match.group(1)) * (int(match.group(2)) - previous)
+        previous = int(match.group(2))
+json.dump({"seconds": round(end - start, 1), "updates": previous, "sentences": int(round(sentences))},
+          open(f"{save_dir}/cost.json", "w"))
+PYTHON
 fairseq-headprune mask --from-gates "$save_dir/checkpoint_best.pt" --path "$checkpoint" --out "$save_dir/mask.json"

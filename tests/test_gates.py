@@ -38,6 +38,18 @@ def test_the_exported_mask_keeps_exactly_the_target_heads_of_largest_log_alpha()
             parse_target_heads(text, 48)
 
 
+def test_learned_masks_make_a_curve_from_the_unpruned_model_by_heads_pruned():
+    from fairseq_headprune.study.head_mask import parse_head_mask
+    from fairseq_headprune.study.pruning import given_mask_steps
+
+    layout = {"enc-enc": (2, 4), "dec-dec": (2, 4)}
+    masks = [parse_head_mask(spec, layout) for spec in ("E:1:* D:2:1-3", "E:2:1")]
+    steps = given_mask_steps(layout, "gates", masks)
+    assert [(s.step, s.pruned, s.total, s.order, s.scope) for s in steps] == [
+        (0, 0, 16, "gates", "all"), (1, 1, 16, "gates", "all"), (2, 7, 16, "gates", "all")]
+    assert steps[2].head_mask is masks[0]
+
+
 def train_gates(tiny_model, save_dir, kept, check=True):
     env = dict(TINY_MODEL_ENV, UPDATES="24", GATE_LR="0.05")
     return run(["bash", REPO / "scripts" / "train_gates.sh", tiny_model["data"], tiny_model["checkpoint"],
@@ -62,6 +74,8 @@ def test_trained_gates_keep_exactly_the_target_and_leave_the_frozen_model_unchan
               for head in heads}
     everything = {(t, layer, head) for t in ("enc-enc", "enc-dec", "dec-dec") for layer in (1, 2) for head in range(1, 9)}
     assert masked == everything - kept
+    cost = json.loads((save_dir / "cost.json").read_text())
+    assert cost["updates"] == 24 and cost["sentences"] > 24 and cost["seconds"] > 0
     # the gates moved: training changed them from their common initial value
     assert len({round(score, 6) for score, *_ in scores}) > 40
     # the exported mask is a --head-mask for fairseq's commands

@@ -175,7 +175,7 @@ def test_a_rerun_reuses_every_result(tiny_model, study):
          "type budget '(8,12)': expected 3 head counts (enc-enc, enc-dec, dec-dec), e.g. '(14,31,30)'"),
         (["--orders", "ablation"], "--orders ablation needs --ablation FILE (single.json of ablate --mode single)"),
         (["--orders", "importance,magnitude"], "--orders: unknown value 'magnitude' (expected importance, iterative, "
-                                               "ablation, random, fisher, fisher-rearranged)"),
+                                               "ablation, random, fisher, fisher-rearranged, gates)"),
         (["--tune-masks"], "--tune-subset valid is the split the study is evaluated on (--gen-subset); "
                            "tune on training or validation data"),
         (["--tune-masks", "random", "--tune-subset", "train"], "--tune-masks random: not one of --orders (importance)"),

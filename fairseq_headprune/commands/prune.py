@@ -36,6 +36,7 @@ def settings_from(args: argparse.Namespace) -> PruneSettings:
         fisher_file=args.fisher,
         tuning=tuning_settings(args),
         tune_orders=tune_orders,
+        gate_masks=list(args.gate_masks or []),
     )
 
 
@@ -112,6 +113,12 @@ def add_parser(commands) -> None:
         "on --importance-subset and store it under OUT/importance",
     )
     prune.add_argument("--ablation", metavar="FILE", help="single.json (or .tsv) of ablate --mode single, for --orders ablation")
+    prune.add_argument(
+        "--gate-masks", nargs="+", metavar="FILE",
+        help="masks learned by fairseq-train --criterion headprune_gates (mask --from-gates ... --out FILE), one "
+        "per budget trained: the curve 'gates' through them (what training them cost is read from a cost.json "
+        "beside each, as scripts/train_gates.sh writes it)",
+    )
     prune.add_argument(
         "--fisher", metavar="FILE",
         help="importance.json of importance --importance-method fisher, for the fisher orders; default: estimate "

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
 from ..constants import ORDERS, SCOPES, TRANSLATION_FAMILY
-from ..errors import SettingsError, ResultFileError, StudyError
+from ..errors import HeadPruneError, SettingsError, ResultFileError, StudyError
 from ..study.ablation import BASELINE, HeadConfig, baseline_config
 from ..study.ablation_tables import write_rows_tsv
 from ..study.files import file_sha256, first_difference, write_json, write_text
@@ -33,6 +33,7 @@ from ..study.pruning import (
     read_ablation_rows,
     summarize_budgets,
     summarize_curves,
+    given_mask_steps,
     tuned_steps,
 )
 from ..study.settings import ImportanceSettings, PruneSettings, SweepSettings, TuningSettings
@@ -214,6 +215,8 @@ def method_costs(settings: PruneSettings, store: Optional[ImportanceStore], fish
         elif order in FISHER_ORDERS and fisher_store is not None and fisher_store.estimates:
             seconds, sentences = fisher_store.estimates[0]
             costs[order] = {"seconds": seconds, "sentences": sentences, "estimates": 1}
+        elif order == "gates":
+            costs[order] = _gate_costs(settings.gate_masks)
         else:
             costs[order] = {"seconds": 0.0, "sentences": 0, "estimates": 0}
     if tuning_store is not None:
@@ -226,6 +229,29 @@ def method_costs(settings: PruneSettings, store: Optional[ImportanceStore], fish
                 "tuning_sentences": tuning_store.sentences, "tuned_masks": len(names),
             }
     return costs
+
+
+def _read_gate_mask(path: str, layout) -> HeadMask:
+    from ..study.head_mask import read_mask_file
+
+    try:
+        return read_mask_file(path, layout)
+    except HeadPruneError as error:
+        raise ResultFileError(f"--gate-masks: {error}")
+
+
+def _gate_costs(paths: Sequence[str]) -> Dict[str, object]:
+    """Training time and sentences seen of the gates, from each mask's cost.json (scripts/train_gates.sh)."""
+    seconds, sentences, found = 0.0, 0, 0
+    for path in paths:
+        cost_file = os.path.join(os.path.dirname(os.path.abspath(path)), "cost.json")
+        if os.path.exists(cost_file):
+            with open(cost_file, encoding="utf-8") as stream:
+                cost = json.load(stream)
+            seconds += float(cost.get("seconds", 0.0))
+            sentences = max(sentences, int(cost.get("sentences", 0)))
+            found += 1
+    return {"seconds": seconds, "sentences": sentences, "estimates": 0, "trainings": found}
 
 
 @dataclass
@@ -301,6 +327,8 @@ def run_prune(settings: PruneSettings) -> Optional[PruneOutcome]:
         higher_is_better=sweep_settings.metric.higher_is_better,
         draws=settings.draws, seed=settings.pruning_seed, fisher=fisher,
     )
+    if settings.gate_masks:
+        steps += given_mask_steps(layout, "gates", [_read_gate_mask(path, layout) for path in settings.gate_masks])
     tuning_store = None
     if settings.tuning is not None:
         tuned = tuned_steps(steps, settings.tune_orders)

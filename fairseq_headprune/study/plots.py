@@ -159,6 +159,7 @@ _ORDER_STYLES = {
     "random": dict(color="tab:grey", linestyle=":", marker="x"),
     "fisher": dict(color="tab:purple", linestyle="-", marker="D"),
     "fisher-rearranged": dict(color="tab:red", linestyle="-", marker="v"),
+    "gates": dict(color="tab:brown", linestyle="-.", marker="*"),
 }
 
 

@@ -39,6 +39,7 @@ ORDER_TITLES = {
     "random": "random",
     "fisher": "Fisher search (Kwon et al.)",
     "fisher-rearranged": "Fisher search + rearrangement",
+    "gates": "learned gates (hard concrete, exact budget)",
 }
 # an order's curve with every mask tuned by least squares (prune --tune-masks)
 TUNED_SUFFIX = "+tuned"
@@ -248,6 +249,16 @@ def fisher_steps(
         head_mask.update(pruned_count_search(scoped_scores, scoped_blocks, count, order == "fisher-rearranged"))
         steps.append(PruneStep(scope, order, None, step, count, total, head_mask))
     return steps
+
+
+def given_mask_steps(layout: HeadLayout, order: str, head_masks: Sequence[HeadMask]) -> List[PruneStep]:
+    """A curve through given masks (learned gates at the levels trained), by heads pruned, from the unpruned model."""
+    from .head_mask import count_masked
+
+    total = len(heads_in_scope(layout, "all"))
+    ordered = sorted(head_masks, key=count_masked)
+    points = [full_mask(layout)] + [m for m in ordered if count_masked(m) > 0]
+    return [PruneStep("all", order, None, step, count_masked(m), total, m) for step, m in enumerate(points)]
 
 
 def tuned_steps(steps: Sequence[PruneStep], tune_orders: Sequence[str]) -> List[PruneStep]:

@@ -319,8 +319,15 @@ class PruneSettings:
     fisher_file: Optional[str] = None  # Fisher scores and blocks for the fisher orders, instead of estimating
     tuning: Optional[TuningSettings] = None  # --tune-masks: also every curve of tune_orders with tuned masks
     tune_orders: List[str] = field(default_factory=list)
+    gate_masks: List[str] = field(default_factory=list)  # masks learned by headprune_gates: the gates order
 
     def __post_init__(self):
+        if self.gate_masks and "gates" not in self.orders:
+            self.orders = list(self.orders) + ["gates"]
+        if "gates" in self.orders and not self.gate_masks:
+            raise SettingsError("--orders gates needs --gate-masks FILE... (mask --from-gates of trained gates)")
+        if "gates" in self.orders and self.scopes != ["all"]:
+            raise SettingsError("--gate-masks: learned masks cover every attention type; use --scopes all")
         if self.tuning is not None:
             self.tuning.refuse_evaluation_split(self.sweep.gen_subset)
             unknown = [o for o in self.tune_orders if o not in self.orders]
