@@ -28,7 +28,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from ..constants import ATTENTION_TYPES, COST_KINDS
+from ..constants import ATTENTION_TYPES
 from ..errors import ResultFileError, SettingsError
 from .files import write_json
 from .head_mask import HeadLayout, HeadMask, full_mask

@@ -9,7 +9,7 @@ commands ``scripts/run_demo.sh`` records under ``commands/``).
 import json
 import os
 import re
-from typing import Dict, List, Optional
+from typing import Dict
 
 from ..constants import ATTENTION_TYPES
 from ..errors import StudyError
@@ -232,6 +232,42 @@ def _section_pruning(study: _Study) -> str:
     return text + study.command("prune-types")
 
 
+def _section_comparison(study: _Study) -> str:
+    """Issue 17's comparison: post-training pruning to a budget and learned gates against the paper's orders."""
+    from .comparison import describe_goal, goal_check, markdown_costs
+
+    curves = study.json("comparison", "prune_curves.all.json")
+    summary, settings = curves["rows"], curves["settings"]
+    metric = metric_of_record(settings)
+    column = metric.column
+    baseline = settings[f"baseline_{column}"]
+    text = (
+        "## Pruning to a budget: Fisher search, rearrangement, mask tuning and learned gates\n\n"
+        f"{metric.title} on {settings['split']} at every pruning level, by Michel et al.'s importance (estimated "
+        "once, and re-estimated each step), Kwon et al.'s (2022) search with the mask's diagonal Fisher "
+        "information, the same rearranged with each layer's block of the Fisher matrix, then with every mask "
+        "tuned by least squares on the validation set (scales of the kept heads, a bias correction per "
+        "pruned layer), hard-concrete gates trained to keep exactly the heads of a level (Voita et al. 2019, "
+        "with a Lagrangian), and random (mean ± std over "
+        f"{settings['draws']} draws). Dashed black: unpruned ({baseline:.2f}).\n\n"
+    )
+    text += study.figure("comparison/prune_curves.all.png", "pruning methods compared")
+    if study.exists("comparison", "prune_curves.md"):
+        text += "Every point (bold: significantly different from the unpruned model, paired bootstrap):\n\n"
+        text += study.table("comparison/prune_curves.md")
+    goal = goal_check(summary, baseline, column, higher_is_better=metric.higher_is_better)
+    if goal is not None:
+        text += describe_goal(goal, metric.label) + "\n\n"
+    costs = settings.get("method_costs")
+    if costs:
+        text += ("What finding the masks cost (seconds on this machine; the sentences the scores were estimated "
+                 "on, and the sentences tuning fitted on or the gates were trained on):\n\n")
+        text += markdown_costs(costs) + "\n"
+    for name in ("gates", "comparison"):
+        text += study.command(name)
+    return text
+
+
 def _section_speed(study: _Study) -> str:
     payload = study.json("shrink", "speed.json")
     lines = [
@@ -345,6 +381,7 @@ SECTIONS = [
     ("ablation/single.json", _section_single),
     ("ablation/all_but_one_best.json", _section_all_but_one),
     ("pruning", _section_pruning),
+    ("comparison/prune_curves.all.json", _section_comparison),
     ("shrink/speed.json", _section_speed),
     ("shrink/lm_speed.json", _section_lm_speed),
     ("shrink/classifier_speed.json", _section_classifier_speed),
