@@ -141,9 +141,12 @@ def test_search_writes_a_mask_within_the_budget_that_every_command_reads(tiny_mo
     record = json.loads((out / "search.json").read_text())
     assert record["result"]["cost"] == 30 and record["result"]["rearranged"]
     assert record["result"]["estimated_loss_increase_block"] <= record["result"]["block_loss_before_rearrangement"]
-    # the mask file is a --head-mask for fairseq's commands
-    run(["fairseq-headprune", "validate", tiny_model["data"], "--path", tiny_model["checkpoint"],
-         "--head-mask", out / "mask.json", "--valid-subset", "valid", "--max-sentences", "64"])
+    # the mask file is what every command's --head-mask reads, with the spec the search printed
+    from fairseq_headprune.study.head_mask import count_masked, head_mask_to_spec, read_mask_file
+
+    layout = {t: (2, 8) for t in ("enc-enc", "enc-dec", "dec-dec")}
+    head_mask = read_mask_file(str(out / "mask.json"), layout)
+    assert count_masked(head_mask) == 18 and head_mask_to_spec(head_mask) == record["spec"]
 
 
 def test_latency_tables_price_a_search_and_are_refused_elsewhere(tiny_model, tmp_path):
