@@ -11,7 +11,8 @@ Runs the demo study in OUT_DIR (default: results/demo): corpus in data/,
 checkpoints (one per epoch) in checkpoints/, translations in generate/, head
 importance in importance/, ablation tables and figures in ablation/, pruning
 curves and random budgets in pruning/, the shrunk model and its speed in
-shrink/, training dynamics in dynamics/, the commands in commands/, and
+shrink/, training dynamics in dynamics/, learned gates in gates/, the
+comparison of pruning methods in comparison/, the commands in commands/, and
 everything in report.md.  Finished steps are skipped, so an interrupted run
 continues where it stopped and a finished one reruns in under a minute.
 
@@ -30,6 +31,7 @@ environment:
   RANKS      processes the sweeps are sharded over with torchrun (default 2; 1: no torchrun)
   EPOCHS_STUDIED  epoch checkpoints of the training-dynamics study (default 3-5,7,10: epochs 1-2 translate nothing yet)
   HEAD_MASK  the masked configuration to compare (default: "E:1:1", one head)
+  GATE_LEVELS  % of heads pruned the learned gates are trained for (default "30 50 70")
   plus those of scripts/prepare_demo_data.sh and scripts/train_demo.sh
 USAGE
 }
@@ -123,6 +125,23 @@ echo "importance over training: the pruning curve at epochs ${EPOCHS_STUDIED:-3-
 record dynamics sweep dynamics "$out_dir/data/bin" --checkpoints "$out_dir/checkpoints" \
   --epochs "${EPOCHS_STUDIED:-3-5,7,10}" \
   --out-dir "$out_dir/dynamics" --gen-subset test --importance-subset valid \
+  --beam 5 --lenpen 1 --batch-size 128 --max-len-a 1.2 --max-len-b 10 --no-progress
+
+# beyond the paper: Kwon et al.'s (2022) Fisher search, rearrangement and mask tuning, and hard-concrete
+# gates trained to keep exactly the heads of three pruning levels, on the same curves as importance and random
+total_heads=$(( 3 * ${LAYERS:-3} * ${HEADS:-8} ))
+gate_masks=()
+for percent in ${GATE_LEVELS:-30 50 70}; do
+  pruned=$(( (percent * total_heads + 99) / 100 ))  # rounded up, as the pruning levels are
+  record gates bash "$repo/scripts/train_gates.sh" "$out_dir/data/bin" "$out_dir/checkpoints/checkpoint_best.pt" \
+    "$out_dir/gates/pruned-$percent" "$(( total_heads - pruned ))" > /dev/null
+  gate_masks+=("$out_dir/gates/pruned-$percent/mask.json")
+done
+echo "pruning to a budget: Fisher search, rearranged, tuned; learned gates; against importance and random:"
+record comparison sweep prune "$out_dir/data/bin" --path "$out_dir/checkpoints/checkpoint_best.pt" \
+  --gen-subset test --out-dir "$out_dir/comparison" --importance "$importance_dir/importance.json" \
+  --orders importance,iterative,fisher,fisher-rearranged,random --tune-masks fisher-rearranged \
+  --gate-masks "${gate_masks[@]}" --max-percent 70 \
   --beam 5 --lenpen 1 --batch-size 128 --max-len-a 1.2 --max-len-b 10 --no-progress
 
 fairseq-headprune report "$out_dir" --title "fairseq-headprune: the demo study"
