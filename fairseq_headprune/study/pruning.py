@@ -310,6 +310,8 @@ def plan_curves(
                 if fisher is None:
                     raise SettingsError(f"--orders {order} needs the Fisher scores")
                 steps += fisher_steps(layout, scope, order, counts, *fisher)
+            elif order == "gates":
+                continue  # the learned masks make their own curve (given_mask_steps)
             else:
                 raise SettingsError(f"--orders: unknown value {order!r} (expected {', '.join(ORDERS)})")
     return steps
