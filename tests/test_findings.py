@@ -63,3 +63,36 @@ def test_a_classifier_is_held_to_the_bert_findings_and_an_lm_to_none():
     assert "most of the 144 heads" in next(row for row in rows if row[0].startswith("masking one head"))[1]
     curves["settings"] = {"metric": "ppl", "baseline_ppl": 50.0}
     assert paper_findings(payloads.get) == []
+
+
+def write(path, payload):
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload))
+
+
+def test_the_report_reads_the_speed_benchmark_and_the_comparison_of_pruning_methods(tmp_path):
+    from fairseq_headprune.study.comparison import goal_check
+    from fairseq_headprune.study.report import write_report
+
+    measurement = {"removed_heads": 36, "total_heads": 72, "batch_size": 64, "speedup_shrunk_vs_unpruned": 1.3,
+                   "median_seconds": {"unpruned": 1.0, "masked": 1.1, "shrunk": 0.77},
+                   "parameters": {"unpruned": 100, "shrunk": 80},
+                   "same_hypotheses": {"masked_shrunk": True, "masked_fairseq_path": True}}  # benchmark_speed.py's
+    write(tmp_path / "shrink" / "speed.json", {"device": "cpu", "threads": 2, "measurements": [measurement]})
+    rows = (curve("importance", [(0, 50.0), (10, 48.0), (50, 30.0), (70, 10.0)])
+            + curve("fisher-rearranged+tuned", [(0, 50.0), (10, 49.0), (50, 42.0), (70, 9.0)]))
+    for row in rows:
+        row["scope"] = "all"
+    settings = {"baseline_bleu": 50.0, "split": "test", "draws": 3, "bleu": "tokenized",
+                "method_costs": {"importance": {"seconds": 1.5, "sentences": 500},
+                                 "fisher-rearranged+tuned": {"seconds": 9.0, "sentences": 500, "tuning_sentences": 400}}}
+    write(tmp_path / "comparison" / "prune_curves.all.json", {"settings": settings, "rows": rows})
+    text = open(write_report(str(tmp_path))).read()
+    assert "| 36 of 72 | 64 | 1.00 | 1.10 | 0.77 | 1.30x | yes | 100 → 80 |" in text
+    # loss 8 against 20 at 50%: 0.40 of it (met); worse at 70% (9 < 10)
+    assert "0.40 of its loss (goal: at most half: met)" in text and "NOT met (worse at 70%)" in text
+    assert "| Fisher search + rearrangement + mask tuning | 9.0 | 500 | 400 |" in text
+    goal = goal_check(rows, 50.0)
+    assert goal["loss_tuned"] == 8.0 and goal["loss_reference"] == 20.0 and goal["levels_worse"] == [70]

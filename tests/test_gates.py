@@ -83,6 +83,15 @@ def test_trained_gates_keep_exactly_the_target_and_leave_the_frozen_model_unchan
 
     layout = {t: (2, 8) for t in ("enc-enc", "enc-dec", "dec-dec")}
     assert count_masked(read_mask_file(str(save_dir / "mask.json"), layout)) == 28
+    # and the curve of prune --gate-masks, with what training cost
+    out = tmp_path / "prune"
+    run(["fairseq-headprune", "prune", tiny_model["data"], "--path", tiny_model["checkpoint"], "--gen-subset", "valid",
+         "--out-dir", out, "--orders", "gates", "--gate-masks", save_dir / "mask.json", "--beam", "2",
+         "--no-progress"])
+    curves = json.loads((out / "prune_steps.all.json").read_text())
+    assert [(r["order"], r["pruned"]) for r in curves["rows"]] == [("gates", 0), ("gates", 28)]
+    assert curves["rows"][1]["spec"] == mask["spec"]
+    assert curves["settings"]["method_costs"]["gates"]["seconds"] == cost["seconds"]
 
 
 def test_a_target_larger_than_the_model_is_one_line(tiny_model, tmp_path):
