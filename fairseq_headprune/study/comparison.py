@@ -15,41 +15,50 @@ TUNED_SEARCH = "fisher-rearranged+tuned"
 REFERENCE = "importance"
 
 
-def _by_percent(summary: Sequence[Dict[str, object]], order: str, scope: str = "all") -> Dict[int, Dict[str, object]]:
-    return {round(float(r["percent"])): r for r in summary if r["order"] == order and r["scope"] == scope}
+def _by_pruned(summary: Sequence[Dict[str, object]], order: str, scope: str = "all") -> Dict[int, Dict[str, object]]:
+    return {int(r["pruned"]): r for r in summary if r["order"] == order and r["scope"] == scope}
 
 
 def goal_check(summary: Sequence[Dict[str, object]], baseline: float, column: str = "bleu",
-               order: str = TUNED_SEARCH, reference: str = REFERENCE, at: int = 50,
-               levels: Sequence[int] = (10, 20, 30, 40, 50, 60, 70), higher_is_better: bool = True) -> Optional[Dict]:
-    """The measured figures of the goal, or None when either curve is missing."""
-    tuned, base = _by_percent(summary, order), _by_percent(summary, reference)
-    if at not in tuned or at not in base:
+               order: str = TUNED_SEARCH, reference: str = REFERENCE, at: float = 50.0,
+               lowest: float = 10.0, highest: float = 70.0, higher_is_better: bool = True) -> Optional[Dict]:
+    """The measured figures of the goal, or None when either curve is missing.
+
+    The curves' levels are rounded up (31% for 30% of 72 heads): the goal is
+    read at the level nearest ``at``, and "every level from ``lowest`` to
+    ``highest``" means every level both curves have within half a step of that range.
+    """
+    tuned, base = _by_pruned(summary, order), _by_pruned(summary, reference)
+    shared = sorted(set(tuned) & set(base))
+    if not shared:
         return None
+    percent = {p: float(base[p]["percent"]) for p in shared}
+    nearest = min(shared, key=lambda p: abs(percent[p] - at))
     sign = 1.0 if higher_is_better else -1.0
-    loss_tuned = sign * (baseline - float(tuned[at][column]))
-    loss_reference = sign * (baseline - float(base[at][column]))
-    worse = [p for p in levels if p in tuned and p in base and sign * (float(tuned[p][column]) - float(base[p][column])) < 0]
-    compared = [p for p in levels if p in tuned and p in base]
+    loss_tuned = sign * (baseline - float(tuned[nearest][column]))
+    loss_reference = sign * (baseline - float(base[nearest][column]))
+    compared = [p for p in shared if lowest - 5.0 <= percent[p] <= highest + 5.0]
+    worse = [p for p in compared if sign * (float(tuned[p][column]) - float(base[p][column])) < 0]
     return {
-        "at": at, "baseline": baseline, "tuned": float(tuned[at][column]), "reference": float(base[at][column]),
-        "loss_tuned": loss_tuned, "loss_reference": loss_reference,
+        "at": percent[nearest], "baseline": baseline, "tuned": float(tuned[nearest][column]),
+        "reference": float(base[nearest][column]), "loss_tuned": loss_tuned, "loss_reference": loss_reference,
         "half_met": loss_tuned <= loss_reference / 2.0,
-        "levels_compared": compared, "levels_worse": worse, "never_worse_met": not worse and bool(compared),
+        "levels_compared": [percent[p] for p in compared], "levels_worse": [percent[p] for p in worse],
+        "never_worse_met": not worse and bool(compared),
     }
 
 
 def describe_goal(goal: Dict, label: str = "BLEU") -> str:
     """One paragraph: the goal's figures, and whether each half is met."""
     half = "met" if goal["half_met"] else "NOT met"
-    never = "met" if goal["never_worse_met"] else f"NOT met (worse at {', '.join(f'{p}%' for p in goal['levels_worse'])})"
+    never = "met" if goal["never_worse_met"] else f"NOT met (worse at {', '.join(f'{p:.0f}%' for p in goal['levels_worse'])})"
     ratio = goal["loss_tuned"] / goal["loss_reference"] if goal["loss_reference"] else float("nan")
     return (
-        f"At {goal['at']}% of the heads pruned the tuned search keeps {goal['tuned']:.2f} {label} "
+        f"At {goal['at']:.0f}% of the heads pruned the tuned search keeps {goal['tuned']:.2f} {label} "
         f"(loss {goal['loss_tuned']:.2f}) where the importance order keeps {goal['reference']:.2f} "
         f"(loss {goal['loss_reference']:.2f}): {ratio:.2f} of its loss (goal: at most half: {half}). "
         f"Not worse than the importance order at any of "
-        f"{', '.join(f'{p}%' for p in goal['levels_compared'])}: {never}."
+        f"{', '.join(f'{p:.0f}%' for p in goal['levels_compared'])} pruned: {never}."
     )
 
 
