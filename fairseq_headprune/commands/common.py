@@ -176,10 +176,13 @@ def curve_settings(args: argparse.Namespace) -> CurveSettings:
     )
 
 
-def add_tuning_arguments(parser: argparse.ArgumentParser, tune_option_help: str) -> None:
-    """Mask tuning by least squares (search --tune-masks, prune --tune-masks)."""
+def add_tuning_arguments(parser: argparse.ArgumentParser, tune_option_help: str, per_order: bool = True) -> None:
+    """Mask tuning by least squares (search --tune-masks, a flag; prune --tune-masks [ORDERS])."""
     group = parser.add_argument_group("mask tuning (Kwon et al. 2022, section 4.3)")
-    group.add_argument("--tune-masks", nargs="?", const="all", metavar="ORDERS", help=tune_option_help)
+    if per_order:
+        group.add_argument("--tune-masks", nargs="?", const="all", metavar="ORDERS", help=tune_option_help)
+    else:
+        group.add_argument("--tune-masks", action="store_const", const="all", help=tune_option_help)
     group.add_argument(
         "--tune-subset", nargs="+", default=["valid"], metavar="SPLIT",
         help="training or validation splits to fit the scales on, teacher-forced (default: valid; a test split "

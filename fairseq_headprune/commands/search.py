@@ -11,7 +11,6 @@ from ..constants import (
     GRANULARITIES,
     IMPORTANCE_LOSSES,
 )
-from ..errors import SettingsError
 from ..study.settings import ImportanceSettings, LatencySettings, SearchSettings
 from .common import add_device_arguments, add_tuning_arguments, tuning_settings
 
@@ -19,8 +18,6 @@ from .common import add_device_arguments, add_tuning_arguments, tuning_settings
 def search_settings(args: argparse.Namespace) -> SearchSettings:
     from ..engine.checkpoint_info import checkpoint_family
 
-    if args.tune_masks not in (None, "all"):
-        raise SettingsError(f"--tune-masks takes no value here (got {args.tune_masks!r}): it tunes the mask found")
     return SearchSettings(
         data=args.data, checkpoint=args.path, out_dir=args.out_dir, budget=args.budget, cost=args.cost,
         latency_table=args.latency_table, sequence_length=args.sequence_length, fisher_file=args.fisher,
@@ -126,7 +123,7 @@ def add_parsers(commands) -> None:
     group.add_argument("--importance-label-smoothing", type=float, default=DEFAULT_LABEL_SMOOTHING, metavar="EPS",
                        help=f"for --importance-loss label_smoothed (default {DEFAULT_LABEL_SMOOTHING:g})")
     add_tuning_arguments(search, "also tune the mask found: least-squares scales of the kept heads and an "
-                         "output-bias correction per pruned layer, written to OUT/tuning.json")
+                         "output-bias correction per pruned layer, written to OUT/tuning.json", per_order=False)
     add_device_arguments(search)
     search.set_defaults(handler=command_search, accepts_fairseq_args=True)
 
