@@ -311,3 +311,30 @@ def test_report_of_a_classifier_study(classifier_study):
     assert f"Baseline {single['baseline_accuracy']:.2f}; " in report and "heads change accuracy significantly" in report
     assert "every layer within −0.96% accuracy with one head kept" in report  # the BERT finding, not WMT's
     assert "40% of the heads pruned by importance" in report and "BLEU" not in report.split("## What reproduces")[0]
+
+
+def test_a_classifier_searched_tuned_and_shrunk_classifies_as_the_tuned_masked_model(classifier, tmp_path):
+    """Kwon et al.'s pipeline on an encoder-only model: search, tune, fold into a smaller checkpoint."""
+    from fairseq_headprune.engine.loading import load_scoring_model
+    from fairseq_headprune.engine.mask_tuning import tuning_folded
+    from fairseq_headprune.modules.masked_multihead_attention import head_layout, head_mask_applied
+    from fairseq_headprune.study.mask_tuning import read_tuning
+
+    out = tmp_path / "search"
+    run(["fairseq-headprune", "search", classifier["data"], "--path", classifier["checkpoint"], "--budget", "50%",
+         "--tune-masks", "--out-dir", out, "--no-progress"])
+    run(["fairseq-headprune", "shrink", "--path", classifier["checkpoint"], "--tuning", out / "tuning.json",
+         "--out", tmp_path / "tuned.pt"])
+    _, task, model = load_scoring_model("classifier", str(classifier["data"]), str(classifier["checkpoint"]))
+    _, _, shrunk = load_scoring_model("classifier", str(classifier["data"]), str(tmp_path / "tuned.pt"))
+    tuning = read_tuning(str(out / "tuning.json"), head_layout(model))
+    task.load_dataset("test")
+    dataset = task.dataset("test")
+    sample = dataset.collater([dataset[i] for i in range(32)])
+    head = next(iter(model.classification_heads))
+    with torch.no_grad(), head_mask_applied(model, tuning.head_mask), tuning_folded(model, tuning):
+        tuned = model(**sample["net_input"], features_only=True, classification_head_name=head)[0]
+    with torch.no_grad():
+        smaller = shrunk(**sample["net_input"], features_only=True, classification_head_name=head)[0]
+    assert (tuned - smaller).abs().max() <= 1e-4
+    assert sum(int(m.sum()) for m in tuning.head_mask.values()) == 4
