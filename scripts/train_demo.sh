@@ -30,20 +30,11 @@ USAGE
 [[ $# -eq 2 ]] || { usage; [[ $# -eq 1 && ( $1 == -h || $1 == --help ) ]] && exit 0 || exit 2; }
 data_bin=$1
 save_dir=$2
-layers=${LAYERS:-3}
-embed_dim=${EMBED_DIM:-128}
-ffn_dim=${FFN_DIM:-256}
-heads=${HEADS:-8}
-export OMP_NUM_THREADS=${THREADS:-2} MKL_NUM_THREADS=${THREADS:-2}
-export ATEN_CPU_CAPABILITY=${ATEN_CPU_CAPABILITY:-avx2} MKL_CBWR=${MKL_CBWR:-AVX2}
+# shellcheck disable=SC1091
+source "$(dirname "${BASH_SOURCE[0]}")/demo_model.sh"
 
 # shellcheck disable=SC2086  # EXTRA_ARGS is a list of options
-fairseq-headprune train "$data_bin" \
-  --arch transformer_vaswani_wmt_en_fr_big --share-all-embeddings \
-  --encoder-layers "$layers" --decoder-layers "$layers" \
-  --encoder-embed-dim "$embed_dim" --decoder-embed-dim "$embed_dim" \
-  --encoder-ffn-embed-dim "$ffn_dim" --decoder-ffn-embed-dim "$ffn_dim" \
-  --encoder-attention-heads "$heads" --decoder-attention-heads "$heads" \
+fairseq-headprune train "$data_bin" "${demo_model_args[@]}" \
   --dropout 0.1 --attention-dropout 0.0 \
   --optimizer adam --adam-betas '(0.9,0.98)' --lr "${LR:-0.002}" \
   --lr-scheduler inverse_sqrt --warmup-updates "${WARMUP:-200}" \

@@ -33,22 +33,13 @@ kept=$4
 if [[ -f $save_dir/mask.json ]]; then
   exit 0
 fi
-export OMP_NUM_THREADS=${THREADS:-2} MKL_NUM_THREADS=${THREADS:-2}
-export ATEN_CPU_CAPABILITY=${ATEN_CPU_CAPABILITY:-avx2} MKL_CBWR=${MKL_CBWR:-AVX2}
-layers=${LAYERS:-3}
-embed_dim=${EMBED_DIM:-128}
-ffn_dim=${FFN_DIM:-256}
-heads=${HEADS:-8}
+# shellcheck disable=SC1091
+source "$(dirname "${BASH_SOURCE[0]}")/demo_model.sh"
 mkdir -p "$save_dir"
 start=$(date +%s.%N)
 
-# shellcheck disable=SC2086
-fairseq-headprune train "$data_bin" \
-  --arch transformer_vaswani_wmt_en_fr_big --share-all-embeddings \
-  --encoder-layers "$layers" --decoder-layers "$layers" \
-  --encoder-embed-dim "$embed_dim" --decoder-embed-dim "$embed_dim" \
-  --encoder-ffn-embed-dim "$ffn_dim" --decoder-ffn-embed-dim "$ffn_dim" \
-  --encoder-attention-heads "$heads" --decoder-attention-heads "$heads" \
+# shellcheck disable=SC2086  # EXTRA_ARGS is a list of options
+fairseq-headprune train "$data_bin" "${demo_model_args[@]}" \
   --dropout 0.0 --attention-dropout 0.0 \
   --restore-file "$checkpoint" --reset-optimizer --reset-dataloader --reset-meters --reset-lr-scheduler \
   --criterion headprune_gates --gate-target-heads "$kept" --label-smoothing 0.1 \

@@ -64,6 +64,7 @@ def command_search(args: argparse.Namespace) -> int:
 
 def command_latency(args: argparse.Namespace) -> int:
     from ..engine.search_study import run_latency
+    from ..study.head_mask import layer_name
 
     table = run_latency(LatencySettings(
         data=args.data, checkpoint=args.path, out=args.out, batch_size=args.batch_size,
@@ -74,7 +75,7 @@ def command_latency(args: argparse.Namespace) -> int:
           f"median of {args.repeats}")
     print("layer\tms keeping 0, 1, ... heads")
     for (attention_type, layer), timings in table.per_layer.items():
-        print(f"{attention_type}:{layer + 1}\t" + " ".join(f"{t:.3f}" for t in timings))
+        print(f"{layer_name(attention_type, layer)}\t" + " ".join(f"{t:.3f}" for t in timings))
     print(f"wrote\t{args.out}")
     return 0
 

@@ -124,6 +124,17 @@ def _is_mask_file(spec: str) -> bool:
     return spec.lower().endswith((".json", ".tsv")) or os.path.isfile(spec)
 
 
+def layer_name(attention_type: str, layer: int) -> str:
+    """How result files name a layer: ``enc-dec:2`` for the 0-based layer 1."""
+    return f"{attention_type}:{layer + 1}"
+
+
+def parse_layer_name(name: str) -> Tuple[str, int]:
+    """``enc-dec:2`` -> ("enc-dec", 1); ValueError for another form."""
+    attention_type, layer = name.rsplit(":", 1)
+    return attention_type, int(layer) - 1
+
+
 def full_mask(layout: HeadLayout) -> HeadMask:
     """The mask that keeps every head."""
     return {

@@ -31,7 +31,7 @@ import torch
 from ..constants import ATTENTION_TYPES
 from ..errors import ResultFileError, SettingsError
 from .files import write_json
-from .head_mask import HeadLayout, HeadMask, full_mask
+from .head_mask import HeadLayout, HeadMask, full_mask, layer_name, parse_layer_name
 
 COST_UNITS = {"heads": "heads", "flops": "attention FLOPs per token", "latency": "ms"}
 COST_GRID = 2000  # steps of the budget a real-valued cost is rounded up to
@@ -141,7 +141,7 @@ class SearchResult:
 
     def to_dict(self) -> Dict[str, object]:
         return {
-            "kept": {f"{t}:{layer + 1}": [h + 1 for h in heads] for (t, layer), heads in self.kept.items()},
+            "kept": {layer_name(t, layer): [h + 1 for h in heads] for (t, layer), heads in self.kept.items()},
             "cost": self.cost, "budget": self.budget, "unit": self.unit,
             "estimated_loss_increase_diagonal": self.diagonal_loss,
             "estimated_loss_increase_block": self.block_loss,
@@ -322,7 +322,7 @@ def write_latency_table(table: LatencyTable, path: str) -> None:
         "device": table.device,
         "architecture": table.architecture,
         "settings": table.settings,
-        "per_layer_ms": {f"{t}:{layer + 1}": costs for (t, layer), costs in table.per_layer.items()},
+        "per_layer_ms": {layer_name(t, layer): costs for (t, layer), costs in table.per_layer.items()},
     }, path, indent=1)
 
 
@@ -337,8 +337,7 @@ def read_latency_table(path: str, architecture: Dict[str, object], device: str) 
             raise KeyError("format")
         per_layer = {}
         for name, costs in payload["per_layer_ms"].items():
-            attention_type, layer = name.rsplit(":", 1)
-            per_layer[(attention_type, int(layer) - 1)] = [float(c) for c in costs]
+            per_layer[parse_layer_name(name)] = [float(c) for c in costs]
         table = LatencyTable(per_layer, payload["device"], payload["architecture"], payload.get("settings", {}))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
         raise ResultFileError(f"--latency-table {path} is not a latency table of the latency command ({error})")

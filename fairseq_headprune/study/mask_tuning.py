@@ -27,7 +27,7 @@ import torch
 from ..constants import ATTENTION_TYPES, DEFAULT_MAX_CONDITION, DEFAULT_SCALE_BOUND
 from ..errors import ResultFileError
 from .files import write_json
-from .head_mask import HeadLayout, HeadMask, head_mask_to_spec, parse_head_mask
+from .head_mask import HeadLayout, HeadMask, head_mask_to_spec, layer_name, parse_head_mask, parse_layer_name
 
 TUNING_FORMAT = "fairseq-headprune mask tuning"
 
@@ -177,7 +177,7 @@ def write_tuning(tuning: MaskTuning, path: str) -> None:
         "spec": tuning.spec,
         "settings": tuning.settings,
         "summary": tuning.summary(),
-        "layers": {f"{t}:{layer + 1}": v.to_dict() for (t, layer), v in tuning.layers.items()},
+        "layers": {layer_name(t, layer): v.to_dict() for (t, layer), v in tuning.layers.items()},
     }, path, indent=1)
 
 
@@ -193,8 +193,7 @@ def read_tuning(path: str, layout: HeadLayout) -> MaskTuning:
         head_mask = parse_head_mask(payload["spec"], layout)
         layers = {}
         for name, values in payload["layers"].items():
-            attention_type, layer = name.rsplit(":", 1)
-            layers[(attention_type, int(layer) - 1)] = LayerTuning(**values)
+            layers[parse_layer_name(name)] = LayerTuning(**values)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
         raise ResultFileError(f"{path} is not a mask-tuning file of search --tune-masks ({error})")
     for (t, layer), values in layers.items():
