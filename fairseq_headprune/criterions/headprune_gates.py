@@ -34,6 +34,7 @@ from fairseq.logging import metrics
 from ..constants import ATTENTION_TYPES, DEFAULT_LABEL_SMOOTHING
 from ..errors import exit_with_error, HeadPruneError
 from ..modules.masked_multihead_attention import current_head_mask, head_mask_applied
+from .headprune_importance import translation_logging_output
 from ..study.gates import (
     deterministic_gates,
     log_alpha_for_open_probability,
@@ -148,19 +149,15 @@ class HeadPruneGatesCriterion(LabelSmoothedCrossEntropyCriterion):
             lagrangian = _ReversedGradient.apply(self.lambda_1) * gap + _ReversedGradient.apply(self.lambda_2) * gap ** 2
             loss = loss + lagrangian * sample_size
         open_gates = sum(int((deterministic_gates(v.detach()) > 0).sum()) for v in log_alpha.values())
-        logging_output = {
-            "loss": loss.data,
-            "nll_loss": nll_loss.data,
-            "ntokens": sample["ntokens"],
-            "nsentences": sample["target"].size(0),
-            "sample_size": sample_size,
+        _, logging_output = translation_logging_output(loss, nll_loss, sample, self.sentence_avg)
+        logging_output.update({
             # per batch, averaged over batches in reduce_metrics
             "gate_batches": 1,
             "gate_expected_heads": float(expected.detach()),
             "gate_open_heads": open_gates,
             "gate_lambda_1": float(self.lambda_1.detach()),
             "gate_lambda_2": float(self.lambda_2.detach()),
-        }
+        })
         return loss, sample_size, logging_output
 
     @classmethod

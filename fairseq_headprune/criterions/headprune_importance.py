@@ -148,6 +148,18 @@ class HeadImportanceRecorder:
                 module.head_output_hook = None
 
 
+def translation_logging_output(loss, nll_loss, sample, sentence_avg: bool):
+    """(sample_size, the entries fairseq's label-smoothed criterion logs) for one batch."""
+    sample_size = sample["target"].size(0) if sentence_avg else sample["ntokens"]
+    return sample_size, {
+        "loss": loss.data,
+        "nll_loss": nll_loss.data,
+        "ntokens": sample["ntokens"],
+        "nsentences": sample["target"].size(0),
+        "sample_size": sample_size,
+    }
+
+
 def importance_count(sample, granularity: str) -> float:
     """What the importance sums of one batch are averaged over."""
     if granularity == "sentence":
@@ -194,16 +206,9 @@ class HeadPruneImportanceCriterion(LabelSmoothedCrossEntropyCriterion):
         loss, nll_loss = self.compute_loss(model, net_output, sample, reduce=reduce)
         if self.importance_loss == "nll":
             loss = nll_loss
-        sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
-        logging_output = {
-            "loss": loss.data,
-            "nll_loss": nll_loss.data,
-            "ntokens": sample["ntokens"],
-            "nsentences": sample["target"].size(0),
-            "sample_size": sample_size,
-            # the sums are filled in place when fairseq runs loss.backward()
-            IMPORTANCE_COUNT_KEY: importance_count(sample, self.importance_granularity) if recording else 0.0,
-        }
+        sample_size, logging_output = translation_logging_output(loss, nll_loss, sample, self.sentence_avg)
+        # the sums are filled in place when fairseq runs loss.backward()
+        logging_output[IMPORTANCE_COUNT_KEY] = importance_count(sample, self.importance_granularity) if recording else 0.0
         for attention_type, sums in recorder.sums.items():
             logging_output[IMPORTANCE_SUM_KEY + attention_type] = sums
         for attention_type, blocks in recorder.blocks.items():

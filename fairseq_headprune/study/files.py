@@ -8,7 +8,7 @@ import os
 import tempfile
 from typing import Dict, Iterator, List, Optional, TextIO
 
-from ..errors import StudyError
+from ..errors import ResultFileError, StudyError
 
 
 TEMPORARY_PREFIX = ".tmp-"
@@ -50,6 +50,20 @@ def write_json(data, path: str, indent: Optional[int] = None) -> None:
         json.dump(data, stream, indent=indent, default=float)
         if indent is not None:
             stream.write("\n")
+
+
+def read_json_of_format(path: str, file_format: str, option: str, description: str) -> Dict[str, object]:
+    """A JSON file that says it is ``file_format``, given as ``option``; one-line errors otherwise."""
+    if not os.path.isfile(path):
+        raise ResultFileError(f"{option} file not found: {path}")
+    try:
+        with open(path, encoding="utf-8") as stream:
+            payload = json.load(stream)
+    except (OSError, ValueError) as error:
+        raise ResultFileError(f"{option} {path} is not {description} ({error})")
+    if not isinstance(payload, dict) or payload.get("format") != file_format:
+        raise ResultFileError(f"{option} {path} is not {description} (no format {file_format!r})")
+    return payload
 
 
 def write_text(text: str, path: str) -> None:

@@ -19,9 +19,7 @@ never exceeds the budget. Nothing here depends on fairseq.
 """
 
 import itertools
-import json
 import math
-import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -30,7 +28,7 @@ import torch
 
 from ..constants import ATTENTION_TYPES
 from ..errors import ResultFileError, SettingsError
-from .files import write_json
+from .files import read_json_of_format, write_json
 from .head_mask import HeadLayout, HeadMask, full_mask, layer_name, parse_layer_name
 
 COST_UNITS = {"heads": "heads", "flops": "attention FLOPs per token", "latency": "ms"}
@@ -328,19 +326,15 @@ def write_latency_table(table: LatencyTable, path: str) -> None:
 
 def read_latency_table(path: str, architecture: Dict[str, object], device: str) -> LatencyTable:
     """Read a latency table and check it was measured for this model's architecture on this device."""
-    if not os.path.isfile(path):
-        raise ResultFileError(f"--latency-table file not found: {path}")
+    description = "a latency table of the latency command"
+    payload = read_json_of_format(path, LATENCY_TABLE_FORMAT, "--latency-table", description)
     try:
-        with open(path, encoding="utf-8") as stream:
-            payload = json.load(stream)
-        if payload.get("format") != LATENCY_TABLE_FORMAT:
-            raise KeyError("format")
         per_layer = {}
         for name, costs in payload["per_layer_ms"].items():
             per_layer[parse_layer_name(name)] = [float(c) for c in costs]
         table = LatencyTable(per_layer, payload["device"], payload["architecture"], payload.get("settings", {}))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
-        raise ResultFileError(f"--latency-table {path} is not a latency table of the latency command ({error})")
+        raise ResultFileError(f"--latency-table {path} is not {description} ({error})")
     if table.architecture != architecture:
         raise ResultFileError(
             f"--latency-table {path} was measured on another model ({_describe(table.architecture)}), "

@@ -18,7 +18,6 @@ exactly into the output projection (``shrink`` does so).
 
 import json
 import math
-import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Tuple
 
@@ -26,7 +25,7 @@ import torch
 
 from ..constants import ATTENTION_TYPES, DEFAULT_MAX_CONDITION, DEFAULT_SCALE_BOUND
 from ..errors import ResultFileError
-from .files import write_json
+from .files import read_json_of_format, write_json
 from .head_mask import HeadLayout, HeadMask, head_mask_to_spec, layer_name, parse_head_mask, parse_layer_name
 
 TUNING_FORMAT = "fairseq-headprune mask tuning"
@@ -183,19 +182,15 @@ def write_tuning(tuning: MaskTuning, path: str) -> None:
 
 def read_tuning(path: str, layout: HeadLayout) -> MaskTuning:
     """A tuning file of ``search --tune-masks``, checked against the model's layout."""
-    if not os.path.isfile(path):
-        raise ResultFileError(f"mask-tuning file not found: {path}")
+    description = "a mask-tuning file of search --tune-masks"
+    payload = read_json_of_format(path, TUNING_FORMAT, "--tuning", description)
     try:
-        with open(path, encoding="utf-8") as stream:
-            payload = json.load(stream)
-        if payload.get("format") != TUNING_FORMAT:
-            raise KeyError("format")
         head_mask = parse_head_mask(payload["spec"], layout)
         layers = {}
         for name, values in payload["layers"].items():
             layers[parse_layer_name(name)] = LayerTuning(**values)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
-        raise ResultFileError(f"{path} is not a mask-tuning file of search --tune-masks ({error})")
+        raise ResultFileError(f"--tuning {path} is not {description} ({error})")
     for (t, layer), values in layers.items():
         if t not in layout or not 0 <= layer < layout[t][0] or len(values.scales) != layout[t][1]:
             raise ResultFileError(f"{path} tunes {t} layer {layer + 1}, which does not fit this model")
