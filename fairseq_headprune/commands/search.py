@@ -45,10 +45,12 @@ def command_search(args: argparse.Namespace) -> int:
           f"the mask costs {result.cost:g} {result.unit}")
     print(f"pruned {outcome.pruned} of {outcome.total_heads} heads: {head_mask_to_spec(result.head_mask)}")
     estimate = f"estimated loss increase (Fisher, diagonal) {result.diagonal_loss:.5f}"
-    if result.block_loss is not None:
+    before = result.details.get("block_loss_before_rearrangement")
+    if result.rearranged and before is not None:
+        estimate += (f"; block-diagonal {before:.5f} before rearrangement, {result.block_loss:.5f} after "
+                     f"({result.swaps} swaps)")
+    elif result.block_loss is not None:
         estimate += f"; block-diagonal {result.block_loss:.5f}"
-    if result.rearranged:
-        estimate += f" after rearrangement ({result.swaps} swaps)"
     print(estimate)
     if outcome.tuning is not None:
         summary = outcome.tuning.summary()
