@@ -97,13 +97,17 @@ def load_task_and_model(
 
 def load_study_model(sweep_settings, data: str):
     """(cfg, task, model) of a sweep's checkpoint (``SweepSettings``) with the data in ``data``, by its family."""
+    return load_family_model(sweep_settings.family, data, sweep_settings.checkpoint, sweep_settings.generation_args,
+                             cpu=sweep_settings.cpu)
+
+
+def load_family_model(family: str, data: str, checkpoint: str, fairseq_args: Sequence[str] = (), cpu: bool = False):
+    """(cfg, task, model): a translation model as fairseq-generate loads it, a classifier or LM as its scorer does."""
     from ..constants import TRANSLATION_FAMILY
 
-    if sweep_settings.family == TRANSLATION_FAMILY:
-        return load_task_and_model(data, sweep_settings.checkpoint, sweep_settings.generation_args,
-                                   cpu=sweep_settings.cpu)
-    return load_scoring_model(sweep_settings.family, data, sweep_settings.checkpoint,
-                              sweep_settings.generation_args, cpu=sweep_settings.cpu)
+    if family == TRANSLATION_FAMILY:
+        return load_task_and_model(data, checkpoint, fairseq_args, cpu=cpu)
+    return load_scoring_model(family, data, checkpoint, fairseq_args, cpu=cpu)
 
 
 def load_scoring_model(family: str, data: str, checkpoint: str, fairseq_args: Sequence[str] = (), cpu: bool = False):

@@ -131,14 +131,10 @@ def run_latency(settings: LatencySettings) -> LatencyTable:
     """Load the checkpoint, measure, write the table."""
     from ..study.mask_search import write_latency_table
     from .checkpoint_info import checkpoint_family
-    from .loading import load_scoring_model, load_task_and_model
+    from .loading import load_family_model
 
-    family = checkpoint_family(settings.checkpoint)
-    if family == TRANSLATION_FAMILY:
-        _, _, model = load_task_and_model(settings.data, settings.checkpoint, settings.fairseq_args, cpu=settings.cpu)
-    else:
-        _, _, model = load_scoring_model(family, settings.data, settings.checkpoint, settings.fairseq_args,
-                                         cpu=settings.cpu)
+    _, _, model = load_family_model(checkpoint_family(settings.checkpoint), settings.data, settings.checkpoint,
+                                    settings.fairseq_args, cpu=settings.cpu)
     from ..modules.masked_multihead_attention import attention_modules, current_head_mask
 
     if current_head_mask(model) is not None or any(
@@ -221,15 +217,11 @@ def layer_costs(settings: SearchSettings, model) -> LayerCosts:
 def run_search(settings: SearchSettings) -> SearchOutcome:
     """Search (and rearrange, and tune) the mask; write OUT/mask.json, OUT/search.json (and OUT/tuning.json)."""
     from ..modules.masked_multihead_attention import current_head_mask, head_layout
-    from .loading import load_scoring_model, load_task_and_model
+    from .loading import load_family_model
     from .mask_tuning import tune_mask
 
-    if settings.family == TRANSLATION_FAMILY:
-        cfg, task, model = load_task_and_model(settings.data, settings.checkpoint, settings.fairseq_args,
-                                               cpu=settings.cpu)
-    else:
-        cfg, task, model = load_scoring_model(settings.family, settings.data, settings.checkpoint,
-                                              settings.fairseq_args, cpu=settings.cpu)
+    cfg, task, model = load_family_model(settings.family, settings.data, settings.checkpoint, settings.fairseq_args,
+                                         cpu=settings.cpu)
     if current_head_mask(model) is not None:
         raise StudyError(f"{settings.checkpoint} has heads masked; search on the full model")
     layout = head_layout(model)
