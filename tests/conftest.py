@@ -30,6 +30,13 @@ TINY_MODEL_ENV = {
 }
 
 
+def headprune_launcher(ranks):
+    """The command prefix of fairseq-headprune in one process, or under torchrun with ``ranks`` CPU ranks."""
+    if ranks == 1:
+        return ["fairseq-headprune"]
+    return [BIN_DIR / "torchrun", "--standalone", "--nproc-per-node", str(ranks), BIN_DIR / "fairseq-headprune"]
+
+
 def run(command, env=None, check=True, cwd=REPO):
     """Run a command with this interpreter's bin directory first on PATH."""
     full_env = dict(os.environ)

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import REPO, USER_DIR, run, save_zeroed_checkpoint, zeroed_copy
+from conftest import REPO, USER_DIR, headprune_launcher, run, save_zeroed_checkpoint, zeroed_copy
 from fairseq_headprune.errors import HeadMaskError
 from fairseq_headprune.modules.masked_multihead_attention import (
     MaskedMultiheadAttention,
@@ -205,14 +205,16 @@ def test_stock_fairseq_needs_the_numpy_fix(tiny_lm, tmp_path):
 
 
 def test_importance_of_a_language_model_equals_explicit_autograd(tiny_lm, tmp_path):
-    """I_h = mean over sentences of |dL(x)/dxi_h|, L(x) the sentence's summed next-token loss, one at a time."""
+    """I_h = mean over sentences of |dL(x)/dxi_h|, L(x) the sentence's summed next-token loss, one at a time
+    in the reference; estimated by 2 torchrun ranks (gloo), each on every other batch."""
     import json
 
     import torch.nn.functional as F
     from fairseq import checkpoint_utils
 
-    result = run(["fairseq-headprune", "importance", tiny_lm["data"], "--path", tiny_lm["checkpoint"],
-                  "--subset", "valid", "--limit", "100", "--out-dir", tmp_path, "--no-progress"])
+    result = run([*headprune_launcher(2), "importance", tiny_lm["data"], "--path", tiny_lm["checkpoint"],
+                  "--subset", "valid", "--limit", "100", "--batch-size", "16", "--out-dir", tmp_path, "--no-progress"],
+                 env={"OMP_NUM_THREADS": "1"})
     assert "estimated on 100 sentences" in result.stdout
     stored = json.loads((tmp_path / "importance.json").read_text())
     computed = torch.tensor(stored["importance"]["dec-dec"], dtype=torch.float64)

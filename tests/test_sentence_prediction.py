@@ -13,7 +13,7 @@ import re
 import pytest
 import torch
 
-from conftest import REPO, USER_DIR, run, save_zeroed_checkpoint
+from conftest import REPO, USER_DIR, headprune_launcher, run, save_zeroed_checkpoint
 
 CLASSIFIER_ENV = {"SCALE": "0.25", "LAYERS": "2", "EMBED_DIM": "64", "FFN_DIM": "128", "HEADS": "4",
                   "EPOCHS": "2", "LR": "0.001"}
@@ -129,7 +129,8 @@ def test_a_path_that_is_no_checkpoint_is_one_line(classifier, tmp_path):
 
 
 def test_importance_of_a_classifier_equals_explicit_autograd(classifier, tmp_path):
-    """I_h = mean over examples of |dL(x)/dxi_h| (and F_h, of (dL(x)/dxi_h)^2), L the classification loss."""
+    """I_h = mean over examples of |dL(x)/dxi_h| (and F_h, of (dL(x)/dxi_h)^2), L the classification loss;
+    F_h estimated by 2 ranks, each on every other batch, summed over the ranks."""
     import json
 
     import torch.nn.functional as F
@@ -138,10 +139,11 @@ def test_importance_of_a_classifier_equals_explicit_autograd(classifier, tmp_pat
     from fairseq_headprune.modules.masked_multihead_attention import head_layout, install_masked_attention, set_head_mask
 
     computed = {}
-    for method in ("gradient", "fisher"):
+    for method, ranks in (("gradient", 1), ("fisher", 2)):  # Fisher sharded over 2 torchrun ranks (gloo)
         out_dir = tmp_path / method
-        result = run(["fairseq-headprune", "importance", str(classifier["data"]), "--path", str(classifier["checkpoint"]),
-                      "--subset", "valid", "--out-dir", str(out_dir), "--no-progress", "--importance-method", method])
+        result = run([*headprune_launcher(ranks), "importance", str(classifier["data"]), "--path",
+                      str(classifier["checkpoint"]), "--subset", "valid", "--batch-size", "8", "--out-dir", str(out_dir),
+                      "--no-progress", "--importance-method", method], env={"OMP_NUM_THREADS": "1"})
         assert "estimated on" in result.stdout
         stored = json.loads((out_dir / "importance.json").read_text())
         assert stored["method"] == method

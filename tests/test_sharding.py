@@ -12,7 +12,7 @@ import shutil
 import numpy as np
 import pytest
 
-from conftest import BIN_DIR, run
+from conftest import headprune_launcher, run
 
 from fairseq_headprune.study.files import TEMPORARY_PREFIX
 
@@ -22,12 +22,7 @@ HEADS = ["--heads", "E:1:1-3 A:2:* D:1:2"]
 
 
 def headprune(ranks, command, *arguments, check=True):
-    launcher = [] if ranks == 1 else [
-        BIN_DIR / "torchrun", "--standalone", "--nproc-per-node", str(ranks), BIN_DIR / "fairseq-headprune",
-    ]
-    if not launcher:
-        launcher = ["fairseq-headprune"]
-    return run([*launcher, command, *arguments], env=ONE_THREAD, check=check)
+    return run([*headprune_launcher(ranks), command, *arguments], env=ONE_THREAD, check=check)
 
 
 def ablate(tiny_model, out_dir, ranks, *extra):

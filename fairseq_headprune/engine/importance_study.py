@@ -7,7 +7,6 @@ optional check of the proxy: the loss increase when each head alone is masked.
 import os
 from typing import Optional, Sequence
 
-from ..errors import StudyError
 from ..study.importance import ImportanceResult, write_importance_json, write_importance_tsv
 from ..study.settings import ImportanceSettings
 
@@ -38,10 +37,8 @@ def run_importance(
 
     family = checkpoint_family(checkpoint)
     if family != TRANSLATION_FAMILY:
-        if current_ranks().world_size > 1:
-            raise StudyError(f"a {family.replace('_', ' ')}'s importance runs in one process (not under torchrun) so far")
         result = run_example_importance(family, data, checkpoint, settings, head_mask, loss_ablation, cpu, progress)
-        return _write(result, out_dir)
+        return None if result is None else _write(result, out_dir)
     _, task, model = load_task_and_model(data, checkpoint, fairseq_args, cpu=cpu)
     layout = head_layout(model)
     base_mask = combine_masks(current_head_mask(model), parse_mask_for_model(head_mask, layout))

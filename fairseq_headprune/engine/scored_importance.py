@@ -74,13 +74,19 @@ def load_language_model(data: str, checkpoint: str, head_mask: Optional[str] = N
     return task, model, study_criterion(LANGUAGE_MODEL_FAMILY, cfg, task)
 
 
-def example_importance(model, criterion, samples, layout, method: str = DEFAULT_IMPORTANCE_METHOD):
+def example_importance(model, criterion, samples, layout, method: str = DEFAULT_IMPORTANCE_METHOD,
+                       progress: bool = False, description: str = "importance"):
     """Sum over examples of |dL(x)/dxi_h| (``fisher``: its square), a (layers, heads) float64 tensor, the count,
     and the sum of g g^T over each layer's heads ((layers, heads, heads): the Fisher blocks, whatever the method).
 
     The model has one attention type (Enc-Enc for a classifier, Dec-Dec for an LM).
+    Under several ranks each takes every world_size-th batch and the sums
+    are added over the ranks in rank order (as ``scoring.estimate_importance``
+    does for translation), so every rank returns the whole sums.
     """
     from ..modules.masked_multihead_attention import current_head_mask, head_mask_applied
+    from .ranks import current_ranks
+    from .scoring import _progress
 
     (attention_type,) = layout
     layers, heads = layout[attention_type]
@@ -89,7 +95,9 @@ def example_importance(model, criterion, samples, layout, method: str = DEFAULT_
     total = torch.zeros(layers, heads, dtype=torch.float64)
     blocks = torch.zeros(layers, heads, heads, dtype=torch.float64)
     count = 0
-    for sample in samples:
+    ranks = current_ranks()
+    samples = ranks.share(list(samples))
+    for sample in _progress(samples, len(samples), description, progress):
         examples = sample["nsentences"]
         device = next(model.parameters()).device
         xi = base_mask.to(device).unsqueeze(1).repeat(1, examples, 1).requires_grad_()
@@ -101,6 +109,11 @@ def example_importance(model, criterion, samples, layout, method: str = DEFAULT_
         total += gradient_magnitude(gradients, method).sum(dim=1)
         blocks += gradients.transpose(1, 2) @ gradients
         count += examples
+    if ranks.sharded:
+        shares = ranks.gather((total, count, blocks))
+        total, count, blocks = (sum(share[i] for share in shares) for i in range(3))
+    if count == 0:
+        raise StudyError("no examples to estimate importance on")
     return total, count, blocks
 
 
@@ -138,7 +151,7 @@ class ExampleImportanceEstimator:
 
         with head_mask_applied(self.model, head_mask) if head_mask is not None else contextlib.nullcontext():
             total, count, blocks = example_importance(self.model, self.criterion, self.samples, self.layout,
-                                                      self.settings.method)
+                                                      self.settings.method, progress, description)
         attention_type = next(iter(self.layout))
         return ImportanceResult(
             importance={attention_type: (total / count).float()}, granularity="sentence", count=count,
@@ -162,15 +175,21 @@ def run_example_importance(
     loss_ablation: bool = False,
     cpu: bool = False,
     progress: bool = True,
-) -> ImportanceResult:
-    """The importance command's result for a classifier or an LM: sentence (example) level, the criterion's loss."""
+) -> Optional[ImportanceResult]:
+    """The importance command's result for a classifier or an LM: sentence (example) level, the criterion's loss.
+
+    Sharded over ranks, if any (every rank gets the sums); None on every rank but rank 0.
+    """
     from ..modules.masked_multihead_attention import current_head_mask
+    from .ranks import current_ranks
     from .scoring import single_head_loss_increase
 
     load = load_classifier if family == CLASSIFIER_FAMILY else load_language_model
     task, model, criterion = load(data, checkpoint, head_mask, cpu)
     estimator = ExampleImportanceEstimator(family, task, model, criterion, settings)
     result = estimator.estimate(progress=progress)
+    if not current_ranks().is_main:
+        return None  # rank 0 checks the proxy and writes
     result.settings.update(
         {"checkpoint": os.path.abspath(checkpoint), "data": os.path.abspath(data), "head_mask": head_mask}
     )
