@@ -15,7 +15,15 @@ ratios of issue 19's speed goals:
    decoding each configuration alone), then the sweep's batches of
    --configs-per-batch configurations without and with encoder reuse.
    Goal: the sweep's time per configuration at most 0.8x the serial limit.
-   Every way must give the same hypotheses.
+   The three ways are interleaved chunk by chunk (in a rotating order), so
+   that slow drifts of the machine's speed fall on all of them alike.
+   Every way must give the same hypotheses. On a CPU, hooks also time the
+   serial run's encoder and decoder layers, and the script prints how much
+   of the serial time exact sharing of work across configurations could
+   skip at most (the encoder passes of configurations that mask no Enc-Enc
+   head; decoder layers below a configuration's first masked decoder layer,
+   counted as if every beam followed the unmasked model's), which bounds
+   the ratio any such sharing can reach on that device.
 3. The significance step's time per configuration.
 4. Sharding over --shard-ranks processes (default 2; 0 skips), both ways,
    each rank on its share of the threads: by configurations (what
@@ -32,6 +40,7 @@ usage: scripts/benchmark_ablation.py --data DATA_BIN --path CKPT
 """
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -145,32 +154,51 @@ def in_process(args, generation, specs, measurements):
     masked = [n for n in masks if masks[n] is not None]
     chunks = [masked[i:i + args.configs_per_batch] for i in range(0, len(masked), args.configs_per_batch)]
 
-    def sweep(share_encoder, batched):
-        # a fresh translator each time: every way scores its own outputs from scratch
-        translator = SplitTranslator(cfg, task, model, args.subset, share_encoder=share_encoder)
-        translator.translate(None)  # warm-up, not timed
-        if batched:  # the batched shapes too (GPU kernels' first calls, the allocator's growth)
+    # three ways, each with a translator of its own (each scores its own outputs from scratch):
+    # configurations decoded alone (the serial limit), and batched without and with encoder reuse
+    ways = {"alone": (False, False), "without encoder reuse": (False, True), "with encoder reuse": (True, True)}
+    translators = {way: SplitTranslator(cfg, task, model, args.subset, share_encoder=share)
+                   for way, (share, _) in ways.items()}
+    for way, translator in translators.items():  # warm-up, not timed (GPU kernels' first calls, allocator growth)
+        translator.translate(None)
+        if ways[way][1]:
             translator.translate_many([masks[n] for n in chunks[0]])
+    seconds = dict.fromkeys(ways, 0.0)
+    hypotheses = {way: {} for way in ways}
+    # on a CPU every operation is synchronous, so hooks can time the modules of the serial run
+    timer = ModuleTimes(model) if device.type == "cpu" else None
+
+    def decode(way, chunk):
+        translator, batched = translators[way], ways[way][1]
         if device.type == "cuda":
             torch.cuda.synchronize()
         start = time.perf_counter()
-        hypotheses = {"baseline": translator.translate(None).hypotheses}
-        for chunk in chunks if batched else [[n] for n in masked]:
-            for name, translation in zip(chunk, translator.translate_many([masks[n] for n in chunk])):
-                hypotheses[name] = translation.hypotheses
+        for group in [chunk] if batched else [[n] for n in chunk]:
+            with timer if timer is not None and way == "alone" else contextlib.nullcontext():
+                for name, translation in zip(group, translator.translate_many([masks[n] for n in group])):
+                    hypotheses[way][name] = translation.hypotheses
+                if timer is not None and way == "alone":
+                    timer.finish(group[0])
         if device.type == "cuda":
             torch.cuda.synchronize()
-        return (time.perf_counter() - start) / len(masks), hypotheses
+        seconds[way] += time.perf_counter() - start
 
-    serial, serial_hypotheses = sweep(share_encoder=False, batched=False)
+    # interleaved, chunk by chunk and in a rotating order, so that the machine's drifts over
+    # minutes fall on every way alike (the baseline alone, through fairseq's untouched code, in each)
+    for index, chunk in enumerate([["baseline"]] + chunks):
+        order = list(ways)[index % 3:] + list(ways)[:index % 3]
+        for way in order:
+            decode(way, chunk)
+    serial, serial_hypotheses = seconds["alone"] / len(masks), hypotheses["alone"]
     print(f"serial limit (each configuration decoded alone): {serial:.3f} s per configuration")
     rows = {}
-    for label, share in (("without encoder reuse", False), ("with encoder reuse", True)):
-        seconds, hypotheses = sweep(share_encoder=share, batched=True)
-        same = hypotheses == serial_hypotheses
-        rows[label] = {"seconds_per_configuration": seconds, "ratio": seconds / serial, "same_hypotheses": same}
-        print(f"{args.configs_per_batch} configurations per batch, {label}: {seconds:.3f} s per configuration, "
-              f"{seconds / serial:.2f}x the serial limit; same hypotheses as alone: {same}")
+    for label in ("without encoder reuse", "with encoder reuse"):
+        per_configuration = seconds[label] / len(masks)
+        same = hypotheses[label] == serial_hypotheses
+        rows[label] = {"seconds_per_configuration": per_configuration, "ratio": per_configuration / serial,
+                       "same_hypotheses": same}
+        print(f"{args.configs_per_batch} configurations per batch, {label}: {per_configuration:.3f} s per "
+              f"configuration, {per_configuration / serial:.2f}x the serial limit; same hypotheses as alone: {same}")
     best = rows["with encoder reuse"]["ratio"]
     print(f"goal: at most {SERIAL_GOAL:g}x the serial limit: {'met' if best <= SERIAL_GOAL else 'NOT met'} ({best:.2f}x)")
     measurements["in_process"] = {
@@ -178,7 +206,99 @@ def in_process(args, generation, specs, measurements):
         "configs_per_batch": args.configs_per_batch, "configurations": len(masks),
         "serial_seconds_per_configuration": serial, **rows,
     }
+    if timer is not None:
+        bound = sharing_bound(timer, masks, serial * len(masks))
+        batching = 1 - rows["without encoder reuse"]["ratio"]
+        bound["batching_saving"] = batching
+        bound["best_ratio"] = 1 - bound["fraction"] - batching
+        print(f"work configurations could share, at most (module times of the serial run): "
+              f"{100 * bound['fraction']:.1f}% of the serial time = encoder passes of the configurations that mask "
+              f"no Enc-Enc head {100 * bound['encoder']:.1f}% + decoder layers below each configuration's first "
+              f"masked decoder layer, as if every beam followed the unmasked model's, "
+              f"{100 * bound['decoder_below']:.1f}%; with batching's saving ({100 * batching:.1f}%), exact sharing "
+              f"cannot bring this sweep below about {bound['best_ratio']:.2f}x the serial limit on this device")
+        measurements["in_process"]["sharing_bound"] = bound
     return specs, serial_hypotheses
+
+
+class ModuleTimes:
+    """Seconds each configuration of the serial run spends in the encoder, in each decoder layer and in
+    each decoder layer's self-attention (forward hooks; only meaningful where operations are synchronous)."""
+
+    def __init__(self, model):
+        self.model, self.by_config, self._current, self._handles = model, {}, {}, []
+
+    def _add(self, key, seconds):
+        self._current[key] = self._current.get(key, 0.0) + seconds
+
+    def _time(self, module, key):
+        def start(*_):
+            module._benchmark_started = time.perf_counter()
+
+        def stop(*_):
+            self._add(key, time.perf_counter() - module._benchmark_started)
+
+        self._handles += [module.register_forward_pre_hook(start), module.register_forward_hook(stop)]
+
+    def __enter__(self):
+        encoder = self.model.encoder
+        original = encoder.forward_torchscript  # fairseq calls the encoder's forward() directly: no hooks
+
+        def forward_torchscript(net_input):
+            started = time.perf_counter()
+            try:
+                return original(net_input)
+            finally:
+                self._add("encoder", time.perf_counter() - started)
+
+        encoder.forward_torchscript = forward_torchscript
+        for index, layer in enumerate(self.model.decoder.layers):
+            self._time(layer, ("decoder", index))
+            self._time(layer.self_attn, ("self_attn", index))
+        return self
+
+    def __exit__(self, *_):
+        del self.model.encoder.forward_torchscript
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+    def finish(self, name):
+        self.by_config[name], self._current = self._current, {}
+
+
+def sharing_bound(timer, masks, serial_total):
+    """What exact sharing of work across configurations could skip, as fractions of the serial time.
+
+    A configuration that masks no Enc-Enc head has the unmasked encoder's
+    output; decoder layers below its first masked decoder layer (and that
+    layer's self-attention, when only its Enc-Dec heads are masked or the
+    encoder is: then the first layer's self-attention) compute
+    what the unmasked model computes -- but only on rows whose beam holds the
+    same prefix, so counting them in full is an upper bound. Everything else
+    (the masked layers and those above them, the output layer over the
+    vocabulary, log-softmax, beam search) differs per configuration.
+    """
+    from fairseq_headprune.constants import ATTENTION_TYPES
+
+    encoder = decoder_below = 0.0
+    for name, head_mask in masks.items():
+        if head_mask is None:
+            continue
+        times = timer.by_config[name]
+        layers = len(timer.model.decoder.layers)
+        masked = {t: (head_mask[t] == 0).any(dim=1).tolist() for t in ATTENTION_TYPES if t in head_mask}
+        if any(masked.get("enc-enc", [])):
+            first = 0  # another encoder output: every Enc-Dec attention differs
+        else:
+            encoder += times.get("encoder", 0.0)
+            first = next((l for l in range(layers) if any(masked[t][l] for t in ("enc-dec", "dec-dec") if t in masked)),
+                         layers)
+        decoder_below += sum(times.get(("decoder", l), 0.0) for l in range(first))
+        if first < layers and not masked.get("dec-dec", [False] * layers)[first]:
+            decoder_below += times.get(("self_attn", first), 0.0)
+    return {"encoder": encoder / serial_total, "decoder_below": decoder_below / serial_total,
+            "fraction": (encoder + decoder_below) / serial_total}
 
 
 def shard_worker(args, generation):
