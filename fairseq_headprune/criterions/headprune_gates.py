@@ -34,7 +34,7 @@ from fairseq.logging import metrics
 from ..constants import ATTENTION_TYPES, DEFAULT_LABEL_SMOOTHING
 from ..errors import exit_with_error, HeadPruneError
 from ..modules.masked_multihead_attention import current_head_mask, head_mask_applied
-from .headprune_importance import translation_logging_output
+from .headprune_importance import translation_logging_output, translation_sample_size
 from ..study.gates import (
     deterministic_gates,
     log_alpha_for_open_probability,
@@ -142,14 +142,14 @@ class HeadPruneGatesCriterion(LabelSmoothedCrossEntropyCriterion):
         with head_mask_applied(model, gates):
             net_output = model(**sample["net_input"])
         loss, nll_loss = self.compute_loss(model, net_output, sample, reduce=reduce)
-        sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
+        sample_size = translation_sample_size(sample, self.sentence_avg)
         expected = sum(open_probability(v).sum() for v in log_alpha.values())
         gap = expected - self.target_heads
         if training:
             lagrangian = _ReversedGradient.apply(self.lambda_1) * gap + _ReversedGradient.apply(self.lambda_2) * gap ** 2
             loss = loss + lagrangian * sample_size
         open_gates = sum(int((deterministic_gates(v.detach()) > 0).sum()) for v in log_alpha.values())
-        _, logging_output = translation_logging_output(loss, nll_loss, sample, self.sentence_avg)
+        logging_output = translation_logging_output(loss, nll_loss, sample, sample_size)
         logging_output.update({
             # per batch, averaged over batches in reduce_metrics
             "gate_batches": 1,

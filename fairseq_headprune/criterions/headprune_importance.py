@@ -148,10 +148,14 @@ class HeadImportanceRecorder:
                 module.head_output_hook = None
 
 
-def translation_logging_output(loss, nll_loss, sample, sentence_avg: bool):
-    """(sample_size, the entries fairseq's label-smoothed criterion logs) for one batch."""
-    sample_size = sample["target"].size(0) if sentence_avg else sample["ntokens"]
-    return sample_size, {
+def translation_sample_size(sample, sentence_avg: bool):
+    """What fairseq's label-smoothed criterion divides the batch's loss by: sentences or target tokens."""
+    return sample["target"].size(0) if sentence_avg else sample["ntokens"]
+
+
+def translation_logging_output(loss, nll_loss, sample, sample_size):
+    """The entries fairseq's label-smoothed criterion logs for one batch."""
+    return {
         "loss": loss.data,
         "nll_loss": nll_loss.data,
         "ntokens": sample["ntokens"],
@@ -206,7 +210,8 @@ class HeadPruneImportanceCriterion(LabelSmoothedCrossEntropyCriterion):
         loss, nll_loss = self.compute_loss(model, net_output, sample, reduce=reduce)
         if self.importance_loss == "nll":
             loss = nll_loss
-        sample_size, logging_output = translation_logging_output(loss, nll_loss, sample, self.sentence_avg)
+        sample_size = translation_sample_size(sample, self.sentence_avg)
+        logging_output = translation_logging_output(loss, nll_loss, sample, sample_size)
         # the sums are filled in place when fairseq runs loss.backward()
         logging_output[IMPORTANCE_COUNT_KEY] = importance_count(sample, self.importance_granularity) if recording else 0.0
         for attention_type, sums in recorder.sums.items():

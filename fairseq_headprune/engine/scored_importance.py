@@ -86,7 +86,7 @@ def example_importance(model, criterion, samples, layout, method: str = DEFAULT_
     """
     from ..modules.masked_multihead_attention import current_head_mask, head_mask_applied
     from .ranks import current_ranks
-    from .scoring import _progress
+    from .scoring import progress_bar
 
     (attention_type,) = layout
     layers, heads = layout[attention_type]
@@ -97,7 +97,7 @@ def example_importance(model, criterion, samples, layout, method: str = DEFAULT_
     count = 0
     ranks = current_ranks()
     samples = ranks.share(list(samples))
-    for sample in _progress(samples, len(samples), description, progress):
+    for sample in progress_bar(samples, len(samples), description, progress):
         examples = sample["nsentences"]
         device = next(model.parameters()).device
         xi = base_mask.to(device).unsqueeze(1).repeat(1, examples, 1).requires_grad_()

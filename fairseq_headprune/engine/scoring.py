@@ -18,7 +18,8 @@ from ..study.settings import ImportanceSettings
 from .loading import iterate_samples, model_device, split_batches
 
 
-def _progress(iterable, total: int, description: str, enabled: bool):
+def progress_bar(iterable, total: int, description: str, enabled: bool):
+    """A transient tqdm bar over batches (gone when done), off with ``--no-progress``."""
     from tqdm import tqdm
 
     return tqdm(iterable, total=total, desc=description, unit="batch", disable=not enabled, leave=False)
@@ -70,7 +71,7 @@ def estimate_importance(
     total: Dict[str, object] = {}
     model.eval()
     with frozen_parameters(model), torch.enable_grad():
-        for sample in _progress(samples, len(samples), description, progress):
+        for sample in progress_bar(samples, len(samples), description, progress):
             loss, _, logging_output = criterion(model, sample)
             loss.backward()  # fills the importance sums in logging_output
             _sum_logging_outputs(total, logging_output)
@@ -177,7 +178,7 @@ def single_head_loss_increase(
     baseline = mean_loss(model, criterion, samples, start)
     increase = {t: torch.zeros(shape, dtype=torch.float64) for t, shape in layout.items()}
     heads = [(t, layer, head) for t, (layers, n) in layout.items() for layer in range(layers) for head in range(n)]
-    for attention_type, layer, head in _progress(heads, len(heads), "single-head loss", progress):
+    for attention_type, layer, head in progress_bar(heads, len(heads), "single-head loss", progress):
         head_mask = {t: m.clone() for t, m in start.items()}
         head_mask[attention_type][layer, head] = 0.0
         increase[attention_type][layer, head] = mean_loss(model, criterion, samples, head_mask) - baseline
