@@ -166,6 +166,7 @@ def in_process(args, generation, specs, measurements):
     seconds = dict.fromkeys(ways, 0.0)
     hypotheses = {way: {} for way in ways}
     # on a CPU every operation is synchronous, so hooks can time the modules of the serial run
+    # (they run in every way, so that their small cost falls on all alike; the batched ways' times are dropped)
     timer = ModuleTimes(model) if device.type == "cpu" else None
 
     def decode(way, chunk):
@@ -174,21 +175,21 @@ def in_process(args, generation, specs, measurements):
             torch.cuda.synchronize()
         start = time.perf_counter()
         for group in [chunk] if batched else [[n] for n in chunk]:
-            with timer if timer is not None and way == "alone" else contextlib.nullcontext():
-                for name, translation in zip(group, translator.translate_many([masks[n] for n in group])):
-                    hypotheses[way][name] = translation.hypotheses
-                if timer is not None and way == "alone":
-                    timer.finish(group[0])
+            for name, translation in zip(group, translator.translate_many([masks[n] for n in group])):
+                hypotheses[way][name] = translation.hypotheses
+            if timer is not None:
+                timer.finish(None if batched else group[0])
         if device.type == "cuda":
             torch.cuda.synchronize()
         seconds[way] += time.perf_counter() - start
 
     # interleaved, chunk by chunk and in a rotating order, so that the machine's drifts over
     # minutes fall on every way alike (the baseline alone, through fairseq's untouched code, in each)
-    for index, chunk in enumerate([["baseline"]] + chunks):
-        order = list(ways)[index % 3:] + list(ways)[:index % 3]
-        for way in order:
-            decode(way, chunk)
+    with timer if timer is not None else contextlib.nullcontext():
+        for index, chunk in enumerate([["baseline"]] + chunks):
+            order = list(ways)[index % 3:] + list(ways)[:index % 3]
+            for way in order:
+                decode(way, chunk)
     serial, serial_hypotheses = seconds["alone"] / len(masks), hypotheses["alone"]
     print(f"serial limit (each configuration decoded alone): {serial:.3f} s per configuration")
     rows = {}
@@ -222,8 +223,9 @@ def in_process(args, generation, specs, measurements):
 
 
 class ModuleTimes:
-    """Seconds each configuration of the serial run spends in the encoder, in each decoder layer and in
-    each decoder layer's self-attention (forward hooks; only meaningful where operations are synchronous)."""
+    """Seconds each configuration of the serial run spends in the encoder (its embeddings and layers), in
+    each decoder layer and in each decoder layer's self-attention (forward hooks; only meaningful where
+    operations are synchronous)."""
 
     def __init__(self, model):
         self.model, self.by_config, self._current, self._handles = model, {}, {}, []
@@ -232,39 +234,38 @@ class ModuleTimes:
         self._current[key] = self._current.get(key, 0.0) + seconds
 
     def _time(self, module, key):
+        started = [0.0]
+
         def start(*_):
-            module._benchmark_started = time.perf_counter()
+            started[0] = time.perf_counter()
 
         def stop(*_):
-            self._add(key, time.perf_counter() - module._benchmark_started)
+            self._add(key, time.perf_counter() - started[0])
 
         self._handles += [module.register_forward_pre_hook(start), module.register_forward_hook(stop)]
 
     def __enter__(self):
+        # fairseq calls the encoder's forward() directly (no module hooks), and encoder reuse wraps the
+        # instance's forward_torchscript: the encoder is timed through its embeddings and layers
         encoder = self.model.encoder
-        original = encoder.forward_torchscript  # fairseq calls the encoder's forward() directly: no hooks
-
-        def forward_torchscript(net_input):
-            started = time.perf_counter()
-            try:
-                return original(net_input)
-            finally:
-                self._add("encoder", time.perf_counter() - started)
-
-        encoder.forward_torchscript = forward_torchscript
+        for part in [encoder.embed_tokens, encoder.embed_positions, *encoder.layers, encoder.layer_norm]:
+            if part is not None:
+                self._time(part, "encoder")
         for index, layer in enumerate(self.model.decoder.layers):
             self._time(layer, ("decoder", index))
             self._time(layer.self_attn, ("self_attn", index))
         return self
 
     def __exit__(self, *_):
-        del self.model.encoder.forward_torchscript
         for handle in self._handles:
             handle.remove()
         self._handles = []
 
     def finish(self, name):
-        self.by_config[name], self._current = self._current, {}
+        """What was timed since the last call belongs to configuration ``name`` (None: to nobody)."""
+        if name is not None:
+            self.by_config[name] = self._current
+        self._current = {}
 
 
 def sharing_bound(timer, masks, serial_total):
@@ -282,11 +283,11 @@ def sharing_bound(timer, masks, serial_total):
     from fairseq_headprune.constants import ATTENTION_TYPES
 
     encoder = decoder_below = 0.0
+    layers = len(timer.model.decoder.layers)
     for name, head_mask in masks.items():
         if head_mask is None:
             continue
         times = timer.by_config[name]
-        layers = len(timer.model.decoder.layers)
         masked = {t: (head_mask[t] == 0).any(dim=1).tolist() for t in ATTENTION_TYPES if t in head_mask}
         if any(masked.get("enc-enc", [])):
             first = 0  # another encoder output: every Enc-Dec attention differs
