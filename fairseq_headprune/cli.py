@@ -24,6 +24,8 @@ from .commands import (
     significance,
 )
 from .commands.fairseq_commands import FAIRSEQ_COMMANDS, run_fairseq_command
+from .errors import DEBUG_VARIABLE, HeadPruneError, debugging
+from .version import __version__
 
 # in the order --help lists them
 COMMAND_MODULES = (corpus, mask, importance, shrink, ablate, significance, prune, search, dynamics, report,
@@ -36,6 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Mask, score and prune the attention heads of fairseq Transformers "
         "(Michel et al. 2019, 'Are Sixteen Heads Really Better than One?').",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--debug", action="store_true",
+                        help=f"show the traceback of an error instead of one line (or set {DEBUG_VARIABLE}=1)")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
     for module in COMMAND_MODULES:
@@ -63,23 +68,22 @@ def _quiet_libraries() -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["--debug"]:  # before the command: fairseq's commands are handed over unparsed
+        os.environ[DEBUG_VARIABLE] = "1"
+        argv = argv[1:]
     if argv and argv[0] in FAIRSEQ_COMMANDS:
-        from .errors import HeadPruneError
-
         try:
             return run_fairseq_command(argv[0], argv[1:])
         except HeadPruneError as error:  # the --path checkpoint the task is chosen from
-            print(f"fairseq-headprune {argv[0]}: error: {error}", file=sys.stderr)
-            return 2
+            return _report(argv[0], error)
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown and not getattr(args, "accepts_fairseq_args", False):
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.fairseq_args = unknown
     _quiet_libraries()
-    from .engine.ranks import SHARDED_COMMANDS, join_ranks, launched_world_size, leave_ranks
-    from .errors import HeadPruneError
+    from .engine.runtime.ranks import SHARDED_COMMANDS, join_ranks, launched_world_size, leave_ranks
 
     if launched_world_size() > 1 and args.command not in SHARDED_COMMANDS:
         print(f"fairseq-headprune {args.command}: error: runs in one process; under torchrun only "
@@ -93,11 +97,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         return args.handler(args)
     except HeadPruneError as error:
-        if ranks.is_main:
-            print(f"fairseq-headprune {args.command}: error: {error}", file=sys.stderr)
-        return 2
+        return _report(args.command, error, speak=ranks.is_main)
     finally:
         leave_ranks()
+
+
+def _report(command: str, error: HeadPruneError, speak: bool = True) -> int:
+    """The one place an error becomes one line and exit status 2 (or, debugging, its traceback)."""
+    if debugging():
+        raise error
+    if speak:
+        print(f"fairseq-headprune {command}: error: {error}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

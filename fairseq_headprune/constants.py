@@ -69,3 +69,7 @@ TRANSLATION_FAMILY = "translation"
 CLASSIFIER_FAMILY = "classifier"
 LANGUAGE_MODEL_FAMILY = "language_model"
 MODEL_FAMILIES = (TRANSLATION_FAMILY, CLASSIFIER_FAMILY, LANGUAGE_MODEL_FAMILY)
+# the plugin's registered tasks, one per family (tasks/*.py register them under these names)
+TRANSLATION_TASK = "fairseq-headprune"
+CLASSIFIER_TASK = "headprune_sentence_prediction"
+LANGUAGE_MODEL_TASK = "headprune_language_modeling"

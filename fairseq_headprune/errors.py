@@ -1,10 +1,19 @@
 """Every error the plugin reports to a user, in one place.
 
-Each is input the plugin cannot work with, reported by the commands as one
-line (``fairseq-headprune COMMAND: error: ...``) with exit status 2, never as
-a traceback. They derive from ``ValueError`` so plain-Python callers can
-catch them the usual way.
+Each is input the plugin cannot work with. Components and the engine raise
+them; only the command line turns them into one line
+(``fairseq-headprune COMMAND: error: ...``, exit status 2; inside fairseq's
+own commands ``fairseq-headprune: error: ...``, exit status 1), never a
+traceback, unless ``FAIRSEQ_HEADPRUNE_DEBUG=1`` (or ``fairseq-headprune
+--debug``) asks for it. They derive from ``ValueError`` so plain-Python
+callers can catch them the usual way.
 """
+
+import os
+import sys
+
+# set (to anything but 0) to see the traceback of an error the commands would report in one line
+DEBUG_VARIABLE = "FAIRSEQ_HEADPRUNE_DEBUG"
 
 
 class HeadPruneError(ValueError):
@@ -31,11 +40,34 @@ class SettingsError(HeadPruneError):
     """An option value out of range; the message names the option (``--draws must be positive``)."""
 
 
-def exit_with_error(message: str) -> None:
-    """End a fairseq command (fairseq-train, -generate, ...) with one line on stderr and exit status 1.
+def debugging() -> bool:
+    """Whether errors should come with their traceback (``FAIRSEQ_HEADPRUNE_DEBUG``)."""
+    return os.environ.get(DEBUG_VARIABLE, "") not in ("", "0")
 
-    Inside fairseq's own commands there is no handler of ours to print an
-    error, and fairseq prints tracebacks; ``SystemExit`` with a message is
-    the one way to say it in one line.
+
+def report_plugin_errors_in_one_line() -> None:
+    """Inside fairseq's own commands (``fairseq-train --user-dir ...``), the plugin's errors as one line.
+
+    There the command line is fairseq's, which prints tracebacks; this hook
+    is the one place that turns an uncaught ``HeadPruneError`` into
+    ``fairseq-headprune: error: MESSAGE`` (exit status 1). Installed once, by
+    the package when fairseq imports it; other exceptions keep their traceback.
     """
-    raise SystemExit(f"fairseq-headprune: error: {message}")
+    previous = sys.excepthook
+    if getattr(previous, "reports_plugin_errors", False):
+        return
+
+    def hook(kind, value, traceback):
+        if issubclass(kind, HeadPruneError) and not debugging():
+            print(f"fairseq-headprune: error: {value}", file=sys.stderr)
+        else:
+            previous(kind, value, traceback)
+
+    hook.reports_plugin_errors = True
+    sys.excepthook = hook
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of a library's error message (its type's name if it has none), to quote in ours."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

@@ -129,21 +129,23 @@ def in_process(args, generation, specs, measurements):
     import torch
 
     from fairseq_headprune import cli
-    from fairseq_headprune.engine.loading import load_task_and_model, model_device, parse_mask_for_model
-    from fairseq_headprune.engine.translator import SplitTranslator
+    from fairseq_headprune.engine.checkpoints.loading import load_generation_model
+    from fairseq_headprune.engine.runners.batches import model_device
+    from fairseq_headprune.study.masks.head_mask import parse_head_mask
+    from fairseq_headprune.engine.runners.translator import SplitTranslator
     from fairseq_headprune.errors import HeadPruneError
     from fairseq_headprune.modules.masked_multihead_attention import head_layout
-    from fairseq_headprune.study.ablation import single_head_configs
+    from fairseq_headprune.study.methods.ablation import single_head_configs
 
     cli._quiet_libraries()
     try:
-        cfg, task, model = load_task_and_model(args.data, args.path, generation, cpu=args.cpu)
+        cfg, task, model = load_generation_model(args.data, args.path, generation, cpu=args.cpu)
         layout = head_layout(model)
         if specs is None:
-            heads = parse_mask_for_model(args.heads, layout) if args.heads else None
+            heads = parse_head_mask(args.heads, layout) if args.heads else None
             specs = {"baseline": "none"}
             specs.update({c.name: c.spec for c in single_head_configs(layout, heads)})
-        masks = {n: None if s == "none" else parse_mask_for_model(s, layout) for n, s in specs.items()}
+        masks = {n: None if s == "none" else parse_head_mask(s, layout) for n, s in specs.items()}
     except HeadPruneError as error:
         sys.exit(f"benchmark_ablation: error: {error}")
     device = model_device(model)
@@ -307,15 +309,16 @@ def shard_worker(args, generation):
     import torch
 
     from fairseq_headprune import cli
-    from fairseq_headprune.engine.loading import load_task_and_model, parse_mask_for_model
-    from fairseq_headprune.engine.translator import SplitTranslator
+    from fairseq_headprune.engine.checkpoints.loading import load_generation_model
+    from fairseq_headprune.study.masks.head_mask import parse_head_mask
+    from fairseq_headprune.engine.runners.translator import SplitTranslator
     from fairseq_headprune.modules.masked_multihead_attention import head_layout
 
     cli._quiet_libraries()
     way, rank, ranks = args.shard_worker[0], int(args.shard_worker[1]), int(args.shard_worker[2])
     with open(args.shard_specs, encoding="utf-8") as stream:
         specs = json.load(stream)
-    cfg, task, model = load_task_and_model(args.data, args.path, generation, cpu=args.cpu)
+    cfg, task, model = load_generation_model(args.data, args.path, generation, cpu=args.cpu)
     layout = head_layout(model)
     names = [n for n in specs if specs[n] != "none"]
     chunks = [names[i:i + args.configs_per_batch] for i in range(0, len(names), args.configs_per_batch)]
@@ -328,7 +331,7 @@ def shard_worker(args, generation):
     start = time.perf_counter()
     hypotheses = {}
     for chunk in chunks:
-        masks = [parse_mask_for_model(specs[n], layout) for n in chunk]
+        masks = [parse_head_mask(specs[n], layout) for n in chunk]
         for name, translation in zip(chunk, translator.translate_many(masks)):
             hypotheses[name] = dict(zip(translator.sentence_ids, translation.hypotheses))
     if torch.cuda.is_available():
@@ -380,10 +383,10 @@ def sharding(args, generation, work, specs, serial_hypotheses, measurements):
 
 def significance_time(args, work, specs):
     """Part 3: the significance step alone, on the stored sweep."""
-    from fairseq_headprune.engine.sweep import load_config_result
-    from fairseq_headprune.study.ablation import ConfigScores, compare_with_baseline
-    from fairseq_headprune.study.metrics import TOKENIZED_BLEU
-    from fairseq_headprune.study.significance import SignificanceSettings
+    from fairseq_headprune.engine.sweeps.resumable_sweep import load_config_result
+    from fairseq_headprune.study.methods.ablation import ConfigScores, compare_with_baseline
+    from fairseq_headprune.study.statistics.metrics import TOKENIZED_BLEU
+    from fairseq_headprune.study.statistics.significance import SignificanceSettings
 
     results = [load_config_result(os.path.join(work, "ablate", "sweeps", args.subset), n) for n in specs]
     scores = [ConfigScores(r.name, r.spec, r.labels, r.bleu, r.sacrebleu, r.fairseq_stats) for r in results]

@@ -57,12 +57,15 @@ def main():
 
     cli._quiet_libraries()
     from fairseq import utils
-    from fairseq_headprune.engine.scored_importance import load_classifier
+    from fairseq_headprune.constants import CLASSIFIER_FAMILY
+    from fairseq_headprune.engine.families import family_named
     from fairseq_headprune.errors import HeadPruneError
     from fairseq_headprune.modules.masked_multihead_attention import head_layout, head_mask_applied
 
     try:
-        task, model, criterion = load_classifier(args.data, args.path, cpu=args.cpu)
+        classifiers = family_named(CLASSIFIER_FAMILY)
+        cfg, task, model = classifiers.load_for_importance(args.data, args.path, cpu=args.cpu)
+        criterion = classifiers.criterion(cfg, task)
         task.load_dataset(args.subset)
     except (HeadPruneError, FileNotFoundError) as error:
         sys.exit(f"benchmark_classifier_speed: error: {error}")
@@ -101,7 +104,7 @@ def main():
     for fraction in args.fractions:
         removed, head_mask, spec, pruned_path = shrunk_checkpoint(
             args.path, layout, fraction, args.importance, args.seed, workdir)
-        _, shrunk, _ = load_classifier(args.data, pruned_path, cpu=args.cpu)
+        _, _, shrunk = classifiers.load_for_importance(args.data, pruned_path, cpu=args.cpu)
 
         def masked(batches):
             with head_mask_applied(model, head_mask):

@@ -41,7 +41,7 @@ def time_forward_backward(model, criterion, samples):
 
 
 def time_importance(model, criterion, samples):
-    from fairseq_headprune.engine.scoring import estimate_importance
+    from fairseq_headprune.engine.methods.translation_importance import estimate_importance
 
     start = time.perf_counter()
     estimate_importance(model, criterion, samples, len(samples), progress=False)
@@ -59,17 +59,18 @@ def main():
     parser.add_argument("--cpu", action="store_true", help="CPU even if a GPU is present")
     args = parser.parse_args()
 
-    import fairseq_headprune
+    import fairseq_headprune.registry
 
-    fairseq_headprune.register_components()
+    fairseq_headprune.registry.register_components()
     from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
 
     from fairseq_headprune.criterions.headprune_importance import HeadPruneImportanceCriterion
-    from fairseq_headprune.engine.loading import iterate_samples, load_task_and_model, model_device, split_batches
+    from fairseq_headprune.engine.checkpoints.loading import load_generation_model
+    from fairseq_headprune.engine.runners.batches import iterate_samples, model_device, split_batches
     from fairseq_headprune.errors import HeadPruneError
 
     try:
-        _, task, model = load_task_and_model(args.data, args.path, cpu=args.cpu)
+        _, task, model = load_generation_model(args.data, args.path, cpu=args.cpu)
         dataset, batches = split_batches(task, args.subset, max_tokens=args.max_tokens, limit=args.limit)
     except HeadPruneError as error:
         sys.exit(f"benchmark_importance: error: {error}")

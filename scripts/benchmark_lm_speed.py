@@ -79,13 +79,13 @@ def main():
     from fairseq.sequence_scorer import SequenceScorer
 
     from fairseq_headprune.constants import LANGUAGE_MODEL_FAMILY
-    from fairseq_headprune.engine.loading import load_scoring_model
+    from fairseq_headprune.engine.checkpoints.loading import load_evaluation_model
     from fairseq_headprune.errors import HeadPruneError
     from fairseq_headprune.modules.masked_multihead_attention import head_layout, head_mask_applied
 
     def load(path):
         try:
-            _, task, model = load_scoring_model(LANGUAGE_MODEL_FAMILY, args.data, path, LM_OPTIONS, cpu=args.cpu)
+            _, task, model = load_evaluation_model(LANGUAGE_MODEL_FAMILY, args.data, path, LM_OPTIONS, cpu=args.cpu)
             task.load_dataset(args.subset)
         except (HeadPruneError, FileNotFoundError) as error:
             sys.exit(f"benchmark_lm_speed: error: {error}")

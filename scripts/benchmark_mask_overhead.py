@@ -41,11 +41,11 @@ def main():
     parser.add_argument("--head-mask", default="E:1:1", help="mask for the masked run")
     args = parser.parse_args()
 
-    import fairseq_headprune
+    import fairseq_headprune.registry
 
-    fairseq_headprune.register_components()  # the task and criterion; torch's allow-list on import
-    from fairseq_headprune.engine.scoring import translate_batches
-    from fairseq_headprune.study.head_mask import parse_head_mask
+    fairseq_headprune.registry.register_components()  # the task and criterion; torch's allow-list on import
+    from fairseq_headprune.engine.runners.translator import translate_batches
+    from fairseq_headprune.study.masks.head_mask import parse_head_mask
     from fairseq_headprune.errors import HeadMaskError
     from fairseq_headprune.modules.masked_multihead_attention import head_layout, set_head_mask
 

@@ -33,7 +33,7 @@ warnings.filterwarnings("ignore")  # fairseq/hydra deprecation notices; the tabl
 
 def heads_to_remove(layout, count, importance_file, seed):
     """(type, layer, head) 0-based: lowest importance first, or a seeded random order."""
-    from fairseq_headprune.study.importance import read_importance_file
+    from fairseq_headprune.study.methods.importance import read_importance_file
 
     heads = [(t, l, h) for t, (layers, n) in layout.items() for l in range(layers) for h in range(n)]
     if importance_file:
@@ -48,7 +48,7 @@ def heads_to_remove(layout, count, importance_file, seed):
 def shrunk_checkpoint(path, layout, fraction, importance_file, seed, workdir):
     """The heads removed, their mask and spec, and the checkpoint `fairseq-headprune shrink` writes without them."""
     from fairseq_headprune import cli
-    from fairseq_headprune.study.head_mask import full_mask, head_mask_to_spec
+    from fairseq_headprune.study.masks.head_mask import full_mask, head_mask_to_spec
 
     total = sum(layers * heads for layers, heads in layout.values())
     removed = heads_to_remove(layout, math.ceil(fraction * total), importance_file, seed)
@@ -84,7 +84,7 @@ def write_measurements(args, device, measurements):
     """--json: the device, the choice of heads and every measurement."""
     if not args.json:
         return
-    from fairseq_headprune.study.files import write_json
+    from fairseq_headprune.study.output.files import write_json
 
     write_json({"device": str(device), "threads": torch.get_num_threads(), "torch": torch.__version__,
                 "subset": args.subset, "importance": args.importance, "measurements": measurements},
@@ -148,17 +148,17 @@ def main():
     add_removal_arguments(parser)
     args = parser.parse_args()
 
-    import fairseq_headprune  # noqa: F401
     from fairseq_headprune import cli
 
     cli._quiet_libraries()
-    from fairseq_headprune.engine.loading import load_task_and_model, model_device
-    from fairseq_headprune.engine.scoring import translate_batches
+    from fairseq_headprune.engine.checkpoints.loading import load_generation_model
+    from fairseq_headprune.engine.runners.batches import model_device
+    from fairseq_headprune.engine.runners.translator import translate_batches
     from fairseq_headprune.errors import HeadPruneError
     from fairseq_headprune.modules.masked_multihead_attention import head_layout, head_mask_applied, set_head_mask
 
     try:
-        _, task, model = load_task_and_model(args.data, args.path, cpu=args.cpu)
+        _, task, model = load_generation_model(args.data, args.path, cpu=args.cpu)
     except HeadPruneError as error:
         sys.exit(f"benchmark_speed: error: {error}")
     device = model_device(model)
@@ -191,7 +191,7 @@ def main():
     for fraction in args.fractions:
         removed, head_mask, spec, pruned_path = shrunk_checkpoint(
             args.path, layout, fraction, args.importance, args.seed, workdir)
-        _, shrunk_task, shrunk = load_task_and_model(args.data, pruned_path, cpu=args.cpu)
+        _, shrunk_task, shrunk = load_generation_model(args.data, pruned_path, cpu=args.cpu)
 
         def unpruned_run(batches):
             set_head_mask(model, None)

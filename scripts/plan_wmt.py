@@ -174,7 +174,9 @@ def main():
     if min(args.gpus) < 1:
         sys.exit("plan_wmt: error: --gpus must be at least 1")
 
-    import fairseq_headprune  # noqa: F401  (registers the plugin)
+    from fairseq_headprune.registry import register_components
+
+    register_components()
     from fairseq.models import ARCH_CONFIG_REGISTRY
     from fairseq_headprune import cli
 
@@ -221,7 +223,7 @@ def main():
     print("assumptions: perfect scaling over GPUs (configurations dealt round robin), model loading and "
           "BLEU/significance left out, every sentence decoded to the forced length")
     if args.json:
-        from fairseq_headprune.study.files import write_json
+        from fairseq_headprune.study.output.files import write_json
 
         write_json({"device": device_name, "dtype": str(dtype), "torch": torch.__version__,
                     "arch": args.arch, "measure_arch": args.measure_arch, "flops_scale": scale,

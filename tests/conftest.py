@@ -85,7 +85,7 @@ def save_zeroed_checkpoint(checkpoint, layer_prefix, heads, mask, path):
     """
     import torch
 
-    import fairseq_headprune  # noqa: F401  (its allow-list lets torch.load read checkpoints)
+    import fairseq_headprune.compat.torch_load  # noqa: F401  (its allow-list lets torch.load read checkpoints)
 
     state = torch.load(checkpoint, map_location="cpu")
     for layer in range(mask.size(0)):
@@ -121,10 +121,10 @@ def tiny_task_and_model(tiny_model):
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq import options
 
-    import fairseq_headprune
+    import fairseq_headprune.registry
 
     # what fairseq's --user-dir does, also when the package was imported before fairseq
-    fairseq_headprune.register_components()
+    fairseq_headprune.registry.register_components()
     utils.import_user_module(type("Args", (), {"user_dir": USER_DIR})())
     parser = options.get_generation_parser()
     args = options.parse_args_and_arch(

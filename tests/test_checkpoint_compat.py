@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from conftest import USER_DIR, run, validate_loss
-from fairseq_headprune.engine.checkpoint_info import checkpoint_head_layout
+from fairseq_headprune.engine.checkpoints.info import checkpoint_head_layout
 from fairseq_headprune.errors import CheckpointError
-from fairseq_headprune.engine.legacy_checkpoint import write_legacy_checkpoint
+from fairseq_headprune.engine.checkpoints.legacy import write_legacy_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +60,7 @@ try:
 except pickle.UnpicklingError:
     print("namespace refused before the plugin")
 import fairseq_headprune
-from fairseq_headprune.engine.checkpoint_compat import FAIRSEQ_CHECKPOINT_GLOBALS
+from fairseq_headprune.compat.torch_load import FAIRSEQ_CHECKPOINT_GLOBALS
 added = set(torch.serialization.get_safe_globals()) - before
 print("added", sorted(g.__module__ + "." + g.__qualname__ for g in added))
 print("list", [g.__module__ + "." + g.__qualname__ for g in FAIRSEQ_CHECKPOINT_GLOBALS])

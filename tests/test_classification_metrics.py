@@ -11,10 +11,10 @@ import scipy.stats
 
 from conftest import run
 from fairseq_headprune.errors import SettingsError
-from fairseq_headprune.study.ablation import ConfigScores, compare_with_baseline
-from fairseq_headprune.study.metrics import ACCURACY, MATTHEWS, TOKENIZED_BLEU
+from fairseq_headprune.study.methods.ablation import ConfigScores, compare_with_baseline
+from fairseq_headprune.study.statistics.metrics import ACCURACY, MATTHEWS, TOKENIZED_BLEU
 from fairseq_headprune.study.settings import SweepSettings
-from fairseq_headprune.study.significance import SignificanceSettings, mcnemar_exact, paired_t_test
+from fairseq_headprune.study.statistics.significance import SignificanceSettings, mcnemar_exact, paired_t_test
 
 
 def labels(count, classes, seed):

@@ -3,8 +3,8 @@
 from collections import Counter
 from statistics import mean
 
-from fairseq_headprune.study.demo_corpus import generate_corpus, write_demo_corpus
-from fairseq_headprune.study.demo_lexicon import (
+from fairseq_headprune.corpora.demo_corpus import generate_corpus, write_demo_corpus
+from fairseq_headprune.corpora.demo_lexicon import (
     AMBIGUOUS_NOUNS,
     CORE_NOUNS,
     PERSON_NAMES,

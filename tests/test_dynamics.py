@@ -8,7 +8,7 @@ import torch
 
 from conftest import run
 
-import fairseq_headprune  # noqa: F401  (its allow-list lets torch.load read checkpoints)
+import fairseq_headprune.compat.torch_load  # noqa: F401  (its allow-list lets torch.load read checkpoints)
 
 STUDY = ["--gen-subset", "valid", "--step-percent", "50", "--max-percent", "50", "--beam", "2",
          "--batch-size", "64", "--max-len-a", "1.2", "--max-len-b", "10", "--no-progress"]
@@ -37,8 +37,8 @@ def study(tiny_model, epochs_dir, tmp_path_factory):
 
 
 def test_every_epoch_gets_its_own_importance_and_curve(tiny_model, epochs_dir, study):
-    from fairseq_headprune.study.importance import read_importance_file
-    from fairseq_headprune.study.files import file_sha256
+    from fairseq_headprune.study.methods.importance import read_importance_file
+    from fairseq_headprune.study.output.files import file_sha256
 
     out_dir, rows, stdout = study
     assert sorted({r["epoch"] for r in rows}) == [4, 8]
@@ -117,7 +117,7 @@ def test_checkpoints_of_different_architectures_are_refused(tiny_model, tmp_path
 def test_the_report_reads_its_numbers_from_the_result_files(study, tmp_path):
     import shutil
 
-    from fairseq_headprune.study.report import write_report
+    from fairseq_headprune.study.output.report import write_report
 
     out_dir, rows, _ = study
     shutil.copytree(out_dir, tmp_path / "study" / "dynamics", ignore=shutil.ignore_patterns("epoch*"))
@@ -150,8 +150,8 @@ def test_a_report_of_an_empty_directory_is_one_line(tmp_path):
 
 
 def test_the_report_keeps_every_table_of_a_file_but_its_caption(tmp_path):
-    from fairseq_headprune.study.ablation_tables import markdown_single_table
-    from fairseq_headprune.study.report import _Study
+    from fairseq_headprune.study.output.tables import markdown_single_table
+    from fairseq_headprune.study.output.report import _Study
 
     rows = [{"attention_type": t, "layer": 1, "head": h, "delta": -0.1 * h, "significant": h == 2}
             for t in ("enc-enc", "enc-dec") for h in (1, 2)]

@@ -22,7 +22,7 @@ from fairseq_headprune.modules.masked_multihead_attention import (
     install_masked_attention,
     set_head_mask,
 )
-from fairseq_headprune.study.head_mask import full_mask, parse_head_mask
+from fairseq_headprune.study.masks.head_mask import full_mask, parse_head_mask
 
 LAYERS, HEADS = 3, 4
 CLASSES = 3

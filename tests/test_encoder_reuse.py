@@ -12,12 +12,12 @@ import pytest
 
 @pytest.fixture(scope="module")
 def translators(tiny_model):
-    from fairseq_headprune.engine.loading import load_task_and_model
-    from fairseq_headprune.engine.translator import SplitTranslator
+    from fairseq_headprune.engine.checkpoints.loading import load_generation_model
+    from fairseq_headprune.engine.runners.translator import SplitTranslator
 
     options = ["--beam", "5", "--batch-size", "64", "--required-batch-size-multiple", "1"]
     cpu = not os.environ.get("HEADPRUNE_TEST_GPU")  # scripts/gpu_check.sh runs it on the GPU
-    cfg, task, model = load_task_and_model(str(tiny_model["data"]), str(tiny_model["checkpoint"]), options, cpu=cpu)
+    cfg, task, model = load_generation_model(str(tiny_model["data"]), str(tiny_model["checkpoint"]), options, cpu=cpu)
     shared = SplitTranslator(cfg, task, model, "test", share_encoder=True)
     unshared = SplitTranslator(cfg, task, model, "test", share_encoder=False)
     return model, shared, unshared
@@ -42,14 +42,14 @@ def encoder_rows(model, translate):
 
 
 def test_shared_encoder_gives_the_same_translations(translators):
-    from fairseq_headprune.engine.loading import parse_mask_for_model
+    from fairseq_headprune.study.masks.head_mask import parse_head_mask
     from fairseq_headprune.modules.masked_multihead_attention import head_layout
 
     model, shared, unshared = translators
     layout = head_layout(model)
     # a decoder-only mask and no mask (the unmasked encoder's group), one encoder mask twice (a second group)
     specs = ["A:2:1-4 D:1:2", None, "E:1:2", "E:1:2 D:1:1"]
-    masks = [None if s is None else parse_mask_for_model(s, layout) for s in specs]
+    masks = [None if s is None else parse_head_mask(s, layout) for s in specs]
     sentences = shared.size
     shared_rows, with_sharing = encoder_rows(model, lambda: shared.translate_many(masks))
     # two encoder masks (none, E:1:2): two copies of the batch instead of four
@@ -66,8 +66,8 @@ def test_shared_encoder_gives_the_same_translations(translators):
 
 
 def test_encoder_groups():
-    from fairseq_headprune.engine.config_batching import encoder_groups
-    from fairseq_headprune.study.head_mask import parse_head_mask
+    from fairseq_headprune.engine.runners.config_batching import encoder_groups
+    from fairseq_headprune.study.masks.head_mask import parse_head_mask
 
     layout = {"enc-enc": (2, 4), "enc-dec": (2, 4), "dec-dec": (2, 4)}
     masks = [parse_head_mask(s, layout) for s in ("E:1:1", "E:1:2", "E:2:1")]

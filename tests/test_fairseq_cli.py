@@ -124,7 +124,7 @@ def test_validate_honours_the_task_for_a_translation_checkpoint(tiny_model, tmp_
     """A checkpoint saved by --task translation still gets --head-mask applied."""
     import torch
 
-    import fairseq_headprune  # noqa: F401  (its allow-list lets torch.load read checkpoints)
+    import fairseq_headprune.compat.torch_load  # noqa: F401  (its allow-list lets torch.load read checkpoints)
 
     state = torch.load(tiny_model["checkpoint"], map_location="cpu")
     state["cfg"]["task"]["_name"] = "translation"

@@ -1,6 +1,6 @@
 """The report's verdicts on the papers' findings follow from the numbers, by the stated rules."""
 
-from fairseq_headprune.study.findings import markdown_findings, paper_findings
+from fairseq_headprune.study.output.findings import markdown_findings, paper_findings
 
 
 def curve(order, points, std=0.0, draws=1):
@@ -73,8 +73,8 @@ def write(path, payload):
 
 
 def test_the_report_reads_the_speed_benchmark_and_the_comparison_of_pruning_methods(tmp_path):
-    from fairseq_headprune.study.comparison import goal_check
-    from fairseq_headprune.study.report import write_report
+    from fairseq_headprune.study.methods.comparison import goal_check
+    from fairseq_headprune.study.output.report import write_report
 
     measurement = {"removed_heads": 36, "total_heads": 72, "batch_size": 64, "speedup_shrunk_vs_unpruned": 1.3,
                    "median_seconds": {"unpruned": 1.0, "masked": 1.1, "shrunk": 0.77},

@@ -5,7 +5,7 @@ import torch
 
 from conftest import REPO, TINY_MODEL_ENV, run
 
-import fairseq_headprune  # noqa: F401  (its allow-list lets torch.load read checkpoints)
+import fairseq_headprune.compat.torch_load  # noqa: F401  (its allow-list lets torch.load read checkpoints)
 
 SPEC = "E:1:1-2 A:2:keep=3"
 HEAD_DIM = 64 // 8  # the tiny model: width 64, 8 heads
@@ -48,14 +48,15 @@ def test_masked_heads_keep_their_weights_and_the_others_train(tiny_model, finetu
 
 
 def test_checkpoint_records_its_mask_and_applies_it_when_loaded(tiny_model, finetuned, tmp_path):
-    from fairseq_headprune.engine.loading import iterate_samples, load_task_and_model, split_batches
-    from fairseq_headprune.study.head_mask import head_mask_to_spec
+    from fairseq_headprune.engine.checkpoints.loading import load_generation_model
+    from fairseq_headprune.engine.runners.batches import iterate_samples, split_batches
+    from fairseq_headprune.study.masks.head_mask import head_mask_to_spec
     from fairseq_headprune.modules.masked_multihead_attention import current_head_mask, install_masked_attention
 
     state = torch.load(finetuned, map_location="cpu")
     assert vars(state["cfg"]["model"])["headprune_head_mask"] == SPEC
 
-    _, task, model = load_task_and_model(str(tiny_model["data"]), str(finetuned), cpu=True)
+    _, task, model = load_generation_model(str(tiny_model["data"]), str(finetuned), cpu=True)
     head_mask = current_head_mask(model)
     assert head_mask_to_spec(head_mask) == SPEC
     # what each head passes on to the output projection, on a real batch

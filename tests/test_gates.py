@@ -7,7 +7,7 @@ import torch
 
 from conftest import REPO, TINY_MODEL_ENV, run
 from fairseq_headprune.errors import SettingsError
-from fairseq_headprune.study.gates import (
+from fairseq_headprune.study.methods.gates import (
     log_alpha_for_open_probability,
     open_probability,
     parse_target_heads,
@@ -39,8 +39,8 @@ def test_the_exported_mask_keeps_exactly_the_target_heads_of_largest_log_alpha()
 
 
 def test_learned_masks_make_a_curve_from_the_unpruned_model_by_heads_pruned():
-    from fairseq_headprune.study.head_mask import parse_head_mask
-    from fairseq_headprune.study.pruning import given_mask_steps
+    from fairseq_headprune.study.masks.head_mask import parse_head_mask
+    from fairseq_headprune.study.methods.pruning import given_mask_steps
 
     layout = {"enc-enc": (2, 4), "dec-dec": (2, 4)}
     masks = [parse_head_mask(spec, layout) for spec in ("E:1:* D:2:1-3", "E:2:1")]
@@ -79,7 +79,7 @@ def test_trained_gates_keep_exactly_the_target_and_leave_the_frozen_model_unchan
     # the gates moved: training changed them from their common initial value
     assert len({round(score, 6) for score, *_ in scores}) > 40
     # the exported mask is a mask file every command's --head-mask reads
-    from fairseq_headprune.study.head_mask import count_masked, read_mask_file
+    from fairseq_headprune.study.masks.head_mask import count_masked, read_mask_file
 
     layout = {t: (2, 8) for t in ("enc-enc", "enc-dec", "dec-dec")}
     assert count_masked(read_mask_file(str(save_dir / "mask.json"), layout)) == 28

@@ -6,7 +6,15 @@ import random
 import pytest
 import torch
 
-from fairseq_headprune.study.head_mask import count_masked, full_mask, head_mask_to_spec, masked_heads, parse_head_mask, validate_spec_syntax, write_mask_file
+from fairseq_headprune.study.masks.head_mask import (
+    count_masked,
+    full_mask,
+    head_mask_to_spec,
+    masked_heads,
+    parse_head_mask,
+    validate_spec_syntax,
+    write_mask_file,
+)
 from fairseq_headprune.errors import HeadMaskError
 
 WMT_BIG = {"enc-enc": (6, 16), "enc-dec": (6, 16), "dec-dec": (6, 16)}

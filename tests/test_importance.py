@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from fairseq_headprune.criterions.headprune_importance import HeadPruneImportanceCriterion
-from fairseq_headprune.engine.loading import split_batches
-from fairseq_headprune.engine.scoring import estimate_importance
-from fairseq_headprune.study.head_mask import parse_head_mask
+from fairseq_headprune.engine.runners.batches import split_batches
+from fairseq_headprune.engine.methods.translation_importance import estimate_importance
+from fairseq_headprune.study.masks.head_mask import parse_head_mask
 from fairseq_headprune.errors import ResultFileError
-from fairseq_headprune.study.importance import (
+from fairseq_headprune.study.methods.importance import (
     ImportanceResult,
     normalize_per_layer,
     read_importance_file,

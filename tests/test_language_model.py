@@ -28,7 +28,7 @@ from fairseq_headprune.modules.masked_multihead_attention import (
     install_masked_attention,
     set_head_mask,
 )
-from fairseq_headprune.study.head_mask import full_mask, parse_head_mask
+from fairseq_headprune.study.masks.head_mask import full_mask, parse_head_mask
 
 LAYERS, HEADS = 2, 4
 LM_OPTIONS = ["--arch", "transformer_lm", "--decoder-layers", str(LAYERS), "--decoder-embed-dim", "32",
@@ -219,9 +219,9 @@ def test_importance_of_a_language_model_equals_explicit_autograd(tiny_lm, tmp_pa
     stored = json.loads((tmp_path / "importance.json").read_text())
     computed = torch.tensor(stored["importance"]["dec-dec"], dtype=torch.float64)
     # the reference: stock language_modeling task (with the numpy 2 fix), one sentence at a time, explicit xi
-    import fairseq_headprune
+    import fairseq_headprune.registry
 
-    fairseq_headprune.register_components()
+    fairseq_headprune.registry.register_components()
     models, _, task = checkpoint_utils.load_model_ensemble_and_task(
         [str(tiny_lm["checkpoint"])], arg_overrides={"data": str(tiny_lm["data"])})
     model = models[0].eval()
@@ -317,7 +317,7 @@ def test_prune_a_language_model_by_importance_and_at_random(tiny_lm, lm_study, t
     perplexity equals stock fairseq-eval-lm with that step's heads zeroed."""
     import json
 
-    from fairseq_headprune.study.importance import normalize_per_layer, read_importance_file
+    from fairseq_headprune.study.methods.importance import normalize_per_layer, read_importance_file
 
     checkpoint, out = tiny_lm["checkpoint"], lm_study["dir"] / "pruning"
     assert lm_study["console"]["prune"].startswith("unpruned perplexity ")

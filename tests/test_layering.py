@@ -1,8 +1,10 @@
 """The package's layers, checked from its source and from fresh interpreters.
 
-study/ (plain logic), constants.py and errors.py must import without fairseq;
-nothing below commands/ and cli.py may parse or read command-line options;
-no command module imports another; no module is over 450 lines.
+Bottom to top: ``constants``, ``errors``, ``corpora/`` and ``study/`` (plain
+logic, no fairseq) -> ``compat/``, ``modules/``, ``tasks/``, ``criterions/``
+and ``registry`` (fairseq components) -> ``engine/`` -> ``commands/`` and
+``cli.py``. Every rule walks the folders recursively; the import graph
+(imports inside functions included) must have no cycle.
 """
 
 import ast
@@ -13,22 +15,61 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "fairseq_headprune"
-PLAIN_MODULES = sorted(
-    ["fairseq_headprune.constants", "fairseq_headprune.errors"]
-    + [f"fairseq_headprune.study.{p.stem}" for p in (PACKAGE / "study").glob("*.py") if p.stem != "__init__"]
-)
-COMMAND_LAYER = {PACKAGE / "cli.py"} | set((PACKAGE / "commands").glob("*.py"))
-# below the commands, argparse.Namespace is only ever a checkpoint's data type: the
-# released (old-format) checkpoints store their configuration as one
-CHECKPOINT_FORMAT_MODULES = {"checkpoint_compat.py", "checkpoint_info.py", "legacy_checkpoint.py"}
+NAME = PACKAGE.name
 
 
 def package_modules():
-    return sorted(p for p in PACKAGE.rglob("*.py"))
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def top_folder(name: str) -> str:
+    """``engine`` for fairseq_headprune.engine.x.y, ``cli`` for fairseq_headprune.cli, "" for the root."""
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+MODULES = {module_name(p): p for p in package_modules()}
+PLAIN_MODULES = sorted(
+    name for name in MODULES
+    if top_folder(name) in ("constants", "errors", "study", "corpora") and not name.endswith("__init__")
+)
+COMMAND_LAYER = {PACKAGE / "cli.py"} | set((PACKAGE / "commands").rglob("*.py"))
+# below the commands, argparse.Namespace is only ever a checkpoint's data type: the
+# released (old-format) checkpoints store their configuration as one
+CHECKPOINT_FORMAT_MODULES = {PACKAGE / "compat" / "torch_load.py", PACKAGE / "engine" / "checkpoints" / "info.py",
+                             PACKAGE / "engine" / "checkpoints" / "legacy.py"}
+
+
+def imported_modules(path: Path):
+    """Every package module ``path`` imports, at the top or inside functions (absolute names)."""
+    here = module_name(path).split(".")
+    package = here if path.name == "__init__.py" else here[:-1]
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == NAME:
+                    yield alias.name, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.split(".")[0] != NAME:
+                continue
+            for alias in node.names:
+                submodule = f"{target}.{alias.name}"
+                yield (submodule if submodule in MODULES else target), node.lineno
 
 
 @pytest.mark.parametrize("module", PLAIN_MODULES)
-def test_plain_study_modules_import_without_fairseq(module):
+def test_plain_modules_import_without_fairseq(module):
     script = (
         "import importlib, sys\n"
         f"importlib.import_module({module!r})\n"
@@ -47,48 +88,78 @@ def test_the_command_line_entry_point_imports_without_fairseq():
     assert result.returncode == 0 and result.stdout.strip() == "False", result.stderr
 
 
-def _imports(path: Path):
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                yield alias.name, 0
-        elif isinstance(node, ast.ImportFrom):
-            yield node.module or "", node.level
-
-
 @pytest.mark.parametrize("path", [p for p in package_modules() if p not in COMMAND_LAYER],
                          ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_no_module_below_the_commands_handles_command_line_options(path):
     source = path.read_text(encoding="utf-8")
     for forbidden in ("args.", "ArgumentParser", "add_argument", "parse_known_args", "argparse.Namespace)"):
         assert forbidden not in source, f"{path.name} uses {forbidden!r}"
-    if path.name not in CHECKPOINT_FORMAT_MODULES:
-        assert not any(name == "argparse" for name, _ in _imports(path)), f"{path.name} imports argparse"
+    if path not in CHECKPOINT_FORMAT_MODULES:
+        tree = ast.parse(source)
+        imports = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+        imports += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and not n.level]
+        assert "argparse" not in imports, f"{path.name} imports argparse"
 
 
-def test_layers_import_only_downwards():
-    """study/ never imports engine/, modules/, tasks/, criterions/ or commands/; engine/ never commands/."""
-    forbidden = {
-        "study": ("engine", "modules", "tasks", "criterions", "commands", "cli"),
-        "engine": ("commands", "cli"),
-        "modules": ("engine", "commands", "cli"),
-        "tasks": ("commands", "cli"),
-        "criterions": ("commands", "cli"),
-    }
-    for layer, below in forbidden.items():
-        for path in (PACKAGE / layer).glob("*.py"):
-            for name, level in _imports(path):
-                if level >= 2 or name.startswith("fairseq_headprune."):
-                    top = name.replace("fairseq_headprune.", "").split(".")[0]
-                    assert top not in below, f"{layer}/{path.name} imports {name}"
+# what each folder may not import (recursively, lazy imports included)
+FORBIDDEN = {
+    "study": ("compat", "modules", "tasks", "criterions", "registry", "engine", "commands", "cli"),
+    "corpora": ("compat", "modules", "tasks", "criterions", "registry", "engine", "commands", "cli"),
+    "version": ("study", "constants", "errors", "corpora",
+                "compat", "modules", "tasks", "criterions", "registry", "engine", "commands", "cli"),
+    "constants": ("study", "compat", "modules", "tasks", "criterions", "registry", "engine", "commands", "cli"),
+    "errors": ("study", "compat", "modules", "tasks", "criterions", "registry", "engine", "commands", "cli"),
+    "compat": ("modules", "tasks", "criterions", "registry", "engine", "commands", "cli"),
+    "modules": ("tasks", "criterions", "registry", "engine", "commands", "cli"),
+    "tasks": ("registry", "engine", "commands", "cli"),
+    "criterions": ("registry", "engine", "commands", "cli"),
+    "registry": ("engine", "commands", "cli"),
+    "engine": ("commands", "cli"),
+}
+
+
+@pytest.mark.parametrize("path", package_modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_layers_import_only_downwards(path):
+    layer = top_folder(module_name(path))
+    for target, line in imported_modules(path):
+        assert top_folder(target) not in FORBIDDEN.get(layer, ()), f"{path.name}:{line} imports {target}"
+
+
+def test_nothing_imports_the_package_root():
+    """Registration goes through ``registry``; the root holds only the version and fairseq's --user-dir hook."""
+    for path in package_modules():
+        for target, line in imported_modules(path):
+            if target == NAME:
+                raise AssertionError(f"{path.relative_to(PACKAGE)}:{line} imports the package root")
+
+
+def test_the_import_graph_has_no_cycle():
+    graph = {name: sorted({t for t, _ in imported_modules(path) if t in MODULES and t != name})
+             for name, path in MODULES.items()}
+    state, stack = {}, []
+
+    def visit(node):
+        state[node] = "open"
+        stack.append(node)
+        for target in graph[node]:
+            if state.get(target) == "open":
+                cycle = stack[stack.index(target):] + [target]
+                raise AssertionError("import cycle: " + " -> ".join(cycle))
+            if target not in state:
+                visit(target)
+        stack.pop()
+        state[node] = "done"
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name)
 
 
 def test_no_command_module_imports_another():
     for path in (PACKAGE / "commands").glob("*.py"):
-        for name, level in _imports(path):
-            if level == 1 and name not in ("common", ""):
-                pytest.fail(f"commands/{path.name} imports commands.{name}")
+        for target, line in imported_modules(path):
+            if top_folder(target) == "commands" and target not in (f"{NAME}.commands.common", f"{NAME}.commands"):
+                pytest.fail(f"commands/{path.name}:{line} imports {target}")
 
 
 def test_no_module_is_over_450_lines():

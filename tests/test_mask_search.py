@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fairseq_headprune.errors import ResultFileError, SettingsError
-from fairseq_headprune.study.mask_search import (
+from fairseq_headprune.study.methods.mask_search import (
     LatencyTable,
     LayerCosts,
     fisher_search,

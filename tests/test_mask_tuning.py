@@ -13,13 +13,13 @@ import pytest
 import torch
 
 from conftest import run
-from fairseq_headprune.engine.loading import split_batches
-from fairseq_headprune.engine.mask_tuning import forward_order, tune_mask, tuning_folded
+from fairseq_headprune.engine.runners.batches import split_batches
+from fairseq_headprune.engine.methods.mask_tuning import forward_order, tune_mask, tuning_folded
 from fairseq_headprune.modules.masked_multihead_attention import (
     attention_modules, head_layout, head_mask_applied, set_head_mask,
 )
-from fairseq_headprune.study.head_mask import full_mask, parse_head_mask
-from fairseq_headprune.study.mask_tuning import TuningSums, read_tuning, solve_layer, write_tuning
+from fairseq_headprune.study.masks.head_mask import full_mask, parse_head_mask
+from fairseq_headprune.study.methods.mask_tuning import TuningSums, read_tuning, solve_layer, write_tuning
 
 SENTENCES = 48
 SPEC = "E:1:2,5,7 A:2:1-6 D:1:3"
@@ -112,9 +112,9 @@ def test_a_tuned_shrunk_checkpoint_computes_the_tuned_masked_model(tiny_model, t
     result = run(["fairseq-headprune", "shrink", "--path", tiny_model["checkpoint"], "--tuning",
                   tmp_path / "tuning.json", "--out", tmp_path / "tuned.pt"])
     assert "removed\t10 of 48 heads" in result.stdout
-    from fairseq_headprune.engine.loading import load_task_and_model
+    from fairseq_headprune.engine.checkpoints.loading import load_generation_model
 
-    _, _, shrunk = load_task_and_model(str(tiny_model["data"]), str(tmp_path / "tuned.pt"), cpu=True)
+    _, _, shrunk = load_generation_model(str(tiny_model["data"]), str(tmp_path / "tuned.pt"), cpu=True)
     sample = samples_of(task, "valid", 32)[0]
     with torch.no_grad(), head_mask_applied(model, head_mask), tuning_folded(model, tuning):
         tuned_logits = model(**sample["net_input"])[0]
@@ -142,7 +142,7 @@ def test_search_writes_a_mask_within_the_budget_that_every_command_reads(tiny_mo
     assert record["result"]["cost"] == 30 and record["result"]["rearranged"]
     assert record["result"]["estimated_loss_increase_block"] <= record["result"]["block_loss_before_rearrangement"]
     # the mask file is what every command's --head-mask reads, with the spec the search printed
-    from fairseq_headprune.study.head_mask import count_masked, head_mask_to_spec, read_mask_file
+    from fairseq_headprune.study.masks.head_mask import count_masked, head_mask_to_spec, read_mask_file
 
     layout = {t: (2, 8) for t in ("enc-enc", "enc-dec", "dec-dec")}
     head_mask = read_mask_file(str(out / "mask.json"), layout)
@@ -163,7 +163,7 @@ def test_latency_tables_price_a_search_and_are_refused_elsewhere(tiny_model, tmp
     assert record["result"]["cost"] <= record["full_cost"] / 2 + 1e-9 and "ms" in result.stdout
     # the table written by the command is refused for another device (one line in the CLI: ResultFileError)
     from fairseq_headprune.errors import ResultFileError
-    from fairseq_headprune.study.mask_search import read_latency_table
+    from fairseq_headprune.study.methods.mask_search import read_latency_table
 
     with pytest.raises(ResultFileError, match="measured on another device"):
         read_latency_table(str(table), payload["architecture"], "cuda: another device")

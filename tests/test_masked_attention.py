@@ -9,7 +9,7 @@ import torch
 
 from conftest import zeroed_copy
 
-from fairseq_headprune.study.head_mask import full_mask, parse_head_mask
+from fairseq_headprune.study.masks.head_mask import full_mask, parse_head_mask
 from fairseq_headprune.modules.masked_multihead_attention import (
     MaskedMultiheadAttention,
     attention_modules,

@@ -3,8 +3,8 @@
 from collections import Counter
 from statistics import mean
 
-from fairseq_headprune.study.demo_lexicon import CORE_NOUNS, INTRANSITIVE_VERBS, TAIL, TRANSITIVE_VERBS
-from fairseq_headprune.study.nli_corpus import NLI_LABELS, generate_inference, write_inference_corpus
+from fairseq_headprune.corpora.demo_lexicon import CORE_NOUNS, INTRANSITIVE_VERBS, TAIL, TRANSITIVE_VERBS
+from fairseq_headprune.corpora.nli_corpus import NLI_LABELS, generate_inference, write_inference_corpus
 
 NEGATION = {"not", "does", "do", "did"}
 # every form of a word -> one form: verbs (3sg, base, past) and nouns (plural), determiners by number

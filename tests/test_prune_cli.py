@@ -8,9 +8,9 @@ import pytest
 
 from conftest import USER_DIR, run
 
-from fairseq_headprune.engine.checkpoint_info import checkpoint_head_layout
-from fairseq_headprune.study.head_mask import count_masked, head_mask_to_spec, parse_head_mask
-from fairseq_headprune.study.pruning import (
+from fairseq_headprune.engine.checkpoints.info import checkpoint_head_layout
+from fairseq_headprune.study.masks.head_mask import count_masked, head_mask_to_spec, parse_head_mask
+from fairseq_headprune.study.methods.pruning import (
     ascending,
     curve_steps,
     heads_in_scope,
@@ -85,8 +85,8 @@ def test_a_type_scope_prunes_only_that_type(tiny_model, study):
 
 
 def test_importance_orders_follow_the_estimated_importance(tiny_model, study):
-    from fairseq_headprune.study.head_mask import full_mask
-    from fairseq_headprune.study.importance import read_importance_file
+    from fairseq_headprune.study.masks.head_mask import full_mask
+    from fairseq_headprune.study.methods.importance import read_importance_file
 
     out_dir, steps, _ = study
     layout = checkpoint_head_layout(str(tiny_model["checkpoint"]))
@@ -223,8 +223,8 @@ def test_fisher_scores_order_the_heads_and_are_not_mixed_with_importance(tiny_mo
     fisher = tmp_path / "fisher"
     prune(tiny_model, fisher, "--orders", "iterative", "--step-percent", "25", "--max-percent", "25",
           "--importance-method", "fisher", "--importance-limit", "16")
-    from fairseq_headprune.study.head_mask import full_mask
-    from fairseq_headprune.study.importance import read_importance_file
+    from fairseq_headprune.study.masks.head_mask import full_mask
+    from fairseq_headprune.study.methods.importance import read_importance_file
 
     layout = checkpoint_head_layout(str(tiny_model["checkpoint"]))
     first = read_importance_file(str(fisher / "importance" / f"{mask_name(full_mask(layout))}.json"), layout)
@@ -242,9 +242,9 @@ def test_fisher_scores_order_the_heads_and_are_not_mixed_with_importance(tiny_mo
 def test_fisher_search_curves_and_tuned_masks_translate_as_the_tuned_shrunk_model(tiny_model, tmp_path):
     """Kwon et al.: the search's masks at each level, rearranged, and tuned; a tuned step is what the
     tuned, shrunk checkpoint translates."""
-    from fairseq_headprune.study.head_mask import full_mask
-    from fairseq_headprune.study.importance import read_importance_file
-    from fairseq_headprune.study.mask_search import pruned_count_search
+    from fairseq_headprune.study.masks.head_mask import full_mask
+    from fairseq_headprune.study.methods.importance import read_importance_file
+    from fairseq_headprune.study.methods.mask_search import pruned_count_search
 
     out = tmp_path / "kwon"
     result = prune(tiny_model, out, "--orders", "fisher,fisher-rearranged", "--tune-masks", "fisher-rearranged",

@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from fairseq_headprune.study.head_mask import count_masked, full_mask
+from fairseq_headprune.study.masks.head_mask import count_masked, full_mask
 from fairseq_headprune.errors import HeadMaskError
-from fairseq_headprune.study.budgets import budget_mask, parse_layer_budget, parse_type_budget
-from fairseq_headprune.study.pruning import (
+from fairseq_headprune.study.methods.budgets import budget_mask, parse_layer_budget, parse_type_budget
+from fairseq_headprune.study.methods.pruning import (
     ablation_scores,
     ascending,
     curve_steps,

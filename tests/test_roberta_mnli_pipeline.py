@@ -33,7 +33,7 @@ def mnli_dir(tmp_path_factory):
 def test_bundle_has_the_released_format(mnli_dir):
     import torch
 
-    from fairseq_headprune.engine.checkpoint_info import checkpoint_head_layout
+    from fairseq_headprune.engine.checkpoints.info import checkpoint_head_layout
 
     bundle = os.path.join(mnli_dir, "bundle")
     assert sorted(os.listdir(bundle)) == ["dict.txt", "encoder.json", "model.pt", "vocab.bpe"]

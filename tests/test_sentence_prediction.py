@@ -51,8 +51,8 @@ def stock_validate(checkpoint, data):
 
 def zeroed_checkpoint(checkpoint, spec, path):
     """The checkpoint with the heads of ``spec`` zeroed in every layer's out_proj."""
-    import fairseq_headprune  # noqa: F401  (allow-list)
-    from fairseq_headprune.study.head_mask import parse_head_mask
+    import fairseq_headprune.compat.torch_load  # noqa: F401  (allow-list)
+    from fairseq_headprune.study.masks.head_mask import parse_head_mask
 
     state = torch.load(checkpoint, map_location="cpu")
     heads = state["cfg"]["model"].encoder_attention_heads  # RoBERTa's model config is an argparse Namespace
@@ -81,7 +81,7 @@ def test_masked_validation_equals_stock_fairseq_with_zeroed_columns(classifier, 
 
 
 def test_fine_tuning_keeps_masked_heads_pruned(classifier, tmp_path):
-    import fairseq_headprune  # noqa: F401
+    import fairseq_headprune.compat.torch_load  # noqa: F401  (allow-list)
 
     data, checkpoint = classifier["data"], classifier["checkpoint"]
     result = run(
@@ -136,7 +136,11 @@ def test_importance_of_a_classifier_equals_explicit_autograd(classifier, tmp_pat
     import torch.nn.functional as F
     from fairseq import checkpoint_utils
 
-    from fairseq_headprune.modules.masked_multihead_attention import head_layout, install_masked_attention, set_head_mask
+    from fairseq_headprune.modules.masked_multihead_attention import (
+        head_layout,
+        install_masked_attention,
+        set_head_mask,
+    )
 
     computed = {}
     for method, ranks in (("gradient", 1), ("fisher", 2)):  # Fisher sharded over 2 torchrun ranks (gloo)
@@ -204,7 +208,7 @@ def test_ablate_accuracy_equals_stock_fairseq_with_zeroed_columns(classifier, cl
 
     from conftest import zeroed_copy
     from fairseq_headprune.modules.masked_multihead_attention import head_layout
-    from fairseq_headprune.study.head_mask import parse_head_mask
+    from fairseq_headprune.study.masks.head_mask import parse_head_mask
 
     data, checkpoint, out = classifier["data"], classifier["checkpoint"], classifier_study["dir"] / "ablation"
     console = classifier_study["console"]["single"]
@@ -272,7 +276,7 @@ def stock_correctness(checkpoint, data, spec, split="test"):
 
     from conftest import zeroed_copy
     from fairseq_headprune.modules.masked_multihead_attention import head_layout
-    from fairseq_headprune.study.head_mask import parse_head_mask
+    from fairseq_headprune.study.masks.head_mask import parse_head_mask
 
     models, _, task = checkpoint_utils.load_model_ensemble_and_task(
         [str(checkpoint)], arg_overrides={"data": str(data)})
@@ -317,18 +321,18 @@ def test_report_of_a_classifier_study(classifier_study):
 
 def test_a_classifier_searched_tuned_and_shrunk_classifies_as_the_tuned_masked_model(classifier, tmp_path):
     """Kwon et al.'s pipeline on an encoder-only model: search, tune, fold into a smaller checkpoint."""
-    from fairseq_headprune.engine.loading import load_scoring_model
-    from fairseq_headprune.engine.mask_tuning import tuning_folded
+    from fairseq_headprune.engine.checkpoints.loading import load_evaluation_model
+    from fairseq_headprune.engine.methods.mask_tuning import tuning_folded
     from fairseq_headprune.modules.masked_multihead_attention import head_layout, head_mask_applied
-    from fairseq_headprune.study.mask_tuning import read_tuning
+    from fairseq_headprune.study.methods.mask_tuning import read_tuning
 
     out = tmp_path / "search"
     run(["fairseq-headprune", "search", classifier["data"], "--path", classifier["checkpoint"], "--budget", "50%",
          "--tune-masks", "--out-dir", out, "--no-progress"])
     run(["fairseq-headprune", "shrink", "--path", classifier["checkpoint"], "--tuning", out / "tuning.json",
          "--out", tmp_path / "tuned.pt"])
-    _, task, model = load_scoring_model("classifier", str(classifier["data"]), str(classifier["checkpoint"]))
-    _, _, shrunk = load_scoring_model("classifier", str(classifier["data"]), str(tmp_path / "tuned.pt"))
+    _, task, model = load_evaluation_model("classifier", str(classifier["data"]), str(classifier["checkpoint"]))
+    _, _, shrunk = load_evaluation_model("classifier", str(classifier["data"]), str(tmp_path / "tuned.pt"))
     tuning = read_tuning(str(out / "tuning.json"), head_layout(model))
     task.load_dataset("test")
     dataset = task.dataset("test")

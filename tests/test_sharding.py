@@ -14,7 +14,7 @@ import pytest
 
 from conftest import headprune_launcher, run
 
-from fairseq_headprune.study.files import TEMPORARY_PREFIX
+from fairseq_headprune.study.output.files import TEMPORARY_PREFIX
 
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 GENERATION = ["--beam", "2", "--batch-size", "64", "--no-progress"]
@@ -164,7 +164,7 @@ def test_more_ranks_than_configurations_is_refused_in_one_line_before_anything_i
         tiny_model, tmp_path, monkeypatch, capsys):
     """As rank 0 of 3 would see it (in process: torchrun's error plumbing is tested above)."""
     from fairseq_headprune import cli
-    from fairseq_headprune.engine import ranks
+    from fairseq_headprune.engine.runtime import ranks
 
     monkeypatch.setattr(ranks, "_current", ranks.Ranks(0, 3))
     out_dir = tmp_path / "ablate"

@@ -6,12 +6,12 @@ import pytest
 import torch
 
 from conftest import USER_DIR, run
-from fairseq_headprune.engine.checkpoint_info import load_checkpoint_state, state_head_layout
-from fairseq_headprune.study.head_mask import parse_head_mask
+from fairseq_headprune.engine.checkpoints.info import load_checkpoint_state, state_head_layout
+from fairseq_headprune.study.masks.head_mask import parse_head_mask
 from fairseq_headprune.modules.masked_multihead_attention import (
     attention_modules, head_layout, set_head_mask, unfused_attention,
 )
-from fairseq_headprune.engine.shrink import shrink_model
+from fairseq_headprune.modules.pruned_heads import shrink_model
 
 MASKS = [
     "E:1:3",                                  # one head
@@ -26,9 +26,9 @@ def shrink(tiny_model, spec, out, check=True):
 
 
 def load(tiny_model, path):
-    from fairseq_headprune.engine.loading import load_task_and_model
+    from fairseq_headprune.engine.checkpoints.loading import load_generation_model
 
-    _, task, model = load_task_and_model(str(tiny_model["data"]), str(path), cpu=True)
+    _, task, model = load_generation_model(str(tiny_model["data"]), str(path), cpu=True)
     return task, model
 
 
@@ -104,7 +104,7 @@ def test_shrunk_checkpoint_translates_in_a_fresh_fairseq_generate(tiny_model, tm
 
 
 def test_legacy_checkpoint_shrinks_like_the_new_format(tiny_model, tiny_task_and_model, tmp_path):
-    from fairseq_headprune.engine.legacy_checkpoint import write_legacy_checkpoint
+    from fairseq_headprune.engine.checkpoints.legacy import write_legacy_checkpoint
 
     spec = "A:1:keep=4 D:2:1-3"
     write_legacy_checkpoint(str(tiny_model["checkpoint"]), str(tmp_path / "legacy.pt"))

@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from fairseq_headprune.study.ablation import (
+from fairseq_headprune.study.methods.ablation import (
     ConfigScores,
     all_but_one_configs,
     best_per_layer,
@@ -16,11 +16,11 @@ from fairseq_headprune.study.ablation import (
     result_rows,
     single_head_configs,
 )
-from fairseq_headprune.study.ablation_tables import latex_single_table, markdown_single_table
-from fairseq_headprune.study.bleu_stats import compare_mt_stats, fairseq_bleu_stats, sacrebleu_stats
-from fairseq_headprune.study.head_mask import count_masked, full_mask
-from fairseq_headprune.study.metrics import COMPARE_MT_BLEU, SACREBLEU, TOKENIZED_BLEU
-from fairseq_headprune.study.significance import (
+from fairseq_headprune.study.output.tables import latex_single_table, markdown_single_table
+from fairseq_headprune.study.statistics.bleu_stats import compare_mt_stats, fairseq_bleu_stats, sacrebleu_stats
+from fairseq_headprune.study.masks.head_mask import count_masked, full_mask
+from fairseq_headprune.study.statistics.metrics import COMPARE_MT_BLEU, SACREBLEU, TOKENIZED_BLEU
+from fairseq_headprune.study.statistics.significance import (
     SignificanceSettings,
     paired_bootstrap,
     resample_counts,

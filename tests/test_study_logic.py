@@ -12,11 +12,19 @@ import torch
 from scipy import stats
 
 from fairseq_headprune.errors import SettingsError, StudyError
-from fairseq_headprune.study.ablation import best_heads, cross_domain_correlation, cross_domain_rows
-from fairseq_headprune.study.dynamics import dynamics_grid, epoch_checkpoints, parse_epochs, relative_rows
-from fairseq_headprune.study.metrics import BLEU_METRICS, COMPARE_MT_BLEU, SACREBLEU, TOKENIZED_BLEU
-from fairseq_headprune.study.pruning import heads_in_scope, importance_scores, iterative_steps, plan_curves, step_counts
-from fairseq_headprune.study.ranges import RangeError, format_ranges, parse_ranges
+from fairseq_headprune.study.methods.ablation import best_heads, cross_domain_correlation, cross_domain_rows
+from fairseq_headprune.study.methods.dynamics import dynamics_grid, epoch_checkpoints, parse_epochs, relative_rows
+from fairseq_headprune.study.statistics.metrics import BLEU_METRICS, COMPARE_MT_BLEU, SACREBLEU, TOKENIZED_BLEU
+from fairseq_headprune.study.methods.pruning import (
+    heads_in_scope,
+    importance_scores,
+    iterative_steps,
+    CurvePlan,
+    CurveScores,
+    plan_curves,
+    step_counts,
+)
+from fairseq_headprune.study.masks.ranges import RangeError, format_ranges, parse_ranges
 from fairseq_headprune.study.settings import (
     CurveSettings,
     ImportanceSettings,
@@ -117,8 +125,8 @@ def test_iterative_pruning_re_ranks_on_the_pruned_model():
         assert set(call) == {(t, l, h) for t, m in step.head_mask.items() for l in range(2) for h in range(4)
                              if m[l, h] == 0}
     # the once-estimated order differs: re-estimation is what this order is for
-    once = plan_curves(LAYOUT, ["importance"], ["all"], importance_of, normalize=False,
-                       step_percent=25.0, max_percent=75.0)
+    once = plan_curves(LAYOUT, CurvePlan(["importance"], ["all"], normalize=False, step_percent=25.0, max_percent=75.0),
+                       CurveScores(importance_of))
     assert torch.equal(once[1].head_mask["enc-enc"], steps[1].head_mask["enc-enc"])
     assert any(not torch.equal(a.head_mask[t], b.head_mask[t]) for a, b in zip(once, steps) for t in LAYOUT)
 
@@ -130,8 +138,9 @@ def test_plan_curves_estimates_the_unpruned_model_once_for_both_importance_order
         calls.append((list(pruned), description))
         return _importance_with(pruned)
 
-    steps = plan_curves(LAYOUT, ["importance", "iterative", "random"], ["all", "enc-dec"], importance_of,
-                        step_percent=50.0, max_percent=50.0, draws=2, seed=3)
+    steps = plan_curves(LAYOUT, CurvePlan(["importance", "iterative", "random"], ["all", "enc-dec"],
+                                          step_percent=50.0, max_percent=50.0, draws=2, seed=3),
+                        CurveScores(importance_of))
     assert sum(1 for pruned, _ in calls if not pruned) == 1
     assert {(s.scope, s.order, s.draw) for s in steps} == {
         (scope, order, draw) for scope in ("all", "enc-dec")
@@ -234,8 +243,8 @@ def test_the_paired_test_follows_the_metrics_direction():
     """The same evidence as accuracy (higher is better) and as error rate (lower is better)."""
     import numpy as np
 
-    from fairseq_headprune.study.metrics import Metric
-    from fairseq_headprune.study.significance import SignificanceSettings, paired_bootstrap, resample_counts
+    from fairseq_headprune.study.statistics.metrics import Metric
+    from fairseq_headprune.study.statistics.significance import SignificanceSettings, paired_bootstrap, resample_counts
 
     def correct_and_count(references, hypotheses):
         return np.array([[float(r == h), 1.0] for r, h in zip(references, hypotheses)])

@@ -40,7 +40,7 @@ def wmt_dir(tmp_path_factory):
 def test_bundle_has_the_released_layout_and_format(wmt_dir):
     import torch
 
-    from fairseq_headprune.engine.checkpoint_info import checkpoint_head_layout
+    from fairseq_headprune.engine.checkpoints.info import checkpoint_head_layout
 
     assert sorted(os.listdir(os.path.join(wmt_dir, "bundle"))) == ["bpecodes", "dict.en.txt", "dict.fr.txt", "model.pt"]
     state = torch.load(os.path.join(wmt_dir, "bundle", "model.pt"), map_location="cpu", weights_only=False)

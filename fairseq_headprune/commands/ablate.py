@@ -3,13 +3,13 @@
 import argparse
 
 from ..constants import ABLATION_MODES
-from ..study.ablation import ablation_summary
+from ..study.methods.ablation import ablation_summary
 from ..study.settings import AblationSettings, parse_types
 from .common import add_study_inputs, add_sweep_arguments, sweep_settings
 
 
 def settings_from(args: argparse.Namespace) -> AblationSettings:
-    from ..engine.checkpoint_info import checkpoint_family
+    from ..engine.checkpoints.info import checkpoint_family
 
     return AblationSettings(
         sweep=sweep_settings(args, args.path, checkpoint_family(args.path)), mode=args.mode, types=parse_types(args.types), heads=args.heads,
@@ -18,7 +18,7 @@ def settings_from(args: argparse.Namespace) -> AblationSettings:
 
 
 def command_ablate(args: argparse.Namespace) -> int:
-    from ..engine.ablate_study import run_ablation
+    from ..engine.studies.ablate import run_ablation
 
     settings = settings_from(args)
     outcome = run_ablation(settings)

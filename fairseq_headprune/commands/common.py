@@ -6,7 +6,7 @@ of ``study/settings.py``; the layers below never see the namespace.
 """
 
 import argparse
-from typing import List
+from typing import List, Optional
 
 from ..constants import (
     DEFAULT_ALPHA,
@@ -28,9 +28,9 @@ from ..constants import (
     SIGNIFICANCE_TESTS,
     TRANSLATION_FAMILY,
 )
-from ..study.metrics import BLEU_METRICS
+from ..study.statistics.metrics import BLEU_METRICS
 from ..study.settings import DETOKENIZERS, CurveSettings, ImportanceSettings, SweepSettings, TuningSettings
-from ..study.significance import SignificanceSettings
+from ..study.statistics.significance import SignificanceSettings
 
 
 def add_test_arguments(parser: argparse.ArgumentParser) -> None:
@@ -122,6 +122,62 @@ def sweep_settings(args: argparse.Namespace, checkpoint: str, family: str = TRAN
     )
 
 
+def add_importance_arguments(parser, prefix: str = "--importance-", method: bool = True,
+                             batch_size: bool = False) -> None:
+    """How importance (or Fisher information) is estimated: one declaration for every command.
+
+    ``prefix`` names the options (``--importance-subset`` ...; the importance
+    command itself says ``--subset`` ...); ``--importance-method`` keeps its
+    name everywhere. ``method=False``: the command always estimates Fisher scores.
+    """
+    parser.add_argument(
+        f"{prefix}subset", nargs="+", default=["valid"], metavar="SPLIT",
+        help="splits to estimate on (default: valid; the paper uses newstest2009-2012)",
+    )
+    parser.add_argument(f"{prefix}limit", type=int, metavar="N", help="use only the first N sentences of each split")
+    parser.add_argument(f"{prefix}max-tokens", type=int, metavar="N", help="tokens per batch")
+    if batch_size:
+        parser.add_argument(
+            f"{prefix}max-sentences", f"{prefix}batch-size", dest=_dest(prefix, "max_sentences"), type=int,
+            metavar="N", help="sentences per batch (default 64 when --max-tokens is not given)",
+        )
+    parser.add_argument(
+        f"{prefix}granularity", choices=GRANULARITIES, default=DEFAULT_GRANULARITY,
+        help="the unit x of E_x: |dL/dxi_h| per sentence (the paper, default), per target token (the "
+        "authors' code) or per batch",
+    )
+    if method:
+        parser.add_argument(
+            "--importance-method", choices=IMPORTANCE_METHODS, default=DEFAULT_IMPORTANCE_METHOD,
+            help="gradient (default): I_h = E_x |dL(x)/dxi_h|, the paper's importance; fisher: F_h = E_x "
+            "(dL(x)/dxi_h)^2, the mask's diagonal Fisher information (Kwon et al. 2022), from the same backward pass",
+        )
+    parser.add_argument(
+        f"{prefix}loss", choices=IMPORTANCE_LOSSES, default=DEFAULT_IMPORTANCE_LOSS,
+        help=f"loss to differentiate (default: nll, plain cross-entropy as the authors' code; "
+        f"label_smoothed: label-smoothed cross-entropy with {prefix}label-smoothing)",
+    )
+    parser.add_argument(
+        f"{prefix}label-smoothing", type=float, default=DEFAULT_LABEL_SMOOTHING, metavar="EPS",
+        help=f"label smoothing epsilon of {prefix}loss label_smoothed (default {DEFAULT_LABEL_SMOOTHING:g})",
+    )
+
+
+def _dest(prefix: str, name: str) -> str:
+    return prefix.lstrip("-").replace("-", "_") + name
+
+
+def importance_settings(args: argparse.Namespace, prefix: str = "--importance-",
+                        method: Optional[str] = None) -> ImportanceSettings:
+    """The settings of ``add_importance_arguments``'s options (``method``: fixed, when the command has none)."""
+    value = lambda name: getattr(args, _dest(prefix, name), None)  # noqa: E731
+    return ImportanceSettings(
+        subsets=list(value("subset")), limit=value("limit"), max_tokens=value("max_tokens"),
+        max_sentences=value("max_sentences"), granularity=value("granularity"), loss=value("loss"),
+        label_smoothing=value("label_smoothing"), method=method or args.importance_method, option_prefix=prefix,
+    )
+
+
 def add_curve_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of the importance-ordered pruning curve (prune and dynamics)."""
     parser.add_argument(
@@ -132,30 +188,7 @@ def add_curve_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-percent", type=float, default=DEFAULT_MAX_PERCENT,
         help=f"largest pruning level, %% (default {DEFAULT_MAX_PERCENT:g})",
     )
-    parser.add_argument(
-        "--importance-subset", nargs="+", default=["valid"], metavar="SPLIT",
-        help="splits to estimate importance on (default: valid)",
-    )
-    parser.add_argument("--importance-limit", type=int, metavar="N", help="first N sentences of each importance split")
-    parser.add_argument("--importance-max-tokens", type=int, metavar="N", help="tokens per importance batch")
-    parser.add_argument(
-        "--importance-granularity", choices=GRANULARITIES, default=DEFAULT_GRANULARITY,
-        help="|dL/dxi_h| per sentence (the paper, default), per target token or per batch",
-    )
-    parser.add_argument(
-        "--importance-method", choices=IMPORTANCE_METHODS, default=DEFAULT_IMPORTANCE_METHOD,
-        help="what orders the heads: gradient (default), I_h = E_x |dL/dxi_h| as the paper; fisher, "
-        "F_h = E_x (dL/dxi_h)^2 (Kwon et al. 2022)",
-    )
-    parser.add_argument(
-        "--importance-loss", choices=IMPORTANCE_LOSSES, default=DEFAULT_IMPORTANCE_LOSS,
-        help="loss whose gradient ranks the heads (default: nll, plain cross-entropy as the "
-        "authors' code; label_smoothed with --importance-label-smoothing)",
-    )
-    parser.add_argument(
-        "--importance-label-smoothing", type=float, default=DEFAULT_LABEL_SMOOTHING, metavar="EPS",
-        help=f"label smoothing of --importance-loss label_smoothed (default {DEFAULT_LABEL_SMOOTHING:g})",
-    )
+    add_importance_arguments(parser.add_argument_group("importance estimation"))
     parser.add_argument(
         "--raw-importance", action="store_true",
         help="rank heads by raw importance, not importance normalised per layer (the paper normalises)",
@@ -163,17 +196,8 @@ def add_curve_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def curve_settings(args: argparse.Namespace) -> CurveSettings:
-    return CurveSettings(
-        step_percent=args.step_percent,
-        max_percent=args.max_percent,
-        importance=ImportanceSettings(
-            subsets=list(args.importance_subset), limit=args.importance_limit,
-            max_tokens=args.importance_max_tokens, granularity=args.importance_granularity,
-            loss=args.importance_loss, label_smoothing=args.importance_label_smoothing,
-            method=args.importance_method, option_prefix="--importance-",
-        ),
-        raw_importance=args.raw_importance,
-    )
+    return CurveSettings(step_percent=args.step_percent, max_percent=args.max_percent,
+                         importance=importance_settings(args), raw_importance=args.raw_importance)
 
 
 def add_tuning_arguments(parser: argparse.ArgumentParser, tune_option_help: str, per_order: bool = True) -> None:

@@ -8,8 +8,8 @@ from ..errors import SettingsError
 
 
 def command_corpus(args: argparse.Namespace) -> int:
-    from ..study.demo_corpus import write_acceptability_corpus, write_demo_corpus
-    from ..study.nli_corpus import write_inference_corpus, write_pretraining_text
+    from ..corpora.demo_corpus import write_acceptability_corpus, write_demo_corpus
+    from ..corpora.nli_corpus import write_inference_corpus, write_pretraining_text
 
     if args.scale <= 0:
         raise SettingsError(f"--scale must be positive, got {args.scale}")

@@ -3,15 +3,15 @@
 import argparse
 import os
 
-from ..study.dynamics import dynamics_grid, parse_epochs
-from ..study.ranges import format_ranges
+from ..study.methods.dynamics import dynamics_grid, parse_epochs
+from ..study.masks.ranges import format_ranges
 from ..study.settings import DynamicsSettings
 from .common import add_curve_arguments, add_study_inputs, add_sweep_arguments, curve_settings, sweep_settings
 
 
 def settings_from(args: argparse.Namespace) -> DynamicsSettings:
-    from ..engine.checkpoint_info import checkpoint_family
-    from ..study.dynamics import epoch_checkpoints
+    from ..engine.checkpoints.info import checkpoint_family
+    from ..study.methods.dynamics import epoch_checkpoints
 
     epochs = parse_epochs(args.epochs)
     (_, first), *_ = epoch_checkpoints(args.checkpoints, epochs)  # the family of the first epoch's model
@@ -22,7 +22,7 @@ def settings_from(args: argparse.Namespace) -> DynamicsSettings:
 
 
 def command_dynamics(args: argparse.Namespace) -> int:
-    from ..engine.dynamics_study import run_dynamics
+    from ..engine.studies.dynamics import run_dynamics
 
     settings = settings_from(args)
     rows = run_dynamics(settings)

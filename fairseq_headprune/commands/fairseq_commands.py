@@ -43,7 +43,7 @@ def _option_value(argv: List[str], option: str) -> Optional[str]:
 def _task_for(argv: List[str]) -> List[str]:
     """``--task`` (and the criterion it needs) for the ``--path`` checkpoint's task."""
     from ..constants import CLASSIFIER_FAMILY, LANGUAGE_MODEL_FAMILY
-    from ..engine.checkpoint_info import (
+    from ..engine.checkpoints.info import (
         load_checkpoint_state,
         saved_task_name,
         state_classification_head_override,
@@ -55,8 +55,10 @@ def _task_for(argv: List[str]) -> List[str]:
 
     path = _option_value(argv, "--path")  # run_fairseq_command checked that its files exist
     checkpoint = path.split(":")[0] if path is not None else None
-    state = load_checkpoint_state(checkpoint) if checkpoint is not None else None
-    family = task_family(saved_task_name(state) if state is not None else None)
+    if checkpoint is None:  # fairseq-train from scratch: the translation task unless --task says otherwise
+        return ["--task", TASK_NAME]
+    state = load_checkpoint_state(checkpoint)
+    family = task_family(saved_task_name(state), checkpoint)
     if family == CLASSIFIER_FAMILY:
         # fairseq-validate cannot resolve the task's criterion interpolations without it
         criterion = [] if _given(argv, "--criterion") else ["--criterion", "sentence_prediction"]
@@ -71,8 +73,8 @@ def _task_for(argv: List[str]) -> List[str]:
 
 def run_fairseq_command(command: str, args: List[str]) -> int:
     """Run a fairseq command with ``--user-dir`` and ``--task`` filled in."""
-    from .. import register_components
-    from ..errors import CheckpointError
+    from ..errors import CheckpointError, HeadPruneError, debugging
+    from ..registry import register_components
 
     register_components()
     argv = list(args)
@@ -86,7 +88,13 @@ def run_fairseq_command(command: str, args: List[str]) -> int:
         argv += _task_for(argv)
     module = importlib.import_module(FAIRSEQ_COMMANDS[command])
     sys.argv = [f"fairseq-{command}"] + argv
-    module.cli_main()
+    try:
+        module.cli_main()
+    except HeadPruneError as error:  # raised inside fairseq's command: reported as fairseq-<command> would
+        if debugging():
+            raise
+        print(f"fairseq-headprune: error: {error}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -2,32 +2,14 @@
 
 import argparse
 
-from ..constants import (
-    DEFAULT_GRANULARITY,
-    DEFAULT_IMPORTANCE_LOSS,
-    DEFAULT_IMPORTANCE_METHOD,
-    DEFAULT_LABEL_SMOOTHING,
-    GRANULARITIES,
-    IMPORTANCE_LOSSES,
-    IMPORTANCE_METHODS,
-)
-from ..study.settings import ImportanceSettings
-from .common import add_device_arguments, fairseq_language_args
-
-
-def settings_from(args: argparse.Namespace) -> ImportanceSettings:
-    return ImportanceSettings(
-        subsets=list(args.subset), limit=args.limit, max_tokens=args.max_tokens, max_sentences=args.max_sentences,
-        granularity=args.granularity, loss=args.loss, label_smoothing=args.label_smoothing,
-        method=args.importance_method,
-    )
+from .common import add_device_arguments, add_importance_arguments, fairseq_language_args, importance_settings
 
 
 def command_importance(args: argparse.Namespace) -> int:
-    from ..engine.importance_study import importance_prefix, run_importance
-    from ..study.importance import summarize
+    from ..engine.studies.importance import importance_prefix, run_importance
+    from ..study.methods.importance import summarize
 
-    settings = settings_from(args)
+    settings = importance_settings(args, prefix="--")
     result = run_importance(
         args.data, args.path, settings, args.out_dir, head_mask=args.head_mask, loss_ablation=args.loss_ablation,
         fairseq_args=fairseq_language_args(args), cpu=args.cpu, progress=not args.no_progress,
@@ -59,36 +41,8 @@ def add_parser(commands) -> None:
     )
     importance.add_argument("data", metavar="DATA", help="fairseq-preprocess output directory")
     importance.add_argument("--path", required=True, metavar="CKPT", help="fairseq checkpoint")
-    importance.add_argument(
-        "--subset", nargs="+", default=["valid"], metavar="SPLIT",
-        help="splits to estimate on (default: valid; the paper uses newstest2009-2012)",
-    )
     importance.add_argument("--out-dir", default="importance", help="output directory (default: importance)")
-    importance.add_argument(
-        "--granularity", choices=GRANULARITIES, default=DEFAULT_GRANULARITY,
-        help="|dL/dxi_h| per sentence (the paper, default), per target token (the "
-        "authors' code) or per batch",
-    )
-    importance.add_argument(
-        "--importance-method", choices=IMPORTANCE_METHODS, default=DEFAULT_IMPORTANCE_METHOD,
-        help="gradient (default): I_h = E_x |dL(x)/dxi_h|, the paper's importance; fisher: F_h = E_x "
-        "(dL(x)/dxi_h)^2, the mask's diagonal Fisher information (Kwon et al. 2022), from the same backward pass",
-    )
-    importance.add_argument(
-        "--loss", choices=IMPORTANCE_LOSSES, default=DEFAULT_IMPORTANCE_LOSS,
-        help="loss to differentiate (default: nll, plain cross-entropy as the authors' code; "
-        "label_smoothed: label-smoothed cross-entropy with --label-smoothing)",
-    )
-    importance.add_argument(
-        "--label-smoothing", type=float, default=DEFAULT_LABEL_SMOOTHING,
-        help=f"label smoothing epsilon of --loss label_smoothed (default {DEFAULT_LABEL_SMOOTHING:g})",
-    )
-    importance.add_argument("--max-tokens", type=int, help="tokens per batch")
-    importance.add_argument(
-        "--max-sentences", "--batch-size", dest="max_sentences", type=int,
-        help="sentences per batch (default 64 when --max-tokens is not given)",
-    )
-    importance.add_argument("--limit", type=int, help="use only the first N sentences of each split")
+    add_importance_arguments(importance, prefix="--", batch_size=True)
     importance.add_argument(
         "--head-mask", metavar="SPEC", help="score the heads of the model with SPEC already masked"
     )

@@ -6,8 +6,8 @@ from ..errors import SettingsError
 
 
 def command_mask(args: argparse.Namespace) -> int:
-    from ..engine.checkpoint_info import checkpoint_head_layout
-    from ..study.head_mask import count_masked, head_mask_to_spec, masked_heads, parse_head_mask, write_mask_file
+    from ..engine.checkpoints.info import checkpoint_head_layout
+    from ..study.masks.head_mask import count_masked, head_mask_to_spec, masked_heads, parse_head_mask, write_mask_file
 
     if args.out and not args.out.lower().endswith((".json", ".tsv")):
         raise SettingsError(f"--out must end in .json or .tsv: {args.out}")
@@ -34,7 +34,7 @@ def command_mask(args: argparse.Namespace) -> int:
 def gates_mask(path: str, layout):
     """The exact-budget mask learned by ``--criterion headprune_gates`` in the checkpoint ``path``."""
     from ..criterions.headprune_gates import gate_mask_from_state, gate_summary
-    from ..engine.checkpoint_info import load_checkpoint_state
+    from ..engine.checkpoints.info import load_checkpoint_state
     from ..errors import ResultFileError
 
     state = load_checkpoint_state(path)

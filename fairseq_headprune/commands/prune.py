@@ -16,7 +16,7 @@ from .common import (
 
 
 def settings_from(args: argparse.Namespace) -> PruneSettings:
-    from ..engine.checkpoint_info import checkpoint_family
+    from ..engine.checkpoints.info import checkpoint_family
 
     orders = parse_choices(args.orders, ORDERS, "--orders")
     tune_orders = []
@@ -41,7 +41,7 @@ def settings_from(args: argparse.Namespace) -> PruneSettings:
 
 
 def command_prune(args: argparse.Namespace) -> int:
-    from ..engine.prune_study import run_prune
+    from ..engine.studies.prune import run_prune
 
     settings = settings_from(args)
     outcome = run_prune(settings)
@@ -50,7 +50,7 @@ def command_prune(args: argparse.Namespace) -> int:
     label, column = settings.sweep.metric.label, settings.sweep.metric.column
     if outcome.curve_summary:
         print(f"unpruned {label} {outcome.baseline_score:.2f} on {outcome.split}; {label} with x% of the heads pruned:")
-        from ..study.pruning import curve_orders
+        from ..study.methods.pruning import curve_orders
 
         width = max(10, *(len(r["order"]) for r in outcome.curve_summary))
         for scope in settings.scopes:

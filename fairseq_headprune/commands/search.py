@@ -2,40 +2,33 @@
 
 import argparse
 
-from ..constants import (
-    COST_KINDS,
-    DEFAULT_GRANULARITY,
-    DEFAULT_IMPORTANCE_LOSS,
-    DEFAULT_LABEL_SMOOTHING,
-    DEFAULT_SEQUENCE_LENGTH,
-    GRANULARITIES,
-    IMPORTANCE_LOSSES,
+from ..constants import COST_KINDS, DEFAULT_SEQUENCE_LENGTH
+from ..study.settings import LatencySettings, SearchSettings
+from .common import (
+    add_device_arguments,
+    add_importance_arguments,
+    add_tuning_arguments,
+    importance_settings,
+    tuning_settings,
 )
-from ..study.settings import ImportanceSettings, LatencySettings, SearchSettings
-from .common import add_device_arguments, add_tuning_arguments, tuning_settings
 
 
 def search_settings(args: argparse.Namespace) -> SearchSettings:
-    from ..engine.checkpoint_info import checkpoint_family
+    from ..engine.checkpoints.info import checkpoint_family
 
     return SearchSettings(
         data=args.data, checkpoint=args.path, out_dir=args.out_dir, budget=args.budget, cost=args.cost,
         latency_table=args.latency_table, sequence_length=args.sequence_length, fisher_file=args.fisher,
-        importance=ImportanceSettings(
-            subsets=list(args.importance_subset), limit=args.importance_limit,
-            max_tokens=args.importance_max_tokens, granularity=args.importance_granularity,
-            loss=args.importance_loss, label_smoothing=args.importance_label_smoothing, method="fisher",
-            option_prefix="--importance-",
-        ),
+        importance=importance_settings(args, method="fisher"),
         rearrange=not args.no_rearrange, tuning=tuning_settings(args), family=checkpoint_family(args.path),
         cpu=args.cpu, progress=not args.no_progress, fairseq_args=list(args.fairseq_args),
     )
 
 
 def command_search(args: argparse.Namespace) -> int:
-    from ..engine.mask_tuning import layer_tuning_summary
-    from ..engine.search_study import run_search
-    from ..study.head_mask import head_mask_to_spec
+    from ..engine.methods.mask_tuning import layer_tuning_summary
+    from ..engine.studies.search import run_search
+    from ..study.masks.head_mask import head_mask_to_spec
 
     settings = search_settings(args)
     outcome = run_search(settings)
@@ -65,8 +58,8 @@ def command_search(args: argparse.Namespace) -> int:
 
 
 def command_latency(args: argparse.Namespace) -> int:
-    from ..engine.search_study import run_latency
-    from ..study.head_mask import layer_name
+    from ..engine.studies.search import run_latency
+    from ..study.masks.head_mask import layer_name
 
     table = run_latency(LatencySettings(
         data=args.data, checkpoint=args.path, out=args.out, batch_size=args.batch_size,
@@ -115,16 +108,7 @@ def add_parsers(commands) -> None:
                         help="importance.json of importance --importance-method fisher (default: estimate it)")
     search.add_argument("--no-rearrange", action="store_true", help="keep the diagonal search's mask")
     group = search.add_argument_group("Fisher estimation (without --fisher)")
-    group.add_argument("--importance-subset", nargs="+", default=["valid"], metavar="SPLIT",
-                       help="splits to estimate on (default: valid)")
-    group.add_argument("--importance-limit", type=int, metavar="N", help="first N sentences of each split")
-    group.add_argument("--importance-max-tokens", type=int, metavar="N", help="tokens per batch")
-    group.add_argument("--importance-granularity", choices=GRANULARITIES, default=DEFAULT_GRANULARITY,
-                       help="the unit x of E_x g g^T: sentence (default), token or batch")
-    group.add_argument("--importance-loss", choices=IMPORTANCE_LOSSES, default=DEFAULT_IMPORTANCE_LOSS,
-                       help="the loss L (default: nll)")
-    group.add_argument("--importance-label-smoothing", type=float, default=DEFAULT_LABEL_SMOOTHING, metavar="EPS",
-                       help=f"for --importance-loss label_smoothed (default {DEFAULT_LABEL_SMOOTHING:g})")
+    add_importance_arguments(group, method=False)
     add_tuning_arguments(search, "also tune the mask found: least-squares scales of the kept heads and an "
                          "output-bias correction per pruned layer, written to OUT/tuning.json", per_order=False)
     add_device_arguments(search)

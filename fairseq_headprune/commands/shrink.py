@@ -4,8 +4,8 @@ import argparse
 
 
 def command_shrink(args: argparse.Namespace) -> int:
-    from ..engine.shrink import shrink_checkpoint
-    from ..study.files import write_text
+    from ..engine.checkpoints.shrink import shrink_checkpoint
+    from ..study.output.files import write_text
 
     outcome = shrink_checkpoint(args.path, args.out, args.head_mask, args.tuning)
     if outcome.recorded:

@@ -32,10 +32,10 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
 from fairseq.logging import metrics
 
 from ..constants import ATTENTION_TYPES, DEFAULT_LABEL_SMOOTHING
-from ..errors import exit_with_error, HeadPruneError
+from ..errors import SettingsError
 from ..modules.masked_multihead_attention import current_head_mask, head_mask_applied
 from .headprune_importance import translation_logging_output, translation_sample_size
-from ..study.gates import (
+from ..study.methods.gates import (
     deterministic_gates,
     log_alpha_for_open_probability,
     open_probability,
@@ -91,12 +91,9 @@ class HeadPruneGatesCriterion(LabelSmoothedCrossEntropyCriterion):
         super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy)
         layout = getattr(task, "model_head_layout", None)
         if not layout:
-            exit_with_error(f"--criterion {CRITERION_NAME} needs --task fairseq-headprune (the model's heads)")
+            raise SettingsError(f"--criterion {CRITERION_NAME} needs --task fairseq-headprune (the model's heads)")
         total = sum(layers * heads for layers, heads in layout.values())
-        try:
-            target = parse_target_heads(gate_target_heads, total)
-        except HeadPruneError as error:
-            exit_with_error(str(error))
+        target = parse_target_heads(gate_target_heads, total)
         self.layout = dict(layout)
         self.gate_train_model = bool(gate_train_model)
         if gate_init_log_alpha is None:

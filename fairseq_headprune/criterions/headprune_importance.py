@@ -34,7 +34,7 @@ from ..constants import (
     IMPORTANCE_METHODS,
 )
 from ..modules.masked_multihead_attention import install_masked_attention
-from ..study.importance import HeadScores, fisher_block_terms, reduce_contributions
+from ..study.methods.importance import HeadScores, fisher_block_terms, reduce_contributions
 
 CRITERION_NAME = "headprune_importance"
 IMPORTANCE_SUM_KEY = "head_importance_sum:"  # + attention type

@@ -26,7 +26,7 @@ from torch import Tensor
 
 from fairseq.modules.multihead_attention import MultiheadAttention
 
-from ..study.head_mask import HeadLayout, HeadMask
+from ..study.masks.head_mask import HeadLayout, HeadMask
 from ..constants import ATTENTION_TYPES
 from ..errors import HeadMaskError
 

@@ -7,7 +7,7 @@ raises ``SettingsError``, which the commands print as one line.
 """
 
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from ..constants import (
     ABLATION_MODES,
@@ -37,9 +37,9 @@ from ..constants import (
     TRANSLATION_FAMILY,
 )
 from ..errors import HeadMaskError, SettingsError
-from .head_mask import parse_attention_type
-from .metrics import BLEU_METRICS, CLASSIFICATION_METRICS, PERPLEXITY, Metric
-from .significance import SignificanceSettings
+from .masks.head_mask import parse_attention_type
+from .statistics.metrics import BLEU_METRICS, CLASSIFICATION_METRICS, PERPLEXITY, Metric
+from .statistics.significance import SignificanceSettings
 
 DETOKENIZERS = ("auto", "moses", "none")
 
@@ -170,6 +170,12 @@ class SweepSettings:
         if self.family == LANGUAGE_MODEL_FAMILY:
             return PERPLEXITY
         return BLEU_METRICS[self.bleu]
+
+    def metric_record(self) -> Dict[str, object]:
+        """What a result file records of the metric: which BLEU for translation, the family and metric otherwise."""
+        if self.family == TRANSLATION_FAMILY:
+            return {"bleu": self.bleu}
+        return {"family": self.family, "metric": self.metric.name}
 
     @property
     def score_label(self) -> str:

@@ -12,8 +12,9 @@ from fairseq.tasks import register_task
 from fairseq.tasks.language_modeling import LanguageModelingConfig, LanguageModelingTask
 
 from .masking import HEAD_MASK_HELP, HeadMaskingMixin
+from ..constants import LANGUAGE_MODEL_TASK
 
-TASK_NAME = "headprune_language_modeling"
+TASK_NAME = LANGUAGE_MODEL_TASK
 
 
 @dataclass

@@ -15,8 +15,9 @@ from fairseq.tasks import register_task
 from fairseq.tasks.sentence_prediction import SentencePredictionConfig, SentencePredictionTask
 
 from .masking import HEAD_MASK_HELP, HeadMaskingMixin
+from ..constants import CLASSIFIER_TASK
 
-TASK_NAME = "headprune_sentence_prediction"
+TASK_NAME = CLASSIFIER_TASK
 
 
 @dataclass

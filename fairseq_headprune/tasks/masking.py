@@ -10,16 +10,22 @@ import logging
 
 import torch
 
-from ..engine.checkpoint_info import HEAD_MASK_KEY, config_value, record_config_value
-from ..engine.shrink import PRUNED_HEADS_KEY, rebuild_pruned
-from ..errors import HeadPruneError, exit_with_error
+from ..modules.model_config import HEAD_MASK_KEY, PRUNED_HEADS_KEY, config_value, record_config_value
+from ..modules.pruned_heads import rebuild_pruned
+from ..errors import CheckpointError, HeadMaskError, HeadPruneError
 from ..modules.masked_multihead_attention import (
     head_layout,
     install_masked_attention,
     masked_head_slices,
     set_head_mask,
 )
-from ..study.head_mask import combine_masks, count_masked, head_mask_to_spec, parse_head_mask, validate_spec_syntax
+from ..study.masks.head_mask import (
+    combine_masks,
+    count_masked,
+    head_mask_to_spec,
+    parse_head_mask,
+    validate_spec_syntax,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +51,7 @@ class HeadMaskingMixin:
         try:
             validate_spec_syntax(getattr(cfg, "head_mask", None))
         except HeadPruneError as error:
-            exit_with_error(f"--head-mask: {error}")
+            raise HeadMaskError(f"--head-mask: {error}") from error
         super().__init__(cfg, *args, **kwargs)
         self.criterion = None
         self._frozen_heads = None  # (parameter, dim, index, values) of masked heads
@@ -72,7 +78,7 @@ class HeadMaskingMixin:
         try:
             removed = rebuild_pruned(model, cfg)
         except HeadPruneError as error:
-            exit_with_error(f"pruned checkpoint: {error}")
+            raise CheckpointError(f"pruned checkpoint: {error}") from error
         if removed:
             logger.info("model with heads removed: %s", removed)
         head_mask = self._head_mask(model, cfg)
@@ -93,7 +99,7 @@ class HeadMaskingMixin:
             try:
                 parsed = parse_head_mask(spec, head_layout(model))
             except HeadPruneError as error:
-                exit_with_error(f"{name}: {error}")
+                raise HeadMaskError(f"{name}: {error}") from error
             head_mask = combine_masks(head_mask, parsed)
         if head_mask is None or count_masked(head_mask) == 0:
             return None

@@ -1,0 +1,158 @@
+"""Read what a fairseq checkpoint says about its model, without building it."""
+
+import os
+import re
+from argparse import Namespace
+from typing import Any, Dict
+
+import torch
+
+from ...constants import CLASSIFIER_FAMILY, LANGUAGE_MODEL_FAMILY, TRANSLATION_FAMILY, TRANSLATION_TASK
+from ...errors import CheckpointError, first_line
+from ...study.masks.head_mask import HeadLayout
+from ...compat import torch_load  # noqa: F401  (allow-list for torch.load)
+
+
+
+def load_checkpoint_state(path: str) -> Dict[str, Any]:
+    """``torch.load`` a fairseq checkpoint, with one-line errors for bad files."""
+    if not os.path.isfile(path):
+        raise CheckpointError(f"checkpoint not found: {path}")
+    try:
+        state = torch.load(path, map_location="cpu")
+    except Exception as error:  # torch raises several types for files that are no checkpoint
+        raise CheckpointError(f"cannot read checkpoint {path}: {first_line(error)}") from error
+    if not isinstance(state, dict) or "model" not in state:
+        raise CheckpointError(f"{path} is not a fairseq checkpoint (no 'model' entry)")
+    return state
+
+
+def model_config(state: Dict[str, Any]) -> Dict[str, Any]:
+    """The model's settings, from new-format ``cfg`` or old-format ``args``."""
+    config = None
+    if state.get("cfg") is not None:
+        config = state["cfg"].get("model")
+    if config is None and state.get("args") is not None:
+        config = state["args"]
+    if isinstance(config, Namespace):
+        config = vars(config)
+    return dict(config or {})
+
+
+def model_config_object(state: Dict[str, Any]):
+    """The model config object itself (Namespace or dict), to record settings in."""
+    if state.get("cfg") is not None and state["cfg"].get("model") is not None:
+        return state["cfg"]["model"]
+    return state.get("args")
+
+
+def checkpoint_head_layout(path: str) -> HeadLayout:
+    """Layers (counted in the weights) and heads (from the config) per attention type."""
+    return state_head_layout(load_checkpoint_state(path))
+
+
+def state_head_layout(state: Dict[str, Any]) -> HeadLayout:
+    """``checkpoint_head_layout`` of a checkpoint already loaded."""
+    config = model_config(state)
+    layer_indices = {"encoder": set(), "decoder": set(), "encoder_attn": set()}
+    for key in state["model"]:
+        # encoder-decoder and decoder-only: (encoder|decoder).layers.N; RoBERTa: encoder.sentence_encoder.layers.N,
+        # decoder.sentence_encoder.layers.N in checkpoints released before fairseq renamed it (roberta.large.mnli)
+        match = re.match(r"(encoder|decoder)\.(sentence_encoder\.)?layers\.(\d+)\.(self_attn|encoder_attn)\.", key)
+        if match:
+            side, sentence_encoder, index, kind = match.groups()
+            side = "encoder" if sentence_encoder else side
+            layer_indices["encoder_attn" if kind == "encoder_attn" else side].add(int(index))
+    layout = {}
+    for attention_type, side, heads_key in (
+        ("enc-enc", "encoder", "encoder_attention_heads"),
+        ("enc-dec", "encoder_attn", "decoder_attention_heads"),
+        ("dec-dec", "decoder", "decoder_attention_heads"),
+    ):
+        if layer_indices[side]:
+            if heads_key not in config:
+                raise CheckpointError(f"checkpoint config has no {heads_key}")
+            layout[attention_type] = (max(layer_indices[side]) + 1, int(config[heads_key]))
+    if not layout:
+        raise CheckpointError("checkpoint has no Transformer attention layers")
+    return layout
+
+
+def _read_lazily(path: str):
+    """``torch.load`` memory-mapped where torch can, whole otherwise (old, non-zip files)."""
+    try:
+        return torch.load(path, map_location="cpu", mmap=True)
+    except Exception:  # noqa: BLE001  (torch says no in many ways; the full read below reports it)
+        return load_checkpoint_state(path)
+
+
+# the tasks of classifier and language-model checkpoints (fairseq's and the plugin's head-masking ones)
+CLASSIFIER_TASKS = ("sentence_prediction", "headprune_sentence_prediction")
+LANGUAGE_MODEL_TASKS = ("language_modeling", "headprune_language_modeling")
+
+
+def classification_head_override(path: str) -> Dict[str, str]:
+    """``{"classification_head_name": NAME}`` where a classifier's configured head is not in its weights but one is.
+
+    fairseq's sentence_prediction task builds the head its config names
+    (``sentence_classification_head`` unless ``--classification-head-name``)
+    and drops the checkpoint's others; a released classifier such as
+    ``roberta.large.mnli`` stores its one head as ``mnli``. Loading it as
+    stock fairseq-validate would with ``--model-overrides
+    "{'classification_head_name': 'mnli'}"`` keeps it. Empty when nothing is
+    to override; several heads, none of them configured, is one clear error.
+    """
+    return state_classification_head_override(_read_lazily(path), path)
+
+
+def state_classification_head_override(state: Dict[str, Any], path: str) -> Dict[str, str]:
+    """``classification_head_override`` of a checkpoint already loaded (``path`` names it in the error)."""
+    heads = sorted({key.split(".")[1] for key in state["model"] if key.startswith("classification_heads.")})
+    configured = None
+    if state.get("cfg") is not None and state["cfg"].get("task") is not None:
+        configured = state["cfg"]["task"].get("classification_head_name")
+    elif state.get("args") is not None:
+        configured = getattr(state["args"], "classification_head_name", None)
+    configured = configured or "sentence_classification_head"
+    if not heads or configured in heads:
+        return {}
+    if len(heads) > 1:
+        raise CheckpointError(f"{path} has classification heads {', '.join(heads)} and its config names none of them")
+    return {"classification_head_name": heads[0]}
+
+
+def checkpoint_family(path: str) -> str:
+    """The family of model a checkpoint holds (``constants.MODEL_FAMILIES``), from the task it was trained with.
+
+    An unreadable file, or a task no study takes, is a ``CheckpointError``.
+    """
+    if not os.path.isfile(path):
+        raise CheckpointError(f"checkpoint not found: {path}")
+    state = _read_lazily(path)
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path} is not a fairseq checkpoint")
+    return task_family(saved_task_name(state), path)
+
+
+def task_family(task, path: str = "the checkpoint") -> str:
+    """The family of model a saved ``--task`` trains; a task of none of them is a ``CheckpointError``."""
+    if task in CLASSIFIER_TASKS:
+        return CLASSIFIER_FAMILY
+    if task in LANGUAGE_MODEL_TASKS:
+        return LANGUAGE_MODEL_FAMILY
+    if task is not None and ("translation" in task or task == TRANSLATION_TASK):
+        return TRANSLATION_FAMILY
+    said = "does not say which task trained it" if task is None else f"is a {task} checkpoint"
+    raise CheckpointError(
+        f"{path} {said}; the studies take translation, sentence_prediction and language_modeling checkpoints"
+    )
+
+
+def saved_task_name(state: Dict[str, Any]):
+    """The task a checkpoint was trained with (``--task``), or None if it does not say."""
+    if state.get("cfg") is not None and state["cfg"].get("task") is not None:
+        return state["cfg"]["task"].get("_name")
+    args = state.get("args")
+    return getattr(args, "task", None) if args is not None else None
+
+

@@ -1,0 +1,109 @@
+"""A fairseq Transformer's state dict changed in place: heads sliced out, tuned scales folded in.
+
+Works on the tensors alone (no model, no dictionaries), for ``shrink`` and
+for counting parameters.
+"""
+
+from typing import Dict
+
+import torch
+
+from ...errors import HeadMaskError
+from ...study.masks.head_mask import HeadMask
+from ...study.methods.mask_tuning import MaskTuning
+
+
+_MODULE_PREFIXES = {
+    "enc-enc": "encoder.layers.{}.self_attn.",
+    "enc-dec": "decoder.layers.{}.encoder_attn.",
+    "dec-dec": "decoder.layers.{}.self_attn.",
+}
+
+
+# RoBERTa's encoder layers sit one level deeper, under "decoder" in checkpoints released
+# before fairseq renamed it (roberta.large.mnli; fairseq renames it on load)
+_SENTENCE_ENCODER_PREFIXES = ("encoder.sentence_encoder.layers.", "decoder.sentence_encoder.layers.")
+
+
+def module_prefixes(weights: Dict[str, torch.Tensor]) -> Dict[str, str]:
+    """State-dict key prefix of each attention type's layer N (``.format(N)``)."""
+    for prefix in _SENTENCE_ENCODER_PREFIXES:
+        if any(key.startswith(prefix) for key in weights):
+            return dict(_MODULE_PREFIXES, **{"enc-enc": prefix + "{}.self_attn."})
+    return _MODULE_PREFIXES
+
+
+def _unpack_in_proj(weights: Dict[str, torch.Tensor], prefix: str) -> None:
+    """Old checkpoints pack q, k, v into in_proj_*; split them as fairseq does on load."""
+    for kind in ("weight", "bias"):
+        packed = weights.pop(prefix + "in_proj_" + kind, None)
+        if packed is not None:
+            for name, part in zip(("q_proj.", "k_proj.", "v_proj."), packed.chunk(3, dim=0)):
+                weights[prefix + name + kind] = part.clone()
+
+
+def shrink_state_dict(weights: Dict[str, torch.Tensor], head_mask: HeadMask) -> None:
+    """Slice the masked heads out of a fairseq Transformer state dict, in place."""
+    prefixes = module_prefixes(weights)
+    for attention_type, mask in head_mask.items():
+        for layer, layer_mask in enumerate(mask):
+            prefix = prefixes[attention_type].format(layer)
+            _unpack_in_proj(weights, prefix)
+            heads = layer_mask.numel()
+            width = weights[prefix + "q_proj.weight"].size(0)
+            if width % heads:
+                raise HeadMaskError(f"{attention_type} layer {layer + 1}: width {width} is not {heads} heads")
+            head_dim = width // heads
+            rows = torch.tensor(
+                [h * head_dim + i for h in range(heads) if layer_mask[h] != 0 for i in range(head_dim)],
+                dtype=torch.long,
+            )
+            for name in ("q_proj.", "k_proj.", "v_proj."):
+                for kind in ("weight", "bias"):
+                    key = prefix + name + kind
+                    if key in weights:
+                        weights[key] = weights[key].index_select(0, rows).clone()
+            key = prefix + "out_proj.weight"
+            weights[key] = weights[key].index_select(1, rows).clone()
+
+
+def unique_parameter_count(tensors) -> int:
+    """Elements of distinct tensors (shared embeddings counted once)."""
+    seen, total = set(), 0
+    for tensor in tensors:
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+        if key not in seen:
+            seen.add(key)
+            total += tensor.numel()
+    return total
+
+
+def state_parameter_counts(weights: Dict[str, torch.Tensor], layout) -> Dict[str, int]:
+    """Attention-projection parameters per type and the model total, from a state dict."""
+    counts = {}
+    type_prefixes = module_prefixes(weights)
+    for attention_type, (layers, _) in layout.items():
+        prefixes = tuple(type_prefixes[attention_type].format(layer) for layer in range(layers))
+        counts[attention_type] = sum(
+            tensor.numel() for key, tensor in weights.items() if key.startswith(prefixes)
+        )
+    counts["total"] = unique_parameter_count(
+        tensor
+        for key, tensor in weights.items()
+        # buffers fairseq keeps in the state dict are no parameters
+        if tensor.is_floating_point() and not key.endswith((".version", "_float_tensor"))
+    )
+    return counts
+
+
+def fold_tuning_into_state(weights: Dict[str, torch.Tensor], tuning: MaskTuning) -> None:
+    """The scales and corrections written into a state dict's output projections (before ``shrink``)."""
+    prefixes = module_prefixes(weights)
+    for (attention_type, layer), values in tuning.layers.items():
+        prefix = prefixes[attention_type].format(layer) + "out_proj."
+        weight = weights[prefix + "weight"]
+        heads = len(values.scales)
+        columns = torch.tensor(values.scales, dtype=weight.dtype).repeat_interleave(weight.size(1) // heads)
+        weights[prefix + "weight"] = weight * columns.unsqueeze(0)
+        if prefix + "bias" in weights:
+            weights[prefix + "bias"] = weights[prefix + "bias"] + torch.tensor(values.bias, dtype=weight.dtype)

@@ -1,0 +1,117 @@
+"""The three families of models the studies take, behind one interface, so that no study branches on the family.
+
+- translation (encoder-decoder, ``translation`` / ``fairseq-headprune``):
+  beam search and BLEU; importance through the ``headprune_importance``
+  criterion (Michel et al. section 4.1);
+- classifier (RoBERTa-family ``sentence_prediction``): accuracy or
+  Matthews correlation; importance per example through the checkpoint's
+  own criterion (as the paper does for BERT on MNLI);
+- language model (``transformer_lm``, ``language_modeling``): perplexity;
+  importance per sample of the summed next-token cross-entropy.
+
+A study asks ``family_of_checkpoint`` (or ``family_named``) for its family
+and then only calls the methods below.
+"""
+
+from typing import Optional, Sequence
+
+from ..constants import CLASSIFIER_FAMILY, LANGUAGE_MODEL_FAMILY, MODEL_FAMILIES, TRANSLATION_FAMILY
+from ..errors import HeadMaskError, SettingsError, StudyError
+from ..modules.masked_multihead_attention import current_head_mask, head_layout, set_head_mask
+from ..study.masks.head_mask import combine_masks, parse_head_mask
+from ..study.settings import ImportanceSettings, SweepSettings
+from .checkpoints.info import checkpoint_family
+from .checkpoints.loading import load_evaluation_model, load_generation_model, load_with_saved_task
+from .methods.example_importance import ExampleImportanceEstimator
+from .methods.translation_importance import ImportanceEstimator
+from .sweeps.scored_sweep import ScoredSplitSweep
+from .sweeps.translation_sweep import SplitSweep
+
+
+class ModelFamily:
+    """What a study needs of a family of models: loading, importance and a sweep of one split."""
+
+    name: str
+
+    def load(self, data: str, checkpoint: str, fairseq_args: Sequence[str] = (), cpu: bool = False):
+        """(cfg, task, model) as the family's fairseq command loads it for evaluation."""
+        raise NotImplementedError
+
+    def load_for_importance(self, data: str, checkpoint: str, head_mask: Optional[str] = None,
+                            fairseq_args: Sequence[str] = (), cpu: bool = False):
+        """(cfg, task, model) to estimate importance on, with ``head_mask`` (a spec) added to its own mask."""
+        raise NotImplementedError
+
+    def importance_estimator(self, cfg, task, model, settings: ImportanceSettings):
+        """An estimator of I_h (or F_h) on fixed batches; ``.estimate``, ``.criterion``, ``.samples``, ``.layout``."""
+        raise NotImplementedError
+
+    def open_split_sweep(self, settings: SweepSettings, cfg, task, model, split: str, name: str,
+                         references: Optional[str] = None):
+        """The resumable sweep of one split under many masks, scored in the family's metric."""
+        raise NotImplementedError
+
+
+class TranslationFamily(ModelFamily):
+    name = TRANSLATION_FAMILY
+
+    def load(self, data, checkpoint, fairseq_args=(), cpu=False):
+        return load_generation_model(data, checkpoint, fairseq_args, cpu=cpu)
+
+    def load_for_importance(self, data, checkpoint, head_mask=None, fairseq_args=(), cpu=False):
+        cfg, task, model = self.load(data, checkpoint, fairseq_args, cpu)
+        if head_mask is not None:
+            try:
+                given = parse_head_mask(head_mask, head_layout(model))
+            except HeadMaskError as error:
+                raise StudyError(f"--head-mask: {error}") from error
+            set_head_mask(model, combine_masks(current_head_mask(model), given))
+        return cfg, task, model
+
+    def importance_estimator(self, cfg, task, model, settings):
+        return ImportanceEstimator(task, model, settings)
+
+    def open_split_sweep(self, settings, cfg, task, model, split, name, references=None):
+        return SplitSweep(settings, cfg, task, model, split, name, references)
+
+
+class ScoredFamily(ModelFamily):
+    """Classifiers and language models: each example scored on its own (no search), importance per example."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def load(self, data, checkpoint, fairseq_args=(), cpu=False):
+        return load_evaluation_model(self.name, data, checkpoint, fairseq_args, cpu=cpu)
+
+    def load_for_importance(self, data, checkpoint, head_mask=None, fairseq_args=(), cpu=False):
+        return load_with_saved_task(self.name, data, checkpoint, head_mask, cpu=cpu)
+
+    def criterion(self, cfg, task):
+        """The loss importance differentiates: the classifier's own criterion, or an LM's summed cross-entropy."""
+        if self.name == CLASSIFIER_FAMILY:
+            return task.build_criterion(cfg.criterion)
+        from fairseq.criterions.cross_entropy import CrossEntropyCriterion
+
+        return CrossEntropyCriterion(task, sentence_avg=False)
+
+    def importance_estimator(self, cfg, task, model, settings):
+        return ExampleImportanceEstimator(self.name, task, model, self.criterion(cfg, task), settings)
+
+    def open_split_sweep(self, settings, cfg, task, model, split, name, references=None):
+        return ScoredSplitSweep(settings, cfg, task, model, split, name)
+
+
+_FAMILIES = {TRANSLATION_FAMILY: TranslationFamily(), CLASSIFIER_FAMILY: ScoredFamily(CLASSIFIER_FAMILY),
+             LANGUAGE_MODEL_FAMILY: ScoredFamily(LANGUAGE_MODEL_FAMILY)}
+
+
+def family_named(name: str) -> ModelFamily:
+    if name not in _FAMILIES:
+        raise SettingsError(f"unknown model family {name!r} (expected {', '.join(MODEL_FAMILIES)})")
+    return _FAMILIES[name]
+
+
+def family_of_checkpoint(path: str) -> ModelFamily:
+    """The family of the model in ``path``, from the task that trained it (an unknown one is an error)."""
+    return family_named(checkpoint_family(path))

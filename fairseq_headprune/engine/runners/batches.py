@@ -1,0 +1,100 @@
+"""A data split batched as fairseq batches it, and collated onto the model's device.
+
+Every pass over data (translation, scoring, importance, tuning) takes its
+batches from here: fairseq's own ``ordered_indices`` and ``batch_by_size``,
+with the tie-breaking permutation seeded so every run and every rank of a
+sharded study gets the same batches.
+"""
+
+import os
+from typing import Iterable, List, Optional, Sequence, Tuple
+
+import torch
+
+from ...errors import StudyError, first_line
+
+
+BATCHING_SEED = 1  # fairseq's default --seed
+
+
+def model_device(model) -> torch.device:
+    return next(model.parameters()).device
+
+
+def split_batches(
+    task,
+    split: str,
+    max_tokens: Optional[int] = None,
+    max_sentences: Optional[int] = None,
+    limit: Optional[int] = None,
+) -> Tuple[object, List[List[int]]]:
+    """fairseq's batches (lists of sentence indices) for the first ``limit`` sentences of ``split``."""
+    import numpy as np
+
+    from fairseq.data.data_utils import numpy_seed
+
+    load_split(task, split)
+    dataset = task.dataset(split)
+    # fairseq breaks ties between sentences of one length with a random permutation:
+    # seeded, so every run and every rank of a sharded study gets the same batches
+    with numpy_seed(BATCHING_SEED):
+        indices = dataset.ordered_indices()
+    if limit is not None:
+        indices = indices[indices < limit]
+    if len(indices) == 0:
+        raise StudyError(f"split {split!r} in {task.cfg.data} has no sentences")
+    if max_tokens is None and max_sentences is None:
+        max_sentences = 64
+    longest = max(int(dataset.num_tokens(i)) for i in indices)
+    if max_tokens is not None and longest > max_tokens:
+        raise StudyError(
+            f"split {split!r} has a sentence of {longest} tokens, more than --max-tokens {max_tokens}"
+        )
+    batches = dataset.batch_by_size(
+        np.asarray(indices, dtype=np.int64), max_tokens=max_tokens, max_sentences=max_sentences
+    )
+    return dataset, [list(batch) for batch in batches]
+
+
+def load_split(task, split: str) -> None:
+    """Load ``split`` into ``task``, with one-line errors for missing or empty splits."""
+    _check_split_not_empty(task, split)
+    try:
+        task.load_dataset(split, combine=False, epoch=1)
+    except FileNotFoundError as error:
+        raise StudyError(f"split {split!r} not found in {task.cfg.data} ({first_line(error)})") from error
+    except Exception as error:  # fairseq's dataset readers raise assorted types
+        raise StudyError(f"cannot read split {split!r} in {task.cfg.data}: {first_line(error)}") from error
+
+
+def _check_split_not_empty(task, split: str) -> None:
+    """fairseq cannot even open an empty binarized split (it cannot mmap 0 bytes)."""
+    source, target = getattr(task.cfg, "source_lang", None), getattr(task.cfg, "target_lang", None)
+    if source is None or target is None:
+        return  # not a translation task: fairseq's own reader reports its files
+    for pair in (f"{source}-{target}", f"{target}-{source}"):
+        for lang in (source, target):
+            path = os.path.join(task.cfg.data, f"{split}.{pair}.{lang}.bin")
+            if os.path.isfile(path) and os.path.getsize(path) == 0:
+                raise StudyError(f"split {split!r} in {task.cfg.data} has no sentences ({path} is empty)")
+
+
+def iterate_samples(dataset, batches: Iterable[List[int]], device: torch.device):
+    """Collated samples (fairseq's dict with net_input, target, ntokens …) on ``device``."""
+    from fairseq import utils
+
+    for batch in batches:
+        sample = dataset.collater([dataset[i] for i in batch])
+        if device.type == "cuda":
+            sample = utils.move_to_cuda(sample, device=device)
+        yield sample
+
+
+def collated_samples(task, model, subsets: Sequence[str], max_tokens: Optional[int],
+                     max_sentences: Optional[int], limit: Optional[int]) -> List[dict]:
+    """Every batch of the first ``limit`` sentences of each of ``subsets``, collated once on the model's device."""
+    samples = []
+    for subset in subsets:
+        dataset, batches = split_batches(task, subset, max_tokens, max_sentences, limit)
+        samples += list(iterate_samples(dataset, batches, model_device(model)))
+    return samples

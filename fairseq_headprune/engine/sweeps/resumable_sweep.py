@@ -1,0 +1,185 @@
+"""A sweep: every configuration of a study translated (or scored) once, stored as it finishes.
+
+``run_sweep`` stores one JSON file per configuration (written atomically),
+next to a manifest that identifies the sweep (checkpoint hash, data, split,
+every generation option). A restarted sweep skips configurations whose file
+exists; a directory holding another sweep is refused.
+"""
+
+import contextlib
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Dict, Optional, Sequence
+
+import numpy as np
+
+from ...errors import StudyError
+from ...study.methods.ablation import HeadConfig
+from ...study.output.files import first_difference, remove_stale_temporaries, write_json
+from ...study.masks.head_mask import HeadMask, combine_masks
+from ..runners.example_scorer import ScoredExamples, SplitScorer
+from ..methods.mask_tuning import tuning_folded
+from ..runners.translator import Translation
+
+MANIFEST = "sweep.json"
+CONFIG_DIR = "configs"
+
+
+@dataclass
+class ConfigResult(Translation):
+    """A finished configuration as stored on disk."""
+
+    name: str = ""
+    spec: str = ""
+    labels: Dict[str, object] = field(default_factory=dict)
+
+    def to_dict(self) -> Dict[str, object]:
+        return {
+            "name": self.name,
+            "spec": self.spec,
+            "labels": self.labels,
+            "bleu": self.bleu,
+            "sacrebleu": self.sacrebleu,
+            "seconds": self.seconds,
+            "hypotheses": self.hypotheses,
+            "detokenized": None if self.detokenized == self.hypotheses else self.detokenized,
+            "fairseq_stats": self.fairseq_stats.tolist(),
+            "sacrebleu_stats": self.sacrebleu_stats.tolist(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, object]) -> "ConfigResult":
+        """``bleu`` and ``sacrebleu`` are stored for readers; they come back from the statistics."""
+        return cls(
+            name=data["name"],
+            spec=data["spec"],
+            labels=data["labels"],
+            seconds=data["seconds"],
+            hypotheses=data["hypotheses"],
+            detokenized=data["detokenized"] if data["detokenized"] is not None else data["hypotheses"],
+            fairseq_stats=np.asarray(data["fairseq_stats"], dtype=np.int64),
+            sacrebleu_stats=np.asarray(data["sacrebleu_stats"], dtype=np.int64),
+        )
+
+
+@dataclass
+class ScoredConfigResult(ScoredExamples):
+    """A finished configuration of a classifier or LM sweep (``example_scorer``) as stored on disk."""
+
+    name: str = ""
+    spec: str = ""
+    labels: Dict[str, object] = field(default_factory=dict)
+
+    def to_dict(self) -> Dict[str, object]:
+        return {"name": self.name, "spec": self.spec, "labels": self.labels, "seconds": self.seconds,
+                "outputs": self.outputs}
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, object]) -> "ScoredConfigResult":
+        return cls(name=data["name"], spec=data["spec"], labels=data["labels"], seconds=data["seconds"],
+                   outputs=data["outputs"])
+
+
+def open_sweep_dir(out_dir: str, identity: Dict[str, object], references: Sequence[str]) -> None:
+    """Create the sweep directory, or check that it holds this very sweep."""
+    manifest = os.path.join(out_dir, MANIFEST)
+    if os.path.exists(manifest):
+        try:
+            with open(manifest, encoding="utf-8") as stream:
+                old = json.load(stream)["identity"]
+        except (OSError, ValueError, KeyError) as error:
+            raise StudyError(f"{manifest} is not a sweep manifest ({error}); use another output directory")
+        difference = first_difference(old, identity)
+        if difference is not None:
+            raise StudyError(
+                f"{out_dir} holds the results of a different sweep ({difference}); "
+                "use another output directory"
+            )
+        remove_stale_temporaries(os.path.join(out_dir, CONFIG_DIR))
+        return
+    if os.path.isdir(out_dir) and os.listdir(out_dir):
+        raise StudyError(f"{out_dir} is not empty and holds no sweep; use another output directory")
+    os.makedirs(os.path.join(out_dir, CONFIG_DIR), exist_ok=True)
+    write_json({"identity": identity, "references": list(references)}, manifest)
+
+
+def config_path(out_dir: str, name: str) -> str:
+    return os.path.join(out_dir, CONFIG_DIR, name + ".json")
+
+
+def load_config_result(out_dir: str, name: str, result_type=ConfigResult):
+    path = config_path(out_dir, name)
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as stream:
+        return result_type.from_dict(json.load(stream))
+
+
+def run_sweep(
+    runner,
+    configs: Sequence[HeadConfig],
+    out_dir: str,
+    identity: Dict[str, object],
+    base_mask: Optional[HeadMask] = None,
+    progress: bool = True,
+    configs_per_batch: int = 1,
+) -> Dict[str, object]:
+    """Every configuration's result, translating (or scoring) only those not stored yet.
+
+    ``runner`` is a ``SplitTranslator`` (results are ``ConfigResult``) or an
+    ``example_scorer.SplitScorer`` (``ScoredConfigResult``): its
+    ``run_many(masks)`` gives one output per mask.
+
+    Under several ranks (``ranks.py``) rank 0 prepares the directory and
+    decides what is left to do; the batches of configurations are then
+    dealt out round robin, each rank storing its own, and every rank reads
+    the others' results back once all are done.
+    """
+    from tqdm import tqdm
+
+    from ..runtime.ranks import current_ranks
+
+    result_type = ScoredConfigResult if isinstance(runner, SplitScorer) else ConfigResult
+    ranks = current_ranks()
+    names = [c.name for c in configs]
+    if len(set(names)) != len(names):
+        raise StudyError("two configurations share a name")
+    if ranks.is_main:
+        open_sweep_dir(out_dir, identity, runner.manifest_references)
+    results: Dict[str, ConfigResult] = {}
+    stored = set(ranks.main_value(
+        [c.name for c in configs if os.path.exists(config_path(out_dir, c.name))] if ranks.is_main else None
+    ))
+    todo = [c for c in configs if c.name not in stored]
+    # the unmasked baseline runs alone (fairseq's fused attention path, as fairseq-generate);
+    # masked configurations run configs_per_batch at a time
+    chunks = [[c] for c in todo if c.head_mask is None and base_mask is None]
+    # a tuned mask changes the output projections' weights: it runs alone, with them folded in
+    chunks += [[c] for c in todo if c.tuning is not None]
+    masked = [c for c in todo if not (c.head_mask is None and base_mask is None) and c.tuning is None]
+    size = max(1, configs_per_batch)
+    chunks += [masked[i:i + size] for i in range(0, len(masked), size)]
+    chunks = ranks.share(chunks)
+    # stored configurations count as done; each rank's bar shows its own share of the rest
+    bar = tqdm(
+        total=len(stored) + sum(len(chunk) for chunk in chunks), initial=len(stored), desc=f"{runner.split}",
+        unit="config", disable=not progress, leave=False, dynamic_ncols=True,
+    )
+    try:
+        for chunk in chunks:
+            tuned = chunk[0].tuning
+            with contextlib.nullcontext() if tuned is None else tuning_folded(runner.model, tuned):
+                outputs = runner.run_many([combine_masks(base_mask, c.head_mask) for c in chunk])
+            for config, output in zip(chunk, outputs):
+                result = result_type(name=config.name, spec=config.spec, labels=config.labels, **vars(output))
+                write_json(result.to_dict(), config_path(out_dir, config.name))
+                results[config.name] = result
+                bar.update(1)
+    finally:
+        bar.close()
+    ranks.barrier()  # every rank's results are on disk
+    for config in configs:
+        if config.name not in results:
+            results[config.name] = load_config_result(out_dir, config.name, result_type)
+    return {config.name: results[config.name] for config in configs}

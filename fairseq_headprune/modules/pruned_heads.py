@@ -1,0 +1,77 @@
+"""Heads removed for real from a built model: narrower attention projections (Michel et al. section 4.3).
+
+A removed head loses its rows of the query, key and value projections and
+its columns of the output projection; a layer that keeps no head keeps only
+the output bias, so the residual path is unchanged. The slicing is
+fairseq's own ``MultiheadAttention._adaptive_prune_heads``. The tasks call
+``rebuild_pruned`` so that a shrunk checkpoint's model gets its shapes back
+before fairseq loads the weights.
+"""
+
+from typing import Dict, List, Optional
+
+import torch
+
+from ..errors import HeadMaskError
+from ..study.masks.head_mask import HeadMask, parse_head_mask
+from .masked_multihead_attention import head_layout, install_masked_attention
+from .model_config import PRUNED_HEADS_KEY, config_value
+
+
+def kept_heads(head_mask: HeadMask) -> Dict[str, List[List[int]]]:
+    """0-based heads kept, per attention type and layer."""
+    return {
+        attention_type: [
+            [head for head in range(layer_mask.numel()) if layer_mask[head] != 0]
+            for layer_mask in mask
+        ]
+        for attention_type, mask in head_mask.items()
+    }
+
+
+def shrink_attention(module, keep: List[int]) -> None:
+    """Keep only the heads ``keep`` (0-based, original numbering) of one module."""
+    if list(keep) == list(range(module.num_heads)):
+        return
+    head_dim = module.head_dim
+    if keep:
+        module._adaptive_prune_heads([(h * head_dim, (h + 1) * head_dim) for h in keep])
+    else:
+        with torch.no_grad():
+            for projection in (module.q_proj, module.k_proj, module.v_proj):
+                projection.weight = torch.nn.Parameter(projection.weight[:0].detach().clone())
+                if projection.bias is not None:
+                    projection.bias = torch.nn.Parameter(projection.bias[:0].detach().clone())
+                projection.out_features = 0
+            module.out_proj.weight = torch.nn.Parameter(module.out_proj.weight[:, :0].detach().clone())
+        module.num_heads = 0
+        module.embed_dim = 0
+    module.out_proj.in_features = module.out_proj.weight.size(1)
+    # the query keeps the model's width while q/k/v are narrower
+    module._set_skip_embed_dim_check()
+
+
+def shrink_model(model, head_mask: HeadMask) -> Dict[str, List[int]]:
+    """Remove the heads ``head_mask`` masks; returns heads kept per type and layer."""
+    modules = install_masked_attention(model)
+    plan = kept_heads(head_mask)
+    for (attention_type, layer), module in modules.items():
+        if attention_type in plan:
+            if module.num_heads != head_mask[attention_type].shape[1]:
+                raise HeadMaskError(f"{attention_type} layer {layer + 1} is already pruned")
+            shrink_attention(module, plan[attention_type][layer])
+    return {t: [len(layer) for layer in plan[t]] for t in plan}
+
+
+def pruned_heads_of(model_cfg) -> Optional[str]:
+    """The removed-heads spec recorded in a model config (Namespace or DictConfig)."""
+    return config_value(model_cfg, PRUNED_HEADS_KEY)
+
+
+def rebuild_pruned(model, model_cfg) -> Optional[str]:
+    """Give a freshly built full-size model the shapes its checkpoint was pruned to."""
+    spec = pruned_heads_of(model_cfg)
+    if not spec:
+        return None
+    shrink_model(model, parse_head_mask(spec, head_layout(model)))
+    return spec

@@ -1,0 +1,262 @@
+"""Figures for the studies (matplotlib, written straight to PNG files)."""
+
+from typing import Dict, Optional
+
+import torch
+
+from ...constants import ATTENTION_TYPES, TYPE_TITLES
+from .files import atomic_path
+
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(figure, path: str) -> None:
+    """Save through a temporary name so an interrupted run leaves no half PNG."""
+    with atomic_path(path) as temporary:
+        figure.savefig(temporary, dpi=150, bbox_inches="tight", format="png")
+
+
+def _layers_by_heads(axis, values, attention_type: str, **imshow):
+    """One attention type's panel: layers down, heads across, 1-based labels."""
+    layers, heads = values.shape
+    image = axis.imshow(values, aspect="auto", **imshow)
+    axis.set_title(TYPE_TITLES[attention_type])
+    axis.set_xlabel("head")
+    axis.set_ylabel("layer")
+    axis.set_xticks(range(heads), [str(h + 1) for h in range(heads)], fontsize=7)
+    axis.set_yticks(range(layers), [str(layer + 1) for layer in range(layers)])
+    return image
+
+
+def plot_head_heatmaps(
+    scores: Dict[str, torch.Tensor],
+    path: str,
+    title: str,
+    colorbar_label: str,
+    cmap: str = "viridis",
+) -> None:
+    """One panel per attention type (Enc-Enc, Enc-Dec, Dec-Dec): layers x heads."""
+    plt = _pyplot()
+    types = [t for t in ATTENTION_TYPES if t in scores]
+    low = min(float(scores[t].min()) for t in types)
+    high = max(float(scores[t].max()) for t in types)
+    figure, axes = plt.subplots(1, len(types), figsize=(4.2 * len(types), 3.4), squeeze=False)
+    image = None
+    for axis, attention_type in zip(axes[0], types):
+        values = scores[attention_type].detach().to("cpu", torch.float64).numpy()
+        image = _layers_by_heads(axis, values, attention_type, cmap=cmap, vmin=low, vmax=high)
+    figure.colorbar(image, ax=axes[0].tolist(), label=colorbar_label, shrink=0.9)
+    figure.suptitle(title, y=1.04)
+    save_figure(figure, path)
+    plt.close(figure)
+
+
+def plot_importance(result, path: str, title: Optional[str] = None) -> None:
+    """Heat map of per-layer normalised importance, as used to rank heads."""
+    plot_head_heatmaps(
+        result.normalized,
+        path,
+        title or f"Head importance ({result.granularity} level, normalised per layer)",
+        "$I_h \\,/\\, \\|I_{\\mathrm{layer}}\\|_2$",
+    )
+
+
+def _rows_to_grids(rows, value: str):
+    """attention type -> (layers x heads array of ``value``, boolean significance array)."""
+    import numpy as np
+
+    grids = {}
+    for attention_type in ATTENTION_TYPES:
+        cells = [r for r in rows if r["attention_type"] == attention_type]
+        if not cells:
+            continue
+        layers = max(r["layer"] for r in cells)
+        heads = max(r["head"] for r in cells)
+        values = np.full((layers, heads), np.nan)
+        significant = np.zeros((layers, heads), dtype=bool)
+        for r in cells:
+            values[r["layer"] - 1, r["head"] - 1] = r[value]
+            significant[r["layer"] - 1, r["head"] - 1] = bool(r["significant"])
+        grids[attention_type] = (values, significant)
+    return grids
+
+
+def plot_delta_heatmaps(rows, path: str, title: str, colorbar_label: str = "ΔBLEU") -> None:
+    """ΔBLEU per head, layers x heads per attention type; dots mark significant cells."""
+    import numpy as np
+
+    plt = _pyplot()
+    grids = _rows_to_grids(rows, "delta")
+    limit = max(float(np.nanmax(np.abs(v))) for v, _ in grids.values()) or 1.0
+    figure, axes = plt.subplots(1, len(grids), figsize=(4.2 * len(grids), 3.4), squeeze=False)
+    image = None
+    for axis, (attention_type, (values, significant)) in zip(axes[0], grids.items()):
+        image = _layers_by_heads(axis, values, attention_type, cmap="RdBu", vmin=-limit, vmax=limit)
+        ys, xs = np.nonzero(significant)
+        axis.scatter(xs, ys, s=10, c="black", marker="o", label="p < α")
+    figure.colorbar(image, ax=axes[0].tolist(), label=colorbar_label, shrink=0.9)
+    figure.suptitle(title, y=1.04)
+    save_figure(figure, path)
+    plt.close(figure)
+
+
+def plot_score_histogram(rows, baseline_bleu: float, path: str, title: str, xlabel: str, column: str = "bleu") -> None:
+    """Figure 1 of the paper: how many heads leave which score (``column`` of the rows) when masked alone."""
+    import numpy as np
+
+    plt = _pyplot()
+    types = [t for t in ATTENTION_TYPES if any(r["attention_type"] == t for r in rows)]
+    scores = [r[column] for r in rows]
+    low, high = min(scores + [baseline_bleu]), max(scores + [baseline_bleu])
+    bins = np.linspace(low - 0.5, high + 0.5, 31)
+    figure, axis = plt.subplots(figsize=(6, 3.4))
+    axis.hist(
+        [[r[column] for r in rows if r["attention_type"] == t] for t in types],
+        bins=bins, stacked=True, label=[TYPE_TITLES[t] for t in types],
+    )
+    axis.axvline(baseline_bleu, color="black", linestyle="--", linewidth=1, label="no head masked")
+    axis.set_xlabel(xlabel)
+    axis.set_ylabel("heads")
+    axis.set_title(title)
+    axis.legend(fontsize=8)
+    save_figure(figure, path)
+    plt.close(figure)
+
+
+def plot_cross_domain(rows, path: str, title: str, xlabel: str, ylabel: str) -> None:
+    """Figure 2 of the paper: ΔBLEU per head on one test set against another."""
+    plt = _pyplot()
+    figure, axis = plt.subplots(figsize=(4.6, 4.2))
+    for attention_type in ATTENTION_TYPES:
+        points = [r for r in rows if r["attention_type"] == attention_type]
+        if points:
+            axis.scatter(
+                [r["delta"] for r in points], [r["cross_delta"] for r in points],
+                s=14, alpha=0.8, label=TYPE_TITLES[attention_type],
+            )
+    axis.axhline(0, color="grey", linewidth=0.5)
+    axis.axvline(0, color="grey", linewidth=0.5)
+    axis.set_xlabel(xlabel)
+    axis.set_ylabel(ylabel)
+    axis.set_title(title, fontsize=10)
+    axis.legend(fontsize=8)
+    save_figure(figure, path)
+    plt.close(figure)
+
+
+_ORDER_STYLES = {
+    "importance": dict(color="tab:blue", linestyle="-", marker="o"),
+    "iterative": dict(color="tab:green", linestyle="-", marker="s"),
+    "ablation": dict(color="tab:orange", linestyle="--", marker="^"),
+    "random": dict(color="tab:grey", linestyle=":", marker="x"),
+    "fisher": dict(color="tab:purple", linestyle="-", marker="D"),
+    "fisher-rearranged": dict(color="tab:red", linestyle="-", marker="v"),
+    "gates": dict(color="tab:brown", linestyle="-.", marker="*"),
+}
+
+
+def _order_style(order: str) -> dict:
+    """An order's line; its tuned variant (``ORDER+tuned``) in the same colour, dashed, hollow markers."""
+    from ..methods.pruning import TUNED_SUFFIX
+
+    if order.endswith(TUNED_SUFFIX):
+        style = dict(_ORDER_STYLES[order[: -len(TUNED_SUFFIX)]])
+        style.update(linestyle="--", markerfacecolor="none")
+        return style
+    return _ORDER_STYLES[order]
+
+
+def _curve(axis, points, label: str, column: str = "bleu", **style) -> None:
+    points = sorted(points, key=lambda r: r["percent"])
+    x = [r["percent"] for r in points]
+    y = [r[column] for r in points]
+    axis.plot(x, y, label=label, markersize=4, **style)
+    if any(r["draws"] > 1 for r in points):
+        low = [r[column] - r[column + "_std"] for r in points]
+        high = [r[column] + r[column + "_std"] for r in points]
+        axis.fill_between(x, low, high, color=style.get("color"), alpha=0.2, linewidth=0)
+
+
+def plot_pruning_curves(summary, scope: str, baseline_bleu: float, path: str, ylabel: str, column: str = "bleu",
+                        metric_label: str = "BLEU") -> None:
+    """Figure 3 of the paper: the score (BLEU, or ``column``) against % of heads pruned, one line per order."""
+    from ..methods.pruning import curve_orders, order_title
+
+    plt = _pyplot()
+    figure, axis = plt.subplots(figsize=(5.2, 3.6))
+    for order in curve_orders(r["order"] for r in summary if r["scope"] == scope):
+        points = [r for r in summary if r["scope"] == scope and r["order"] == order]
+        if points:
+            label = order_title(order, metric_label) + (f" (mean ± std, {points[0]['draws']} draws)" if order == "random" else "")
+            _curve(axis, points, label, column, **_order_style(order))
+    axis.axhline(baseline_bleu, color="black", linestyle="--", linewidth=0.8, label="unpruned")
+    heads = next(r["total"] for r in summary if r["scope"] == scope)
+    what = "all heads" if scope == "all" else f"{TYPE_TITLES[scope]} heads"
+    axis.set_xlabel(f"% of {what} pruned ({heads} heads)")
+    axis.set_ylabel(ylabel)
+    axis.set_xlim(left=0)
+    axis.legend(fontsize=7)
+    save_figure(figure, path)
+    plt.close(figure)
+
+
+def plot_pruning_by_type(summary, order: str, baseline_bleu: float, path: str, ylabel: str,
+                         column: str = "bleu", metric_label: str = "BLEU") -> None:
+    """Figure 4 of the paper: pruning one attention type at a time, one line per type."""
+    from ..methods.pruning import order_title
+
+    plt = _pyplot()
+    figure, axis = plt.subplots(figsize=(5.2, 3.6))
+    for scope in ("all",) + ATTENTION_TYPES:
+        points = [r for r in summary if r["scope"] == scope and r["order"] == order]
+        if points:
+            label = "all types" if scope == "all" else TYPE_TITLES[scope]
+            _curve(axis, points, label, column, linestyle=":" if scope == "all" else "-", marker="o")
+    axis.axhline(baseline_bleu, color="black", linestyle="--", linewidth=0.8, label="unpruned")
+    axis.set_xlabel("% of the attention type's heads pruned")
+    axis.set_ylabel(ylabel)
+    axis.set_title(f"order: {order_title(order, metric_label)}", fontsize=9)
+    axis.set_xlim(left=0)
+    axis.legend(fontsize=7)
+    save_figure(figure, path)
+    plt.close(figure)
+
+
+def plot_dynamics(rows, path: str, ylabel: str, label: str = "BLEU") -> None:
+    """Figure 5 of the paper: per pruning level, the score (BLEU) relative to the epoch's unpruned score.
+
+    Epochs on a log scale; the upper panel shows each epoch's unpruned score.
+    """
+    from ..methods.dynamics import dynamics_grid
+
+    plt = _pyplot()
+    grid = dynamics_grid(rows)
+    epochs, levels, by_key = grid.epochs, grid.levels, grid.cell
+    figure, (top, bottom) = plt.subplots(
+        2, 1, figsize=(5.6, 5.2), sharex=True, gridspec_kw={"height_ratios": [1, 2.4]}
+    )
+    top.plot(epochs, [grid.unpruned_score(e) for e in epochs], color="black", marker="o", markersize=3)
+    top.set_ylabel(f"unpruned\n{ylabel}", fontsize=8)
+    colors = plt.get_cmap("viridis")
+    for index, level in enumerate(levels[1:]):
+        points = [(e, 100 * by_key[(e, level)]["relative"]) for e in epochs if (e, level) in by_key]
+        axis_color = colors(index / max(1, len(levels) - 2))
+        bottom.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3,
+                    color=axis_color, label=f"{grid.percent[level]:.0f}% pruned")
+    bottom.axhline(100, color="black", linestyle="--", linewidth=0.8)
+    bottom.set_xscale("log")
+    bottom.set_xticks(epochs, [str(e) for e in epochs], fontsize=7)
+    bottom.minorticks_off()
+    bottom.set_xlabel("epoch (log scale)")
+    bottom.set_ylabel(f"{label}, % of the epoch's unpruned {label}")
+    bottom.legend(fontsize=6, ncol=3, loc="best")
+    save_figure(figure, path)
+    plt.close(figure)
