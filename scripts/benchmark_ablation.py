@@ -383,12 +383,14 @@ def sharding(args, generation, work, specs, serial_hypotheses, measurements):
 
 def significance_time(args, work, specs):
     """Part 3: the significance step alone, on the stored sweep."""
+    from fairseq_headprune.engine.runners.translator import ConfigResult
     from fairseq_headprune.engine.sweeps.resumable_sweep import load_config_result
     from fairseq_headprune.study.methods.ablation import ConfigScores, compare_with_baseline
     from fairseq_headprune.study.statistics.metrics import TOKENIZED_BLEU
     from fairseq_headprune.study.statistics.significance import SignificanceSettings
 
-    results = [load_config_result(os.path.join(work, "ablate", "sweeps", args.subset), n) for n in specs]
+    results = [load_config_result(os.path.join(work, "ablate", "sweeps", args.subset), n, ConfigResult)
+               for n in specs]
     scores = [ConfigScores(r.name, r.spec, r.labels, r.bleu, r.sacrebleu, r.fairseq_stats) for r in results]
     start = time.perf_counter()
     compare_with_baseline(scores[0], scores[1:], SignificanceSettings(), TOKENIZED_BLEU)

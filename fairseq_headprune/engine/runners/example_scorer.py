@@ -22,7 +22,7 @@ import json
 import math
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
 import torch
@@ -46,8 +46,28 @@ class ScoredExamples:
     seconds: float
 
 
+@dataclass
+class ScoredConfigResult(ScoredExamples):
+    """A finished configuration of a classifier or LM sweep (``example_scorer``) as stored on disk."""
+
+    name: str = ""
+    spec: str = ""
+    labels: Dict[str, object] = field(default_factory=dict)
+
+    def to_dict(self) -> Dict[str, object]:
+        return {"name": self.name, "spec": self.spec, "labels": self.labels, "seconds": self.seconds,
+                "outputs": self.outputs}
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, object]) -> "ScoredConfigResult":
+        return cls(name=data["name"], spec=data["spec"], labels=data["labels"], seconds=data["seconds"],
+                   outputs=data["outputs"])
+
+
 class SplitScorer:
     """One split of a classifier's or LM's data, scored under many masks with the model loaded once."""
+
+    result_type = ScoredConfigResult  # how a sweep stores each configuration
 
     def __init__(self, family: str, cfg, task, model, split: str):
         from .batches import load_split

@@ -21,7 +21,7 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -59,8 +59,47 @@ class Translation:
         return SACREBLEU.score(self.sacrebleu_stats)
 
 
+@dataclass
+class ConfigResult(Translation):
+    """A finished configuration as stored on disk."""
+
+    name: str = ""
+    spec: str = ""
+    labels: Dict[str, object] = field(default_factory=dict)
+
+    def to_dict(self) -> Dict[str, object]:
+        return {
+            "name": self.name,
+            "spec": self.spec,
+            "labels": self.labels,
+            "bleu": self.bleu,
+            "sacrebleu": self.sacrebleu,
+            "seconds": self.seconds,
+            "hypotheses": self.hypotheses,
+            "detokenized": None if self.detokenized == self.hypotheses else self.detokenized,
+            "fairseq_stats": self.fairseq_stats.tolist(),
+            "sacrebleu_stats": self.sacrebleu_stats.tolist(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, object]) -> "ConfigResult":
+        """``bleu`` and ``sacrebleu`` are stored for readers; they come back from the statistics."""
+        return cls(
+            name=data["name"],
+            spec=data["spec"],
+            labels=data["labels"],
+            seconds=data["seconds"],
+            hypotheses=data["hypotheses"],
+            detokenized=data["detokenized"] if data["detokenized"] is not None else data["hypotheses"],
+            fairseq_stats=np.asarray(data["fairseq_stats"], dtype=np.int64),
+            sacrebleu_stats=np.asarray(data["sacrebleu_stats"], dtype=np.int64),
+        )
+
+
 class SplitTranslator:
     """fairseq-generate's loop over one split, with the model loaded once."""
+
+    result_type = ConfigResult  # how a sweep stores each configuration
 
     def __init__(self, cfg, task, model, split: str, detokenize: str = "auto", references: Optional[str] = None,
                  share_encoder: bool = True, sentence_shard: Optional[Tuple[int, int]] = None):

@@ -9,76 +9,17 @@ exists; a directory holding another sweep is refused.
 import contextlib
 import json
 import os
-from dataclasses import dataclass, field
 from typing import Dict, Optional, Sequence
 
-import numpy as np
 
 from ...errors import StudyError
 from ...study.methods.ablation import HeadConfig
 from ...study.output.files import first_difference, remove_stale_temporaries, write_json
 from ...study.masks.head_mask import HeadMask, combine_masks
-from ..runners.example_scorer import ScoredExamples, SplitScorer
 from ..methods.mask_tuning import tuning_folded
-from ..runners.translator import Translation
 
 MANIFEST = "sweep.json"
 CONFIG_DIR = "configs"
-
-
-@dataclass
-class ConfigResult(Translation):
-    """A finished configuration as stored on disk."""
-
-    name: str = ""
-    spec: str = ""
-    labels: Dict[str, object] = field(default_factory=dict)
-
-    def to_dict(self) -> Dict[str, object]:
-        return {
-            "name": self.name,
-            "spec": self.spec,
-            "labels": self.labels,
-            "bleu": self.bleu,
-            "sacrebleu": self.sacrebleu,
-            "seconds": self.seconds,
-            "hypotheses": self.hypotheses,
-            "detokenized": None if self.detokenized == self.hypotheses else self.detokenized,
-            "fairseq_stats": self.fairseq_stats.tolist(),
-            "sacrebleu_stats": self.sacrebleu_stats.tolist(),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Dict[str, object]) -> "ConfigResult":
-        """``bleu`` and ``sacrebleu`` are stored for readers; they come back from the statistics."""
-        return cls(
-            name=data["name"],
-            spec=data["spec"],
-            labels=data["labels"],
-            seconds=data["seconds"],
-            hypotheses=data["hypotheses"],
-            detokenized=data["detokenized"] if data["detokenized"] is not None else data["hypotheses"],
-            fairseq_stats=np.asarray(data["fairseq_stats"], dtype=np.int64),
-            sacrebleu_stats=np.asarray(data["sacrebleu_stats"], dtype=np.int64),
-        )
-
-
-@dataclass
-class ScoredConfigResult(ScoredExamples):
-    """A finished configuration of a classifier or LM sweep (``example_scorer``) as stored on disk."""
-
-    name: str = ""
-    spec: str = ""
-    labels: Dict[str, object] = field(default_factory=dict)
-
-    def to_dict(self) -> Dict[str, object]:
-        return {"name": self.name, "spec": self.spec, "labels": self.labels, "seconds": self.seconds,
-                "outputs": self.outputs}
-
-    @classmethod
-    def from_dict(cls, data: Dict[str, object]) -> "ScoredConfigResult":
-        return cls(name=data["name"], spec=data["spec"], labels=data["labels"], seconds=data["seconds"],
-                   outputs=data["outputs"])
 
 
 def open_sweep_dir(out_dir: str, identity: Dict[str, object], references: Sequence[str]) -> None:
@@ -108,7 +49,7 @@ def config_path(out_dir: str, name: str) -> str:
     return os.path.join(out_dir, CONFIG_DIR, name + ".json")
 
 
-def load_config_result(out_dir: str, name: str, result_type=ConfigResult):
+def load_config_result(out_dir: str, name: str, result_type):
     path = config_path(out_dir, name)
     if not os.path.exists(path):
         return None
@@ -140,14 +81,14 @@ def run_sweep(
 
     from ..runtime.ranks import current_ranks
 
-    result_type = ScoredConfigResult if isinstance(runner, SplitScorer) else ConfigResult
+    result_type = runner.result_type  # how the runner's configurations are stored
     ranks = current_ranks()
     names = [c.name for c in configs]
     if len(set(names)) != len(names):
         raise StudyError("two configurations share a name")
     if ranks.is_main:
         open_sweep_dir(out_dir, identity, runner.manifest_references)
-    results: Dict[str, ConfigResult] = {}
+    results: Dict[str, object] = {}
     stored = set(ranks.main_value(
         [c.name for c in configs if os.path.exists(config_path(out_dir, c.name))] if ranks.is_main else None
     ))

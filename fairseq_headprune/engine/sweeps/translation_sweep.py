@@ -26,7 +26,8 @@ from ...study.output.files import write_json
 from ...study.masks.head_mask import HeadMask
 from ...study.settings import SweepSettings
 from ...study.output.files import first_difference
-from .resumable_sweep import ConfigResult, run_sweep
+from ..runners.translator import ConfigResult
+from .resumable_sweep import run_sweep
 from ..runners.translator import SplitTranslator
 
 SWEEPS_DIR = "sweeps"

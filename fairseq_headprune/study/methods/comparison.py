@@ -7,7 +7,7 @@ pruned it loses at most half of the importance order's loss of the metric,
 and it is never worse at any level from 10% to 70%.
 """
 
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Optional, Sequence
 
 from .pruning import order_title
 

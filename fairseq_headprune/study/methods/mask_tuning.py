@@ -23,7 +23,7 @@ from typing import Dict, List, Tuple
 
 import torch
 
-from ...constants import ATTENTION_TYPES, DEFAULT_MAX_CONDITION, DEFAULT_SCALE_BOUND
+from ...constants import DEFAULT_MAX_CONDITION, DEFAULT_SCALE_BOUND
 from ...errors import ResultFileError
 from ..output.files import read_json_of_format, write_json
 from ..masks.head_mask import HeadLayout, HeadMask, head_mask_to_spec, layer_name, parse_head_mask, parse_layer_name
