@@ -36,6 +36,10 @@ class StudyError(HeadPruneError):
     """Data, model or results a study cannot run on (missing split, another sweep's directory ...)."""
 
 
+class DependencyError(HeadPruneError):
+    """A package the plugin needs (fairseq, or an optional engine) is missing or too old."""
+
+
 class SettingsError(HeadPruneError):
     """An option value out of range; the message names the option (``--draws must be positive``)."""
 

@@ -9,6 +9,8 @@ when fairseq imports it as ``--user-dir``) calls ``register_components``.
 
 import logging
 
+from .errors import DependencyError
+
 _registered = False
 
 
@@ -22,6 +24,7 @@ def register_components() -> None:
     global _registered
     if _registered:
         return
+    check_fairseq()
     # fairseq announces at import that an optional speech dependency is missing
     logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
     from .compat import torch_load  # noqa: F401  (the allow-list, applied on import)
@@ -31,3 +34,20 @@ def register_components() -> None:
 
     give_token_block_dataset_compat_long()  # transformer_lm data under numpy 2
     _registered = True
+
+
+MINIMUM_FAIRSEQ = (0, 12)
+
+
+def check_fairseq() -> None:
+    """fairseq is the user's to install (a fork with custom architectures is fine): say so clearly if it is missing."""
+    try:
+        import fairseq
+    except ImportError as error:
+        raise DependencyError(
+            "fairseq is not installed: install your own, or pip install 'fairseq-headprune[fairseq]' "
+            f"(ve-fairseq on Python >= 3.11) ({error})"
+        ) from error
+    version = tuple(int(part) for part in fairseq.__version__.split(".")[:2] if part.isdigit())
+    if version < MINIMUM_FAIRSEQ:
+        raise DependencyError(f"fairseq {fairseq.__version__} is too old: the plugin needs fairseq >= 0.12")
