@@ -81,7 +81,7 @@ importance_dir=$out_dir/importance
 if [[ ! -f "$importance_dir/importance.json" ]]; then
   echo "head importance on the validation set (and the loss increase when each head alone is masked):"
   record importance fairseq-headprune importance "$data" --path "$checkpoint" \
-    --subset valid --out-dir "$importance_dir" --loss-ablation --no-progress
+    --importance-subset valid --out-dir "$importance_dir" --loss-ablation --no-progress
 fi
 
 ablation=(sweep ablate "$data" --path "$checkpoint" --gen-subset test --out-dir "$out_dir/ablation"

@@ -76,14 +76,14 @@ importance_dir="$out_dir/importance"
 if [[ ! -f "$importance_dir/importance.json" ]]; then
   echo "head importance on the validation set (and the loss increase when each head alone is masked):"
   record importance fairseq-headprune importance "$out_dir/data/bin" --path "$out_dir/checkpoints/checkpoint_best.pt" \
-    --subset valid --out-dir "$importance_dir" --loss-ablation --no-progress
+    --importance-subset valid --out-dir "$importance_dir" --loss-ablation --no-progress
 fi
 # the same with the label-smoothed loss the model was trained on: how well each
 # loss's gradient predicts the increase of that loss when a head is masked
 if [[ ! -f "$importance_dir-label-smoothed/importance.json" ]]; then
   echo "the same with label-smoothed cross-entropy (ε = 0.1) as the loss:"
   record importance fairseq-headprune importance "$out_dir/data/bin" --path "$out_dir/checkpoints/checkpoint_best.pt" \
-    --subset valid --out-dir "$importance_dir-label-smoothed" --loss label_smoothed --loss-ablation --no-progress \
+    --importance-subset valid --out-dir "$importance_dir-label-smoothed" --importance-loss label_smoothed --loss-ablation --no-progress \
     | grep -E "^(estimated|spearman)"
 fi
 
@@ -140,7 +140,7 @@ done
 echo "pruning to a budget: Fisher search, rearranged, tuned; learned gates; against importance and random:"
 record comparison sweep prune "$out_dir/data/bin" --path "$out_dir/checkpoints/checkpoint_best.pt" \
   --gen-subset test --out-dir "$out_dir/comparison" --importance "$importance_dir/importance.json" \
-  --orders importance,iterative,fisher,fisher-rearranged,random --tune-masks fisher-rearranged \
+  --orders importance,iterative,fisher,fisher-rearranged,random --tune-masks --tune-orders fisher-rearranged \
   --gate-masks "${gate_masks[@]}" --max-percent 70 \
   --beam 5 --lenpen 1 --batch-size 128 --max-len-a 1.2 --max-len-b 10 --no-progress
 

@@ -49,7 +49,7 @@ options=(--batch-size "${BATCH_SIZE:-32}" --no-progress ${FAIRSEQ_ARGS:-})
 
 if [[ ! -f "$out_dir/importance/importance.json" ]]; then
   echo "head importance on $(wc -l < "$prepared/text/train5k.label") training pairs (valid2):"
-  record importance fairseq-headprune importance "$data" --path "$model" --subset valid2 \
+  record importance fairseq-headprune importance "$data" --path "$model" --importance-subset valid2 \
     --out-dir "$out_dir/importance" --batch-size "${BATCH_SIZE:-32}" --no-progress
 fi
 ablation=(sweep ablate "$data" --path "$model" --gen-subset valid --out-dir "$out_dir/ablation" --test t-test "${options[@]}")

@@ -31,5 +31,5 @@ source "$repo/scripts/setup_env.sh"
 
 # shellcheck disable=SC2086  # EXTRA_ARGS is a list of options
 fairseq-headprune importance "$wmt_dir/bin" --path "$wmt_dir/bundle/model.pt" \
-  --subset newstest2009 newstest2010 newstest2011 newstest2012 --out-dir "$out_dir" \
+  --importance-subset newstest2009 newstest2010 newstest2011 newstest2012 --out-dir "$out_dir" \
   --max-tokens "${MAX_TOKENS:-4000}" ${EXTRA_ARGS:-}

@@ -199,7 +199,7 @@ def test_significance_command_reproduces_compare_mt(tiny_model, single_sweep, tm
     system_lines = stored(out_dir, "single.enc-dec.L2.H3")["hypotheses"]
     system = _write(tmp_path / "sys.txt", system_lines)
     result = run(
-        ["fairseq-headprune", "significance", ref, base, system, "--test", "compare-mt", "--seed", "7",
+        ["fairseq-headprune", "significance", ref, base, system, "--test", "compare-mt", "--test-seed", "7",
          "--samples", "500", "--json", tmp_path / "out.json"]
     )
     with open(tmp_path / "out.json") as stream:

@@ -36,8 +36,8 @@ def data_with_empty_split(tiny_model, tmp_path_factory):
 
 
 def test_importance_command_writes_scores_plot_and_correlates_with_loss_increase(tiny_model, tmp_path):
-    result = importance_command(tiny_model, tmp_path, "--subset", "valid", "test", "--limit", "100",
-                                "--max-tokens", "1500", "--loss-ablation")
+    result = importance_command(tiny_model, tmp_path, "--importance-subset", "valid", "test", "--importance-limit", "100",
+                                "--importance-max-tokens", "1500", "--loss-ablation")
     assert (tmp_path / "importance.png").stat().st_size > 10_000
     scores = read_importance_file(str(tmp_path / "importance.json"), LAYOUT)
     assert scores.settings["sentences"] == 200  # 100 of each split
@@ -70,7 +70,7 @@ def test_importance_of_a_masked_model_and_token_granularity(tiny_model, tmp_path
         (["--subset", "nosuch"], "split 'nosuch' not found"),
         (["--subset", "empty"], "split 'empty'"),
         (["--head-mask", "E:3:1"], "layer 3 out of range 1-2"),
-        (["--limit", "0"], "--limit must be positive"),
+        (["--limit", "0"], "--importance-limit must be positive"),
     ],
 )
 def test_bad_input_is_one_line_and_non_zero(tiny_model, data_with_empty_split, tmp_path, args, message):

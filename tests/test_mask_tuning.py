@@ -152,7 +152,7 @@ def test_search_writes_a_mask_within_the_budget_that_every_command_reads(tiny_mo
 def test_latency_tables_price_a_search_and_are_refused_elsewhere(tiny_model, tmp_path):
     table = tmp_path / "latency.json"
     run(["fairseq-headprune", "latency", tiny_model["data"], "--path", tiny_model["checkpoint"], "--out", table,
-         "--repeats", "2", "--batch-size", "4", "--sequence-length", "8", "--no-progress"])
+         "--repeats", "2", "--sentences", "4", "--sequence-length", "8", "--no-progress"])
     payload = json.loads(table.read_text())
     assert sorted(payload["per_layer_ms"]) == sorted(f"{t}:{l}" for t in ("enc-enc", "enc-dec", "dec-dec") for l in (1, 2))
     assert all(len(v) == 9 for v in payload["per_layer_ms"].values())

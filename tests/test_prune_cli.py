@@ -178,7 +178,8 @@ def test_a_rerun_reuses_every_result(tiny_model, study):
                                                "ablation, random, fisher, fisher-rearranged, gates)"),
         (["--tune-masks"], "--tune-subset valid is the split the study is evaluated on (--gen-subset); "
                            "tune on training or validation data"),
-        (["--tune-masks", "random", "--tune-subset", "train"], "--tune-masks random: not one of --orders (importance)"),
+        (["--tune-masks", "--tune-orders", "random", "--tune-subset", "train"],
+         "--tune-orders random: not one of --orders (importance)"),
         (["--scopes", "encoder"], "--scopes: unknown value 'encoder' (expected all, enc-enc, enc-dec, dec-dec)"),
         (["--draws", "0"], "--draws must be positive, got 0"),
         (["--step-percent", "0"], "the step must be in (0, 100] percent, got 0"),
@@ -247,7 +248,7 @@ def test_fisher_search_curves_and_tuned_masks_translate_as_the_tuned_shrunk_mode
     from fairseq_headprune.study.methods.mask_search import pruned_count_search
 
     out = tmp_path / "kwon"
-    result = prune(tiny_model, out, "--orders", "fisher,fisher-rearranged", "--tune-masks", "fisher-rearranged",
+    result = prune(tiny_model, out, "--orders", "fisher,fisher-rearranged", "--tune-masks", "--tune-orders", "fisher-rearranged",
                    "--step-percent", "50", "--max-percent", "50", "--importance-limit", "64",
                    "--tune-subset", "train", "--tune-limit", "64")
     assert "fisher-rearranged+tuned" in result.stdout and "tuned on 64" in result.stdout

@@ -55,8 +55,8 @@ def add_test_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"resamples (or AR trials); default {DEFAULT_RESAMPLES}",
     )
     group.add_argument(
-        "--seed", type=int, default=DEFAULT_SIGNIFICANCE_SEED,
-        help=f"resampling seed (default {DEFAULT_SIGNIFICANCE_SEED})",
+        "--test-seed", type=int, default=DEFAULT_SIGNIFICANCE_SEED, metavar="N",
+        help=f"resampling seed of the test (default {DEFAULT_SIGNIFICANCE_SEED}; fairseq's own --seed is passed on)",
     )
     group.add_argument(
         "--sample-ratio", type=float,
@@ -69,7 +69,7 @@ def add_test_arguments(parser: argparse.ArgumentParser) -> None:
 
 def test_settings(args: argparse.Namespace) -> SignificanceSettings:
     return SignificanceSettings(
-        test=args.test, samples=args.samples, seed=args.seed, sample_ratio=args.sample_ratio, alpha=args.alpha
+        test=args.test, samples=args.samples, seed=args.test_seed, sample_ratio=args.sample_ratio, alpha=args.alpha
     )
 
 
@@ -122,59 +122,48 @@ def sweep_settings(args: argparse.Namespace, checkpoint: str, family: str = TRAN
     )
 
 
-def add_importance_arguments(parser, prefix: str = "--importance-", method: bool = True,
-                             batch_size: bool = False) -> None:
-    """How importance (or Fisher information) is estimated: one declaration for every command.
+def add_importance_arguments(parser, method: bool = True, batch_size: bool = False, aliases: bool = False) -> None:
+    """How importance (or Fisher information) is estimated: one declaration, ``--importance-*``, for every command.
 
-    ``prefix`` names the options (``--importance-subset`` ...; the importance
-    command itself says ``--subset`` ...); ``--importance-method`` keeps its
-    name everywhere. ``method=False``: the command always estimates Fisher scores.
+    ``method=False``: the command always estimates Fisher scores. ``aliases``:
+    the importance command's older spellings (``--subset`` ...) stay as hidden aliases.
     """
-    parser.add_argument(
-        f"{prefix}subset", nargs="+", default=["valid"], metavar="SPLIT",
-        help="splits to estimate on (default: valid; the paper uses newstest2009-2012)",
-    )
-    parser.add_argument(f"{prefix}limit", type=int, metavar="N", help="use only the first N sentences of each split")
-    parser.add_argument(f"{prefix}max-tokens", type=int, metavar="N", help="tokens per batch")
+    def add(name, alias=None, **options):
+        parser.add_argument(f"--importance-{name}", **options)
+        if aliases and alias:
+            hidden = {k: v for k, v in options.items() if k not in ("default", "help", "metavar")}
+            parser.add_argument(alias, dest=f"importance_{name.replace('-', '_')}", help=argparse.SUPPRESS, **hidden)
+
+    add("subset", "--subset", nargs="+", default=["valid"], metavar="SPLIT",
+        help="splits to estimate on (default: valid; the paper uses newstest2009-2012)")
+    add("limit", "--limit", type=int, metavar="N", help="use only the first N sentences of each split")
+    add("max-tokens", "--max-tokens", type=int, metavar="N", help="tokens per batch")
     if batch_size:
-        parser.add_argument(
-            f"{prefix}max-sentences", f"{prefix}batch-size", dest=_dest(prefix, "max_sentences"), type=int,
-            metavar="N", help="sentences per batch (default 64 when --max-tokens is not given)",
-        )
-    parser.add_argument(
-        f"{prefix}granularity", choices=GRANULARITIES, default=DEFAULT_GRANULARITY,
+        add("batch-size", "--batch-size", type=int, metavar="N",
+            help="sentences per batch (default 64 when --importance-max-tokens is not given)")
+        if aliases:
+            parser.add_argument("--max-sentences", dest="importance_batch_size", type=int, help=argparse.SUPPRESS)
+    add("granularity", "--granularity", choices=GRANULARITIES, default=DEFAULT_GRANULARITY,
         help="the unit x of E_x: |dL/dxi_h| per sentence (the paper, default), per target token (the "
-        "authors' code) or per batch",
-    )
+        "authors' code) or per batch")
     if method:
-        parser.add_argument(
-            "--importance-method", choices=IMPORTANCE_METHODS, default=DEFAULT_IMPORTANCE_METHOD,
+        add("method", choices=IMPORTANCE_METHODS, default=DEFAULT_IMPORTANCE_METHOD,
             help="gradient (default): I_h = E_x |dL(x)/dxi_h|, the paper's importance; fisher: F_h = E_x "
-            "(dL(x)/dxi_h)^2, the mask's diagonal Fisher information (Kwon et al. 2022), from the same backward pass",
-        )
-    parser.add_argument(
-        f"{prefix}loss", choices=IMPORTANCE_LOSSES, default=DEFAULT_IMPORTANCE_LOSS,
-        help=f"loss to differentiate (default: nll, plain cross-entropy as the authors' code; "
-        f"label_smoothed: label-smoothed cross-entropy with {prefix}label-smoothing)",
-    )
-    parser.add_argument(
-        f"{prefix}label-smoothing", type=float, default=DEFAULT_LABEL_SMOOTHING, metavar="EPS",
-        help=f"label smoothing epsilon of {prefix}loss label_smoothed (default {DEFAULT_LABEL_SMOOTHING:g})",
-    )
+            "(dL(x)/dxi_h)^2, the mask's diagonal Fisher information (Kwon et al. 2022), from the same backward pass")
+    add("loss", "--loss", choices=IMPORTANCE_LOSSES, default=DEFAULT_IMPORTANCE_LOSS,
+        help="loss to differentiate (default: nll, plain cross-entropy as the authors' code; "
+        "label_smoothed: label-smoothed cross-entropy with --importance-label-smoothing)")
+    add("label-smoothing", "--label-smoothing", type=float, default=DEFAULT_LABEL_SMOOTHING, metavar="EPS",
+        help=f"label smoothing epsilon of --importance-loss label_smoothed (default {DEFAULT_LABEL_SMOOTHING:g})")
 
 
-def _dest(prefix: str, name: str) -> str:
-    return prefix.lstrip("-").replace("-", "_") + name
-
-
-def importance_settings(args: argparse.Namespace, prefix: str = "--importance-",
-                        method: Optional[str] = None) -> ImportanceSettings:
+def importance_settings(args: argparse.Namespace, method: Optional[str] = None) -> ImportanceSettings:
     """The settings of ``add_importance_arguments``'s options (``method``: fixed, when the command has none)."""
-    value = lambda name: getattr(args, _dest(prefix, name), None)  # noqa: E731
     return ImportanceSettings(
-        subsets=list(value("subset")), limit=value("limit"), max_tokens=value("max_tokens"),
-        max_sentences=value("max_sentences"), granularity=value("granularity"), loss=value("loss"),
-        label_smoothing=value("label_smoothing"), method=method or args.importance_method, option_prefix=prefix,
+        subsets=list(args.importance_subset), limit=args.importance_limit, max_tokens=args.importance_max_tokens,
+        max_sentences=getattr(args, "importance_batch_size", None), granularity=args.importance_granularity,
+        loss=args.importance_loss, label_smoothing=args.importance_label_smoothing,
+        method=method or args.importance_method, option_prefix="--importance-",
     )
 
 
@@ -182,11 +171,12 @@ def add_curve_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of the importance-ordered pruning curve (prune and dynamics)."""
     parser.add_argument(
         "--step-percent", type=float, default=DEFAULT_STEP_PERCENT,
-        help=f"pruning step, %% of the heads in scope (default {DEFAULT_STEP_PERCENT:g})",
+        help=f"pruning step, in %% of the heads in scope pruned (default {DEFAULT_STEP_PERCENT:g})",
     )
     parser.add_argument(
         "--max-percent", type=float, default=DEFAULT_MAX_PERCENT,
-        help=f"largest pruning level, %% (default {DEFAULT_MAX_PERCENT:g})",
+        help=f"largest pruning level, in %% of the heads in scope pruned (default {DEFAULT_MAX_PERCENT:g}; "
+        "search --budget and the budgets count what is kept)",
     )
     add_importance_arguments(parser.add_argument_group("importance estimation"))
     parser.add_argument(
@@ -201,12 +191,12 @@ def curve_settings(args: argparse.Namespace) -> CurveSettings:
 
 
 def add_tuning_arguments(parser: argparse.ArgumentParser, tune_option_help: str, per_order: bool = True) -> None:
-    """Mask tuning by least squares (search --tune-masks, a flag; prune --tune-masks [ORDERS])."""
+    """Mask tuning by least squares: ``--tune-masks`` (a flag), and for prune ``--tune-orders ORDERS``."""
     group = parser.add_argument_group("mask tuning (Kwon et al. 2022, section 4.3)")
+    group.add_argument("--tune-masks", action="store_true", help=tune_option_help)
     if per_order:
-        group.add_argument("--tune-masks", nargs="?", const="all", metavar="ORDERS", help=tune_option_help)
-    else:
-        group.add_argument("--tune-masks", action="store_const", const="all", help=tune_option_help)
+        group.add_argument("--tune-orders", metavar="ORDERS",
+                           help="with --tune-masks: the curves to draw tuned, comma-separated (default: every --orders)")
     group.add_argument(
         "--tune-subset", nargs="+", default=["valid"], metavar="SPLIT",
         help="training or validation splits to fit the scales on, teacher-forced (default: valid; a test split "
@@ -230,7 +220,7 @@ def add_tuning_arguments(parser: argparse.ArgumentParser, tune_option_help: str,
 
 def tuning_settings(args: argparse.Namespace) -> "TuningSettings | None":
     """None unless --tune-masks was given."""
-    if args.tune_masks is None:
+    if not args.tune_masks:
         return None
     return TuningSettings(
         subsets=list(args.tune_subset), limit=args.tune_limit, max_tokens=args.tune_max_tokens,

@@ -17,6 +17,14 @@ from typing import List, Optional
 
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+# sub-command -> fairseq's parser of that command (for --help with the task's options)
+PARSERS = {
+    "train": "get_training_parser",
+    "generate": "get_generation_parser",
+    "validate": "get_validation_parser",
+    "interactive": "get_interactive_generation_parser",
+    "eval-lm": "get_eval_lm_parser",
+}
 # sub-command -> fairseq_cli module whose cli_main runs it
 FAIRSEQ_COMMANDS = {
     "train": "fairseq_cli.train",
@@ -86,6 +94,8 @@ def run_fairseq_command(command: str, args: List[str]) -> int:
         argv += ["--user-dir", PACKAGE_DIR]
     if not _given(argv, "--task"):
         argv += _task_for(argv)
+    if "-h" in argv or "--help" in argv:
+        return _print_help(command, argv)
     module = importlib.import_module(FAIRSEQ_COMMANDS[command])
     sys.argv = [f"fairseq-{command}"] + argv
     try:
@@ -95,6 +105,29 @@ def run_fairseq_command(command: str, args: List[str]) -> int:
             raise
         print(f"fairseq-headprune: error: {error}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _print_help(command: str, argv: List[str]) -> int:
+    """fairseq's help of the command with the plugin's task options (--head-mask) in it.
+
+    fairseq adds a task's options to its parser only after reading --task,
+    and argparse answers --help before that: parse first, then print.
+    """
+    from fairseq import options
+
+    parser = getattr(options, PARSERS[command])()
+    rest = [a for a in argv if a not in ("-h", "--help")]
+    if not any(not a.startswith("-") for a in rest[:1]):
+        rest = ["DATA", *rest]  # the data directory fairseq's parser requires
+    if command == "train" and not _given(rest, "--arch"):
+        rest += ["--arch", "transformer"]  # fairseq lists a model's options only for a known --arch
+    try:
+        options.parse_args_and_arch(parser, rest, parse_known=True)
+    except SystemExit:
+        pass  # a missing option: the help below still lists every option fairseq knows by now
+    parser.prog = f"fairseq-headprune {command}"
+    parser.print_help()
     return 0
 
 

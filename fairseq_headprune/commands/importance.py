@@ -9,7 +9,7 @@ def command_importance(args: argparse.Namespace) -> int:
     from ..engine.studies.importance import importance_prefix, run_importance
     from ..study.methods.importance import summarize
 
-    settings = importance_settings(args, prefix="--")
+    settings = importance_settings(args)
     result = run_importance(
         args.data, args.path, settings, args.out_dir, head_mask=args.head_mask, loss_ablation=args.loss_ablation,
         fairseq_args=fairseq_language_args(args), cpu=args.cpu, progress=not args.no_progress,
@@ -41,8 +41,8 @@ def add_parser(commands) -> None:
     )
     importance.add_argument("data", metavar="DATA", help="fairseq-preprocess output directory")
     importance.add_argument("--path", required=True, metavar="CKPT", help="fairseq checkpoint")
-    importance.add_argument("--out-dir", default="importance", help="output directory (default: importance)")
-    add_importance_arguments(importance, prefix="--", batch_size=True)
+    importance.add_argument("--out-dir", required=True, metavar="DIR", help="output directory")
+    add_importance_arguments(importance, batch_size=True, aliases=True)
     importance.add_argument(
         "--head-mask", metavar="SPEC", help="score the heads of the model with SPEC already masked"
     )

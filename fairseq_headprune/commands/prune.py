@@ -3,6 +3,7 @@
 import argparse
 
 from ..constants import DEFAULT_DRAWS, DEFAULT_PRUNING_SEED, ORDERS, SCOPES
+from ..errors import SettingsError
 from ..study.settings import PruneSettings, parse_choices
 from .common import (
     add_curve_arguments,
@@ -20,8 +21,10 @@ def settings_from(args: argparse.Namespace) -> PruneSettings:
 
     orders = parse_choices(args.orders, ORDERS, "--orders")
     tune_orders = []
-    if args.tune_masks is not None:
-        tune_orders = list(orders) if args.tune_masks == "all" else parse_choices(args.tune_masks, ORDERS, "--tune-masks")
+    if args.tune_orders and not args.tune_masks:
+        raise SettingsError("--tune-orders needs --tune-masks")
+    if args.tune_masks:
+        tune_orders = parse_choices(args.tune_orders, ORDERS, "--tune-orders") if args.tune_orders else list(orders)
     return PruneSettings(
         sweep=sweep_settings(args, args.path, checkpoint_family(args.path)),
         curve=curve_settings(args),
@@ -143,7 +146,7 @@ def add_parser(commands) -> None:
         help="heads kept in each attention type, e.g. '(14,31,30)' (Budhraja et al. Table 3); repeatable",
     )
     add_tuning_arguments(
-        prune, "also draw each curve of ORDERS (comma-separated; default: every --orders) with each mask tuned "
+        prune, "also draw each curve of --tune-orders (default: every --orders) with each mask tuned "
         "by least squares (Kwon et al. 2022): the order named ORDER+tuned; tunings are stored under OUT/tuning",
     )
     add_sweep_arguments(prune)

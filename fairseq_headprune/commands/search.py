@@ -93,8 +93,8 @@ def add_parsers(commands) -> None:
     search.add_argument("--out-dir", required=True, metavar="DIR", help="where the mask and its record go")
     search.add_argument(
         "--budget", required=True, metavar="B",
-        help="what the pruned model may cost, in --cost's unit: a number (36 heads; FLOPs per token; ms) or "
-        "a percentage of the unpruned model's cost (50%%)",
+        help="what the pruned model keeps, in --cost's unit: a number (36 heads kept; FLOPs per token; ms) or "
+        "a percentage of the unpruned model's cost (50%%: half of it kept)",
     )
     search.add_argument("--cost", choices=COST_KINDS, default="heads",
                         help="what the budget counts (default: heads)")
@@ -118,14 +118,15 @@ def add_parsers(commands) -> None:
         "latency",
         help="measure each attention layer's latency keeping 0 .. H heads, for search --cost latency",
         description="Time every attention layer of CKPT on this device with its first k heads kept, for "
-        "every k, on random inputs (a full-sequence pass of --batch-size sentences of --sequence-length "
+        "every k, on random inputs (a full-sequence pass of --sentences sentences of --sequence-length "
         "positions; median of --repeats). The table records the device and the model's shape; search "
         "refuses it for another model or device.",
     )
     latency.add_argument("data", metavar="DATA", help="fairseq-preprocess output directory (its dictionaries)")
     latency.add_argument("--path", required=True, metavar="CKPT", help="fairseq checkpoint (every head)")
     latency.add_argument("--out", required=True, metavar="FILE.json", help="the table to write")
-    latency.add_argument("--batch-size", type=int, default=32, metavar="N", help="sentences (default 32)")
+    latency.add_argument("--sentences", dest="batch_size", type=int, default=32, metavar="N",
+                         help="sentences of the synthetic batch each layer is timed on (default 32)")
     latency.add_argument("--sequence-length", type=int, default=DEFAULT_SEQUENCE_LENGTH, metavar="N",
                          help=f"positions (default {DEFAULT_SEQUENCE_LENGTH})")
     latency.add_argument("--repeats", type=int, default=20, metavar="N", help="timed passes per shape (default 20)")

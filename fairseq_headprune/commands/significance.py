@@ -152,7 +152,7 @@ def add_parser(commands) -> None:
         "significance",
         help="paired significance test of hypothesis files against a baseline",
         description="Score each SYSTEM and the BASELINE against REF (one sentence per line) "
-        "and test each SYSTEM against the BASELINE: BLEU, its 95%% bootstrap interval, "
+        "and test each SYSTEM against the BASELINE: BLEU, its 95% bootstrap interval, "
         "ΔBLEU and p-value. With --metric accuracy or mcc the files hold one label per line "
         "(REF the gold labels, the others predictions) and the metric is tested instead. "
         "With --metric ppl there is no REF: every file holds one 'LOSS TOKENS' line per sentence "
@@ -168,5 +168,7 @@ def add_parser(commands) -> None:
         "per-sentence 'LOSS TOKENS' lines of language models, the first the baseline (bootstrap)",
     )
     add_test_arguments(significance)
+    # the old spelling, kept for a release: this command takes no fairseq options it could shadow
+    significance.add_argument("--seed", dest="test_seed", type=int, help=argparse.SUPPRESS)
     significance.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     significance.set_defaults(handler=command_significance)

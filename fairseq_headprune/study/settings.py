@@ -338,7 +338,7 @@ class PruneSettings:
             self.tuning.refuse_evaluation_split(self.sweep.gen_subset)
             unknown = [o for o in self.tune_orders if o not in self.orders]
             if unknown:
-                raise SettingsError(f"--tune-masks {unknown[0]}: not one of --orders ({', '.join(self.orders)})")
+                raise SettingsError(f"--tune-orders {unknown[0]}: not one of --orders ({', '.join(self.orders)})")
         for value, allowed, option in ((self.orders, ORDERS, "--orders"), (self.scopes, SCOPES, "--scopes")):
             unknown = [v for v in value if v not in allowed]
             if unknown:
