@@ -4,10 +4,12 @@ set -euo pipefail
 
 usage() {
   cat <<USAGE
-usage: $(basename "$0") [PYTEST_ARGS...]
+usage: $(basename "$0") [--quick] [PYTEST_ARGS...]
 
-Creates .venv (or \$VENV) with the package and its pinned dependencies, then
-runs pytest on tests/.  Extra arguments go to pytest (e.g. -k head_mask).
+Creates .venv (or \$VENV) with the package and the pinned versions of
+constraints.txt, then runs pytest on tests/: the full suite (what CI runs),
+or with --quick only the tests that need no trained model (a few minutes on
+2 cores; for development).  Extra arguments go to pytest (e.g. -k head_mask).
 
 environment:
   VENV                  virtual environment to use (default: REPO/.venv)
@@ -20,4 +22,8 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck disable=SC1091
 source "$repo/scripts/setup_env.sh"
 cd "$repo"
+if [[ ${1:-} == --quick ]]; then
+  shift
+  set -- -m "not slow" "$@"
+fi
 python -m pytest tests "$@"

@@ -136,3 +136,18 @@ def tiny_task_and_model(tiny_model):
     models, _ = checkpoint_utils.load_model_ensemble([str(tiny_model["checkpoint"])], task=task)
     model = models[0].eval()
     return task, model
+
+
+# fixtures that train a model with the project's scripts (minutes each): tests that use one,
+# directly or through another fixture, belong to the full tier only (-m "not slow" leaves them out)
+TRAINING_FIXTURES = {"tiny_model", "tiny_lm", "classifier", "mnli_dir", "wmt_dir"}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: needs a model trained by the project's scripts (the full tier)")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if TRAINING_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
