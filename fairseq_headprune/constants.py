@@ -73,3 +73,8 @@ MODEL_FAMILIES = (TRANSLATION_FAMILY, CLASSIFIER_FAMILY, LANGUAGE_MODEL_FAMILY)
 TRANSLATION_TASK = "fairseq-headprune"
 CLASSIFIER_TASK = "headprune_sentence_prediction"
 LANGUAGE_MODEL_TASK = "headprune_language_modeling"
+# FFN blocks whose hidden units (neurons) can be masked: the encoder's and the decoder's,
+# named in specs as E and D (--ffn-mask "E:2:1-200 D:6:keep=1-128")
+FFN_TYPES = ("enc-ffn", "dec-ffn")
+FFN_TYPE_LETTERS = {"enc-ffn": "E", "dec-ffn": "D"}
+FFN_TYPE_TITLES = {"enc-ffn": "Enc FFN", "dec-ffn": "Dec FFN"}

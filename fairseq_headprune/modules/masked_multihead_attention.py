@@ -204,14 +204,8 @@ class MaskedMultiheadAttention(MultiheadAttention):
         return (scaled.view(tgt_len, bsz, width),)
 
 
-def attention_modules(model) -> Dict[Tuple[str, int], MultiheadAttention]:
-    """(attention_type, 0-based layer) -> attention module of a fairseq Transformer.
-
-    Encoder-decoder models (``transformer``) have all three types; encoder-only
-    ones (RoBERTa, whose layers sit in ``encoder.sentence_encoder``) have
-    Enc-Enc self-attention only; decoder-only ones (``transformer_lm``)
-    Dec-Dec only.
-    """
+def transformer_layers(model) -> Tuple[List[torch.nn.Module], List[torch.nn.Module]]:
+    """The encoder's and the decoder's layers of a fairseq Transformer (either may be empty)."""
     encoder = getattr(model, "encoder", None)
     encoder = getattr(encoder, "sentence_encoder", encoder)  # RoBERTa's RobertaEncoder wraps it
     encoder_layers = getattr(encoder, "layers", None)
@@ -221,8 +215,18 @@ def attention_modules(model) -> Dict[Tuple[str, int], MultiheadAttention]:
             f"{type(model).__name__} is not a fairseq Transformer "
             "(no encoder.layers, encoder.sentence_encoder.layers or decoder.layers)"
         )
-    encoder_layers = encoder_layers if encoder_layers is not None else []
-    decoder_layers = decoder_layers if decoder_layers is not None else []
+    return list(encoder_layers or []), list(decoder_layers or [])
+
+
+def attention_modules(model) -> Dict[Tuple[str, int], MultiheadAttention]:
+    """(attention_type, 0-based layer) -> attention module of a fairseq Transformer.
+
+    Encoder-decoder models (``transformer``) have all three types; encoder-only
+    ones (RoBERTa, whose layers sit in ``encoder.sentence_encoder``) have
+    Enc-Enc self-attention only; decoder-only ones (``transformer_lm``)
+    Dec-Dec only.
+    """
+    encoder_layers, decoder_layers = transformer_layers(model)
     modules = {}
     for layer_index, layer in enumerate(encoder_layers):
         modules[("enc-enc", layer_index)] = layer.self_attn

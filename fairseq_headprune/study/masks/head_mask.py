@@ -22,6 +22,7 @@ import csv
 import json
 import os
 import re
+from dataclasses import dataclass
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import torch
@@ -47,15 +48,41 @@ HeadLayout = Dict[str, Tuple[int, int]]
 HeadMask = Dict[str, torch.Tensor]
 
 
+@dataclass(frozen=True)
+class MaskKind:
+    """What a spec masks: heads of attention layers, or neurons (hidden units) of FFN blocks.
+
+    The grammar is the same; the names of the types, of the unit and of the
+    option differ (``--head-mask E:1:6``, ``--ffn-mask E:2:1-200``).
+    """
+
+    option: str  # "head-mask": the spec's name in messages
+    unit: str  # "head": what LIST counts
+    structure: str  # "attention": what a type is a kind of
+    types: Tuple[str, ...]  # canonical type names, in spec order
+    letters: Dict[str, str]  # type -> its one-letter name
+    aliases: Dict[str, str]  # lower-case alias -> type
+    example: str  # a term of the grammar
+    type_column: str  # the type's column in a TSV mask file
+    block: str  # what a model may lack: "the model has no enc-dec attention"
+
+
+    def parse_type(self, name: str) -> str:
+        canonical = self.aliases.get(name.strip().lower())
+        if canonical is None:
+            expected = [f"{self.letters[t]}/{t}" for t in self.types]
+            listed = ", ".join(expected[:-1]) + " or " + expected[-1] if len(expected) > 1 else expected[0]
+            raise HeadMaskError(f"unknown {self.structure} type {name!r} (expected {listed})")
+        return canonical
+
+
+HEADS = MaskKind("head-mask", "head", "attention", ATTENTION_TYPES, TYPE_LETTERS, _TYPE_ALIASES, "E:1:6",
+                 "attention_type", "attention")
+
+
 def parse_attention_type(name: str) -> str:
     """Canonical attention type ("enc-enc", "enc-dec", "dec-dec") for any alias."""
-    canonical = _TYPE_ALIASES.get(name.strip().lower())
-    if canonical is None:
-        raise HeadMaskError(
-            f"unknown attention type {name!r} "
-            "(expected E/enc-enc, A/enc-dec or D/dec-dec)"
-        )
-    return canonical
+    return HEADS.parse_type(name)
 
 
 class _Term(NamedTuple):
@@ -80,14 +107,14 @@ def _parse_ranges(text: str, what: str, term: str) -> Optional[List[Tuple[int, i
         raise HeadMaskError(f"malformed {what} list {text!r} in term {term!r}")
 
 
-def _parse_terms(spec: str) -> List[_Term]:
+def _parse_terms(spec: str, kind: MaskKind = HEADS) -> List[_Term]:
     """Spec text -> terms, checking grammar only."""
     terms = []
     for text in re.split(r"[\s;]+", spec.strip()):
         parts = text.split(":")
         if len(parts) != 3 or not all(parts):
             raise HeadMaskError(
-                f"malformed term {text!r} (expected TYPE:LAYERS:HEADS, e.g. E:1:6)"
+                f"malformed term {text!r} (expected TYPE:LAYERS:{kind.unit.upper()}S, e.g. {kind.example})"
             )
         type_text, layers_text, heads_text = parts
         keep_only = heads_text.lower().startswith("keep=")
@@ -96,9 +123,9 @@ def _parse_terms(spec: str) -> List[_Term]:
         terms.append(
             _Term(
                 text=text,
-                attention_type=None if type_text == "*" else parse_attention_type(type_text),
+                attention_type=None if type_text == "*" else kind.parse_type(type_text),
                 layers=_parse_ranges(layers_text, "layer", text),
-                heads=_parse_ranges(heads_text, "head", text),
+                heads=_parse_ranges(heads_text, kind.unit, text),
                 keep_only=keep_only,
             )
         )
@@ -143,43 +170,44 @@ def full_mask(layout: HeadLayout) -> HeadMask:
     }
 
 
-def validate_spec_syntax(spec: Optional[str]) -> None:
+def validate_spec_syntax(spec: Optional[str], kind: MaskKind = HEADS) -> None:
     """Check a spec's grammar before the model, and so its layout, is known."""
     if spec is None:
         return
     if not spec.strip():
-        raise HeadMaskError("empty head-mask spec (use 'none' for no mask)")
+        raise HeadMaskError(f"empty {kind.option} spec (use 'none' for no mask)")
     spec = spec.strip()
     if _is_mask_file(spec):
         if not os.path.isfile(spec):
-            raise HeadMaskError(f"head-mask file not found: {spec}")
+            raise HeadMaskError(f"{kind.option} file not found: {spec}")
     elif spec.lower() != NO_MASK_SPEC:
-        _parse_terms(spec)
+        _parse_terms(spec, kind)
 
 
-def parse_head_mask(spec: str, layout: HeadLayout) -> HeadMask:
+def parse_head_mask(spec: str, layout: HeadLayout, kind: MaskKind = HEADS) -> HeadMask:
     """Spec text (or a mask file path) -> mask tensors for a model of ``layout``.
 
     Raises ``HeadMaskError`` with a one-line message for a malformed spec or
-    one that names a type, layer or head the model does not have.
+    one that names a type, layer or head the model does not have. ``kind``:
+    what the spec masks (heads; ``ffn_mask.NEURONS`` for FFN neurons).
     """
-    validate_spec_syntax(spec if spec is not None else "")
+    validate_spec_syntax(spec if spec is not None else "", kind)
     spec = spec.strip()
     if _is_mask_file(spec):
-        return read_mask_file(spec, layout)
+        return read_mask_file(spec, layout, kind)
     head_mask = full_mask(layout)
     if spec.lower() == NO_MASK_SPEC:
         return head_mask
-    for term in _parse_terms(spec):
+    for term in _parse_terms(spec, kind):
         types = list(layout) if term.attention_type is None else [term.attention_type]
         for attention_type in types:
             if attention_type not in layout:
                 raise HeadMaskError(
-                    f"the model has no {attention_type} attention (term {term.text!r})"
+                    f"the model has no {attention_type} {kind.block} (term {term.text!r})"
                 )
             num_layers, num_heads = layout[attention_type]
             layers = _expand(term.layers, num_layers, "layer", term.text)
-            heads = _expand(term.heads, num_heads, "head", term.text)
+            heads = _expand(term.heads, num_heads, kind.unit, term.text)
             if term.keep_only:
                 heads = [h for h in range(num_heads) if h not in heads]
             for layer in layers:
@@ -192,13 +220,13 @@ def _compress(indices: List[int]) -> str:
     return format_ranges(index + 1 for index in indices)
 
 
-def head_mask_to_spec(head_mask: HeadMask) -> str:
+def head_mask_to_spec(head_mask: HeadMask, kind: MaskKind = HEADS) -> str:
     """Mask tensors -> canonical spec text; ``parse_head_mask`` inverts it."""
     terms = []
-    for attention_type in ATTENTION_TYPES:
+    for attention_type in kind.types:
         if attention_type not in head_mask:
             continue
-        letter = TYPE_LETTERS[attention_type]
+        letter = kind.letters[attention_type]
         for layer, layer_mask in enumerate(head_mask[attention_type]):
             masked = [h for h, xi in enumerate(layer_mask.tolist()) if xi == 0.0]
             kept = [h for h, xi in enumerate(layer_mask.tolist()) if xi != 0.0]
@@ -223,11 +251,11 @@ def combine_masks(base: Optional[HeadMask], extra: Optional[HeadMask]) -> Option
     return {t: base[t] * extra[t] for t in base}
 
 
-def masked_heads(head_mask: HeadMask) -> List[Tuple[str, int, int]]:
-    """(attention_type, 1-based layer, 1-based head) of every masked head."""
+def masked_heads(head_mask: HeadMask, kind: MaskKind = HEADS) -> List[Tuple[str, int, int]]:
+    """(attention_type, 1-based layer, 1-based head) of every masked head (or unit of ``kind``)."""
     return [
         (attention_type, layer + 1, head + 1)
-        for attention_type in ATTENTION_TYPES
+        for attention_type in kind.types
         if attention_type in head_mask
         for layer, head in (head_mask[attention_type] == 0).nonzero().tolist()
     ]
@@ -237,7 +265,7 @@ def count_masked(head_mask: HeadMask) -> int:
     return sum(int((mask == 0).sum()) for mask in head_mask.values())
 
 
-def read_mask_file(path: str, layout: HeadLayout) -> HeadMask:
+def read_mask_file(path: str, layout: HeadLayout, kind: MaskKind = HEADS) -> HeadMask:
     """Read a mask file.
 
     JSON: ``{"spec": "E:1:6 A:2:1,3"}``, a list of spec terms, or
@@ -247,7 +275,7 @@ def read_mask_file(path: str, layout: HeadLayout) -> HeadMask:
     masked heads.
     """
     if not os.path.isfile(path):
-        raise HeadMaskError(f"head-mask file not found: {path}")
+        raise HeadMaskError(f"{kind.option} file not found: {path}")
     if path.lower().endswith(".json"):
         try:
             with open(path) as handle:
@@ -255,9 +283,9 @@ def read_mask_file(path: str, layout: HeadLayout) -> HeadMask:
         except json.JSONDecodeError as error:
             raise HeadMaskError(f"head-mask file {path} is not valid JSON: {error}")
         if isinstance(content, list) and all(isinstance(t, str) for t in content):
-            return parse_head_mask(" ".join(content) or "", layout)
+            return parse_head_mask(" ".join(content) or "", layout, kind)
         if isinstance(content, dict) and isinstance(content.get("spec"), str):
-            return parse_head_mask(content["spec"], layout)
+            return parse_head_mask(content["spec"], layout, kind)
         if isinstance(content, dict) and isinstance(content.get("masked"), dict):
             terms = []
             for type_name, layers in content["masked"].items():
@@ -268,15 +296,15 @@ def read_mask_file(path: str, layout: HeadLayout) -> HeadMask:
                         continue
                     heads_text = ",".join(str(h) for h in heads)
                     terms.append(f"{type_name}:{layer}:{heads_text}")
-            return parse_head_mask(" ".join(terms) or NO_MASK_SPEC, layout)
+            return parse_head_mask(" ".join(terms) or NO_MASK_SPEC, layout, kind)
         raise HeadMaskError(
             f"{path}: expected {{'spec': ...}}, {{'masked': ...}} or a list of terms"
         )
     with open(path, newline="") as handle:
         rows = list(csv.DictReader(handle, delimiter="\t"))
-    if not rows or not {"attention_type", "layer", "head"} <= set(rows[0]):
+    if not rows or not {kind.type_column, "layer", kind.unit} <= set(rows[0]):
         raise HeadMaskError(
-            f"{path}: expected a TSV header with attention_type, layer and head"
+            f"{path}: expected a TSV header with {kind.type_column}, layer and {kind.unit}"
         )
     terms = []
     for line, row in enumerate(rows, start=2):
@@ -284,24 +312,24 @@ def read_mask_file(path: str, layout: HeadLayout) -> HeadMask:
             raise HeadMaskError(f"{path}:{line}: mask must be 0 or 1, got {row['mask']!r}")
         if "mask" in row and float(row["mask"]) != 0.0:
             continue
-        terms.append(f"{row['attention_type']}:{row['layer']}:{row['head']}")
-    return parse_head_mask(" ".join(terms) or NO_MASK_SPEC, layout)
+        terms.append(f"{row[kind.type_column]}:{row['layer']}:{row[kind.unit]}")
+    return parse_head_mask(" ".join(terms) or NO_MASK_SPEC, layout, kind)
 
 
-def write_mask_file(head_mask: HeadMask, path: str) -> None:
-    """Write a mask as JSON (spec plus masked heads) or TSV (one row per head)."""
+def write_mask_file(head_mask: HeadMask, path: str, kind: MaskKind = HEADS) -> None:
+    """Write a mask as JSON (spec plus masked heads) or TSV (one row per head, or unit of ``kind``)."""
     if path.lower().endswith(".json"):
         masked: Dict[str, Dict[str, List[int]]] = {}
-        for attention_type, layer, head in masked_heads(head_mask):
+        for attention_type, layer, head in masked_heads(head_mask, kind):
             masked.setdefault(attention_type, {}).setdefault(str(layer), []).append(head)
         with open(path, "w") as handle:
-            json.dump({"spec": head_mask_to_spec(head_mask), "masked": masked}, handle, indent=2)
+            json.dump({"spec": head_mask_to_spec(head_mask, kind), "masked": masked}, handle, indent=2)
             handle.write("\n")
         return
     with open(path, "w", newline="") as handle:
         writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
-        writer.writerow(["attention_type", "layer", "head", "mask"])
-        for attention_type in ATTENTION_TYPES:
+        writer.writerow([kind.type_column, "layer", kind.unit, "mask"])
+        for attention_type in kind.types:
             for layer, layer_mask in enumerate(head_mask.get(attention_type, [])):
                 for head, xi in enumerate(layer_mask.tolist()):
                     writer.writerow([attention_type, layer + 1, head + 1, int(xi != 0.0)])

@@ -1,0 +1,152 @@
+"""FFN neuron masks: zeta_i on the input of fc2, against stock fairseq with fc2's columns zeroed.
+
+On every model family the plugin takes: a RoBERTa classifier and a
+transformer_lm built by fairseq itself (random weights: the identities hold
+for any), and the tiny trained translation model. References: the same
+model without the plugin's hooks and with the masked neurons' fc2 input
+columns zeroed; each sentence alone with its own mask (per-sentence masks
+and gradients).
+"""
+
+import copy
+
+import pytest
+import torch
+
+from test_encoder_only import batch as classifier_batch
+from test_encoder_only import build_roberta, classify
+from test_language_model import build_lm, next_token_logits, token_rows
+
+from fairseq_headprune.errors import HeadMaskError
+from fairseq_headprune.modules.masked_ffn import (
+    current_ffn_mask,
+    ffn_layers,
+    ffn_layout,
+    ffn_mask_applied,
+    install_ffn_masks,
+    set_ffn_mask,
+)
+from fairseq_headprune.study.masks.ffn_mask import ffn_mask_to_spec, parse_ffn_mask
+
+WIDTH = 64  # encoder_ffn_embed_dim / decoder_ffn_embed_dim of the built models
+
+
+def zeroed_fc2_copy(model, ffn_mask):
+    """``model`` with the masked neurons' fc2 input columns zeroed: stock fairseq, no hook."""
+    zeroed = copy.deepcopy(model)
+    for (ffn_type, layer), module in ffn_layers(zeroed).items():
+        if ffn_type in ffn_mask:
+            kept = ffn_mask[ffn_type][layer]
+            module.fc2.weight.data[:, kept == 0] = 0.0
+    return zeroed
+
+
+def families():
+    roberta, dictionary = build_roberta()
+    lm, lm_dictionary = build_lm()
+    return {
+        "classifier": (roberta, lambda m: classify(m, classifier_batch(dictionary)), "E"),
+        "language_model": (lm, lambda m: next_token_logits(m, token_rows(lm_dictionary)), "D"),
+    }
+
+
+@pytest.fixture(scope="module", params=["classifier", "language_model"])
+def family(request):
+    plain, run_model, letter = families()[request.param]
+    masked = copy.deepcopy(plain)
+    install_ffn_masks(masked)
+    return plain, masked, run_model, letter
+
+
+def test_the_layout_names_each_stack(family):
+    _, masked, _, letter = family
+    assert ffn_layout(masked) == {"enc-ffn" if letter == "E" else "dec-ffn": (3 if letter == "E" else 2, WIDTH)}
+
+
+@pytest.mark.parametrize("terms", ["{L}:1:1-20", "{L}:*:keep=1-8", "{L}:2:*", "{L}:1:3,5,60-64 {L}:2:keep=2"])
+def test_a_masked_neuron_equals_a_zeroed_fc2_column(family, terms):
+    plain, masked, run_model, letter = family
+    ffn_mask = parse_ffn_mask(terms.format(L=letter), ffn_layout(masked))
+    with torch.no_grad():
+        reference = run_model(zeroed_fc2_copy(plain, ffn_mask))
+        with ffn_mask_applied(masked, ffn_mask):
+            result = run_model(masked)
+        assert (result - reference).abs().max() <= 1e-5
+        assert (result - run_model(plain)).abs().max() > 1e-3  # the mask changed something
+
+
+def test_no_mask_is_stock_fairseq_exactly(family):
+    plain, masked, run_model, _ = family
+    with torch.no_grad():
+        set_ffn_mask(masked, None)
+        assert torch.equal(run_model(masked), run_model(plain))
+        ones = {t: torch.ones(layers, width) for t, (layers, width) in ffn_layout(masked).items()}
+        with ffn_mask_applied(masked, ones):
+            assert torch.equal(run_model(masked), run_model(plain))
+    assert current_ffn_mask(masked) is None
+
+
+def test_a_fully_masked_ffn_outputs_its_bias(family):
+    _, masked, run_model, letter = family
+    ffn_type = "enc-ffn" if letter == "E" else "dec-ffn"
+    layer = ffn_layers(masked)[(ffn_type, 0)]
+    outputs = []
+    handle = layer.fc2.register_forward_hook(lambda module, inputs, output: outputs.append(output))
+    try:
+        with torch.no_grad(), ffn_mask_applied(masked, parse_ffn_mask(f"{letter}:1:*", ffn_layout(masked))):
+            run_model(masked)
+    finally:
+        handle.remove()
+    assert torch.equal(outputs[0], layer.fc2.bias.expand_as(outputs[0]))
+
+
+def test_the_mask_in_force_reads_back_as_its_spec(family):
+    _, masked, _, letter = family
+    spec = f"{letter}:1:1-10,33 {letter}:2:keep=1-4"
+    with ffn_mask_applied(masked, parse_ffn_mask(spec, ffn_layout(masked))):
+        assert ffn_mask_to_spec(current_ffn_mask(masked)) == spec
+    assert current_ffn_mask(masked) is None
+
+
+def test_per_sentence_masks_and_gradients_are_each_sentences_own():
+    """A (layers, batch, neurons) mask that requires grad: row b scores and differentiates sentence b alone."""
+    model, dictionary = build_lm()
+    install_ffn_masks(model)
+    tokens = token_rows(dictionary, lengths=(10, 10, 10))
+    layout = ffn_layout(model)
+    generator = torch.Generator().manual_seed(0)
+    values = {t: torch.rand(layers, tokens.size(0), width, generator=generator) for t, (layers, width) in layout.items()}
+    batch_mask = {t: v.clone().requires_grad_(True) for t, v in values.items()}
+    with ffn_mask_applied(model, batch_mask):
+        per_sentence = next_token_logits(model, tokens).sum(dim=(1, 2))
+        per_sentence.sum().backward()
+    for row in range(tokens.size(0)):
+        own = {t: v[:, row].clone().requires_grad_(True) for t, v in values.items()}
+        with ffn_mask_applied(model, own):
+            alone = next_token_logits(model, tokens[row:row + 1]).sum()
+            alone.backward()
+        assert torch.allclose(alone, per_sentence[row].detach(), rtol=1e-5, atol=1e-4)
+        for ffn_type in layout:
+            assert torch.allclose(own[ffn_type].grad, batch_mask[ffn_type].grad[:, row], rtol=1e-4, atol=1e-5)
+
+
+def test_a_mask_of_another_width_is_one_clear_error():
+    model, dictionary = build_lm()
+    install_ffn_masks(model)
+    with pytest.raises(HeadMaskError, match="a mask of 32 neurons for an FFN of 64"):
+        with ffn_mask_applied(model, {"dec-ffn": torch.ones(2, 32)}):
+            next_token_logits(model, token_rows(dictionary))
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("E:1:65", "neuron 65 out of range 1-64"),
+    ("E:4:1", "layer 4 out of range 1-3"),
+    ("D:1:1", "the model has no dec-ffn block"),
+    ("A:1:1", "unknown FFN type 'A' (expected E/enc-ffn or D/dec-ffn)"),
+    ("E:1", "malformed term 'E:1' (expected TYPE:LAYERS:NEURONS"),
+    ("", "empty ffn-mask spec"),
+])
+def test_bad_specs_say_what_is_wrong(spec, message):
+    with pytest.raises(HeadMaskError) as error:
+        parse_ffn_mask(spec, {"enc-ffn": (3, WIDTH)})
+    assert message in str(error.value)
