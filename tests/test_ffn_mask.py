@@ -150,3 +150,39 @@ def test_bad_specs_say_what_is_wrong(spec, message):
     with pytest.raises(HeadMaskError) as error:
         parse_ffn_mask(spec, {"enc-ffn": (3, WIDTH)})
     assert message in str(error.value)
+
+
+def test_fairseq_generate_with_an_ffn_mask_equals_stock_fairseq_on_zeroed_columns(tiny_model, tmp_path):
+    """The tiny translation model: --ffn-mask through fairseq's own fairseq-generate, hypothesis for hypothesis."""
+    from test_fairseq_cli import generate, hypotheses
+
+    import fairseq_headprune.compat.torch_load  # noqa: F401  (allow-list)
+
+    spec = "E:1:1-64 D:2:keep=1-32,100"  # the tiny model's FFNs have 128 neurons
+    state = torch.load(tiny_model["checkpoint"], map_location="cpu")
+    ffn_mask = parse_ffn_mask(spec, {"enc-ffn": (2, 128), "dec-ffn": (2, 128)})
+    for ffn_type, stack in (("enc-ffn", "encoder"), ("dec-ffn", "decoder")):
+        for layer in range(2):
+            weight = state["model"][f"{stack}.layers.{layer}.fc2.weight"]
+            weight[:, ffn_mask[ffn_type][layer] == 0] = 0.0
+    zeroed = tmp_path / "zeroed.pt"
+    torch.save(state, zeroed)
+    stock = generate(dict(tiny_model, checkpoint=zeroed), "--task", "translation").stdout
+    masked = generate(tiny_model, "--task", "fairseq-headprune", "--ffn-mask", spec)
+    assert hypotheses(masked.stdout) == hypotheses(stock) and len(hypotheses(stock)) > 0
+    assert hypotheses(masked.stdout) != hypotheses(generate(tiny_model, "--task", "translation").stdout)
+    assert f"masking 159 FFN neurons: {spec}" in masked.stderr
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("E:3:1", "--ffn-mask: layer 3 out of range 1-2"),
+    ("D:1:129", "--ffn-mask: neuron 129 out of range 1-128"),
+    ("A:1:1", "--ffn-mask: unknown FFN type 'A'"),
+])
+def test_a_bad_ffn_mask_in_fairseqs_commands_is_one_line(tiny_model, spec, message):
+    from test_fairseq_cli import generate
+
+    result = generate(tiny_model, "--task", "fairseq-headprune", "--ffn-mask", spec, check=False)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("fairseq-headprune: error: --ffn-mask:") and message in last, last

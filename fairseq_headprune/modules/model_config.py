@@ -8,6 +8,8 @@ into a checkpoint.
 # model-config key under which a model built with --head-mask records its mask,
 # so that a checkpoint trained with a mask applies it wherever it is loaded
 HEAD_MASK_KEY = "headprune_head_mask"
+# the same for --ffn-mask: the neurons a model was built (and fine-tuned) with masked, an ffn-mask spec
+FFN_MASK_KEY = "headprune_ffn_mask"
 # model-config key of the heads a shrunk checkpoint no longer has (a head-mask spec)
 PRUNED_HEADS_KEY = "headprune_pruned_heads"
 

@@ -13,7 +13,7 @@ from fairseq.logging import metrics
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
-from .masking import HEAD_MASK_HELP, HeadMaskingMixin
+from .masking import FFN_MASK_HELP, HEAD_MASK_HELP, HeadMaskingMixin
 from ..constants import TRANSLATION_TASK
 
 logger = logging.getLogger(__name__)
@@ -24,6 +24,7 @@ TASK_NAME = TRANSLATION_TASK
 @dataclass
 class HeadPruneConfig(TranslationConfig):
     head_mask: Optional[str] = field(default=None, metadata={"help": HEAD_MASK_HELP})
+    ffn_mask: Optional[str] = field(default=None, metadata={"help": FFN_MASK_HELP})
 
 
 @register_task(TASK_NAME, dataclass=HeadPruneConfig)

@@ -11,7 +11,7 @@ from typing import Optional
 from fairseq.tasks import register_task
 from fairseq.tasks.language_modeling import LanguageModelingConfig, LanguageModelingTask
 
-from .masking import HEAD_MASK_HELP, HeadMaskingMixin
+from .masking import FFN_MASK_HELP, HEAD_MASK_HELP, HeadMaskingMixin
 from ..constants import LANGUAGE_MODEL_TASK
 
 TASK_NAME = LANGUAGE_MODEL_TASK
@@ -20,6 +20,7 @@ TASK_NAME = LANGUAGE_MODEL_TASK
 @dataclass
 class HeadPruneLanguageModelingConfig(LanguageModelingConfig):
     head_mask: Optional[str] = field(default=None, metadata={"help": HEAD_MASK_HELP})
+    ffn_mask: Optional[str] = field(default=None, metadata={"help": FFN_MASK_HELP})
 
 
 @register_task(TASK_NAME, dataclass=HeadPruneLanguageModelingConfig)

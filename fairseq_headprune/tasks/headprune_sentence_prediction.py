@@ -14,7 +14,7 @@ from typing import Optional
 from fairseq.tasks import register_task
 from fairseq.tasks.sentence_prediction import SentencePredictionConfig, SentencePredictionTask
 
-from .masking import HEAD_MASK_HELP, HeadMaskingMixin
+from .masking import FFN_MASK_HELP, HEAD_MASK_HELP, HeadMaskingMixin
 from ..constants import CLASSIFIER_TASK
 
 TASK_NAME = CLASSIFIER_TASK
@@ -23,6 +23,7 @@ TASK_NAME = CLASSIFIER_TASK
 @dataclass
 class HeadPruneSentencePredictionConfig(SentencePredictionConfig):
     head_mask: Optional[str] = field(default=None, metadata={"help": HEAD_MASK_HELP})
+    ffn_mask: Optional[str] = field(default=None, metadata={"help": FFN_MASK_HELP})
 
 
 @register_task(TASK_NAME, dataclass=HeadPruneSentencePredictionConfig)
