@@ -100,3 +100,27 @@ def test_a_target_larger_than_the_model_is_one_line(tiny_model, tmp_path):
     log = (tmp_path / "gates" / "train.log").read_text().strip().splitlines()
     assert "--gate-target-heads 49 must keep between 1 and the model's 48 heads" in log[-1]
     assert not any("Traceback" in line for line in log)
+
+
+def test_gates_start_from_an_old_format_checkpoint_without_a_criterion_entry(tiny_model, tmp_path):
+    """The released WMT14 En-Fr model's format (args, packed in_proj, no 'criterion'): fairseq's trainer used
+    to stop with "Cannot load model parameters"; the gates now start from their initial values."""
+    from fairseq_headprune.engine.checkpoints.legacy import write_legacy_checkpoint
+
+    legacy = tmp_path / "legacy.pt"
+    write_legacy_checkpoint(str(tiny_model["checkpoint"]), str(legacy))
+    assert "criterion" not in torch.load(legacy, map_location="cpu", weights_only=False)
+    save_dir = tmp_path / "gates"
+    env = dict(TINY_MODEL_ENV, UPDATES="2", GATE_LR="0.05")
+    result = run(["bash", REPO / "scripts" / "train_gates.sh", tiny_model["data"], legacy, save_dir, "20"],
+                 env=env, check=False)
+    log = (save_dir / "train.log").read_text()
+    assert result.returncode == 0, log[-3000:]
+    assert "Cannot load model parameters" not in log
+    from fairseq_headprune.study.masks.head_mask import count_masked, read_mask_file
+
+    layout = {t: (2, 8) for t in ("enc-enc", "enc-dec", "dec-dec")}
+    assert count_masked(read_mask_file(str(save_dir / "mask.json"), layout)) == 28
+    state = torch.load(save_dir / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    assert sorted(k for k in state["criterion"] if k.startswith("log_alpha_")) == [
+        "log_alpha_dec_dec", "log_alpha_enc_dec", "log_alpha_enc_enc"]

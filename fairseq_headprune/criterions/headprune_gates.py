@@ -18,6 +18,7 @@ Use from a converged checkpoint: ``fairseq-train --task fairseq-headprune
 --reset-optimizer --reset-dataloader --reset-meters --reset-lr-scheduler``.
 """
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Dict, Optional
@@ -107,6 +108,34 @@ class HeadPruneGatesCriterion(LabelSmoothedCrossEntropyCriterion):
         self.lambda_2 = torch.nn.Parameter(torch.zeros(()))
         self.register_buffer("target_heads", torch.tensor(float(target)))
         self._model_frozen = False
+        self._restore_checkpoints_without_criterion_state()
+
+    @staticmethod
+    def _restore_checkpoints_without_criterion_state() -> None:
+        """Let fairseq's trainer restore a checkpoint that has no ``criterion`` entry.
+
+        For a criterion with parameters the trainer reads ``state["criterion"]``,
+        which old-format checkpoints (the released WMT14 En-Fr model) lack: the
+        KeyError surfaces as "Cannot load model parameters ... architectures
+        match". The loader the trainer calls is wrapped (once, while this
+        criterion is in use) so such a state says None, as fairseq's own writer
+        does for a criterion without parameters; ``load_state_dict`` then keeps
+        the initial gates.
+        """
+        from fairseq import checkpoint_utils
+
+        load = checkpoint_utils.load_checkpoint_to_cpu
+        if getattr(load, "fills_criterion_entry", False):
+            return
+
+        @functools.wraps(load)
+        def load_with_criterion_entry(*args, **kwargs):
+            state = load(*args, **kwargs)
+            state.setdefault("criterion", None)
+            return state
+
+        load_with_criterion_entry.fills_criterion_entry = True
+        checkpoint_utils.load_checkpoint_to_cpu = load_with_criterion_entry
 
     def load_state_dict(self, state_dict, strict: bool = True):
         """A converged model's checkpoint has no gates yet (``criterion`` is None): start from the initial ones."""
