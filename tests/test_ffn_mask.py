@@ -186,3 +186,59 @@ def test_a_bad_ffn_mask_in_fairseqs_commands_is_one_line(tiny_model, spec, messa
     assert result.returncode != 0 and "Traceback" not in result.stderr
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("fairseq-headprune: error: --ffn-mask:") and message in last, last
+
+
+# ---- removal: fc1 rows and fc2 columns sliced out, the model reloaded ------------------------------
+
+
+@pytest.mark.parametrize("terms", ["{L}:1:1-20", "{L}:*:keep=1-8,40", "{L}:1:* {L}:2:3"])
+def test_a_shrunk_ffn_computes_the_masked_model(family, terms):
+    """Removing masked neurons from a built model (what a shrunk checkpoint's task rebuilds) changes no output."""
+    from fairseq_headprune.modules.pruned_heads import shrink_ffn_model
+
+    plain, masked, run_model, letter = family
+    ffn_mask = parse_ffn_mask(terms.format(L=letter), ffn_layout(masked))
+    shrunk = copy.deepcopy(plain)
+    kept = shrink_ffn_model(shrunk, ffn_mask)
+    assert kept == {t: [int(row.sum()) for row in m] for t, m in ffn_mask.items()}
+    with torch.no_grad(), ffn_mask_applied(masked, ffn_mask):
+        assert (run_model(shrunk) - run_model(masked)).abs().max() <= 1e-5
+
+
+def test_a_shrunk_translation_checkpoint_reloads_and_decodes_as_the_masked_model(
+        tiny_model, tiny_task_and_model, tmp_path):
+    """Heads and neurons removed together from the tiny model: logits within 1e-4, the same beams, fewer parameters."""
+    import re
+
+    from conftest import run
+    from test_shrink import load
+
+    from fairseq_headprune.modules.masked_multihead_attention import head_layout, head_mask_applied
+    from fairseq_headprune.study.masks.head_mask import parse_head_mask
+
+    task, model = tiny_task_and_model
+    head_spec, ffn_spec = "E:1:1-4 D:2:keep=2", "E:1:1-100 E:2:keep=1-64 D:1:*"
+    result = run(["fairseq-headprune", "shrink", "--path", tiny_model["checkpoint"], "--head-mask", head_spec,
+                  "--ffn-mask", ffn_spec, "--out", tmp_path / "pruned.pt"])
+    assert f"removed\t{100 + 64 + 128} of 512 FFN neurons: {ffn_spec}" in result.stdout
+    before, after = re.search(r"^total\t(\d+)\t(\d+)", result.stdout, re.M).groups()
+    removed_heads, width, head_dim = 4 + 7, 64, 8
+    per_neuron = width + 1 + width  # its fc1 row and bias, its fc2 column
+    assert int(before) - int(after) == (100 + 64 + 128) * per_neuron + removed_heads * (4 * head_dim * width + 3 * head_dim)
+    _, shrunk = load(tiny_model, tmp_path / "pruned.pt")
+    assert [shrunk.encoder.layers[i].fc1.out_features for i in (0, 1)] == [28, 64]
+    assert shrunk.decoder.layers[0].fc1.out_features == 0
+    head_mask = parse_head_mask(head_spec, head_layout(model))
+    ffn_mask = parse_ffn_mask(ffn_spec, ffn_layout(model))
+    task.load_dataset("valid")
+    dataset = task.dataset("valid")
+    sample = dataset.collater([dataset[i] for i in range(32)])
+    with torch.no_grad(), head_mask_applied(model, head_mask), ffn_mask_applied(model, ffn_mask):
+        assert (model(**sample["net_input"])[0] - shrunk(**sample["net_input"])[0]).abs().max() <= 1e-4
+        beams = [task.build_generator([m], type("Args", (), {"beam": 5})()) for m in (model, shrunk)]
+        hypotheses = [[h[0]["tokens"].tolist() for h in task.inference_step(g, [m], sample)]
+                      for g, m in zip(beams, (model, shrunk))]
+    assert hypotheses[0] == hypotheses[1]
+    again = run(["fairseq-headprune", "shrink", "--path", tmp_path / "pruned.pt", "--ffn-mask", "E:1:1",
+                 "--out", tmp_path / "twice.pt"], check=False)
+    assert again.returncode == 2 and "already has heads removed" in again.stderr

@@ -7,10 +7,14 @@ def command_shrink(args: argparse.Namespace) -> int:
     from ..engine.checkpoints.shrink import shrink_checkpoint
     from ..study.output.files import write_text
 
-    outcome = shrink_checkpoint(args.path, args.out, args.head_mask, args.tuning)
+    outcome = shrink_checkpoint(args.path, args.out, args.head_mask, args.tuning, args.ffn_mask)
     if outcome.recorded:
         print(f"recorded\tthe checkpoint's masked heads ({outcome.recorded}) are removed too")
+    if outcome.recorded_neurons:
+        print(f"recorded\tthe checkpoint's masked FFN neurons ({outcome.recorded_neurons}) are removed too")
     print(f"removed\t{outcome.removed} of {outcome.total} heads: {outcome.spec}")
+    if outcome.neuron_spec is not None:
+        print(f"removed\t{outcome.removed_neurons} of {outcome.total_neurons} FFN neurons: {outcome.neuron_spec}")
     for line in outcome.report:
         print(line)
     if args.report:
@@ -22,16 +26,20 @@ def command_shrink(args: argparse.Namespace) -> int:
 def add_parser(commands) -> None:
     shrink = commands.add_parser(
         "shrink",
-        help="remove heads for real: write a smaller checkpoint (paper section 4.3)",
-        description="Remove the heads SPEC masks from CKPT: their rows of the query/key/value "
+        help="remove heads (and FFN neurons) for real: write a smaller checkpoint (paper section 4.3)",
+        description="Remove the heads --head-mask masks from CKPT: their rows of the query/key/value "
         "projections and columns of the output projection (a layer left with no head keeps "
-        "only its output bias). The pruned checkpoint records the removed heads; load it with "
+        "only its output bias); and the FFN neurons --ffn-mask masks: their rows of fc1 and columns of "
+        "fc2 (an FFN left with none outputs fc2's bias). At least one of --head-mask, --ffn-mask, --tuning. "
+        "The pruned checkpoint records what was removed; load it with "
         "the plugin's task (fairseq-headprune generate, or fairseq-generate --user-dir "
         "fairseq_headprune --task fairseq-headprune). Optimizer state is dropped: fine-tune "
         "with --reset-optimizer.",
     )
     shrink.add_argument("--path", required=True, metavar="CKPT", help="checkpoint to prune")
-    shrink.add_argument("--head-mask", metavar="SPEC", help="heads to remove (spec or mask file); required unless --tuning")
+    shrink.add_argument("--head-mask", metavar="SPEC", help="heads to remove (spec or mask file)")
+    shrink.add_argument("--ffn-mask", metavar="SPEC",
+                        help="FFN neurons to remove (spec or mask file): their rows of fc1 and columns of fc2")
     shrink.add_argument(
         "--tuning", metavar="TUNING.json",
         help="a tuned mask (search --tune-masks): fold its head scales and output-bias corrections into the "

@@ -34,3 +34,5 @@ def record_config_value(model_cfg, key: str, value) -> None:
         model_cfg[key] = value
     else:
         setattr(model_cfg, key, value)
+# and of the FFN neurons it no longer has (an ffn-mask spec)
+PRUNED_NEURONS_KEY = "headprune_pruned_neurons"

@@ -1,11 +1,13 @@
-"""Heads removed for real from a built model: narrower attention projections (Michel et al. section 4.3).
+"""Heads and FFN neurons removed for real from a built model: narrower projections (Michel et al. section 4.3).
 
 A removed head loses its rows of the query, key and value projections and
 its columns of the output projection; a layer that keeps no head keeps only
 the output bias, so the residual path is unchanged. The slicing is
 fairseq's own ``MultiheadAttention._adaptive_prune_heads``. The tasks call
 ``rebuild_pruned`` so that a shrunk checkpoint's model gets its shapes back
-before fairseq loads the weights.
+before fairseq loads the weights. A removed FFN neuron loses its row of
+``fc1`` (weight and bias) and its column of ``fc2``; an FFN with none left
+outputs ``fc2``'s bias (``rebuild_pruned_neurons``).
 """
 
 from typing import Dict, List, Optional
@@ -15,7 +17,9 @@ import torch
 from ..errors import HeadMaskError
 from ..study.masks.head_mask import HeadMask, parse_head_mask
 from .masked_multihead_attention import head_layout, install_masked_attention
-from .model_config import PRUNED_HEADS_KEY, config_value
+from ..study.masks.ffn_mask import FfnMask, parse_ffn_mask
+from .masked_ffn import ffn_layers, ffn_layout
+from .model_config import PRUNED_HEADS_KEY, PRUNED_NEURONS_KEY, config_value
 
 
 def kept_heads(head_mask: HeadMask) -> Dict[str, List[List[int]]]:
@@ -74,4 +78,41 @@ def rebuild_pruned(model, model_cfg) -> Optional[str]:
     if not spec:
         return None
     shrink_model(model, parse_head_mask(spec, head_layout(model)))
+    return spec
+
+
+def shrink_ffn(layer, keep: List[int]) -> None:
+    """Keep only the hidden units ``keep`` (0-based) of one layer's FFN: fc1's rows, fc2's columns."""
+    if list(keep) == list(range(layer.fc1.out_features)):
+        return
+    index = torch.tensor(keep, dtype=torch.long, device=layer.fc1.weight.device)
+    with torch.no_grad():
+        layer.fc1.weight = torch.nn.Parameter(layer.fc1.weight.index_select(0, index).detach().clone())
+        if layer.fc1.bias is not None:
+            layer.fc1.bias = torch.nn.Parameter(layer.fc1.bias.index_select(0, index).detach().clone())
+        layer.fc2.weight = torch.nn.Parameter(layer.fc2.weight.index_select(1, index).detach().clone())
+    layer.fc1.out_features = layer.fc2.in_features = len(keep)
+
+
+def shrink_ffn_model(model, ffn_mask: FfnMask) -> Dict[str, List[int]]:
+    """Remove the neurons ``ffn_mask`` masks; returns neurons kept per type and layer."""
+    kept = {}
+    for (ffn_type, layer_index), layer in ffn_layers(model).items():
+        if ffn_type not in ffn_mask:
+            continue
+        mask = ffn_mask[ffn_type][layer_index]
+        if layer.fc1.out_features != mask.numel():
+            raise HeadMaskError(f"{ffn_type} layer {layer_index + 1} is already pruned")
+        keep = [i for i in range(mask.numel()) if mask[i] != 0]
+        shrink_ffn(layer, keep)
+        kept.setdefault(ffn_type, []).append(len(keep))
+    return kept
+
+
+def rebuild_pruned_neurons(model, model_cfg) -> Optional[str]:
+    """Give a freshly built full-size model the FFN widths its checkpoint was pruned to."""
+    spec = config_value(model_cfg, PRUNED_NEURONS_KEY)
+    if not spec:
+        return None
+    shrink_ffn_model(model, parse_ffn_mask(spec, ffn_layout(model)))
     return spec

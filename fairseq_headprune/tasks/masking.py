@@ -13,7 +13,7 @@ import torch
 from ..modules.masked_ffn import ffn_layout, install_ffn_masks, masked_neuron_slices, set_ffn_mask
 from ..modules.model_config import FFN_MASK_KEY, HEAD_MASK_KEY, PRUNED_HEADS_KEY, config_value, record_config_value
 from ..study.masks.ffn_mask import NEURONS
-from ..modules.pruned_heads import rebuild_pruned
+from ..modules.pruned_heads import rebuild_pruned, rebuild_pruned_neurons
 from ..errors import CheckpointError, HeadMaskError, HeadPruneError
 from ..modules.masked_multihead_attention import (
     head_layout,
@@ -103,8 +103,14 @@ class HeadMaskingMixin:
             record_config_value(cfg, HEAD_MASK_KEY, spec)
             logger.info("masking %d heads: %s", count_masked(head_mask), spec)
         install_ffn_masks(model)
-        ffn_mask = self._combined_mask(config_value(cfg, FFN_MASK_KEY), self.ffn_mask_spec, ffn_layout(model),
-                                       NEURONS, "neuron mask", "--ffn-mask")
+        try:
+            removed = rebuild_pruned_neurons(model, cfg)
+        except HeadPruneError as error:
+            raise CheckpointError(f"pruned checkpoint: {error}") from error
+        if removed:
+            logger.info("model with FFN neurons removed: %s", removed)
+        ffn_mask = self._combined_mask(config_value(cfg, FFN_MASK_KEY), self.ffn_mask_spec, lambda: ffn_layout(model),
+                                       NEURONS, "recorded neuron mask", "--ffn-mask")
         if ffn_mask is not None:
             set_ffn_mask(model, ffn_mask)
             spec = head_mask_to_spec(ffn_mask, NEURONS)
@@ -114,18 +120,22 @@ class HeadMaskingMixin:
 
     def _head_mask(self, model, model_cfg):
         """The checkpoint's recorded mask and ``--head-mask``, combined (None: no head masked)."""
-        return self._combined_mask(config_value(model_cfg, HEAD_MASK_KEY), self.head_mask_spec, head_layout(model))
+        return self._combined_mask(config_value(model_cfg, HEAD_MASK_KEY), self.head_mask_spec,
+                                   lambda: head_layout(model))
 
     @staticmethod
-    def _combined_mask(recorded, given, layout, kind=None, recorded_name="recorded head mask",
+    def _combined_mask(recorded, given, layout_of, kind=None, recorded_name="recorded head mask",
                        option="--head-mask"):
-        """A checkpoint's recorded mask and the option's, combined (None: nothing masked)."""
+        """A checkpoint's recorded mask and the option's, combined (None: nothing masked).
+
+        ``layout_of()`` gives the model's layout, asked only when there is a spec to read.
+        """
         combined = None
         for name, spec in ((recorded_name, recorded), (option, given)):
             if spec is None:
                 continue
             try:
-                parsed = parse_head_mask(spec, layout, *([kind] if kind else []))
+                parsed = parse_head_mask(spec, layout_of(), *([kind] if kind else []))
             except HeadPruneError as error:
                 raise HeadMaskError(f"{name}: {error}") from error
             combined = combine_masks(combined, parsed)

@@ -148,6 +148,25 @@ def task_family(task, path: str = "the checkpoint") -> str:
     )
 
 
+def state_ffn_layout(state: Dict[str, Any]) -> Dict[str, tuple]:
+    """Layers and hidden units per FFN type, counted in the weights (every layer of a type as wide)."""
+    widths: Dict[str, Dict[int, int]] = {"enc-ffn": {}, "dec-ffn": {}}
+    for key, tensor in state["model"].items():
+        match = re.match(r"(encoder|decoder)\.(sentence_encoder\.)?layers\.(\d+)\.fc1\.weight$", key)
+        if match:
+            side, sentence_encoder, index = match.groups()
+            ffn_type = "enc-ffn" if side == "encoder" or sentence_encoder else "dec-ffn"
+            widths[ffn_type][int(index)] = int(tensor.size(0))
+    layout = {}
+    for ffn_type, by_layer in widths.items():
+        if by_layer:
+            if len(set(by_layer.values())) != 1:
+                raise CheckpointError(f"{ffn_type} layers have different widths {sorted(set(by_layer.values()))}: "
+                                      "the checkpoint already has neurons removed")
+            layout[ffn_type] = (max(by_layer) + 1, next(iter(by_layer.values())))
+    return layout
+
+
 def saved_task_name(state: Dict[str, Any]):
     """The task a checkpoint was trained with (``--task``), or None if it does not say."""
     if state.get("cfg") is not None and state["cfg"].get("task") is not None:

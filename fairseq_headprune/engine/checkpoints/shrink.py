@@ -1,9 +1,10 @@
-"""Remove heads for real from a checkpoint file (Michel et al. section 4.3).
+"""Remove heads and FFN neurons for real from a checkpoint file (Michel et al. section 4.3).
 
-The masked heads are sliced out of the state dict (``state_dict``) and
-recorded in the model's config as a head-mask spec
-(``headprune_pruned_heads``), so that the task rebuilds the smaller model
-(``modules.pruned_heads``) before fairseq loads the weights.
+The masked heads and neurons are sliced out of the state dict
+(``state_dict``) and recorded in the model's config as mask specs
+(``headprune_pruned_heads``, ``headprune_pruned_neurons``), so that the task
+rebuilds the smaller model (``modules.pruned_heads``) before fairseq loads
+the weights.
 """
 
 import os
@@ -13,13 +14,28 @@ from typing import Dict, List, Optional
 import torch
 
 from ...errors import CheckpointError, HeadMaskError, SettingsError
-from ...modules.model_config import HEAD_MASK_KEY, PRUNED_HEADS_KEY, config_value, record_config_value
+from ...constants import NO_MASK_SPEC
+from ...modules.model_config import (
+    FFN_MASK_KEY,
+    HEAD_MASK_KEY,
+    PRUNED_HEADS_KEY,
+    PRUNED_NEURONS_KEY,
+    config_value,
+    record_config_value,
+)
 from ...modules.pruned_heads import pruned_heads_of
+from ...study.masks.ffn_mask import ffn_mask_to_spec, parse_ffn_mask
 from ...study.masks.head_mask import combine_masks, count_masked, head_mask_to_spec, parse_head_mask
 from ...study.methods.mask_tuning import read_tuning
 from ...study.output.files import atomic_path
-from .info import load_checkpoint_state, model_config_object, state_head_layout
-from .state_dict import fold_tuning_into_state, shrink_state_dict, state_parameter_counts
+from .info import load_checkpoint_state, model_config_object, state_ffn_layout, state_head_layout
+from .state_dict import (
+    fold_tuning_into_state,
+    shrink_ffn_state_dict,
+    shrink_state_dict,
+    state_ffn_parameter_counts,
+    state_parameter_counts,
+)
 
 
 def parameter_report(before: Dict[str, int], after: Dict[str, int]) -> List[str]:
@@ -31,12 +47,6 @@ def parameter_report(before: Dict[str, int], after: Dict[str, int]) -> List[str]
     return lines
 
 
-# ---- on a checkpoint's state dict (no dictionaries needed) -------------------
-
-
-# ---- a whole checkpoint -------------------------------------------------------
-
-
 @dataclass
 class ShrinkOutcome:
     """What ``shrink_checkpoint`` removed and how much smaller the model got."""
@@ -46,37 +56,64 @@ class ShrinkOutcome:
     spec: str  # the removed heads, as recorded in the new checkpoint
     recorded: Optional[str]  # the mask the checkpoint had been fine-tuned with, removed too
     report: List[str]  # TSV lines: part, parameters before, after, fraction removed
+    removed_neurons: int = 0  # FFN neurons removed
+    total_neurons: int = 0
+    neuron_spec: Optional[str] = None  # the removed neurons, as recorded
+    recorded_neurons: Optional[str] = None  # the neuron mask it had been fine-tuned with, removed too
 
 
-def shrink_checkpoint(path: str, out: str, spec: Optional[str], tuning_file: Optional[str] = None) -> ShrinkOutcome:
-    """Write ``out``: ``path`` with the heads ``spec`` masks (and those it recorded) removed.
+def shrink_checkpoint(path: str, out: str, spec: Optional[str], tuning_file: Optional[str] = None,
+                      ffn_spec: Optional[str] = None) -> ShrinkOutcome:
+    """Write ``out``: ``path`` with the heads ``spec`` masks and the FFN neurons ``ffn_spec`` masks (and those
+    it recorded) removed.
 
     ``tuning_file`` (``search --tune-masks``): its scales and bias corrections
     are folded into the output projections first, and its mask is removed
     (``spec``, if given too, must be the same mask).
     """
-
     if os.path.exists(out) and os.path.samefile(out, path) or os.path.abspath(out) == os.path.abspath(path):
         raise SettingsError(f"--out {out} is the input checkpoint; write the pruned model elsewhere")
+    if spec is None and tuning_file is None and ffn_spec is None:
+        raise SettingsError("give --head-mask SPEC, --ffn-mask SPEC or --tuning FILE (its mask)")
     state = load_checkpoint_state(path)
     config = model_config_object(state)
     if config is None:
         raise CheckpointError(f"{path} has no model config (neither cfg nor args)")
-    previous = pruned_heads_of(config)
-    if previous:
-        raise CheckpointError(
-            f"{path} already has heads removed ({previous}); shrink the original checkpoint "
-            "with every head to remove"
-        )
+    for what, previous in (("heads", pruned_heads_of(config)), ("FFN neurons", config_value(config, PRUNED_NEURONS_KEY))):
+        if previous:
+            raise CheckpointError(
+                f"{path} already has {what} removed ({previous}); shrink the original checkpoint "
+                "with everything to remove at once"
+            )
     layout = state_head_layout(state)
+    before = state_parameter_counts(state["model"], layout)
+    outcome = ShrinkOutcome(removed=0, total=sum(layers * heads for layers, heads in layout.values()), spec=NO_MASK_SPEC,
+                            recorded=None, report=[])
+    if spec is not None or tuning_file is not None:
+        _remove_heads(state, config, layout, spec, tuning_file, path, outcome)
+    after = state_parameter_counts(state["model"], layout)
+    if ffn_spec is not None:
+        ffn_layout = state_ffn_layout(state)
+        before.update(state_ffn_parameter_counts(state["model"], ffn_layout))
+        _remove_neurons(state, config, ffn_layout, ffn_spec, outcome)
+        after.update(state_ffn_parameter_counts(state["model"], ffn_layout))
+        after["total"] = state_parameter_counts(state["model"], layout)["total"]
+        before["total"], after["total"] = before.pop("total"), after.pop("total")  # the total last
+    outcome.report = parameter_report(before, after)
+    # optimizer moments have the old shapes: fine-tune with --reset-optimizer
+    state["last_optimizer_state"] = None
+    with atomic_path(out) as temporary:
+        torch.save(state, temporary)
+    return outcome
+
+
+def _remove_heads(state, config, layout, spec, tuning_file, path, outcome: ShrinkOutcome) -> None:
     tuning = None
     if tuning_file is not None:
         tuning = read_tuning(tuning_file, layout)
         if spec is not None and head_mask_to_spec(parse_head_mask(spec, layout)) != tuning.spec:
             raise HeadMaskError(f"--head-mask {spec!r} is not the mask {tuning_file} was tuned for ({tuning.spec})")
         spec = tuning.spec
-    if spec is None:
-        raise SettingsError("give --head-mask SPEC, or --tuning FILE (its mask)")
     head_mask = parse_head_mask(spec, layout)
     recorded = config_value(config, HEAD_MASK_KEY)
     if recorded and tuning is not None:
@@ -86,20 +123,27 @@ def shrink_checkpoint(path: str, out: str, spec: Optional[str], tuning_file: Opt
         head_mask = combine_masks(parse_head_mask(recorded, layout), head_mask)
     if count_masked(head_mask) == 0:
         raise HeadMaskError(f"--head-mask {spec!r} removes no head")
-    before = state_parameter_counts(state["model"], layout)
     if tuning is not None:
         fold_tuning_into_state(state["model"], tuning)
     shrink_state_dict(state["model"], head_mask)
-    after = state_parameter_counts(state["model"], layout)
-    removed_spec = head_mask_to_spec(head_mask)
-    record_config_value(config, PRUNED_HEADS_KEY, removed_spec)
+    outcome.spec = head_mask_to_spec(head_mask)
+    outcome.removed, outcome.recorded = count_masked(head_mask), recorded
+    record_config_value(config, PRUNED_HEADS_KEY, outcome.spec)
     if recorded:
         record_config_value(config, HEAD_MASK_KEY, None)
-    # optimizer moments have the old shapes: fine-tune with --reset-optimizer
-    state["last_optimizer_state"] = None
-    with atomic_path(out) as temporary:
-        torch.save(state, temporary)
-    return ShrinkOutcome(
-        removed=count_masked(head_mask), total=sum(layers * heads for layers, heads in layout.values()),
-        spec=removed_spec, recorded=recorded, report=parameter_report(before, after),
-    )
+
+
+def _remove_neurons(state, config, ffn_layout, ffn_spec, outcome: ShrinkOutcome) -> None:
+    ffn_mask = parse_ffn_mask(ffn_spec, ffn_layout)
+    recorded = config_value(config, FFN_MASK_KEY)
+    if recorded:  # fine-tuned with neurons masked: they go too
+        ffn_mask = combine_masks(parse_ffn_mask(recorded, ffn_layout), ffn_mask)
+    if count_masked(ffn_mask) == 0:
+        raise HeadMaskError(f"--ffn-mask {ffn_spec!r} removes no neuron")
+    shrink_ffn_state_dict(state["model"], ffn_mask)
+    outcome.neuron_spec = ffn_mask_to_spec(ffn_mask)
+    outcome.removed_neurons, outcome.recorded_neurons = count_masked(ffn_mask), recorded
+    outcome.total_neurons = sum(layers * width for layers, width in ffn_layout.values())
+    record_config_value(config, PRUNED_NEURONS_KEY, outcome.neuron_spec)
+    if recorded:
+        record_config_value(config, FFN_MASK_KEY, None)

@@ -1,4 +1,4 @@
-"""A fairseq Transformer's state dict changed in place: heads sliced out, tuned scales folded in.
+"""A fairseq Transformer's state dict changed in place: heads and FFN neurons sliced out, tuned scales folded in.
 
 Works on the tensors alone (no model, no dictionaries), for ``shrink`` and
 for counting parameters.
@@ -9,6 +9,7 @@ from typing import Dict
 import torch
 
 from ...errors import HeadMaskError
+from ...study.masks.ffn_mask import FfnMask
 from ...study.masks.head_mask import HeadMask
 from ...study.methods.mask_tuning import MaskTuning
 
@@ -107,3 +108,35 @@ def fold_tuning_into_state(weights: Dict[str, torch.Tensor], tuning: MaskTuning)
         weights[prefix + "weight"] = weight * columns.unsqueeze(0)
         if prefix + "bias" in weights:
             weights[prefix + "bias"] = weights[prefix + "bias"] + torch.tensor(values.bias, dtype=weight.dtype)
+
+
+def ffn_prefixes(weights: Dict[str, torch.Tensor]) -> Dict[str, str]:
+    """State-dict key prefix of each FFN type's layer N (``.format(N)``)."""
+    encoder = "encoder.layers.{}."
+    for prefix in _SENTENCE_ENCODER_PREFIXES:
+        if any(key.startswith(prefix) for key in weights):
+            encoder = prefix + "{}."
+    return {"enc-ffn": encoder, "dec-ffn": "decoder.layers.{}."}
+
+
+def shrink_ffn_state_dict(weights: Dict[str, torch.Tensor], ffn_mask: FfnMask) -> None:
+    """Slice the masked neurons out of a state dict, in place: their fc1 rows and biases, their fc2 columns."""
+    prefixes = ffn_prefixes(weights)
+    for ffn_type, mask in ffn_mask.items():
+        for layer, layer_mask in enumerate(mask):
+            prefix = prefixes[ffn_type].format(layer)
+            kept = (layer_mask != 0).nonzero().flatten()
+            for key in (prefix + "fc1.weight", prefix + "fc1.bias"):
+                if key in weights:
+                    weights[key] = weights[key].index_select(0, kept).clone()
+            weights[prefix + "fc2.weight"] = weights[prefix + "fc2.weight"].index_select(1, kept).clone()
+
+
+def state_ffn_parameter_counts(weights: Dict[str, torch.Tensor], layout) -> Dict[str, int]:
+    """FFN parameters (fc1 and fc2) per FFN type, from a state dict."""
+    prefixes = ffn_prefixes(weights)
+    counts = {}
+    for ffn_type, (layers, _) in layout.items():
+        starts = tuple(prefixes[ffn_type].format(layer) + name for layer in range(layers) for name in ("fc1.", "fc2."))
+        counts[ffn_type] = sum(tensor.numel() for key, tensor in weights.items() if key.startswith(starts))
+    return counts
