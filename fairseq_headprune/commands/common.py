@@ -9,6 +9,7 @@ import argparse
 from typing import List, Optional
 
 from ..constants import (
+    STRUCTURES,
     DEFAULT_ALPHA,
     DEFAULT_CONFIGS_PER_BATCH,
     DEFAULT_GRANULARITY,
@@ -29,7 +30,14 @@ from ..constants import (
     TRANSLATION_FAMILY,
 )
 from ..study.statistics.metrics import BLEU_METRICS
-from ..study.settings import DETOKENIZERS, CurveSettings, ImportanceSettings, SweepSettings, TuningSettings
+from ..study.settings import (
+    DETOKENIZERS,
+    CurveSettings,
+    ImportanceSettings,
+    SweepSettings,
+    TuningSettings,
+    parse_choices,
+)
 from ..study.statistics.significance import SignificanceSettings
 
 
@@ -150,6 +158,9 @@ def add_importance_arguments(parser, method: bool = True, batch_size: bool = Fal
         add("method", choices=IMPORTANCE_METHODS, default=DEFAULT_IMPORTANCE_METHOD,
             help="gradient (default): I_h = E_x |dL(x)/dxi_h|, the paper's importance; fisher: F_h = E_x "
             "(dL(x)/dxi_h)^2, the mask's diagonal Fisher information (Kwon et al. 2022), from the same backward pass")
+    add("structures", "--structures", default="heads", metavar="LIST",
+        help="what to score, comma-separated: heads (default), or heads,ffn to score every FFN neuron too "
+        "(E_x |dL/dzeta_i| of a mask variable on fc2's input, from the same backward pass)")
     add("loss", "--loss", choices=IMPORTANCE_LOSSES, default=DEFAULT_IMPORTANCE_LOSS,
         help="loss to differentiate (default: nll, plain cross-entropy as the authors' code; "
         "label_smoothed: label-smoothed cross-entropy with --importance-label-smoothing)")
@@ -164,6 +175,7 @@ def importance_settings(args: argparse.Namespace, method: Optional[str] = None) 
         max_sentences=getattr(args, "importance_batch_size", None), granularity=args.importance_granularity,
         loss=args.importance_loss, label_smoothing=args.importance_label_smoothing,
         method=method or args.importance_method, option_prefix="--importance-",
+        neurons="ffn" in parse_choices(args.importance_structures, STRUCTURES, "--importance-structures"),
     )
 
 

@@ -29,10 +29,12 @@ from ..constants import (
     DEFAULT_IMPORTANCE_LOSS,
     DEFAULT_IMPORTANCE_METHOD,
     DEFAULT_LABEL_SMOOTHING,
+    FFN_TYPES,
     GRANULARITIES,
     IMPORTANCE_LOSSES,
     IMPORTANCE_METHODS,
 )
+from ..modules.masked_ffn import ffn_layers, install_ffn_masks
 from ..modules.masked_multihead_attention import install_masked_attention
 from ..study.methods.importance import HeadScores, fisher_block_terms, reduce_contributions
 
@@ -40,10 +42,12 @@ CRITERION_NAME = "headprune_importance"
 IMPORTANCE_SUM_KEY = "head_importance_sum:"  # + attention type
 IMPORTANCE_COUNT_KEY = "head_importance_count"
 FISHER_BLOCK_SUM_KEY = "head_fisher_block_sum:"  # + attention type; the fisher method only
+NEURON_SUM_KEY = "neuron_importance_sum:"  # + FFN type; with importance_neurons only
 # hidden meters (fairseq does not print keys starting with "_")
 IMPORTANCE_METER = "_head_importance_sum:"
 COUNT_METER = "_head_importance_count"
 FISHER_BLOCK_METER = "_head_fisher_block_sum:"
+NEURON_METER = "_neuron_importance_sum:"
 
 
 @dataclass
@@ -74,6 +78,11 @@ class HeadPruneImportanceConfig(LabelSmoothedCrossEntropyCriterionConfig):
             "the mask's diagonal Fisher information (Kwon et al. 2022), from the same backward pass"
         },
     )
+    importance_neurons: bool = field(
+        default=False,
+        metadata={"help": "also score every FFN neuron: E_x |dL(x)/dzeta_i| (or its square) of a mask variable on "
+                  "fc2's input, from the same backward pass (Kwon et al. 2022)"},
+    )
     importance_save_dir: Optional[str] = field(
         default=None,
         metadata={
@@ -84,24 +93,33 @@ class HeadPruneImportanceConfig(LabelSmoothedCrossEntropyCriterionConfig):
 
 
 class HeadImportanceRecorder:
-    """Collects per-head |dL/dxi_h| sums from the backward pass of one forward.
+    """Collects per-head |dL/dxi_h| sums (and, asked, per-neuron |dL/dzeta_i|) from the backward pass of one forward.
 
-    While active, every attention module has a mask that requires grad (ones,
-    or a copy of the mask already set), so the backward pass reaches each
-    head's scaled output even when the parameters are frozen; a tensor hook
-    there turns the output gradient into per-position contributions.
+    While active, every attention module (and FFN) has a mask that requires
+    grad (ones, or a copy of the mask already set), so the backward pass
+    reaches each head's scaled output (each neuron's scaled activation) even
+    when the parameters are frozen; a tensor hook there turns the output
+    gradient into per-position contributions.
     """
 
-    def __init__(self, model, granularity: str, method: str = DEFAULT_IMPORTANCE_METHOD):
+    def __init__(self, model, granularity: str, method: str = DEFAULT_IMPORTANCE_METHOD, neurons: bool = False):
         self.granularity = granularity
         self.method = method
         self.modules = install_masked_attention(model)
+        # FFN neurons (Kwon et al. 2022): the same |dL/dzeta_i| sums, from fc2's input
+        self.neuron_masks = install_ffn_masks(model) if neurons else {}
+        self.neuron_widths = {key: layer.fc2.in_features for key, layer in ffn_layers(model).items()} if neurons else {}
+        self.neuron_sums: HeadScores = {}
+        device = next(model.parameters()).device
+        for ffn_type in FFN_TYPES:
+            widths = [width for (kind, _), width in sorted(self.neuron_widths.items()) if kind == ffn_type]
+            if widths:
+                self.neuron_sums[ffn_type] = torch.zeros(len(widths), max(widths), dtype=torch.float64, device=device)
         layers: Dict[str, int] = {}
         heads: Dict[str, int] = {}
         for (attention_type, layer_index), module in self.modules.items():
             layers[attention_type] = max(layers.get(attention_type, 0), layer_index + 1)
             heads[attention_type] = max(heads.get(attention_type, 0), module.num_heads)
-        device = next(model.parameters()).device
         # running sums, filled in place by the backward pass
         self.sums: HeadScores = {
             t: torch.zeros(layers[t], heads[t], dtype=torch.float64, device=device)
@@ -130,10 +148,29 @@ class HeadImportanceRecorder:
 
         scaled.register_hook(accumulate)
 
+    def _on_neuron_outputs(self, neuron_mask, hidden: torch.Tensor, scaled: torch.Tensor) -> None:
+        if not scaled.requires_grad:
+            return
+        sums = self.neuron_sums[neuron_mask.ffn_type][neuron_mask.layer_index]
+        granularity, method = self.granularity, self.method
+
+        def accumulate(grad: torch.Tensor) -> None:
+            contributions = (hidden.detach() * grad).to(torch.float64)  # T x B x F: zeta_i's gradient terms
+            sums[:contributions.size(-1)] += reduce_contributions(contributions, granularity, method)
+
+        scaled.register_hook(accumulate)
+
     @contextlib.contextmanager
     def recording(self) -> Iterator["HeadImportanceRecorder"]:
         saved = {key: module.head_mask for key, module in self.modules.items()}
+        saved_neurons = {key: hook.mask for key, hook in self.neuron_masks.items()}
         try:
+            for hook in self.neuron_masks.values():
+                width = self.neuron_widths[(hook.ffn_type, hook.layer_index)]
+                mask = hook.mask if hook.mask is not None else torch.ones(
+                    width, device=self.neuron_sums[hook.ffn_type].device)
+                hook.mask = mask.detach().clone().float().requires_grad_(True)
+                hook.output_hook = self._on_neuron_outputs
             for module in self.modules.values():
                 device = module.out_proj.weight.device
                 mask = module.head_mask
@@ -146,6 +183,9 @@ class HeadImportanceRecorder:
             for key, module in self.modules.items():
                 module.head_mask = saved[key]
                 module.head_output_hook = None
+            for key, hook in self.neuron_masks.items():
+                hook.mask = saved_neurons[key]
+                hook.output_hook = None
 
 
 def translation_sample_size(sample, sentence_avg: bool):
@@ -191,6 +231,7 @@ class HeadPruneImportanceCriterion(LabelSmoothedCrossEntropyCriterion):
         importance_loss=DEFAULT_IMPORTANCE_LOSS,
         importance_granularity=DEFAULT_GRANULARITY,
         importance_method=DEFAULT_IMPORTANCE_METHOD,
+        importance_neurons=False,
         importance_save_dir=None,
         ignore_prefix_size=0,
         report_accuracy=False,
@@ -200,10 +241,12 @@ class HeadPruneImportanceCriterion(LabelSmoothedCrossEntropyCriterion):
         self.importance_loss = str(importance_loss)
         self.importance_granularity = str(importance_granularity)
         self.importance_method = str(importance_method)
+        self.importance_neurons = bool(importance_neurons)
         self.importance_save_dir = importance_save_dir
 
     def forward(self, model, sample, reduce=True):
-        recorder = HeadImportanceRecorder(model, self.importance_granularity, self.importance_method)
+        recorder = HeadImportanceRecorder(model, self.importance_granularity, self.importance_method,
+                                          self.importance_neurons)
         recording = reduce and torch.is_grad_enabled()
         with recorder.recording() if recording else contextlib.nullcontext():
             net_output = model(**sample["net_input"])
@@ -218,6 +261,8 @@ class HeadPruneImportanceCriterion(LabelSmoothedCrossEntropyCriterion):
             logging_output[IMPORTANCE_SUM_KEY + attention_type] = sums
         for attention_type, blocks in recorder.blocks.items():
             logging_output[FISHER_BLOCK_SUM_KEY + attention_type] = blocks
+        for ffn_type, sums in recorder.neuron_sums.items():
+            logging_output[NEURON_SUM_KEY + ffn_type] = sums
         if self.report_accuracy:
             n_correct, total = self.compute_accuracy(model, net_output, sample)
             logging_output["n_correct"] = n_correct.item()
@@ -250,6 +295,11 @@ class HeadPruneImportanceCriterion(LabelSmoothedCrossEntropyCriterion):
                 "imp_" + attention_type.replace("-", "_"),
                 _mean_importance_of(attention_type),
             )
+        for ffn_type in FFN_TYPES:
+            sums = [log[NEURON_SUM_KEY + ffn_type] for log in logging_outputs if NEURON_SUM_KEY + ffn_type in log]
+            if sums:
+                metrics.log_scalar_sum(NEURON_METER + ffn_type,
+                                       torch.stack([s.detach().to("cpu", torch.float64) for s in sums]).sum(dim=0))
 
     @staticmethod
     def logging_outputs_can_be_summed() -> bool:
@@ -288,3 +338,13 @@ def importance_from_meters(meters) -> Optional[tuple]:
         if key in meters:
             scores[attention_type] = meters[key].sum.to(torch.float64) / count
     return scores, count
+
+
+def neuron_importance_from_meters(meters, count: float) -> Optional[HeadScores]:
+    """Per FFN type, the mean |dL/dzeta_i| (or its square) of every neuron, or None when not scored."""
+    scores = {
+        ffn_type: meters[NEURON_METER + ffn_type].sum.to(torch.float64) / count
+        for ffn_type in FFN_TYPES
+        if NEURON_METER + ffn_type in meters
+    }
+    return scores or None

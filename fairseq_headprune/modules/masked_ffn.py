@@ -11,7 +11,7 @@ one that requires grad yields per-sentence gradients dL/dzeta.
 """
 
 import contextlib
-from typing import Dict, Iterator, Optional, Tuple
+from typing import Callable, Dict, Iterator, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -28,6 +28,9 @@ class NeuronMask:
     def __init__(self, ffn_type: str, layer_index: int):
         self.ffn_type, self.layer_index = ffn_type, layer_index
         self.mask: Optional[Tensor] = None
+        # called as hook(neuron_mask, hidden, scaled), both T x B x F, while a mask is set:
+        # lets importance estimation see each neuron's activation and its gradient
+        self.output_hook: Optional[Callable[["NeuronMask", Tensor, Tensor], None]] = None
 
     def __call__(self, fc2, inputs):
         if self.mask is None:
@@ -47,7 +50,10 @@ class NeuronMask:
                                         f"but the batch has {bsz} sentences")
                 mask = mask.repeat_interleave(bsz // mask_bsz, dim=0)
             mask = mask.unsqueeze(0)  # 1 x B x F
-        return (hidden * mask.to(hidden.dtype),)
+        scaled = hidden * mask.to(hidden.dtype)
+        if self.output_hook is not None:
+            self.output_hook(self, hidden, scaled)
+        return (scaled,)
 
 
 def ffn_layers(model) -> Dict[Tuple[str, int], torch.nn.Module]:

@@ -86,6 +86,7 @@ class ImportanceSettings:
     label_smoothing: float = DEFAULT_LABEL_SMOOTHING
     method: str = DEFAULT_IMPORTANCE_METHOD  # gradient: I_h (the paper); fisher: F_h = E_x (dL/dxi_h)^2
     option_prefix: str = "--"  # how the options are named where these settings come from
+    neurons: bool = False  # also score every FFN neuron (zeta_i) from the same backward pass
 
     def __post_init__(self):
         for name in ("max_tokens", "max_sentences", "limit"):

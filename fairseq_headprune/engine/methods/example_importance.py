@@ -20,6 +20,7 @@ from ...constants import CLASSIFIER_FAMILY, DEFAULT_IMPORTANCE_METHOD
 from ...errors import StudyError
 from ...study.methods.importance import ImportanceResult, gradient_magnitude
 from ...study.settings import ImportanceSettings
+from ...modules.masked_ffn import current_ffn_mask, ffn_layout, ffn_mask_applied
 from ...modules.masked_multihead_attention import current_head_mask, head_layout, head_mask_applied
 from ..runners.batches import collated_samples
 from ..runtime.progress import progress_bar
@@ -27,9 +28,10 @@ from ..runtime.ranks import current_ranks
 
 
 def example_importance(model, criterion, samples, layout, method: str = DEFAULT_IMPORTANCE_METHOD,
-                       progress: bool = False, description: str = "importance"):
+                       progress: bool = False, description: str = "importance", neurons: bool = False):
     """Sum over examples of |dL(x)/dxi_h| (``fisher``: its square), a (layers, heads) float64 tensor, the count,
-    and the sum of g g^T over each layer's heads ((layers, heads, heads): the Fisher blocks, whatever the method).
+    the sum of g g^T over each layer's heads ((layers, heads, heads): the Fisher blocks, whatever the method),
+    and with ``neurons`` the same sums for every FFN neuron's zeta_i per FFN type (else None).
 
     The model has one attention type (Enc-Enc for a classifier, Dec-Dec for an LM).
     Under several ranks each takes every world_size-th batch and the sums
@@ -42,6 +44,9 @@ def example_importance(model, criterion, samples, layout, method: str = DEFAULT_
     base_mask = torch.ones(layers, heads) if base is None else base[attention_type]
     total = torch.zeros(layers, heads, dtype=torch.float64)
     blocks = torch.zeros(layers, heads, heads, dtype=torch.float64)
+    base_neurons = current_ffn_mask(model) or {}
+    neuron_layout = ffn_layout(model) if neurons else {}
+    neuron_totals = {t: torch.zeros(shape, dtype=torch.float64) for t, shape in neuron_layout.items()}
     count = 0
     ranks = current_ranks()
     samples = ranks.share(list(samples))
@@ -49,20 +54,26 @@ def example_importance(model, criterion, samples, layout, method: str = DEFAULT_
         examples = sample["nsentences"]
         device = next(model.parameters()).device
         xi = base_mask.to(device).unsqueeze(1).repeat(1, examples, 1).requires_grad_()
-        with head_mask_applied(model, {attention_type: xi}):
+        zeta = {t: base_neurons.get(t, torch.ones(shape)).to(device).unsqueeze(1).repeat(1, examples, 1).requires_grad_()
+                for t, shape in neuron_layout.items()}  # per FFN type: layers x examples x neurons
+        with head_mask_applied(model, {attention_type: xi}), \
+                (ffn_mask_applied(model, zeta) if zeta else contextlib.nullcontext()):
             loss, _, _ = criterion(model, sample)
             model.zero_grad()
             loss.backward()
+        for ffn_type, mask in zeta.items():
+            neuron_totals[ffn_type] += gradient_magnitude(mask.grad.detach().double().cpu(), method).sum(dim=1)
         gradients = xi.grad.detach().double().cpu()  # layers x examples x heads
         total += gradient_magnitude(gradients, method).sum(dim=1)
         blocks += gradients.transpose(1, 2) @ gradients
         count += examples
     if ranks.sharded:
-        shares = ranks.gather((total, count, blocks))
+        shares = ranks.gather((total, count, blocks, neuron_totals))
         total, count, blocks = (sum(share[i] for share in shares) for i in range(3))
+        neuron_totals = {t: sum(share[3][t] for share in shares) for t in neuron_totals}
     if count == 0:
         raise StudyError("no examples to estimate importance on")
-    return total, count, blocks
+    return total, count, blocks, (neuron_totals or None)
 
 
 class ExampleImportanceEstimator:
@@ -89,17 +100,20 @@ class ExampleImportanceEstimator:
     def estimate(self, head_mask=None, progress: bool = True, description: str = "importance") -> ImportanceResult:
         """Importance with ``head_mask`` set (None: the model's own mask); sentence level."""
         with head_mask_applied(self.model, head_mask) if head_mask is not None else contextlib.nullcontext():
-            total, count, blocks = example_importance(self.model, self.criterion, self.samples, self.layout,
-                                                      self.settings.method, progress, description)
+            total, count, blocks, neurons = example_importance(
+                self.model, self.criterion, self.samples, self.layout, self.settings.method, progress, description,
+                neurons=self.settings.neurons)
         attention_type = next(iter(self.layout))
         return ImportanceResult(
             importance={attention_type: (total / count).float()}, granularity="sentence", count=count,
             method=self.settings.method,
             fisher_blocks={attention_type: blocks / count} if self.settings.method == "fisher" else None,
+            neuron_importance=None if neurons is None else {t: (v / count).float() for t, v in neurons.items()},
             settings={
                 "subsets": list(self.settings.subsets), "sentences": count, "limit": self.settings.limit,
                 # the criterion's cross-entropy (over classes, or next tokens), or a regression's squared error
-                "loss": "mse" if getattr(self.task.cfg, "regression_target", False) else "nll", "criterion": self.criterion.__class__.__name__, "task": self.task.__class__.__name__,
+                "loss": "mse" if getattr(self.task.cfg, "regression_target", False) else "nll",
+                "criterion": self.criterion.__class__.__name__, "task": self.task.__class__.__name__,
                 "torch": torch.__version__,
             },
         )

@@ -19,6 +19,7 @@ from ...criterions.headprune_importance import (
     HeadPruneImportanceCriterion,
     fisher_blocks_from_meters,
     importance_from_meters,
+    neuron_importance_from_meters,
 )
 from ...modules.masked_multihead_attention import head_layout, head_mask_applied
 from ..runners.batches import iterate_samples, model_device, split_batches
@@ -90,6 +91,7 @@ def estimate_importance(
         method=criterion.importance_method,
         count=count,
         fisher_blocks=fisher_blocks_from_meters(meters, count),
+        neuron_importance=neuron_importance_from_meters(meters, count),
         settings={
             "loss": criterion.importance_loss,
             "label_smoothing": criterion.eps if criterion.importance_loss == "label_smoothed" else 0.0,
@@ -118,6 +120,7 @@ class ImportanceEstimator:
             importance_loss=settings.loss,
             importance_granularity=settings.granularity,
             importance_method=settings.method,
+            importance_neurons=settings.neurons,
         )
         device = model_device(model)
         self.samples = []

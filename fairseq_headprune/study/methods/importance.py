@@ -30,7 +30,7 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
-from ...constants import ATTENTION_TYPES, DEFAULT_IMPORTANCE_METHOD, GRANULARITIES, IMPORTANCE_METHODS
+from ...constants import ATTENTION_TYPES, DEFAULT_IMPORTANCE_METHOD, FFN_TYPES, GRANULARITIES, IMPORTANCE_METHODS
 from ...errors import ResultFileError
 from ..output.files import atomic_text_file, write_json
 from ..masks.head_mask import HeadLayout
@@ -136,6 +136,8 @@ class ImportanceResult:
     method: str = DEFAULT_IMPORTANCE_METHOD  # gradient (I_h) or fisher (F_h)
     # fisher: per attention type (layers, heads, heads), E_x g g^T of each layer's heads (diagonal: importance)
     fisher_blocks: Optional[Dict[str, torch.Tensor]] = None
+    # per FFN type (layers, neurons): E_x |dL/dzeta_i| (or its square) of every FFN neuron, when asked for
+    neuron_importance: Optional[Dict[str, torch.Tensor]] = None
 
     @property
     def layout(self) -> HeadLayout:
@@ -173,6 +175,9 @@ def write_importance_json(result: ImportanceResult, path: str) -> None:
     }
     if result.fisher_blocks is not None:
         payload["fisher_blocks"] = _to_lists(result.fisher_blocks)
+    if result.neuron_importance is not None:
+        payload["neuron_importance"] = {t: result.neuron_importance[t].tolist()
+                                        for t in FFN_TYPES if t in result.neuron_importance}
     if result.loss_increase is not None:
         payload["loss_increase"] = _to_lists(result.loss_increase)
         payload["spearman_importance_vs_loss_increase"] = {"rho": correlation[0], "p": correlation[1]}
@@ -217,6 +222,7 @@ def read_importance_file(path: str, layout: Optional[HeadLayout] = None) -> Impo
         importance = {t: torch.tensor(v, dtype=torch.float64) for t, v in payload["importance"].items()}
         loss_increase = payload.get("loss_increase")
         blocks = payload.get("fisher_blocks")
+        neurons = payload.get("neuron_importance")
         result = ImportanceResult(
             importance=importance,
             granularity=payload["granularity"],
@@ -227,11 +233,16 @@ def read_importance_file(path: str, layout: Optional[HeadLayout] = None) -> Impo
             if loss_increase is None
             else {t: torch.tensor(v, dtype=torch.float64) for t, v in loss_increase.items()},
             fisher_blocks=None if blocks is None else {t: torch.tensor(v, dtype=torch.float64) for t, v in blocks.items()},
+            neuron_importance=None if neurons is None else {
+                t: torch.tensor(v, dtype=torch.float64) for t, v in neurons.items()},
         )
     except (ValueError, KeyError, TypeError) as error:
         raise ResultFileError(f"{path} is not a fairseq-headprune importance file ({error})")
     if result.method not in IMPORTANCE_METHODS:
         raise ResultFileError(f"{path}: unknown importance method {result.method!r}")
+    for ffn_type, scores in (result.neuron_importance or {}).items():
+        if ffn_type not in FFN_TYPES or scores.dim() != 2:
+            raise ResultFileError(f"{path}: bad neuron scores for FFN type {ffn_type!r}")
     for attention_type in importance:
         if attention_type not in ATTENTION_TYPES or importance[attention_type].dim() != 2:
             raise ResultFileError(f"{path}: bad scores for attention type {attention_type!r}")
@@ -270,6 +281,12 @@ def summarize(result: ImportanceResult) -> List[str]:
             f"bottom {', '.join(name(i) for i in order[-3:])}\t"
             f"max normalised {normalized[attention_type].max().item():.3f}"
         )
+    for ffn_type in FFN_TYPES:
+        if result.neuron_importance is not None and ffn_type in result.neuron_importance:
+            scores = result.neuron_importance[ffn_type]
+            per_layer = ", ".join(f"{layer + 1}: {row.mean().item():.3g}" for layer, row in enumerate(scores))
+            lines.append(f"{ffn_type}\tmean {scores.mean().item():.4g}\tper layer {per_layer}\t"
+                         f"{int((scores == 0).sum())} of {scores.numel()} neurons at 0")
     correlation = result.correlation_with_loss_increase()
     if correlation is not None and not math.isnan(correlation[0]):
         lines.append(
