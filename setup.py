@@ -46,6 +46,7 @@ setup(
     extras_require={
         # official fairseq 0.12.2 fails to import on Python >= 3.11 (dataclass mutable defaults)
         "fairseq": ["fairseq>=0.12.2; python_version < '3.11'", "ve-fairseq>=0.12.3; python_version >= '3.11'"],
+        "ctranslate2": ["ctranslate2>=4.0"],
         "test": ["pytest>=7"],
     },
     entry_points={"console_scripts": ["fairseq-headprune=fairseq_headprune.cli:main"]},

@@ -14,6 +14,7 @@ from .commands import (
     ablate,
     corpus,
     dynamics,
+    export,
     fairseq_commands,
     importance,
     mask,
@@ -28,7 +29,7 @@ from .errors import DEBUG_VARIABLE, HeadPruneError, debugging
 from .version import __version__
 
 # in the order --help lists them
-COMMAND_MODULES = (corpus, mask, importance, shrink, ablate, significance, prune, search, dynamics, report,
+COMMAND_MODULES = (corpus, mask, importance, shrink, export, ablate, significance, prune, search, dynamics, report,
                    fairseq_commands)
 
 

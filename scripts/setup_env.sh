@@ -20,7 +20,7 @@ _headprune_setup() (
     "${pip[@]}" install --upgrade pip
     # torch first, pinned: an unpinned resolve may pull a multi-GB CUDA build
     "${pip[@]}" install -c "$repo/constraints.txt" torch
-    "${pip[@]}" install -c "$repo/constraints.txt" -e "$repo[fairseq,test]"
+    "${pip[@]}" install -c "$repo/constraints.txt" -e "$repo[fairseq,ctranslate2,test]"
     touch "$stamp"
   fi
 )

@@ -22,6 +22,7 @@ from ..study.masks.head_mask import combine_masks, parse_head_mask
 from ..study.settings import ImportanceSettings, SweepSettings
 from .checkpoints.info import checkpoint_family
 from .checkpoints.loading import load_evaluation_model, load_generation_model, load_with_saved_task
+from .export.ctranslate2_spec import language_model_spec, translation_spec
 from .methods.example_importance import ExampleImportanceEstimator
 from .methods.translation_importance import ImportanceEstimator
 from .sweeps.scored_sweep import ScoredSplitSweep
@@ -51,6 +52,11 @@ class ModelFamily:
         """The resumable sweep of one split under many masks, scored in the family's metric."""
         raise NotImplementedError
 
+    def ctranslate2_spec(self, cfg, task, model):
+        """(spec, heads per stack): the model as CTranslate2 runs it (its masks and removals applied)."""
+        raise SettingsError(f"a {self.name.replace('_', ' ')} cannot be exported to CTranslate2, which runs "
+                            "translation models and generators (language models)")
+
 
 class TranslationFamily(ModelFamily):
     name = TRANSLATION_FAMILY
@@ -73,6 +79,9 @@ class TranslationFamily(ModelFamily):
 
     def open_split_sweep(self, settings, cfg, task, model, split, name, references=None):
         return SplitSweep(settings, cfg, task, model, split, name, references)
+
+    def ctranslate2_spec(self, cfg, task, model):
+        return translation_spec(model, task.source_dictionary, task.target_dictionary)
 
 
 class ScoredFamily(ModelFamily):
@@ -100,6 +109,11 @@ class ScoredFamily(ModelFamily):
 
     def open_split_sweep(self, settings, cfg, task, model, split, name, references=None):
         return ScoredSplitSweep(settings, cfg, task, model, split, name)
+
+    def ctranslate2_spec(self, cfg, task, model):
+        if self.name != LANGUAGE_MODEL_FAMILY:
+            return super().ctranslate2_spec(cfg, task, model)
+        return language_model_spec(model, task.target_dictionary, bool(getattr(cfg.task, "add_bos_token", False)))
 
 
 _FAMILIES = {TRANSLATION_FAMILY: TranslationFamily(), CLASSIFIER_FAMILY: ScoredFamily(CLASSIFIER_FAMILY),

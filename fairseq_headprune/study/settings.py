@@ -360,3 +360,30 @@ class DynamicsSettings:
     checkpoints: str
     curve: CurveSettings = field(default_factory=CurveSettings)
     epochs: Optional[List[int]] = None  # None: every epoch found
+
+
+EXPORT_FORMATS = ("ctranslate2",)
+# CTranslate2's weight types (its --quantization); which the device computes is checked when exporting
+QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16")
+
+
+@dataclass
+class ExportSettings:
+    """What ``export`` writes: a deployable model of a masked, tuned or shrunk checkpoint."""
+
+    data: str
+    checkpoint: str
+    out_dir: str
+    format: str = "ctranslate2"
+    quantization: Optional[str] = None  # None: the weights' own type (float32)
+    head_mask: Optional[str] = None
+    ffn_mask: Optional[str] = None
+    tuning_file: Optional[str] = None
+    cpu: bool = False
+    fairseq_args: Sequence[str] = ()
+
+    def __post_init__(self):
+        if self.format not in EXPORT_FORMATS:
+            raise SettingsError(f"--format {self.format}: expected one of {', '.join(EXPORT_FORMATS)}")
+        if self.quantization is not None and self.quantization not in QUANTIZATIONS:
+            raise SettingsError(f"--quantization {self.quantization}: expected one of {', '.join(QUANTIZATIONS)}")

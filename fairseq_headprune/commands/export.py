@@ -1,0 +1,50 @@
+"""``fairseq-headprune export``: a masked, tuned or shrunk checkpoint as a model CTranslate2 runs."""
+
+import argparse
+
+from ..study.settings import EXPORT_FORMATS, QUANTIZATIONS, ExportSettings
+from .common import add_device_arguments
+
+
+def command_export(args: argparse.Namespace) -> int:
+    from ..engine.studies.export import run_export
+
+    outcome = run_export(ExportSettings(
+        data=args.data, checkpoint=args.path, out_dir=args.out, format=args.format, quantization=args.quantization,
+        head_mask=args.head_mask, ffn_mask=args.ffn_mask, tuning_file=args.tuning, cpu=args.cpu,
+        fairseq_args=list(args.fairseq_args),
+    ))
+    for attention_type, counts in outcome.kept.items():
+        print(f"heads kept\t{attention_type}\t{' '.join(map(str, counts))}")
+    for side, count in outcome.num_heads.items():
+        padding = outcome.padded[side]
+        note = f"; {padding} zero heads pad the layers that keep fewer" if padding else ""
+        print(f"{side}\t{count} heads per layer{note}")
+    print(f"wrote\t{outcome.out_dir} ({args.format}, {outcome.quantization})")
+    return 0
+
+
+def add_parser(commands) -> None:
+    export = commands.add_parser(
+        "export",
+        help="write a masked, tuned or shrunk checkpoint as a CTranslate2 model (translation, language models)",
+        description="Load CKPT with its recorded masks and removed heads or neurons (plus --head-mask, "
+        "--ffn-mask, --tuning) and write it as a CTranslate2 model directory, built from the weights: "
+        "CTranslate2 has one head count per encoder and per decoder, so layers that keep fewer heads are "
+        "padded with zero heads (which add nothing) up to the stack's largest count; masked FFN neurons are "
+        "left out. Vocabularies come from DATA. Needs the ctranslate2 package "
+        "(pip install 'fairseq-headprune[ctranslate2]').",
+    )
+    export.add_argument("data", metavar="DATA", help="fairseq-preprocess output directory (its dictionaries)")
+    export.add_argument("--path", required=True, metavar="CKPT", help="fairseq checkpoint (masked, tuned or shrunk)")
+    export.add_argument("--head-mask", metavar="SPEC", help="heads to leave out besides those the checkpoint records")
+    export.add_argument("--ffn-mask", metavar="SPEC", help="FFN neurons to leave out")
+    export.add_argument("--tuning", metavar="TUNING.json",
+                        help="a tuned mask (search --tune-masks): its heads left out, its scales folded in")
+    export.add_argument("--format", choices=EXPORT_FORMATS, default="ctranslate2", help="(default: ctranslate2)")
+    export.add_argument("--quantization", choices=QUANTIZATIONS,
+                        help="weight type of the exported model (default: float32); the installed CTranslate2 "
+                        "must compute it on this device")
+    export.add_argument("--out", required=True, metavar="DIR", help="model directory to write (new or empty)")
+    add_device_arguments(export)
+    export.set_defaults(handler=command_export, accepts_fairseq_args=True)

@@ -1,0 +1,92 @@
+"""The ``export`` command's work: a checkpoint, with its masks, tuning and removals, as a CTranslate2 model.
+
+The model is loaded as the studies load it (``--head-mask``/``--ffn-mask``
+through the plugin's task, a shrunk checkpoint rebuilt to its shapes), a
+tuning's scales folded in, and written through CTranslate2's own spec objects
+(``export/ctranslate2_spec.py``): heads padded per stack, masked neurons left
+out. The directory is written whole or not at all.
+"""
+
+import contextlib
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+import torch
+
+from ...errors import SettingsError
+from ...modules.masked_multihead_attention import current_head_mask, head_layout, set_head_mask
+from ...study.masks.head_mask import combine_masks
+from ...study.methods.mask_tuning import read_tuning
+from ...study.settings import ExportSettings
+from ..export.ctranslate2_spec import import_ctranslate2
+from ..families import family_of_checkpoint
+from ..methods.mask_tuning import tuning_folded
+
+
+@dataclass
+class ExportOutcome:
+    """What ``run_export`` wrote."""
+
+    out_dir: str
+    quantization: str
+    num_heads: Dict[str, int] = field(default_factory=dict)  # per stack: the head count CTranslate2 gets
+    padded: Dict[str, int] = field(default_factory=dict)  # per stack: zero heads added to even the layers out
+    kept: Dict[str, List[int]] = field(default_factory=dict)  # per attention type: heads kept in each layer
+
+
+def check_out_dir(out_dir: str) -> None:
+    """An existing non-empty directory (or a file) is never written into."""
+    if os.path.isfile(out_dir) or (os.path.isdir(out_dir) and os.listdir(out_dir)):
+        raise SettingsError(f"--out {out_dir} exists and is not empty; nothing was written")
+
+
+def check_quantization(quantization: Optional[str], cpu: bool) -> str:
+    """The weight type, checked against what the installed CTranslate2 computes on this device."""
+    ctranslate2 = import_ctranslate2()
+    device = "cuda" if torch.cuda.is_available() and not cpu and ctranslate2.get_cuda_device_count() > 0 else "cpu"
+    supported = sorted(ctranslate2.get_supported_compute_types(device))
+    quantization = quantization or "float32"
+    if quantization not in supported:
+        raise SettingsError(f"--quantization {quantization}: CTranslate2 {ctranslate2.__version__} computes "
+                            f"{', '.join(supported)} on {device}")
+    return quantization
+
+
+def run_export(settings: ExportSettings) -> ExportOutcome:
+    check_out_dir(settings.out_dir)
+    quantization = check_quantization(settings.quantization, settings.cpu)
+    family = family_of_checkpoint(settings.checkpoint)
+    options = list(settings.fairseq_args)
+    for option, spec in (("--head-mask", settings.head_mask), ("--ffn-mask", settings.ffn_mask)):
+        if spec is not None:
+            options += [option, spec]
+    cfg, task, model = family.load(settings.data, settings.checkpoint, options, cpu=True)
+    folded = contextlib.nullcontext()
+    if settings.tuning_file is not None:
+        tuning = read_tuning(settings.tuning_file, head_layout(model))
+        set_head_mask(model, combine_masks(current_head_mask(model), tuning.head_mask))
+        folded = tuning_folded(model, tuning)
+    with torch.no_grad(), folded:
+        spec, heads = family.ctranslate2_spec(cfg, task, model)
+    spec.validate()
+    spec.optimize(quantization=quantization)
+    parent = os.path.dirname(os.path.abspath(settings.out_dir))
+    os.makedirs(parent, exist_ok=True)
+    temporary = tempfile.mkdtemp(prefix=".tmp-export-", dir=parent)
+    try:
+        spec.save(temporary)
+        if os.path.isdir(settings.out_dir):
+            os.rmdir(settings.out_dir)  # empty (checked above)
+        os.replace(temporary, settings.out_dir)
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
+    kept: Dict[str, List[int]] = {}
+    for stack in heads.values():
+        for (attention_type, layer), count in sorted(stack.kept.items()):
+            kept.setdefault(attention_type, []).append(count)
+    return ExportOutcome(settings.out_dir, quantization,
+                         num_heads={side: stack.num_heads for side, stack in heads.items() if stack.kept},
+                         padded={side: stack.padded for side, stack in heads.items() if stack.kept}, kept=kept)

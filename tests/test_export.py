@@ -1,0 +1,118 @@
+"""Export to CTranslate2: the exported model's own scores and beams against the fairseq model's.
+
+On the tiny translation model, masked (heads and FFN neurons, uneven per
+layer, a whole enc-dec layer included) and shrunk: CTranslate2's
+``score_batch`` log-probabilities equal the masked fairseq model's (fp32,
+within 1e-4) and its beam search equals fairseq's hypothesis for hypothesis.
+"""
+
+import pytest
+import torch
+
+from conftest import run
+
+ctranslate2 = pytest.importorskip("ctranslate2")
+
+HEADS = "E:1:1-5 A:2:* D:1:keep=2"
+NEURONS = "E:1:1-100 D:2:keep=1-30"
+
+
+def export(tiny_model, out, *options, path=None, check=True):
+    return run(["fairseq-headprune", "export", tiny_model["data"], "--path", path or tiny_model["checkpoint"],
+                "--out", out, "--cpu", *options], check=check)
+
+
+def fairseq_model(tiny_model, *options, path=None):
+    from fairseq_headprune.engine.families import family_named
+
+    return family_named("translation").load(str(tiny_model["data"]), str(path or tiny_model["checkpoint"]),
+                                            list(options), cpu=True)
+
+
+def test_sentences(task, split="test", limit=None):
+    from fairseq_headprune.engine.runners.batches import split_batches
+
+    dataset, batches = split_batches(task, split, max_sentences=32, limit=limit)
+    return dataset, batches
+
+
+def tokens(dictionary, ids):
+    return [dictionary[i] for i in ids if i not in (dictionary.pad(), dictionary.eos())]
+
+
+def assert_scores_equal(exported, cfg, task, model):
+    dataset, batches = test_sentences(task, limit=64)
+    translator = ctranslate2.Translator(str(exported), device="cpu")
+    worst, count = 0.0, 0
+    for batch in batches:
+        sample = dataset.collater([dataset[i] for i in batch])
+        with torch.no_grad():
+            lprobs = model.get_normalized_probs(model(**sample["net_input"]), log_probs=True)
+        target = sample["target"]
+        reference = lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+        sources = [tokens(task.source_dictionary, row.tolist()) for row in sample["net_input"]["src_tokens"]]
+        targets = [tokens(task.target_dictionary, row.tolist()) for row in target]
+        for row, result in enumerate(translator.score_batch(sources, targets)):
+            expected = reference[row][target[row] != task.target_dictionary.pad()]
+            assert len(result.log_probs) == len(expected)  # the tokens and </s>
+            worst = max(worst, (expected - torch.tensor(result.log_probs)).abs().max().item())
+            count += 1
+    assert count == 64 and worst <= 1e-4, worst
+
+
+def beams(cfg, task, model, exported):
+    """fairseq's and CTranslate2's beam search (beam 5, length penalty 1) over the test split, by sentence id."""
+    dataset, batches = test_sentences(task)
+    generator = task.build_generator([model], cfg.generation)
+    fairseq, sources = {}, {}
+    with torch.no_grad():
+        for batch in batches:
+            sample = dataset.collater([dataset[i] for i in batch])
+            for row, hypotheses in enumerate(task.inference_step(generator, [model], sample)):
+                sentence = int(sample["id"][row])
+                fairseq[sentence] = tokens(task.target_dictionary, hypotheses[0]["tokens"].tolist())
+                sources[sentence] = tokens(task.source_dictionary, sample["net_input"]["src_tokens"][row].tolist())
+    ids = sorted(sources)
+    translator = ctranslate2.Translator(str(exported), device="cpu")
+    results = translator.translate_batch([sources[i] for i in ids], beam_size=5, length_penalty=1.0,
+                                         max_batch_size=32, max_decoding_length=256)
+    return [fairseq[i] for i in ids], [r.hypotheses[0] for r in results]
+
+
+@pytest.mark.parametrize("options", [(), ("--head-mask", HEADS, "--ffn-mask", NEURONS)], ids=["unpruned", "masked"])
+def test_the_exported_model_scores_and_translates_as_the_fairseq_model(tiny_model, tmp_path, options):
+    result = export(tiny_model, tmp_path / "ct2", *options)
+    if options:
+        assert "heads kept\tenc-dec\t8 0" in result.stdout and "zero heads pad" in result.stdout
+    cfg, task, model = fairseq_model(tiny_model, *options, "--beam", "5")
+    assert_scores_equal(tmp_path / "ct2", cfg, task, model)
+    ours, theirs = beams(cfg, task, model, tmp_path / "ct2")
+    assert len(ours) > 100 and ours == theirs
+
+
+def test_a_shrunk_checkpoint_exports_as_its_masked_model(tiny_model, tmp_path):
+    run(["fairseq-headprune", "shrink", "--path", tiny_model["checkpoint"], "--head-mask", HEADS,
+         "--ffn-mask", NEURONS, "--out", tmp_path / "shrunk.pt"])
+    export(tiny_model, tmp_path / "ct2", path=tmp_path / "shrunk.pt")
+    cfg, task, model = fairseq_model(tiny_model, "--head-mask", HEADS, "--ffn-mask", NEURONS, "--beam", "5")
+    assert_scores_equal(tmp_path / "ct2", cfg, task, model)
+    int8 = export(tiny_model, tmp_path / "ct2-int8", "--quantization", "int8", path=tmp_path / "shrunk.pt")
+    assert "(ctranslate2, int8)" in int8.stdout
+    assert (tmp_path / "ct2-int8" / "model.bin").stat().st_size < 0.5 * (tmp_path / "ct2" / "model.bin").stat().st_size
+
+
+def test_bad_exports_are_one_line_and_write_nothing(tiny_model, tmp_path):
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "keep.txt").write_text("mine")
+    for options, message in [
+        (["--out", taken], f"--out {taken} exists and is not empty; nothing was written"),
+        (["--out", tmp_path / "f16", "--quantization", "float16"], "--quantization float16: CTranslate2"),
+    ]:
+        result = run(["fairseq-headprune", "export", tiny_model["data"], "--path", tiny_model["checkpoint"], "--cpu",
+                      *options], check=False)
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.strip().splitlines() == [f"fairseq-headprune export: error: {message}"] or (
+            len(result.stderr.strip().splitlines()) == 1 and message in result.stderr), result.stderr
+    assert (taken / "keep.txt").read_text() == "mine" and sorted(p.name for p in taken.iterdir()) == ["keep.txt"]
+    assert not (tmp_path / "f16").exists()
