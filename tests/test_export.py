@@ -13,8 +13,11 @@ from conftest import run
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
-HEADS = "E:1:1-5 A:2:* D:1:keep=2"
+HEADS = "E:1:1-5 A:2:* D:1:keep=2"  # uneven layers, a whole enc-dec layer removed
 NEURONS = "E:1:1-100 D:2:keep=1-30"
+# a pruning the tiny model still translates with (under the harsh one it repeats a word up to the length
+# limit, where fairseq's and CTranslate2's limits differ)
+MILD_HEADS, MILD_NEURONS = "E:1:1-3 A:2:1-4 D:1:keep=2-8", "E:1:1-32 D:2:keep=1-96"
 
 
 def export(tiny_model, out, *options, path=None, check=True):
@@ -29,7 +32,7 @@ def fairseq_model(tiny_model, *options, path=None):
                                             list(options), cpu=True)
 
 
-def test_sentences(task, split="test", limit=None):
+def batches_of(task, split="test", limit=None):
     from fairseq_headprune.engine.runners.batches import split_batches
 
     dataset, batches = split_batches(task, split, max_sentences=32, limit=limit)
@@ -41,7 +44,7 @@ def tokens(dictionary, ids):
 
 
 def assert_scores_equal(exported, cfg, task, model):
-    dataset, batches = test_sentences(task, limit=64)
+    dataset, batches = batches_of(task, limit=64)
     translator = ctranslate2.Translator(str(exported), device="cpu")
     worst, count = 0.0, 0
     for batch in batches:
@@ -62,7 +65,7 @@ def assert_scores_equal(exported, cfg, task, model):
 
 def beams(cfg, task, model, exported):
     """fairseq's and CTranslate2's beam search (beam 5, length penalty 1) over the test split, by sentence id."""
-    dataset, batches = test_sentences(task)
+    dataset, batches = batches_of(task)
     generator = task.build_generator([model], cfg.generation)
     fairseq, sources = {}, {}
     with torch.no_grad():
@@ -79,15 +82,22 @@ def beams(cfg, task, model, exported):
     return [fairseq[i] for i in ids], [r.hypotheses[0] for r in results]
 
 
-@pytest.mark.parametrize("options", [(), ("--head-mask", HEADS, "--ffn-mask", NEURONS)], ids=["unpruned", "masked"])
-def test_the_exported_model_scores_and_translates_as_the_fairseq_model(tiny_model, tmp_path, options):
-    result = export(tiny_model, tmp_path / "ct2", *options)
-    if options:
-        assert "heads kept\tenc-dec\t8 0" in result.stdout and "zero heads pad" in result.stdout
+@pytest.mark.parametrize("options", [(), ("--head-mask", MILD_HEADS, "--ffn-mask", MILD_NEURONS)],
+                         ids=["unpruned", "masked"])
+def test_the_exported_model_translates_as_the_fairseq_model(tiny_model, tmp_path, options):
+    export(tiny_model, tmp_path / "ct2", *options)
     cfg, task, model = fairseq_model(tiny_model, *options, "--beam", "5")
     assert_scores_equal(tmp_path / "ct2", cfg, task, model)
     ours, theirs = beams(cfg, task, model, tmp_path / "ct2")
     assert len(ours) > 100 and ours == theirs
+
+
+def test_uneven_heads_are_padded_per_stack_and_score_as_the_masked_model(tiny_model, tmp_path):
+    result = export(tiny_model, tmp_path / "ct2", "--head-mask", HEADS, "--ffn-mask", NEURONS)
+    assert "heads kept\tenc-dec\t8 0" in result.stdout and "heads kept\tenc-enc\t3 8" in result.stdout
+    assert "encoder\t8 heads per layer; 5 zero heads pad" in result.stdout
+    cfg, task, model = fairseq_model(tiny_model, "--head-mask", HEADS, "--ffn-mask", NEURONS)
+    assert_scores_equal(tmp_path / "ct2", cfg, task, model)
 
 
 def test_a_shrunk_checkpoint_exports_as_its_masked_model(tiny_model, tmp_path):
