@@ -24,9 +24,9 @@ def register_components() -> None:
     global _registered
     if _registered:
         return
-    check_fairseq()
     # fairseq announces at import that an optional speech dependency is missing
     logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
+    check_fairseq()
     from .compat import torch_load  # noqa: F401  (the allow-list, applied on import)
     from .compat.numpy2 import give_token_block_dataset_compat_long
     from .criterions import headprune_gates, headprune_importance  # noqa: F401
