@@ -78,6 +78,14 @@ def state_head_layout(state: Dict[str, Any]) -> HeadLayout:
     return layout
 
 
+def checkpoint_weights(path: str) -> Dict[str, Any]:
+    """The state dict of a checkpoint file, memory-mapped where torch can (shapes without reading every weight)."""
+    state = _read_lazily(path)
+    if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
+        raise CheckpointError(f"{path} is not a fairseq checkpoint (no 'model' entry)")
+    return state["model"]
+
+
 def _read_lazily(path: str):
     """``torch.load`` memory-mapped where torch can, whole otherwise (old, non-zip files)."""
     try:

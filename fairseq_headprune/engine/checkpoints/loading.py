@@ -20,7 +20,7 @@ import torch
 from ...constants import CLASSIFIER_FAMILY, CLASSIFIER_TASK, LANGUAGE_MODEL_TASK, TRANSLATION_TASK
 from ...errors import CheckpointError, HeadPruneError, StudyError, first_line
 from ...registry import register_components
-from .info import classification_head_override
+from .info import checkpoint_weights, classification_head_override
 
 
 def load_generation_model(data: str, checkpoint: str, fairseq_args: Sequence[str] = (), cpu: bool = False):
@@ -41,18 +41,12 @@ def load_generation_model(data: str, checkpoint: str, fairseq_args: Sequence[str
         raise
     except Exception as error:  # fairseq raises bare Exceptions here
         raise StudyError(f"cannot set up the translation task on {data}: {first_line(error)}") from error
+    _check_dictionaries(checkpoint, data, task)
     try:
         models, _ = checkpoint_utils.load_model_ensemble([checkpoint], arg_overrides={"data": data}, task=task)
     except HeadPruneError:
         raise
-    except RuntimeError as error:
-        mismatch = next((line.strip() for line in str(error).splitlines() if "size mismatch" in line), None)
-        if mismatch is not None or "Error(s) in loading state_dict" in first_line(error):
-            raise CheckpointError(
-                f"checkpoint {checkpoint} does not match the dictionaries in {data} ({mismatch or first_line(error)})"
-            ) from error
-        raise CheckpointError(f"cannot load checkpoint {checkpoint}: {first_line(error)}") from error
-    except Exception as error:  # torch.load raises many types for files that are no checkpoint
+    except Exception as error:  # torch.load and fairseq raise many types for files they cannot use
         raise CheckpointError(f"cannot load checkpoint {checkpoint}: {first_line(error)}") from error
     return cfg, task, _ready(models[0], cpu)
 
@@ -122,6 +116,19 @@ def load_with_saved_task(family: str, data: str, checkpoint: str, head_mask: Opt
             f"cannot load {kind} {checkpoint} with the data in {data}: {first_line(error)}"
         ) from error
     return cfg, task, _ready(models[0], cpu)
+
+
+def _check_dictionaries(checkpoint: str, data: str, task) -> None:
+    """The checkpoint's embedding tables must have a row per word of the dictionaries in ``data``."""
+    weights = checkpoint_weights(checkpoint)
+    for key, dictionary in (("encoder.embed_tokens.weight", task.source_dictionary),
+                            ("decoder.embed_tokens.weight", task.target_dictionary)):
+        rows = int(weights[key].shape[0]) if key in weights else None
+        if rows is not None and rows != len(dictionary):
+            raise CheckpointError(
+                f"checkpoint {checkpoint} does not match the dictionaries in {data} ({key} has {rows} rows, "
+                f"the dictionary {len(dictionary)} words)"
+            )
 
 
 def _check_inputs(data: str, checkpoint: str) -> None:
