@@ -186,6 +186,30 @@ def test_masked_eval_lm_equals_stock_with_zeroed_columns(tiny_lm, tmp_path):
     assert validated[0] == validated[1]
 
 
+def test_ffn_neurons_masked_and_removed_equal_stock_eval_lm_with_zeroed_fc2_columns(tiny_lm, tmp_path):
+    """--ffn-mask through fairseq-eval-lm, and the same neurons removed by shrink (a transformer_lm's config is a
+    dataclass that drops unknown keys when fairseq builds it: the record of removed neurons must survive)."""
+    state = torch.load(tiny_lm["checkpoint"], map_location="cpu")
+    width = state["model"]["decoder.layers.0.fc1.weight"].size(0)
+    spec = f"D:1:1-{width // 2} D:2:keep=1-8"
+    for layer, keep in ((0, range(width // 2, width)), (1, range(8))):
+        masked = torch.ones(width, dtype=torch.bool)
+        masked[list(keep)] = False
+        state["model"][f"decoder.layers.{layer}.fc2.weight"][:, masked] = 0.0
+    torch.save(state, tmp_path / "zeroed.pt")
+    stock = ["fairseq-eval-lm", "--user-dir", USER_DIR, "--task", "language_modeling"]
+    reference = eval_lm(stock, tiny_lm, tmp_path / "zeroed.pt")
+    assert reference != eval_lm(stock, tiny_lm, tiny_lm["checkpoint"])
+    ours = ["fairseq-eval-lm", "--user-dir", USER_DIR, "--task", "headprune_language_modeling"]
+    assert eval_lm(ours, tiny_lm, tiny_lm["checkpoint"], "--ffn-mask", spec) == reference
+    shrunk = tmp_path / "shrunk.pt"
+    run(["fairseq-headprune", "shrink", "--path", tiny_lm["checkpoint"], "--ffn-mask", spec, "--out", shrunk])
+    weights = torch.load(shrunk, map_location="cpu")["model"]
+    assert [weights[f"decoder.layers.{layer}.fc1.weight"].size(0) for layer in (0, 1)] == [width - width // 2, 8]
+    loss, perplexity = eval_lm(["fairseq-headprune", "eval-lm"], tiny_lm, shrunk)
+    assert abs(loss - reference[0]) <= 1e-3 and abs(perplexity - reference[1]) <= 1e-2 * reference[1]
+
+
 def validation(command, tiny_lm, checkpoint, *extra):
     """(loss, ppl) that fairseq-validate prints for the test split."""
     result = run([*command, tiny_lm["data"], "--path", checkpoint, "--valid-subset", "test", "--max-tokens", "2048",

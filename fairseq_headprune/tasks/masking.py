@@ -11,7 +11,14 @@ import logging
 import torch
 
 from ..modules.masked_ffn import ffn_layout, install_ffn_masks, masked_neuron_slices, set_ffn_mask
-from ..modules.model_config import FFN_MASK_KEY, HEAD_MASK_KEY, PRUNED_HEADS_KEY, config_value, record_config_value
+from ..modules.model_config import (
+    FFN_MASK_KEY,
+    HEAD_MASK_KEY,
+    PRUNED_HEADS_KEY,
+    PRUNED_NEURONS_KEY,
+    config_value,
+    record_config_value,
+)
 from ..study.masks.ffn_mask import NEURONS
 from ..modules.pruned_heads import rebuild_pruned, rebuild_pruned_neurons
 from ..errors import CheckpointError, HeadMaskError, HeadPruneError
@@ -22,6 +29,7 @@ from ..modules.masked_multihead_attention import (
     set_head_mask,
 )
 from ..study.masks.head_mask import (
+    HEADS,
     combine_masks,
     count_masked,
     head_mask_to_spec,
@@ -55,11 +63,11 @@ class HeadMaskingMixin:
     """
 
     def __init__(self, cfg, *args, **kwargs):
-        for option, kind in (("head_mask", None), ("ffn_mask", NEURONS)):
+        for kind in (HEADS, NEURONS):
             try:
-                validate_spec_syntax(getattr(cfg, option, None), *([kind] if kind else []))
+                validate_spec_syntax(getattr(cfg, kind.option.replace("-", "_"), None), kind)
             except HeadPruneError as error:
-                raise HeadMaskError(f"--{option.replace('_', '-')}: {error}") from error
+                raise HeadMaskError(f"--{kind.option}: {error}") from error
         super().__init__(cfg, *args, **kwargs)
         self.criterion = None
         self._frozen_weights = None  # (parameter, dim, index, values) of masked heads and neurons
@@ -82,50 +90,41 @@ class HeadMaskingMixin:
     def build_model(self, cfg, from_checkpoint=False):
         # fairseq drops the config keys a dataclass model (transformer_lm) does not declare when it
         # builds one from a checkpoint (merge_with_parent(remove_missing=True)): keep ours
-        recorded = {key: config_value(cfg, key) for key in (HEAD_MASK_KEY, PRUNED_HEADS_KEY, FFN_MASK_KEY)}
+        recorded = {key: config_value(cfg, key)
+                    for key in (HEAD_MASK_KEY, PRUNED_HEADS_KEY, FFN_MASK_KEY, PRUNED_NEURONS_KEY)}
         model = super().build_model(cfg, from_checkpoint)
         for key, value in recorded.items():
             if value is not None and config_value(cfg, key) is None:
                 record_config_value(cfg, key, value)
         install_masked_attention(model)
+        install_ffn_masks(model)
         # the heads a criterion with per-head parameters (headprune_gates) is built for
         self.model_head_layout = head_layout(model)
-        try:
-            removed = rebuild_pruned(model, cfg)
-        except HeadPruneError as error:
-            raise CheckpointError(f"pruned checkpoint: {error}") from error
-        if removed:
-            logger.info("model with heads removed: %s", removed)
-        head_mask = self._head_mask(model, cfg)
-        if head_mask is not None:
-            set_head_mask(model, head_mask)
-            spec = head_mask_to_spec(head_mask)
-            record_config_value(cfg, HEAD_MASK_KEY, spec)
-            logger.info("masking %d heads: %s", count_masked(head_mask), spec)
-        install_ffn_masks(model)
-        try:
-            removed = rebuild_pruned_neurons(model, cfg)
-        except HeadPruneError as error:
-            raise CheckpointError(f"pruned checkpoint: {error}") from error
-        if removed:
-            logger.info("model with FFN neurons removed: %s", removed)
-        ffn_mask = self._combined_mask(config_value(cfg, FFN_MASK_KEY), self.ffn_mask_spec, lambda: ffn_layout(model),
-                                       NEURONS, "recorded neuron mask", "--ffn-mask")
-        if ffn_mask is not None:
-            set_ffn_mask(model, ffn_mask)
-            spec = head_mask_to_spec(ffn_mask, NEURONS)
-            record_config_value(cfg, FFN_MASK_KEY, spec)
-            logger.info("masking %d FFN neurons: %s", count_masked(ffn_mask), spec)
+        for rebuild, what in ((rebuild_pruned, "heads"), (rebuild_pruned_neurons, "FFN neurons")):
+            try:
+                removed = rebuild(model, cfg)
+            except HeadPruneError as error:
+                raise CheckpointError(f"pruned checkpoint: {error}") from error
+            if removed:
+                logger.info("model with %s removed: %s", what, removed)
+        self._apply_mask(model, cfg, HEAD_MASK_KEY, self.head_mask_spec, lambda: head_layout(model), HEADS,
+                         set_head_mask, "heads")
+        self._apply_mask(model, cfg, FFN_MASK_KEY, self.ffn_mask_spec, lambda: ffn_layout(model), NEURONS,
+                         set_ffn_mask, "FFN neurons")
         return model
 
-    def _head_mask(self, model, model_cfg):
-        """The checkpoint's recorded mask and ``--head-mask``, combined (None: no head masked)."""
-        return self._combined_mask(config_value(model_cfg, HEAD_MASK_KEY), self.head_mask_spec,
-                                   lambda: head_layout(model))
+    def _apply_mask(self, model, cfg, key, given, layout_of, kind, set_mask, unit) -> None:
+        """The checkpoint's recorded mask and the option's, combined, set on the model and recorded in its config."""
+        mask = self._combined_mask(config_value(cfg, key), given, layout_of, kind,
+                                   f"recorded {kind.unit} mask", f"--{kind.option}")
+        if mask is not None:
+            set_mask(model, mask)
+            spec = head_mask_to_spec(mask, kind)
+            record_config_value(cfg, key, spec)
+            logger.info("masking %d %s: %s", count_masked(mask), unit, spec)
 
     @staticmethod
-    def _combined_mask(recorded, given, layout_of, kind=None, recorded_name="recorded head mask",
-                       option="--head-mask"):
+    def _combined_mask(recorded, given, layout_of, kind, recorded_name, option):
         """A checkpoint's recorded mask and the option's, combined (None: nothing masked).
 
         ``layout_of()`` gives the model's layout, asked only when there is a spec to read.
@@ -135,7 +134,7 @@ class HeadMaskingMixin:
             if spec is None:
                 continue
             try:
-                parsed = parse_head_mask(spec, layout_of(), *([kind] if kind else []))
+                parsed = parse_head_mask(spec, layout_of(), kind)
             except HeadPruneError as error:
                 raise HeadMaskError(f"{name}: {error}") from error
             combined = combine_masks(combined, parsed)
