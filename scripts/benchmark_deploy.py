@@ -85,7 +85,7 @@ def prepare_models(args, work):
         for quantization in ("float32", "int8"):
             out = os.path.join(work, f"ct2-{name}-{quantization}")
             if not os.path.exists(os.path.join(out, "model.bin")):
-                headprune("export", args.data, "--path", checkpoint, "--out", out, "--quantization", quantization,
+                headprune("export", args.data, "--path", checkpoint, "--out-dir", out, "--quantization", quantization,
                           *([] if args.cuda else ["--cpu"]))
             exported[(name, quantization)] = out
     return compressed, exported

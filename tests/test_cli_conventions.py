@@ -13,8 +13,8 @@ import pytest
 from fairseq_headprune.cli import build_parser
 from fairseq_headprune.commands.fairseq_commands import FAIRSEQ_COMMANDS
 
-# options a study reads itself with the meaning fairseq gives them
-SAME_MEANING = {"-h", "--help", "--path", "--cpu", "--gen-subset"}
+# options a study reads itself with the meaning fairseq gives them (the masks: the plugin's task's own options)
+SAME_MEANING = {"-h", "--help", "--path", "--cpu", "--gen-subset", "--head-mask", "--ffn-mask"}
 
 
 def sub_commands():

@@ -22,7 +22,7 @@ MILD_HEADS, MILD_NEURONS = "E:1:1-3 A:2:1-4 D:1:keep=2-8", "E:1:1-32 D:2:keep=1-
 
 def export(tiny_model, out, *options, path=None, check=True):
     return run(["fairseq-headprune", "export", tiny_model["data"], "--path", path or tiny_model["checkpoint"],
-                "--out", out, "--cpu", *options], check=check)
+                "--out-dir", out, "--cpu", *options], check=check)
 
 
 def fairseq_model(tiny_model, *options, path=None):
@@ -116,8 +116,8 @@ def test_bad_exports_are_one_line_and_write_nothing(tiny_model, tmp_path):
     taken.mkdir()
     (taken / "keep.txt").write_text("mine")
     for options, message in [
-        (["--out", taken], f"--out {taken} exists and is not empty; nothing was written"),
-        (["--out", tmp_path / "f16", "--quantization", "float16"], "--quantization float16: CTranslate2"),
+        (["--out-dir", taken], f"--out-dir {taken} exists and is not empty; nothing was written"),
+        (["--out-dir", tmp_path / "f16", "--quantization", "float16"], "--quantization float16: CTranslate2"),
     ]:
         result = run(["fairseq-headprune", "export", tiny_model["data"], "--path", tiny_model["checkpoint"], "--cpu",
                       *options], check=False)

@@ -10,7 +10,7 @@ def command_export(args: argparse.Namespace) -> int:
     from ..engine.studies.export import run_export
 
     outcome = run_export(ExportSettings(
-        data=args.data, checkpoint=args.path, out_dir=args.out, format=args.format, quantization=args.quantization,
+        data=args.data, checkpoint=args.path, out_dir=args.out_dir, format=args.format, quantization=args.quantization,
         head_mask=args.head_mask, ffn_mask=args.ffn_mask, tuning_file=args.tuning, cpu=args.cpu,
         fairseq_args=list(args.fairseq_args),
     ))
@@ -45,6 +45,7 @@ def add_parser(commands) -> None:
     export.add_argument("--quantization", choices=QUANTIZATIONS,
                         help="weight type of the exported model (default: float32); the installed CTranslate2 "
                         "must compute it on this device")
-    export.add_argument("--out", required=True, metavar="DIR", help="model directory to write (new or empty)")
+    export.add_argument("--out-dir", required=True, metavar="DIR", help="model directory to write (new or empty)")
+    export.add_argument("--out", dest="out_dir", help=argparse.SUPPRESS)  # the spelling of an earlier draft
     add_device_arguments(export)
     export.set_defaults(handler=command_export, accepts_fairseq_args=True)

@@ -40,7 +40,7 @@ class ExportOutcome:
 def check_out_dir(out_dir: str) -> None:
     """An existing non-empty directory (or a file) is never written into."""
     if os.path.isfile(out_dir) or (os.path.isdir(out_dir) and os.listdir(out_dir)):
-        raise SettingsError(f"--out {out_dir} exists and is not empty; nothing was written")
+        raise SettingsError(f"--out-dir {out_dir} exists and is not empty; nothing was written")
 
 
 def check_quantization(quantization: Optional[str], cpu: bool) -> str:
