@@ -315,14 +315,15 @@ def _mean_importance_of(attention_type: str):
     return mean_importance
 
 
+def _means_from_meters(meters, prefix: str, types, count: float) -> Optional[HeadScores]:
+    """Per type, the summed meter ``prefix + type`` divided by ``count``, or None when no type has one."""
+    means = {kind: meters[prefix + kind].sum.to(torch.float64) / count for kind in types if prefix + kind in meters}
+    return means or None
+
+
 def fisher_blocks_from_meters(meters, count: float) -> Optional[HeadScores]:
     """Per type, the mean g g^T of each layer's heads (the fisher method), or None."""
-    blocks = {
-        attention_type: meters[FISHER_BLOCK_METER + attention_type].sum.to(torch.float64) / count
-        for attention_type in ATTENTION_TYPES
-        if FISHER_BLOCK_METER + attention_type in meters
-    }
-    return blocks or None
+    return _means_from_meters(meters, FISHER_BLOCK_METER, ATTENTION_TYPES, count)
 
 
 def importance_from_meters(meters) -> Optional[tuple]:
@@ -342,9 +343,4 @@ def importance_from_meters(meters) -> Optional[tuple]:
 
 def neuron_importance_from_meters(meters, count: float) -> Optional[HeadScores]:
     """Per FFN type, the mean |dL/dzeta_i| (or its square) of every neuron, or None when not scored."""
-    scores = {
-        ffn_type: meters[NEURON_METER + ffn_type].sum.to(torch.float64) / count
-        for ffn_type in FFN_TYPES
-        if NEURON_METER + ffn_type in meters
-    }
-    return scores or None
+    return _means_from_meters(meters, NEURON_METER, FFN_TYPES, count)

@@ -136,13 +136,14 @@ def current_ffn_mask(model) -> Optional[FfnMask]:
 def masked_neuron_slices(model):
     """(parameter, dimension, indices) of every masked neuron's own weights: its fc1 row and bias, its fc2 column."""
     slices = []
-    for (ffn_type, layer), hook in install_ffn_masks(model).items():
+    blocks = ffn_layers(model)
+    for key, hook in install_ffn_masks(model).items():
         if hook.mask is None or hook.mask.dim() != 1:
             continue
         masked = (hook.mask == 0).nonzero().flatten()
         if masked.numel() == 0:
             continue
-        block = ffn_layers(model)[(ffn_type, layer)]
+        block = blocks[key]
         index = masked.to(block.fc1.weight.device)
         slices.append((block.fc1.weight, 0, index))
         if block.fc1.bias is not None:
