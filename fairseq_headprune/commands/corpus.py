@@ -9,13 +9,17 @@ from ..errors import SettingsError
 
 def command_corpus(args: argparse.Namespace) -> int:
     from ..corpora.demo_corpus import write_acceptability_corpus, write_demo_corpus
+    from ..corpora.gettext_corpus import write_gettext_corpus
     from ..corpora.nli_corpus import write_inference_corpus, write_pretraining_text
 
     if args.scale <= 0:
         raise SettingsError(f"--scale must be positive, got {args.scale}")
     if args.majority and args.kind != "translation":
         raise SettingsError("--majority is for --kind translation (the references' ceiling)")
-    if args.kind == "acceptability":
+    if args.kind == "gettext":
+        counts = write_gettext_corpus(args.out_dir, language=args.language, locale_dir=args.locale_dir)
+        files, what = "{en,%s}" % args.language, "message pairs"
+    elif args.kind == "acceptability":
         counts = write_acceptability_corpus(args.out_dir, seed=args.seed, scale=args.scale)
         files, what = "{input0,label}", "labelled sentences"
     elif args.kind == "nli":
@@ -34,7 +38,7 @@ def command_corpus(args: argparse.Namespace) -> int:
 def add_parser(commands) -> None:
     corpus = commands.add_parser(
         "corpus",
-        help="write the built-in synthetic En-Fr demo corpus (raw text)",
+        help="write a built-in corpus (raw text): the synthetic demo corpora or real gettext message pairs",
         description="Write train/valid/test and a domain-shifted test-shifted split "
         "as SPLIT.en / SPLIT.fr (--kind acceptability: French sentences labelled acceptable or not, "
         "SPLIT.input0/.label; --kind nli: premise, hypothesis and label, SPLIT.input0/.input1/.label, "
@@ -42,13 +46,22 @@ def add_parser(commands) -> None:
     )
     corpus.add_argument("out_dir", help="directory for the text files")
     corpus.add_argument(
-        "--kind", choices=("translation", "acceptability", "nli"), default="translation",
+        "--kind", choices=("translation", "acceptability", "nli", "gettext"), default="translation",
         help="translation (default): English -> French pairs; acceptability: does the French main verb "
         "agree with its subject (labels acceptable/unacceptable, about half each; a CoLA-like task "
         "for encoder-only models); nli: English premise/hypothesis pairs labelled entailment, neutral "
         "or contradiction (a thirds each; MultiNLI-like, 20000/1000/1000 train/valid/test and a "
         "domain-shifted test-mismatched), and pretrain.{train,valid}.txt (40000/1000 sentences) "
-        "for masked-LM pretraining",
+        "for masked-LM pretraining; gettext: real English -> LANGUAGE message pairs from the "
+        "system's gettext catalogs (--locale-dir), one translation per message, split by a hash of "
+        "the English side (500 test, 1500 valid, the rest train)",
+    )
+    corpus.add_argument(
+        "--language", default="de", help="--kind gettext: the catalogs' language code (default de)"
+    )
+    corpus.add_argument(
+        "--locale-dir", default="/usr/share/locale",
+        help="--kind gettext: where LANGUAGE/LC_MESSAGES/*.mo are (default /usr/share/locale)",
     )
     corpus.add_argument(
         "--seed", type=int, default=DEFAULT_CORPUS_SEED, help=f"corpus seed (default {DEFAULT_CORPUS_SEED})"
