@@ -2,22 +2,28 @@
 
 Kwon, Kim, Mahoney, Hassoun, Keutzer and Gholami, "A Fast Post-Training
 Pruning Framework for Transformers" (NeurIPS 2022), estimate the loss
-increase of removing a set of heads from the empirical Fisher information of
-the head mask: with F = E_x g g^T (g = dL(x)/dxi), the loss grows by about
-1/2 (1 - m)^T F (1 - m) for a mask m. Section 4.1 searches the mask under a
-cost budget with the diagonal of F (each removed head adds 1/2 F_hh);
-section 4.2 then rearranges each layer's mask, keeping its number of heads,
-with the layer's block of F, so that heads whose removals interact are
-chosen together.
+increase of removing a set of heads and FFN neurons from the empirical
+Fisher information of their masks: with F = E_x g g^T (g = dL(x)/dm), the
+loss grows by about 1/2 (1 - m)^T F (1 - m) for a mask m. Section 4.1
+searches the mask under a cost budget with the diagonal of F (each removed
+unit adds 1/2 F_ii); section 4.2 then rearranges each attention layer's
+mask, keeping its number of heads, with the layer's block of F, so that
+heads whose removals interact are chosen together.
 
-Here a layer's cost is any function of how many heads it keeps: the number
-of heads, attention FLOPs per token, or latency measured per layer
-(``LatencyTable``). The search is exact for integer costs (a multiple-choice
-knapsack over layers, solved by dynamic programming); real costs are
+The search runs over blocks, attention layers (units: heads) and FFN layers
+(units: neurons), whose cost is any function of how many units they keep
+(``search_costs``): heads, FLOPs per token, or measured latency. A block
+that keeps k units keeps the k of largest F_ii; how many each block keeps
+is a multiple-choice knapsack, solved by dynamic programming: exactly for
+integer costs (divided by their greatest common divisor), else with costs
 rounded up onto a grid of ``COST_GRID`` steps of the budget, so the result
-never exceeds the budget. Nothing here depends on fairseq.
+never exceeds the budget. FFN layers choose among counts every
+``neuron_step`` neurons (and the full layer). ``uniform`` makes every layer
+of an attention type keep as many heads as the others (one choice per
+type). Nothing here depends on fairseq.
 """
 
+import dataclasses
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -26,91 +32,33 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from ...constants import ATTENTION_TYPES
-from ...errors import ResultFileError, SettingsError
-from ..output.files import read_json_of_format, write_json
-from ..masks.head_mask import HeadLayout, HeadMask, full_mask, layer_name, parse_layer_name
+from ...constants import ATTENTION_TYPES, FFN_TYPES
+from ...errors import SettingsError
+from ..masks.head_mask import HeadMask, full_mask, layer_name
+from .search_costs import (  # noqa: F401  (the search's costs and tables, importable from here as before)
+    LatencyTable,
+    Block,
+    Layer,
+    LayerCosts,
+    attention_flops_per_head,
+    block_order,
+    ffn_flops_costs,
+    flops_costs,
+    head_count_costs,
+    merge_costs,
+    parse_budget,
+    read_latency_table,
+    write_latency_table,
+)
 
-COST_UNITS = {"heads": "heads", "flops": "attention FLOPs per token", "latency": "ms"}
 COST_GRID = 2000  # steps of the budget a real-valued cost is rounded up to
-LATENCY_TABLE_FORMAT = "fairseq-headprune latency table"
-
-# (attention type, 0-based layer)
-Layer = Tuple[str, int]
+MAX_EXACT_CAPACITY = 100_000  # integer costs above this many steps of their divisor go onto the grid too
+NEURON_OPTIONS = 128  # the default neuron step gives an FFN layer about this many counts to choose from
 
 
-@dataclass
-class LayerCosts:
-    """Cost of every layer as a function of the number of heads it keeps (index k: k heads kept)."""
-
-    kind: str
-    per_layer: Dict[Layer, List[float]]
-
-    @property
-    def unit(self) -> str:
-        return COST_UNITS[self.kind]
-
-    def full_cost(self) -> float:
-        return float(sum(costs[-1] for costs in self.per_layer.values()))
-
-    def cost_of(self, head_mask: HeadMask) -> float:
-        return float(sum(costs[int(head_mask[t][layer].sum().item())] for (t, layer), costs in self.per_layer.items()))
-
-
-def head_count_costs(layout: HeadLayout) -> LayerCosts:
-    """One unit per head kept: the budget is a number of heads."""
-    return LayerCosts("heads", {
-        (t, layer): [float(k) for k in range(heads + 1)]
-        for t in ATTENTION_TYPES if t in layout
-        for layer in range(layout[t][0])
-        for heads in [layout[t][1]]
-    })
-
-
-def attention_flops_per_head(embed_dim: int, head_dim: int, length: int) -> float:
-    """FLOPs per token of one head: its q, k, v rows and out-projection columns, scores and weighted sum.
-
-    2 d d_h for each of the four projections, and 2 n d_h each for q k^T and
-    the weighted sum of the values over ``length`` = n attended positions
-    (source and target taken to be equally long).
-    """
-    return 8.0 * embed_dim * head_dim + 4.0 * length * head_dim
-
-
-def flops_costs(layout: HeadLayout, dims: Dict[str, Tuple[int, int]], length: int) -> LayerCosts:
-    """Attention FLOPs per token; ``dims``: per type (embedding dimension, head dimension)."""
-    if length <= 0:
-        raise SettingsError(f"--sequence-length must be positive, got {length}")
-    per_layer = {}
-    for t in ATTENTION_TYPES:
-        if t not in layout:
-            continue
-        per_head = attention_flops_per_head(*dims[t], length)
-        for layer in range(layout[t][0]):
-            per_layer[(t, layer)] = [k * per_head for k in range(layout[t][1] + 1)]
-    return LayerCosts("flops", per_layer)
-
-
-def parse_budget(text: str, costs: LayerCosts) -> float:
-    """A budget in the costs' unit: ``N`` (heads, FLOPs or ms) or ``P%`` of the unpruned model's cost."""
-    full = costs.full_cost()
-    stripped = str(text).strip()
-    try:
-        value = float(stripped[:-1]) * full / 100.0 if stripped.endswith("%") else float(stripped)
-    except ValueError:
-        raise SettingsError(f"--budget: expected a number or a percentage, got {text!r}")
-    if not math.isfinite(value) or value < 0:
-        raise SettingsError(f"--budget must be non-negative, got {text!r}")
-    if value > full * (1 + 1e-9):
-        raise SettingsError(
-            f"--budget {text} is more than the unpruned model costs ({full:g} {costs.unit}); "
-            "nothing would be pruned"
-        )
-    if costs.kind == "heads":
-        if not stripped.endswith("%") and value != int(value):
-            raise SettingsError(f"--budget: a number of heads must be whole, got {text!r}")
-        value = float(math.floor(value + 1e-9))  # a percentage of the heads: the whole heads it allows
-    return value
+def default_neuron_step(neurons: int) -> int:
+    """The step between an FFN layer's neuron counts that keeps the dynamic programme fast (about 128 counts)."""
+    return max(1, math.ceil(neurons / NEURON_OPTIONS))
 
 
 def layer_loss(fisher: torch.Tensor, kept: Sequence[int]) -> float:
@@ -124,102 +72,169 @@ def layer_loss(fisher: torch.Tensor, kept: Sequence[int]) -> float:
 
 @dataclass
 class SearchResult:
-    """The heads a search keeps and what it estimated."""
+    """The heads (and FFN neurons) a search keeps and what it estimated."""
 
     head_mask: HeadMask
-    kept: Dict[Layer, List[int]]  # 0-based heads kept per layer
+    kept: Dict[Layer, List[int]]  # 0-based heads kept per attention layer
     cost: float
     budget: float
     unit: str
-    diagonal_loss: float  # 1/2 sum of the removed heads' F_hh
-    block_loss: Optional[float] = None  # 1/2 sum over layers of (1-m)^T F_l (1-m), if blocks were given
+    diagonal_loss: float  # 1/2 sum of the removed heads' (and neurons') F_ii
+    block_loss: Optional[float] = None  # 1/2 sum over attention layers of (1-m)^T F_l (1-m), if blocks were given
     rearranged: bool = False
     swaps: int = 0
     details: Dict[str, object] = field(default_factory=dict)
+    ffn_mask: Optional[Dict[str, torch.Tensor]] = None  # per FFN type (layers, neurons); None: neurons not searched
+    kept_neurons: Dict[Layer, int] = field(default_factory=dict)  # neurons kept per FFN layer searched
 
     def to_dict(self) -> Dict[str, object]:
-        return {
+        record = {
             "kept": {layer_name(t, layer): [h + 1 for h in heads] for (t, layer), heads in self.kept.items()},
             "cost": self.cost, "budget": self.budget, "unit": self.unit,
             "estimated_loss_increase_diagonal": self.diagonal_loss,
             "estimated_loss_increase_block": self.block_loss,
             "rearranged": self.rearranged, "swaps": self.swaps, **self.details,
         }
-
-
-def _layers(fisher: Dict[str, torch.Tensor]) -> List[Layer]:
-    return [(t, layer) for t in ATTENTION_TYPES if t in fisher for layer in range(fisher[t].shape[0])]
+        if self.ffn_mask is not None:
+            record["kept_neurons"] = {layer_name(*block): count for block, count in self.kept_neurons.items()}
+        return record
 
 
 def _by_score(scores: torch.Tensor) -> List[int]:
-    """Heads by decreasing score; ties by head index."""
+    """Units by decreasing score; ties by index."""
     return sorted(range(len(scores)), key=lambda h: (-float(scores[h]), h))
 
 
-def fisher_search(fisher: Dict[str, torch.Tensor], costs: LayerCosts, budget: float) -> SearchResult:
-    """Keep the heads that minimise the diagonal-Fisher loss estimate at a cost of at most ``budget``.
+def _removal_losses(sorted_scores: Sequence[float], attention: bool) -> List[float]:
+    """1/2 the scores beyond the first k, for k = 0 .. n (heads: summed as written; neurons: by suffix sums)."""
+    if attention:
+        return [0.5 * sum(sorted_scores[k:]) for k in range(len(sorted_scores) + 1)]
+    suffix = np.concatenate([np.cumsum(np.asarray(sorted_scores, dtype=np.float64)[::-1])[::-1], [0.0]])
+    return (0.5 * suffix).tolist()
 
-    Kwon et al. (2022, section 4.1). In a layer that keeps k heads the k with
-    the largest F_hh stay; how many each layer keeps is a multiple-choice
-    knapsack, solved exactly for integer costs (real costs rounded up to a
-    grid of the budget, so the chosen mask never costs more than ``budget``).
+
+def _knapsack_units(costs: Sequence[Sequence[float]], budget: float) -> Tuple[List[List[int]], int]:
+    """Integer cost units and the capacity: exact for integer costs (over their gcd), else the budget's grid."""
+    values = [float(c) for group in costs for c in group]
+    if float(budget).is_integer() and all(v.is_integer() for v in values):
+        divisor = math.gcd(*(int(v) for v in values if v)) or 1
+        capacity = int(budget) // divisor
+        if capacity <= MAX_EXACT_CAPACITY:
+            return [[int(c) // divisor for c in group] for group in costs], capacity
+    scale, capacity = (1.0, 0) if budget <= 0 else (COST_GRID / budget, COST_GRID)
+    return [[int(math.ceil(c * scale - 1e-9)) for c in group] for group in costs], capacity
+
+
+def choose_options(costs: Sequence[Sequence[float]], losses: Sequence[Sequence[float]], budget: float
+                   ) -> Optional[List[int]]:
+    """A multiple-choice knapsack: one option per group, least total loss at a total cost of at most ``budget``.
+
+    Options are scanned in order and replaced only by a strictly smaller loss,
+    so ties keep the earlier option (fewer units); among equal least losses
+    the cheapest total wins. None when no choice fits.
     """
-    layers = _layers(fisher)
-    order = {key: _by_score(fisher[key[0]][key[1]]) for key in layers}
-    # loss of keeping k heads: 1/2 the F_hh of the heads beyond the first k
-    loss_of = {}
-    for key in layers:
-        scores = fisher[key[0]][key[1]]
-        sorted_scores = [float(scores[h]) for h in order[key]]
-        loss_of[key] = [0.5 * sum(sorted_scores[k:]) for k in range(len(sorted_scores) + 1)]
-    integer = all(float(c).is_integer() for key in layers for c in costs.per_layer[key]) and float(budget).is_integer()
-    if integer:
-        scale, capacity = 1.0, int(budget)
-        units = {key: [int(c) for c in costs.per_layer[key]] for key in layers}
-    else:
-        if budget <= 0:
-            scale, capacity = 1.0, 0
-        else:
-            scale, capacity = COST_GRID / budget, COST_GRID
-        units = {key: [int(math.ceil(c * scale - 1e-9)) for c in costs.per_layer[key]] for key in layers}
-    # best[c]: least loss of the layers so far at total cost units c (inf: unreachable)
-    best = np.full(capacity + 1, np.inf)
+    units, capacity = _knapsack_units(costs, budget)
+    best = np.full(capacity + 1, np.inf)  # best[c]: least loss of the groups so far at total cost units c
     best[0] = 0.0
     choices = []
-    for key in layers:
+    for group_units, group_losses in zip(units, losses):
         new = np.full(capacity + 1, np.inf)
         choice = np.full(capacity + 1, -1, dtype=np.int64)
-        for k, (unit_cost, loss) in enumerate(zip(units[key], loss_of[key])):
+        for option, (unit_cost, loss) in enumerate(zip(group_units, group_losses)):
             if unit_cost > capacity:
                 continue
             shifted = np.full(capacity + 1, np.inf)
             shifted[unit_cost:] = best[: capacity + 1 - unit_cost] + loss
-            # prefer fewer heads on equal loss (strictly better only), scanning k upwards
             better = shifted < new - 1e-15
-            new[better], choice[better] = shifted[better], k
+            new[better], choice[better] = shifted[better], option
         best = new
         choices.append(choice)
     if not np.isfinite(best).any():
-        cheapest = sum(min(costs.per_layer[key]) for key in layers)
-        raise SettingsError(f"--budget {budget:g} {costs.unit} is below the least any mask costs ({cheapest:g})")
+        return None
     end = int(np.argmin(best))  # least loss; the first such cost on ties
-    kept: Dict[Layer, List[int]] = {}
-    for key, choice in zip(reversed(layers), reversed(choices)):
-        k = int(choice[end])
-        kept[key] = sorted(order[key][:k])
-        end -= units[key][k]
-    kept = {key: kept[key] for key in layers}
+    chosen = []
+    for group_units, choice in zip(reversed(units), reversed(choices)):
+        option = int(choice[end])
+        chosen.append(option)
+        end -= group_units[option]
+    return chosen[::-1]
+
+
+def _block_options(costs: LayerCosts, block: Block, neuron_step: Optional[int]) -> List[int]:
+    """The unit counts a block may keep: every head count; FFN counts every ``neuron_step`` and the full layer."""
+    counts = costs.kept_counts(block)
+    if block[0] in ATTENTION_TYPES:
+        return counts
+    step = neuron_step or default_neuron_step(counts[-1])
+    return [k for k in counts if k % step == 0 or k == counts[-1]]
+
+
+def fisher_search(fisher: Dict[str, torch.Tensor], costs: LayerCosts, budget: float,
+                  neurons: Optional[Dict[str, torch.Tensor]] = None, neuron_step: Optional[int] = None,
+                  uniform: bool = False) -> SearchResult:
+    """Keep the heads (and neurons) that minimise the diagonal-Fisher loss estimate at a cost of at most ``budget``.
+
+    Kwon et al. (2022, section 4.1). The blocks searched are those ``costs``
+    prices: attention layers with ``fisher`` (per type, layers x heads) and
+    FFN layers with ``neurons`` (per FFN type, layers x neurons); the others
+    keep every unit. In a block that keeps k units the k with the largest
+    F_ii stay; with ``uniform`` the layers of an attention type keep equally
+    many heads.
+    """
+    blocks = block_order(costs.per_layer)
+    scores = {}
+    for t, layer in blocks:
+        source = fisher if t in ATTENTION_TYPES else neurons
+        if not source or t not in source:
+            what = "heads" if t in ATTENTION_TYPES else "neurons (importance --importance-structures heads,ffn)"
+            raise SettingsError(f"the search has no Fisher scores for the {what} of {t}")
+        scores[(t, layer)] = source[t][layer]
+    order = {block: _by_score(scores[block]) for block in blocks}
+    options = {block: _block_options(costs, block, neuron_step) for block in blocks}
+    loss_of = {}  # per block: the loss of keeping k units, indexed by k
+    for block in blocks:
+        loss_of[block] = _removal_losses([float(scores[block][h]) for h in order[block]], block[0] in ATTENTION_TYPES)
+    # the knapsack's groups: one per block, or (uniform) one per attention type choosing one count for its layers
+    groups: List[Tuple[List[Block], List[int]]] = []
+    for t in ATTENTION_TYPES + FFN_TYPES:
+        members = [b for b in blocks if b[0] == t]
+        if uniform and t in ATTENTION_TYPES and members:
+            shared = [k for k in options[members[0]] if all(k in options[b] for b in members)]
+            groups.append((members, shared))
+        else:
+            groups += [([b], options[b]) for b in members]
+    group_costs = [[sum(costs.cost_at(b, k) for b in members) for k in counts] for members, counts in groups]
+    group_losses = [[sum(loss_of[b][k] for b in members) for k in counts] for members, counts in groups]
+    chosen = choose_options(group_costs, group_losses, budget)
+    if chosen is None:
+        cheapest = sum(min(c) for c in group_costs)
+        raise SettingsError(f"--budget {budget:g} {costs.unit} is below the least any mask costs ({cheapest:g})")
+    kept_count = {b: counts[option] for (members, counts), option in zip(groups, chosen) for b in members}
+    kept = {(t, layer): list(range(fisher[t].shape[1])) for t in ATTENTION_TYPES if t in fisher
+            for layer in range(fisher[t].shape[0])}
+    kept.update({b: sorted(order[b][:k]) for b, k in kept_count.items() if b[0] in ATTENTION_TYPES})
     head_mask = mask_of(fisher, kept)
-    diagonal = sum(loss_of[key][len(kept[key])] for key in layers)
-    return SearchResult(head_mask, kept, costs.cost_of(head_mask), budget, costs.unit, diagonal)
+    ffn_mask, kept_neurons = None, {b: k for b, k in kept_count.items() if b[0] in FFN_TYPES}
+    if kept_neurons:
+        ffn_mask = mask_of(neurons, {b: order[b][:k] for b, k in kept_neurons.items()}, keep_others=True)
+    head_loss = sum(loss_of[b][k] for b, k in kept_count.items() if b[0] in ATTENTION_TYPES)
+    neuron_loss = sum(loss_of[b][k] for b, k in kept_neurons.items())
+    details = {"uniform": True} if uniform else {}
+    if ffn_mask is not None:
+        steps = [options[b][1] - options[b][0] for b in kept_neurons if len(options[b]) > 1]  # as the counts fell
+        details.update(estimated_loss_increase_diagonal_heads=head_loss,
+                       estimated_loss_increase_diagonal_neurons=neuron_loss, neuron_step=max(steps, default=1))
+    return SearchResult(head_mask, kept, costs.cost_of(head_mask, ffn_mask), budget, costs.unit,
+                        head_loss + neuron_loss, details=details, ffn_mask=ffn_mask, kept_neurons=kept_neurons)
 
 
-def mask_of(fisher: Dict[str, torch.Tensor], kept: Dict[Layer, List[int]]) -> HeadMask:
-    layout = {t: tuple(scores.shape) for t, scores in fisher.items()}
-    head_mask = {t: torch.zeros(shape) for t, shape in layout.items()}
-    for (t, layer), heads in kept.items():
-        head_mask[t][layer, heads] = 1.0
-    return head_mask
+def mask_of(scores: Dict[str, torch.Tensor], kept: Dict[Layer, List[int]], keep_others: bool = False) -> HeadMask:
+    """The mask of the shape of ``scores`` keeping ``kept`` units per layer (other layers: none, or all)."""
+    mask = {t: (torch.ones if keep_others else torch.zeros)(tuple(s.shape)) for t, s in scores.items()}
+    for (t, layer), units in kept.items():
+        mask[t][layer] = 0.0
+        mask[t][layer, list(units)] = 1.0
+    return mask
 
 
 def rearrange_layer(block: torch.Tensor, kept: Sequence[int], max_swaps: Optional[int] = None) -> Tuple[List[int], int]:
@@ -265,9 +280,12 @@ def rearrange(result: SearchResult, blocks: Dict[str, torch.Tensor]) -> SearchRe
         0.5 * float(blocks[t][layer].diagonal()[[h for h in range(blocks[t].shape[1]) if h not in heads]].sum())
         for (t, layer), heads in kept.items()
     )
+    neuron_loss = float(result.details.get("estimated_loss_increase_diagonal_neurons", 0.0))
     details = dict(result.details, block_loss_before_rearrangement=result.block_loss)
-    return SearchResult(head_mask, kept, result.cost, result.budget, result.unit, diagonal,
-                        block_loss(blocks, kept), True, swaps, details)
+    if "estimated_loss_increase_diagonal_heads" in details:
+        details["estimated_loss_increase_diagonal_heads"] = diagonal
+    return dataclasses.replace(result, head_mask=head_mask, kept=kept, diagonal_loss=diagonal + neuron_loss,
+                               block_loss=block_loss(blocks, kept), rearranged=True, swaps=swaps, details=details)
 
 
 def blocks_as_scores(blocks: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
@@ -276,9 +294,10 @@ def blocks_as_scores(blocks: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]
 
 
 def search_mask(fisher: Dict[str, torch.Tensor], blocks: Optional[Dict[str, torch.Tensor]], costs: LayerCosts,
-                budget: float, rearranged: bool = True) -> SearchResult:
-    """The search, then (with ``blocks`` and ``rearranged``) the rearrangement; block losses reported if known."""
-    result = fisher_search(fisher, costs, budget)
+                budget: float, rearranged: bool = True, neurons: Optional[Dict[str, torch.Tensor]] = None,
+                neuron_step: Optional[int] = None, uniform: bool = False) -> SearchResult:
+    """The search, then (with ``blocks`` and ``rearranged``) the heads' rearrangement; block losses reported if known."""
+    result = fisher_search(fisher, costs, budget, neurons, neuron_step, uniform)
     if blocks is None:
         if rearranged:
             raise SettingsError("rearranging needs the Fisher blocks: estimate with --importance-method fisher")
@@ -296,60 +315,3 @@ def pruned_count_search(fisher: Dict[str, torch.Tensor], blocks: Optional[Dict[s
     if pruned == 0:
         return full_mask(layout)
     return search_mask(fisher, blocks, costs, float(total - pruned), rearranged).head_mask
-
-
-# ----------------------------------------------------------------------------- latency tables
-
-
-@dataclass
-class LatencyTable:
-    """Measured latency (ms) of every attention layer keeping k = 0 .. H heads, and where it was measured."""
-
-    per_layer: Dict[Layer, List[float]]
-    device: str
-    architecture: Dict[str, object]  # layout and dimensions of the model measured
-    settings: Dict[str, object] = field(default_factory=dict)
-
-    def costs(self) -> LayerCosts:
-        return LayerCosts("latency", dict(self.per_layer))
-
-
-def write_latency_table(table: LatencyTable, path: str) -> None:
-    write_json({
-        "format": LATENCY_TABLE_FORMAT,
-        "device": table.device,
-        "architecture": table.architecture,
-        "settings": table.settings,
-        "per_layer_ms": {layer_name(t, layer): costs for (t, layer), costs in table.per_layer.items()},
-    }, path, indent=1)
-
-
-def read_latency_table(path: str, architecture: Dict[str, object], device: str) -> LatencyTable:
-    """Read a latency table and check it was measured for this model's architecture on this device."""
-    description = "a latency table of the latency command"
-    payload = read_json_of_format(path, LATENCY_TABLE_FORMAT, "--latency-table", description)
-    try:
-        per_layer = {}
-        for name, costs in payload["per_layer_ms"].items():
-            per_layer[parse_layer_name(name)] = [float(c) for c in costs]
-        table = LatencyTable(per_layer, payload["device"], payload["architecture"], payload.get("settings", {}))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
-        raise ResultFileError(f"--latency-table {path} is not {description} ({error})")
-    if table.architecture != architecture:
-        raise ResultFileError(
-            f"--latency-table {path} was measured on another model ({_describe(table.architecture)}), "
-            f"not this one ({_describe(architecture)})"
-        )
-    if table.device != device:
-        raise ResultFileError(
-            f"--latency-table {path} was measured on another device ({table.device}), not this one ({device}); "
-            "measure it here with the latency command"
-        )
-    return table
-
-
-def _describe(architecture: Dict[str, object]) -> str:
-    return ", ".join(
-        f"{t} {layers}x{heads}, d={dims[0]}" for t, (layers, heads), dims in
-        ((t, architecture["layout"][t], architecture["dims"][t]) for t in ATTENTION_TYPES if t in architecture["layout"])
-    )
