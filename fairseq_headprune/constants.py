@@ -54,11 +54,18 @@ ORDERS = ("importance", "iterative", "ablation", "random", "fisher", "fisher-rea
 # what a budgeted mask search (Kwon et al. 2022) counts: heads kept, attention FLOPs per token,
 # or latency from a table measured per layer on the device
 COST_KINDS = ("heads", "flops", "latency")
+# what a search or a pruning curve prunes: attention heads, FFN neurons, or both chosen together (Kwon et al. 2022)
+PRUNED_STRUCTURES = ("heads", "ffn", "joint")
+# a pruning curve's x-axis: the share of its units pruned (heads or neurons), or of the layers' FLOPs removed
+X_AXES = ("units", "flops")
 DEFAULT_SEQUENCE_LENGTH = 32  # attended positions assumed by the FLOPs cost and the latency table
 # mask tuning by least squares: sentences of each tuning split, the largest scale, the largest condition number
 DEFAULT_TUNE_LIMIT = 2000
 DEFAULT_SCALE_BOUND = 10.0
 DEFAULT_MAX_CONDITION = 1e8
+DEFAULT_HELD_ASIDE = 0.2  # share of the tuning batches that decides whether each layer's fit is kept
+TUNE_LAYERS = ("pruned", "downstream")  # which sub-layers mask tuning fits
+DEFAULT_TUNE_LAYERS = "downstream"
 # ablation studies of Michel et al. section 3
 ABLATION_MODES = ("single", "all-but-one", "cross-domain")
 

@@ -1,11 +1,13 @@
 """Mask tuning by least squares, the search and latency commands, on the tiny model.
 
 The fit is checked against the closed-form least-squares solution on
-activations read independently (one head kept at a time through the mask,
-the unpruned target from fairseq's own fused path), and the tuned, shrunk
-checkpoint against the tuned masked model.
+activations read independently (stock forward hooks on full passes of the
+unpruned and the pruned model, the target with the residual drift), the
+held-aside guard on the real loss, and the tuned, shrunk checkpoint
+(heads and neurons removed) against the tuned masked model.
 """
 
+import contextlib
 import json
 
 import numpy as np
@@ -14,15 +16,20 @@ import torch
 
 from conftest import run
 from fairseq_headprune.engine.runners.batches import split_batches
-from fairseq_headprune.engine.methods.mask_tuning import forward_order, tune_mask, tuning_folded
-from fairseq_headprune.modules.masked_multihead_attention import (
-    attention_modules, head_layout, head_mask_applied, set_head_mask,
+from fairseq_headprune.engine.methods.mask_tuning import (
+    forward_order, split_held_aside, token_nll, tune_mask, tuning_folded,
 )
-from fairseq_headprune.study.masks.head_mask import full_mask, parse_head_mask
+from fairseq_headprune.modules.masked_ffn import ffn_layout
+from fairseq_headprune.modules.masked_multihead_attention import (
+    head_layout, head_mask_applied, set_head_mask, transformer_layers,
+)
+from fairseq_headprune.study.masks.ffn_mask import parse_ffn_mask
+from fairseq_headprune.study.masks.head_mask import parse_head_mask
 from fairseq_headprune.study.methods.mask_tuning import TuningSums, read_tuning, solve_layer, write_tuning
 
 SENTENCES = 48
 SPEC = "E:1:2,5,7 A:2:1-6 D:1:3"
+FFN_SPEC = "E:1:1-20 D:2:keep=1-40"  # 20 + 88 of 4 x 128 neurons
 
 
 def samples_of(task, split="valid", sentences=SENTENCES):
@@ -30,93 +37,187 @@ def samples_of(task, split="valid", sentences=SENTENCES):
     return [dataset.collater([dataset[i] for i in batch]) for batch in batches]
 
 
-def layer_outputs(model, module, sample, head_mask):
-    """The attention module's output (T x B x d) in a forward pass with ``head_mask`` (None: fairseq's fused path)."""
+def always_better():
+    """A held-aside loss that falls at every call: the guard keeps every fit (to test the fits themselves)."""
+    calls = []
+
+    def loss(model, sample):
+        calls.append(1)
+        return -float(len(calls)), 1.0
+    return loss
+
+
+def read_sublayer(model, sample, layer, sublayer, tuning=None, layers=(), head_mask=None):
+    """Read independently, through stock forward hooks on a full pass: a post-LN sub-layer's input to its
+    output projection (``out_proj`` / ``fc2``), its residual input and the sum its layer norm receives."""
+    names = {"self": ("self_attn", "self_attn_layer_norm"), "ffn": ("fc2", "final_layer_norm")}
+    projection_name, norm_name = names[sublayer]
+    projection = layer.self_attn.out_proj if sublayer == "self" else layer.fc2
+    norm = getattr(layer, norm_name)
     captured = {}
-
-    def capture(module, inputs, output):  # returns None: the output stays as it is
-        captured["out"] = output[0].detach()
-
-    handle = module.register_forward_hook(capture)
+    handles = [
+        projection.register_forward_pre_hook(lambda m, inputs: captured.__setitem__("units", inputs[0].detach())),
+        norm.register_forward_pre_hook(lambda m, inputs: captured.__setitem__("sum", inputs[0].detach())),
+    ]
+    # the residual of the FFN is what the self-attention's layer norm hands on; of the self-attention, the layer input
+    if sublayer == "ffn":
+        handles.append(layer.self_attn_layer_norm.register_forward_hook(
+            lambda m, inputs, output: captured.__setitem__("residual", output.detach())))
+    else:
+        handles.append(layer.register_forward_pre_hook(
+            lambda m, inputs: captured.__setitem__("residual", inputs[0].detach())))
     try:
-        with torch.no_grad(), head_mask_applied(model, head_mask):
+        with torch.no_grad(), head_mask_applied(model, head_mask), contextlib.ExitStack() as stack:
+            if tuning is not None:
+                stack.enter_context(tuning_folded(model, tuning, layers))
             model(**sample["net_input"])
     finally:
-        handle.remove()
-    return captured["out"]
+        for handle in handles:
+            handle.remove()
+    return captured
 
 
-def test_the_fit_equals_the_closed_form_least_squares_solution(tiny_task_and_model):
+def least_squares_reference(columns, target):
+    """Closed form: argmin over (s, c) of sum_t |sum_i s_i A_i(t) + c - Y(t)|^2 by numpy's lstsq on the
+    explicit design matrix; ``columns`` N x d x k, ``target`` N x d. Returns (solution, fitted values)."""
+    n, dim, k = columns.shape
+    design = np.concatenate([columns.reshape(n * dim, k), np.tile(np.eye(dim), (n, 1))], axis=1)
+    solution, *_ = np.linalg.lstsq(design, target.reshape(-1), rcond=None)
+    return solution, design @ solution, design
+
+
+@pytest.mark.parametrize("key", [("enc-enc", 1), ("enc-ffn", 0)])
+def test_the_fit_equals_the_closed_form_least_squares_solution_with_the_residual_drift(tiny_task_and_model, key):
+    """A layer above a pruned one: the target carries the residual drift (Kwon et al.'s rescale target)."""
     task, model = tiny_task_and_model
     layout = head_layout(model)
     head_mask = parse_head_mask(SPEC, layout)
     samples = samples_of(task)
     pad = task.source_dictionary.pad()
-    tuning = tune_mask(model, head_mask, samples, pad, progress=False)
-    assert list(tuning.layers) == [key for key in forward_order(layout) if (head_mask[key[0]][key[1]] == 0).any()]
-    # enc-enc layer 1 comes first: its inputs are the unpruned model's
-    key = ("enc-enc", 0)
-    module = attention_modules(model)[key]
-    heads = layout["enc-enc"][1]
-    kept = [h for h in range(heads) if head_mask["enc-enc"][0, h] != 0]
-    bias = module.out_proj.bias.detach()
-    rows, targets = [], []
-    for sample in samples:
+    tuning = tune_mask(model, head_mask, samples, pad, progress=False, loss=always_better())
+    order = forward_order(layout, ffn_layout(model))
+    # downstream: every sub-layer from the first pruned one (enc-enc layer 1) on
+    assert list(tuning.layers) == order
+    fit_samples, _ = split_held_aside(samples, 0.2)
+    below = order[:order.index(key)]  # tuned before it: the student's inputs carry their fits
+    layer = transformer_layers(model)[0][key[1]]
+    sublayer = "self" if key[0] == "enc-enc" else "ffn"
+    projection = layer.self_attn.out_proj if sublayer == "self" else layer.fc2
+    bias = projection.bias.detach().double()
+    columns, targets = [], []
+    for sample in fit_samples:
         positions = sample["net_input"]["src_tokens"].ne(pad).transpose(0, 1)
-        target = layer_outputs(model, module, sample, None) - bias  # fairseq's fused path, every head
-        contributions = []
-        for head in kept:  # A_h: the layer's output with head h alone kept, minus the bias
-            one_hot = full_mask(layout)
-            one_hot["enc-enc"][0] = 0.0
-            one_hot["enc-enc"][0, head] = 1.0
-            contributions.append(layer_outputs(model, module, sample, one_hot) - bias)
-        rows.append(torch.stack(contributions, dim=-1)[positions].double())  # N x d x k
-        targets.append(target[positions].double())  # N x d
-    contributions, target = torch.cat(rows), torch.cat(targets)
-    n, dim, k = contributions.shape
-    design = np.concatenate([contributions.reshape(n * dim, k).numpy(), np.tile(np.eye(dim), (n, 1))], axis=1)
-    solution, *_ = np.linalg.lstsq(design, target.reshape(-1).numpy(), rcond=None)
+        teacher = read_sublayer(model, sample, layer, sublayer)
+        student = read_sublayer(model, sample, layer, sublayer, tuning, below, head_mask)
+        units = student["units"][positions].double()  # N x (H d_h) or N x F
+        weight = projection.weight.detach().double()
+        if sublayer == "self":
+            heads = layout["enc-enc"][1]
+            per_head = units.view(units.size(0), heads, -1)  # A_h = W_o[:, h] o_h
+            columns.append(torch.einsum("nhe,dhe->ndh", per_head, weight.view(weight.size(0), heads, -1)))
+        else:
+            columns.append(units.unsqueeze(1) * weight.unsqueeze(0))  # A_i = a_i W_2[:, i]: N x d x F
+        targets.append(teacher["sum"][positions].double() - student["residual"][positions].double() - bias)
+    columns, target = torch.cat(columns).numpy(), torch.cat(targets).numpy()
+    k = columns.shape[2]
+    solution, reference_fit, design = least_squares_reference(columns, target)
     fitted = tuning.layers[key]
     assert fitted.fitted
-    scales = np.array([fitted.scales[h] for h in kept])
-    assert np.abs(scales - solution[:k]).max() <= 1e-4 * np.abs(solution[:k]).max()
-    assert np.abs(np.array(fitted.bias) - solution[k:]).max() <= 1e-4 * max(np.abs(solution[k:]).max(), 1e-3)
-    assert all(fitted.scales[h] == 0.0 for h in range(heads) if h not in kept)
-    # the fit reconstructs the layer better than the binary mask, in every tuned layer
-    for values in tuning.layers.values():
-        assert values.error_tuned <= values.error_binary + 1e-12
+    ours = design @ np.concatenate([np.array(fitted.scales), np.array(fitted.bias)])
+    # the same least-squares optimum: equal fitted values (unique even where the scales are not)
+    assert np.abs(ours - reference_fit).max() <= 1e-4 * np.abs(reference_fit).max()
+    if np.linalg.matrix_rank(design) == design.shape[1]:  # identifiable: the scales themselves agree
+        assert np.abs(np.array(fitted.scales) - solution[:k]).max() <= 1e-4 * np.abs(solution[:k]).max()
+    assert fitted.error_tuned <= fitted.error_binary + 1e-12
 
 
-def test_ill_conditioned_or_unbounded_fits_keep_the_binary_mask():
-    torch.manual_seed(0)
-    contributions = torch.randn(200, 2, 8, dtype=torch.float64)
-    contributions[:, 1] = contributions[:, 0]  # two identical heads: singular normal equations
-    sums = TuningSums.zeros(2, 8)
-    sums.add(contributions, contributions.sum(dim=1))
-    singular = solve_layer(sums, [0, 3], heads=4)
-    assert not singular.fitted and "condition number" in singular.reason
-    assert singular.scales == [1.0, 0.0, 0.0, 1.0] and singular.bias == [0.0] * 8
-    sums = TuningSums.zeros(1, 8)
-    sums.add(contributions[:, :1], 50.0 * contributions[:, 0])  # needs a scale of 50
-    assert "exceeds the bound" in solve_layer(sums, [2], heads=4, scale_bound=10.0).reason
-    assert solve_layer(sums, [2], heads=4, scale_bound=100.0).scales[2] == pytest.approx(50.0)
-
-
-def test_a_tuned_shrunk_checkpoint_computes_the_tuned_masked_model(tiny_model, tiny_task_and_model, tmp_path):
+def test_a_fit_that_raises_the_held_aside_loss_is_not_kept(tiny_task_and_model):
     task, model = tiny_task_and_model
     layout = head_layout(model)
     head_mask = parse_head_mask(SPEC, layout)
-    tuning = tune_mask(model, head_mask, samples_of(task, "train", 32), task.source_dictionary.pad(), progress=False)
+    samples = samples_of(task)
+    pad = task.source_dictionary.pad()
+
+    def always_worse():
+        calls = []
+
+        def loss(model, sample):
+            calls.append(1)
+            return float(len(calls)), 1.0
+        return loss
+
+    refused = tune_mask(model, head_mask, samples, pad, progress=False, loss=always_worse())
+    assert refused.layers and not any(v.fitted for v in refused.layers.values())
+    assert all("held-aside loss" in v.reason for v in refused.layers.values() if v.reason.startswith("held"))
+    # the real guard: the tuned model's loss on the held-aside batches is never above the binary mask's
+    tuning = tune_mask(model, head_mask, samples, pad, progress=False)
+    _, held = split_held_aside(samples, 0.2)
+    nll = token_nll(pad)
+
+    def held_loss(folded):
+        total = count = 0.0
+        with torch.no_grad(), head_mask_applied(model, head_mask), contextlib.ExitStack() as stack:
+            if folded:
+                stack.enter_context(tuning_folded(model, tuning))
+            for sample in held:
+                value, size = nll(model, sample)
+                total, count = total + value, count + size
+        return total / count
+
+    assert held_loss(True) <= held_loss(False)
+    assert held_loss(True) == pytest.approx(tuning.settings["held_aside_loss"], rel=1e-6)
+
+
+def test_indistinguishable_units_keep_scale_one_and_unbounded_fits_keep_the_binary_mask():
+    torch.manual_seed(0)
+    contributions = torch.randn(200, 3, 8, dtype=torch.float64)
+    contributions[:, 1] = contributions[:, 0]  # two identical heads: one direction cannot be fitted
+    contributions[:, 2] = 0.0  # a dead unit
+    target = 1.5 * contributions[:, 0] + 0.25
+    sums = TuningSums.zeros(3, 8)
+    sums.add(contributions, target)
+    fit = solve_layer(sums, [0, 1, 3], units=4)
+    assert fit.fitted and fit.directions == 1
+    # the identical pair shares the scale the target needs (0.75 + 0.75 = 1.5) and the dead unit keeps 1
+    assert fit.scales == pytest.approx([0.75, 0.75, 0.0, 1.0]) and fit.bias == pytest.approx([0.25] * 8)
+    sums = TuningSums.zeros(1, 8)
+    sums.add(contributions[:, :1], 50.0 * contributions[:, 0])  # needs a scale of 50
+    assert "exceeds the bound" in solve_layer(sums, [2], units=4, scale_bound=10.0).reason
+    assert solve_layer(sums, [2], units=4, scale_bound=100.0).scales[2] == pytest.approx(50.0)
+
+
+def test_factored_neuron_sums_equal_the_explicit_contributions():
+    torch.manual_seed(1)
+    activations, weight, target = torch.randn(50, 6), torch.randn(8, 6), torch.randn(50, 8)
+    factored, explicit = TuningSums.zeros(6, 8), TuningSums.zeros(6, 8)
+    factored.add_factored(activations, weight, target)
+    explicit.add(activations.unsqueeze(2) * weight.T.unsqueeze(0), target)  # A_i = a_i w_i: N x k x d
+    for name in ("contribution_gram", "contribution_sum", "contribution_target", "target_sum"):
+        assert torch.allclose(getattr(factored, name), getattr(explicit, name), rtol=1e-5, atol=1e-6), name
+
+
+def test_a_tuned_shrunk_checkpoint_computes_the_tuned_masked_model(tiny_model, tiny_task_and_model, tmp_path):
+    """Heads and FFN neurons tuned, then removed by shrink --tuning: the same logits and beams."""
+    task, model = tiny_task_and_model
+    layout = head_layout(model)
+    head_mask = parse_head_mask(SPEC, layout)
+    neuron_mask = parse_ffn_mask(FFN_SPEC, ffn_layout(model))
+    tuning = tune_mask(model, head_mask, samples_of(task, "train", 64), task.source_dictionary.pad(), progress=False,
+                       ffn_mask=neuron_mask, loss=always_better())
+    assert sum(1 for (t, _), v in tuning.layers.items() if t.endswith("ffn") and v.fitted) >= 2
     write_tuning(tuning, str(tmp_path / "tuning.json"))
-    assert read_tuning(str(tmp_path / "tuning.json"), layout).fingerprint() == tuning.fingerprint()
+    assert read_tuning(str(tmp_path / "tuning.json"), layout, ffn_layout(model)).fingerprint() == tuning.fingerprint()
     result = run(["fairseq-headprune", "shrink", "--path", tiny_model["checkpoint"], "--tuning",
                   tmp_path / "tuning.json", "--out", tmp_path / "tuned.pt"])
     assert "removed\t10 of 48 heads" in result.stdout
+    assert "removed\t108 of 512 FFN neurons" in result.stdout
     from fairseq_headprune.engine.checkpoints.loading import load_generation_model
+    from fairseq_headprune.modules.masked_ffn import ffn_mask_applied
 
     _, _, shrunk = load_generation_model(str(tiny_model["data"]), str(tmp_path / "tuned.pt"), cpu=True)
     sample = samples_of(task, "valid", 32)[0]
-    with torch.no_grad(), head_mask_applied(model, head_mask), tuning_folded(model, tuning):
+    with torch.no_grad(), head_mask_applied(model, head_mask), ffn_mask_applied(model, neuron_mask), \
+            tuning_folded(model, tuning):
         tuned_logits = model(**sample["net_input"])[0]
         generator = task.build_generator([model], type("Args", (), {"beam": 5})())
         tuned_hypotheses = [h[0]["tokens"].tolist() for h in task.inference_step(generator, [model], sample)]
@@ -127,7 +228,7 @@ def test_a_tuned_shrunk_checkpoint_computes_the_tuned_masked_model(tiny_model, t
     assert (tuned_logits - shrunk_logits).abs().max() <= 1e-4
     assert tuned_hypotheses == shrunk_hypotheses
     # the weights came back: the model is the untuned one again
-    with torch.no_grad(), head_mask_applied(model, head_mask):
+    with torch.no_grad(), head_mask_applied(model, head_mask), ffn_mask_applied(model, neuron_mask):
         masked_logits = model(**sample["net_input"])[0]
     assert (masked_logits - tuned_logits).abs().max() > 1e-3
     set_head_mask(model, None)

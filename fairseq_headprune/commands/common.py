@@ -13,6 +13,7 @@ from ..constants import (
     DEFAULT_ALPHA,
     DEFAULT_CONFIGS_PER_BATCH,
     DEFAULT_GRANULARITY,
+    DEFAULT_HELD_ASIDE,
     DEFAULT_IMPORTANCE_LOSS,
     DEFAULT_IMPORTANCE_METHOD,
     DEFAULT_LABEL_SMOOTHING,
@@ -22,7 +23,9 @@ from ..constants import (
     DEFAULT_SCALE_BOUND,
     DEFAULT_SIGNIFICANCE_SEED,
     DEFAULT_STEP_PERCENT,
+    DEFAULT_TUNE_LAYERS,
     DEFAULT_TUNE_LIMIT,
+    TUNE_LAYERS,
     GRANULARITIES,
     IMPORTANCE_LOSSES,
     IMPORTANCE_METHODS,
@@ -225,8 +228,18 @@ def add_tuning_arguments(parser: argparse.ArgumentParser, tune_option_help: str,
     )
     group.add_argument(
         "--tune-max-condition", type=float, default=DEFAULT_MAX_CONDITION, metavar="C",
-        help=f"a layer whose normal equations have a condition number above C keeps its binary mask "
-        f"(default {DEFAULT_MAX_CONDITION:g})",
+        help=f"directions of a layer's normal equations with an eigenvalue below the largest over C are not "
+        f"fitted (their units keep scale 1: dead neurons, indistinguishable heads; default {DEFAULT_MAX_CONDITION:g})",
+    )
+    group.add_argument(
+        "--tune-held-aside", type=float, default=DEFAULT_HELD_ASIDE, metavar="FRACTION",
+        help=f"share of the tuning batches not fitted on: a layer's fit is kept only if it lowers the loss on "
+        f"them, else the layer stays binary (default {DEFAULT_HELD_ASIDE:g})",
+    )
+    group.add_argument(
+        "--tune-layers", choices=TUNE_LAYERS, default=DEFAULT_TUNE_LAYERS,
+        help="which attention and FFN layers are fitted: the pruned ones, or (downstream, the default, as Kwon "
+        "et al.'s reference) every one from the first pruned layer on, since all of them see drifted inputs",
     )
 
 
@@ -237,6 +250,7 @@ def tuning_settings(args: argparse.Namespace) -> "TuningSettings | None":
     return TuningSettings(
         subsets=list(args.tune_subset), limit=args.tune_limit, max_tokens=args.tune_max_tokens,
         scale_bound=args.tune_scale_bound, max_condition=args.tune_max_condition,
+        held_aside=args.tune_held_aside, layers=args.tune_layers,
     )
 
 

@@ -24,6 +24,7 @@ from .checkpoints.info import checkpoint_family
 from .checkpoints.loading import load_evaluation_model, load_generation_model, load_with_saved_task
 from .export.ctranslate2_spec import language_model_spec, translation_spec
 from .methods.example_importance import ExampleImportanceEstimator
+from .methods.mask_tuning import criterion_loss
 from .methods.translation_importance import ImportanceEstimator
 from .sweeps.scored_sweep import ScoredSplitSweep
 from .sweeps.translation_sweep import SplitSweep
@@ -51,6 +52,10 @@ class ModelFamily:
                          references: Optional[str] = None):
         """The resumable sweep of one split under many masks, scored in the family's metric."""
         raise NotImplementedError
+
+    def tuning_loss(self, cfg, task):
+        """The loss mask tuning's held-aside guard measures (None: the target tokens' cross-entropy)."""
+        return None
 
     def ctranslate2_spec(self, cfg, task, model):
         """(spec, heads per stack): the model as CTranslate2 runs it (its masks and removals applied)."""
@@ -103,6 +108,11 @@ class ScoredFamily(ModelFamily):
         from fairseq.criterions.cross_entropy import CrossEntropyCriterion
 
         return CrossEntropyCriterion(task, sentence_avg=False)
+
+    def tuning_loss(self, cfg, task):
+        if self.name == CLASSIFIER_FAMILY:
+            return criterion_loss(self.criterion(cfg, task))
+        return None
 
     def importance_estimator(self, cfg, task, model, settings):
         return ExampleImportanceEstimator(self.name, task, model, self.criterion(cfg, task), settings)

@@ -6,7 +6,7 @@ check names the option a user would correct (as peft's configs do), and
 raises ``SettingsError``, which the commands print as one line.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional, Sequence
 
 from ..constants import (
@@ -17,11 +17,14 @@ from ..constants import (
     DEFAULT_CONFIGS_PER_BATCH,
     DEFAULT_DRAWS,
     DEFAULT_GRANULARITY,
+    DEFAULT_HELD_ASIDE,
     DEFAULT_IMPORTANCE_LOSS,
     DEFAULT_IMPORTANCE_METHOD,
     DEFAULT_LABEL_SMOOTHING,
     DEFAULT_MAX_PERCENT,
     DEFAULT_MAX_CONDITION,
+    DEFAULT_TUNE_LAYERS,
+    TUNE_LAYERS,
     DEFAULT_PRUNING_SEED,
     DEFAULT_SCALE_BOUND,
     DEFAULT_SEQUENCE_LENGTH,
@@ -33,6 +36,7 @@ from ..constants import (
     LANGUAGE_MODEL_FAMILY,
     MODEL_FAMILIES,
     ORDERS,
+    PRUNED_STRUCTURES,
     SCOPES,
     TRANSLATION_FAMILY,
 )
@@ -231,10 +235,16 @@ class TuningSettings:
     max_tokens: Optional[int] = None
     scale_bound: float = DEFAULT_SCALE_BOUND
     max_condition: float = DEFAULT_MAX_CONDITION
+    held_aside: float = DEFAULT_HELD_ASIDE  # share of the batches each fit must not make worse
+    layers: str = DEFAULT_TUNE_LAYERS  # "pruned" sub-layers only, or "downstream": every one from the first pruned on
 
     def __post_init__(self):
         if not self.subsets:
             raise SettingsError("--tune-subset names no split")
+        if not 0 < self.held_aside < 1:
+            raise SettingsError(f"--tune-held-aside must be between 0 and 1, got {self.held_aside:g}")
+        if self.layers not in TUNE_LAYERS:
+            raise SettingsError(f"--tune-layers must be one of {', '.join(TUNE_LAYERS)}, got {self.layers!r}")
         for name, option in ((self.limit, "--tune-limit"), (self.max_tokens, "--tune-max-tokens")):
             _positive(name, option)
         if not self.scale_bound > 0:
@@ -277,10 +287,23 @@ class SearchSettings:
     cpu: bool = False
     progress: bool = True
     fairseq_args: List[str] = field(default_factory=list)
+    structure: str = "heads"  # heads, ffn (FFN neurons) or joint (both in one search)
+    uniform: bool = False  # every layer of an attention type keeps as many heads as the others
+    neuron_step: Optional[int] = None  # FFN layers keep multiples of it (None: about 128 counts per layer)
 
     def __post_init__(self):
         if self.cost not in COST_KINDS:
             raise SettingsError(f"--cost must be one of {', '.join(COST_KINDS)}")
+        if self.structure not in PRUNED_STRUCTURES:
+            raise SettingsError(f"--structure must be one of {', '.join(PRUNED_STRUCTURES)}")
+        if self.structure != "heads":
+            if self.cost == "heads":
+                raise SettingsError(f"--structure {self.structure} prunes FFN neurons: a budget of heads cannot "
+                                    "count them; use --cost flops or --cost latency")
+            self.importance = replace(self.importance, neurons=True)  # an estimate scores the neurons too
+        elif self.neuron_step is not None:
+            raise SettingsError("--neuron-step is for --structure ffn or joint")
+        _positive(self.neuron_step, "--neuron-step")
         if (self.cost == "latency") != (self.latency_table is not None):
             raise SettingsError("--cost latency needs --latency-table FILE (from the latency command), "
                                 "and --latency-table goes with --cost latency")
@@ -302,10 +325,11 @@ class LatencySettings:
     cpu: bool = False
     progress: bool = True
     fairseq_args: List[str] = field(default_factory=list)
+    neuron_step: Optional[int] = None  # FFN layers timed keeping multiples of it (None: 16 steps per layer)
 
     def __post_init__(self):
         for value, option in ((self.batch_size, "--batch-size"), (self.sequence_length, "--sequence-length"),
-                              (self.repeats, "--repeats")):
+                              (self.repeats, "--repeats"), (self.neuron_step, "--neuron-step")):
             _positive(value, option)
 
 

@@ -86,19 +86,32 @@ def shrink_checkpoint(path: str, out: str, spec: Optional[str], tuning_file: Opt
                 "with everything to remove at once"
             )
     layout = state_head_layout(state)
+    neuron_layout = state_ffn_layout(state)
     before = state_parameter_counts(state["model"], layout)
+    before.update(state_ffn_parameter_counts(state["model"], neuron_layout))
     outcome = ShrinkOutcome(removed=0, total=sum(layers * heads for layers, heads in layout.values()), spec=NO_MASK_SPEC,
                             recorded=None, report=[])
-    if spec is not None or tuning_file is not None:
-        _remove_heads(state, config, layout, spec, tuning_file, path, outcome)
-    after = state_parameter_counts(state["model"], layout)
+    tuning = None
+    if tuning_file is not None:
+        tuning = read_tuning(tuning_file, layout, neuron_layout)
+        spec, ffn_spec = _tuned_specs(tuning, tuning_file, spec, ffn_spec, layout, neuron_layout)
+        for what, recorded in (("heads", config_value(config, HEAD_MASK_KEY)),
+                               ("FFN neurons", config_value(config, FFN_MASK_KEY))):
+            if recorded:
+                raise CheckpointError(f"{path} was fine-tuned with {what} masked ({recorded}); "
+                                      "tune its masks with those units masked")
+        fold_tuning_into_state(state["model"], tuning)
+    if spec is not None:
+        _remove_heads(state, config, layout, spec, outcome)
     if ffn_spec is not None:
-        ffn_layout = state_ffn_layout(state)
-        before.update(state_ffn_parameter_counts(state["model"], ffn_layout))
-        _remove_neurons(state, config, ffn_layout, ffn_spec, outcome)
-        after.update(state_ffn_parameter_counts(state["model"], ffn_layout))
-        after["total"] = state_parameter_counts(state["model"], layout)["total"]
-        before["total"], after["total"] = before.pop("total"), after.pop("total")  # the total last
+        _remove_neurons(state, config, neuron_layout, ffn_spec, outcome)
+    after = state_parameter_counts(state["model"], layout)
+    after.update(state_ffn_parameter_counts(state["model"], neuron_layout))
+    before["total"], after["total"] = before.pop("total"), after.pop("total")  # the total last
+    if ffn_spec is None and tuning is None:  # heads only: the report counts attention alone
+        for counts in (before, after):
+            for ffn_type in neuron_layout:
+                counts.pop(ffn_type, None)
     outcome.report = parameter_report(before, after)
     # optimizer moments have the old shapes: fine-tune with --reset-optimizer
     state["last_optimizer_state"] = None
@@ -107,24 +120,27 @@ def shrink_checkpoint(path: str, out: str, spec: Optional[str], tuning_file: Opt
     return outcome
 
 
-def _remove_heads(state, config, layout, spec, tuning_file, path, outcome: ShrinkOutcome) -> None:
-    tuning = None
-    if tuning_file is not None:
-        tuning = read_tuning(tuning_file, layout)
-        if spec is not None and head_mask_to_spec(parse_head_mask(spec, layout)) != tuning.spec:
-            raise HeadMaskError(f"--head-mask {spec!r} is not the mask {tuning_file} was tuned for ({tuning.spec})")
-        spec = tuning.spec
+def _tuned_specs(tuning, tuning_file, spec, ffn_spec, layout, neuron_layout):
+    """The head and neuron specs to remove with ``tuning``: its masks (a given spec must be the same mask)."""
+    if spec is not None and head_mask_to_spec(parse_head_mask(spec, layout)) != tuning.spec:
+        raise HeadMaskError(f"--head-mask {spec!r} is not the mask {tuning_file} was tuned for ({tuning.spec})")
+    tuned_neurons = tuning.ffn_spec if tuning.ffn_mask is not None else NO_MASK_SPEC
+    if ffn_spec is not None and ffn_mask_to_spec(parse_ffn_mask(ffn_spec, neuron_layout)) != tuned_neurons:
+        raise HeadMaskError(f"--ffn-mask {ffn_spec!r} is not the neuron mask {tuning_file} was tuned for "
+                            f"({tuned_neurons})")
+    spec = tuning.spec if count_masked(tuning.head_mask) else None
+    ffn_spec = tuned_neurons if tuning.ffn_mask is not None and count_masked(tuning.ffn_mask) else None
+    return spec, ffn_spec
+
+
+def _remove_heads(state, config, layout, spec, outcome: ShrinkOutcome) -> None:
     head_mask = parse_head_mask(spec, layout)
     recorded = config_value(config, HEAD_MASK_KEY)
-    if recorded and tuning is not None:
-        raise CheckpointError(f"{path} was fine-tuned with heads masked ({recorded}); tune its masks with those heads")
     if recorded:
         # a model fine-tuned with heads masked: those heads go too, and the record with them
         head_mask = combine_masks(parse_head_mask(recorded, layout), head_mask)
     if count_masked(head_mask) == 0:
         raise HeadMaskError(f"--head-mask {spec!r} removes no head")
-    if tuning is not None:
-        fold_tuning_into_state(state["model"], tuning)
     shrink_state_dict(state["model"], head_mask)
     outcome.spec = head_mask_to_spec(head_mask)
     outcome.removed, outcome.recorded = count_masked(head_mask), recorded

@@ -98,13 +98,16 @@ def state_parameter_counts(weights: Dict[str, torch.Tensor], layout) -> Dict[str
 
 
 def fold_tuning_into_state(weights: Dict[str, torch.Tensor], tuning: MaskTuning) -> None:
-    """The scales and corrections written into a state dict's output projections (before ``shrink``)."""
-    prefixes = module_prefixes(weights)
-    for (attention_type, layer), values in tuning.layers.items():
-        prefix = prefixes[attention_type].format(layer) + "out_proj."
+    """The scales and corrections written into a state dict's ``out_proj`` and ``fc2`` (before ``shrink``)."""
+    attention_prefixes, neuron_prefixes = module_prefixes(weights), ffn_prefixes(weights)
+    for (layer_type, layer), values in tuning.layers.items():
+        if layer_type in neuron_prefixes:
+            prefix = neuron_prefixes[layer_type].format(layer) + "fc2."
+        else:
+            prefix = attention_prefixes[layer_type].format(layer) + "out_proj."
         weight = weights[prefix + "weight"]
-        heads = len(values.scales)
-        columns = torch.tensor(values.scales, dtype=weight.dtype).repeat_interleave(weight.size(1) // heads)
+        units = len(values.scales)
+        columns = torch.tensor(values.scales, dtype=weight.dtype).repeat_interleave(weight.size(1) // units)
         weights[prefix + "weight"] = weight * columns.unsqueeze(0)
         if prefix + "bias" in weights:
             weights[prefix + "bias"] = weights[prefix + "bias"] + torch.tensor(values.bias, dtype=weight.dtype)

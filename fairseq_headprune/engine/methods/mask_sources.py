@@ -17,6 +17,7 @@ from ...study.methods.pruning import TUNED_SUFFIX, PruneStep, mask_name
 from ...study.settings import ImportanceSettings, PruneSettings, SweepSettings, TuningSettings
 from ...study.methods.mask_tuning import write_tuning
 from ..runtime.ranks import current_ranks
+from ...modules.masked_ffn import ffn_layout
 from .mask_tuning import tune_mask, tuning_samples
 
 IMPORTANCE_DIR = "importance"
@@ -100,8 +101,10 @@ class TuningStore:
     other ranks read them (``fit_all``).
     """
 
-    def __init__(self, sweep: SweepSettings, settings: TuningSettings, task, model, base_mask: Optional[HeadMask]):
+    def __init__(self, sweep: SweepSettings, settings: TuningSettings, task, model, base_mask: Optional[HeadMask],
+                 loss=None):
         self.settings, self.task, self.model, self.base_mask = settings, task, model, base_mask
+        self.loss = loss  # the held-aside guard's loss (None: the target tokens' cross-entropy)
         self.progress = sweep.progress
         self.directory = os.path.join(sweep.out_dir, TUNING_DIR)
         self.identity = {
@@ -112,6 +115,9 @@ class TuningStore:
             "max_tokens": settings.max_tokens,
             "scale_bound": settings.scale_bound,
             "max_condition": settings.max_condition,
+            "held_aside": settings.held_aside,
+            "tuned_layers": settings.layers,
+            "target": "residual",
             "base_mask": head_mask_to_spec(base_mask) if base_mask is not None else "none",
         }
         self._samples = None
@@ -136,6 +142,7 @@ class TuningStore:
         tuning = tune_mask(
             self.model, combine_masks(self.base_mask, head_mask), self._samples, self.task.source_dictionary.pad(),
             self.settings.scale_bound, self.settings.max_condition, progress=self.progress, description=description,
+            held_aside=self.settings.held_aside, layers=self.settings.layers, loss=self.loss,
         )
         tuning.head_mask = head_mask
         tuning.settings["identity"] = self.identity
@@ -155,7 +162,7 @@ class TuningStore:
         if not os.path.exists(path):
             return self._fit(head_mask)
         layout = {t: tuple(m.shape) for t, m in head_mask.items()}
-        result = read_tuning(path, layout)
+        result = read_tuning(path, layout, ffn_layout(self.model))
         difference = first_difference(result.settings.get("identity", {}), self.identity)
         if difference is not None:
             raise StudyError(f"{path} was tuned with other settings ({difference}); use another --out-dir")

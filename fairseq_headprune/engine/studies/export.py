@@ -17,6 +17,7 @@ from typing import Dict, List, Optional
 import torch
 
 from ...errors import SettingsError
+from ...modules.masked_ffn import current_ffn_mask, ffn_layout, set_ffn_mask
 from ...modules.masked_multihead_attention import current_head_mask, head_layout, set_head_mask
 from ...study.masks.head_mask import combine_masks
 from ...study.methods.mask_tuning import read_tuning
@@ -66,8 +67,10 @@ def run_export(settings: ExportSettings) -> ExportOutcome:
     cfg, task, model = family.load(settings.data, settings.checkpoint, options, cpu=True)
     folded = contextlib.nullcontext()
     if settings.tuning_file is not None:
-        tuning = read_tuning(settings.tuning_file, head_layout(model))
+        tuning = read_tuning(settings.tuning_file, head_layout(model), ffn_layout(model))
         set_head_mask(model, combine_masks(current_head_mask(model), tuning.head_mask))
+        if tuning.ffn_mask is not None:
+            set_ffn_mask(model, combine_masks(current_ffn_mask(model), tuning.ffn_mask))
         folded = tuning_folded(model, tuning)
     with torch.no_grad(), folded:
         spec, heads = family.ctranslate2_spec(cfg, task, model)

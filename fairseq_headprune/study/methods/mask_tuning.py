@@ -1,31 +1,40 @@
-"""Mask tuning by linear least squares (after Kwon et al. 2022, section 4.3), as plain functions.
+"""Mask tuning by linear least squares (Kwon et al. 2022, section 4.3), as plain functions.
 
-Once a mask is chosen, the kept heads of an attention layer can make up for
-the removed ones: with A_h(t) = W_o[:, h] o_h(t) the contribution of head h
-to the layer's output at position t, the tuned layer outputs
-sum_{h kept} s_h A_h(t) + b_o + c instead of sum_{h kept} A_h(t) + b_o. The
-scales s and the bias correction c (one value per output dimension) are
-the least-squares fit of the unpruned layer's output Y(t) = sum_h A_h(t)
-over sample positions. Eliminating c (it absorbs the mean residual) leaves
-the k x k normal equations of the centred contributions, which this module
-solves from streamed sums (``TuningSums``), so no activation is kept.
+Once a mask is chosen, the kept units of a layer can make up for the removed
+ones. A unit is an attention head (its contribution A_h(t) = W_o[:, h] o_h(t)
+to the layer's output at position t) or an FFN neuron (A_i(t) = W_2[:, i]
+a_i(t)). The tuned layer outputs sum_{i kept} s_i A_i(t) + b + c instead of
+sum_{i kept} A_i(t) + b. As in Kwon et al.'s reference implementation, the
+target is what the unpruned model's sub-layer hands on, seen from the pruned
+model: Y(t) = (unpruned output + unpruned residual input) - b - pruned
+residual input, so each layer also corrects the drift that the pruned layers
+below it left in the residual stream. The scales s and the correction c (one
+value per output dimension) are the least-squares fit over sample positions.
+Eliminating c leaves the k x k normal equations of the centred contributions,
+solved here from streamed sums (``TuningSums``), so no activation is kept.
 
-A fit that is ill-conditioned (condition number above ``max_condition``)
-or needs a scale beyond ``scale_bound`` falls back to the binary mask
-(scales 1, no correction) for that layer. Scales and correction fold
-exactly into the output projection (``shrink`` does so).
+The normal equations are solved for s - 1 in the eigenbasis of the Gram
+matrix, leaving out the directions whose eigenvalue is below the largest
+over ``max_condition`` (dead neurons, identical heads): a unit whose effect
+the data cannot tell apart keeps its scale 1. A fit that needs a scale
+beyond ``scale_bound`` falls back to the binary mask (scales 1, no
+correction) for that layer; so does a fit the engine finds raising the loss
+on held-aside data. Scales and correction fold exactly into the output
+projection or ``fc2`` (``shrink`` does so).
 """
 
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 
 from ...constants import DEFAULT_MAX_CONDITION, DEFAULT_SCALE_BOUND
 from ...errors import ResultFileError
 from ..output.files import read_json_of_format, write_json
+from ...constants import FFN_TYPES
+from ..masks.ffn_mask import FfnLayout, FfnMask, ffn_mask_to_spec, parse_ffn_mask
 from ..masks.head_mask import HeadLayout, HeadMask, head_mask_to_spec, layer_name, parse_head_mask, parse_layer_name
 
 TUNING_FORMAT = "fairseq-headprune mask tuning"
@@ -35,7 +44,7 @@ Layer = Tuple[str, int]
 
 @dataclass
 class TuningSums:
-    """Sums over sample positions t of one layer, in float64 (k kept heads, d output dimensions)."""
+    """Sums over sample positions t of one layer, in float64 (k kept units, d output dimensions)."""
 
     contribution_gram: torch.Tensor  # k x k: sum_t <A_i(t), A_j(t)>
     contribution_sum: torch.Tensor  # k x d: sum_t A_i(t)
@@ -59,18 +68,40 @@ class TuningSums:
         self.target_square += float(targets.pow(2).sum())
         self.positions += targets.size(0)
 
+    def add_factored(self, activations: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> None:
+        """Add positions whose contributions factor as A_i(t) = a_i(t) w_i (FFN neurons), never forming N x k x d.
+
+        ``activations`` N x k (a_i(t)), ``weight`` d x k (w_i, columns of fc2), ``targets`` N x d.
+        """
+        activations, weight, targets = (x.to(torch.float64) for x in (activations, weight, targets))
+        self.contribution_gram += (activations.T @ activations) * (weight.T @ weight)
+        self.contribution_sum += activations.sum(dim=0).unsqueeze(1) * weight.T
+        self.contribution_target += (activations * (targets @ weight)).sum(dim=0)
+        self.target_sum += targets.sum(dim=0)
+        self.target_square += float(targets.pow(2).sum())
+        self.positions += targets.size(0)
+
 
 @dataclass
 class LayerTuning:
-    """One layer's tuned mask: a scale per head (0: removed) and the correction of the output bias."""
+    """One layer's tuned mask: a scale per unit (0: removed) and the correction of the output bias."""
 
     scales: List[float]
     bias: List[float]
-    fitted: bool  # False: the binary mask was kept (ill-conditioned or out of bounds)
+    fitted: bool  # False: the binary mask was kept (out of bounds, no data, or worse on held-aside data)
     reason: str = ""  # why not fitted
     condition: float = float("nan")
     error_binary: float = float("nan")  # relative squared reconstruction error of the binary mask
     error_tuned: float = float("nan")  # ... of the fit (equal to error_binary when not fitted)
+    directions: int = -1  # eigen-directions of the normal equations fitted (the rest left at scale 1)
+    loss_binary: float = float("nan")  # loss per token on the held-aside data with this layer binary
+    loss_tuned: float = float("nan")  # ... with this layer's fit (kept only if lower)
+
+    def as_binary(self, reason: str) -> "LayerTuning":
+        """The binary mask of this layer (scales 1 on the kept units, no correction), saying why."""
+        scales = [1.0 if s != 0 else 0.0 for s in self.scales]
+        return LayerTuning(scales, [0.0] * len(self.bias), False, reason, self.condition, self.error_binary,
+                           self.error_binary, self.directions, self.loss_binary, self.loss_tuned)
 
     def to_dict(self) -> Dict[str, object]:
         return dict(vars(self))
@@ -86,9 +117,15 @@ def _squared_error(sums: TuningSums, scales: torch.Tensor, bias: torch.Tensor) -
     return max(value, 0.0)
 
 
-def solve_layer(sums: TuningSums, kept: List[int], heads: int, scale_bound: float = DEFAULT_SCALE_BOUND,
+def solve_layer(sums: TuningSums, kept: List[int], units: int, scale_bound: float = DEFAULT_SCALE_BOUND,
                 max_condition: float = DEFAULT_MAX_CONDITION) -> LayerTuning:
-    """The least-squares scales of the ``kept`` heads (of ``heads``) and the bias correction."""
+    """The least-squares scales of the ``kept`` units (of ``units``) and the bias correction.
+
+    Solved for s - 1 on the eigen-directions of the centred Gram matrix whose
+    eigenvalue is at least the largest over ``max_condition``: where the data
+    determine the scales this is the least-squares solution; elsewhere the
+    scales stay 1 (the binary mask's).
+    """
     dim = sums.target_sum.numel()
     n = sums.positions
     binary_scales = torch.ones(len(kept), dtype=torch.float64)
@@ -96,65 +133,86 @@ def solve_layer(sums: TuningSums, kept: List[int], heads: int, scale_bound: floa
     reference = max(sums.target_square, 1e-300)
     error_binary = _squared_error(sums, binary_scales, no_bias) / reference if n else float("nan")
 
-    def binary(reason: str, condition: float = float("nan")) -> LayerTuning:
-        scales = [0.0] * heads
-        for h in kept:
-            scales[h] = 1.0
-        return LayerTuning(scales, [0.0] * dim, False, reason, condition, error_binary, error_binary)
+    def binary(reason: str, condition: float = float("nan"), directions: int = 0) -> LayerTuning:
+        scales = [0.0] * units
+        for unit in kept:
+            scales[unit] = 1.0
+        return LayerTuning(scales, [0.0] * dim, False, reason, condition, error_binary, error_binary, directions)
 
-    if not kept:
-        # no head left: only the correction c = mean Y can be fitted (the layer outputs b_o + c)
-        if n == 0:
-            return binary("no sample positions")
-        bias = sums.target_sum / n
-        error = _squared_error(sums, torch.zeros(0, dtype=torch.float64), bias) / reference
-        return LayerTuning([0.0] * heads, bias.tolist(), True, "", 1.0, error_binary, error)
     if n == 0:
         return binary("no sample positions")
+    if not kept:
+        # no unit left: only the correction c = mean Y can be fitted (the layer outputs b + c)
+        bias = sums.target_sum / n
+        error = _squared_error(sums, torch.zeros(0, dtype=torch.float64), bias) / reference
+        return LayerTuning([0.0] * units, bias.tolist(), True, "", 1.0, error_binary, error, 0)
     gram = sums.contribution_gram - sums.contribution_sum @ sums.contribution_sum.T / n
     right = sums.contribution_target - sums.contribution_sum @ sums.target_sum / n
-    eigenvalues = torch.linalg.eigvalsh(gram)
+    gram = (gram + gram.T) / 2
+    eigenvalues, eigenvectors = torch.linalg.eigh(gram)
     largest, smallest = float(eigenvalues.max()), float(eigenvalues.min())
     condition = math.inf if smallest <= 0 else largest / smallest
-    if not math.isfinite(condition) or condition > max_condition:
-        return binary(f"condition number {condition:.3g} > {max_condition:g}", condition)
-    scales = torch.linalg.solve(gram, right)
+    if largest <= 0:
+        return binary("the kept units contribute nothing on the sample positions", condition)
+    fitted = eigenvalues >= largest / max_condition
+    basis = eigenvectors[:, fitted]
+    step = basis @ ((basis.T @ (right - gram @ binary_scales)) / eigenvalues[fitted])
+    scales = binary_scales + step
+    directions = int(fitted.sum())
     if float(scales.abs().max()) > scale_bound:
-        return binary(f"a scale of {float(scales.abs().max()):.3g} exceeds the bound {scale_bound:g}", condition)
+        return binary(f"a scale of {float(scales.abs().max()):.3g} exceeds the bound {scale_bound:g}", condition,
+                      directions)
     bias = (sums.target_sum - scales @ sums.contribution_sum) / n
-    all_scales = [0.0] * heads
-    for h, value in zip(kept, scales.tolist()):
-        all_scales[h] = value
+    all_scales = [0.0] * units
+    for unit, value in zip(kept, scales.tolist()):
+        all_scales[unit] = value
     error = _squared_error(sums, scales, bias) / reference
-    return LayerTuning(all_scales, bias.tolist(), True, "", condition, error_binary, error)
+    return LayerTuning(all_scales, bias.tolist(), True, "", condition, error_binary, error, directions)
 
 
 @dataclass
 class MaskTuning:
-    """A binary mask with its tuned scales and bias corrections, and the data it was fitted on."""
+    """A binary head (and neuron) mask with its tuned scales and bias corrections, and the data it was fitted on.
+
+    ``layers`` holds attention layers (``enc-enc`` ...) and FFN layers
+    (``enc-ffn``, ``dec-ffn``); a layer absent from it is binary.
+    """
 
     head_mask: HeadMask
     layers: Dict[Layer, LayerTuning]
     settings: Dict[str, object] = field(default_factory=dict)
+    ffn_mask: Optional[FfnMask] = None
 
     @property
     def spec(self) -> str:
         return head_mask_to_spec(self.head_mask)
 
+    @property
+    def ffn_spec(self) -> str:
+        return "" if self.ffn_mask is None else ffn_mask_to_spec(self.ffn_mask)
+
+    def head_layers(self) -> Dict[Layer, LayerTuning]:
+        return {key: values for key, values in self.layers.items() if key[0] not in FFN_TYPES}
+
+    def ffn_layers(self) -> Dict[Layer, LayerTuning]:
+        return {key: values for key, values in self.layers.items() if key[0] in FFN_TYPES}
+
     def scale_mask(self) -> HeadMask:
-        """The mask with each kept head's scale in place of its 1 (a real-valued mask)."""
+        """The head mask with each kept head's scale in place of its 1 (a real-valued mask)."""
         scaled = {t: m.clone().float() for t, m in self.head_mask.items()}
-        for (t, layer), tuning in self.layers.items():
+        for (t, layer), tuning in self.head_layers().items():
             scaled[t][layer] = torch.tensor(tuning.scales, dtype=torch.float32)
         return scaled
 
     def fingerprint(self) -> str:
-        """Depends on the mask and every tuned value: names a tuned configuration's results."""
+        """Depends on the masks and every tuned value: names a tuned configuration's results."""
         import hashlib
 
-        payload = json.dumps({"spec": self.spec, "layers": {f"{t}:{l}": [v.scales, v.bias]
-                                                            for (t, l), v in sorted(self.layers.items())}})
-        return hashlib.sha1(payload.encode()).hexdigest()[:12]
+        payload = {"spec": self.spec, "layers": {f"{t}:{l}": [v.scales, v.bias]
+                                                 for (t, l), v in sorted(self.layers.items())}}
+        if self.ffn_mask is not None:
+            payload["ffn_spec"] = self.ffn_spec
+        return hashlib.sha1(json.dumps(payload).encode()).hexdigest()[:12]
 
     def summary(self) -> Dict[str, object]:
         fitted = [v for v in self.layers.values() if v.fitted]
@@ -171,29 +229,41 @@ def _mean(values: List[float]) -> float:
 
 
 def write_tuning(tuning: MaskTuning, path: str) -> None:
-    write_json({
+    payload = {
         "format": TUNING_FORMAT,
         "spec": tuning.spec,
         "settings": tuning.settings,
         "summary": tuning.summary(),
         "layers": {layer_name(t, layer): v.to_dict() for (t, layer), v in tuning.layers.items()},
-    }, path, indent=1)
+    }
+    if tuning.ffn_mask is not None:
+        payload["ffn_spec"] = tuning.ffn_spec
+    write_json(payload, path, indent=1)
 
 
-def read_tuning(path: str, layout: HeadLayout) -> MaskTuning:
-    """A tuning file of ``search --tune-masks``, checked against the model's layout."""
+def read_tuning(path: str, layout: HeadLayout, ffn_layout: Optional[FfnLayout] = None) -> MaskTuning:
+    """A tuning file of ``search --tune-masks``, checked against the model's layouts (heads, FFN neurons)."""
     description = "a mask-tuning file of search --tune-masks"
     payload = read_json_of_format(path, TUNING_FORMAT, "--tuning", description)
     try:
         head_mask = parse_head_mask(payload["spec"], layout)
+        ffn_mask = None
+        if payload.get("ffn_spec") is not None:
+            if ffn_layout is None:
+                raise ResultFileError(f"--tuning {path} tunes FFN neurons, which this command cannot apply")
+            ffn_mask = parse_ffn_mask(payload["ffn_spec"], ffn_layout)
         layers = {}
         for name, values in payload["layers"].items():
             layers[parse_layer_name(name)] = LayerTuning(**values)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
         raise ResultFileError(f"--tuning {path} is not {description} ({error})")
+    masks = dict(head_mask, **(ffn_mask or {}))
+    shapes = dict(layout, **(ffn_layout or {}))
     for (t, layer), values in layers.items():
-        if t not in layout or not 0 <= layer < layout[t][0] or len(values.scales) != layout[t][1]:
+        if t not in shapes or not 0 <= layer < shapes[t][0] or len(values.scales) != shapes[t][1]:
             raise ResultFileError(f"{path} tunes {t} layer {layer + 1}, which does not fit this model")
-        if any(s != 0.0 for s, m in zip(values.scales, head_mask[t][layer].tolist()) if m == 0):
-            raise ResultFileError(f"{path}: {t} layer {layer + 1} scales a head its mask removes")
-    return MaskTuning(head_mask, layers, payload.get("settings", {}))
+        if t not in masks:
+            raise ResultFileError(f"{path} tunes {t} layer {layer + 1} but holds no mask of it")
+        if any(s != 0.0 for s, m in zip(values.scales, masks[t][layer].tolist()) if m == 0):
+            raise ResultFileError(f"{path}: {t} layer {layer + 1} scales a unit its mask removes")
+    return MaskTuning(head_mask, layers, payload.get("settings", {}), ffn_mask)
