@@ -365,7 +365,8 @@ def tune_mask(
     tuning.layers = {key: tuning.layers[key] for key in order if key in tuning.layers}
     tuning.settings.update({
         "seconds": time.perf_counter() - start,
-        "sentences": int(sum(int(s["nsentences"]) for s in fit_samples)),
+        "sentences": int(sum(int(s["nsentences"]) for s in samples)),
+        "fit_sentences": int(sum(int(s["nsentences"]) for s in fit_samples)),
         "held_aside_sentences": int(sum(int(s["nsentences"]) for s in held_samples)),
         "held_aside_loss": held_loss,
         "positions": positions_total,
@@ -424,9 +425,15 @@ def layer_tuning_summary(tuning: MaskTuning) -> List[str]:
 
 
 def tuning_samples(task, model, settings: TuningSettings) -> List[dict]:
-    """Teacher-forced batches of the tuning splits (collated once, on the model's device)."""
-    samples = collated_samples(task, model, settings.subsets, settings.max_tokens,
-                               None if settings.max_tokens else 64, settings.limit)
+    """Teacher-forced batches of the tuning splits (collated once, on the model's device).
+
+    Batches of at most 64 sentences, and at least about ten batches for small
+    limits, so that the held-aside share is a share of batches.
+    """
+    sentences = None
+    if not settings.max_tokens:
+        sentences = 64 if settings.limit is None else max(1, min(64, math.ceil(settings.limit / 10)))
+    samples = collated_samples(task, model, settings.subsets, settings.max_tokens, sentences, settings.limit)
     if not samples:
         raise StudyError(f"--tune-subset {' '.join(settings.subsets)} holds no sentence")
     return samples
