@@ -79,3 +79,48 @@ def test_the_constraints_file_pins_what_ci_installs():
             if "==" in line and not line.startswith("#")}
     for name in ("torch", "sacrebleu", "compare-mt", "numpy"):
         assert metadata.version(name).split("+")[0] == pins[name], name
+
+
+def _long_description():
+    result = subprocess.run([sys.executable, "setup.py", "--long-description"], cwd=REPO,
+                            capture_output=True, text=True, check=True)
+    return result.stdout
+
+
+def test_the_long_description_has_no_relative_links_or_images():
+    """A package index shows the long description without the repository: a relative link or image breaks there."""
+    import re
+
+    text = _long_description()
+    assert text.strip()
+    targets = re.findall(r"\]\(\s*<?([^)\s>]+)", text) + re.findall(r"""src=["']([^"']+)""", text)
+    assert [t for t in targets if not re.match(r"^[a-z][a-z0-9+.-]*://", t)] == []
+
+
+def test_the_long_description_renders_as_a_package_index_renders_it():
+    markdown = pytest.importorskip("readme_renderer.markdown")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # readme_renderer warns, and renders nothing, without a Markdown backend
+        try:
+            html = markdown.render(_long_description(), variant="GFM")
+        except UserWarning as warning:
+            pytest.skip(f"readme_renderer cannot render Markdown here: {warning}")
+    assert html and "<p>" in html
+
+
+def test_the_citation_file_cites_the_software_and_the_papers():
+    import yaml
+
+    citation = yaml.safe_load((REPO / "CITATION.cff").read_text(encoding="utf-8"))
+    assert citation["cff-version"] and citation["type"] == "software"
+    from fairseq_headprune.version import __version__
+
+    assert citation["version"] == __version__
+    titles = " | ".join(reference["title"] for reference in citation["references"])
+    for title in ("Are Sixteen Heads Really Better than One?",
+                  "On the weak link between importance and prunability of attention heads",
+                  "A Fast Post-Training Pruning Framework for Transformers"):
+        assert title in titles
+    assert all(reference.get("authors") and reference.get("year") for reference in citation["references"])
