@@ -96,7 +96,7 @@ def test_the_fit_equals_the_closed_form_least_squares_solution_with_the_residual
     pad = task.source_dictionary.pad()
     tuning = tune_mask(model, head_mask, samples, pad, progress=False, loss=always_better())
     order = forward_order(layout, ffn_layout(model))
-    # downstream: every sub-layer from the first pruned one (enc-enc layer 1) on
+    # downstream: every sub-layer that loses a unit or sees their drift (here: all, from enc-enc layer 1 on)
     assert list(tuning.layers) == order
     fit_samples, _ = split_held_aside(samples, 0.2)
     below = order[:order.index(key)]  # tuned before it: the student's inputs carry their fits
@@ -166,6 +166,22 @@ def test_a_fit_that_raises_the_held_aside_loss_is_not_kept(tiny_task_and_model):
 
     assert held_loss(True) <= held_loss(False)
     assert held_loss(True) == pytest.approx(tuning.settings["held_aside_loss"], rel=1e-6)
+
+
+def test_downstream_tuning_fits_the_sub_layers_whose_input_drifted():
+    from fairseq_headprune.engine.methods.mask_tuning import _tuned_sublayers
+
+    layout = {t: (2, 4) for t in ("enc-enc", "enc-dec", "dec-dec")}
+    order = forward_order(layout, {"enc-ffn": (2, 8), "dec-ffn": (2, 8)})
+    masks = {t: torch.ones(shape) for t, shape in dict(layout, **{"enc-ffn": (2, 8), "dec-ffn": (2, 8)}).items()}
+    masks["enc-ffn"][1, 3] = 0.0  # the encoder's last FFN loses a neuron
+    assert _tuned_sublayers(order, masks, "pruned") == [("enc-ffn", 1)]
+    # the decoder's first self-attention reads no encoder output: its input has not drifted
+    assert _tuned_sublayers(order, masks, "downstream") == [
+        ("enc-ffn", 1), ("enc-dec", 0), ("dec-ffn", 0), ("dec-dec", 1), ("enc-dec", 1), ("dec-ffn", 1)]
+    masks["enc-ffn"][1, 3] = 1.0
+    masks["dec-dec"][1, 0] = 0.0  # only the decoder's second self-attention
+    assert _tuned_sublayers(order, masks, "downstream") == [("dec-dec", 1), ("enc-dec", 1), ("dec-ffn", 1)]
 
 
 def test_indistinguishable_units_keep_scale_one_and_unbounded_fits_keep_the_binary_mask():

@@ -234,11 +234,26 @@ def _mean_loss(model, loss: LossFunction, samples: Sequence[dict]) -> float:
 
 
 def _tuned_sublayers(order: Sequence[Layer], masks: Dict[str, torch.Tensor], which: str) -> List[Layer]:
-    """The sub-layers to fit: those that lose a unit, or (downstream) every one from the first such on."""
+    """The sub-layers to fit: those that lose a unit, or (downstream) also every one whose input has drifted.
+
+    A decoder sub-layer's input drifts after a pruned decoder sub-layer, or,
+    once the encoder has a pruned sub-layer, from the first encoder-decoder
+    attention on (it reads the drifted encoder output).
+    """
     pruned = [key for key in order if bool((masks[key[0]][key[1]] == 0).any())]
-    if which == "pruned" or not pruned:
+    if which == "pruned":
         return pruned
-    return list(order[order.index(pruned[0]):])
+    encoder_pruned = any(key[0] in _ENCODER_SUBLAYERS for key in pruned)
+    tuned, drifted = [], {"encoder": False, "decoder": False}
+    for key in order:
+        side = "encoder" if key[0] in _ENCODER_SUBLAYERS else "decoder"
+        if key[0] == "enc-dec" and encoder_pruned:
+            drifted["decoder"] = True
+        if key in pruned:
+            drifted[side] = True
+        if drifted[side]:
+            tuned.append(key)
+    return tuned
 
 
 def tune_mask(
@@ -255,7 +270,7 @@ def tune_mask(
     layers: str = DEFAULT_TUNE_LAYERS,
     loss: Optional[LossFunction] = None,
 ) -> MaskTuning:
-    """Fit the sub-layers the masks prune (``layers="downstream"``: and every one above them) in forward order.
+    """Fit the sub-layers the masks prune (``layers="downstream"``: and every one that sees their drift) in forward order.
 
     ``samples``: teacher-forced batches; a ``held_aside`` share of them is not
     fitted on but decides whether each fit is kept (``loss``, default the
