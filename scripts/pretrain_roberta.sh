@@ -11,7 +11,7 @@ masked-LM objective (--task masked_lm --criterion masked_lm, 15% of tokens
 masked, samples of whole sentences up to TOKENS_PER_SAMPLE tokens) on
 DATA_BIN (OUT_DIR/bin/pretrain of scripts/prepare_nli_data.sh) with stock
 fairseq-train, the plugin loaded only for fairseq's block data under numpy 2
-(see README, "numpy 2"). Saves checkpoint_last.pt and checkpoint_best.pt in
+(see docs/language-models.md, "numpy 2"). Saves checkpoint_last.pt and checkpoint_best.pt in
 SAVE_DIR; scripts/train_classifier.sh fine-tunes it (RESTORE=SAVE_DIR/checkpoint_best.pt).
 An interrupted run resumes. Deterministic for a seed and thread count on one machine.
 

@@ -38,7 +38,7 @@ user_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/../fairseq_headprune" && pwd)
 if [[ -n ${RESTORE:-} ]]; then
   [[ -f $RESTORE ]] || { echo "RESTORE: no such checkpoint: $RESTORE" >&2; exit 2; }
   # the plugin is loaded only for its torch.load allow-list: fairseq's own checkpoints hold an
-  # argparse.Namespace, which torch >= 2.6 refuses to unpickle unless allowed (see README, "Install")
+  # argparse.Namespace, which torch >= 2.6 refuses to unpickle unless allowed (see docs/installation.md)
   restore=(--user-dir "$user_dir" --restore-file "$(cd "$(dirname "$RESTORE")" && pwd)/$(basename "$RESTORE")"
            --reset-optimizer --reset-dataloader --reset-meters)
 fi

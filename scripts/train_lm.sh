@@ -9,7 +9,7 @@ usage: $(basename "$0") DATA_BIN SAVE_DIR
 Trains fairseq's transformer_lm architecture at small dimensions from scratch
 on a language_modeling corpus (scripts/prepare_lm_data.sh), one sentence per
 sample (--sample-break-mode eos), with stock fairseq-train and the plugin
-loaded only for fairseq's LM data under numpy 2 (see README, "numpy 2"),
+loaded only for fairseq's LM data under numpy 2 (see docs/language-models.md, "numpy 2"),
 saving one checkpoint per epoch and checkpoint_best.pt (lowest validation
 loss) in SAVE_DIR. An interrupted run resumes from SAVE_DIR/checkpoint_last.pt.
 Deterministic for a seed and thread count on one machine, like
