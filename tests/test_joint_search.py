@@ -243,3 +243,162 @@ def test_old_latency_tables_read_as_fairseq_tables_of_their_dtype(tmp_path):
     assert (table.engine, table.precision, table.has_ffn) == ("fairseq", "float32", False)
     with pytest.raises(ResultFileError, match="another precision"):
         read_latency_table(str(path), model, "cpu: test", precision="bfloat16")
+
+
+# ---- the search and latency commands on the tiny trained model ----------------------------------------
+
+
+def search(tiny_model, out_dir, *extra, check=True):
+    from conftest import run
+
+    return run(["fairseq-headprune", "search", tiny_model["data"], "--path", tiny_model["checkpoint"],
+                "--out-dir", out_dir, "--no-progress", *extra], check=check)
+
+
+@pytest.fixture(scope="module")
+def neuron_fisher(tiny_model, tmp_path_factory):
+    """An importance file of Fisher scores for heads (with blocks) and FFN neurons."""
+    from conftest import run
+
+    out = tmp_path_factory.mktemp("fisher")
+    run(["fairseq-headprune", "importance", tiny_model["data"], "--path", tiny_model["checkpoint"],
+         "--importance-method", "fisher", "--importance-structures", "heads,ffn", "--importance-limit", "32",
+         "--out-dir", out, "--no-progress"])
+    return out / "importance.json"
+
+
+def test_a_joint_search_writes_masks_that_fairseq_generate_applies_as_search_json_says(tiny_model, neuron_fisher,
+                                                                                       tmp_path):
+    """The heads and neurons search.json reports are exactly those --head-mask and --ffn-mask mask: fairseq-generate
+    with both files equals stock fairseq on a checkpoint with those heads' and neurons' output columns zeroed."""
+    from conftest import save_zeroed_checkpoint
+    from test_fairseq_cli import generate, hypotheses
+
+    import fairseq_headprune.compat.torch_load  # noqa: F401  (allow-list)
+    from fairseq_headprune.study.masks.ffn_mask import parse_ffn_mask, read_ffn_mask_file
+    from fairseq_headprune.study.masks.head_mask import parse_head_mask
+
+    out = tmp_path / "joint"
+    result = search(tiny_model, out, "--fisher", neuron_fisher, "--structure", "joint", "--cost", "flops",
+                    "--budget", "80%")  # a pruning the tiny model still translates with (beams comparable)
+    record = json.loads((out / "search.json").read_text())
+    ffn_layout, head_layout = {"enc-ffn": (2, 128), "dec-ffn": (2, 128)}, {t: (2, 8) for t in ("enc-enc", "enc-dec", "dec-dec")}
+    ffn_mask = parse_ffn_mask(record["ffn_spec"], ffn_layout)
+    head_mask = parse_head_mask(record["spec"], head_layout)
+    written = read_ffn_mask_file(str(out / "ffn_mask.json"), ffn_layout)
+    assert all(torch.equal(written[t], ffn_mask[t]) for t in ffn_layout)
+    assert record["neurons_pruned"] == sum(int((m == 0).sum()) for m in ffn_mask.values())
+    assert record["result"]["kept_neurons"] == {f"{t}:{layer + 1}": int(ffn_mask[t][layer].sum())
+                                                for t in ffn_layout for layer in range(2)}
+    assert 0 < record["neurons_pruned"] < 512 and 0 < record["pruned"] < 48  # both structures pruned here
+    assert f"pruned {record['neurons_pruned']} of 512 FFN neurons: {record['ffn_spec']}" in result.stdout
+    assert f"pruned {record['pruned']} of 48 heads" in result.stdout
+    # FLOPs by hand: d = 64, d_h = 8, 32 positions: a head 8*64*8 + 4*32*8 = 5120, a neuron 4*64 = 256
+    heads_kept = sum(int(m.sum()) for m in head_mask.values())
+    neurons_kept = sum(int(m.sum()) for m in ffn_mask.values())
+    assert record["flops"]["kept"] == record["result"]["cost"] == 5120 * heads_kept + 256 * neurons_kept
+    assert record["flops"]["full"] == record["full_cost"] == 5120 * 48 + 256 * 512
+    assert record["result"]["cost"] <= 0.8 * record["full_cost"]
+    assert f"({100 * record['flops']['kept'] / record['flops']['full']:.1f}%" in result.stdout
+    # through fairseq-generate: the two mask files against stock fairseq on zeroed columns
+    zeroed = tmp_path / "zeroed.pt"
+    checkpoint = str(tiny_model["checkpoint"])
+    for attention_type, prefix in (("enc-enc", "encoder.layers.{}.self_attn."), ("enc-dec", "decoder.layers.{}.encoder_attn."),
+                                   ("dec-dec", "decoder.layers.{}.self_attn.")):
+        save_zeroed_checkpoint(checkpoint, prefix, 8, head_mask[attention_type], zeroed)
+        checkpoint = str(zeroed)
+    state = torch.load(zeroed, map_location="cpu")
+    for ffn_type, stack in (("enc-ffn", "encoder"), ("dec-ffn", "decoder")):
+        for layer in range(2):
+            state["model"][f"{stack}.layers.{layer}.fc2.weight"][:, ffn_mask[ffn_type][layer] == 0] = 0.0
+    torch.save(state, zeroed)
+    stock = generate(dict(tiny_model, checkpoint=zeroed), "--task", "translation").stdout
+    masked = generate(tiny_model, "--task", "fairseq-headprune", "--head-mask", out / "mask.json",
+                      "--ffn-mask", out / "ffn_mask.json")
+    ours, theirs = ([line.split("\t") for line in hypotheses(text)] for text in (masked.stdout, stock))
+    assert [(h[0], h[2]) for h in ours] == [(h[0], h[2]) for h in theirs] and len(theirs) > 0
+    # masked heads take the plugin's attention path, zeroed ones fairseq's: scores agree to float rounding
+    assert max(abs(float(a[1]) - float(b[1])) for a, b in zip(ours, theirs)) < 1e-4
+    assert f"masking {record['neurons_pruned']} FFN neurons" in masked.stderr
+
+
+def test_an_ffn_search_keeps_every_head_and_uniform_keeps_one_head_count_per_type(tiny_model, neuron_fisher, tmp_path):
+    from fairseq_headprune.study.masks.head_mask import parse_head_mask
+
+    search(tiny_model, tmp_path / "ffn", "--fisher", neuron_fisher, "--structure", "ffn", "--cost", "flops",
+           "--budget", "50%")
+    record = json.loads((tmp_path / "ffn" / "search.json").read_text())
+    assert record["spec"] == "none" and record["pruned"] == 0
+    assert record["full_cost"] == 256 * 512 and record["result"]["cost"] <= 256 * 256  # 256 of 512 neurons kept
+    assert record["neurons_pruned"] >= 256
+    search(tiny_model, tmp_path / "uniform", "--fisher", neuron_fisher, "--structure", "joint", "--cost", "flops",
+           "--budget", "50%", "--uniform", "--neuron-step", "16")
+    record = json.loads((tmp_path / "uniform" / "search.json").read_text())
+    head_mask = parse_head_mask(record["spec"], {t: (2, 8) for t in ("enc-enc", "enc-dec", "dec-dec")})
+    assert record["pruned"] > 0 and all(m.sum(dim=1)[0] == m.sum(dim=1)[1] for m in head_mask.values())
+    assert all(k % 16 == 0 for k in record["result"]["kept_neurons"].values())
+    assert record["result"]["uniform"] and record["uniform"]
+
+
+def test_latency_tables_time_ffn_layers_and_price_a_joint_search(tiny_model, tmp_path):
+    """The table times FFN layers in steps; a joint search estimates its neuron scores itself."""
+    from conftest import run
+
+    table = tmp_path / "latency.json"
+    run(["fairseq-headprune", "latency", tiny_model["data"], "--path", tiny_model["checkpoint"], "--out", table,
+         "--repeats", "2", "--sentences", "4", "--sequence-length", "8", "--neuron-step", "32", "--no-progress"])
+    payload = json.loads(table.read_text())
+    assert (payload["engine"], payload["precision"]) == ("fairseq", "float32")
+    assert payload["kept_counts"] == {f"{t}:{layer}": [0, 32, 64, 96, 128] for t in ("enc-ffn", "dec-ffn")
+                                      for layer in (1, 2)}
+    assert sorted(payload["per_layer_ms"]) == sorted(f"{t}:{l}" for t in ("enc-enc", "enc-dec", "dec-dec") for l in (1, 2))
+    assert all(len(payload["ffn_layer_ms"][name]) == 5 for name in payload["kept_counts"])
+    out = tmp_path / "search"
+    result = search(tiny_model, out, "--structure", "joint", "--cost", "latency", "--latency-table", table,
+                    "--budget", "50%", "--importance-limit", "16")
+    record = json.loads((out / "search.json").read_text())
+    assert record["fisher_sentences"] == 16 and "ms" in result.stdout
+    assert record["result"]["cost"] <= record["full_cost"] / 2 + 1e-9
+    assert set(record["result"]["kept_neurons"].values()) <= {0, 32, 64, 96, 128}
+    timings = list(payload["per_layer_ms"].values()) + list(payload["ffn_layer_ms"].values())
+    assert record["full_cost"] == pytest.approx(sum(v[-1] for v in timings))
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"engine": "ctranslate2"}, "was measured on another engine (ctranslate2), not this one (fairseq)"),
+    ({"precision": "float16"}, "was measured on another precision (float16), not this one (float32)"),
+    ({"device": "cuda: NVIDIA H100"}, "was measured on another device (cuda: NVIDIA H100), not this one (cpu: "),
+])
+def test_a_latency_table_of_another_engine_device_or_precision_is_one_line(tiny_model, tmp_path, change, message):
+    from conftest import run
+
+    table = tmp_path / "latency.json"
+    run(["fairseq-headprune", "latency", tiny_model["data"], "--path", tiny_model["checkpoint"], "--out", table,
+         "--repeats", "1", "--sentences", "2", "--sequence-length", "4", "--neuron-step", "64", "--no-progress"])
+    table.write_text(json.dumps(dict(json.loads(table.read_text()), **change)))
+    result = search(tiny_model, tmp_path / "search", "--structure", "joint", "--cost", "latency",
+                    "--latency-table", table, "--budget", "50%", check=False)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert result.stderr.startswith(f"fairseq-headprune search: error: --latency-table {table} {message}")
+    assert not (tmp_path / "search").exists()
+
+
+def test_bad_structure_input_is_one_line(tiny_model, neuron_fisher, tmp_path):
+    payload = json.loads(neuron_fisher.read_text())
+    del payload["neuron_importance"]
+    heads_only = tmp_path / "heads_only.json"
+    heads_only.write_text(json.dumps(payload))
+    cases = [
+        (["--fisher", heads_only, "--structure", "ffn", "--cost", "flops"],
+         f"--fisher {heads_only} has no FFN neuron scores; estimate them with importance --importance-method fisher "
+         "--importance-structures heads,ffn"),
+        (["--structure", "joint"], "--structure joint prunes FFN neurons: a budget of heads cannot count them; "
+                                   "use --cost flops or --cost latency"),
+        (["--neuron-step", "4"], "--neuron-step is for --structure ffn or joint"),
+        (["--structure", "ffn", "--cost", "flops", "--neuron-step", "0"], "--neuron-step must be positive, got 0"),
+    ]
+    for args, message in cases:
+        result = search(tiny_model, tmp_path / "out", "--budget", "50%", *args, check=False)
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.strip() == f"fairseq-headprune search: error: {message}"
+        assert not (tmp_path / "out").exists()

@@ -2,7 +2,7 @@
 
 import argparse
 
-from ..constants import COST_KINDS, DEFAULT_SEQUENCE_LENGTH
+from ..constants import COST_KINDS, DEFAULT_SEQUENCE_LENGTH, PRUNED_STRUCTURES
 from ..study.settings import LatencySettings, SearchSettings
 from .common import (
     add_device_arguments,
@@ -22,6 +22,7 @@ def search_settings(args: argparse.Namespace) -> SearchSettings:
         importance=importance_settings(args, method="fisher"),
         rearrange=not args.no_rearrange, tuning=tuning_settings(args), family=checkpoint_family(args.path),
         cpu=args.cpu, progress=not args.no_progress, fairseq_args=list(args.fairseq_args),
+        structure=args.structure, uniform=args.uniform, neuron_step=args.neuron_step,
     )
 
 
@@ -37,12 +38,19 @@ def command_search(args: argparse.Namespace) -> int:
     print(f"budget {settings.budget} = {result.budget:g} {result.unit} of {outcome.costs.full_cost():g}; "
           f"the mask costs {result.cost:g} {result.unit}")
     print(f"pruned {outcome.pruned} of {outcome.total_heads} heads: {head_mask_to_spec(result.head_mask)}")
+    if result.ffn_mask is not None:
+        from ..study.masks.ffn_mask import ffn_mask_to_spec
+
+        print(f"pruned {outcome.pruned_neurons} of {outcome.total_neurons} FFN neurons: {ffn_mask_to_spec(result.ffn_mask)}")
+    flops = outcome.flops
+    print(f"FLOPs kept: {flops['kept']:.4g} of {flops['full']:.4g} {flops['unit']} "
+          f"({100.0 * flops['kept'] / flops['full']:.1f}%, {flops['sequence_length']} attended positions)")
     estimate = f"estimated loss increase (Fisher, diagonal) {result.diagonal_loss:.5f}"
     before = result.details.get("block_loss_before_rearrangement")
-    if result.rearranged and before is not None:
+    if result.rearranged and before is not None and outcome.costs.prices_heads:
         estimate += (f"; block-diagonal {before:.5f} before rearrangement, {result.block_loss:.5f} after "
                      f"({result.swaps} swaps)")
-    elif result.block_loss is not None:
+    elif result.block_loss is not None and outcome.costs.prices_heads:
         estimate += f"; block-diagonal {result.block_loss:.5f}"
     print(estimate)
     if outcome.tuning is not None:
@@ -64,13 +72,15 @@ def command_latency(args: argparse.Namespace) -> int:
     table = run_latency(LatencySettings(
         data=args.data, checkpoint=args.path, out=args.out, batch_size=args.batch_size,
         sequence_length=args.sequence_length, repeats=args.repeats, cpu=args.cpu, progress=not args.no_progress,
-        fairseq_args=list(args.fairseq_args),
+        fairseq_args=list(args.fairseq_args), neuron_step=args.neuron_step,
     ))
-    print(f"device: {table.device}; {args.batch_size} sentences x {args.sequence_length} positions, "
-          f"median of {args.repeats}")
-    print("layer\tms keeping 0, 1, ... heads")
-    for (attention_type, layer), timings in table.per_layer.items():
-        print(f"{layer_name(attention_type, layer)}\t" + " ".join(f"{t:.3f}" for t in timings))
+    print(f"{table.engine} on {table.device}, {table.precision}; {args.batch_size} sentences x "
+          f"{args.sequence_length} positions, median of {args.repeats}")
+    print("layer\tms keeping 0, 1, ... heads (FFN layers: the neurons in brackets)")
+    for block, timings in table.per_layer.items():
+        counts = table.counts.get(block)
+        cells = [f"{t:.3f}" if counts is None else f"{t:.3f} [{k}]" for t, k in zip(timings, counts or timings)]
+        print(f"{layer_name(*block)}\t" + " ".join(cells))
     print(f"wrote\t{args.out}")
     return 0
 
@@ -78,15 +88,17 @@ def command_latency(args: argparse.Namespace) -> int:
 def add_parsers(commands) -> None:
     search = commands.add_parser(
         "search",
-        help="the heads to keep within a budget, by the mask's Fisher information, rearranged and "
-        "optionally tuned (Kwon et al. 2022)",
+        help="the heads (and FFN neurons) to keep within a budget, by the masks' Fisher information, "
+        "rearranged and optionally tuned (Kwon et al. 2022)",
         description="Find the mask that minimises the Fisher estimate of the loss increase, "
-        "1/2 (1-m)^T F (1-m), within --budget: heads kept, attention FLOPs per token, or latency from a "
-        "table the latency command measured on this device. The search uses the diagonal of F; "
-        "rearrangement then swaps heads within each layer with its block of F (the number kept per layer "
-        "stays). --tune-masks fits each pruned layer's kept-head scales and an output-bias correction by "
-        "least squares. Writes OUT/mask.json (for any command's --head-mask or shrink), OUT/search.json "
-        "and, tuned, OUT/tuning.json (for shrink --tuning).",
+        "1/2 (1-m)^T F (1-m), within --budget: heads kept, FLOPs per token, or latency from a "
+        "table the latency command measured on this device. --structure ffn searches FFN neurons, joint "
+        "heads and neurons together (one knapsack over attention and FFN layers). The search uses the "
+        "diagonal of F; rearrangement then swaps heads within each layer with its block of F (the number "
+        "kept per layer stays). --tune-masks fits each pruned layer's kept-unit scales and an output-bias "
+        "correction by least squares. Writes OUT/mask.json (for any command's --head-mask or shrink), "
+        "OUT/ffn_mask.json when neurons are searched (for --ffn-mask), OUT/search.json and, tuned, "
+        "OUT/tuning.json (for shrink --tuning).",
     )
     search.add_argument("data", metavar="DATA", help="fairseq-preprocess output directory")
     search.add_argument("--path", required=True, metavar="CKPT", help="fairseq checkpoint")
@@ -97,7 +109,20 @@ def add_parsers(commands) -> None:
         "a percentage of the unpruned model's cost (50%%: half of it kept)",
     )
     search.add_argument("--cost", choices=COST_KINDS, default="heads",
-                        help="what the budget counts (default: heads)")
+                        help="what the budget counts (default: heads): heads kept (--structure heads only), "
+                        "FLOPs per token of the attention and FFN layers searched, or latency (ms)")
+    search.add_argument(
+        "--structure", choices=PRUNED_STRUCTURES, default="heads",
+        help="what to prune: attention heads (default), FFN neurons, or both in one search (joint); ffn and "
+        "joint need neuron Fisher scores (importance --importance-method fisher --importance-structures "
+        "heads,ffn, or estimated here) and a --cost of flops or latency",
+    )
+    search.add_argument("--uniform", action="store_true",
+                        help="every layer of an attention type keeps the same number of heads (one head count "
+                        "per stack, for engines that need one)")
+    search.add_argument("--neuron-step", type=int, metavar="N",
+                        help="FFN layers keep a multiple of N neurons (or all); default: about 128 counts per "
+                        "layer, or the latency table's steps")
     search.add_argument("--latency-table", metavar="FILE",
                         help="for --cost latency: the latency command's table for this model and device")
     search.add_argument(
@@ -116,11 +141,13 @@ def add_parsers(commands) -> None:
 
     latency = commands.add_parser(
         "latency",
-        help="measure each attention layer's latency keeping 0 .. H heads, for search --cost latency",
+        help="measure each attention layer's latency keeping 0 .. H heads and each FFN layer's keeping k "
+        "neurons, for search --cost latency",
         description="Time every attention layer of CKPT on this device with its first k heads kept, for "
-        "every k, on random inputs (a full-sequence pass of --sentences sentences of --sequence-length "
-        "positions; median of --repeats). The table records the device and the model's shape; search "
-        "refuses it for another model or device.",
+        "every k, and every FFN layer with its first k neurons kept, k in steps of --neuron-step, on random "
+        "inputs (a full-sequence pass of --sentences sentences of --sequence-length positions; median of "
+        "--repeats). The table records the engine (fairseq), the device, the precision and the model's "
+        "shape; search refuses it for another model, device, engine or precision.",
     )
     latency.add_argument("data", metavar="DATA", help="fairseq-preprocess output directory (its dictionaries)")
     latency.add_argument("--path", required=True, metavar="CKPT", help="fairseq checkpoint (every head)")
@@ -130,5 +157,7 @@ def add_parsers(commands) -> None:
     latency.add_argument("--sequence-length", type=int, default=DEFAULT_SEQUENCE_LENGTH, metavar="N",
                          help=f"positions (default {DEFAULT_SEQUENCE_LENGTH})")
     latency.add_argument("--repeats", type=int, default=20, metavar="N", help="timed passes per shape (default 20)")
+    latency.add_argument("--neuron-step", type=int, metavar="N",
+                         help="time FFN layers keeping 0, N, 2N, ... neurons and all (default: 16 steps per layer)")
     add_device_arguments(latency)
     latency.set_defaults(handler=command_latency, accepts_fairseq_args=True)

@@ -1,11 +1,14 @@
-"""Per-layer latency of attention on this device, for a latency budget (Kwon et al. 2022, section 4.1).
+"""Per-layer latency of attention and FFN layers on this device, for a latency budget (Kwon et al. 2022, 4.1).
 
-Each attention layer is timed alone with 0 .. H heads kept; the table
-records the device and the model's shape, so a table of another device or
-model is refused when it is read (``study.methods.mask_search``).
+Each attention layer is timed alone with 0 .. H heads kept, each FFN layer
+with 0, s, 2s, ... N neurons kept (s: the neuron step); the table records
+the engine, device, precision and the model's shape, so a table of another
+engine, device, precision or model is refused when it is read
+(``study.methods.search_costs``).
 """
 
 import copy
+import math
 import platform
 import statistics
 import time
@@ -14,20 +17,41 @@ from typing import Dict, List
 import torch
 from tqdm import tqdm
 
+from ...errors import HeadMaskError
+from ...modules.masked_ffn import ffn_layers, ffn_layout
 from ...modules.masked_multihead_attention import attention_modules, head_layout, install_masked_attention
 from ...modules.pruned_heads import shrink_attention
-from ...study.methods.mask_search import LatencyTable
+from ...study.methods.search_costs import LATENCY_ENGINE, LatencyTable
 from ...study.settings import LatencySettings
 from ..runners.batches import model_device
 
+LATENCY_NEURON_STEPS = 16  # an FFN layer is timed at about this many neuron counts (and none)
+
 
 def model_architecture(model) -> Dict[str, object]:
-    """What a latency table must match: heads per layer and dimensions of each attention type."""
+    """What a latency table must match: heads per layer and dimensions of each attention type; FFN shapes.
+
+    ``ffn``: per FFN type [layers, neurons, model dimension], left out when
+    a type's layers differ in width (neurons removed by ``shrink``).
+    """
     layout = head_layout(model)
     dims = {}
     for (attention_type, _), module in attention_modules(model).items():
         dims.setdefault(attention_type, [int(module.out_proj.out_features), int(module.head_dim)])
-    return {"layout": {t: list(shape) for t, shape in layout.items()}, "dims": dims}
+    architecture = {"layout": {t: list(shape) for t, shape in layout.items()}, "dims": dims}
+    try:
+        widths = ffn_layout(model)
+    except HeadMaskError:
+        return architecture
+    layers = ffn_layers(model)
+    architecture["ffn"] = {t: [layers_count, neurons, int(layers[(t, 0)].fc1.in_features)]
+                           for t, (layers_count, neurons) in widths.items()}
+    return architecture
+
+
+def model_precision(model) -> str:
+    """The parameters' type, as a latency table records it (``float32``, ``float16`` ...)."""
+    return str(next(model.parameters()).dtype).replace("torch.", "")
 
 
 def device_description(device: torch.device) -> str:
@@ -44,26 +68,31 @@ def device_description(device: torch.device) -> str:
 
 
 def measure_latency_table(model, settings: LatencySettings) -> LatencyTable:
-    """Median milliseconds of each attention layer's forward pass keeping its first k heads, k = 0 .. H.
+    """Median milliseconds of each attention layer keeping its first k heads, and each FFN layer its first k neurons.
 
     A layer is timed alone on random inputs of ``sequence_length`` positions
     (keys and values too) and ``batch_size`` sentences, as a full-sequence
-    (teacher-forced) pass; a copy of the layer is narrowed with
-    ``shrink_attention`` for each k, as ``shrink`` narrows it.
+    (teacher-forced) pass: an attention layer narrowed with ``shrink_attention``
+    for each k = 0 .. H, as ``shrink`` narrows it; an FFN layer as ``fc2(act(fc1 x))``
+    with the first k rows of ``fc1`` and columns of ``fc2``, for k every neuron step.
     """
     install_masked_attention(model)
     device = model_device(model)
+    dtype = next(model.parameters()).dtype
     modules = attention_modules(model)
+    blocks = ffn_layers(model)
+    counts = {key: _neuron_counts(layer.fc2.in_features, settings.neuron_step) for key, layer in blocks.items()}
     per_layer: Dict[tuple, List[float]] = {}
     generator = torch.Generator(device="cpu").manual_seed(0)
-    bar = tqdm(total=sum(m.num_heads + 1 for m in modules.values()), desc="latency", unit="shape",
-               disable=not settings.progress, leave=False)
+
+    def random_input(width):
+        return torch.randn(settings.sequence_length, settings.batch_size, width, generator=generator).to(device, dtype)
+
+    bar = tqdm(total=sum(m.num_heads + 1 for m in modules.values()) + sum(len(c) for c in counts.values()),
+               desc="latency", unit="shape", disable=not settings.progress, leave=False)
     try:
         for key, module in modules.items():
-            width = module.out_proj.out_features
-            shape = (settings.sequence_length, settings.batch_size, width)
-            query = torch.randn(*shape, generator=generator).to(device, next(model.parameters()).dtype)
-            memory = torch.randn(*shape, generator=generator).to(device, query.dtype)
+            query, memory = random_input(module.out_proj.out_features), random_input(module.out_proj.out_features)
             timings = []
             for kept in range(module.num_heads + 1):
                 narrowed = copy.deepcopy(module)
@@ -73,13 +102,40 @@ def measure_latency_table(model, settings: LatencySettings) -> LatencyTable:
                                           settings.repeats, device))
                 bar.update(1)
             per_layer[key] = timings
+        for key, layer in blocks.items():
+            hidden = random_input(layer.fc1.in_features)
+            timings = []
+            for kept in counts[key]:
+                fc1, fc2 = _narrowed_linear(layer.fc1, kept, rows=True), _narrowed_linear(layer.fc2, kept, rows=False)
+                timings.append(_median_ms(lambda: fc2(layer.activation_fn(fc1(hidden))), settings.repeats, device))
+                bar.update(1)
+            per_layer[key] = timings
     finally:
         bar.close()
     return LatencyTable(
         per_layer, device_description(device), model_architecture(model),
         {"batch_size": settings.batch_size, "sequence_length": settings.sequence_length,
-         "repeats": settings.repeats, "torch": torch.__version__, "dtype": str(next(model.parameters()).dtype)},
+         "repeats": settings.repeats, "torch": torch.__version__, "dtype": str(dtype)},
+        counts, LATENCY_ENGINE, model_precision(model),
     )
+
+
+def _neuron_counts(neurons: int, step) -> List[int]:
+    """0, s, 2s, ... and the whole layer (s: the step, by default about 1/16 of the layer)."""
+    step = step or max(1, math.ceil(neurons / LATENCY_NEURON_STEPS))
+    return sorted(set(range(0, neurons + 1, step)) | {neurons})
+
+
+def _narrowed_linear(linear: torch.nn.Linear, kept: int, rows: bool) -> torch.nn.Linear:
+    """A copy of ``linear`` keeping its first ``kept`` output rows (``rows``) or input columns (and the bias)."""
+    weight = linear.weight[:kept] if rows else linear.weight[:, :kept]
+    narrowed = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=linear.bias is not None,
+                               device=weight.device, dtype=weight.dtype)
+    with torch.no_grad():
+        narrowed.weight.copy_(weight)
+        if linear.bias is not None:
+            narrowed.bias.copy_(linear.bias[:kept] if rows else linear.bias)
+    return narrowed
 
 
 def _median_ms(call, repeats: int, device: torch.device) -> float:

@@ -1,12 +1,13 @@
 """The ``search`` and ``latency`` commands' work on a loaded model (Kwon et al. 2022).
 
-``run_search`` reads or estimates the mask's Fisher information (scores and
-per-layer blocks, ``--importance-method fisher``), builds the cost of every
-layer (heads, attention FLOPs per token, or a measured latency table),
-searches the mask within the budget, rearranges it, optionally tunes it by
-least squares on training or validation data, and writes the mask (a mask
-file every command's ``--head-mask`` reads), the tuning and a record of what
-was done and what it cost. ``run_latency`` measures and writes the table of
+``run_search`` reads or estimates the masks' Fisher information (head scores
+and per-layer blocks, ``--importance-method fisher``, and for FFN neurons
+their scores), builds the cost of every block searched (heads, FLOPs per
+token, or a measured latency table), searches the masks within the budget,
+rearranges the heads, optionally tunes the result by least squares on
+training or validation data, and writes the masks (files every command's
+``--head-mask`` and ``--ffn-mask`` read), the tuning and a record of what was
+done and what it cost. ``run_latency`` measures and writes the table of
 per-layer latencies (``methods.latency``).
 """
 
@@ -15,32 +16,38 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from ...errors import StudyError
+from ...errors import ResultFileError, StudyError
+from ...modules.masked_ffn import current_ffn_mask, ffn_layout
 from ...modules.masked_multihead_attention import attention_modules, current_head_mask, head_layout
+from ...study.masks.ffn_mask import count_masked_neurons, ffn_mask_to_spec, write_ffn_mask_file
 from ...study.masks.head_mask import count_masked, head_mask_to_spec, write_mask_file
 from ...study.methods.importance import ImportanceResult, read_fisher_file
-from ...study.methods.mask_search import (
+from ...study.methods.mask_search import SearchResult, search_mask
+from ...study.methods.mask_tuning import MaskTuning, write_tuning
+from ...study.methods.search_costs import (
     LatencyTable,
     LayerCosts,
-    SearchResult,
+    ffn_flops_costs,
     flops_costs,
     head_count_costs,
+    merge_costs,
     parse_budget,
     read_latency_table,
-    search_mask,
     write_latency_table,
 )
-from ...study.methods.mask_tuning import MaskTuning, write_tuning
 from ...study.output.files import write_json
 from ...study.settings import LatencySettings, SearchSettings
 from ..families import family_named, family_of_checkpoint
-from ..methods.latency import device_description, measure_latency_table, model_architecture
+from ..methods.latency import device_description, measure_latency_table, model_architecture, model_precision
 from ..methods.mask_tuning import tune_mask, tuning_samples
 from ..runners.batches import model_device
 
 MASK_FILE = "mask.json"
+FFN_MASK_FILE = "ffn_mask.json"
 TUNING_FILE = "tuning.json"
 SEARCH_FILE = "search.json"
+# the blocks each --structure searches
+STRUCTURE_PARTS = {"heads": ("heads",), "ffn": ("ffn",), "joint": ("heads", "ffn")}
 
 
 def run_latency(settings: LatencySettings) -> LatencyTable:
@@ -50,6 +57,8 @@ def run_latency(settings: LatencySettings) -> LatencyTable:
     if current_head_mask(model) is not None or any(
             m.skip_embed_dim_check for m in attention_modules(model).values()):
         raise StudyError(f"{settings.checkpoint} has heads masked or removed; measure the full model")
+    if current_ffn_mask(model) is not None or "ffn" not in model_architecture(model):
+        raise StudyError(f"{settings.checkpoint} has FFN neurons masked or removed; measure the full model")
     model.eval()
     table = measure_latency_table(model, settings)
     write_latency_table(table, settings.out)
@@ -68,52 +77,103 @@ class SearchOutcome:
     tuning: Optional[MaskTuning] = None
     seconds: Dict[str, float] = field(default_factory=dict)
     files: List[str] = field(default_factory=list)
+    total_neurons: int = 0
+    pruned_neurons: int = 0  # FFN neurons the search pruned (0 when it searched heads only)
+    flops: Dict[str, object] = field(default_factory=dict)  # FLOPs per token of the attention and FFN layers kept
 
 
 def layer_costs(settings: SearchSettings, model) -> LayerCosts:
-    """The costs the budget counts, for this model."""
-    layout = head_layout(model)
+    """The costs the budget counts, for this model: those of the blocks ``settings.structure`` searches."""
+    parts = STRUCTURE_PARTS[settings.structure]
     if settings.cost == "heads":
-        return head_count_costs(layout)
+        return head_count_costs(head_layout(model))
     architecture = model_architecture(model)
+    if "ffn" in parts and "ffn" not in architecture:
+        raise StudyError(f"{settings.checkpoint} has FFN layers of uneven widths; search on the full model")
     if settings.cost == "flops":
-        return flops_costs(layout, {t: tuple(d) for t, d in architecture["dims"].items()}, settings.sequence_length)
-    table = read_latency_table(settings.latency_table, architecture, device_description(model_device(model)))
-    return table.costs()
+        return model_flops(model, architecture, settings.sequence_length, parts)
+    table = read_latency_table(settings.latency_table, architecture, device_description(model_device(model)),
+                               precision=model_precision(model))
+    if "ffn" in parts and not table.has_ffn:
+        raise ResultFileError(f"--latency-table {settings.latency_table} times no FFN layers; measure them with "
+                              "the latency command")
+    return table.costs(parts)
 
 
-def run_search(settings: SearchSettings) -> SearchOutcome:
-    """Search (and rearrange, and tune) the mask; write OUT/mask.json, OUT/search.json (and OUT/tuning.json)."""
-    family = family_named(settings.family)
-    cfg, task, model = family.load(settings.data, settings.checkpoint, settings.fairseq_args, cpu=settings.cpu)
-    if current_head_mask(model) is not None:
-        raise StudyError(f"{settings.checkpoint} has heads masked; search on the full model")
-    layout = head_layout(model)
-    costs = layer_costs(settings, model)  # a wrong latency table fails before any work
-    budget = parse_budget(settings.budget, costs)
-    seconds: Dict[str, float] = {}
+def model_flops(model, architecture, sequence_length: int, parts=("heads", "ffn")) -> LayerCosts:
+    """FLOPs per token of the model's attention layers (``heads``) and FFN layers (``ffn``)."""
+    costs = []
+    if "heads" in parts:
+        costs.append(flops_costs(head_layout(model), {t: tuple(d) for t, d in architecture["dims"].items()},
+                                 sequence_length))
+    if "ffn" in parts and "ffn" in architecture:
+        shapes = architecture["ffn"]
+        costs.append(ffn_flops_costs({t: tuple(s[:2]) for t, s in shapes.items()}, {t: s[2] for t, s in shapes.items()}))
+    return merge_costs(*costs)
+
+
+def _fisher(settings: SearchSettings, family, cfg, task, model, seconds):
+    """The Fisher scores (and neuron scores for ffn and joint), read from --fisher or estimated; and their source."""
     start = time.perf_counter()
     if settings.fisher_file:
-        fisher = read_fisher_file(settings.fisher_file, layout)
+        fisher = read_fisher_file(settings.fisher_file, head_layout(model))
         source = os.path.abspath(settings.fisher_file)
     else:
         estimator = family.importance_estimator(cfg, task, model, settings.importance)
         fisher = estimator.estimate(None, progress=settings.progress, description="Fisher information")
         source = f"estimated on {', '.join(settings.importance.subsets)}"
         seconds["fisher"] = time.perf_counter() - start
+    if settings.structure != "heads":
+        if fisher.neuron_importance is None:
+            raise ResultFileError(
+                f"--fisher {settings.fisher_file} has no FFN neuron scores; estimate them with importance "
+                "--importance-method fisher --importance-structures heads,ffn"
+            )
+        shapes = {t: tuple(s.shape) for t, s in fisher.neuron_importance.items()}
+        if shapes != dict(ffn_layout(model)):
+            raise ResultFileError(f"--fisher {settings.fisher_file} scores FFN neurons of another model "
+                                  f"({shapes}, not {ffn_layout(model)})")
+    return fisher, source
+
+
+def run_search(settings: SearchSettings) -> SearchOutcome:
+    """Search (and rearrange, and tune) the masks; write OUT/mask.json, OUT/search.json (OUT/ffn_mask.json,
+    OUT/tuning.json)."""
+    family = family_named(settings.family)
+    cfg, task, model = family.load(settings.data, settings.checkpoint, settings.fairseq_args, cpu=settings.cpu)
+    if current_head_mask(model) is not None:
+        raise StudyError(f"{settings.checkpoint} has heads masked; search on the full model")
+    if settings.structure != "heads" and current_ffn_mask(model) is not None:
+        raise StudyError(f"{settings.checkpoint} has FFN neurons masked; search on the full model")
+    layout = head_layout(model)
+    costs = layer_costs(settings, model)  # a wrong latency table fails before any work
+    budget = parse_budget(settings.budget, costs)
+    seconds: Dict[str, float] = {}
+    fisher, source = _fisher(settings, family, cfg, task, model, seconds)
     start = time.perf_counter()
-    result = search_mask(fisher.importance, fisher.fisher_blocks, costs, budget, settings.rearrange)
+    result = search_mask(fisher.importance, fisher.fisher_blocks, costs, budget, settings.rearrange,
+                         neurons=fisher.neuron_importance if settings.structure != "heads" else None,
+                         neuron_step=settings.neuron_step, uniform=settings.uniform)
     seconds["search"] = time.perf_counter() - start
     tuning = None
     if settings.tuning is not None:
         samples = tuning_samples(task, model, settings.tuning)
+        extra = {} if result.ffn_mask is None else {"ffn_mask": result.ffn_mask}
         tuning = tune_mask(model, result.head_mask, samples, task.source_dictionary.pad(),
-                           settings.tuning.scale_bound, settings.tuning.max_condition, progress=settings.progress)
+                           settings.tuning.scale_bound, settings.tuning.max_condition, progress=settings.progress,
+                           **extra)
         tuning.settings.update({"subsets": list(settings.tuning.subsets), "limit": settings.tuning.limit,
                                 "checkpoint": os.path.abspath(settings.checkpoint)})
         seconds["tuning"] = tuning.settings["seconds"]
     total = sum(layers * heads for layers, heads in layout.values())
     outcome = SearchOutcome(result, costs, total, count_masked(result.head_mask), source, tuning, seconds)
+    if result.ffn_mask is not None:
+        outcome.total_neurons = sum(int(m.numel()) for m in result.ffn_mask.values())
+        outcome.pruned_neurons = count_masked_neurons(result.ffn_mask)
+    architecture = model_architecture(model)
+    flops = model_flops(model, architecture, settings.sequence_length)
+    outcome.flops = {"kept": flops.cost_of(result.head_mask, result.ffn_mask), "full": flops.full_cost(),
+                     "unit": flops.unit, "sequence_length": settings.sequence_length}
     _write(settings, outcome, fisher)
     return outcome
 
@@ -123,6 +183,11 @@ def _write(settings: SearchSettings, outcome: SearchOutcome, fisher: ImportanceR
     mask_path = os.path.join(settings.out_dir, MASK_FILE)
     write_mask_file(outcome.result.head_mask, mask_path)
     outcome.files.append(mask_path)
+    ffn_mask = outcome.result.ffn_mask
+    if ffn_mask is not None:
+        ffn_path = os.path.join(settings.out_dir, FFN_MASK_FILE)
+        write_ffn_mask_file(ffn_mask, ffn_path)
+        outcome.files.append(ffn_path)
     if outcome.tuning is not None:
         tuning_path = os.path.join(settings.out_dir, TUNING_FILE)
         write_tuning(outcome.tuning, tuning_path)
@@ -131,6 +196,8 @@ def _write(settings: SearchSettings, outcome: SearchOutcome, fisher: ImportanceR
         "checkpoint": os.path.abspath(settings.checkpoint),
         "budget": settings.budget,
         "cost": settings.cost,
+        "structure": settings.structure,
+        "uniform": settings.uniform,
         "latency_table": os.path.abspath(settings.latency_table) if settings.latency_table else None,
         "sequence_length": settings.sequence_length if settings.cost == "flops" else None,
         "full_cost": outcome.costs.full_cost(),
@@ -139,6 +206,10 @@ def _write(settings: SearchSettings, outcome: SearchOutcome, fisher: ImportanceR
         "spec": head_mask_to_spec(outcome.result.head_mask),
         "pruned": outcome.pruned,
         "total": outcome.total_heads,
+        "ffn_spec": None if ffn_mask is None else ffn_mask_to_spec(ffn_mask),
+        "neurons_pruned": outcome.pruned_neurons if ffn_mask is not None else None,
+        "neurons_total": outcome.total_neurons if ffn_mask is not None else None,
+        "flops": outcome.flops,
         "seconds": outcome.seconds,
         "result": outcome.result.to_dict(),
         "tuning": None if outcome.tuning is None else outcome.tuning.summary(),
@@ -146,4 +217,3 @@ def _write(settings: SearchSettings, outcome: SearchOutcome, fisher: ImportanceR
     search_path = os.path.join(settings.out_dir, SEARCH_FILE)
     write_json(record, search_path, indent=1)
     outcome.files.append(search_path)
-

@@ -161,9 +161,13 @@ def choose_options(costs: Sequence[Sequence[float]], losses: Sequence[Sequence[f
 
 
 def _block_options(costs: LayerCosts, block: Block, neuron_step: Optional[int]) -> List[int]:
-    """The unit counts a block may keep: every head count; FFN counts every ``neuron_step`` and the full layer."""
+    """The unit counts a block may keep: every head count; FFN counts every ``neuron_step`` and the full layer.
+
+    An FFN layer priced at some counts only (a latency table's steps) keeps
+    to those, filtered by ``neuron_step`` only when one is given.
+    """
     counts = costs.kept_counts(block)
-    if block[0] in ATTENTION_TYPES:
+    if block[0] in ATTENTION_TYPES or (neuron_step is None and block in costs.counts):
         return counts
     step = neuron_step or default_neuron_step(counts[-1])
     return [k for k in counts if k % step == 0 or k == counts[-1]]

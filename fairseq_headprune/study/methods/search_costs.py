@@ -214,8 +214,10 @@ def write_latency_table(table: LatencyTable, path: str) -> None:
         "precision": table.precision,
         "architecture": table.architecture,
         "settings": table.settings,
-        "per_layer_ms": {layer_name(t, layer): costs for (t, layer), costs in table.per_layer.items()},
-        "kept_counts": {layer_name(t, layer): counts for (t, layer), counts in table.counts.items()},
+        "per_layer_ms": {layer_name(*block): costs for block, costs in table.per_layer.items()
+                         if block[0] in ATTENTION_TYPES},
+        "ffn_layer_ms": {layer_name(*block): costs for block, costs in table.per_layer.items() if block[0] in FFN_TYPES},
+        "kept_counts": {layer_name(*block): counts for block, counts in table.counts.items()},
     }, path, indent=1)
 
 
@@ -229,7 +231,8 @@ def read_latency_table(path: str, architecture: Dict[str, object], device: str, 
     description = "a latency table of the latency command"
     payload = read_json_of_format(path, LATENCY_TABLE_FORMAT, "--latency-table", description)
     try:
-        per_layer = {parse_layer_name(name): [float(c) for c in costs] for name, costs in payload["per_layer_ms"].items()}
+        timed = dict(payload["per_layer_ms"], **payload.get("ffn_layer_ms", {}))  # attention layers, FFN layers
+        per_layer = {parse_layer_name(name): [float(c) for c in costs] for name, costs in timed.items()}
         counts = {parse_layer_name(name): [int(c) for c in kept]
                   for name, kept in payload.get("kept_counts", {}).items()}
         settings = payload.get("settings", {})
