@@ -158,10 +158,10 @@ def run_search(settings: SearchSettings) -> SearchOutcome:
     tuning = None
     if settings.tuning is not None:
         samples = tuning_samples(task, model, settings.tuning)
-        extra = {} if result.ffn_mask is None else {"ffn_mask": result.ffn_mask}
         tuning = tune_mask(model, result.head_mask, samples, task.source_dictionary.pad(),
                            settings.tuning.scale_bound, settings.tuning.max_condition, progress=settings.progress,
-                           **extra)
+                           ffn_mask=result.ffn_mask, held_aside=settings.tuning.held_aside,
+                           layers=settings.tuning.layers, loss=family.tuning_loss(cfg, task))
         tuning.settings.update({"subsets": list(settings.tuning.subsets), "limit": settings.tuning.limit,
                                 "checkpoint": os.path.abspath(settings.checkpoint)})
         seconds["tuning"] = tuning.settings["seconds"]
