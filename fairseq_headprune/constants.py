@@ -58,6 +58,8 @@ COST_KINDS = ("heads", "flops", "latency")
 PRUNED_STRUCTURES = ("heads", "ffn", "joint")
 # a pruning curve's x-axis: the share of its units pruned (heads or neurons), or of the layers' FLOPs removed
 X_AXES = ("units", "flops")
+# the orders of FFN-neuron curves (by score, at random, or searched) and of joint curves (searched)
+STRUCTURE_ORDERS = {"ffn": ("importance", "random", "fisher"), "joint": ("fisher", "fisher-rearranged")}
 DEFAULT_SEQUENCE_LENGTH = 32  # attended positions assumed by the FLOPs cost and the latency table
 # mask tuning by least squares: sentences of each tuning split, the largest scale, the largest condition number
 DEFAULT_TUNE_LIMIT = 2000

@@ -294,3 +294,131 @@ def test_the_per_type_scripts_add_up_to_figure_4(tiny_model, study, tmp_path):
     wrong = run(["bash", REPO / "scripts" / "prune.sh", "decoder", tiny_model["data"], tiny_model["checkpoint"],
                  "valid", tmp_path / "x"], env=env, check=False)
     assert wrong.returncode == 2 and wrong.stderr.startswith("unknown scope: decoder")
+
+
+# ---- FFN neurons and the joint search (prune --structure ffn | joint), the FLOPs axis -----------------------
+
+SHORT = ["--max-len-b", "30"]  # neuron pruning by low scores can stop the model from ending its sentences
+FLOPS = 5120 * 48 + 256 * 512  # per token: a head 8*64*8 + 4*32*8, a neuron 4*64 (32 positions)
+
+
+@pytest.fixture(scope="module")
+def neuron_scores(tiny_model, tmp_path_factory):
+    """Fisher scores of heads (with blocks) and FFN neurons, from the importance command."""
+    out = tmp_path_factory.mktemp("neuron_scores")
+    run(["fairseq-headprune", "importance", tiny_model["data"], "--path", tiny_model["checkpoint"],
+         "--importance-method", "fisher", "--importance-structures", "heads,ffn", "--importance-limit", "32",
+         "--out-dir", out, "--no-progress"])
+    return out / "importance.json"
+
+
+def lowest_neurons(scores, count, normalize):
+    """The ``count`` neurons of lowest (per-layer l2-normalised) score, as an FFN mask; ties by position."""
+    import torch
+
+    keyed = []
+    for ffn_type in ("enc-ffn", "dec-ffn"):
+        values = torch.tensor(scores[ffn_type], dtype=torch.float64)
+        if normalize:
+            values = values / values.norm(dim=1, keepdim=True)
+        keyed += [(float(values[layer, n]), ffn_type, layer, n) for layer in range(2) for n in range(128)]
+    keyed.sort(key=lambda k: (k[0], ("enc-ffn", "dec-ffn").index(k[1]), k[2], k[3]))
+    ffn_mask = {t: torch.ones(2, 128) for t in ("enc-ffn", "dec-ffn")}
+    for _, ffn_type, layer, n in keyed[:count]:
+        ffn_mask[ffn_type][layer, n] = 0.0
+    return ffn_mask
+
+
+def test_ffn_curves_prune_neurons_by_score_at_random_and_by_the_search(tiny_model, neuron_scores, tmp_path):
+    from fairseq_headprune.study.masks.ffn_mask import ffn_mask_to_spec
+
+    out = tmp_path / "ffn"
+    result = prune(tiny_model, out, "--structure", "ffn", "--orders", "importance,random,fisher",
+                   "--importance", neuron_scores, "--importance-method", "fisher", "--fisher", neuron_scores,
+                   "--step-percent", "10", "--max-percent", "10", "--draws", "1", *SHORT)
+    rows = {r["order"]: r for r in json.loads((out / "prune_steps.ffn.json").read_text())["rows"] if r["step"] == 1}
+    scores = json.loads(neuron_scores.read_text())["neuron_importance"]
+    for order in ("importance", "random", "fisher"):
+        row = rows[order]
+        # 10% of the FFN layers' FLOPs: 52 of 512 neurons (rounded up), no head
+        assert (row["neurons_pruned"], row["heads_pruned"], row["spec"]) == (52, 0, "none"), order
+        assert row["percent"] == pytest.approx(100 * 52 / 512) and row["x_axis"] == "units"
+        assert row["flops_removed_percent"] == pytest.approx(100 * 52 * 256 / FLOPS)
+    # importance: the lowest per-layer-normalised scores; the search (equal costs): the lowest raw F
+    assert rows["importance"]["ffn_spec"] == ffn_mask_to_spec(lowest_neurons(scores, 52, normalize=True))
+    assert rows["fisher"]["ffn_spec"] == ffn_mask_to_spec(lowest_neurons(scores, 52, normalize=False))
+    assert rows["random"]["ffn_spec"] not in (rows["importance"]["ffn_spec"], rows["fisher"]["ffn_spec"])
+    assert "BLEU with x% of the FFN neurons pruned:" in result.stdout and "  ffn     importance" in result.stdout
+    assert "**FFN neurons**" in (out / "prune_curves.md").read_text()
+    assert os.path.getsize(out / "prune_curves.ffn.png") > 0
+    # a step's BLEU is what fairseq-generate translates with its neurons masked
+    generated = run(
+        ["fairseq-generate", tiny_model["data"], "--path", tiny_model["checkpoint"], "--user-dir", USER_DIR,
+         "--task", "fairseq-headprune", "--gen-subset", "valid", "--ffn-mask", rows["random"]["ffn_spec"],
+         "--required-batch-size-multiple", "1", *GENERATION, *SHORT]
+    )
+    assert float(re.search(r"BLEU4 = ([\d.]+)", generated.stdout).group(1)) == pytest.approx(rows["random"]["bleu"],
+                                                                                             abs=0.006)
+
+
+def test_joint_curves_and_head_curves_on_one_flops_axis(tiny_model, neuron_scores, tmp_path):
+    from fairseq_headprune.study.methods.importance import read_fisher_file
+    from fairseq_headprune.study.methods.mask_search import search_mask
+    from fairseq_headprune.study.methods.search_costs import ffn_flops_costs, flops_costs, merge_costs
+    from fairseq_headprune.study.masks.ffn_mask import ffn_mask_to_spec
+
+    out = tmp_path / "together"
+    prune(tiny_model, out, "--structure", "joint", "--orders", "fisher,fisher-rearranged", "--fisher", neuron_scores,
+          "--step-percent", "20", "--max-percent", "20", *SHORT)
+    layout = {t: (2, 8) for t in ("enc-enc", "enc-dec", "dec-dec")}
+    fisher = read_fisher_file(str(neuron_scores), layout)
+    costs = merge_costs(flops_costs(layout, {t: (64, 8) for t in layout}, 32),
+                        ffn_flops_costs({"enc-ffn": (2, 128), "dec-ffn": (2, 128)}, {"enc-ffn": 64, "dec-ffn": 64}))
+    assert costs.full_cost() == FLOPS
+    rows = [r for r in json.loads((out / "prune_steps.joint.json").read_text())["rows"] if r["step"] == 1]
+    for row in rows:
+        expected = search_mask(fisher.importance, fisher.fisher_blocks, costs, 0.8 * FLOPS,
+                               row["order"] == "fisher-rearranged", neurons=fisher.neuron_importance)
+        assert row["spec"] == head_mask_to_spec(expected.head_mask)
+        assert row["ffn_spec"] == ffn_mask_to_spec(expected.ffn_mask)
+        assert row["percent"] == row["flops_removed_percent"] == pytest.approx(100 * (1 - expected.cost / FLOPS))
+        assert row["percent"] >= 20 and row["heads_pruned"] > 0 and row["neurons_pruned"] > 0
+    # head curves into the same directory, on the same axis: 24 heads of 5120 FLOPs removed
+    result = prune(tiny_model, out, "--orders", "importance", "--importance", neuron_scores, "--importance-method",
+                   "fisher", "--step-percent", "50", "--max-percent", "50", "--x-axis", "flops", *SHORT)
+    heads = [r for r in json.loads((out / "prune_steps.all.json").read_text())["rows"] if r["step"] == 1]
+    assert heads[0]["pruned"] == 24 and heads[0]["percent"] == pytest.approx(100 * 24 * 5120 / FLOPS)
+    assert "x% of the attention and FFN layers' FLOPs per token removed" in result.stdout
+    table = (out / "prune_curves.md").read_text()
+    assert "**Heads and FFN neurons (joint search)** (x: % of the attention and FFN layers' FLOPs" in table
+    assert "**All attention types** (x: % of the attention and FFN layers' FLOPs" in table
+    record = json.loads((out / "prune_curves.all.json").read_text())["settings"]
+    assert (record["structure"], record["x_axis"], record["sequence_length"]) == ("heads", "flops", 32)
+
+
+def test_bad_structure_input_is_one_line(tiny_model, neuron_scores, tmp_path):
+    payload = json.loads(neuron_scores.read_text())
+    del payload["neuron_importance"]
+    heads_only = tmp_path / "heads_only.json"
+    heads_only.write_text(json.dumps(payload))
+    cases = [
+        (["--structure", "ffn", "--importance", heads_only, "--importance-method", "fisher"],
+         f"--importance {heads_only} has no FFN neuron scores; estimate them with importance "
+         "--importance-structures heads,ffn"),
+        (["--structure", "ffn", "--orders", "fisher", "--fisher", heads_only],
+         f"--fisher {heads_only} has no FFN neuron scores; estimate them with importance --importance-method fisher "
+         "--importance-structures heads,ffn"),
+        (["--structure", "ffn", "--orders", "iterative"],
+         "--orders iterative: not an order of --structure ffn (importance, random, fisher)"),
+        (["--structure", "joint", "--orders", "fisher", "--x-axis", "units"],
+         "--structure joint prunes heads and neurons together: its x-axis is --x-axis flops"),
+        (["--structure", "ffn", "--scopes", "enc-enc"], "--scopes: for head curves only; --structure ffn prunes "
+                                                         "every FFN layer"),
+        (["--structure", "ffn", "--type-budget", "(8,12,10)"], "--type-budget: for head curves only; --structure "
+                                                               "ffn prunes every FFN layer"),
+    ]
+    for extra, message in cases:
+        result = prune(tiny_model, tmp_path / "out", *extra, check=False)
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.strip() == f"fairseq-headprune prune: error: {message}"
+        assert not (tmp_path / "out").exists()

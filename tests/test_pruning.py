@@ -145,3 +145,74 @@ def test_curves_average_random_draws():
     assert summary["bleu"] == pytest.approx(24.0) and summary["bleu_std"] == pytest.approx(4.0)
     assert summary["draws"] == 3 and summary["significant"] == 2 and summary["delta"] == pytest.approx(-6.0)
     assert count_masked(full_mask(DEMO)) == 0
+
+
+# ---- FFN neurons and the joint search, in steps of FLOPs (structure_curves.py) ------------------------------
+
+
+def tiny_flops():
+    """d = 4, d_h = 2, 3 positions: a head 88 FLOPs per token, a neuron 16; 2 attention layers of 2 heads, 2 FFN
+    layers of 5 neurons: 352 + 160 = 512."""
+    from fairseq_headprune.study.methods.search_costs import ffn_flops_costs, flops_costs, merge_costs
+
+    return merge_costs(flops_costs({"enc-enc": (2, 2)}, {"enc-enc": (4, 2)}, 3),
+                       ffn_flops_costs({"enc-ffn": (2, 5)}, {"enc-ffn": 4}))
+
+
+def test_flops_steps_equal_the_head_steps_for_equal_costs_and_follow_the_costs_otherwise():
+    from fairseq_headprune.study.methods.structure_curves import flops_step_counts
+
+    for total, step, largest in ((288, 10, 90), (96, 10, 90), (72, 10, 100), (24, 25, 50), (7, 30, 100)):
+        assert flops_step_counts([3.0] * total, step, largest) == step_counts(total, step, largest)
+    # uneven costs: each level is the fewest units whose FLOPs reach k * 25% of 10
+    assert flops_step_counts([4.0, 1.0, 1.0, 4.0], 25, 100) == [0, 1, 2, 4]
+    with pytest.raises(ValueError):
+        flops_step_counts([1.0], 0, 50)
+
+
+def test_ffn_curves_prune_neurons_by_normalised_importance_in_steps_of_ffn_flops():
+    from fairseq_headprune.study.methods.pruning import CurvePlan
+    from fairseq_headprune.study.methods.structure_curves import StructureScores, plan_structure_curves
+
+    scores = torch.tensor([[0.5, 0.1, 0.9, 0.3, 0.2], [4.0, 2.0, 1.0, 3.0, 5.0]], dtype=torch.float64)
+    plan = CurvePlan(["importance"], ["all"], step_percent=20, max_percent=60)
+    steps = plan_structure_curves("ffn", {"enc-enc": (2, 2)}, {"enc-ffn": (2, 5)}, tiny_flops(), plan,
+                                  StructureScores(neuron_importance={"enc-ffn": scores}), "units")
+    assert [s.pruned for s in steps] == [0, 2, 4, 6] and all(s.total == 10 for s in steps)
+    # by hand: scores / per-layer l2 norm (sqrt 1.2 and sqrt 55), ascending: .091 .135 .183 .270 .274 .405
+    order = [(1, 2), (0, 1), (0, 4), (1, 1), (0, 3), (1, 3)]
+    for step in steps[1:]:
+        masked = {(layer, n) for layer, n in (step.ffn_mask["enc-ffn"] == 0).nonzero().tolist()}
+        assert masked == set(order[:step.pruned])
+        assert count_masked(step.head_mask) == 0
+        assert step.percent == 100.0 * step.pruned / 10
+        assert step.flops_removed_percent == pytest.approx(100.0 * 16 * step.pruned / 512)
+    assert steps[0].ffn_mask is None and steps[0].config_name == mask_name(full_mask({"enc-enc": (2, 2)}))
+    assert steps[1].config_name.startswith(steps[0].config_name + ".ffn-")
+    on_flops = plan_structure_curves("ffn", {"enc-enc": (2, 2)}, {"enc-ffn": (2, 5)}, tiny_flops(), plan,
+                                     StructureScores(neuron_importance={"enc-ffn": scores}), "flops")
+    assert [s.percent for s in on_flops] == pytest.approx([0.0, 6.25, 12.5, 18.75])
+
+
+def test_joint_curves_search_each_level_of_all_flops():
+    from fairseq_headprune.study.methods.mask_search import fisher_search
+    from fairseq_headprune.study.methods.pruning import CurvePlan
+    from fairseq_headprune.study.methods.structure_curves import StructureScores, plan_structure_curves
+
+    generator = torch.Generator().manual_seed(2)
+    heads = {"enc-enc": torch.rand(2, 2, generator=generator, dtype=torch.float64)}
+    neurons = {"enc-ffn": torch.rand(2, 5, generator=generator, dtype=torch.float64) / 4}
+    plan = CurvePlan(["fisher"], ["all"], step_percent=30, max_percent=90)
+    steps = plan_structure_curves("joint", {"enc-enc": (2, 2)}, {"enc-ffn": (2, 5)}, tiny_flops(), plan,
+                                  StructureScores(fisher=heads, neuron_fisher=neurons), "flops")
+    assert len(steps) == 4 and steps[0].pruned == 0 and steps[0].percent == 0.0
+    for level, step in enumerate(steps[1:], start=1):
+        expected = fisher_search(heads, tiny_flops(), 512 * (1 - 0.3 * level), neurons)
+        assert torch.equal(step.head_mask["enc-enc"], expected.head_mask["enc-enc"])
+        kept = 512 * (1 - step.flops_removed_percent / 100)
+        assert kept == pytest.approx(expected.cost) and kept <= 512 * (1 - 0.3 * level) + 1e-9
+        assert step.percent == step.flops_removed_percent
+        assert step.pruned == step.heads_pruned + step.neurons_pruned and step.total == 14
+    with pytest.raises(Exception, match="not an order of --structure joint"):
+        plan_structure_curves("joint", {"enc-enc": (2, 2)}, {"enc-ffn": (2, 5)}, tiny_flops(),
+                              CurvePlan(["random"], ["all"]), StructureScores(), "flops")

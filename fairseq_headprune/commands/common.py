@@ -186,7 +186,8 @@ def add_curve_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of the importance-ordered pruning curve (prune and dynamics)."""
     parser.add_argument(
         "--step-percent", type=float, default=DEFAULT_STEP_PERCENT,
-        help=f"pruning step, in %% of the heads in scope pruned (default {DEFAULT_STEP_PERCENT:g})",
+        help=f"pruning step, in %% of the heads in scope pruned (prune --structure ffn, joint: of their layers' "
+        f"FLOPs) (default {DEFAULT_STEP_PERCENT:g})",
     )
     parser.add_argument(
         "--max-percent", type=float, default=DEFAULT_MAX_PERCENT,

@@ -2,7 +2,16 @@
 
 import argparse
 
-from ..constants import DEFAULT_DRAWS, DEFAULT_PRUNING_SEED, ORDERS, SCOPES
+from ..constants import (
+    DEFAULT_DRAWS,
+    DEFAULT_PRUNING_SEED,
+    DEFAULT_SEQUENCE_LENGTH,
+    ORDERS,
+    PRUNED_STRUCTURES,
+    SCOPES,
+    STRUCTURE_ORDERS,
+    X_AXES,
+)
 from ..errors import SettingsError
 from ..study.settings import PruneSettings, parse_choices
 from .common import (
@@ -40,6 +49,9 @@ def settings_from(args: argparse.Namespace) -> PruneSettings:
         tuning=tuning_settings(args),
         tune_orders=tune_orders,
         gate_masks=list(args.gate_masks or []),
+        structure=args.structure,
+        x_axis=args.x_axis,
+        sequence_length=args.sequence_length,
     )
 
 
@@ -52,11 +64,11 @@ def command_prune(args: argparse.Namespace) -> int:
         return 0
     label, column = settings.sweep.metric.label, settings.sweep.metric.column
     if outcome.curve_summary:
-        print(f"unpruned {label} {outcome.baseline_score:.2f} on {outcome.split}; {label} with x% of the heads pruned:")
+        print(f"unpruned {label} {outcome.baseline_score:.2f} on {outcome.split}; {label} with x% of {outcome.x_title}:")
         from ..study.methods.pruning import curve_orders
 
         width = max(10, *(len(r["order"]) for r in outcome.curve_summary))
-        for scope in settings.scopes:
+        for scope in outcome.curve_scopes:
             for order in curve_orders(r["order"] for r in outcome.curve_summary if r["scope"] == scope):
                 points = [r for r in outcome.curve_summary if r["scope"] == scope and r["order"] == order]
                 text = "  ".join(f"{r['percent']:.0f}%:{r[column]:.2f}" for r in points)
@@ -94,7 +106,11 @@ def add_parser(commands) -> None:
         "of each order with every mask tuned by least squares. Scopes: all heads together, or "
         "one attention type. --layer-budget / --type-budget add Budhraja et al.'s random "
         "configurations. Results are stored per mask as they finish: a rerun continues where "
-        "it stopped. Any other option is passed to fairseq-generate's parser (fairseq-validate's "
+        "it stopped. --structure ffn prunes FFN neurons instead, in steps of the FFN layers' FLOPs, by "
+        "their importance or Fisher scores (the importance file's neuron scores, or estimated), at random, or by "
+        "the search (fisher); --structure joint searches heads and neurons together at each level of the "
+        "attention and FFN layers' FLOPs. --x-axis flops draws any curve against the share of those FLOPs "
+        "removed. Any other option is passed to fairseq-generate's parser (fairseq-validate's "
         "for a classifier, fairseq-eval-lm's for a language model).",
     )
     add_study_inputs(prune)
@@ -108,6 +124,22 @@ def add_parser(commands) -> None:
         "--scopes", default="all", metavar="SCOPES",
         help=f"heads to prune, comma-separated, from {', '.join(SCOPES)}: all types together "
         "(Figure 3) or one type (Figure 4) (default: all)",
+    )
+    prune.add_argument(
+        "--structure", choices=PRUNED_STRUCTURES, default="heads",
+        help="what the curves prune: heads (default); ffn: FFN neurons, orders "
+        f"{', '.join(STRUCTURE_ORDERS['ffn'])}; joint: heads and neurons searched together, orders "
+        f"{', '.join(STRUCTURE_ORDERS['joint'])} (both: --scopes all, steps in %% of the structure's FLOPs)",
+    )
+    prune.add_argument(
+        "--x-axis", choices=X_AXES,
+        help="the curves' x-axis: units, the share of the heads (or neurons) pruned (default; not for joint), or "
+        "flops, the share of the attention and FFN layers' FLOPs per token removed (default for joint)",
+    )
+    prune.add_argument(
+        "--sequence-length", type=int, default=DEFAULT_SEQUENCE_LENGTH, metavar="N",
+        help=f"attended positions per token of the attention FLOPs, for FLOPs steps and axes (default "
+        f"{DEFAULT_SEQUENCE_LENGTH})",
     )
     add_curve_arguments(prune)
     prune.add_argument(

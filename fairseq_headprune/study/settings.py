@@ -37,6 +37,8 @@ from ..constants import (
     MODEL_FAMILIES,
     ORDERS,
     PRUNED_STRUCTURES,
+    STRUCTURE_ORDERS,
+    X_AXES,
     SCOPES,
     TRANSLATION_FAMILY,
 )
@@ -351,8 +353,12 @@ class PruneSettings:
     tuning: Optional[TuningSettings] = None  # --tune-masks: also every curve of tune_orders with tuned masks
     tune_orders: List[str] = field(default_factory=list)
     gate_masks: List[str] = field(default_factory=list)  # masks learned by headprune_gates: the gates order
+    structure: str = "heads"  # heads; ffn: FFN neurons by an order or searched; joint: heads and neurons searched
+    x_axis: Optional[str] = None  # units (heads or neurons pruned) or flops (layers' FLOPs removed); None: by structure
+    sequence_length: int = DEFAULT_SEQUENCE_LENGTH  # attended positions of the attention FLOPs (the flops axis)
 
     def __post_init__(self):
+        self._check_structure()
         if self.gate_masks and "gates" not in self.orders:
             self.orders = list(self.orders) + ["gates"]
         if "gates" in self.orders and not self.gate_masks:
@@ -374,6 +380,30 @@ class PruneSettings:
             raise SettingsError(f"--draws must be positive, got {self.draws}")
         if "ablation" in self.orders and not self.ablation_file:
             raise SettingsError("--orders ablation needs --ablation FILE (single.json of ablate --mode single)")
+
+    def _check_structure(self) -> None:
+        """FFN and joint curves: every FFN layer (scope all), their own orders, no head budgets, tuning or gates."""
+        if self.structure not in PRUNED_STRUCTURES:
+            raise SettingsError(f"--structure must be one of {', '.join(PRUNED_STRUCTURES)}")
+        if self.x_axis is None:
+            self.x_axis = "flops" if self.structure == "joint" else "units"
+        if self.x_axis not in X_AXES:
+            raise SettingsError(f"--x-axis must be one of {', '.join(X_AXES)}")
+        _positive(self.sequence_length, "--sequence-length")
+        if self.structure == "heads":
+            return
+        what = f"--structure {self.structure}"
+        if self.x_axis == "units" and self.structure == "joint":
+            raise SettingsError(f"{what} prunes heads and neurons together: its x-axis is --x-axis flops")
+        unknown = [o for o in self.orders if o not in STRUCTURE_ORDERS[self.structure]]
+        if unknown:
+            raise SettingsError(f"--orders {unknown[0]}: not an order of {what} "
+                                f"({', '.join(STRUCTURE_ORDERS[self.structure])})")
+        for given, option in ((self.scopes != ["all"], "--scopes"), (self.layer_budgets, "--layer-budget"),
+                              (self.type_budgets, "--type-budget"), (self.tuning is not None, "--tune-masks"),
+                              (self.gate_masks, "--gate-masks")):
+            if given:
+                raise SettingsError(f"{option}: for head curves only; {what} prunes every FFN layer")
 
 
 @dataclass

@@ -21,7 +21,7 @@ from ...errors import HeadMaskError
 from ...modules.masked_ffn import ffn_layers, ffn_layout
 from ...modules.masked_multihead_attention import attention_modules, head_layout, install_masked_attention
 from ...modules.pruned_heads import shrink_attention
-from ...study.methods.search_costs import LATENCY_ENGINE, LatencyTable
+from ...study.methods.search_costs import LATENCY_ENGINE, LatencyTable, LayerCosts, ffn_flops_costs, flops_costs, merge_costs
 from ...study.settings import LatencySettings
 from ..runners.batches import model_device
 
@@ -47,6 +47,18 @@ def model_architecture(model) -> Dict[str, object]:
     architecture["ffn"] = {t: [layers_count, neurons, int(layers[(t, 0)].fc1.in_features)]
                            for t, (layers_count, neurons) in widths.items()}
     return architecture
+
+
+def model_flops(model, architecture, sequence_length: int, parts=("heads", "ffn")) -> LayerCosts:
+    """FLOPs per token of the model's attention layers (``heads``) and FFN layers (``ffn``)."""
+    costs = []
+    if "heads" in parts:
+        costs.append(flops_costs(head_layout(model), {t: tuple(d) for t, d in architecture["dims"].items()},
+                                 sequence_length))
+    if "ffn" in parts and "ffn" in architecture:
+        shapes = architecture["ffn"]
+        costs.append(ffn_flops_costs({t: tuple(s[:2]) for t, s in shapes.items()}, {t: s[2] for t, s in shapes.items()}))
+    return merge_costs(*costs)
 
 
 def model_precision(model) -> str:

@@ -1,12 +1,13 @@
 """Pruning curves and random head budgets on a loaded model (Michel et al. 4.2, 5; Budhraja et al.).
 
-``run_prune`` decides every step's mask (``study.pruning.plan_curves``),
-estimating importance where an order needs it (``ImportanceStore``, resumable),
-translates all distinct masks in one resumable sweep (or, for a classifier or
-language model, scores them: accuracy or Matthews correlation, perplexity)
-and tests each against the unpruned model, then writes the tables and
-figures, with the metric's own column. ``dynamics`` calls it
-once per epoch checkpoint with the same settings.
+``run_prune`` decides every step's mask (``study.pruning.plan_curves``; FFN
+neurons and the joint search of heads and neurons in steps of FLOPs:
+``study.structure_curves``), estimating importance where an order needs it
+(``ImportanceStore``, resumable), translates all distinct masks in one
+resumable sweep (or, for a classifier or language model, scores them:
+accuracy or Matthews correlation, perplexity) and tests each against the
+unpruned model, then writes the tables and figures, with the metric's own
+column. ``dynamics`` calls it once per epoch checkpoint with the same settings.
 """
 
 import dataclasses
@@ -37,12 +38,29 @@ from ...study.methods.pruning import (
     given_mask_steps,
     tuned_steps,
 )
+from ...study.methods.structure_curves import (
+    FLOPS_AXIS_TITLE,
+    SHARED_COLUMNS,
+    StructureScores,
+    StructureStep,
+    axis_title,
+    flops_axis_steps,
+    markdown_structure_curves,
+    plan_structure_curves,
+)
 from ...study.settings import PruneSettings, SweepSettings
+from ...modules.masked_ffn import current_ffn_mask, ffn_layout
 from ...modules.masked_multihead_attention import current_head_mask, head_layout
 from ..families import family_named
+from ..methods.latency import model_architecture, model_flops
 from ..methods.mask_sources import FISHER_DIR, FISHER_ORDERS, ImportanceStore, TuningStore, method_costs, read_gate_mask
 from ..runtime.ranks import current_ranks
 from ..sweeps.translation_sweep import table_caption, write_result_rows
+
+# neuron scores of the FFN curves: estimated with the heads', stored apart from head-only estimates
+NEURON_IMPORTANCE_DIR = "importance-ffn"
+NEURON_FISHER_DIR = "importance-fisher-ffn"
+
 
 @dataclass
 class PruneOutcome:
@@ -56,6 +74,8 @@ class PruneOutcome:
     curve_files: List[str] = field(default_factory=list)  # written for the curves, relative to OUT
     budget_files: str = ""  # written for the budgets
     method_costs: Dict[str, Dict[str, object]] = field(default_factory=dict)  # per order: seconds, sentences
+    curve_scopes: List[str] = field(default_factory=list)  # the curves' scopes (ffn, joint: the structure's)
+    x_title: str = "the heads pruned"  # what the curves' x% is a share of
 
 
 def run_prune(settings: PruneSettings) -> Optional[PruneOutcome]:
@@ -74,7 +94,57 @@ def run_prune(settings: PruneSettings) -> Optional[PruneOutcome]:
     # a file for another model fails before any work
     given = _given_importance(settings, layout)
     base_mask = current_head_mask(model)
-    os.makedirs(sweep_settings.out_dir, exist_ok=True)
+    plan = CurvePlan(settings.orders, settings.scopes, normalize=not settings.curve.raw_importance,
+                     step_percent=settings.curve.step_percent, max_percent=settings.curve.max_percent,
+                     draws=settings.draws, seed=settings.pruning_seed)
+    flops = None
+    if settings.structure != "heads" or settings.x_axis == "flops":
+        flops = model_flops(model, model_architecture(model), settings.sequence_length)
+    tuning_store = None
+    if settings.structure == "heads":
+        os.makedirs(sweep_settings.out_dir, exist_ok=True)
+        steps, store, fisher_store, tuning_store = _head_curve_steps(
+            settings, (family, cfg, task, model), plan, given, ablation_rows, base_mask)
+        if flops is not None:
+            steps = _on_flops_axis(steps, flops)
+    else:
+        structure_scores, store, fisher_store = _structure_scores(settings, family, cfg, task, model, base_mask)
+        os.makedirs(sweep_settings.out_dir, exist_ok=True)
+        steps = plan_structure_curves(settings.structure, layout, ffn_layout(model), flops, plan, structure_scores,
+                                      settings.x_axis)
+    budget_draws = plan_budgets(budgets, layout, settings.pruning_seed, settings.draws)
+
+    configs = {BASELINE: baseline_config()}
+    for step in steps:
+        tuning = step.tuning if step.tuning is not None and step.tuning.layers else None
+        ffn_mask = step.ffn_mask if isinstance(step, StructureStep) else None
+        configs.setdefault(step.config_name, HeadConfig(step.config_name, step.head_mask, tuning=tuning,
+                                                        ffn_mask=ffn_mask))
+    for head_mask in [mask for _, _, mask in budget_draws]:
+        configs.setdefault(mask_name(head_mask), HeadConfig(mask_name(head_mask), head_mask))
+    split = sweep_settings.gen_subset
+    sweep = family.open_split_sweep(sweep_settings, cfg, task, model, split, split, sweep_settings.references)
+    translated = sweep.run(list(configs.values()), base_mask)
+    if not current_ranks().is_main:
+        return None  # rank 0 tests and writes
+    baseline, rows = sweep.compare(translated, list(configs.values()))
+    by_config = {row["config"]: sweep.result_columns(row) for row in rows}  # a step's columns in the metric
+    record = dict(sweep.settings_record(baseline), **_study_record(settings, store, fisher_store, tuning_store, steps))
+    outcome = PruneOutcome(split, sweep.baseline_score(baseline), method_costs=record["method_costs"],
+                           curve_scopes=_curve_scopes(settings))
+    if flops is not None:
+        outcome.x_title = FLOPS_AXIS_TITLE if settings.x_axis == "flops" else "the FFN neurons pruned"
+    if steps:
+        _write_curves(settings, steps, by_config, record, outcome)
+    if budget_draws:
+        _write_budgets(settings, layout, budget_draws, by_config, record, outcome)
+    return outcome
+
+
+def _head_curve_steps(settings: PruneSettings, loaded, plan: CurvePlan, given, ablation_rows, base_mask):
+    """The head curves' steps (tuned ones too); the importance, Fisher and tuning stores they used."""
+    family, cfg, task, model = loaded
+    layout, sweep_settings = head_layout(model), settings.sweep
     needs_store = "iterative" in settings.orders or ("importance" in settings.orders and given is None)
     store = (
         ImportanceStore(family, sweep_settings, settings.curve.importance, cfg, task, model, base_mask)
@@ -87,10 +157,6 @@ def run_prune(settings: PruneSettings) -> Optional[PruneOutcome]:
         return store.importance(pruning_mask(layout, pruned), description)
 
     fisher, fisher_store = _fisher_scores(settings, family, cfg, task, model, base_mask)
-
-    plan = CurvePlan(settings.orders, settings.scopes, normalize=not settings.curve.raw_importance,
-                     step_percent=settings.curve.step_percent, max_percent=settings.curve.max_percent,
-                     draws=settings.draws, seed=settings.pruning_seed)
     scores = CurveScores(importance_of, ablation_rows, f"--ablation {settings.ablation_file}",
                          higher_is_better=sweep_settings.metric.higher_is_better, fisher=fisher)
     steps = plan_curves(layout, plan, scores)
@@ -100,32 +166,68 @@ def run_prune(settings: PruneSettings) -> Optional[PruneOutcome]:
     if settings.tuning is not None:
         tuning_store = TuningStore(sweep_settings, settings.tuning, task, model, base_mask)
         steps += _tuned_steps(steps, settings.tune_orders, tuning_store)
-    budget_draws = plan_budgets(budgets, layout, settings.pruning_seed, settings.draws)
+    return steps, store, fisher_store, tuning_store
 
-    configs = {BASELINE: baseline_config()}
-    for step in steps:
-        tuning = step.tuning if step.tuning is not None and step.tuning.layers else None
-        configs.setdefault(step.config_name, HeadConfig(step.config_name, step.head_mask, tuning=tuning))
-    for head_mask in [mask for _, _, mask in budget_draws]:
-        configs.setdefault(mask_name(head_mask), HeadConfig(mask_name(head_mask), head_mask))
-    split = sweep_settings.gen_subset
-    sweep = family.open_split_sweep(sweep_settings, cfg, task, model, split, split, sweep_settings.references)
-    translated = sweep.run(list(configs.values()), base_mask)
-    if not current_ranks().is_main:
-        return None  # rank 0 tests and writes
-    baseline, rows = sweep.compare(translated, list(configs.values()))
-    by_config = {row["config"]: sweep.result_columns(row) for row in rows}  # a step's columns in the metric
-    record = dict(sweep.settings_record(baseline), **_study_record(settings, store, fisher_store, tuning_store, steps))
-    outcome = PruneOutcome(split, sweep.baseline_score(baseline), method_costs=record["method_costs"])
-    if steps:
-        _write_curves(settings, steps, by_config, record, outcome)
-    if budget_draws:
-        _write_budgets(settings, layout, budget_draws, by_config, record, outcome)
-    return outcome
+
+def _curve_scopes(settings: PruneSettings) -> List[str]:
+    return list(settings.scopes) if settings.structure == "heads" else [settings.structure]
+
+
+def _on_flops_axis(steps: Sequence[PruneStep], flops) -> List[StructureStep]:
+    """Head curves placed on the FLOPs axis (their tunings kept)."""
+    placed = flops_axis_steps(steps, flops)
+    for new, old in zip(placed, steps):
+        new.tuning = old.tuning
+    return placed
+
+
+def _structure_scores(settings: PruneSettings, family, cfg, task, model, base_mask):
+    """Neuron scores of the FFN and joint curves: from --importance / --fisher or estimated (stored); the stores."""
+    if current_ffn_mask(model) is not None:
+        raise StudyError(f"{settings.sweep.checkpoint} has FFN neurons masked; prune FFN neurons of the full model")
+    layout, shapes = head_layout(model), dict(ffn_layout(model))
+    scores, store, fisher_store = StructureScores(), None, None
+    if "importance" in settings.orders:
+        given = _given_result(settings, layout)
+        if given is None:
+            neuron_settings = dataclasses.replace(settings.curve.importance, neurons=True)
+            store = ImportanceStore(family, settings.sweep, neuron_settings, cfg, task, model, base_mask,
+                                    NEURON_IMPORTANCE_DIR)
+            given = store.result(pruning_mask(layout, []), "importance")
+        scores.neuron_importance = _neuron_scores(given, f"--importance {settings.importance_file}", shapes,
+                                                  "importance --importance-structures heads,ffn")
+    if any(order.startswith("fisher") for order in settings.orders):
+        if settings.fisher_file:
+            result = read_fisher_file(settings.fisher_file, layout)
+        else:
+            fisher_settings = dataclasses.replace(settings.curve.importance, method="fisher", neurons=True)
+            fisher_store = ImportanceStore(family, settings.sweep, fisher_settings, cfg, task, model, base_mask,
+                                           NEURON_FISHER_DIR)
+            result = fisher_store.result(pruning_mask(layout, []), "Fisher information")
+        scores.neuron_fisher = _neuron_scores(result, f"--fisher {settings.fisher_file}", shapes,
+                                              "importance --importance-method fisher --importance-structures heads,ffn")
+        scores.fisher, scores.fisher_blocks = result.importance, result.fisher_blocks
+    return scores, store, fisher_store
+
+
+def _neuron_scores(result, source: str, shapes, remedy: str):
+    """The neuron scores of an importance result; a file without them (or of another model) is named."""
+    if result.neuron_importance is None:
+        raise ResultFileError(f"{source} has no FFN neuron scores; estimate them with {remedy}")
+    found = {t: tuple(s.shape) for t, s in result.neuron_importance.items()}
+    if found != shapes:
+        raise ResultFileError(f"{source} scores the FFN neurons of another model ({found}, not {shapes})")
+    return result.neuron_importance
 
 
 def _given_importance(settings: PruneSettings, layout):
     """The scores of ``--importance FILE`` (None without one): the first step's ranking."""
+    given = _given_result(settings, layout)
+    return None if given is None else given.importance
+
+
+def _given_result(settings: PruneSettings, layout):
+    """``--importance FILE`` read and checked (None without one)."""
     if not settings.importance_file:
         return None
     try:
@@ -138,7 +240,7 @@ def _given_importance(settings: PruneSettings, layout):
             f"--importance {settings.importance_file} holds {given.method} scores, "
             f"but --importance-method is {method}"
         )
-    return given.importance
+    return given
 
 
 def _fisher_scores(settings: PruneSettings, family, cfg, task, model, base_mask):
@@ -168,7 +270,7 @@ def _tuned_steps(steps: Sequence[PruneStep], tune_orders, tuning_store: TuningSt
 
 def _study_record(settings: PruneSettings, store, fisher_store, tuning_store, steps) -> Dict[str, object]:
     """What the result files record of the study's settings and the cost of its mask sources."""
-    return {
+    record = {
         "orders": list(settings.orders),
         "scopes": list(settings.scopes),
         "step_percent": settings.curve.step_percent,
@@ -187,6 +289,9 @@ def _study_record(settings: PruneSettings, store, fisher_store, tuning_store, st
         "tuning": None if tuning_store is None else dict(tuning_store.identity, orders=list(settings.tune_orders)),
         "method_costs": method_costs(settings, store, fisher_store, tuning_store, steps),
     }
+    if settings.structure != "heads" or settings.x_axis == "flops":
+        record.update(structure=settings.structure, x_axis=settings.x_axis, sequence_length=settings.sequence_length)
+    return record
 
 
 def _axis_label(sweep: SweepSettings) -> str:
@@ -202,24 +307,28 @@ def _write_curves(settings: PruneSettings, steps: Sequence[PruneStep], by_config
     from ...study.output.plots import plot_pruning_curves
 
     out = settings.sweep.out_dir
-    for scope in settings.scopes:
+    for scope in outcome.curve_scopes:
         rows = []
         for step in (s for s in steps if s.scope == scope):
             row = {
                 "scope": step.scope, "order": step.order, "draw": step.draw, "step": step.step,
                 "pruned": step.pruned, "total": step.total, "percent": step.percent,
             }
+            if isinstance(step, StructureStep):
+                row.update(step.columns())
             row.update(by_config[step.config_name])
             rows.append(row)
         write_result_rows(os.path.join(out, f"prune_steps.{scope}"), rows, record)
         outcome.step_rows += rows
         column = settings.sweep.metric.column
-        summary = summarize_curves(rows, column)
+        structured = "x_axis" in rows[0]
+        summary = summarize_curves(rows, column, SHARED_COLUMNS if structured else ())
         outcome.curve_summary += summary
         write_result_rows(os.path.join(out, f"prune_curves.{scope}"), summary, record)
         plot_pruning_curves(
             summary, scope, outcome.baseline_score, os.path.join(out, f"prune_curves.{scope}.png"),
             _axis_label(settings.sweep), column=column, metric_label=settings.sweep.metric.label,
+            xlabel=axis_title(scope, settings.x_axis, rows[0]["total"]) if structured else None,
         )
         outcome.curve_files.append(f"prune_curves.{scope}.{{tsv,json,png}} prune_steps.{scope}.{{tsv,json}}")
     outcome.curve_files += _write_combined_curves(settings.sweep, outcome.baseline_score)
@@ -239,13 +348,17 @@ def _write_combined_curves(sweep: SweepSettings, baseline_score: float) -> List[
     from ...study.output.plots import plot_pruning_by_type
 
     out, metric = sweep.out_dir, sweep.metric
-    summary = [row for scope in SCOPES for row in curves_of(out, scope)]
+    summary = [row for scope in SCOPES + ("ffn", "joint") for row in curves_of(out, scope)]
+    structured = [row for row in summary if "x_axis" in row]  # FFN, joint and FLOPs-axis curves
+    summary = [row for row in summary if "x_axis" not in row]
+    what = "heads are pruned" if not structured else "heads or FFN neurons are pruned"
     caption = table_caption(
-        sweep, f"{metric.label} as more and more heads are pruned (random: mean ± std over its draws)",
-        sweep.gen_subset,
+        sweep, f"{metric.label} as more and more {what} (random: mean ± std over its draws)", sweep.gen_subset,
     )
-    write_text(markdown_curves(summary, baseline_score, caption, metric.column, metric.label),
-               os.path.join(out, "prune_curves.md"))
+    text = markdown_curves(summary, baseline_score, caption, metric.column, metric.label)
+    if structured:
+        text += markdown_structure_curves(structured, baseline_score, metric.column, metric.label)
+    write_text(text, os.path.join(out, "prune_curves.md"))
     written = ["prune_curves.md"]
     types = {r["scope"] for r in summary if r["scope"] != "all"}
     if types:

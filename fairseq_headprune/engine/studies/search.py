@@ -27,10 +27,7 @@ from ...study.methods.mask_tuning import MaskTuning, write_tuning
 from ...study.methods.search_costs import (
     LatencyTable,
     LayerCosts,
-    ffn_flops_costs,
-    flops_costs,
     head_count_costs,
-    merge_costs,
     parse_budget,
     read_latency_table,
     write_latency_table,
@@ -38,7 +35,13 @@ from ...study.methods.search_costs import (
 from ...study.output.files import write_json
 from ...study.settings import LatencySettings, SearchSettings
 from ..families import family_named, family_of_checkpoint
-from ..methods.latency import device_description, measure_latency_table, model_architecture, model_precision
+from ..methods.latency import (
+    device_description,
+    measure_latency_table,
+    model_architecture,
+    model_flops,
+    model_precision,
+)
 from ..methods.mask_tuning import tune_mask, tuning_samples
 from ..runners.batches import model_device
 
@@ -98,18 +101,6 @@ def layer_costs(settings: SearchSettings, model) -> LayerCosts:
         raise ResultFileError(f"--latency-table {settings.latency_table} times no FFN layers; measure them with "
                               "the latency command")
     return table.costs(parts)
-
-
-def model_flops(model, architecture, sequence_length: int, parts=("heads", "ffn")) -> LayerCosts:
-    """FLOPs per token of the model's attention layers (``heads``) and FFN layers (``ffn``)."""
-    costs = []
-    if "heads" in parts:
-        costs.append(flops_costs(head_layout(model), {t: tuple(d) for t, d in architecture["dims"].items()},
-                                 sequence_length))
-    if "ffn" in parts and "ffn" in architecture:
-        shapes = architecture["ffn"]
-        costs.append(ffn_flops_costs({t: tuple(s[:2]) for t, s in shapes.items()}, {t: s[2] for t, s in shapes.items()}))
-    return merge_costs(*costs)
 
 
 def _fisher(settings: SearchSettings, family, cfg, task, model, seconds):

@@ -15,6 +15,7 @@ from typing import Dict, Optional, Sequence
 from ...errors import StudyError
 from ...study.methods.ablation import HeadConfig
 from ...study.output.files import first_difference, remove_stale_temporaries, write_json
+from ...modules.masked_ffn import ffn_mask_applied
 from ...study.masks.head_mask import HeadMask, combine_masks
 from ..methods.mask_tuning import tuning_folded
 
@@ -95,12 +96,16 @@ def run_sweep(
     todo = [c for c in configs if c.name not in stored]
     # the unmasked baseline runs alone (fairseq's fused attention path, as fairseq-generate);
     # masked configurations run configs_per_batch at a time
-    chunks = [[c] for c in todo if c.head_mask is None and base_mask is None]
+    chunks = [[c] for c in todo if c.head_mask is None and base_mask is None and c.ffn_mask is None]
     # a tuned mask changes the output projections' weights: it runs alone, with them folded in
-    chunks += [[c] for c in todo if c.tuning is not None]
-    masked = [c for c in todo if not (c.head_mask is None and base_mask is None) and c.tuning is None]
+    chunks += [[c] for c in todo if c.tuning is not None and c.ffn_mask is None]
+    masked = [c for c in todo if not (c.head_mask is None and base_mask is None) and c.tuning is None
+              and c.ffn_mask is None]
     size = max(1, configs_per_batch)
     chunks += [masked[i:i + size] for i in range(0, len(masked), size)]
+    # batches carry per-row head masks only: a configuration that masks FFN neurons runs alone, its neuron
+    # mask set on the model
+    chunks += [[c] for c in todo if c.ffn_mask is not None]
     chunks = ranks.share(chunks)
     # stored configurations count as done; each rank's bar shows its own share of the rest
     bar = tqdm(
@@ -109,8 +114,9 @@ def run_sweep(
     )
     try:
         for chunk in chunks:
-            tuned = chunk[0].tuning
-            with contextlib.nullcontext() if tuned is None else tuning_folded(runner.model, tuned):
+            tuned, ffn_mask = chunk[0].tuning, chunk[0].ffn_mask
+            with contextlib.nullcontext() if tuned is None else tuning_folded(runner.model, tuned), \
+                    contextlib.nullcontext() if ffn_mask is None else ffn_mask_applied(runner.model, ffn_mask):
                 outputs = runner.run_many([combine_masks(base_mask, c.head_mask) for c in chunk])
             for config, output in zip(chunk, outputs):
                 result = result_type(name=config.name, spec=config.spec, labels=config.labels, **vars(output))

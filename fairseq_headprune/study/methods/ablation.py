@@ -39,6 +39,7 @@ class HeadConfig:
     layer: Optional[int] = None  # 1-based, as in the paper's tables
     head: Optional[int] = None
     tuning: Optional[object] = None  # a mask_tuning.MaskTuning whose scales and corrections apply with the mask
+    ffn_mask: Optional[Dict[str, object]] = None  # FFN neurons masked too (per FFN type, layers x neurons)
 
     @property
     def labels(self) -> Dict[str, object]:

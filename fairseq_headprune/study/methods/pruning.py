@@ -372,9 +372,13 @@ def _summarize(rows, keys: Sequence[str], shared: Sequence[str], column: str = "
     return summary
 
 
-def summarize_curves(rows: Sequence[Dict[str, object]], column: str = "bleu") -> List[Dict[str, object]]:
-    """One row per (scope, order, step): the score's (``column``'s) mean and standard deviation over draws."""
-    return _summarize(rows, ("scope", "order", "step"), ("pruned", "total", "percent"), column)
+def summarize_curves(rows: Sequence[Dict[str, object]], column: str = "bleu", shared: Sequence[str] = ()
+                     ) -> List[Dict[str, object]]:
+    """One row per (scope, order, step): the score's (``column``'s) mean and standard deviation over draws.
+
+    ``shared``: more fields of the steps (the first draw's) kept in each row.
+    """
+    return _summarize(rows, ("scope", "order", "step"), ("pruned", "total", "percent") + tuple(shared), column)
 
 
 def summarize_budgets(rows: Sequence[Dict[str, object]], column: str = "bleu") -> List[Dict[str, object]]:

@@ -186,8 +186,9 @@ def _curve(axis, points, label: str, column: str = "bleu", **style) -> None:
 
 
 def plot_pruning_curves(summary, scope: str, baseline_bleu: float, path: str, ylabel: str, column: str = "bleu",
-                        metric_label: str = "BLEU") -> None:
-    """Figure 3 of the paper: the score (BLEU, or ``column``) against % of heads pruned, one line per order."""
+                        metric_label: str = "BLEU", xlabel: Optional[str] = None) -> None:
+    """Figure 3 of the paper: the score (BLEU, or ``column``) against % of heads pruned (or ``xlabel``), one line
+    per order."""
     from ..methods.pruning import curve_orders, order_title
 
     plt = _pyplot()
@@ -198,9 +199,11 @@ def plot_pruning_curves(summary, scope: str, baseline_bleu: float, path: str, yl
             label = order_title(order, metric_label) + (f" (mean ± std, {points[0]['draws']} draws)" if order == "random" else "")
             _curve(axis, points, label, column, **_order_style(order))
     axis.axhline(baseline_bleu, color="black", linestyle="--", linewidth=0.8, label="unpruned")
-    heads = next(r["total"] for r in summary if r["scope"] == scope)
-    what = "all heads" if scope == "all" else f"{TYPE_TITLES[scope]} heads"
-    axis.set_xlabel(f"% of {what} pruned ({heads} heads)")
+    if xlabel is None:
+        heads = next(r["total"] for r in summary if r["scope"] == scope)
+        what = "all heads" if scope == "all" else f"{TYPE_TITLES[scope]} heads"
+        xlabel = f"% of {what} pruned ({heads} heads)"
+    axis.set_xlabel(xlabel)
     axis.set_ylabel(ylabel)
     axis.set_xlim(left=0)
     axis.legend(fontsize=7)
