@@ -395,6 +395,8 @@ def test_bad_structure_input_is_one_line(tiny_model, neuron_fisher, tmp_path):
         (["--structure", "joint"], "--structure joint prunes FFN neurons: a budget of heads cannot count them; "
                                    "use --cost flops or --cost latency"),
         (["--neuron-step", "4"], "--neuron-step is for --structure ffn or joint"),
+        (["--structure", "ffn", "--cost", "flops", "--uniform"],
+         "--uniform evens the heads kept per attention type: --structure heads or joint"),
         (["--structure", "ffn", "--cost", "flops", "--neuron-step", "0"], "--neuron-step must be positive, got 0"),
     ]
     for args, message in cases:

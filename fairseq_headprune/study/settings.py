@@ -305,6 +305,8 @@ class SearchSettings:
             self.importance = replace(self.importance, neurons=True)  # an estimate scores the neurons too
         elif self.neuron_step is not None:
             raise SettingsError("--neuron-step is for --structure ffn or joint")
+        if self.uniform and self.structure == "ffn":
+            raise SettingsError("--uniform evens the heads kept per attention type: --structure heads or joint")
         _positive(self.neuron_step, "--neuron-step")
         if (self.cost == "latency") != (self.latency_table is not None):
             raise SettingsError("--cost latency needs --latency-table FILE (from the latency command), "
