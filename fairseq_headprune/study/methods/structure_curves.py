@@ -141,7 +141,7 @@ def search_steps(structure: str, layout: HeadLayout, ffn_layout: FfnLayout, flop
     """Kwon et al.'s search at every level: ``k * step_percent``% of the structure's FLOPs removed (at most)."""
     types = FFN_TYPES if structure == "ffn" else ATTENTION_TYPES + FFN_TYPES
     costs = LayerCosts("flops", {b: c for b, c in flops.per_layer.items() if b[0] in types})
-    step_counts(1, plan.step_percent, plan.max_percent)
+    step_counts(1, plan.step_percent, plan.max_percent)  # the same checks of the percentages
     total_units = sum(layers * units for layers, units in ffn_layout.values())
     if structure == "joint":
         total_units += sum(layers * heads for layers, heads in layout.values())
@@ -153,7 +153,9 @@ def search_steps(structure: str, layout: HeadLayout, ffn_layout: FfnLayout, flop
             result = search_mask(scores.fisher, scores.fisher_blocks, costs, budget, order == "fisher-rearranged",
                                  neurons=scores.neuron_fisher)
             head_mask, ffn_mask = result.head_mask, result.ffn_mask
-        pruned = count_masked(head_mask) * (structure == "joint") + (0 if ffn_mask is None else count_masked_neurons(ffn_mask))
+        pruned = 0 if ffn_mask is None else count_masked_neurons(ffn_mask)
+        if structure == "joint":
+            pruned += count_masked(head_mask)
         steps.append(structure_point(structure, order, None, step, head_mask, ffn_mask, flops,
                                      (pruned, total_units), x_axis))
     return steps
