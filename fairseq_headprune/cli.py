@@ -12,6 +12,7 @@ from typing import List, Optional
 
 from .commands import (
     ablate,
+    compress,
     corpus,
     dynamics,
     export,
@@ -29,8 +30,8 @@ from .errors import DEBUG_VARIABLE, HeadPruneError, debugging
 from .version import __version__
 
 # in the order --help lists them
-COMMAND_MODULES = (corpus, mask, importance, shrink, export, ablate, significance, prune, search, dynamics, report,
-                   fairseq_commands)
+COMMAND_MODULES = (corpus, mask, importance, shrink, export, ablate, significance, prune, search, compress, dynamics,
+                   report, fairseq_commands)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,7 +65,9 @@ def _quiet_libraries() -> None:
     warnings.filterwarnings("ignore", message=r".*'pin_memory' argument is set as true")
     # fairseq's fused path hands torch a boolean padding mask beside a float causal mask (LMs)
     warnings.filterwarnings("ignore", message=r"Support for mismatched key_padding_mask and attn_mask")
-    for name in ("fairseq", "fairseq_headprune", "hydra", "matplotlib", "PIL"):
+    # fairseq's own warning about its use of torch's deprecated autocast, on every training step
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"fairseq(\.|$)")
+    for name in ("fairseq", "fairseq_cli", "fairseq_headprune", "hydra", "matplotlib", "PIL"):
         logging.getLogger(name).setLevel(logging.WARNING)
 
 

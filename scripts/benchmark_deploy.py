@@ -14,6 +14,8 @@ references) and how many hypotheses equal the fairseq model's of the same
 weights; the device, threads and versions. The compressed model is
 ``--compressed CKPT`` (a shrunk checkpoint) or the checkpoint with
 ``--head-mask``/``--ffn-mask`` removed by ``fairseq-headprune shrink``.
+The measurement is the engine's (``engine/methods/deployment.py``), the one
+``fairseq-headprune compress`` reports.
 
 usage: scripts/benchmark_deploy.py --data DATA_BIN --path CKPT
            (--compressed SHRUNK.pt | --head-mask SPEC [--ffn-mask SPEC])
@@ -24,11 +26,9 @@ usage: scripts/benchmark_deploy.py --data DATA_BIN --path CKPT
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 import warnings
 
 import torch
@@ -91,101 +91,58 @@ def prepare_models(args, work):
     return compressed, exported
 
 
+def print_table(rows, batch_size, subset, repeats):
+    """The rows of one batch size, as one table."""
+    batch_rows = [row for row in rows if row["batch_size"] == batch_size]
+    print(f"\nbatch size {batch_size}: {batch_rows[0]['sentences']} sentences of {subset}, {repeats} repeats")
+    print(f"{'system':<26} {'sent/s':>16} {'tok/s':>8} {'vs fairseq':>10} {'vs ct2 same':>11} {'BLEU':>6} "
+          f"{'same hyps':>10}")
+    for row in batch_rows:
+        vs_ct2, same = row["speedup_vs_ct2_unpruned_same_precision"], row["same_hypotheses"]
+        same = "" if same is None else f"{same}/{row['sentences']}"
+        print(f"{row['system']:<26} {row['sentences_per_second']:7.1f} ({row['sentences_per_second_min']:.1f}-"
+              f"{row['sentences_per_second_max']:.1f}) {row['tokens_per_second']:8.0f} "
+              f"{row['speedup_vs_fairseq_unpruned']:9.2f}x {'' if vs_ct2 is None else f'{vs_ct2:10.2f}x':>11} "
+              f"{row['bleu']:6.2f} {same:>10}")
+
+
 def main():
     args = parse_args()
     torch.set_num_threads(args.threads)
-    import ctranslate2
-    import sacrebleu
 
     from fairseq_headprune import cli
     from fairseq_headprune.engine.checkpoints.loading import load_generation_model
-    from fairseq_headprune.engine.runners.batches import split_batches
-    from fairseq_headprune.engine.runners.translator import translate_batches
-    from fairseq_headprune.version import __version__
+    from fairseq_headprune.engine.methods.deployment import (
+        DecodingOptions,
+        deployment_environment,
+        measure_translation_speed,
+    )
+    from fairseq_headprune.study.methods.compression import DeploymentSettings
 
     cli._quiet_libraries()
     work = args.work or tempfile.mkdtemp(prefix="benchmark-deploy-")
     os.makedirs(work, exist_ok=True)
     compressed, exported = prepare_models(args, work)
-    options = ["--beam", str(args.beam), "--lenpen", "1"]
-    cfg, task, unpruned = load_generation_model(args.data, args.path, options, cpu=not args.cuda)
-    _, shrunk_task, shrunk = load_generation_model(args.data, compressed, options, cpu=not args.cuda)
-    device = "cuda" if args.cuda else "cpu"
-    translators = {key: ctranslate2.Translator(path, device=device, intra_threads=args.threads, inter_threads=1)
-                   for key, path in exported.items()}
-    source_dictionary, target_dictionary = task.source_dictionary, task.target_dictionary
-
-    def words(dictionary, ids):
-        return [dictionary[i] for i in ids if i not in (dictionary.pad(), dictionary.eos())]
-
-    print(f"device: {device}, threads: {args.threads}; torch {torch.__version__}, ctranslate2 "
-          f"{ctranslate2.__version__}, fairseq-headprune {__version__}; beam {args.beam}, length penalty 1")
-    measurements = []
+    options = DecodingOptions(beam=args.beam, lenpen=1.0)
+    generation = ["--beam", str(args.beam), "--lenpen", "1"]
+    _, task, unpruned = load_generation_model(args.data, args.path, generation, cpu=not args.cuda)
+    _, shrunk_task, shrunk = load_generation_model(args.data, compressed, generation, cpu=not args.cuda)
+    device = torch.device("cuda" if args.cuda else "cpu")
+    environment = deployment_environment(device, args.threads)
+    print(f"device: {environment['device']}, threads: {args.threads}; torch {environment['torch']}, ctranslate2 "
+          f"{environment['ctranslate2']}, fairseq-headprune {environment['fairseq_headprune']}; beam {args.beam}, "
+          "length penalty 1")
+    settings = DeploymentSettings(batch_sizes=list(args.batch_sizes), sentences=args.sentences, repeats=args.repeats,
+                                  threads=args.threads, option_prefix="--")
+    rows = measure_translation_speed({"unpruned": (task, unpruned), "compressed": (shrunk_task, shrunk)}, exported,
+                                     args.subset, settings, options, device)
     for batch_size in args.batch_sizes:
-        dataset, batches = split_batches(task, args.subset, max_sentences=batch_size, limit=args.sentences)
-        samples = [dataset.collater([dataset[i] for i in batch]) for batch in batches]
-        if args.cuda:
-            from fairseq import utils
-
-            samples = [utils.move_to_cuda(s) for s in samples]
-        ids = [int(i) for s in samples for i in s["id"]]
-        sources = [[words(source_dictionary, row.tolist()) for row in s["net_input"]["src_tokens"]] for s in samples]
-        references = [" ".join(words(target_dictionary, dataset[i]["target"].tolist())) for i in ids]
-
-        def fairseq_run(model, run_task):
-            def run():
-                seconds, hypotheses = translate_batches(run_task, model, samples, args.beam)
-                return seconds, [" ".join(words(target_dictionary, h)) for h in hypotheses]
-            return run
-
-        def ct2_run(translator):
-            def run():
-                start = time.perf_counter()
-                hypotheses = []
-                for batch in sources:
-                    results = translator.translate_batch(batch, beam_size=args.beam, length_penalty=1.0,
-                                                         max_batch_size=len(batch), max_decoding_length=256)
-                    hypotheses += [" ".join(r.hypotheses[0]) for r in results]
-                return time.perf_counter() - start, hypotheses
-            return run
-
-        systems = {"fairseq unpruned": fairseq_run(unpruned, task), "fairseq compressed": fairseq_run(shrunk, shrunk_task)}
-        for (name, quantization), translator in translators.items():
-            systems[f"ct2 {name} {quantization}"] = ct2_run(translator)
-        outputs = {name: run()[1] for name, run in systems.items()}  # warm-up, and the hypotheses
-        seconds = {name: [] for name in systems}
-        names = list(systems)
-        for repeat in range(args.repeats):
-            for name in names[repeat % len(names):] + names[:repeat % len(names)]:  # a rotating order
-                seconds[name].append(systems[name]()[0])
-        tokens = {name: sum(len(h.split()) + 1 for h in hypotheses) for name, hypotheses in outputs.items()}
-        print(f"\nbatch size {batch_size}: {len(ids)} sentences of {args.subset}, {args.repeats} repeats")
-        print(f"{'system':<26} {'sent/s':>16} {'tok/s':>8} {'vs fairseq':>10} {'vs ct2 same':>11} {'BLEU':>6} "
-              f"{'same hyps':>10}")
-        base = statistics.median(seconds["fairseq unpruned"])
-        for name in names:
-            median = statistics.median(seconds[name])
-            rates = [len(ids) / s for s in seconds[name]]
-            same_weights = {"fairseq compressed": "fairseq compressed", "ct2 unpruned float32": "fairseq unpruned",
-                            "ct2 compressed float32": "fairseq compressed"}.get(name)
-            same = (sum(a == b for a, b in zip(outputs[name], outputs[same_weights])) if same_weights else None)
-            reference_ct2 = name.replace("compressed", "unpruned") if name.startswith("ct2 compressed") else None
-            vs_ct2 = statistics.median(seconds[reference_ct2]) / median if reference_ct2 else None
-            bleu = sacrebleu.corpus_bleu(outputs[name], [references], tokenize="none", force=True).score
-            row = {"batch_size": batch_size, "system": name, "seconds": seconds[name],
-                   "sentences_per_second": len(ids) / median, "tokens_per_second": tokens[name] / median,
-                   "speedup_vs_fairseq_unpruned": base / median, "speedup_vs_ct2_unpruned_same_precision": vs_ct2,
-                   "bleu": bleu, "same_hypotheses_as": same_weights, "same_hypotheses": same, "sentences": len(ids)}
-            measurements.append(row)
-            print(f"{name:<26} {len(ids) / median:7.1f} ({min(rates):.1f}-{max(rates):.1f}) "
-                  f"{tokens[name] / median:8.0f} {base / median:9.2f}x "
-                  f"{'' if vs_ct2 is None else f'{vs_ct2:10.2f}x':>11} {bleu:6.2f} "
-                  f"{'' if same is None else f'{same}/{len(ids)}':>10}")
+        print_table(rows, batch_size, args.subset, args.repeats)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as stream:
-            json.dump({"device": device, "threads": args.threads, "torch": torch.__version__,
-                       "ctranslate2": ctranslate2.__version__, "beam": args.beam, "path": os.path.abspath(args.path),
-                       "compressed": os.path.abspath(compressed), "rows": measurements}, stream, indent=1)
+            json.dump({**environment, "device": device.type, "device_description": environment["device"],
+                       "threads": args.threads, "beam": args.beam, "path": os.path.abspath(args.path),
+                       "compressed": os.path.abspath(compressed), "rows": rows}, stream, indent=1)
 
 
 if __name__ == "__main__":

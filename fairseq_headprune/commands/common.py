@@ -206,10 +206,14 @@ def curve_settings(args: argparse.Namespace) -> CurveSettings:
                          importance=importance_settings(args), raw_importance=args.raw_importance)
 
 
-def add_tuning_arguments(parser: argparse.ArgumentParser, tune_option_help: str, per_order: bool = True) -> None:
-    """Mask tuning by least squares: ``--tune-masks`` (a flag), and for prune ``--tune-orders ORDERS``."""
+def add_tuning_arguments(parser: argparse.ArgumentParser, tune_option_help: str, per_order: bool = True,
+                         switch: str = "--tune-masks") -> None:
+    """Mask tuning by least squares: ``--tune-masks`` (a flag), and for prune ``--tune-orders ORDERS``.
+
+    ``switch="--no-tune"``: tuning is on unless that flag is given (compress).
+    """
     group = parser.add_argument_group("mask tuning (Kwon et al. 2022, section 4.3)")
-    group.add_argument("--tune-masks", action="store_true", help=tune_option_help)
+    group.add_argument(switch, action="store_true", help=tune_option_help)
     if per_order:
         group.add_argument("--tune-orders", metavar="ORDERS",
                            help="with --tune-masks: the curves to draw tuned, comma-separated (default: every --orders)")
@@ -245,8 +249,8 @@ def add_tuning_arguments(parser: argparse.ArgumentParser, tune_option_help: str,
 
 
 def tuning_settings(args: argparse.Namespace) -> "TuningSettings | None":
-    """None unless --tune-masks was given."""
-    if not args.tune_masks:
+    """None unless --tune-masks was given (or, where tuning is the default, when --no-tune was)."""
+    if getattr(args, "no_tune", False) or not getattr(args, "tune_masks", True):
         return None
     return TuningSettings(
         subsets=list(args.tune_subset), limit=args.tune_limit, max_tokens=args.tune_max_tokens,

@@ -390,12 +390,15 @@ class SplitTranslator:
         }
 
 
-def translate_batches(task, model, batches, beam: int = 5):
-    """Seconds and best hypotheses (token ids) of fairseq's beam search over ``batches``."""
+def translate_batches(task, model, batches, beam: int = 5, generation=None):
+    """Seconds and best hypotheses (token ids) of fairseq's beam search over ``batches``.
+
+    ``generation``: fairseq's generation config (default: fairseq's defaults with ``beam``).
+    """
     import time
     from fairseq.dataclass.configs import GenerationConfig
 
-    generator = task.build_generator([model], GenerationConfig(beam=beam))
+    generator = task.build_generator([model], generation or GenerationConfig(beam=beam))
     hypotheses = []
     start = time.perf_counter()
     with torch.no_grad():

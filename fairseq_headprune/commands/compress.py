@@ -1,0 +1,146 @@
+"""``fairseq-headprune compress``: checkpoint to compressed, exported and evaluated model in one command."""
+
+import argparse
+import sys
+
+from ..study.methods.compression import (
+    DEFAULT_SPEED_BATCH_SIZES,
+    DEFAULT_SPEED_REPEATS,
+    DEFAULT_SPEED_SENTENCES,
+    FINETUNE_LR_SHARE,
+    FINETUNE_WARMUP_SHARE,
+    CompressSettings,
+    DeploymentSettings,
+    FinetuneSettings,
+    parse_target,
+)
+from ..study.settings import EXPORT_FORMATS, QUANTIZATIONS, SweepSettings
+from .common import (
+    add_device_arguments,
+    add_importance_arguments,
+    add_test_arguments,
+    add_tuning_arguments,
+    importance_settings,
+    test_settings,
+    tuning_settings,
+)
+
+
+def compress_settings(args: argparse.Namespace) -> CompressSettings:
+    from ..engine.checkpoints.info import checkpoint_family
+
+    target = parse_target(args.target)  # a bad target is named before the checkpoint is read
+    evaluation = SweepSettings(
+        data=args.data, checkpoint=args.path, out_dir=args.out_dir, gen_subset=args.gen_subset, bleu=args.bleu,
+        test=test_settings(args), cpu=args.cpu, progress=not args.no_progress,
+        generation_args=list(args.fairseq_args), family=checkpoint_family(args.path), metric_name=args.metric,
+    )
+    return CompressSettings(
+        evaluation=evaluation, target=target, importance=importance_settings(args, method="fisher"),
+        tuning=tuning_settings(args), latency_table=args.latency_table,
+        finetune=FinetuneSettings(args.finetune_updates, args.finetune_lr, args.finetune_warmup),
+        export_format=args.export, quantization=args.quantization,
+        deployment=DeploymentSettings(list(args.speed_batch_sizes), args.speed_sentences or None, args.repeats,
+                                      args.threads),
+    )
+
+
+def _print_stage(stage: str, status: str, seconds) -> None:
+    if status == "running":
+        print(f"{stage}\t...", flush=True)
+    elif status == "kept":
+        print(f"{stage}\tkept from an earlier run", flush=True)
+    else:
+        print(f"{stage}\tdone in {seconds:.1f} s", flush=True)
+
+
+def command_compress(args: argparse.Namespace) -> int:
+    from ..engine.studies.compress import run_compress
+
+    settings = compress_settings(args)
+    outcome = run_compress(settings, on_stage=_print_stage)
+    report = outcome.report
+    search, evaluation, parameters = report["search"], report["evaluation"], report["shrink"]["parameters"]
+    print(f"pruned\t{search['heads_pruned']} of {search['heads_total']} heads"
+          + (f", {search['neurons_pruned']} of {search['neurons_total']} FFN neurons" if search["neurons_total"] else "")
+          + f"; FLOPs kept {100.0 * search['flops']['kept'] / search['flops']['full']:.1f}%")
+    print(f"parameters\t{parameters['unpruned']} -> {parameters['compressed']} "
+          f"({1.0 - parameters['compressed'] / parameters['unpruned']:.1%} fewer)")
+    print(f"{evaluation['label']}\tunpruned {evaluation['unpruned']:.2f}, compressed {evaluation['compressed']:.2f} "
+          f"({evaluation['delta']:+.2f}, p = {evaluation['p_value']:.3g}) on {evaluation['split']}")
+    unit = "sent/s" if settings.family == "translation" else "examples/s"
+    for row in report["speed"]["rows"]:
+        speedup = row["speedup_vs_fairseq_unpruned"]
+        print(f"speed\tbatch {row['batch_size']}\t{row['system']}\t{row['sentences_per_second']:.1f} {unit}\t"
+              f"{speedup:.2f}x")
+    print(f"compressed\t{report['files']['checkpoint']}")
+    if report["files"]["exported"]:
+        print(f"exported\t{report['files']['exported']}")
+    print("wrote\t" + " ".join(outcome.files))
+    sys.stdout.flush()
+    return 0
+
+
+def add_parser(commands) -> None:
+    compress = commands.add_parser(
+        "compress",
+        help="checkpoint to smaller model in one command: Fisher search within a target, tuning, optional "
+        "fine-tuning, removal, export to CTranslate2, evaluated against the unpruned model (Kwon et al. 2022)",
+        description="Estimate the masks' Fisher information on a validation split, search the heads (and FFN "
+        "neurons) to keep within --target, tune the kept units by least squares, optionally fine-tune with the "
+        "pruned units held at zero, remove them for real (OUT/shrink/checkpoint.pt), optionally export to "
+        "CTranslate2 (OUT/export/compressed), then evaluate the compressed model against the unpruned one on "
+        "--gen-subset (BLEU, a classifier's accuracy or an LM's perplexity, with a paired test), count the "
+        "parameters and time the decoding of both in fairseq and CTranslate2. Writes OUT/report.md and "
+        "OUT/report.json. Each stage is written into its own subdirectory whole and skipped when there, so an "
+        "interrupted run resumes; a rerun with other settings is refused. Options it does not know go to "
+        "fairseq (--beam, --lenpen, --batch-size, --max-len-a/b ...).",
+    )
+    compress.add_argument("data", metavar="DATA", help="fairseq-preprocess output directory")
+    compress.add_argument("--path", required=True, metavar="CKPT", help="fairseq checkpoint (the unpruned model)")
+    compress.add_argument(
+        "--target", required=True, metavar="KIND=P%",
+        help="what the compressed model keeps, as a percentage of the unpruned model's: heads=50%% (half of the "
+        "heads; heads searched), flops=50%% (half of the attention and FFN layers' FLOPs per token; heads and "
+        "FFN neurons searched together) or latency=60%% (of their latency, from --latency-table)",
+    )
+    compress.add_argument("--out-dir", required=True, metavar="DIR",
+                          help="the run's directory (new, empty, or this run's: resumed)")
+    compress.add_argument("--gen-subset", default="test", metavar="SPLIT",
+                          help="split the two models are evaluated and timed on (default: test)")
+    compress.add_argument("--latency-table", metavar="FILE",
+                          help="for a latency target: the latency command's table for this model and device")
+    compress.add_argument("--metric", choices=("accuracy", "mcc"),
+                          help="classifier checkpoints: the metric reported and tested (default accuracy)")
+    finetune = compress.add_argument_group("fine-tuning with the pruned units held at zero (fairseq-train)")
+    finetune.add_argument(
+        "--finetune-updates", type=int, default=0, metavar="N",
+        help="fine-tune the tuned, masked model for N updates on the training split before removal, with the "
+        "checkpoint's own architecture, criterion, optimizer and batch size (default 0: none)",
+    )
+    finetune.add_argument("--finetune-lr", type=float, metavar="LR",
+                          help=f"its constant learning rate (default: {FINETUNE_LR_SHARE:g} of the checkpoint's)")
+    finetune.add_argument("--finetune-warmup", type=int, metavar="N",
+                          help=f"linear warm-up updates (default: {100 * FINETUNE_WARMUP_SHARE:g}%% of the updates)")
+    export = compress.add_argument_group("export")
+    export.add_argument("--export", choices=EXPORT_FORMATS,
+                        help="also write the compressed model (and, for the timing, the unpruned one) in this format")
+    export.add_argument("--quantization", choices=QUANTIZATIONS,
+                        help="weight type of the exported models (default: float32); the installed CTranslate2 must "
+                        "compute it on this device")
+    speed = compress.add_argument_group("decoding speed")
+    speed.add_argument("--speed-batch-sizes", type=int, nargs="+", default=list(DEFAULT_SPEED_BATCH_SIZES),
+                       metavar="N", help=f"batch sizes timed (default: {' '.join(map(str, DEFAULT_SPEED_BATCH_SIZES))})")
+    speed.add_argument("--speed-sentences", type=int, default=DEFAULT_SPEED_SENTENCES, metavar="N",
+                       help=f"first N sentences of --gen-subset timed (default {DEFAULT_SPEED_SENTENCES}; 0: all)")
+    speed.add_argument("--repeats", type=int, default=DEFAULT_SPEED_REPEATS, metavar="N",
+                       help=f"timed repeats per system, interleaved, after a warm-up (default {DEFAULT_SPEED_REPEATS})")
+    speed.add_argument("--threads", type=int, metavar="N",
+                       help="CPU threads of both engines while timing (default: torch's current setting)")
+    add_importance_arguments(compress.add_argument_group("Fisher information"), method=False)
+    add_tuning_arguments(compress, "skip mask tuning (by default the kept units' scales and bias corrections are "
+                         "fitted on --tune-subset and folded into the compressed weights)", per_order=False,
+                         switch="--no-tune")
+    add_test_arguments(compress)
+    add_device_arguments(compress)
+    compress.set_defaults(handler=command_compress, accepts_fairseq_args=True)

@@ -1,0 +1,171 @@
+"""Fine-tuning a pruned model with its structure held: fairseq-train in this process, on the plugin's task.
+
+The model trains as its checkpoint was trained (architecture, criterion,
+optimizer, batch size: the checkpoint's own saved configuration), on this
+data's training split, through the head-masking task of its family. It
+starts from ``write_masked_start``: the tuning (Kwon et al. 2022, section
+4.3) folded into the weights, the pruned heads and neurons masked and
+recorded in the model's config, as a checkpoint fine-tuned with
+``--head-mask``/``--ffn-mask`` records them. The task gets those masks as
+its options: the masked units' outputs are multiplied by 0 and their weights
+restored after every step (``tasks.masking``), so the structure the search
+chose is the one that trains, and the trained checkpoint records its masks
+and shrinks like any masked one. What changes from the saved configuration:
+the data and the task, ``--max-update N`` with no epoch limit, a constant
+learning rate after a linear warm-up (``FinetuneSettings``), no validation,
+one process, the optimizer, scheduler, meters and data loader reset
+(``--finetune-from-model``).
+"""
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from ...constants import CLASSIFIER_FAMILY, CLASSIFIER_TASK, LANGUAGE_MODEL_FAMILY, LANGUAGE_MODEL_TASK, TRANSLATION_TASK
+from ...errors import CheckpointError, HeadPruneError, StudyError, first_line
+from ...modules.model_config import FFN_MASK_KEY, HEAD_MASK_KEY, config_value, record_config_value
+from ...study.methods.compression import FinetuneSettings
+from ...study.methods.mask_tuning import read_tuning
+from ...study.output.files import atomic_path
+from ..checkpoints.info import load_checkpoint_state, model_config_object, state_ffn_layout, state_head_layout
+from ..checkpoints.state_dict import fold_tuning_into_state
+
+# the plugin's head-masking task of each family
+FAMILY_TASKS = {CLASSIFIER_FAMILY: CLASSIFIER_TASK, LANGUAGE_MODEL_FAMILY: LANGUAGE_MODEL_TASK}
+
+
+@dataclass
+class FinetuneOutcome:
+    """What ``finetune_held`` trained."""
+
+    checkpoint: str  # the trained checkpoint (masks recorded)
+    updates: int
+    seconds: float
+    lr: float
+    warmup: int
+    train_subset: str
+
+
+def write_masked_start(checkpoint: str, out: str, head_spec: Optional[str], ffn_spec: Optional[str],
+                       tuning_file: Optional[str] = None) -> None:
+    """``checkpoint`` with the tuning's scales and corrections folded in and the pruned units masked and recorded."""
+    state = load_checkpoint_state(checkpoint)
+    config = model_config_object(state)
+    if config is None:
+        raise CheckpointError(f"{checkpoint} has no model config (neither cfg nor args)")
+    if tuning_file is not None:
+        tuning = read_tuning(tuning_file, state_head_layout(state), state_ffn_layout(state))
+        fold_tuning_into_state(state["model"], tuning)
+    for key, spec in ((HEAD_MASK_KEY, head_spec), (FFN_MASK_KEY, ffn_spec)):
+        if spec is not None:
+            record_config_value(config, key, spec)
+    state["last_optimizer_state"] = None  # fine-tuning resets the optimizer
+    with atomic_path(out) as temporary:
+        torch.save(state, temporary)
+
+
+def training_config(start: str, data: str, save_dir: str, family: str, settings: FinetuneSettings, cpu: bool,
+                    progress: bool):
+    """fairseq's training config: the start checkpoint's own, with what the module docstring lists changed."""
+    from fairseq import checkpoint_utils
+    from omegaconf import open_dict
+
+    state = checkpoint_utils.load_checkpoint_to_cpu(start)
+    cfg = state["cfg"]
+    lr = settings.learning_rate(float(cfg.optimization.lr[0]))
+    warmup = settings.warmup_updates()
+    cpu = cpu or not torch.cuda.is_available()
+    with open_dict(cfg):
+        cfg.task._name = FAMILY_TASKS.get(family, TRANSLATION_TASK)
+        cfg.task.data = os.path.abspath(data)
+        # the start's recorded masks become the task's options: fairseq-train checks a dataclass model's
+        # config (transformer_lm) against its fields; the model built records them again
+        for key, option in ((HEAD_MASK_KEY, "head_mask"), (FFN_MASK_KEY, "ffn_mask")):
+            cfg.task[option] = config_value(cfg.model, key)
+            _forget(cfg.model, key)
+        checkpoint = cfg.checkpoint
+        checkpoint.save_dir = save_dir
+        checkpoint.finetune_from_model = os.path.abspath(start)
+        checkpoint.restore_file = "checkpoint_last.pt"
+        for flag in ("reset_optimizer", "reset_lr_scheduler", "reset_meters", "reset_dataloader", "no_save",
+                     "no_last_checkpoints"):
+            checkpoint[flag] = False
+        checkpoint.no_epoch_checkpoints = checkpoint.no_save_optimizer_state = True
+        checkpoint.save_interval_updates, checkpoint.keep_best_checkpoints = 0, -1
+        optimization = cfg.optimization
+        optimization.max_update, optimization.max_epoch, optimization.stop_time_hours = settings.updates, 0, 0.0
+        optimization.lr = [lr]
+        if cfg.optimizer is not None and "lr" in cfg.optimizer:
+            cfg.optimizer.lr = [lr]
+        cfg.lr_scheduler = {"_name": "fixed", "force_anneal": None, "lr_shrink": 0.1, "warmup_updates": warmup,
+                            "lr": [lr]}
+        cfg.dataset.disable_validation = True
+        cfg.dataset.num_workers = 0
+        common = cfg.common
+        common.cpu, common.user_dir, common.log_file = cpu, None, None
+        common.tensorboard_logdir, common.wandb_project, common.azureml_logging = None, None, False
+        common.log_format = "tqdm" if progress else "none"
+        if cpu:
+            common.fp16 = common.bf16 = common.memory_efficient_fp16 = common.memory_efficient_bf16 = common.amp = False
+        distributed = cfg.distributed_training
+        distributed.distributed_world_size, distributed.distributed_num_procs, distributed.nprocs_per_node = 1, 1, 1
+        distributed.distributed_rank, distributed.device_id, distributed.distributed_init_method = 0, 0, None
+        distributed.ddp_backend = "pytorch_ddp"
+    return cfg, lr, warmup
+
+
+def _forget(model_cfg, key: str) -> None:
+    """A key removed from a model config (DictConfig or old-format Namespace)."""
+    if hasattr(model_cfg, "pop"):
+        model_cfg.pop(key, None)
+    elif hasattr(model_cfg, key):
+        delattr(model_cfg, key)
+
+
+def _clear_task_masks(path: str) -> None:
+    """The trained checkpoint's task options without the masks (its model config records them).
+
+    Classifiers are loaded with their saved task settings, which would apply
+    the masks again once ``shrink`` has removed the units.
+    """
+    state = load_checkpoint_state(path)
+    task = (state.get("cfg") or {}).get("task")
+    if task is not None:
+        for option in ("head_mask", "ffn_mask"):
+            if option in task:
+                task[option] = None
+    with atomic_path(path) as temporary:
+        torch.save(state, temporary)
+
+
+def finetune_held(start: str, data: str, save_dir: str, family: str, settings: FinetuneSettings, cpu: bool = False,
+                  progress: bool = True) -> FinetuneOutcome:
+    """Train ``start`` (``write_masked_start``) for ``settings.updates`` updates with its recorded masks held;
+    the last checkpoint in ``save_dir``."""
+    from fairseq_cli import train
+
+    from ...registry import register_components
+
+    register_components()
+    cfg, lr, warmup = training_config(start, data, save_dir, family, settings, cpu, progress)
+    began = time.perf_counter()
+    try:
+        train.main(cfg)
+    except HeadPruneError:
+        raise
+    except FileNotFoundError as error:  # fairseq's reader of a missing split
+        raise StudyError(f"--finetune-updates: cannot train on {data} (split {cfg.dataset.train_subset!r}): "
+                         f"{first_line(error)}") from error
+    except Exception as error:  # fairseq-train raises assorted types
+        raise StudyError(f"--finetune-updates: fairseq-train failed: {first_line(error)}") from error
+    seconds = time.perf_counter() - began
+    trained = os.path.join(save_dir, "checkpoint_last.pt")
+    if not os.path.isfile(trained):
+        raise StudyError(f"--finetune-updates: fairseq-train wrote no checkpoint in {save_dir}")
+    _clear_task_masks(trained)
+    history = load_checkpoint_state(trained).get("optimizer_history") or [{}]
+    return FinetuneOutcome(trained, int(history[-1].get("num_updates", 0)), seconds, lr, warmup,
+                           str(cfg.dataset.train_subset))

@@ -1,0 +1,390 @@
+"""The ``compress`` command's work: a checkpoint to a compressed, exported and evaluated model, stage by stage.
+
+Kwon et al. (2022)'s post-training path, with this project's commands as
+its steps. Each stage writes one subdirectory of the output directory, built
+in ``NAME.partial`` and renamed when it is complete, with its record in
+``NAME/stage.json``; a stage whose directory exists is not run again, so an
+interrupted run resumes where it stopped:
+
+- ``fisher/``: the masks' Fisher information on the validation split (``importance --importance-method fisher``);
+- ``search/``: the mask within the target, rearranged and tuned (``search --tune-masks``);
+- ``finetune/``: optionally, N updates of fairseq-train with the pruned units held (``methods.finetune``);
+- ``shrink/``: the pruned units removed for real, the tuning folded in (``shrink``): the compressed checkpoint;
+- ``export/``: optionally, CTranslate2 models of the compressed and of the unpruned model (``export``);
+- ``evaluate/``: both models on the evaluation split, tested against each other (the studies' sweeps);
+- ``speed/``: decoding speed of both, in fairseq and CTranslate2 (``methods.deployment``).
+
+``OUT/compress.json`` records the run's settings: once a stage has
+finished, a rerun with other settings is refused. ``OUT/report.json`` and ``OUT/report.md`` are written
+from the stages' records at the end of every run.
+"""
+
+import dataclasses
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional
+
+import torch
+
+from ...constants import TRANSLATION_FAMILY
+from ...errors import SettingsError, StudyError
+from ...study.masks.ffn_mask import ffn_mask_to_spec
+from ...study.masks.head_mask import head_mask_to_spec
+from ...study.methods.ablation import BASELINE, HeadConfig, baseline_config
+from ...study.methods.compression import REPORT_FORMAT, STAGES, CompressSettings
+from ...study.output.compression_report import compression_report_markdown
+from ...study.output.files import file_sha256, first_difference, write_json, write_text
+from ...study.settings import ExportSettings, SearchSettings
+from ..checkpoints.info import load_checkpoint_state, state_head_layout
+from ..checkpoints.shrink import shrink_checkpoint
+from ..checkpoints.state_dict import state_parameter_counts
+from ..families import family_named
+from .export import check_quantization, run_export
+from .importance import importance_prefix, run_importance
+from .search import TUNING_FILE, run_search
+
+RECORD = "compress.json"
+STAGE_RECORD = "stage.json"
+REPORT_JSON, REPORT_MARKDOWN = "report.json", "report.md"
+PARTIAL = ".partial"
+CHECKPOINT = "checkpoint.pt"
+# on_stage(stage, status, seconds): status "running", "ran" or "kept"
+StageCallback = Callable[[str, str, Optional[float]], None]
+
+
+@dataclass
+class CompressOutcome:
+    """What ``run_compress`` did and found; ``report`` is OUT/report.json."""
+
+    report: Dict[str, object]
+    stages: Dict[str, str] = field(default_factory=dict)  # stage -> "ran" or "kept"
+    files: List[str] = field(default_factory=list)
+
+
+class _Stages:
+    """The stage directories of one run: built in NAME.partial, renamed whole, skipped when present."""
+
+    def __init__(self, out_dir: str, on_stage: Optional[StageCallback]):
+        self.out_dir, self.on_stage, self.status = out_dir, on_stage, {}
+
+    def path(self, stage: str, *parts: str) -> str:
+        return os.path.join(self.out_dir, stage, *parts)
+
+    def record(self, stage: str) -> Optional[Dict[str, object]]:
+        path = self.path(stage, STAGE_RECORD)
+        if not os.path.isfile(path):
+            return None
+        with open(path, encoding="utf-8") as stream:
+            return json.load(stream)
+
+    def run(self, stage: str, build: Callable[[str], Dict[str, object]], resumable: bool = False) -> None:
+        """``build(work_dir)`` returns the stage's record; ``resumable``: a partial directory is kept (sweeps).
+
+        Once a stage has run, the stages after it run again too: what they hold was made from what it replaced.
+        """
+        redone = "ran" in self.status.values()
+        if os.path.isfile(self.path(stage, STAGE_RECORD)) and not redone:
+            self.status[stage] = "kept"
+            self._tell(stage, "kept", None)
+            return
+        work = self.path(stage) + PARTIAL
+        if os.path.isdir(work) and (redone or not resumable):
+            shutil.rmtree(work)
+        os.makedirs(work, exist_ok=True)
+        self._tell(stage, "running", None)
+        start = time.perf_counter()
+        record = build(work)
+        seconds = time.perf_counter() - start
+        write_json({**record, "stage": stage, "seconds": seconds}, os.path.join(work, STAGE_RECORD), indent=1)
+        if os.path.isdir(self.path(stage)):
+            shutil.rmtree(self.path(stage))  # made from an earlier stage's outputs that were just replaced
+        os.replace(work, self.path(stage))
+        self.status[stage] = "ran"
+        self._tell(stage, "ran", seconds)
+
+    def _tell(self, stage, status, seconds) -> None:
+        if self.on_stage is not None:
+            self.on_stage(stage, status, seconds)
+
+
+def run_compress(settings: CompressSettings, on_stage: Optional[StageCallback] = None) -> CompressOutcome:
+    """Run (or resume) every stage, then write OUT/report.json and OUT/report.md."""
+    # what can be checked before anything is written
+    if not os.path.isdir(settings.data):
+        raise StudyError(f"data directory not found: {settings.data}")
+    if settings.latency_table is not None and not os.path.isfile(settings.latency_table):
+        raise StudyError(f"--latency-table file not found: {settings.latency_table}")
+    if settings.export_format is not None:
+        check_quantization(settings.quantization, settings.evaluation.cpu)
+    _open_out_dir(settings.out_dir, _identity(settings))
+    stages = _Stages(settings.out_dir, on_stage)
+    stages.run("fisher", lambda work: _fisher(settings, work))
+    stages.run("search", lambda work: _search(settings, stages, work))
+    if "finetune" in settings.stages:
+        stages.run("finetune", lambda work: _finetune(settings, stages, work))
+    stages.run("shrink", lambda work: _shrink(settings, stages, work))
+    if "export" in settings.stages:
+        stages.run("export", lambda work: _export(settings, stages, work))
+    stages.run("evaluate", lambda work: _evaluate(settings, stages, work), resumable=True)
+    stages.run("speed", lambda work: _speed(settings, stages, work))
+    report = _report(settings, stages)
+    files = [os.path.join(settings.out_dir, name) for name in (REPORT_JSON, REPORT_MARKDOWN)]
+    write_json(report, files[0], indent=1)
+    write_text(compression_report_markdown(report), files[1])
+    return CompressOutcome(report, dict(stages.status), files)
+
+
+def _identity(settings: CompressSettings) -> Dict[str, object]:
+    identity = settings.identity()
+    identity["checkpoint_sha256"] = file_sha256(settings.checkpoint) if os.path.isfile(settings.checkpoint) else None
+    if settings.latency_table and os.path.isfile(settings.latency_table):
+        identity["search"]["latency_table_sha256"] = file_sha256(settings.latency_table)
+    return identity
+
+
+def _open_out_dir(out_dir: str, identity: Dict[str, object]) -> None:
+    """Create the run's directory, or check that it holds this very run."""
+    record = os.path.join(out_dir, RECORD)
+    if os.path.isfile(record):
+        try:
+            with open(record, encoding="utf-8") as stream:
+                previous = json.load(stream)["identity"]
+        except (OSError, ValueError, KeyError) as error:
+            raise StudyError(f"{record} is not a compress record ({error}); use another --out-dir") from error
+        difference = first_difference(previous, identity)
+        finished = [stage for stage in STAGES if os.path.isfile(os.path.join(out_dir, stage, STAGE_RECORD))]
+        if difference is not None and finished:
+            raise StudyError(f"--out-dir {out_dir} holds a compress run of other settings ({difference}); "
+                             "use another --out-dir")
+        if difference is not None:  # a run that stopped before any stage finished: this one starts afresh
+            write_json({"identity": identity}, record, indent=1)
+        return
+    if os.path.isfile(out_dir) or (os.path.isdir(out_dir) and os.listdir(out_dir)):
+        raise SettingsError(f"--out-dir {out_dir} exists, is not empty and holds no compress run; nothing was written")
+    os.makedirs(out_dir, exist_ok=True)
+    write_json({"identity": identity}, record, indent=1)
+
+
+# ----------------------------------------------------------------------------- the stages
+
+
+def _fisher(settings: CompressSettings, work: str) -> Dict[str, object]:
+    evaluation = settings.evaluation
+    result = run_importance(settings.data, settings.checkpoint, settings.importance, work,
+                            fairseq_args=evaluation.generation_args, cpu=evaluation.cpu, progress=evaluation.progress)
+    return {"file": os.path.basename(importance_prefix(work)) + ".json", "subsets": list(settings.importance.subsets),
+            "sentences": int(result.settings.get("sentences", result.count)), "neurons": settings.importance.neurons}
+
+
+def _search(settings: CompressSettings, stages: _Stages, work: str) -> Dict[str, object]:
+    evaluation, target = settings.evaluation, settings.target
+    outcome = run_search(SearchSettings(
+        data=settings.data, checkpoint=settings.checkpoint, out_dir=work, budget=target.budget, cost=target.cost,
+        latency_table=settings.latency_table, fisher_file=stages.path("fisher", "importance.json"),
+        importance=settings.importance, tuning=settings.tuning, family=settings.family, cpu=evaluation.cpu,
+        progress=evaluation.progress, fairseq_args=list(evaluation.generation_args), structure=target.structure,
+    ))
+    result = outcome.result
+    if not outcome.pruned and not outcome.pruned_neurons:
+        raise StudyError(f"--target {target.text} prunes nothing from this model; keep less")
+    return {
+        "target": target.text, "structure": target.structure, "cost": target.cost,
+        "budget": result.budget, "unit": result.unit, "mask_cost": result.cost, "full_cost": outcome.costs.full_cost(),
+        "heads_pruned": outcome.pruned, "heads_total": outcome.total_heads,
+        "spec": head_mask_to_spec(result.head_mask) if outcome.pruned else None,
+        "neurons_pruned": outcome.pruned_neurons, "neurons_total": outcome.total_neurons,
+        "ffn_spec": ffn_mask_to_spec(result.ffn_mask) if outcome.pruned_neurons else None,
+        "flops": outcome.flops, "tuned": outcome.tuning is not None, "tuning_skipped": settings.tuning_skipped,
+        "tuning": None if outcome.tuning is None else {**outcome.tuning.summary(),
+                                                       "sentences": outcome.tuning.settings.get("sentences")},
+        "step_seconds": outcome.seconds,
+    }
+
+
+def _tuning_file(stages: _Stages) -> Optional[str]:
+    path = stages.path("search", TUNING_FILE)
+    return path if os.path.isfile(path) else None
+
+
+def _finetune(settings: CompressSettings, stages: _Stages, work: str) -> Dict[str, object]:
+    from ..methods.finetune import finetune_held, write_masked_start
+
+    search = stages.record("search")
+    tuning_file = _tuning_file(stages)
+    start = os.path.join(work, "start.pt")
+    write_masked_start(settings.checkpoint, start, search["spec"], search["ffn_spec"], tuning_file)
+    evaluation = settings.evaluation
+    outcome = finetune_held(start, settings.data, os.path.join(work, "train"), settings.family, settings.finetune,
+                            cpu=evaluation.cpu, progress=evaluation.progress)
+    os.replace(outcome.checkpoint, os.path.join(work, CHECKPOINT))
+    shutil.rmtree(os.path.join(work, "train"))
+    os.remove(start)
+    return {"checkpoint": CHECKPOINT, "updates": outcome.updates, "seconds_training": outcome.seconds,
+            "lr": outcome.lr, "warmup_updates": outcome.warmup, "lr_schedule": "fixed after a linear warm-up",
+            "train_subset": outcome.train_subset,
+            "start": "tuned" if tuning_file is not None else "masked"}
+
+
+def checkpoint_parameters(path: str) -> int:
+    """Parameters of a checkpoint (shared embeddings counted once)."""
+    state = load_checkpoint_state(path)
+    return int(state_parameter_counts(state["model"], state_head_layout(state))["total"])
+
+
+def _shrink(settings: CompressSettings, stages: _Stages, work: str) -> Dict[str, object]:
+    search = stages.record("search")
+    out = os.path.join(work, CHECKPOINT)
+    tuning_file = _tuning_file(stages)
+    if "finetune" in settings.stages:  # the tuning is in its weights, the masks are recorded
+        source = stages.path("finetune", CHECKPOINT)
+        outcome = shrink_checkpoint(source, out, search["spec"], None, search["ffn_spec"])
+    elif tuning_file is not None:
+        source = settings.checkpoint
+        outcome = shrink_checkpoint(source, out, None, tuning_file, None)
+    else:
+        source = settings.checkpoint
+        outcome = shrink_checkpoint(source, out, search["spec"], None, search["ffn_spec"])
+    write_text("\n".join(outcome.report) + "\n", os.path.join(work, "parameters.tsv"))
+    return {
+        "checkpoint": CHECKPOINT, "shrunk_from": os.path.abspath(source), "tuning_folded": tuning_file is not None,
+        "heads_removed": outcome.removed, "heads_total": outcome.total, "spec": outcome.spec,
+        "neurons_removed": outcome.removed_neurons, "neurons_total": outcome.total_neurons,
+        "neuron_spec": outcome.neuron_spec,
+        "parameters": {"unpruned": checkpoint_parameters(settings.checkpoint), "compressed": checkpoint_parameters(out)},
+        "report": outcome.report,
+    }
+
+
+def _export(settings: CompressSettings, stages: _Stages, work: str) -> Dict[str, object]:
+    evaluation = settings.evaluation
+    models = {"compressed": stages.path("shrink", CHECKPOINT)}
+    if settings.family == TRANSLATION_FAMILY:  # the unpruned model in CTranslate2: the speed's reference
+        models["unpruned"] = settings.checkpoint
+    record = {"format": settings.export_format, "quantization": None, "models": {}}
+    for name, checkpoint in models.items():
+        outcome = run_export(ExportSettings(
+            data=settings.data, checkpoint=checkpoint, out_dir=os.path.join(work, name), format=settings.export_format,
+            quantization=settings.quantization, cpu=evaluation.cpu, fairseq_args=list(evaluation.generation_args),
+        ))
+        record["quantization"] = outcome.quantization
+        record["models"][name] = {"dir": name, "num_heads": outcome.num_heads, "padded": outcome.padded,
+                                  "kept": outcome.kept}
+    return record
+
+
+def _evaluate(settings: CompressSettings, stages: _Stages, work: str) -> Dict[str, object]:
+    """Both models on the evaluation split, each in its own (resumable) sweep, compared by the paired test."""
+    evaluation = settings.evaluation
+    family = family_named(settings.family)
+    sweeps, scores = {}, {}
+    for weights, checkpoint in (("unpruned", settings.checkpoint), ("compressed", stages.path("shrink", CHECKPOINT))):
+        sweep_settings = dataclasses.replace(evaluation, checkpoint=checkpoint, out_dir=os.path.join(work, weights))
+        cfg, task, model = family.load(settings.data, checkpoint, sweep_settings.generation_args, cpu=evaluation.cpu)
+        sweep = family.open_split_sweep(sweep_settings, cfg, task, model, evaluation.gen_subset,
+                                        evaluation.gen_subset)
+        sweeps[weights], scores[weights] = sweep, sweep.run([baseline_config()], None)[BASELINE]
+    if len(scores["unpruned"].stats) != len(scores["compressed"].stats):
+        raise StudyError(f"the two models were scored on different sentences of {evaluation.gen_subset}")
+    compressed = dataclasses.replace(scores["compressed"], name="compressed")
+    baseline, rows = sweeps["unpruned"].compare({BASELINE: scores["unpruned"], "compressed": compressed},
+                                                [baseline_config(), HeadConfig("compressed", None)])
+    metric, row = evaluation.metric, rows[0]
+    return {
+        "metric": metric.name, "label": metric.label, "description": metric.description,
+        "higher_is_better": metric.higher_is_better, "split": evaluation.gen_subset, "sentences": len(baseline.stats),
+        "unpruned": sweeps["unpruned"].baseline_score(baseline), "compressed": row[metric.column],
+        "delta": row["delta"], "p_value": row["p_value"], "significant": row["significant"],
+        "ci_low": row["ci_low"], "ci_high": row["ci_high"], "test": evaluation.test.to_dict(),
+        **({"bleu_tokenized": {w: s.bleu for w, s in scores.items()},
+            "bleu_sacrebleu": {w: s.sacrebleu for w, s in scores.items()}}
+           if settings.family == TRANSLATION_FAMILY else {}),
+    }
+
+
+def _timed_model(family, settings: CompressSettings, checkpoint: str):
+    """(cfg, task, model) in the precision the evaluation translates in (--fp16, --bf16)."""
+    cfg, task, model = family.load(settings.data, checkpoint, settings.evaluation.generation_args,
+                                   cpu=settings.evaluation.cpu)
+    if cfg.common.fp16:
+        model.half()
+    elif cfg.common.bf16:
+        model.to(torch.bfloat16)
+    return cfg, task, model
+
+
+def _speed(settings: CompressSettings, stages: _Stages, work: str) -> Dict[str, object]:
+    from ..methods.deployment import (
+        DecodingOptions,
+        deployment_environment,
+        fairseq_scoring_system,
+        measure_translation_speed,
+        speed_rows,
+        time_interleaved,
+    )
+
+    evaluation, deployment = settings.evaluation, settings.deployment
+    family = family_named(settings.family)
+    device = torch.device("cuda" if torch.cuda.is_available() and not evaluation.cpu else "cpu")
+    previous_threads = torch.get_num_threads()
+    if deployment.threads:
+        torch.set_num_threads(deployment.threads)
+    try:
+        loaded = {weights: _timed_model(family, settings, checkpoint)
+                  for weights, checkpoint in (("unpruned", settings.checkpoint),
+                                              ("compressed", stages.path("shrink", CHECKPOINT)))}
+        options = None
+        if settings.family == TRANSLATION_FAMILY:
+            options = DecodingOptions.of_generation(loaded["unpruned"][0].generation)
+            export = stages.record("export") if "export" in settings.stages else None
+            exported = {} if export is None else {
+                (weights, export["quantization"]): stages.path("export", weights) for weights in ("unpruned", "compressed")}
+            rows = measure_translation_speed({w: (task, model) for w, (_, task, model) in loaded.items()}, exported,
+                                             evaluation.gen_subset, deployment, options, device)
+        else:
+            rows = []
+            for batch_size in deployment.batch_sizes:
+                systems, tokens = [], None
+                for weights, (cfg, task, model) in loaded.items():
+                    system, _, tokens = fairseq_scoring_system(f"fairseq {weights}", weights, settings.family, cfg,
+                                                               task, model, evaluation.gen_subset, batch_size,
+                                                               deployment.sentences)
+                    systems.append(system)
+                seconds, outputs = time_interleaved(systems, deployment.repeats)
+                rows += speed_rows(systems, seconds, outputs, batch_size, input_tokens=tokens)
+        environment = deployment_environment(device, deployment.threads)
+    finally:
+        torch.set_num_threads(previous_threads)
+    return {"split": evaluation.gen_subset, "environment": environment, "settings": deployment.to_dict(),
+            "decoding": None if options is None else dataclasses.asdict(options), "rows": rows}
+
+
+# ----------------------------------------------------------------------------- the report
+
+
+def _report(settings: CompressSettings, stages: _Stages) -> Dict[str, object]:
+    """OUT/report.json: the stages' records, the files to deploy and what each stage cost."""
+    records = {stage: stages.record(stage) for stage in settings.stages}
+    exported = records.get("export")
+    return {
+        "format": REPORT_FORMAT,
+        "checkpoint": os.path.abspath(settings.checkpoint),
+        "data": os.path.abspath(settings.data),
+        "family": settings.family,
+        "target": settings.target.text,
+        "fisher": records["fisher"],
+        "search": records["search"],
+        "finetune": records.get("finetune"),
+        "shrink": records["shrink"],
+        "export": exported,
+        "evaluation": records["evaluate"],
+        "speed": records["speed"],
+        "files": {
+            "checkpoint": os.path.abspath(stages.path("shrink", CHECKPOINT)),
+            "exported": None if exported is None else os.path.abspath(stages.path("export", "compressed")),
+        },
+        "stages": {stage: {"status": stages.status.get(stage), "seconds": (records[stage] or {}).get("seconds")}
+                   for stage in settings.stages},
+    }

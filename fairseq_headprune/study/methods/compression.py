@@ -1,0 +1,239 @@
+"""The ``compress`` command's plan as plain data: its target, its settings and its stages.
+
+From a checkpoint to a deployable model in one run, after Kwon et al. (2022,
+"A Fast Post-Training Pruning Framework for Transformers"): Fisher
+information of the masks on a validation split, the search for the mask that
+keeps the target, mask tuning by least squares, optionally a short
+fine-tuning with the pruned units held at zero, real removal (``shrink``),
+optionally export to CTranslate2, then the evaluation against the unpruned
+model (Koehn's paired bootstrap) and the decoding speed of both.
+
+A target states what the compressed model keeps, as ``search --budget``
+does: ``heads=50%`` keeps half of the heads (heads searched),
+``flops=50%`` half of the attention and FFN layers' FLOPs per token and
+``latency=60%`` 60% of their latency from a table the latency command
+measured (heads and FFN neurons searched together).
+"""
+
+import dataclasses
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+from ...constants import CLASSIFIER_FAMILY, LANGUAGE_MODEL_FAMILY, MODEL_FAMILIES
+from ...errors import SettingsError
+from ..settings import EXPORT_FORMATS, QUANTIZATIONS, ImportanceSettings, SweepSettings, TuningSettings
+
+# what a target can count, and how it is searched: (search --structure, search --cost)
+TARGET_SEARCH = {"heads": ("heads", "heads"), "flops": ("joint", "flops"), "latency": ("joint", "latency")}
+TARGET_KINDS = tuple(TARGET_SEARCH)
+# the stages of a run, in order; each writes one subdirectory of the output directory
+STAGES = ("fisher", "search", "finetune", "shrink", "export", "evaluate", "speed")
+# versions of the run record (OUT/compress.json) and of the report (OUT/report.json)
+COMPRESS_FORMAT = "fairseq-headprune compress 1"
+REPORT_FORMAT = "fairseq-headprune compress report 1"
+DEFAULT_SPEED_BATCH_SIZES = (1, 64)
+DEFAULT_SPEED_SENTENCES = 300
+DEFAULT_SPEED_REPEATS = 3
+FINETUNE_LR_SHARE = 0.1  # default fine-tuning learning rate: this share of the checkpoint's own peak rate
+FINETUNE_WARMUP_SHARE = 0.1  # default warm-up: this share of the updates
+
+
+@dataclass(frozen=True)
+class CompressTarget:
+    """What the compressed model keeps: ``percent`` of the unpruned model's heads, FLOPs or latency."""
+
+    kind: str
+    percent: float
+
+    @property
+    def text(self) -> str:
+        return f"{self.kind}={self.percent:g}%"
+
+    @property
+    def structure(self) -> str:
+        """What the search prunes (``search --structure``)."""
+        return TARGET_SEARCH[self.kind][0]
+
+    @property
+    def cost(self) -> str:
+        """What the search's budget counts (``search --cost``)."""
+        return TARGET_SEARCH[self.kind][1]
+
+    @property
+    def budget(self) -> str:
+        """The search's ``--budget``."""
+        return f"{self.percent:g}%"
+
+
+def parse_target(text: str) -> CompressTarget:
+    """``KIND=P%``: KIND one of heads, flops, latency; P the share kept, above 0 and below 100."""
+    kind, separator, amount = str(text).strip().partition("=")
+    kind, amount = kind.strip().lower(), amount.strip()
+    if not separator or not kind or not amount:
+        raise SettingsError(f"--target {text}: expected KIND=P% with KIND one of {', '.join(TARGET_KINDS)} "
+                            "(e.g. flops=50%: half of the FLOPs kept)")
+    if kind not in TARGET_SEARCH:
+        raise SettingsError(f"--target {text}: unknown target kind {kind!r} (expected {', '.join(TARGET_KINDS)})")
+    if not amount.endswith("%"):
+        raise SettingsError(f"--target {text}: the share kept is a percentage of the unpruned model (e.g. {kind}=50%)")
+    try:
+        percent = float(amount[:-1])
+    except ValueError:
+        raise SettingsError(f"--target {text}: {amount!r} is not a percentage") from None
+    if not math.isfinite(percent) or percent >= 100:
+        raise SettingsError(f"--target {text} keeps as much as the unpruned model has or more (at most 100%); "
+                            "nothing would be pruned")
+    if percent <= 0:
+        raise SettingsError(f"--target {text} keeps nothing; give a share above 0%")
+    return CompressTarget(kind, percent)
+
+
+@dataclass
+class FinetuneSettings:
+    """Fine-tuning with the pruned units held at zero (fairseq-train, the plugin's task and masks)."""
+
+    updates: int = 0  # 0: no fine-tuning
+    lr: Optional[float] = None  # None: FINETUNE_LR_SHARE of the checkpoint's peak learning rate
+    warmup: Optional[int] = None  # None: FINETUNE_WARMUP_SHARE of the updates
+
+    def __post_init__(self):
+        if self.updates < 0:
+            raise SettingsError(f"--finetune-updates must be 0 or more, got {self.updates}")
+        if self.lr is not None and not self.lr > 0:
+            raise SettingsError(f"--finetune-lr must be positive, got {self.lr:g}")
+        if self.warmup is not None and self.warmup < 0:
+            raise SettingsError(f"--finetune-warmup must be 0 or more, got {self.warmup}")
+        if not self.updates and (self.lr is not None or self.warmup is not None):
+            raise SettingsError("--finetune-lr and --finetune-warmup go with --finetune-updates N")
+
+    def learning_rate(self, checkpoint_lr: float) -> float:
+        return self.lr if self.lr is not None else FINETUNE_LR_SHARE * checkpoint_lr
+
+    def warmup_updates(self) -> int:
+        return self.warmup if self.warmup is not None else int(FINETUNE_WARMUP_SHARE * self.updates)
+
+
+@dataclass
+class DeploymentSettings:
+    """How decoding speed is measured: the same sentences at each batch size, repeats interleaved."""
+
+    batch_sizes: List[int] = field(default_factory=lambda: list(DEFAULT_SPEED_BATCH_SIZES))
+    sentences: Optional[int] = DEFAULT_SPEED_SENTENCES  # first N sentences of the split (None: all)
+    repeats: int = DEFAULT_SPEED_REPEATS
+    threads: Optional[int] = None  # CPU threads of both engines (None: torch's current setting)
+    option_prefix: str = "--speed-"  # how the batch sizes and sentences are named where these come from
+
+    def __post_init__(self):
+        if not self.batch_sizes or any(b < 1 for b in self.batch_sizes):
+            raise SettingsError(f"{self.option_prefix}batch-sizes must be positive numbers, got {self.batch_sizes}")
+        for value, option in ((self.sentences, f"{self.option_prefix}sentences"), (self.repeats, "--repeats"),
+                              (self.threads, "--threads")):
+            if value is not None and value < 1:
+                raise SettingsError(f"{option} must be positive, got {value}")
+
+    def to_dict(self) -> Dict[str, object]:
+        return {"batch_sizes": list(self.batch_sizes), "sentences": self.sentences, "repeats": self.repeats,
+                "threads": self.threads}
+
+
+@dataclass
+class CompressSettings:
+    """``compress``: checkpoint to compressed (and exported) model, evaluated against the unpruned one.
+
+    ``evaluation`` holds the data, the split, the metric, the significance
+    test and fairseq's generation options; its checkpoint is the unpruned
+    model and its output directory the run's.
+    """
+
+    evaluation: SweepSettings
+    target: CompressTarget
+    importance: ImportanceSettings = field(
+        default_factory=lambda: ImportanceSettings(method="fisher", option_prefix="--importance-")
+    )
+    tuning: Optional[TuningSettings] = field(default_factory=TuningSettings)  # None: --no-tune
+    latency_table: Optional[str] = None
+    finetune: FinetuneSettings = field(default_factory=FinetuneSettings)
+    export_format: Optional[str] = None  # None: no export
+    quantization: Optional[str] = None  # None: float32
+    deployment: DeploymentSettings = field(default_factory=DeploymentSettings)
+    tuning_skipped: Optional[str] = None  # why the tuning (on by default) does not run on this model
+
+    def __post_init__(self):
+        family = self.evaluation.family
+        if family == LANGUAGE_MODEL_FAMILY and self.tuning is not None:
+            # engine.methods.mask_tuning walks an encoder-decoder's stacks; a decoder-only model has no encoder output
+            self.tuning = None
+            self.tuning_skipped = "mask tuning does not run on decoder-only language models yet"
+        if family not in MODEL_FAMILIES:
+            raise SettingsError(f"unknown model family {family!r} (expected {', '.join(MODEL_FAMILIES)})")
+        if (self.target.kind == "latency") != (self.latency_table is not None):
+            raise SettingsError("--target latency=P% needs --latency-table FILE (from the latency command), "
+                                "and --latency-table goes with a latency target")
+        if self.export_format is not None:
+            if self.export_format not in EXPORT_FORMATS:
+                raise SettingsError(f"--export {self.export_format}: expected one of {', '.join(EXPORT_FORMATS)}")
+            if family == CLASSIFIER_FAMILY:
+                raise SettingsError(f"--export {self.export_format}: a classifier cannot be exported to CTranslate2, "
+                                    "which runs translation models and generators (language models); leave out --export")
+        if self.quantization is not None:
+            if self.export_format is None:
+                raise SettingsError("--quantization is the exported model's weight type: it goes with --export")
+            if self.quantization not in QUANTIZATIONS:
+                raise SettingsError(f"--quantization {self.quantization}: expected one of {', '.join(QUANTIZATIONS)}")
+        if self.importance.method != "fisher":
+            raise SettingsError("the search ranks by Fisher scores: estimate them with the fisher method")
+        if self.target.structure != "heads":  # the joint search needs the neurons' scores too
+            self.importance = dataclasses.replace(self.importance, neurons=True)
+        if self.tuning is not None:
+            self.tuning.refuse_evaluation_split(self.evaluation.gen_subset)
+
+    @property
+    def data(self) -> str:
+        return self.evaluation.data
+
+    @property
+    def checkpoint(self) -> str:
+        return self.evaluation.checkpoint
+
+    @property
+    def out_dir(self) -> str:
+        return self.evaluation.out_dir
+
+    @property
+    def family(self) -> str:
+        return self.evaluation.family
+
+    @property
+    def stages(self) -> Tuple[str, ...]:
+        """The stages this run goes through."""
+        skipped = set()
+        if not self.finetune.updates:
+            skipped.add("finetune")
+        if self.export_format is None:
+            skipped.add("export")
+        return tuple(s for s in STAGES if s not in skipped)
+
+    def identity(self) -> Dict[str, object]:
+        """What makes two runs the same run, stage by stage (the checkpoint's and table's hashes come from the engine)."""
+        evaluation = self.evaluation
+        importance = {k: v for k, v in dataclasses.asdict(self.importance).items() if k != "option_prefix"}
+        return {
+            "format": COMPRESS_FORMAT,
+            "family": self.family,
+            "data": os.path.abspath(self.data),
+            "checkpoint": os.path.abspath(self.checkpoint),
+            "fairseq_args": list(evaluation.generation_args),
+            "fisher": importance,
+            "search": {"target": self.target.text, "structure": self.target.structure, "cost": self.target.cost,
+                       "latency_table": os.path.abspath(self.latency_table) if self.latency_table else None,
+                       "tuning": None if self.tuning is None else dataclasses.asdict(self.tuning),
+                       "tuning_skipped": self.tuning_skipped},
+            "finetune": dataclasses.asdict(self.finetune) if self.finetune.updates else None,
+            "export": None if self.export_format is None else {"format": self.export_format,
+                                                                "quantization": self.quantization or "float32"},
+            "evaluate": {"split": evaluation.gen_subset, **evaluation.metric_record(),
+                         "test": evaluation.test.to_dict()},
+            "speed": self.deployment.to_dict(),
+        }

@@ -1,0 +1,152 @@
+"""``compress``'s OUT/report.md, written from OUT/report.json (every number read from the stages' records)."""
+
+from typing import Dict, List, Optional
+
+from ...constants import TRANSLATION_FAMILY
+
+
+def _number(value: Optional[float], digits: int = 2) -> str:
+    return "" if value is None else f"{value:.{digits}f}"
+
+
+def _count(value: int) -> str:
+    return f"{value:,}"
+
+
+def _pruned_lines(report: Dict[str, object]) -> List[str]:
+    search, fisher = report["search"], report["fisher"]
+    flops = search["flops"]
+    kept_share = 100.0 * flops["kept"] / flops["full"] if flops.get("full") else float("nan")
+    what = {"heads": "heads", "joint": "heads and FFN neurons together"}.get(search["structure"], search["structure"])
+    flops_kept = ("" if search["cost"] == "flops" else
+                  f"; the attention and FFN layers keep {kept_share:.1f}% of their FLOPs per token")
+    lines = [
+        f"- **Target** `{report['target']}`: the search ({what}, Kwon et al. 2022) keeps "
+        f"{search['mask_cost']:g} of {search['full_cost']:g} {search['unit']} "
+        f"({100.0 * search['mask_cost'] / search['full_cost']:.1f}%; the budget {search['budget']:g})"
+        f"{flops_kept} ({flops['sequence_length']} attended positions per token).",
+        f"- **Pruned**: {search['heads_pruned']} of {search['heads_total']} heads"
+        + (f" (`{search['spec']}`)" if search["spec"] else "")
+        + (f"; {search['neurons_pruned']} of {search['neurons_total']} FFN neurons" if search["neurons_total"] else "")
+        + ".",
+        f"- **Fisher information** of the masks on {', '.join(fisher['subsets'])} ({fisher['sentences']} sentences).",
+    ]
+    tuning = search.get("tuning")
+    if tuning is None:
+        lines.append(f"- **Mask tuning**: none ({search.get('tuning_skipped') or '`--no-tune`'}).")
+    else:
+        lines.append(f"- **Mask tuning** by least squares on {tuning.get('sentences')} sentences: {tuning['fitted']} "
+                     f"of {tuning['layers']} layers fitted, folded into the compressed weights.")
+    finetune = report.get("finetune")
+    if finetune is not None:
+        start = ("the tuned weights (the tuning folded in, the pruned units masked)" if finetune["start"] == "tuned"
+                 else "the original weights with the pruned units masked (no tuning)")
+        lines.append(f"- **Fine-tuning** with the pruned units held at zero: {finetune['updates']} updates on "
+                     f"{finetune['train_subset']} in {finetune['seconds_training']:.1f} s, learning rate "
+                     f"{finetune['lr']:g} ({finetune['lr_schedule']}, {finetune['warmup_updates']} warm-up "
+                     f"updates), from {start}.")
+    return lines
+
+
+def _quality(report: Dict[str, object]) -> List[str]:
+    evaluation = report["evaluation"]
+    label, test = evaluation["label"], evaluation["test"]
+    lines = [
+        f"## {label[:1].upper() + label[1:]} on {evaluation['split']}",
+        "",
+        f"{evaluation['sentences']} sentences; {evaluation['description']}. The compressed model is tested against "
+        f"the unpruned one ({test['test']}, {test['samples']} resamples, seed {test['seed']}).",
+        "",
+        f"| model | {label} | Δ | p-value | 95% interval |",
+        "|---|---:|---:|---:|---|",
+        f"| unpruned | {_number(evaluation['unpruned'])} | | | |",
+        f"| compressed | {_number(evaluation['compressed'])} | {evaluation['delta']:+.2f} | "
+        f"{evaluation['p_value']:.3g} | "
+        + ("" if evaluation.get("ci_low") is None else f"{evaluation['ci_low']:.2f}–{evaluation['ci_high']:.2f}")
+        + " |",
+        "",
+        ("The difference is significant" if evaluation["significant"] else "The difference is not significant")
+        + f" at p < {test['alpha']:g}.",
+    ]
+    return lines
+
+
+def _size(report: Dict[str, object]) -> List[str]:
+    shrink = report["shrink"]
+    parameters = shrink["parameters"]
+    removed = 1.0 - parameters["compressed"] / parameters["unpruned"]
+    lines = [
+        "## Size",
+        "",
+        f"{_count(parameters['unpruned'])} parameters unpruned, {_count(parameters['compressed'])} compressed "
+        f"({removed:.1%} fewer; shared embeddings counted once). By part:",
+        "",
+    ]
+    rows = [line.split("\t") for line in shrink["report"]]
+    lines.append("| " + " | ".join(rows[0]) + " |")
+    lines.append("|---|" + "---:|" * (len(rows[0]) - 1))
+    lines += ["| " + " | ".join(row) + " |" for row in rows[1:]]
+    return lines
+
+
+def _speed(report: Dict[str, object]) -> List[str]:
+    speed = report["speed"]
+    environment = speed["environment"]
+    translation = report["family"] == TRANSLATION_FAMILY
+    unit = "sentences" if translation else "examples"
+    lines = [
+        "## Decoding speed" if translation else "## Speed",
+        "",
+        f"On {environment['device']}; torch {environment['torch']}, fairseq "
+        f"{environment['fairseq']}, CTranslate2 {environment['ctranslate2'] or 'not installed'}, "
+        f"fairseq-headprune {environment['fairseq_headprune']}. The first {speed['settings']['sentences'] or 'all'} "
+        f"{unit} of {speed['split']}, every system on the same batches, {speed['settings']['repeats']} interleaved "
+        "repeats after a warm-up; median rate (min–max)."
+        + (f" Beam {speed['decoding']['beam']}, length penalty {speed['decoding']['lenpen']:g} in both engines."
+           if speed.get("decoding") else ""),
+        "",
+    ]
+    if translation and not any(row["engine"] == "ctranslate2" for row in speed["rows"]):
+        lines += ["No CTranslate2 model was timed (run with `--export ctranslate2`).", ""]
+    lines += [
+        f"| batch | system | {unit}/s | tokens/s | vs fairseq unpruned | vs CTranslate2 unpruned | "
+        + ("BLEU | " if translation else "") + "same outputs |",
+        "|---:|---|---:|---:|---:|---:|" + ("---:|" if translation else "") + "---:|",
+    ]
+    for row in speed["rows"]:
+        same = "" if row["same_hypotheses"] is None else f"{row['same_hypotheses']}/{row['sentences']} as {row['same_hypotheses_as']}"
+        vs_ct2 = row["speedup_vs_ct2_unpruned_same_precision"]
+        lines.append(
+            f"| {row['batch_size']} | {row['system']} | {row['sentences_per_second']:.1f} "
+            f"({row['sentences_per_second_min']:.1f}–{row['sentences_per_second_max']:.1f}) | "
+            f"{row['tokens_per_second']:.0f} | {row['speedup_vs_fairseq_unpruned']:.2f}× | "
+            + ("" if vs_ct2 is None else f"{vs_ct2:.2f}×") + " | "
+            + (f"{_number(row['bleu'])} | " if translation else "") + f"{same} |"
+        )
+    if translation:
+        lines += ["", "BLEU here is sacreBLEU on the timed sentences' tokens (no tokenization); the evaluation "
+                      "above is the reference."]
+    return lines
+
+
+def compression_report_markdown(report: Dict[str, object]) -> str:
+    """The report of one compress run, from its report.json."""
+    files = report["files"]
+    exported = report.get("export")
+    lines = [
+        f"# Compressed model: {report['target']}",
+        "",
+        f"`fairseq-headprune compress` of `{report['checkpoint']}` on `{report['data']}` ({report['family']}).",
+        "",
+        f"- **Compressed checkpoint**: `{files['checkpoint']}` (its heads and neurons removed; load it with the "
+        "plugin's task, e.g. `fairseq-headprune generate DATA --path` it).",
+    ]
+    if exported is not None:
+        lines.append(f"- **{exported['format']} model**: `{files['exported']}` ({exported['quantization']}).")
+    lines += _pruned_lines(report) + [""] + _quality(report) + [""] + _size(report) + [""] + _speed(report)
+    lines += ["", "## Stages", "", "| stage | this run | seconds |", "|---|---|---:|"]
+    for stage, status in report["stages"].items():
+        seconds = status["seconds"]
+        lines.append(f"| {stage} | {'kept from an earlier run' if status['status'] == 'kept' else 'ran'} | "
+                     f"{'' if seconds is None else f'{seconds:.1f}'} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,231 @@
+"""``compress``: a checkpoint to a compressed, exported and evaluated model, on the tiny models.
+
+One run on the tiny translation model (a FLOPs target, exported to
+CTranslate2): its report, the compressed checkpoint against
+fairseq-generate, the exported model against the compressed fairseq model,
+a second run that recomputes nothing and a lost stage redone alone. Then the
+other paths (fine-tuning with the structure held, a classifier, a language
+model) and the bad inputs, each one line with nothing written.
+"""
+
+import json
+import os
+
+import pytest
+import torch
+
+from conftest import run
+from test_language_model import tiny_lm  # noqa: F401  (the fixture)
+from test_sentence_prediction import classifier  # noqa: F401  (the fixture)
+
+import fairseq_headprune.compat.torch_load  # noqa: F401  (its allow-list lets torch.load read checkpoints)
+
+# small estimates and few timed sentences: the tests are about the path, not the numbers
+ESTIMATES = ["--importance-limit", "64", "--tune-limit", "64", "--cpu", "--no-progress"]
+QUICK = [*ESTIMATES, "--speed-sentences", "8", "--speed-batch-sizes", "1", "8", "--repeats", "1"]
+QUICKER = [*ESTIMATES, "--speed-sentences", "4", "--speed-batch-sizes", "4", "--repeats", "1"]  # the other paths
+GENERATION = ["--beam", "5", "--batch-size", "64"]
+STAGES = ("fisher", "search", "shrink", "export", "evaluate", "speed")
+
+
+def compress(data, checkpoint, out, *options, check=True):
+    return run(["fairseq-headprune", "compress", data, "--path", checkpoint, "--out-dir", out, *options], check=check)
+
+
+def translation_run(tiny_model, out, *extra, check=True):
+    return compress(tiny_model["data"], tiny_model["checkpoint"], out, "--target", "flops=60%", "--export",
+                    "ctranslate2", *QUICK, *GENERATION, *extra, check=check)
+
+
+@pytest.fixture(scope="module")
+def compressed(tiny_model, tmp_path_factory):
+    out = tmp_path_factory.mktemp("compress") / "run"
+    result = translation_run(tiny_model, out)
+    return {"out": out, "stdout": result.stdout, "report": json.loads((out / "report.json").read_text())}
+
+
+def test_a_run_writes_its_report(compressed):
+    out, report = compressed["out"], compressed["report"]
+    for stage in STAGES:
+        assert f"{stage}\tdone in" in compressed["stdout"]
+        assert (out / stage / "stage.json").is_file() and not (out / f"{stage}.partial").exists()
+    search = report["search"]
+    assert search["structure"] == "joint" and search["heads_pruned"] > 0 and search["neurons_pruned"] > 0
+    assert search["flops"]["kept"] <= 0.6 * search["flops"]["full"] and search["tuned"]
+    assert report["finetune"] is None and report["export"]["quantization"] == "float32"
+    parameters = report["shrink"]["parameters"]
+    assert parameters["compressed"] < parameters["unpruned"]
+    evaluation = report["evaluation"]
+    assert evaluation["label"] == "BLEU" and evaluation["split"] == "test" and evaluation["sentences"] == 120
+    assert 0 <= evaluation["p_value"] <= 1 and evaluation["test"]["test"] == "bootstrap"
+    assert evaluation["delta"] == pytest.approx(evaluation["compressed"] - evaluation["unpruned"])
+    rows = report["speed"]["rows"]
+    systems = ["fairseq unpruned", "fairseq compressed", "ct2 unpruned float32", "ct2 compressed float32"]
+    assert [(r["batch_size"], r["system"]) for r in rows] == [(b, s) for b in (1, 8) for s in systems]
+    assert all(r["sentences"] == 8 and r["sentences_per_second"] > 0 and len(r["seconds"]) == 1 for r in rows)
+    environment = report["speed"]["environment"]
+    assert environment["device"].startswith("cpu") and environment["ctranslate2"] and environment["torch"]
+    markdown = (out / "report.md").read_text()
+    for text in ("# Compressed model: flops=60%", "## BLEU on test", "## Size", "## Decoding speed",
+                 "ct2 compressed float32", str(out / "shrink" / "checkpoint.pt")):
+        assert text in markdown, text
+    assert f"BLEU\tunpruned {evaluation['unpruned']:.2f}, compressed {evaluation['compressed']:.2f}" in compressed["stdout"]
+
+
+def test_the_compressed_checkpoint_reloads_with_the_reported_bleu(tiny_model, compressed):
+    out, report = compressed["out"], compressed["report"]
+    shrunk = out / "shrink" / "checkpoint.pt"
+    model_cfg = vars(torch.load(shrunk, map_location="cpu")["cfg"]["model"])
+    assert model_cfg["headprune_pruned_heads"] == report["search"]["spec"]
+    assert model_cfg["headprune_pruned_neurons"] == report["search"]["ffn_spec"]
+    for checkpoint, key in ((shrunk, "compressed"), (tiny_model["checkpoint"], "unpruned")):
+        result = run(["fairseq-headprune", "generate", tiny_model["data"], "--path", checkpoint, "--gen-subset", "test",
+                      *GENERATION, "--required-batch-size-multiple", "1", "--cpu"])
+        line = next(line for line in result.stdout.splitlines() if "BLEU4 = " in line)
+        assert f"BLEU4 = {report['evaluation'][key]:.2f}," in line, (key, line)
+
+
+def test_the_exported_model_translates_as_the_compressed_fairseq_model(tiny_model, compressed):
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    from test_export import beams, fairseq_model
+
+    out = compressed["out"]
+    cfg, task, model = fairseq_model(tiny_model, "--beam", "5", path=out / "shrink" / "checkpoint.pt")
+    ours, theirs = beams(cfg, task, model, out / "export" / "compressed")
+    assert len(ours) == 120 and ours == theirs
+    assert ctranslate2.Translator(str(out / "export" / "compressed"), device="cpu")  # loads as it is
+    for row in compressed["report"]["speed"]["rows"]:
+        if row["engine"] == "ctranslate2":  # the timed outputs are the fairseq model's of the same weights
+            assert row["same_hypotheses"] == row["sentences"], row
+
+
+def _stage_files(out):
+    return {path: path.stat().st_mtime_ns for stage in STAGES for path in (out / stage).rglob("*") if path.is_file()}
+
+
+def test_a_second_run_recomputes_nothing_and_a_lost_stage_is_redone_alone(tiny_model, compressed):
+    out = compressed["out"]
+    before = _stage_files(out)
+    again = translation_run(tiny_model, out)
+    assert [line for line in again.stdout.splitlines() if line.split("\t")[0] in STAGES and "batch" not in line] == [
+        f"{stage}\tkept from an earlier run" for stage in STAGES]
+    assert _stage_files(out) == before
+    report = json.loads((out / "report.json").read_text())
+    assert {s["status"] for s in report["stages"].values()} == {"kept"}
+    assert report["evaluation"] == compressed["report"]["evaluation"]
+    # a run stopped during the speed stage: its partial directory is dropped and the stage alone runs again
+    speed = out / "speed"
+    speed.rename(out / "speed.partial")
+    resumed = translation_run(tiny_model, out)
+    assert "speed\tdone in" in resumed.stdout and resumed.stdout.count("kept from an earlier run") == len(STAGES) - 1
+    assert not (out / "speed.partial").exists() and (speed / "stage.json").is_file()
+    assert {p: t for p, t in _stage_files(out).items() if "speed" not in p.parts} == {
+        p: t for p, t in before.items() if "speed" not in p.parts}
+
+
+def test_fine_tuning_holds_the_pruned_heads(tiny_model, tmp_path):
+    out = tmp_path / "run"
+    result = compress(tiny_model["data"], tiny_model["checkpoint"], out, "--target", "heads=50%", "--no-tune",
+                      "--finetune-updates", "3", "--finetune-lr", "0.001", *QUICKER, "--beam", "2", "--batch-size", "64")
+    assert "finetune\tdone in" in result.stdout
+    report = json.loads((out / "report.json").read_text())
+    finetune = report["finetune"]
+    assert finetune["updates"] == 3 and finetune["start"] == "masked" and finetune["lr"] == 0.001
+    assert report["search"]["tuning"] is None and report["shrink"]["spec"] == report["search"]["spec"]
+    # the fine-tuned checkpoint records its mask; the masked heads' weights are the original ones, the others trained
+    spec = report["search"]["spec"]
+    state = torch.load(out / "finetune" / "checkpoint.pt", map_location="cpu")
+    assert vars(state["cfg"]["model"])["headprune_head_mask"] == spec
+    assert state["cfg"]["task"]["head_mask"] is None
+    from fairseq_headprune.study.masks.head_mask import parse_head_mask
+
+    mask = parse_head_mask(spec, {"enc-enc": (2, 8), "enc-dec": (2, 8), "dec-dec": (2, 8)})
+    original = torch.load(tiny_model["checkpoint"], map_location="cpu")["model"]
+    prefixes = {"enc-enc": "encoder.layers.{}.self_attn.", "enc-dec": "decoder.layers.{}.encoder_attn.",
+                "dec-dec": "decoder.layers.{}.self_attn."}
+    changed = {True: 0, False: 0}
+    for attention_type, layers in mask.items():
+        for layer, heads in enumerate(layers.tolist()):
+            key = prefixes[attention_type].format(layer) + "q_proj.weight"
+            for head, kept in enumerate(heads):
+                rows = slice(head * 8, (head + 1) * 8)
+                same = torch.equal(original[key][rows], state["model"][key][rows])
+                assert same or kept, f"{key} head {head + 1} is pruned but changed"
+                changed[bool(kept)] += not same
+    assert changed[True] > 0  # kept heads trained
+    assert "Fine-tuning" in (out / "report.md").read_text()
+
+
+def test_a_classifier_is_compressed_and_scored_by_accuracy(classifier, tmp_path):  # noqa: F811
+    out = tmp_path / "run"
+    compress(classifier["data"], classifier["checkpoint"], out, "--target", "flops=60%", *QUICKER,
+             "--batch-size", "16")
+    report = json.loads((out / "report.json").read_text())
+    assert report["family"] == "classifier" and report["evaluation"]["label"] == "accuracy"
+    assert report["export"] is None and {r["engine"] for r in report["speed"]["rows"]} == {"fairseq"}
+    assert "## Accuracy on test" in (out / "report.md").read_text()
+
+
+def test_a_language_model_is_compressed_and_scored_by_perplexity(tiny_lm, tmp_path):  # noqa: F811
+    out = tmp_path / "run"
+    result = compress(tiny_lm["data"], tiny_lm["checkpoint"], out, "--target", "heads=50%", "--export", "ctranslate2",
+                      *QUICKER, "--sample-break-mode", "eos", "--max-tokens", "2048")
+    report = json.loads((out / "report.json").read_text())
+    assert report["evaluation"]["label"] == "perplexity" and report["search"]["tuning_skipped"]
+    assert (out / "export" / "compressed" / "model.bin").is_file() and "exported\t" in result.stdout
+    eval_lm = run(["fairseq-headprune", "eval-lm", tiny_lm["data"], "--path", out / "shrink" / "checkpoint.pt",
+                   "--gen-subset", "test", "--sample-break-mode", "eos", "--max-tokens", "2048", "--cpu"])
+    assert f"Perplexity: {report['evaluation']['compressed']:.2f}" in eval_lm.stdout + eval_lm.stderr
+
+
+def test_bad_inputs_are_one_line_and_write_nothing(tiny_model, classifier, compressed, tmp_path):  # noqa: F811
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "keep.txt").write_text("mine")
+    fresh = tmp_path / "fresh"
+    run_record = (compressed["out"] / "compress.json").read_text()
+    data, checkpoint = tiny_model["data"], tiny_model["checkpoint"]
+    cases = [
+        (data, checkpoint, ["--target", "heads=120%", "--out-dir", fresh],
+         "--target heads=120% keeps as much as the unpruned model has or more"),
+        (data, checkpoint, ["--target", "params=50%", "--out-dir", fresh], "unknown target kind 'params'"),
+        (data, checkpoint, ["--target", "flops=half", "--out-dir", fresh], "the share kept is a percentage"),
+        (data, checkpoint, ["--target", "latency=60%", "--out-dir", fresh], "needs --latency-table"),
+        (tmp_path / "no-data", checkpoint, ["--target", "heads=50%", "--out-dir", fresh], "data directory not found"),
+        (data, checkpoint, ["--target", "heads=50%", "--out-dir", taken],
+         f"--out-dir {taken} exists, is not empty and holds no compress run; nothing was written"),
+        (data, checkpoint, ["--target", "flops=50%", "--out-dir", compressed["out"], "--export", "ctranslate2",
+                            *QUICK, *GENERATION],
+         "holds a compress run of other settings (search.target: 'flops=60%' there, 'flops=50%' now)"),
+        (data, checkpoint, ["--target", "heads=50%", "--export", "ctranslate2", "--quantization", "float16",
+                            "--cpu", "--out-dir", fresh], "--quantization float16: CTranslate2"),
+        (data, checkpoint, ["--target", "heads=50%", "--quantization", "int8", "--out-dir", fresh],
+         "--quantization is the exported model's weight type: it goes with --export"),
+        (classifier["data"], classifier["checkpoint"], ["--target", "heads=50%", "--export", "ctranslate2",
+                                                        "--out-dir", fresh],
+         "--export ctranslate2: a classifier cannot be exported to CTranslate2"),
+    ]
+    for case_data, case_checkpoint, options, message in cases:
+        result = run(["fairseq-headprune", "compress", case_data, "--path", case_checkpoint, *options], check=False)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and len(lines) == 1, (options, result.stderr[-2000:])
+        assert lines[0].startswith("fairseq-headprune compress: error: ") and message in lines[0], (message, lines)
+    assert not fresh.exists()
+    assert sorted(p.name for p in taken.iterdir()) == ["keep.txt"] and (taken / "keep.txt").read_text() == "mine"
+    assert (compressed["out"] / "compress.json").read_text() == run_record
+
+
+def test_the_deployment_benchmark_prints_its_table(tiny_model, tmp_path):
+    pytest.importorskip("ctranslate2")
+    result = run(["python", "scripts/benchmark_deploy.py", "--data", tiny_model["data"], "--path",
+                  tiny_model["checkpoint"], "--head-mask", "E:1:1-3 A:2:1-4", "--ffn-mask", "E:1:1-32",
+                  "--sentences", "4", "--batch-sizes", "4", "--repeats", "1", "--work", tmp_path / "work",
+                  "--json", tmp_path / "deploy.json"])
+    assert "batch size 4: 4 sentences of test, 1 repeats" in result.stdout
+    rows = json.loads((tmp_path / "deploy.json").read_text())["rows"]
+    assert [r["system"] for r in rows] == ["fairseq unpruned", "fairseq compressed", "ct2 unpruned float32",
+                                           "ct2 unpruned int8", "ct2 compressed float32", "ct2 compressed int8"]
+    same = {r["system"]: r["same_hypotheses"] for r in rows}
+    assert same["ct2 unpruned float32"] == same["ct2 compressed float32"] == 4  # the fairseq model's of its weights
+    for row in rows:
+        assert row["system"] in result.stdout and row["sentences_per_second"] > 0
