@@ -17,7 +17,10 @@ import torch
 from conftest import run
 from fairseq_headprune.engine.runners.batches import split_batches
 from fairseq_headprune.engine.methods.mask_tuning import (
-    forward_order, split_held_aside, token_nll, tune_mask, tuning_folded,
+    forward_order, tune_mask, tuning_folded,
+)
+from fairseq_headprune.engine.methods.tuning_guard import (
+    split_held_aside, token_nll,
 )
 from fairseq_headprune.modules.masked_ffn import ffn_layout
 from fairseq_headprune.modules.masked_multihead_attention import (

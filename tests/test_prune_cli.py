@@ -396,6 +396,31 @@ def test_joint_curves_and_head_curves_on_one_flops_axis(tiny_model, neuron_score
     assert (record["structure"], record["x_axis"], record["sequence_length"]) == ("heads", "flops", 32)
 
 
+def test_tuned_joint_steps_translate_as_the_tuned_shrunk_model(tiny_model, neuron_scores, tmp_path):
+    """Heads and neurons tuned together at a joint level: the step's BLEU is what the checkpoint with the
+    tuning folded in and the heads and neurons removed translates with fairseq-generate."""
+    out = tmp_path / "joint-tuned"
+    result = prune(tiny_model, out, "--structure", "joint", "--orders", "fisher", "--fisher", neuron_scores,
+                   "--tune-masks", "--tune-subset", "train", "--tune-limit", "64",
+                   "--step-percent", "20", "--max-percent", "20", *SHORT)
+    assert "fisher+tuned" in result.stdout
+    rows = {r["order"]: r for r in json.loads((out / "prune_steps.joint.json").read_text())["rows"] if r["step"] == 1}
+    tuned = rows["fisher+tuned"]
+    assert (tuned["spec"], tuned["ffn_spec"]) == (rows["fisher"]["spec"], rows["fisher"]["ffn_spec"])
+    assert tuned["config"] != rows["fisher"]["config"]
+    (tuning_file,) = (out / "tuning").glob("*.ffn-*.json")  # the one tuned mask, named by both masks
+    assert json.loads(tuning_file.read_text())["ffn_spec"] == tuned["ffn_spec"]
+    shrunk = run(["fairseq-headprune", "shrink", "--path", tiny_model["checkpoint"], "--tuning", tuning_file,
+                  "--out", tmp_path / "tuned.pt"])
+    assert f"removed\t{tuned['neurons_pruned']} of 512 FFN neurons" in shrunk.stdout
+    generated = run(
+        ["fairseq-generate", tiny_model["data"], "--path", tmp_path / "tuned.pt", "--user-dir", USER_DIR,
+         "--task", "fairseq-headprune", "--gen-subset", "valid", "--required-batch-size-multiple", "1",
+         *GENERATION, *SHORT]
+    )
+    assert float(re.search(r"BLEU4 = ([\d.]+)", generated.stdout).group(1)) == pytest.approx(tuned["bleu"], abs=0.006)
+
+
 def test_bad_structure_input_is_one_line(tiny_model, neuron_scores, tmp_path):
     payload = json.loads(neuron_scores.read_text())
     del payload["neuron_importance"]

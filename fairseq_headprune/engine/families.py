@@ -24,7 +24,7 @@ from .checkpoints.info import checkpoint_family
 from .checkpoints.loading import load_evaluation_model, load_generation_model, load_with_saved_task
 from .export.ctranslate2_spec import language_model_spec, translation_spec
 from .methods.example_importance import ExampleImportanceEstimator
-from .methods.mask_tuning import criterion_loss
+from .methods.tuning_guard import criterion_loss
 from .methods.translation_importance import ImportanceEstimator
 from .sweeps.scored_sweep import ScoredSplitSweep
 from .sweeps.translation_sweep import SplitSweep

@@ -402,8 +402,7 @@ class PruneSettings:
             raise SettingsError(f"--orders {unknown[0]}: not an order of {what} "
                                 f"({', '.join(STRUCTURE_ORDERS[self.structure])})")
         for given, option in ((self.scopes != ["all"], "--scopes"), (self.layer_budgets, "--layer-budget"),
-                              (self.type_budgets, "--type-budget"), (self.tuning is not None, "--tune-masks"),
-                              (self.gate_masks, "--gate-masks")):
+                              (self.type_budgets, "--type-budget"), (self.gate_masks, "--gate-masks")):
             if given:
                 raise SettingsError(f"{option}: for head curves only; {what} prunes every FFN layer")
 

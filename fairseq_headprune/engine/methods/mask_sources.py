@@ -6,12 +6,14 @@ tuning per mask (``prune --tune-masks``); the learned gates' masks
 (``--gate-masks``); and what finding each order's masks cost.
 """
 
+import hashlib
 import json
 import os
 from typing import Dict, List, Optional, Sequence
 
 from ...errors import HeadPruneError, ResultFileError, StudyError
 from ...study.output.files import file_sha256, first_difference
+from ...study.masks.ffn_mask import FfnMask, ffn_mask_to_spec
 from ...study.masks.head_mask import HeadMask, combine_masks, head_mask_to_spec
 from ...study.methods.pruning import TUNED_SUFFIX, PruneStep, mask_name
 from ...study.settings import ImportanceSettings, PruneSettings, SweepSettings, TuningSettings
@@ -124,55 +126,69 @@ class TuningStore:
         self.seconds: Dict[str, float] = {}  # per mask name, as fitted (or recorded when stored)
         self.sentences = 0
 
-    def _path(self, head_mask: HeadMask) -> str:
-        return os.path.join(self.directory, mask_name(head_mask) + ".json")
+    def _name(self, head_mask: HeadMask, ffn_mask: Optional[FfnMask] = None) -> str:
+        """The stored tuning's name: the head mask's, and the neuron mask's digest when it masks a neuron."""
+        name = mask_name(head_mask)
+        if ffn_mask is not None and _prunes(ffn_mask):
+            name += ".ffn-" + hashlib.sha1(ffn_mask_to_spec(ffn_mask).encode()).hexdigest()[:16]
+        return name
 
-    def fit_all(self, head_masks: Sequence[HeadMask]) -> None:
+    def _path(self, head_mask: HeadMask, ffn_mask: Optional[FfnMask] = None) -> str:
+        return os.path.join(self.directory, self._name(head_mask, ffn_mask) + ".json")
+
+    def fit_all(self, masks: Sequence) -> None:
+        """Fit every mask not stored yet: head masks, or (head mask, FFN mask) pairs."""
         ranks = current_ranks()
         if ranks.is_main:
-            todo = {mask_name(m): m for m in head_masks if not os.path.exists(self._path(m)) and _prunes(m)}
-            for index, head_mask in enumerate(todo.values()):
-                self._fit(head_mask, f"mask tuning {index + 1}/{len(todo)}")
+            pairs = [m if isinstance(m, tuple) else (m, None) for m in masks]
+            todo = {self._name(*pair): pair for pair in pairs
+                    if not os.path.exists(self._path(*pair)) and _prunes_any(*pair)}
+            for index, (head_mask, ffn_mask) in enumerate(todo.values()):
+                self._fit(head_mask, f"mask tuning {index + 1}/{len(todo)}", ffn_mask)
         ranks.barrier()
 
-    def _fit(self, head_mask: HeadMask, description: str = "mask tuning"):
-        """Fit ``head_mask`` (on top of the model's own mask) and store it."""
+    def _fit(self, head_mask: HeadMask, description: str = "mask tuning", ffn_mask: Optional[FfnMask] = None):
+        """Fit ``head_mask`` (on top of the model's own mask) and ``ffn_mask``, and store it."""
         if self._samples is None:
             self._samples = tuning_samples(self.task, self.model, self.settings)
         tuning = tune_mask(
             self.model, combine_masks(self.base_mask, head_mask), self._samples, self.task.source_dictionary.pad(),
             self.settings.scale_bound, self.settings.max_condition, progress=self.progress, description=description,
-            held_aside=self.settings.held_aside, layers=self.settings.layers, loss=self.loss,
+            ffn_mask=ffn_mask, held_aside=self.settings.held_aside, layers=self.settings.layers, loss=self.loss,
         )
         tuning.head_mask = head_mask
         tuning.settings["identity"] = self.identity
         os.makedirs(self.directory, exist_ok=True)
-        write_tuning(tuning, self._path(head_mask))
-        self.seconds[mask_name(head_mask)] = float(tuning.settings["seconds"])
+        write_tuning(tuning, self._path(head_mask, ffn_mask))
+        self.seconds[self._name(head_mask, ffn_mask)] = float(tuning.settings["seconds"])
         self.sentences = max(self.sentences, int(tuning.settings["sentences"]))
         return tuning
 
-    def tuning(self, head_mask: HeadMask):
-        """The stored tuning of ``head_mask`` (an empty one for the unpruned mask)."""
+    def tuning(self, head_mask: HeadMask, ffn_mask: Optional[FfnMask] = None):
+        """The stored tuning of ``head_mask`` and ``ffn_mask`` (an empty one for the unpruned model)."""
         from ...study.methods.mask_tuning import MaskTuning, read_tuning
 
-        if not _prunes(head_mask):
+        if not _prunes_any(head_mask, ffn_mask):
             return MaskTuning(head_mask, {})
-        path = self._path(head_mask)
+        path = self._path(head_mask, ffn_mask)
         if not os.path.exists(path):
-            return self._fit(head_mask)
+            return self._fit(head_mask, ffn_mask=ffn_mask)
         layout = {t: tuple(m.shape) for t, m in head_mask.items()}
         result = read_tuning(path, layout, ffn_layout(self.model))
         difference = first_difference(result.settings.get("identity", {}), self.identity)
         if difference is not None:
             raise StudyError(f"{path} was tuned with other settings ({difference}); use another --out-dir")
-        self.seconds[mask_name(head_mask)] = float(result.settings.get("seconds", 0.0))
+        self.seconds[self._name(head_mask, ffn_mask)] = float(result.settings.get("seconds", 0.0))
         self.sentences = max(self.sentences, int(result.settings.get("sentences", 0)))
         return result
 
 
-def _prunes(head_mask: HeadMask) -> bool:
-    return any(bool((m == 0).any()) for m in head_mask.values())
+def _prunes(mask) -> bool:
+    return any(bool((m == 0).any()) for m in mask.values())
+
+
+def _prunes_any(head_mask: HeadMask, ffn_mask: Optional[FfnMask] = None) -> bool:
+    return _prunes(head_mask) or (ffn_mask is not None and _prunes(ffn_mask))
 
 
 def method_costs(settings: PruneSettings, store: Optional[ImportanceStore], fisher_store: Optional[ImportanceStore],
@@ -195,7 +211,8 @@ def method_costs(settings: PruneSettings, store: Optional[ImportanceStore], fish
             costs[order] = {"seconds": 0.0, "sentences": 0, "estimates": 0}
     if tuning_store is not None:
         for order in settings.tune_orders:
-            names = {mask_name(s.head_mask) for s in steps if s.order == order and _prunes(s.head_mask)}
+            names = {tuning_store._name(s.head_mask, getattr(s, "ffn_mask", None)) for s in steps
+                     if s.order == order and _prunes_any(s.head_mask, getattr(s, "ffn_mask", None))}
             base = costs[order]
             costs[order + TUNED_SUFFIX] = {
                 "seconds": base["seconds"] + sum(tuning_store.seconds.get(n, 0.0) for n in names),

@@ -25,7 +25,7 @@ Scales and corrections are folded into ``out_proj`` / ``fc2``
 import contextlib
 import math
 import time
-from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -51,13 +51,12 @@ from ...study.methods.mask_tuning import (
 )
 from ...study.settings import TuningSettings
 from ..runners.batches import collated_samples
+from .tuning_guard import LossFunction, mean_loss, split_held_aside, token_nll
 
 # sub-layers of an encoder and a decoder layer, in the order fairseq's layer adds their residuals
 _ENCODER_SUBLAYERS = ("enc-enc", "enc-ffn")
 _DECODER_SUBLAYERS = ("dec-dec", "enc-dec", "dec-ffn")
 
-# loss(model, sample) -> (summed loss, what it is summed over); the held-aside guard's measure
-LossFunction = Callable[[torch.nn.Module, dict], Tuple[float, float]]
 
 
 def forward_order(layout, ffn_shapes=None) -> List[Layer]:
@@ -194,45 +193,6 @@ def _run_layer(layer, call: Tuple[tuple, dict], x: torch.Tensor, encoder_out=Non
     return output[0] if isinstance(output, tuple) else output
 
 
-def token_nll(pad: int) -> LossFunction:
-    """Teacher-forced cross-entropy of the target tokens (translation, language models)."""
-    def loss(model, sample):
-        net_output = model(**sample["net_input"])
-        lprobs = model.get_normalized_probs(net_output, log_probs=True)
-        target = sample["target"]
-        nll = -lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1)
-        tokens = target.ne(pad)
-        return float(nll[tokens].sum()), float(tokens.sum())
-    return loss
-
-
-def criterion_loss(criterion) -> LossFunction:
-    """A fairseq criterion's summed loss over its sample size (classifiers: per sentence)."""
-    def loss(model, sample):
-        value, sample_size, _ = criterion(model, sample)
-        return float(value), float(sample_size)
-    return loss
-
-
-def split_held_aside(samples: Sequence[dict], fraction: float) -> Tuple[List[dict], List[dict]]:
-    """(fit, held aside): every round(1/fraction)-th batch is held aside (at least one; the rest is fitted)."""
-    if len(samples) < 2:
-        raise StudyError(f"mask tuning needs at least 2 batches (one held aside to check each fit); got "
-                         f"{len(samples)}: raise --tune-limit or lower --tune-max-tokens")
-    period = max(2, int(round(1 / fraction)))
-    held = [i for i in range(len(samples)) if i % period == period // 2] or [len(samples) - 1]
-    return [s for i, s in enumerate(samples) if i not in held], [samples[i] for i in held]
-
-
-def _mean_loss(model, loss: LossFunction, samples: Sequence[dict]) -> float:
-    total, size = 0.0, 0.0
-    with torch.no_grad():
-        for sample in samples:
-            value, count = loss(model, sample)
-            total, size = total + value, size + count
-    return total / size if size else float("nan")
-
-
 def _tuned_sublayers(order: Sequence[Layer], masks: Dict[str, torch.Tensor], which: str) -> List[Layer]:
     """The sub-layers to fit: those that lose a unit, or (downstream) also every one whose input has drifted.
 
@@ -318,7 +278,7 @@ def tune_mask(
                 calls = [(_layer_calls(model, encoder_layers, s), _layer_calls(model, decoder_layers, s))
                          for s in fit_samples]
             with student():
-                held_loss = _mean_loss(model, loss, held_samples)
+                held_loss = mean_loss(model, loss, held_samples)
             student_encoder_out = None
             for stack_index, (stack, types) in enumerate(((encoder_layers, _ENCODER_SUBLAYERS),
                                                          (decoder_layers, _DECODER_SUBLAYERS))):
@@ -361,7 +321,7 @@ def tune_mask(
                         if values.fitted:
                             tuning.layers[key] = values
                             with student():
-                                candidate_loss = _mean_loss(model, loss, held_samples)
+                                candidate_loss = mean_loss(model, loss, held_samples)
                             values.loss_binary, values.loss_tuned = held_loss, candidate_loss
                             if candidate_loss < held_loss:
                                 held_loss = candidate_loss

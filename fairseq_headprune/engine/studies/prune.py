@@ -24,6 +24,7 @@ from ...study.output.files import write_json, write_text
 from ...study.methods.importance import read_fisher_file, read_importance_file
 from ...study.methods.budgets import parse_layer_budget, parse_type_budget, plan_budgets
 from ...study.methods.pruning import (
+    TUNED_SUFFIX,
     CurvePlan,
     CurveScores,
     PruneStep,
@@ -112,6 +113,10 @@ def run_prune(settings: PruneSettings) -> Optional[PruneOutcome]:
         os.makedirs(sweep_settings.out_dir, exist_ok=True)
         steps = plan_structure_curves(settings.structure, layout, ffn_layout(model), flops, plan, structure_scores,
                                       settings.x_axis)
+        if settings.tuning is not None:
+            tuning_store = TuningStore(sweep_settings, settings.tuning, task, model, base_mask,
+                                       loss=family.tuning_loss(cfg, task))
+            steps += _tuned_structure_steps(steps, settings.tune_orders, tuning_store)
     budget_draws = plan_budgets(budgets, layout, settings.pruning_seed, settings.draws)
 
     configs = {BASELINE: baseline_config()}
@@ -164,7 +169,8 @@ def _head_curve_steps(settings: PruneSettings, loaded, plan: CurvePlan, given, a
         steps += given_mask_steps(layout, "gates", [read_gate_mask(path, layout) for path in settings.gate_masks])
     tuning_store = None
     if settings.tuning is not None:
-        tuning_store = TuningStore(sweep_settings, settings.tuning, task, model, base_mask)
+        tuning_store = TuningStore(sweep_settings, settings.tuning, task, model, base_mask,
+                                   loss=family.tuning_loss(cfg, task))
         steps += _tuned_steps(steps, settings.tune_orders, tuning_store)
     return steps, store, fisher_store, tuning_store
 
@@ -265,6 +271,15 @@ def _tuned_steps(steps: Sequence[PruneStep], tune_orders, tuning_store: TuningSt
     tuning_store.fit_all([step.head_mask for step in tuned])
     for step in tuned:
         step.tuning = tuning_store.tuning(step.head_mask)
+    return tuned
+
+
+def _tuned_structure_steps(steps: Sequence[StructureStep], tune_orders, tuning_store: TuningStore):
+    """The chosen FFN or joint curves' steps again, heads and neurons tuned together (fitted once, stored)."""
+    tuned = [dataclasses.replace(s, order=s.order + TUNED_SUFFIX) for s in steps if s.order in tune_orders]
+    tuning_store.fit_all([(step.head_mask, step.ffn_mask) for step in tuned])
+    for step in tuned:
+        step.tuning = tuning_store.tuning(step.head_mask, step.ffn_mask)
     return tuned
 
 
