@@ -12,8 +12,10 @@ checkpoints (one per epoch) in checkpoints/, translations in generate/, head
 importance in importance/, ablation tables and figures in ablation/, pruning
 curves and random budgets in pruning/, the shrunk model and its speed in
 shrink/, training dynamics in dynamics/, learned gates in gates/, the
-comparison of pruning methods in comparison/, the commands in commands/, and
-everything in report.md.  Finished steps are skipped, so an interrupted run
+comparison of pruning methods in comparison/, heads, FFN neurons and both
+against the layers' FLOPs with the shrunk models' speed in fairseq and
+CTranslate2 in structures/ (scripts/compare_structures.sh), the commands in
+commands/, and everything in report.md.  Finished steps are skipped, so an interrupted run
 continues where it stopped and a finished one reruns in under a minute.
 
 Every step is seeded and runs on a fixed number of CPU threads with the CPU
@@ -143,5 +145,19 @@ record comparison sweep prune "$out_dir/data/bin" --path "$out_dir/checkpoints/c
   --orders importance,iterative,fisher,fisher-rearranged,random --tune-masks --tune-orders fisher-rearranged \
   --gate-masks "${gate_masks[@]}" --max-percent 70 \
   --beam 5 --lenpen 1 --batch-size 128 --max-len-a 1.2 --max-len-b 10 --no-progress
+
+# beyond the paper, for speed: heads, FFN neurons or both (Kwon et al.'s joint search) against the share of the
+# attention and FFN layers' FLOPs removed, untuned and tuned; at half the FLOPs the shrunk models' decoding speed
+# in fairseq and CTranslate2 (float32, int8), and one short fine-tune with the structure held
+fisher_dir="$out_dir/importance-fisher"
+if [[ ! -f "$fisher_dir/importance.json" ]]; then
+  echo "Fisher information of every head and FFN neuron on the validation set:"
+  record importance-fisher fairseq-headprune importance "$out_dir/data/bin" \
+    --path "$out_dir/checkpoints/checkpoint_best.pt" --importance-subset valid --importance-method fisher \
+    --importance-structures heads,ffn --out-dir "$fisher_dir" --no-progress > /dev/null
+fi
+GENERATION="--beam 5 --lenpen 1 --batch-size 128 --max-len-a 1.2 --max-len-b 10" TUNE_LIMIT=500 \
+  record structures bash "$repo/scripts/compare_structures.sh" "$out_dir/data/bin" \
+  "$out_dir/checkpoints/checkpoint_best.pt" "$out_dir/structures" "$fisher_dir/importance.json"
 
 fairseq-headprune report "$out_dir" --title "fairseq-headprune: the demo study"

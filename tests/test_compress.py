@@ -171,7 +171,7 @@ def test_a_language_model_is_compressed_and_scored_by_perplexity(tiny_lm, tmp_pa
     result = compress(tiny_lm["data"], tiny_lm["checkpoint"], out, "--target", "heads=50%", "--export", "ctranslate2",
                       *QUICKER, "--sample-break-mode", "eos", "--max-tokens", "2048")
     report = json.loads((out / "report.json").read_text())
-    assert report["evaluation"]["label"] == "perplexity" and report["search"]["tuning_skipped"]
+    assert report["evaluation"]["label"] == "perplexity" and report["search"]["tuned"]
     assert (out / "export" / "compressed" / "model.bin").is_file() and "exported\t" in result.stdout
     eval_lm = run(["fairseq-headprune", "eval-lm", tiny_lm["data"], "--path", out / "shrink" / "checkpoint.pt",
                    "--gen-subset", "test", "--sample-break-mode", "eos", "--max-tokens", "2048", "--cpu"])

@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import contextlib
 import pytest
 import torch
 
@@ -411,3 +412,39 @@ def test_ablate_with_a_context_window_equals_stock_eval_lm(tiny_lm, tmp_path):
     zeroed_ppl = float(re.search(r"Perplexity: ([\d.]+)", result.stdout + result.stderr).group(1))
     row = next(r for r in table["rows"] if r["spec"] == "D:1:1")
     assert abs(row["ppl"] - zeroed_ppl) <= 0.0051 and len(table["rows"]) == 2
+
+
+def test_mask_tuning_on_a_decoder_only_model_lowers_the_held_aside_loss(tiny_lm):
+    """Heads and neurons tuned on a transformer_lm (no encoder): the tuned model's held-aside loss, read with
+    fairseq's own cross-entropy criterion, is what the guard recorded and no more than the binary mask's."""
+    from fairseq.criterions.cross_entropy import CrossEntropyCriterion
+
+    from fairseq_headprune.engine.families import family_named
+    from fairseq_headprune.engine.methods.mask_tuning import tune_mask, tuning_folded, tuning_samples
+    from fairseq_headprune.engine.methods.tuning_guard import split_held_aside
+    from fairseq_headprune.modules.masked_ffn import ffn_layout, ffn_mask_applied
+    from fairseq_headprune.modules.masked_multihead_attention import head_layout, head_mask_applied
+    from fairseq_headprune.study.masks.ffn_mask import parse_ffn_mask
+    from fairseq_headprune.study.masks.head_mask import parse_head_mask
+    from fairseq_headprune.study.settings import TuningSettings
+
+    _, task, model = family_named("language_model").load(str(tiny_lm["data"]), str(tiny_lm["checkpoint"]), cpu=True)
+    samples = tuning_samples(task, model, TuningSettings(subsets=["valid"], limit=64))
+    head_mask = parse_head_mask("D:1:1-2", head_layout(model))
+    neuron_mask = parse_ffn_mask("D:2:1-16", ffn_layout(model))
+    tuning = tune_mask(model, head_mask, samples, task.source_dictionary.pad(), progress=False, ffn_mask=neuron_mask)
+    assert [key for key in tuning.layers] == [("dec-dec", 0), ("dec-ffn", 0), ("dec-dec", 1), ("dec-ffn", 1)]
+    _, held = split_held_aside(samples, 0.2)
+    criterion = CrossEntropyCriterion(task, sentence_avg=False)
+
+    def held_loss(tuned):
+        total = tokens = 0.0
+        with torch.no_grad(), head_mask_applied(model, head_mask), ffn_mask_applied(model, neuron_mask), \
+                (tuning_folded(model, tuning) if tuned else contextlib.nullcontext()):
+            for sample in held:
+                loss, sample_size, _ = criterion(model, sample)
+                total, tokens = total + float(loss), tokens + float(sample_size)
+        return total / tokens
+
+    assert held_loss(True) == pytest.approx(tuning.settings["held_aside_loss"], rel=1e-5)
+    assert held_loss(True) <= held_loss(False)

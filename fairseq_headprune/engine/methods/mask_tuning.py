@@ -50,7 +50,7 @@ from ...study.methods.mask_tuning import (
     solve_layer,
 )
 from ...study.settings import TuningSettings
-from ..runners.batches import collated_samples
+from ..runners.batches import collated_samples, load_split
 from .tuning_guard import LossFunction, mean_loss, split_held_aside, token_nll
 
 # sub-layers of an encoder and a decoder layer, in the order fairseq's layer adds their residuals
@@ -333,7 +333,8 @@ def tune_mask(
                         for sample_index in range(len(fit_samples)):
                             student_x[sample_index] = _run_layer(
                                 layer, stack_calls[sample_index][index], student_x[sample_index],
-                                None if stack_index == 0 else student_encoder_out[sample_index])
+                                None if student_encoder_out is None or stack_index == 0
+                                else student_encoder_out[sample_index])
                             bar.update(1)
     finally:
         bar.close()
@@ -407,7 +408,12 @@ def tuning_samples(task, model, settings: TuningSettings) -> List[dict]:
     """
     sentences = None
     if not settings.max_tokens:
-        sentences = 64 if settings.limit is None else max(1, min(64, math.ceil(settings.limit / 10)))
+        available = 0
+        for subset in settings.subsets:
+            load_split(task, subset)
+            size = len(task.dataset(subset))
+            available += size if settings.limit is None else min(size, settings.limit)
+        sentences = max(1, min(64, math.ceil(available / 10)))
     samples = collated_samples(task, model, settings.subsets, settings.max_tokens, sentences, settings.limit)
     if not samples:
         raise StudyError(f"--tune-subset {' '.join(settings.subsets)} holds no sentence")

@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from ...constants import CLASSIFIER_FAMILY, LANGUAGE_MODEL_FAMILY, MODEL_FAMILIES
+from ...constants import CLASSIFIER_FAMILY, MODEL_FAMILIES
 from ...errors import SettingsError
 from ..settings import EXPORT_FORMATS, QUANTIZATIONS, ImportanceSettings, SweepSettings, TuningSettings
 
@@ -162,10 +162,6 @@ class CompressSettings:
 
     def __post_init__(self):
         family = self.evaluation.family
-        if family == LANGUAGE_MODEL_FAMILY and self.tuning is not None:
-            # engine.methods.mask_tuning walks an encoder-decoder's stacks; a decoder-only model has no encoder output
-            self.tuning = None
-            self.tuning_skipped = "mask tuning does not run on decoder-only language models yet"
         if family not in MODEL_FAMILIES:
             raise SettingsError(f"unknown model family {family!r} (expected {', '.join(MODEL_FAMILIES)})")
         if (self.target.kind == "latency") != (self.latency_table is not None):
