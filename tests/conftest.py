@@ -151,3 +151,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if TRAINING_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="session")
+def neuron_scores(tiny_model, tmp_path_factory):
+    """Fisher scores of the tiny model's heads (with blocks) and FFN neurons, from the importance command."""
+    out = tmp_path_factory.mktemp("neuron_scores")
+    run(["fairseq-headprune", "importance", tiny_model["data"], "--path", tiny_model["checkpoint"],
+         "--importance-method", "fisher", "--importance-structures", "heads,ffn", "--importance-limit", "32",
+         "--out-dir", out, "--no-progress"])
+    return out / "importance.json"

@@ -255,16 +255,10 @@ def search(tiny_model, out_dir, *extra, check=True):
                 "--out-dir", out_dir, "--no-progress", *extra], check=check)
 
 
-@pytest.fixture(scope="module")
-def neuron_fisher(tiny_model, tmp_path_factory):
-    """An importance file of Fisher scores for heads (with blocks) and FFN neurons."""
-    from conftest import run
-
-    out = tmp_path_factory.mktemp("fisher")
-    run(["fairseq-headprune", "importance", tiny_model["data"], "--path", tiny_model["checkpoint"],
-         "--importance-method", "fisher", "--importance-structures", "heads,ffn", "--importance-limit", "32",
-         "--out-dir", out, "--no-progress"])
-    return out / "importance.json"
+@pytest.fixture
+def neuron_fisher(neuron_scores):
+    """An importance file of Fisher scores for heads (with blocks) and FFN neurons (conftest's, shared)."""
+    return neuron_scores
 
 
 def test_a_joint_search_writes_masks_that_fairseq_generate_applies_as_search_json_says(tiny_model, neuron_fisher,

@@ -302,14 +302,6 @@ SHORT = ["--max-len-b", "30"]  # neuron pruning by low scores can stop the model
 FLOPS = 5120 * 48 + 256 * 512  # per token: a head 8*64*8 + 4*32*8, a neuron 4*64 (32 positions)
 
 
-@pytest.fixture(scope="module")
-def neuron_scores(tiny_model, tmp_path_factory):
-    """Fisher scores of heads (with blocks) and FFN neurons, from the importance command."""
-    out = tmp_path_factory.mktemp("neuron_scores")
-    run(["fairseq-headprune", "importance", tiny_model["data"], "--path", tiny_model["checkpoint"],
-         "--importance-method", "fisher", "--importance-structures", "heads,ffn", "--importance-limit", "32",
-         "--out-dir", out, "--no-progress"])
-    return out / "importance.json"
 
 
 def lowest_neurons(scores, count, normalize):
