@@ -45,11 +45,37 @@ for structure in heads ffn joint; do
     "${generation[@]}" --no-progress | grep -vE "^(wrote|cost)" || true
 done
 
+# the level is a share of ALL the attention and FFN layers' FLOPs: a search over one structure gets the FLOPs
+# left for it once the other structure's (kept whole) are counted
+mkdir -p "$out_dir/level-$level"
+read -r attention_flops ffn_flops < <(python - "$data" "$checkpoint" <<'PYTHON'
+import sys
+from fairseq_headprune import registry
+registry.register_components()
+from fairseq_headprune.constants import DEFAULT_SEQUENCE_LENGTH, FFN_TYPES
+from fairseq_headprune.engine.families import family_of_checkpoint
+from fairseq_headprune.engine.methods.latency import model_architecture, model_flops
+_, _, model = family_of_checkpoint(sys.argv[2]).load(sys.argv[1], sys.argv[2], cpu=True)
+flops = model_flops(model, model_architecture(model), DEFAULT_SEQUENCE_LENGTH)
+full = {ffn: sum(c[-1] for (t, _), c in flops.per_layer.items() if (t in FFN_TYPES) == ffn) for ffn in (False, True)}
+print(f"{full[False]:.0f} {full[True]:.0f}")
+PYTHON
+)
+declare -A budgets=(
+  [joint]="$kept%"
+  [heads]=$(( (attention_flops + ffn_flops) * kept / 100 - ffn_flops ))
+  [ffn]=$(( (attention_flops + ffn_flops) * kept / 100 - attention_flops ))
+)
 for structure in heads ffn joint; do
   dir="$out_dir/level-$level/$structure"
+  if [[ ${budgets[$structure]} == -* ]]; then
+    echo "$structure alone cannot remove $level% of the layers' FLOPs (attention $attention_flops, FFN $ffn_flops per token)"
+    continue
+  fi
   if [[ ! -f "$dir/search.json" ]]; then
     if ! fairseq-headprune search "$data" --path "$checkpoint" --out-dir "$dir" --structure "$structure" \
-        --cost flops --budget "$kept%" --fisher "$fisher" "${tuning[@]}" --no-progress > "$dir.log" 2>&1; then
+        --cost flops --budget "${budgets[$structure]}" --fisher "$fisher" "${tuning[@]}" --no-progress \
+        > "$dir.log" 2>&1; then
       echo "$structure at $level% of the FLOPs removed: $(tail -1 "$dir.log")"
       continue
     fi

@@ -244,7 +244,8 @@ def add_tuning_arguments(parser: argparse.ArgumentParser, tune_option_help: str,
     group.add_argument(
         "--tune-layers", choices=TUNE_LAYERS, default=DEFAULT_TUNE_LAYERS,
         help="which attention and FFN layers are fitted: the pruned ones, or (downstream, the default, as Kwon "
-        "et al.'s reference) every one from the first pruned layer on, since all of them see drifted inputs",
+        "et al.'s reference) also every one whose input drifted: after a pruned layer on its side, or reading a "
+        "pruned encoder's output",
     )
 
 

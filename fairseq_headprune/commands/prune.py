@@ -157,7 +157,8 @@ def add_parser(commands) -> None:
     prune.add_argument(
         "--fisher", metavar="FILE",
         help="importance.json of importance --importance-method fisher, for the fisher orders; default: estimate "
-        "it on --importance-subset and store it under OUT/importance-fisher",
+        "it on --importance-subset and store it under OUT/importance-fisher (--structure ffn or joint: "
+        "OUT/importance-fisher-ffn)",
     )
     prune.add_argument(
         "--draws", type=int, default=DEFAULT_DRAWS, metavar="N",

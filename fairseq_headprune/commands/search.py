@@ -134,8 +134,9 @@ def add_parsers(commands) -> None:
     search.add_argument("--no-rearrange", action="store_true", help="keep the diagonal search's mask")
     group = search.add_argument_group("Fisher estimation (without --fisher)")
     add_importance_arguments(group, method=False)
-    add_tuning_arguments(search, "also tune the mask found: least-squares scales of the kept heads and an "
-                         "output-bias correction per pruned layer, written to OUT/tuning.json", per_order=False)
+    add_tuning_arguments(search, "also tune the masks found: least-squares scales of the kept heads and "
+                         "neurons and an output-bias correction per layer (a fit kept only if it lowers the loss on "
+                         "held-aside batches), written to OUT/tuning.json", per_order=False)
     add_device_arguments(search)
     search.set_defaults(handler=command_search, accepts_fairseq_args=True)
 

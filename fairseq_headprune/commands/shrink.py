@@ -42,8 +42,8 @@ def add_parser(commands) -> None:
                         help="FFN neurons to remove (spec or mask file): their rows of fc1 and columns of fc2")
     shrink.add_argument(
         "--tuning", metavar="TUNING.json",
-        help="a tuned mask (search --tune-masks): fold its head scales and output-bias corrections into the "
-        "output projections and remove its heads, so the smaller checkpoint computes the tuned masked model",
+        help="a tuned mask (search --tune-masks): fold its scales and output-bias corrections into out_proj and "
+        "fc2 and remove its heads and FFN neurons, so the smaller checkpoint computes the tuned masked model",
     )
     shrink.add_argument("--out", required=True, metavar="PRUNED.pt", help="pruned checkpoint to write")
     shrink.add_argument("--report", metavar="FILE.tsv", help="also write the parameter report here")

@@ -138,7 +138,7 @@ class StructureScores:
 
 def search_steps(structure: str, layout: HeadLayout, ffn_layout: FfnLayout, flops: LayerCosts, order: str,
                  scores: StructureScores, plan: CurvePlan, x_axis: str) -> List[StructureStep]:
-    """Kwon et al.'s search at every level: ``k * step_percent``% of the structure's FLOPs removed (at most)."""
+    """Kwon et al.'s search at every level: ``k * step_percent``% of the structure's FLOPs removed (at least: the search never exceeds the budget kept)."""
     types = FFN_TYPES if structure == "ffn" else ATTENTION_TYPES + FFN_TYPES
     costs = LayerCosts("flops", {b: c for b, c in flops.per_layer.items() if b[0] in types})
     step_counts(1, plan.step_percent, plan.max_percent)  # the same checks of the percentages
@@ -209,7 +209,7 @@ def markdown_structure_curves(summary: Sequence[Dict[str, object]], baseline: fl
     """Per scope, one row per level: heads and neurons pruned, FLOPs removed, and each order's score.
 
     A cell whose order sits elsewhere on the x-axis than the level's first
-    order (a search within a budget removes at most the level's FLOPs) says where.
+    order (a search within a budget removes at least the level's FLOPs) says where.
     """
     parts = []
     for scope in ("all",) + ATTENTION_TYPES + tuple(STRUCTURE_TITLES):
