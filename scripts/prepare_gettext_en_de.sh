@@ -8,7 +8,7 @@ usage: $(basename "$0") OUT_DIR
 
 Writes, skipping steps already done:
   OUT_DIR/raw/{train,valid,test}.{en,LANG}   message pairs (fairseq-headprune corpus --kind gettext;
-                                             about 32,000/1,500/500 from Debian/Ubuntu's German catalogs)
+                                             32,075/1,500/500 from Debian 12's German catalogs)
   OUT_DIR/tok/   Moses-tokenized (sacremoses normalize tokenize -a -x)
   OUT_DIR/bpe/   joint BPE (subword-nmt, MERGES merges learnt on train) and OUT_DIR/bpe/codes
   OUT_DIR/bin/   fairseq-preprocess output (joined dictionary)
