@@ -411,6 +411,14 @@ def test_tuned_joint_steps_translate_as_the_tuned_shrunk_model(tiny_model, neuro
          *GENERATION, *SHORT]
     )
     assert float(re.search(r"BLEU4 = ([\d.]+)", generated.stdout).group(1)) == pytest.approx(tuned["bleu"], abs=0.006)
+    # the report's structures section (scripts/compare_structures.sh's layout) shows both curves
+    study = tmp_path / "study"
+    (study / "structures").mkdir(parents=True)
+    (study / "structures" / "joint").symlink_to(out)
+    run(["fairseq-headprune", "report", study])
+    report = (study / "report.md").read_text()
+    assert "## Heads, FFN neurons, or both" in report
+    assert f"| {tuned['bleu']:.2f} |" in report and "Fisher search (Kwon et al.) + mask tuning" in report
 
 
 def test_bad_structure_input_is_one_line(tiny_model, neuron_scores, tmp_path):

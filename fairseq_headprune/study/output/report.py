@@ -21,6 +21,8 @@ REPORT = "report.md"
 DEFAULT_TITLE = "fairseq-headprune study"
 
 
+from .structures_report import section_structures
+
 class _Study:
     def __init__(self, directory: str):
         self.directory = directory
@@ -382,47 +384,6 @@ def _section_findings(study: _Study) -> str:
     )
 
 
-def _section_structures(study: _Study) -> str:
-    """Heads, FFN neurons or both against the share of the layers' FLOPs removed (scripts/compare_structures.sh)."""
-    parts = ["## Heads, FFN neurons, or both: BLEU per share of the layers' FLOPs removed\n\n",
-             "Kwon et al.'s (2022) Fisher search over heads only, FFN neurons only, and both together, each "
-             "untuned and with mask tuning (least squares on validation sentences, a fit kept only if it lowers "
-             "the loss on held-aside ones); x: % of the attention and FFN layers' FLOPs per token removed. "
-             "Bold: p < 0.01 against the unpruned model (paired bootstrap).\n\n"]
-    for structure in ("heads", "ffn", "joint"):
-        if study.exists("structures", structure, "prune_curves.md"):
-            parts.append(study.table(f"structures/{structure}/prune_curves.md"))
-    levels = sorted(d for d in os.listdir(study.path("structures")) if d.startswith("level-"))
-    for level in levels:
-        rows = []
-        for structure in ("heads", "ffn", "joint"):
-            if study.exists("structures", level, structure, "speed.json"):
-                payload = study.json("structures", level, structure, "speed.json")
-                rows += [(structure, payload, r) for r in payload["rows"]]
-        if not rows:
-            continue
-        payload = rows[0][1]
-        parts.append(f"Decoding speed with {level.split('-', 1)[1]}% of the layers' FLOPs removed (the tuned search's "
-                     f"mask, shrunk), beam {payload['beam']}, {payload['threads']} threads on {payload['device']}, "
-                     f"torch {payload['torch']}, CTranslate2 {payload['ctranslate2']}; sentences/s (median of the "
-                     "interleaved repeats):\n\n")
-        parts.append("| structure | batch | system | sent/s | vs fairseq unpruned | vs CTranslate2 unpruned, same "
-                     "precision | BLEU | same hypotheses |\n|---|---:|---|---:|---:|---:|---:|---:|\n")
-        for structure, _, r in rows:
-            vs_ct2 = r.get("speedup_vs_ct2_unpruned_same_precision")
-            same = "" if r.get("same_hypotheses") is None else f"{r['same_hypotheses']}/{r['sentences']}"
-            parts.append(f"| {structure} | {r['batch_size']} | {r['system']} | {r['sentences_per_second']:.1f} | "
-                         f"{r['speedup_vs_fairseq_unpruned']:.2f}x | {'' if vs_ct2 is None else f'{vs_ct2:.2f}x'} | "
-                         f"{r['bleu']:.2f} | {same} |\n")
-        parts.append("\n")
-    for directory in sorted(d for d in os.listdir(study.path("structures")) if d.startswith("finetune-")):
-        if study.exists("structures", directory, "report.md"):
-            body = study.text("structures", directory, "report.md").split("\n", 1)[-1].strip()
-            parts.append(f"The joint search at {directory.split('-', 1)[1]}% of the FLOPs removed, tuned, then "
-                         f"fine-tuned with the structure held (`compress`):\n\n{body}\n\n")
-    return "".join(parts) + study.command("structures")
-
-
 SECTIONS = [
     ("generate", _section_translation),
     ("eval-lm", _section_perplexity),
@@ -431,7 +392,7 @@ SECTIONS = [
     ("ablation/all_but_one_best.json", _section_all_but_one),
     ("pruning", _section_pruning),
     ("comparison/prune_curves.all.json", _section_comparison),
-    ("structures", _section_structures),
+    ("structures", section_structures),
     ("shrink/speed.json", _section_speed),
     ("shrink/lm_speed.json", _section_lm_speed),
     ("shrink/classifier_speed.json", _section_classifier_speed),
