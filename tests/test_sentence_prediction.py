@@ -323,6 +323,7 @@ def test_a_classifier_searched_tuned_and_shrunk_classifies_as_the_tuned_masked_m
     """Kwon et al.'s pipeline on an encoder-only model: search, tune, fold into a smaller checkpoint."""
     from fairseq_headprune.engine.checkpoints.loading import load_evaluation_model
     from fairseq_headprune.engine.methods.mask_tuning import tuning_folded
+    from fairseq_headprune.modules.masked_ffn import ffn_layout
     from fairseq_headprune.modules.masked_multihead_attention import head_layout, head_mask_applied
     from fairseq_headprune.study.methods.mask_tuning import read_tuning
 
@@ -333,7 +334,7 @@ def test_a_classifier_searched_tuned_and_shrunk_classifies_as_the_tuned_masked_m
          "--out", tmp_path / "tuned.pt"])
     _, task, model = load_evaluation_model("classifier", str(classifier["data"]), str(classifier["checkpoint"]))
     _, _, shrunk = load_evaluation_model("classifier", str(classifier["data"]), str(tmp_path / "tuned.pt"))
-    tuning = read_tuning(str(out / "tuning.json"), head_layout(model))
+    tuning = read_tuning(str(out / "tuning.json"), head_layout(model), ffn_layout(model))
     task.load_dataset("test")
     dataset = task.dataset("test")
     sample = dataset.collater([dataset[i] for i in range(32)])
