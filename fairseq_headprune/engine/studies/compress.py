@@ -36,7 +36,7 @@ from ...study.masks.head_mask import head_mask_to_spec
 from ...study.methods.ablation import BASELINE, HeadConfig, baseline_config
 from ...study.methods.compression import REPORT_FORMAT, STAGES, CompressSettings
 from ...study.output.compression_report import compression_report_markdown
-from ...study.output.files import file_sha256, first_difference, write_json, write_text
+from ...study.output.files import file_sha256, first_difference, recorded_identity, write_json, write_text
 from ...study.settings import ExportSettings, SearchSettings
 from ..checkpoints.info import load_checkpoint_state, state_head_layout
 from ..checkpoints.shrink import shrink_checkpoint
@@ -149,12 +149,7 @@ def _open_out_dir(out_dir: str, identity: Dict[str, object]) -> None:
     """Create the run's directory, or check that it holds this very run."""
     record = os.path.join(out_dir, RECORD)
     if os.path.isfile(record):
-        try:
-            with open(record, encoding="utf-8") as stream:
-                previous = json.load(stream)["identity"]
-        except (OSError, ValueError, KeyError) as error:
-            raise StudyError(f"{record} is not a compress record ({error}); use another --out-dir") from error
-        difference = first_difference(previous, identity)
+        difference = first_difference(recorded_identity(record, "a compress record", "--out-dir"), identity)
         finished = [stage for stage in STAGES if os.path.isfile(os.path.join(out_dir, stage, STAGE_RECORD))]
         if difference is not None and finished:
             raise StudyError(f"--out-dir {out_dir} holds a compress run of other settings ({difference}); "

@@ -14,7 +14,7 @@ from typing import Dict, Optional, Sequence
 
 from ...errors import StudyError
 from ...study.methods.ablation import HeadConfig
-from ...study.output.files import first_difference, remove_stale_temporaries, write_json
+from ...study.output.files import first_difference, recorded_identity, remove_stale_temporaries, write_json
 from ...modules.masked_ffn import ffn_mask_applied
 from ...study.masks.head_mask import HeadMask, combine_masks
 from ..methods.mask_tuning import tuning_folded
@@ -27,12 +27,7 @@ def open_sweep_dir(out_dir: str, identity: Dict[str, object], references: Sequen
     """Create the sweep directory, or check that it holds this very sweep."""
     manifest = os.path.join(out_dir, MANIFEST)
     if os.path.exists(manifest):
-        try:
-            with open(manifest, encoding="utf-8") as stream:
-                old = json.load(stream)["identity"]
-        except (OSError, ValueError, KeyError) as error:
-            raise StudyError(f"{manifest} is not a sweep manifest ({error}); use another output directory")
-        difference = first_difference(old, identity)
+        difference = first_difference(recorded_identity(manifest, "a sweep manifest", "output directory"), identity)
         if difference is not None:
             raise StudyError(
                 f"{out_dir} holds the results of a different sweep ({difference}); "

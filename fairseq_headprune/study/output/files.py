@@ -99,6 +99,15 @@ def _file_sha256(path: str, size: int, mtime_ns: int) -> str:
     return digest.hexdigest()
 
 
+def recorded_identity(path: str, description: str, option: str) -> Dict[str, object]:
+    """The ``identity`` a study directory's record file holds (the settings its results depend on)."""
+    try:
+        with open(path, encoding="utf-8") as stream:
+            return json.load(stream)["identity"]
+    except (OSError, ValueError, KeyError) as error:
+        raise StudyError(f"{path} is not {description} ({error}); use another {option}") from error
+
+
 def first_difference(old: Dict[str, object], new: Dict[str, object]) -> Optional[str]:
     """The first setting in which two identities differ, as text (None: the same)."""
     for key in sorted(set(old) | set(new)):
