@@ -5,6 +5,7 @@ train_demo.sh) in the WMT14 En-Fr big architecture at tiny dimensions.
 Set HEADPRUNE_TEST_CACHE to a directory to reuse it across sessions.
 """
 
+import json
 import os
 import re
 import subprocess
@@ -161,3 +162,13 @@ def neuron_scores(tiny_model, tmp_path_factory):
          "--importance-method", "fisher", "--importance-structures", "heads,ffn", "--importance-limit", "32",
          "--out-dir", out, "--no-progress"])
     return out / "importance.json"
+
+
+@pytest.fixture(scope="session")
+def heads_only_scores(neuron_scores, tmp_path_factory):
+    """The same Fisher file without its FFN neuron scores: what a heads-only importance run writes."""
+    payload = json.loads(neuron_scores.read_text())
+    del payload["neuron_importance"]
+    path = tmp_path_factory.mktemp("heads_only") / "heads_only.json"
+    path.write_text(json.dumps(payload))
+    return path

@@ -377,11 +377,8 @@ def test_a_latency_table_of_another_engine_device_or_precision_is_one_line(tiny_
     assert not (tmp_path / "search").exists()
 
 
-def test_bad_structure_input_is_one_line(tiny_model, neuron_fisher, tmp_path):
-    payload = json.loads(neuron_fisher.read_text())
-    del payload["neuron_importance"]
-    heads_only = tmp_path / "heads_only.json"
-    heads_only.write_text(json.dumps(payload))
+def test_bad_structure_input_is_one_line(tiny_model, heads_only_scores, tmp_path):
+    heads_only = heads_only_scores
     cases = [
         (["--fisher", heads_only, "--structure", "ffn", "--cost", "flops"],
          f"--fisher {heads_only} has no FFN neuron scores; estimate them with importance --importance-method fisher "

@@ -421,11 +421,8 @@ def test_tuned_joint_steps_translate_as_the_tuned_shrunk_model(tiny_model, neuro
     assert f"| {tuned['bleu']:.2f} |" in report and "Fisher search (Kwon et al.) + mask tuning" in report
 
 
-def test_bad_structure_input_is_one_line(tiny_model, neuron_scores, tmp_path):
-    payload = json.loads(neuron_scores.read_text())
-    del payload["neuron_importance"]
-    heads_only = tmp_path / "heads_only.json"
-    heads_only.write_text(json.dumps(payload))
+def test_bad_structure_input_is_one_line(tiny_model, heads_only_scores, tmp_path):
+    heads_only = heads_only_scores
     cases = [
         (["--structure", "ffn", "--importance", heads_only, "--importance-method", "fisher"],
          f"--importance {heads_only} has no FFN neuron scores; estimate them with importance "
