@@ -54,6 +54,12 @@ ORDERS = ("importance", "iterative", "ablation", "random", "fisher", "fisher-rea
 # what a budgeted mask search (Kwon et al. 2022) counts: heads kept, attention FLOPs per token,
 # or latency from a table measured per layer on the device
 COST_KINDS = ("heads", "flops", "latency")
+# what runs the layers a latency table times: fairseq (each layer alone) or CTranslate2 (the exported model)
+LATENCY_ENGINES = ("fairseq", "ctranslate2")
+# formats export writes, and CTranslate2's weight types (its --quantization); which the device computes is
+# checked when exporting
+EXPORT_FORMATS = ("ctranslate2",)
+QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16")
 # what a search or a pruning curve prunes: attention heads, FFN neurons, or both chosen together (Kwon et al. 2022)
 PRUNED_STRUCTURES = ("heads", "ffn", "joint")
 # a pruning curve's x-axis: the share of its units pruned (heads or neurons), or of the layers' FLOPs removed

@@ -126,3 +126,15 @@ def test_bad_exports_are_one_line_and_write_nothing(tiny_model, tmp_path):
             len(result.stderr.strip().splitlines()) == 1 and message in result.stderr), result.stderr
     assert (taken / "keep.txt").read_text() == "mine" and sorted(p.name for p in taken.iterdir()) == ["keep.txt"]
     assert not (tmp_path / "f16").exists()
+
+
+def test_ffn_layers_without_neurons_export_masked_and_shrunk_as_the_masked_model(tiny_model, tmp_path):
+    """CTranslate2 holds no empty weight: a layer keeping no neuron gets one zero neuron, adding nothing."""
+    empty = "E:1:* D:2:*"
+    cfg, task, model = fairseq_model(tiny_model, "--ffn-mask", empty)
+    export(tiny_model, tmp_path / "masked", "--ffn-mask", empty)
+    assert_scores_equal(tmp_path / "masked", cfg, task, model)
+    run(["fairseq-headprune", "shrink", "--path", tiny_model["checkpoint"], "--ffn-mask", empty,
+         "--out", tmp_path / "shrunk.pt"])
+    export(tiny_model, tmp_path / "shrunk", path=tmp_path / "shrunk.pt")
+    assert_scores_equal(tmp_path / "shrunk", cfg, task, model)

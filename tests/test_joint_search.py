@@ -150,6 +150,35 @@ def test_uniform_head_counts_equal_brute_force(seed):
     assert result.diagonal_loss == pytest.approx(best, abs=1e-12)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_tied_types_keep_one_count_for_the_whole_stack_as_brute_force_finds(seed):
+    """CTranslate2's decoder: self- and cross-attention layers keep one head count, chosen once for all four."""
+    generator = torch.Generator().manual_seed(seed + 70)
+    scores = {t: torch.rand(2, 3, generator=generator, dtype=torch.float64) for t in ("dec-dec", "enc-dec")}
+    rng = np.random.default_rng(seed + 70)
+    blocks = [(t, layer) for t in ("dec-dec", "enc-dec") for layer in range(2)]
+    per_layer = {b: [0.0] + list(np.cumsum(rng.integers(1, 4, size=3)) + 1.0) for b in blocks}
+    costs = LayerCosts("latency", per_layer, tied_types=(("dec-dec", "enc-dec"),))
+    with pytest.raises(SettingsError, match="search with --uniform"):
+        fisher_search(scores, costs, 10.0)
+    flags = ((np.arange(2 ** 12)[:, None] >> np.arange(12)) & 1).astype(np.float64)
+    flat = np.concatenate([scores[t][layer].numpy() for t, layer in blocks])
+    loss = 0.5 * (1.0 - flags) @ flat
+    kept = flags.reshape(len(flags), 4, 3).sum(axis=2).astype(int)
+    cost = sum(np.asarray(per_layer[b])[kept[:, i]] for i, b in enumerate(blocks))
+    one_count = (kept == kept[:, :1]).all(axis=1)
+    for budget in (6.0, 12.0, 20.0, 40.0):
+        fits = one_count & (cost <= budget + 1e-9)
+        if not fits.any():
+            with pytest.raises(SettingsError, match="below the least any mask costs"):
+                fisher_search(scores, costs, budget, uniform=True)
+            continue
+        result = fisher_search(scores, costs, budget, uniform=True)
+        assert len({len(heads) for heads in result.kept.values()}) == 1
+        assert result.diagonal_loss == pytest.approx(float(loss[fits].min()), abs=1e-12)
+        assert result.cost <= budget + 1e-9
+
+
 def test_flops_of_heads_and_neurons_add_up_as_computed_by_hand():
     """d = 4, d_h = 2, n = 3 positions: a head costs 8*4*2 + 4*3*2 = 88 FLOPs per token, a neuron 4*4 = 16."""
     costs = merge_costs(flops_costs({"enc-enc": (1, 2)}, {"enc-enc": (4, 2)}, 3),
@@ -356,6 +385,43 @@ def test_latency_tables_time_ffn_layers_and_price_a_joint_search(tiny_model, tmp
     assert set(record["result"]["kept_neurons"].values()) <= {0, 32, 64, 96, 128}
     timings = list(payload["per_layer_ms"].values()) + list(payload["ffn_layer_ms"].values())
     assert record["full_cost"] == pytest.approx(sum(v[-1] for v in timings))
+
+
+def test_ctranslate2_latency_tables_price_whole_stacks_and_a_uniform_search_exports_unpadded(tiny_model, tmp_path):
+    """Timed in CTranslate2: the decoder's self- and cross-attention priced alike; the search must be uniform."""
+    pytest.importorskip("ctranslate2")
+    from conftest import run
+
+    table = tmp_path / "latency.json"
+    result = run(["fairseq-headprune", "latency", tiny_model["data"], "--path", tiny_model["checkpoint"], "--out",
+                  table, "--engine", "ctranslate2", "--repeats", "3", "--sentences", "8", "--sequence-length", "16",
+                  "--neuron-step", "64", "--no-progress", "--cpu"])
+    assert "use with search --uniform --latency-engine ctranslate2 --latency-precision float32" in result.stdout
+    payload = json.loads(table.read_text())
+    assert (payload["engine"], payload["precision"]) == ("ctranslate2", "float32")
+    assert payload["kept_counts"] == {f"{t}:{layer}": [0, 64, 128] for t in ("enc-ffn", "dec-ffn") for layer in (1, 2)}
+    prices = dict(payload["per_layer_ms"], **payload["ffn_layer_ms"])
+    for name, costs in prices.items():
+        assert costs[0] == 0.0 and costs == sorted(costs), name  # over the narrowest, non-decreasing
+    for layer in (1, 2):  # one stack: its time is shared evenly by every layer of both types
+        assert prices[f"dec-dec:{layer}"] == prices[f"enc-dec:{layer}"] == prices["dec-dec:1"]
+    search_command = ["--structure", "joint", "--cost", "latency", "--latency-table", table, "--budget", "60%",
+                      "--importance-limit", "16", "--latency-engine", "ctranslate2"]
+    refused = search(tiny_model, tmp_path / "refused", *search_command, check=False)
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+    assert "price dec-dec+enc-dec as one stack" in refused.stderr and "search with --uniform" in refused.stderr
+    assert not (tmp_path / "refused").exists()
+    out = tmp_path / "search"
+    search(tiny_model, out, *search_command, "--uniform")
+    record = json.loads((out / "search.json").read_text())
+    kept = record["result"]["kept"]
+    assert len({len(kept[f"{t}:{layer}"]) for t in ("dec-dec", "enc-dec") for layer in (1, 2)}) == 1
+    assert len({len(kept[f"enc-enc:{layer}"]) for layer in (1, 2)}) == 1
+    assert record["result"]["cost"] <= record["full_cost"] * 0.6 + 1e-9
+    exported = run(["fairseq-headprune", "export", tiny_model["data"], "--path", tiny_model["checkpoint"],
+                    "--head-mask", out / "mask.json", "--ffn-mask", out / "ffn_mask.json", "--out-dir",
+                    tmp_path / "ct2", "--cpu"])
+    assert "zero heads pad" not in exported.stdout
 
 
 @pytest.mark.parametrize("change, message", [

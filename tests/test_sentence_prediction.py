@@ -255,6 +255,20 @@ def test_ablate_options_a_classifier_cannot_take_are_one_line(classifier, tmp_pa
     assert len(lines) == 1 and message in lines[0], lines
 
 
+@pytest.mark.parametrize("options, message", [
+    (["--engine", "ctranslate2"], "a classifier cannot be exported to CTranslate2"),
+    (["--quantization", "int8"], "--quantization times a CTranslate2 model: add --engine ctranslate2"),
+])
+def test_latency_tables_a_classifier_cannot_have_are_one_line(classifier, tmp_path, options, message):
+    pytest.importorskip("ctranslate2")
+    table = tmp_path / "latency.json"
+    result = run(["fairseq-headprune", "latency", str(classifier["data"]), "--path", str(classifier["checkpoint"]),
+                  "--out", str(table), "--no-progress", "--cpu", *options], check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr and not table.exists()
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], lines
+
+
 def test_prune_a_classifier_by_importance_and_within_budgets(classifier, classifier_study):
     """Every step's and budget draw's accuracy equals stock fairseq's model with those heads' columns zeroed."""
     import json

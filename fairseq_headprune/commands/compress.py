@@ -109,7 +109,9 @@ def add_parser(commands) -> None:
     compress.add_argument("--gen-subset", default="test", metavar="SPLIT",
                           help="split the two models are evaluated and timed on (default: test)")
     compress.add_argument("--latency-table", metavar="FILE",
-                          help="for a latency target: the latency command's table for this model and device")
+                          help="for a latency target: the latency command's table for this model and device "
+                          "(with --export ctranslate2: timed with --engine ctranslate2 at --quantization; the "
+                          "heads are then kept alike in every layer of a stack)")
     compress.add_argument("--metric", choices=("accuracy", "mcc"),
                           help="classifier checkpoints: the metric reported and tested (default accuracy)")
     finetune = compress.add_argument_group("fine-tuning with the pruned units held at zero (fairseq-train)")

@@ -2,7 +2,7 @@
 
 import argparse
 
-from ..constants import COST_KINDS, DEFAULT_SEQUENCE_LENGTH, PRUNED_STRUCTURES
+from ..constants import COST_KINDS, DEFAULT_SEQUENCE_LENGTH, LATENCY_ENGINES, PRUNED_STRUCTURES
 from ..study.settings import LatencySettings, SearchSettings
 from .common import (
     add_device_arguments,
@@ -23,6 +23,7 @@ def search_settings(args: argparse.Namespace) -> SearchSettings:
         rearrange=not args.no_rearrange, tuning=tuning_settings(args), family=checkpoint_family(args.path),
         cpu=args.cpu, progress=not args.no_progress, fairseq_args=list(args.fairseq_args),
         structure=args.structure, uniform=args.uniform, neuron_step=args.neuron_step,
+        latency_engine=args.latency_engine, latency_precision=args.latency_precision,
     )
 
 
@@ -72,10 +73,15 @@ def command_latency(args: argparse.Namespace) -> int:
     table = run_latency(LatencySettings(
         data=args.data, checkpoint=args.path, out=args.out, batch_size=args.batch_size,
         sequence_length=args.sequence_length, repeats=args.repeats, cpu=args.cpu, progress=not args.no_progress,
-        fairseq_args=list(args.fairseq_args), neuron_step=args.neuron_step,
+        fairseq_args=list(args.fairseq_args), neuron_step=args.neuron_step, engine=args.engine,
+        quantization=args.quantization,
     ))
     print(f"{table.engine} on {table.device}, {table.precision}; {args.batch_size} sentences x "
           f"{args.sequence_length} positions, median of {args.repeats}")
+    if table.engine != "fairseq":
+        print("each layer priced at what it adds over its narrowest (the decoder's self- and cross-attention "
+              "keep one head count); use with search --uniform --latency-engine "
+              f"{table.engine} --latency-precision {table.precision}")
     print("layer\tms keeping 0, 1, ... heads (FFN layers: the neurons in brackets)")
     for block, timings in table.per_layer.items():
         counts = table.counts.get(block)
@@ -125,6 +131,12 @@ def add_parsers(commands) -> None:
                         "layer, or the latency table's steps")
     search.add_argument("--latency-table", metavar="FILE",
                         help="for --cost latency: the latency command's table for this model and device")
+    search.add_argument("--latency-engine", choices=LATENCY_ENGINES, default="fairseq",
+                        help="for --cost latency: the engine the model will run in, which the table must have "
+                        "timed (default fairseq; ctranslate2 needs --uniform)")
+    search.add_argument("--latency-precision", metavar="TYPE",
+                        help="for --cost latency: the precision the table must have timed (default: the "
+                        "model's for fairseq, float32 for ctranslate2)")
     search.add_argument(
         "--sequence-length", type=int, default=DEFAULT_SEQUENCE_LENGTH, metavar="N",
         help=f"for --cost flops: attended positions per token (default {DEFAULT_SEQUENCE_LENGTH})",
@@ -147,8 +159,11 @@ def add_parsers(commands) -> None:
         description="Time every attention layer of CKPT on this device with its first k heads kept, for "
         "every k, and every FFN layer with its first k neurons kept, k in steps of --neuron-step, on random "
         "inputs (a full-sequence pass of --sentences sentences of --sequence-length positions; median of "
-        "--repeats). The table records the engine (fairseq), the device, the precision and the model's "
-        "shape; search refuses it for another model, device, engine or precision.",
+        "--repeats). With --engine ctranslate2 the model is exported to CTranslate2 once per variant, every "
+        "layer of one group narrowed alike (the encoder's attention, the decoder's self- and cross-attention "
+        "together, one FFN type), and the whole model's teacher-forced scoring is timed; a layer is priced at "
+        "what its variant adds over the group's narrowest. The table records the engine, the device, the "
+        "precision and the model's shape; search refuses it for another model, device, engine or precision.",
     )
     latency.add_argument("data", metavar="DATA", help="fairseq-preprocess output directory (its dictionaries)")
     latency.add_argument("--path", required=True, metavar="CKPT", help="fairseq checkpoint (every head)")
@@ -160,5 +175,11 @@ def add_parsers(commands) -> None:
     latency.add_argument("--repeats", type=int, default=20, metavar="N", help="timed passes per shape (default 20)")
     latency.add_argument("--neuron-step", type=int, metavar="N",
                          help="time FFN layers keeping 0, N, 2N, ... neurons and all (default: 16 steps per layer)")
+    latency.add_argument("--engine", choices=LATENCY_ENGINES, default="fairseq",
+                         help="what runs the timed layers: fairseq (each layer alone, default) or ctranslate2 "
+                         "(the model exported, as fairseq-headprune export writes it)")
+    latency.add_argument("--quantization", default="float32", metavar="TYPE",
+                         help="with --engine ctranslate2: the compute type timed (float32, int8, int8_float32, "
+                         "float16, bfloat16; default float32)")
     add_device_arguments(latency)
     latency.set_defaults(handler=command_latency, accepts_fairseq_args=True)

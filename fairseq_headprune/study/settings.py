@@ -30,13 +30,16 @@ from ..constants import (
     DEFAULT_SEQUENCE_LENGTH,
     DEFAULT_STEP_PERCENT,
     DEFAULT_TUNE_LIMIT,
+    EXPORT_FORMATS,
     GRANULARITIES,
     IMPORTANCE_LOSSES,
     IMPORTANCE_METHODS,
     LANGUAGE_MODEL_FAMILY,
+    LATENCY_ENGINES,
     MODEL_FAMILIES,
     ORDERS,
     PRUNED_STRUCTURES,
+    QUANTIZATIONS,
     STRUCTURE_ORDERS,
     X_AXES,
     SCOPES,
@@ -53,6 +56,11 @@ DETOKENIZERS = ("auto", "moses", "none")
 def _positive(value: Optional[float], option: str) -> None:
     if value is not None and value <= 0:
         raise SettingsError(f"{option} must be positive, got {value}")
+
+
+def _one_of(value: str, allowed: Sequence[str], option: str) -> None:
+    if value not in allowed:
+        raise SettingsError(f"{option} must be one of {', '.join(allowed)}")
 
 
 def parse_choices(text: str, allowed: Sequence[str], option: str) -> List[str]:
@@ -97,12 +105,9 @@ class ImportanceSettings:
     def __post_init__(self):
         for name in ("max_tokens", "max_sentences", "limit"):
             _positive(getattr(self, name), self.option(name))
-        if self.granularity not in GRANULARITIES:
-            raise SettingsError(f"{self.option('granularity')} must be one of {', '.join(GRANULARITIES)}")
-        if self.method not in IMPORTANCE_METHODS:
-            raise SettingsError(f"--importance-method must be one of {', '.join(IMPORTANCE_METHODS)}")
-        if self.loss not in IMPORTANCE_LOSSES:
-            raise SettingsError(f"{self.option('loss')} must be one of {', '.join(IMPORTANCE_LOSSES)}")
+        _one_of(self.granularity, GRANULARITIES, self.option("granularity"))
+        _one_of(self.method, IMPORTANCE_METHODS, "--importance-method")
+        _one_of(self.loss, IMPORTANCE_LOSSES, self.option("loss"))
         if not 0.0 <= self.label_smoothing < 1.0:
             raise SettingsError(f"{self.option('label_smoothing')} must be in [0, 1), got {self.label_smoothing}")
         if not self.subsets:
@@ -141,10 +146,8 @@ class SweepSettings:
         if self.family not in MODEL_FAMILIES:
             raise SettingsError(f"unknown model family {self.family!r} (expected {', '.join(MODEL_FAMILIES)})")
         self._check_family_options()
-        if self.bleu not in BLEU_METRICS:
-            raise SettingsError(f"--bleu must be one of {', '.join(BLEU_METRICS)}")
-        if self.detokenize not in DETOKENIZERS:
-            raise SettingsError(f"--sacrebleu-detokenize must be one of {', '.join(DETOKENIZERS)}")
+        _one_of(self.bleu, BLEU_METRICS, "--bleu")
+        _one_of(self.detokenize, DETOKENIZERS, "--sacrebleu-detokenize")
         if self.configs_per_batch <= 0:
             raise SettingsError(f"--configs-per-batch must be positive, got {self.configs_per_batch}")
         self.metric.for_test(self.test.test)  # the test must apply to the metric: say so before any work
@@ -208,8 +211,7 @@ class AblationSettings:
     cross_data: Optional[str] = None  # its data directory (default: the sweep's)
 
     def __post_init__(self):
-        if self.mode not in ABLATION_MODES:
-            raise SettingsError(f"--mode must be one of {', '.join(ABLATION_MODES)}")
+        _one_of(self.mode, ABLATION_MODES, "--mode")
         if self.mode == "cross-domain" and not self.cross_subset:
             raise SettingsError("--mode cross-domain needs --cross-subset SPLIT (the out-of-domain test set)")
         if self.select_subset and self.mode != "all-but-one":
@@ -292,12 +294,15 @@ class SearchSettings:
     structure: str = "heads"  # heads, ffn (FFN neurons) or joint (both in one search)
     uniform: bool = False  # every layer of an attention type keeps as many heads as the others
     neuron_step: Optional[int] = None  # FFN layers keep multiples of it (None: about 128 counts per layer)
+    latency_engine: str = "fairseq"  # the engine the latency table must have timed: fairseq or ctranslate2
+    latency_precision: Optional[str] = None  # its precision (None: the model's; ctranslate2: float32)
 
     def __post_init__(self):
-        if self.cost not in COST_KINDS:
-            raise SettingsError(f"--cost must be one of {', '.join(COST_KINDS)}")
-        if self.structure not in PRUNED_STRUCTURES:
-            raise SettingsError(f"--structure must be one of {', '.join(PRUNED_STRUCTURES)}")
+        _one_of(self.latency_engine, LATENCY_ENGINES, "--latency-engine")
+        if self.cost != "latency" and (self.latency_engine != "fairseq" or self.latency_precision is not None):
+            raise SettingsError("--latency-engine and --latency-precision go with --cost latency")
+        _one_of(self.cost, COST_KINDS, "--cost")
+        _one_of(self.structure, PRUNED_STRUCTURES, "--structure")
         if self.structure != "heads":
             if self.cost == "heads":
                 raise SettingsError(f"--structure {self.structure} prunes FFN neurons: a budget of heads cannot "
@@ -330,11 +335,17 @@ class LatencySettings:
     progress: bool = True
     fairseq_args: List[str] = field(default_factory=list)
     neuron_step: Optional[int] = None  # FFN layers timed keeping multiples of it (None: 16 steps per layer)
+    engine: str = "fairseq"  # what runs the timed layers: fairseq (each layer alone) or ctranslate2 (the exported model)
+    quantization: str = "float32"  # for ctranslate2: the compute type the exported model is timed at
 
     def __post_init__(self):
         for value, option in ((self.batch_size, "--batch-size"), (self.sequence_length, "--sequence-length"),
                               (self.repeats, "--repeats"), (self.neuron_step, "--neuron-step")):
             _positive(value, option)
+        _one_of(self.engine, LATENCY_ENGINES, "--engine")
+        _one_of(self.quantization, QUANTIZATIONS, "--quantization")
+        if self.engine == "fairseq" and self.quantization != "float32":
+            raise SettingsError("--quantization times a CTranslate2 model: add --engine ctranslate2")
 
 
 @dataclass
@@ -385,12 +396,10 @@ class PruneSettings:
 
     def _check_structure(self) -> None:
         """FFN and joint curves: every FFN layer (scope all), their own orders, no head budgets, tuning or gates."""
-        if self.structure not in PRUNED_STRUCTURES:
-            raise SettingsError(f"--structure must be one of {', '.join(PRUNED_STRUCTURES)}")
+        _one_of(self.structure, PRUNED_STRUCTURES, "--structure")
         if self.x_axis is None:
             self.x_axis = "flops" if self.structure == "joint" else "units"
-        if self.x_axis not in X_AXES:
-            raise SettingsError(f"--x-axis must be one of {', '.join(X_AXES)}")
+        _one_of(self.x_axis, X_AXES, "--x-axis")
         _positive(self.sequence_length, "--sequence-length")
         if self.structure == "heads":
             return
@@ -415,11 +424,6 @@ class DynamicsSettings:
     checkpoints: str
     curve: CurveSettings = field(default_factory=CurveSettings)
     epochs: Optional[List[int]] = None  # None: every epoch found
-
-
-EXPORT_FORMATS = ("ctranslate2",)
-# CTranslate2's weight types (its --quantization); which the device computes is checked when exporting
-QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16")
 
 
 @dataclass

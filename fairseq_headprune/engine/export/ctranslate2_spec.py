@@ -8,7 +8,8 @@ and biases, zero output-projection columns: a zero head adds exactly nothing)
 up to the stack's largest kept count, with the head size stated explicitly.
 A masked head is left out as a removed one is; a head's mask value other than
 0 or 1 (a tuned scale) scales its output-projection columns. FFN widths are
-read from the weights, so masked neurons are simply left out.
+read from the weights, so masked neurons are simply left out (an FFN layer
+without neurons keeps one zero neuron: its output is ``fc2``'s bias).
 
 This builds CTranslate2's documented spec objects (``ctranslate2.specs``)
 from the fairseq modules; the stock ``ct2-fairseq-converter`` rebuilds the
@@ -125,6 +126,9 @@ def _set_ffn(spec, layer, neuron_mask) -> None:
         fc1_weight = fc1_weight.index_select(0, keep)
         fc1_bias = None if fc1_bias is None else fc1_bias.index_select(0, keep)
         fc2_weight = fc2_weight.index_select(1, keep) * mask.index_select(0, keep).unsqueeze(0)
+    if fc1_weight.size(0) == 0:  # CTranslate2 holds no empty weight: one zero neuron, whose output adds nothing
+        fc1_weight, fc2_weight = torch.zeros(1, fc1_weight.size(1)), torch.zeros(fc2_weight.size(0), 1)
+        fc1_bias = None if fc1_bias is None else torch.zeros(1)
     _set_linear(spec.linear_0, fc1_weight.numpy(), None if fc1_bias is None else fc1_bias.numpy())
     _set_linear(spec.linear_1, fc2_weight.numpy(), _numpy(layer.fc2.bias) if layer.fc2.bias is not None else None)
 

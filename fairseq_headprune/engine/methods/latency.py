@@ -93,7 +93,7 @@ def measure_latency_table(model, settings: LatencySettings) -> LatencyTable:
     dtype = next(model.parameters()).dtype
     modules = attention_modules(model)
     blocks = ffn_layers(model)
-    counts = {key: _neuron_counts(layer.fc2.in_features, settings.neuron_step) for key, layer in blocks.items()}
+    counts = {key: timed_neuron_counts(layer.fc2.in_features, settings.neuron_step) for key, layer in blocks.items()}
     per_layer: Dict[tuple, List[float]] = {}
     generator = torch.Generator(device="cpu").manual_seed(0)
 
@@ -132,7 +132,7 @@ def measure_latency_table(model, settings: LatencySettings) -> LatencyTable:
     )
 
 
-def _neuron_counts(neurons: int, step) -> List[int]:
+def timed_neuron_counts(neurons: int, step) -> List[int]:
     """0, s, 2s, ... and the whole layer (s: the step, by default about 1/16 of the layer)."""
     step = step or max(1, math.ceil(neurons / LATENCY_NEURON_STEPS))
     return sorted(set(range(0, neurons + 1, step)) | {neurons})

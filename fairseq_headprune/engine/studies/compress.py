@@ -35,6 +35,7 @@ from ...study.masks.ffn_mask import ffn_mask_to_spec
 from ...study.masks.head_mask import head_mask_to_spec
 from ...study.methods.ablation import BASELINE, HeadConfig, baseline_config
 from ...study.methods.compression import REPORT_FORMAT, STAGES, CompressSettings
+from ...study.methods.search_costs import CTRANSLATE2_ENGINE
 from ...study.output.compression_report import compression_report_markdown
 from ...study.output.files import file_sha256, first_difference, recorded_identity, write_json, write_text
 from ...study.settings import ExportSettings, SearchSettings
@@ -176,11 +177,16 @@ def _fisher(settings: CompressSettings, work: str) -> Dict[str, object]:
 
 def _search(settings: CompressSettings, stages: _Stages, work: str) -> Dict[str, object]:
     evaluation, target = settings.evaluation, settings.target
+    # a latency target for the exported model is priced by CTranslate2's own table, one head count per stack
+    deployed = target.cost == "latency" and settings.export_format == CTRANSLATE2_ENGINE
+    engine_options = dict(latency_engine=CTRANSLATE2_ENGINE, latency_precision=settings.quantization or "float32",
+                          uniform=True) if deployed else {}
     outcome = run_search(SearchSettings(
         data=settings.data, checkpoint=settings.checkpoint, out_dir=work, budget=target.budget, cost=target.cost,
         latency_table=settings.latency_table, fisher_file=stages.path("fisher", "importance.json"),
         importance=settings.importance, tuning=settings.tuning, family=settings.family, cpu=evaluation.cpu,
         progress=evaluation.progress, fairseq_args=list(evaluation.generation_args), structure=target.structure,
+        **engine_options,
     ))
     result = outcome.result
     if not outcome.pruned and not outcome.pruned_neurons:

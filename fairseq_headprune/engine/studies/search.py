@@ -26,6 +26,7 @@ from ...study.methods.mask_search import SearchResult, search_mask
 from ...study.methods.mask_tuning import MaskTuning, write_tuning
 from ...study.methods.search_costs import (
     LatencyTable,
+    CTRANSLATE2_ENGINE,
     LayerCosts,
     head_count_costs,
     parse_budget,
@@ -35,6 +36,8 @@ from ...study.methods.search_costs import (
 from ...study.output.files import write_json
 from ...study.settings import LatencySettings, SearchSettings
 from ..families import family_named, family_of_checkpoint
+from .export import check_quantization
+from ..methods.ctranslate2_latency import measure_ctranslate2_latency_table
 from ..methods.latency import (
     device_description,
     measure_latency_table,
@@ -56,14 +59,19 @@ STRUCTURE_PARTS = {"heads": ("heads",), "ffn": ("ffn",), "joint": ("heads", "ffn
 def run_latency(settings: LatencySettings) -> LatencyTable:
     """Load the checkpoint, measure, write the table."""
     family = family_of_checkpoint(settings.checkpoint)
-    _, _, model = family.load(settings.data, settings.checkpoint, settings.fairseq_args, cpu=settings.cpu)
+    if settings.engine == CTRANSLATE2_ENGINE:
+        check_quantization(settings.quantization, settings.cpu)
+    cfg, task, model = family.load(settings.data, settings.checkpoint, settings.fairseq_args, cpu=settings.cpu)
     if current_head_mask(model) is not None or any(
             m.skip_embed_dim_check for m in attention_modules(model).values()):
         raise StudyError(f"{settings.checkpoint} has heads masked or removed; measure the full model")
     if current_ffn_mask(model) is not None or "ffn" not in model_architecture(model):
         raise StudyError(f"{settings.checkpoint} has FFN neurons masked or removed; measure the full model")
     model.eval()
-    table = measure_latency_table(model, settings)
+    if settings.engine == CTRANSLATE2_ENGINE:
+        table = measure_ctranslate2_latency_table(family, cfg, task, model, settings)
+    else:
+        table = measure_latency_table(model, settings)
     write_latency_table(table, settings.out)
     return table
 
@@ -95,8 +103,10 @@ def layer_costs(settings: SearchSettings, model) -> LayerCosts:
         raise StudyError(f"{settings.checkpoint} has FFN layers of uneven widths; search on the full model")
     if settings.cost == "flops":
         return model_flops(model, architecture, settings.sequence_length, parts)
+    precision = settings.latency_precision or (
+        model_precision(model) if settings.latency_engine == "fairseq" else "float32")
     table = read_latency_table(settings.latency_table, architecture, device_description(model_device(model)),
-                               precision=model_precision(model))
+                               engine=settings.latency_engine, precision=precision)
     if "ffn" in parts and not table.has_ffn:
         raise ResultFileError(f"--latency-table {settings.latency_table} times no FFN layers; measure them with "
                               "the latency command")
@@ -138,6 +148,7 @@ def run_search(settings: SearchSettings) -> SearchOutcome:
         raise StudyError(f"{settings.checkpoint} has FFN neurons masked; search on the full model")
     layout = head_layout(model)
     costs = layer_costs(settings, model)  # a wrong latency table fails before any work
+    costs.check_uniform(settings.uniform)
     budget = parse_budget(settings.budget, costs)
     seconds: Dict[str, float] = {}
     fisher, source = _fisher(settings, family, cfg, task, model, seconds)

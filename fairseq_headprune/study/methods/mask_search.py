@@ -183,7 +183,8 @@ def fisher_search(fisher: Dict[str, torch.Tensor], costs: LayerCosts, budget: fl
     FFN layers with ``neurons`` (per FFN type, layers x neurons); the others
     keep every unit. In a block that keeps k units the k with the largest
     F_ii stay; with ``uniform`` the layers of an attention type keep equally
-    many heads.
+    many heads, and those of the types ``costs.tied_types`` ties into one
+    stack (CTranslate2's decoder) one count together.
     """
     blocks = block_order(costs.per_layer)
     scores = {}
@@ -199,10 +200,11 @@ def fisher_search(fisher: Dict[str, torch.Tensor], costs: LayerCosts, budget: fl
     for block in blocks:
         loss_of[block] = _removal_losses([float(scores[block][h]) for h in order[block]], block[0] in ATTENTION_TYPES)
     # the knapsack's groups: one per block, or (uniform) one per attention type choosing one count for its layers
+    costs.check_uniform(uniform)
     groups: List[Tuple[List[Block], List[int]]] = []
-    for t in ATTENTION_TYPES + FFN_TYPES:
-        members = [b for b in blocks if b[0] == t]
-        if uniform and t in ATTENTION_TYPES and members:
+    for types in _uniform_types(costs.tied_types):
+        members = [b for b in blocks if b[0] in types]
+        if uniform and types[0] in ATTENTION_TYPES and members:
             shared = [k for k in options[members[0]] if all(k in options[b] for b in members)]
             groups.append((members, shared))
         else:
@@ -230,6 +232,18 @@ def fisher_search(fisher: Dict[str, torch.Tensor], costs: LayerCosts, budget: fl
                        estimated_loss_increase_diagonal_neurons=neuron_loss, neuron_step=max(steps, default=1))
     return SearchResult(head_mask, kept, costs.cost_of(head_mask, ffn_mask), budget, costs.unit,
                         head_loss + neuron_loss, details=details, ffn_mask=ffn_mask, kept_neurons=kept_neurons)
+
+
+def _uniform_types(tied_types: Sequence[Tuple[str, ...]]) -> List[Tuple[str, ...]]:
+    """The types a uniform search gives one count each: every type alone, save those tied into one stack."""
+    groups, seen = [], set()
+    for t in ATTENTION_TYPES + FFN_TYPES:
+        if t in seen:
+            continue
+        group = next((tuple(g) for g in tied_types if t in g), (t,))
+        seen.update(group)
+        groups.append(group)
+    return groups
 
 
 def mask_of(scores: Dict[str, torch.Tensor], kept: Dict[Layer, List[int]], keep_others: bool = False) -> HeadMask:

@@ -19,6 +19,9 @@ from ..output.files import read_json_of_format, write_json
 
 LATENCY_TABLE_FORMAT = "fairseq-headprune latency table"
 LATENCY_ENGINE = "fairseq"  # what ran the timed layers (a table of another engine prices another model)
+CTRANSLATE2_ENGINE = "ctranslate2"
+# CTranslate2 gives a decoder one head count, shared by its self- and cross-attention layers
+CTRANSLATE2_TIED_TYPES = (("dec-dec", "enc-dec"),)
 DEFAULT_PRECISION = "float32"  # tables written before precision was recorded were float32
 
 # (attention or FFN type, 0-based layer): an attention layer (units: heads) or an FFN layer (units: neurons)
@@ -44,6 +47,9 @@ class LayerCosts:
     kind: str  # heads, flops or latency
     per_layer: Dict[Block, List[float]]
     counts: Dict[Block, List[int]] = field(default_factory=dict)
+    # attention types priced as one stack that keeps one head count in every layer (CTranslate2's decoder):
+    # only a uniform search, choosing that count once for all their layers, is priced right
+    tied_types: Tuple[Tuple[str, ...], ...] = ()
 
     @property
     def unit(self) -> str:
@@ -73,6 +79,14 @@ class LayerCosts:
             raise SettingsError(f"{layer_name(*block)} is priced keeping {_ranges(counts)} units, not {kept}")
         return float(self.per_layer[block][counts.index(kept)])
 
+    def check_uniform(self, uniform: bool) -> None:
+        """Tied types are priced right only by a uniform search."""
+        if self.tied_types and not uniform:
+            raise SettingsError(
+                f"these costs price {' and '.join('+'.join(group) for group in self.tied_types)} as one stack "
+                "with one head count in every layer (CTranslate2 pads each layer to the stack's largest): "
+                "search with --uniform")
+
     def full_cost(self) -> float:
         return float(sum(costs[-1] for costs in self.per_layer.values()))
 
@@ -99,7 +113,8 @@ def merge_costs(*parts: LayerCosts) -> LayerCosts:
     for part in parts:
         per_layer.update(part.per_layer)
         counts.update(part.counts)
-    return LayerCosts(kinds.pop(), {b: per_layer[b] for b in block_order(per_layer)}, counts)
+    tied = tuple(dict.fromkeys(group for part in parts for group in part.tied_types))
+    return LayerCosts(kinds.pop(), {b: per_layer[b] for b in block_order(per_layer)}, counts, tied)
 
 
 def head_count_costs(layout: HeadLayout) -> LayerCosts:
@@ -184,7 +199,9 @@ class LatencyTable:
 
     ``counts``: the neuron counts each FFN layer was timed at (in steps);
     attention layers are timed at every head count. ``engine`` and
-    ``precision`` say what ran the layers, ``device`` where.
+    ``precision`` say what ran the layers, ``device`` where. A CTranslate2
+    table prices a decoder's self- and cross-attention layers as one stack
+    keeping one head count (``CTRANSLATE2_TIED_TYPES``).
     """
 
     per_layer: Dict[Block, List[float]]
@@ -199,7 +216,9 @@ class LatencyTable:
         """The latency of the blocks of ``structures`` (heads, ffn)."""
         types = (ATTENTION_TYPES if "heads" in structures else ()) + (FFN_TYPES if "ffn" in structures else ())
         blocks = {b: c for b, c in self.per_layer.items() if b[0] in types}
-        return LayerCosts("latency", blocks, {b: c for b, c in self.counts.items() if b in blocks})
+        tied = CTRANSLATE2_TIED_TYPES if self.engine == CTRANSLATE2_ENGINE and "heads" in structures else ()
+        return LayerCosts("latency", blocks, {b: c for b, c in self.counts.items() if b in blocks},
+                          tuple(group for group in tied if any(b[0] in group for b in blocks)))
 
     @property
     def has_ffn(self) -> bool:
