@@ -34,7 +34,7 @@ def compress(data, checkpoint, out, *options, check=True):
 
 def translation_run(tiny_model, out, *extra, check=True):
     return compress(tiny_model["data"], tiny_model["checkpoint"], out, "--target", "flops=60%", "--export",
-                    "ctranslate2", *QUICK, *GENERATION, *extra, check=check)
+                    "ctranslate2", "--uniform", *QUICK, *GENERATION, *extra, check=check)
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +53,11 @@ def test_a_run_writes_its_report(compressed):
     assert search["structure"] == "joint" and search["heads_pruned"] > 0 and search["neurons_pruned"] > 0
     assert search["flops"]["kept"] <= 0.6 * search["flops"]["full"] and search["tuned"]
     assert report["finetune"] is None and report["export"]["quantization"] == "float32"
+    # --uniform: one head count per stack, the decoder's self- and cross-attention alike, so nothing is padded
+    exported = json.loads((out / "export" / "stage.json").read_text())["models"]["compressed"]
+    assert exported["padded"] == {"encoder": 0, "decoder": 0}
+    assert len(set(exported["kept"]["dec-dec"] + exported["kept"]["enc-dec"])) == 1
+    assert len(set(exported["kept"]["enc-enc"])) == 1
     parameters = report["shrink"]["parameters"]
     assert parameters["compressed"] < parameters["unpruned"]
     evaluation = report["evaluation"]

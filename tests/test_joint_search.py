@@ -361,6 +361,16 @@ def test_an_ffn_search_keeps_every_head_and_uniform_keeps_one_head_count_per_typ
     assert record["pruned"] > 0 and all(m.sum(dim=1)[0] == m.sum(dim=1)[1] for m in head_mask.values())
     assert all(k % 16 == 0 for k in record["result"]["kept_neurons"].values())
     assert record["result"]["uniform"] and record["uniform"]
+    # the decoder's self- and cross-attention at one count too: exported to CTranslate2 without padding
+    search(tiny_model, tmp_path / "tied", "--fisher", neuron_fisher, "--structure", "joint", "--cost", "flops",
+           "--budget", "40%", "--uniform", "--tie-decoder-heads", "--neuron-step", "16")
+    record = json.loads((tmp_path / "tied" / "search.json").read_text())
+    head_mask = parse_head_mask(record["spec"], {t: (2, 8) for t in ("enc-enc", "enc-dec", "dec-dec")})
+    decoder = {int(count) for t in ("enc-dec", "dec-dec") for count in head_mask[t].sum(dim=1)}
+    assert record["pruned"] > 0 and len(decoder) == 1, record["spec"]
+    refused = search(tiny_model, tmp_path / "refused", "--fisher", neuron_fisher, "--structure", "joint", "--cost",
+                     "flops", "--budget", "40%", "--tie-decoder-heads", check=False)
+    assert refused.returncode == 2 and refused.stderr.strip().endswith("--tie-decoder-heads goes with --uniform")
 
 
 def test_latency_tables_time_ffn_layers_and_price_a_joint_search(tiny_model, tmp_path):

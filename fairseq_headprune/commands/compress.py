@@ -39,7 +39,7 @@ def compress_settings(args: argparse.Namespace) -> CompressSettings:
         evaluation=evaluation, target=target, importance=importance_settings(args, method="fisher"),
         tuning=tuning_settings(args), latency_table=args.latency_table,
         finetune=FinetuneSettings(args.finetune_updates, args.finetune_lr, args.finetune_warmup),
-        export_format=args.export, quantization=args.quantization,
+        export_format=args.export, quantization=args.quantization, uniform=args.uniform,
         deployment=DeploymentSettings(list(args.speed_batch_sizes), args.speed_sentences or None, args.repeats,
                                       args.threads),
     )
@@ -108,6 +108,10 @@ def add_parser(commands) -> None:
                           help="the run's directory (new, empty, or this run's: resumed)")
     compress.add_argument("--gen-subset", default="test", metavar="SPLIT",
                           help="split the two models are evaluated and timed on (default: test)")
+    compress.add_argument("--uniform", action="store_true",
+                          help="keep as many heads in every layer of a stack (with --export ctranslate2 the "
+                          "decoder's self- and cross-attention alike too), so that CTranslate2 pads no head and "
+                          "runs the pruned heads' savings; a latency target for --export ctranslate2 implies it")
     compress.add_argument("--latency-table", metavar="FILE",
                           help="for a latency target: the latency command's table for this model and device "
                           "(with --export ctranslate2: timed with --engine ctranslate2 at --quantization; the "

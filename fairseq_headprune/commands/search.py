@@ -24,6 +24,7 @@ def search_settings(args: argparse.Namespace) -> SearchSettings:
         cpu=args.cpu, progress=not args.no_progress, fairseq_args=list(args.fairseq_args),
         structure=args.structure, uniform=args.uniform, neuron_step=args.neuron_step,
         latency_engine=args.latency_engine, latency_precision=args.latency_precision,
+        tie_decoder_heads=args.tie_decoder_heads,
     )
 
 
@@ -126,6 +127,9 @@ def add_parsers(commands) -> None:
     search.add_argument("--uniform", action="store_true",
                         help="every layer of an attention type keeps the same number of heads (one head count "
                         "per stack, for engines that need one)")
+    search.add_argument("--tie-decoder-heads", action="store_true",
+                        help="with --uniform: the decoder's self- and cross-attention layers keep one head count "
+                        "too, as CTranslate2 runs a decoder, so that the mask exports to it without padding")
     search.add_argument("--neuron-step", type=int, metavar="N",
                         help="FFN layers keep a multiple of N neurons (or all); default: about 128 counts per "
                         "layer, or the latency table's steps")

@@ -296,6 +296,7 @@ class SearchSettings:
     neuron_step: Optional[int] = None  # FFN layers keep multiples of it (None: about 128 counts per layer)
     latency_engine: str = "fairseq"  # the engine the latency table must have timed: fairseq or ctranslate2
     latency_precision: Optional[str] = None  # its precision (None: the model's; ctranslate2: float32)
+    tie_decoder_heads: bool = False  # with uniform: the decoder's self- and cross-attention keep one count (CTranslate2)
 
     def __post_init__(self):
         _one_of(self.latency_engine, LATENCY_ENGINES, "--latency-engine")
@@ -310,6 +311,8 @@ class SearchSettings:
             self.importance = replace(self.importance, neurons=True)  # an estimate scores the neurons too
         elif self.neuron_step is not None:
             raise SettingsError("--neuron-step is for --structure ffn or joint")
+        if self.tie_decoder_heads and not self.uniform:
+            raise SettingsError("--tie-decoder-heads goes with --uniform")
         if self.uniform and self.structure == "ffn":
             raise SettingsError("--uniform evens the heads kept per attention type: --structure heads or joint")
         _positive(self.neuron_step, "--neuron-step")

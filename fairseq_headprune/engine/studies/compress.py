@@ -179,8 +179,11 @@ def _search(settings: CompressSettings, stages: _Stages, work: str) -> Dict[str,
     evaluation, target = settings.evaluation, settings.target
     # a latency target for the exported model is priced by CTranslate2's own table, one head count per stack
     deployed = target.cost == "latency" and settings.export_format == CTRANSLATE2_ENGINE
-    engine_options = dict(latency_engine=CTRANSLATE2_ENGINE, latency_precision=settings.quantization or "float32",
-                          uniform=True) if deployed else {}
+    engine_options: Dict[str, object] = {}
+    if deployed:
+        engine_options.update(latency_engine=CTRANSLATE2_ENGINE, latency_precision=settings.quantization or "float32")
+    if settings.uniform or deployed:  # no padding in CTranslate2: one head count per stack, decoder types together
+        engine_options.update(uniform=True, tie_decoder_heads=settings.export_format == CTRANSLATE2_ENGINE)
     outcome = run_search(SearchSettings(
         data=settings.data, checkpoint=settings.checkpoint, out_dir=work, budget=target.budget, cost=target.cost,
         latency_table=settings.latency_table, fisher_file=stages.path("fisher", "importance.json"),

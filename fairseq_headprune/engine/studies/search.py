@@ -11,6 +11,7 @@ done and what it cost. ``run_latency`` measures and writes the table of
 per-layer latencies (``methods.latency``).
 """
 
+import dataclasses
 import os
 import time
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from ...study.methods.mask_tuning import MaskTuning, write_tuning
 from ...study.methods.search_costs import (
     LatencyTable,
     CTRANSLATE2_ENGINE,
+    CTRANSLATE2_TIED_TYPES,
     LayerCosts,
     head_count_costs,
     parse_budget,
@@ -95,7 +97,13 @@ class SearchOutcome:
 
 def layer_costs(settings: SearchSettings, model) -> LayerCosts:
     """The costs the budget counts, for this model: those of the blocks ``settings.structure`` searches."""
-    parts = STRUCTURE_PARTS[settings.structure]
+    costs = _priced_costs(settings, model, STRUCTURE_PARTS[settings.structure])
+    if settings.tie_decoder_heads:  # as CTranslate2 runs a decoder: one head count for self- and cross-attention
+        costs = dataclasses.replace(costs, tied_types=tuple(dict.fromkeys(costs.tied_types + CTRANSLATE2_TIED_TYPES)))
+    return costs
+
+
+def _priced_costs(settings: SearchSettings, model, parts) -> LayerCosts:
     if settings.cost == "heads":
         return head_count_costs(head_layout(model))
     architecture = model_architecture(model)

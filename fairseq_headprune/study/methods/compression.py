@@ -159,6 +159,7 @@ class CompressSettings:
     quantization: Optional[str] = None  # None: float32
     deployment: DeploymentSettings = field(default_factory=DeploymentSettings)
     tuning_skipped: Optional[str] = None  # why the tuning (on by default) does not run on this model
+    uniform: bool = False  # one head count per stack (with export to CTranslate2: the decoder's types together)
 
     def __post_init__(self):
         family = self.evaluation.family
@@ -225,7 +226,7 @@ class CompressSettings:
             "search": {"target": self.target.text, "structure": self.target.structure, "cost": self.target.cost,
                        "latency_table": os.path.abspath(self.latency_table) if self.latency_table else None,
                        "tuning": None if self.tuning is None else dataclasses.asdict(self.tuning),
-                       "tuning_skipped": self.tuning_skipped},
+                       "tuning_skipped": self.tuning_skipped, "uniform": self.uniform},
             "finetune": dataclasses.asdict(self.finetune) if self.finetune.updates else None,
             "export": None if self.export_format is None else {"format": self.export_format,
                                                                 "quantization": self.quantization or "float32"},
