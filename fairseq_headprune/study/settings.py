@@ -54,13 +54,16 @@ DETOKENIZERS = ("auto", "moses", "none")
 
 
 def _positive(value: Optional[float], option: str) -> None:
-    if value is not None and value <= 0:
-        raise SettingsError(f"{option} must be positive, got {value}")
+    _refuse(value is not None and value <= 0, f"{option} must be positive, got {value}")
+
+
+def _refuse(condition: bool, message: str) -> None:
+    if condition:
+        raise SettingsError(message)
 
 
 def _one_of(value: str, allowed: Sequence[str], option: str) -> None:
-    if value not in allowed:
-        raise SettingsError(f"{option} must be one of {', '.join(allowed)}")
+    _refuse(value not in allowed, f"{option} must be one of {', '.join(allowed)}")
 
 
 def parse_choices(text: str, allowed: Sequence[str], option: str) -> List[str]:
@@ -69,10 +72,8 @@ def parse_choices(text: str, allowed: Sequence[str], option: str) -> List[str]:
         return []
     values = [v for v in text.replace(",", " ").split() if v]
     for value in values:
-        if value not in allowed:
-            raise SettingsError(f"{option}: unknown value {value!r} (expected {', '.join(allowed)})")
-    if not values:
-        raise SettingsError(f"{option} is empty")
+        _refuse(value not in allowed, f"{option}: unknown value {value!r} (expected {', '.join(allowed)})")
+    _refuse(not values, f"{option} is empty")
     return [v for v in allowed if v in values]
 
 
@@ -110,8 +111,7 @@ class ImportanceSettings:
         _one_of(self.loss, IMPORTANCE_LOSSES, self.option("loss"))
         if not 0.0 <= self.label_smoothing < 1.0:
             raise SettingsError(f"{self.option('label_smoothing')} must be in [0, 1), got {self.label_smoothing}")
-        if not self.subsets:
-            raise SettingsError(f"{self.option('subset')} names no split")
+        _refuse(not self.subsets, f"{self.option('subset')} names no split")
 
     def option(self, name: str) -> str:
         return self.option_prefix + name.replace("_", "-")
@@ -148,8 +148,7 @@ class SweepSettings:
         self._check_family_options()
         _one_of(self.bleu, BLEU_METRICS, "--bleu")
         _one_of(self.detokenize, DETOKENIZERS, "--sacrebleu-detokenize")
-        if self.configs_per_batch <= 0:
-            raise SettingsError(f"--configs-per-batch must be positive, got {self.configs_per_batch}")
+        _refuse(self.configs_per_batch <= 0, f"--configs-per-batch must be positive, got {self.configs_per_batch}")
         self.metric.for_test(self.test.test)  # the test must apply to the metric: say so before any work
         if self.references and self.bleu != "sacrebleu":
             raise SettingsError("--references (raw reference text) is used by --bleu sacrebleu only")
@@ -214,8 +213,7 @@ class AblationSettings:
         _one_of(self.mode, ABLATION_MODES, "--mode")
         if self.mode == "cross-domain" and not self.cross_subset:
             raise SettingsError("--mode cross-domain needs --cross-subset SPLIT (the out-of-domain test set)")
-        if self.select_subset and self.mode != "all-but-one":
-            raise SettingsError("--select-subset is for --mode all-but-one")
+        _refuse(self.select_subset and self.mode != "all-but-one", "--select-subset is for --mode all-but-one")
 
 
 @dataclass
@@ -243,18 +241,14 @@ class TuningSettings:
     layers: str = DEFAULT_TUNE_LAYERS  # "pruned" sub-layers only, or "downstream": every one from the first pruned on
 
     def __post_init__(self):
-        if not self.subsets:
-            raise SettingsError("--tune-subset names no split")
-        if not 0 < self.held_aside < 1:
-            raise SettingsError(f"--tune-held-aside must be between 0 and 1, got {self.held_aside:g}")
+        _refuse(not self.subsets, "--tune-subset names no split")
+        _refuse(not 0 < self.held_aside < 1, f"--tune-held-aside must be between 0 and 1, got {self.held_aside:g}")
         if self.layers not in TUNE_LAYERS:
             raise SettingsError(f"--tune-layers must be one of {', '.join(TUNE_LAYERS)}, got {self.layers!r}")
         for name, option in ((self.limit, "--tune-limit"), (self.max_tokens, "--tune-max-tokens")):
             _positive(name, option)
-        if not self.scale_bound > 0:
-            raise SettingsError(f"--tune-scale-bound must be positive, got {self.scale_bound:g}")
-        if not self.max_condition > 1:
-            raise SettingsError(f"--tune-max-condition must be above 1, got {self.max_condition:g}")
+        _refuse(not self.scale_bound > 0, f"--tune-scale-bound must be positive, got {self.scale_bound:g}")
+        _refuse(not self.max_condition > 1, f"--tune-max-condition must be above 1, got {self.max_condition:g}")
         tests = [s for s in self.subsets if s.startswith("test")]
         if tests:
             raise SettingsError(
@@ -311,8 +305,7 @@ class SearchSettings:
             self.importance = replace(self.importance, neurons=True)  # an estimate scores the neurons too
         elif self.neuron_step is not None:
             raise SettingsError("--neuron-step is for --structure ffn or joint")
-        if self.tie_decoder_heads and not self.uniform:
-            raise SettingsError("--tie-decoder-heads goes with --uniform")
+        _refuse(self.tie_decoder_heads and not self.uniform, "--tie-decoder-heads goes with --uniform")
         if self.uniform and self.structure == "ffn":
             raise SettingsError("--uniform evens the heads kept per attention type: --structure heads or joint")
         _positive(self.neuron_step, "--neuron-step")
@@ -392,8 +385,7 @@ class PruneSettings:
                 raise SettingsError(f"{option}: unknown value {unknown[0]!r} (expected {', '.join(allowed)})")
         if not (self.orders and self.scopes) and not (self.layer_budgets or self.type_budgets):
             raise SettingsError("nothing to do: no --orders/--scopes and no --layer-budget/--type-budget")
-        if self.draws <= 0:
-            raise SettingsError(f"--draws must be positive, got {self.draws}")
+        _refuse(self.draws <= 0, f"--draws must be positive, got {self.draws}")
         if "ablation" in self.orders and not self.ablation_file:
             raise SettingsError("--orders ablation needs --ablation FILE (single.json of ablate --mode single)")
 
@@ -415,8 +407,7 @@ class PruneSettings:
                                 f"({', '.join(STRUCTURE_ORDERS[self.structure])})")
         for given, option in ((self.scopes != ["all"], "--scopes"), (self.layer_budgets, "--layer-budget"),
                               (self.type_budgets, "--type-budget"), (self.gate_masks, "--gate-masks")):
-            if given:
-                raise SettingsError(f"{option}: for head curves only; {what} prunes every FFN layer")
+            _refuse(given, f"{option}: for head curves only; {what} prunes every FFN layer")
 
 
 @dataclass
