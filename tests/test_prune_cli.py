@@ -415,9 +415,14 @@ def test_tuned_joint_steps_translate_as_the_tuned_shrunk_model(tiny_model, neuro
     study = tmp_path / "study"
     (study / "structures").mkdir(parents=True)
     (study / "structures" / "joint").symlink_to(out)
+    (study / "structures" / "finetune-60").mkdir()  # a compress run's report is nested under the section
+    (study / "structures" / "finetune-60" / "report.md").write_text("# Compressed model: flops=60%\n\n"
+                                                                    "## BLEU on test\n\n| model | BLEU |\n")
     run(["fairseq-headprune", "report", study])
     report = (study / "report.md").read_text()
     assert "## Heads, FFN neurons, or both" in report
+    assert "\n#### BLEU on test\n" in report and "\n## BLEU on test" not in report
+    assert "The joint search at 60% of the FLOPs removed" in report
     assert f"| {tuned['bleu']:.2f} |" in report and "Fisher search (Kwon et al.) + mask tuning" in report
 
 

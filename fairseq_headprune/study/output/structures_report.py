@@ -6,6 +6,7 @@ read from the result files (``study`` is the report's view of the directory).
 """
 
 import os
+import re
 
 
 def section_structures(study) -> str:
@@ -44,6 +45,7 @@ def section_structures(study) -> str:
     for directory in sorted(d for d in os.listdir(study.path("structures")) if d.startswith("finetune-")):
         if study.exists("structures", directory, "report.md"):
             body = study.text("structures", directory, "report.md").split("\n", 1)[-1].strip()
+            body = re.sub(r"^(#{2,6}) ", r"\1## ", body, flags=re.M)  # its sections under this one
             parts.append(f"The joint search at {directory.split('-', 1)[1]}% of the FLOPs removed, tuned, then "
                          f"fine-tuned with the structure held (`compress`):\n\n{body}\n\n")
     return "".join(parts) + study.command("structures")
