@@ -23,7 +23,7 @@ environment:
   SPEED_SENTENCES=100  test sentences the speed is measured on (batch 1 and 64, 3 interleaved repeats)
   GENERATION           fairseq-generate options (default: --beam 5 --lenpen 1 --batch-size 100 --max-len-a 1.2
                        --max-len-b 10)
-  SWEEP                the command that runs a sweep (default: fairseq-headprune; run_demo.sh passes torchrun)
+  SWEEP                the command that runs a sweep (default: fairseq-headprune; or a torchrun command line)
 USAGE
 }
 [[ $# -eq 4 && $1 != -h && $1 != --help ]] || { usage; [[ ${1:-} == -h || ${1:-} == --help ]] && exit 0 || exit 2; }
@@ -60,7 +60,8 @@ flops = model_flops(model, model_architecture(model), DEFAULT_SEQUENCE_LENGTH)
 full = {ffn: sum(c[-1] for (t, _), c in flops.per_layer.items() if (t in FFN_TYPES) == ffn) for ffn in (False, True)}
 print(f"{full[False]:.0f} {full[True]:.0f}")
 PYTHON
-)
+) 2> "$out_dir/level-$level/flops.log"
+[[ -n ${ffn_flops:-} ]] || { echo "cannot count the model's FLOPs: see $out_dir/level-$level/flops.log" >&2; exit 1; }
 declare -A budgets=(
   [joint]="$kept%"
   [heads]=$(( (attention_flops + ffn_flops) * kept / 100 - ffn_flops ))
