@@ -55,7 +55,9 @@ ORDERS = ("importance", "iterative", "ablation", "random", "fisher", "fisher-rea
 # or latency from a table measured per layer on the device
 COST_KINDS = ("heads", "flops", "latency")
 # what runs the layers a latency table times: fairseq (each layer alone) or CTranslate2 (the exported model)
-LATENCY_ENGINES = ("fairseq", "ctranslate2")
+FAIRSEQ_ENGINE = "fairseq"
+CTRANSLATE2_ENGINE = "ctranslate2"
+LATENCY_ENGINES = (FAIRSEQ_ENGINE, CTRANSLATE2_ENGINE)
 # formats export writes, and CTranslate2's weight types (its --quantization); which the device computes is
 # checked when exporting
 EXPORT_FORMATS = ("ctranslate2",)

@@ -2,7 +2,7 @@
 
 import argparse
 
-from ..constants import COST_KINDS, DEFAULT_SEQUENCE_LENGTH, LATENCY_ENGINES, PRUNED_STRUCTURES
+from ..constants import COST_KINDS, DEFAULT_SEQUENCE_LENGTH, FAIRSEQ_ENGINE, LATENCY_ENGINES, PRUNED_STRUCTURES
 from ..study.settings import LatencySettings, SearchSettings
 from .common import (
     add_device_arguments,
@@ -79,7 +79,7 @@ def command_latency(args: argparse.Namespace) -> int:
     ))
     print(f"{table.engine} on {table.device}, {table.precision}; {args.batch_size} sentences x "
           f"{args.sequence_length} positions, median of {args.repeats}")
-    if table.engine != "fairseq":
+    if table.engine != FAIRSEQ_ENGINE:
         print("each layer priced at what it adds over its narrowest (the decoder's self- and cross-attention "
               "keep one head count); use with search --uniform --latency-engine "
               f"{table.engine} --latency-precision {table.precision}")
@@ -135,7 +135,7 @@ def add_parsers(commands) -> None:
                         "layer, or the latency table's steps")
     search.add_argument("--latency-table", metavar="FILE",
                         help="for --cost latency: the latency command's table for this model and device")
-    search.add_argument("--latency-engine", choices=LATENCY_ENGINES, default="fairseq",
+    search.add_argument("--latency-engine", choices=LATENCY_ENGINES, default=FAIRSEQ_ENGINE,
                         help="for --cost latency: the engine the model will run in, which the table must have "
                         "timed (default fairseq; ctranslate2 needs --uniform)")
     search.add_argument("--latency-precision", metavar="TYPE",
@@ -179,7 +179,7 @@ def add_parsers(commands) -> None:
     latency.add_argument("--repeats", type=int, default=20, metavar="N", help="timed passes per shape (default 20)")
     latency.add_argument("--neuron-step", type=int, metavar="N",
                          help="time FFN layers keeping 0, N, 2N, ... neurons and all (default: 16 steps per layer)")
-    latency.add_argument("--engine", choices=LATENCY_ENGINES, default="fairseq",
+    latency.add_argument("--engine", choices=LATENCY_ENGINES, default=FAIRSEQ_ENGINE,
                          help="what runs the timed layers: fairseq (each layer alone, default) or ctranslate2 "
                          "(the model exported, as fairseq-headprune export writes it)")
     latency.add_argument("--quantization", default="float32", metavar="TYPE",

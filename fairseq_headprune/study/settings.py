@@ -31,6 +31,7 @@ from ..constants import (
     DEFAULT_STEP_PERCENT,
     DEFAULT_TUNE_LIMIT,
     EXPORT_FORMATS,
+    FAIRSEQ_ENGINE,
     GRANULARITIES,
     IMPORTANCE_LOSSES,
     IMPORTANCE_METHODS,
@@ -288,13 +289,13 @@ class SearchSettings:
     structure: str = "heads"  # heads, ffn (FFN neurons) or joint (both in one search)
     uniform: bool = False  # every layer of an attention type keeps as many heads as the others
     neuron_step: Optional[int] = None  # FFN layers keep multiples of it (None: about 128 counts per layer)
-    latency_engine: str = "fairseq"  # the engine the latency table must have timed: fairseq or ctranslate2
+    latency_engine: str = FAIRSEQ_ENGINE  # the engine the latency table must have timed: fairseq or ctranslate2
     latency_precision: Optional[str] = None  # its precision (None: the model's; ctranslate2: float32)
     tie_decoder_heads: bool = False  # with uniform: the decoder's self- and cross-attention keep one count (CTranslate2)
 
     def __post_init__(self):
         _one_of(self.latency_engine, LATENCY_ENGINES, "--latency-engine")
-        if self.cost != "latency" and (self.latency_engine != "fairseq" or self.latency_precision is not None):
+        if self.cost != "latency" and (self.latency_engine != FAIRSEQ_ENGINE or self.latency_precision is not None):
             raise SettingsError("--latency-engine and --latency-precision go with --cost latency")
         _one_of(self.cost, COST_KINDS, "--cost")
         _one_of(self.structure, PRUNED_STRUCTURES, "--structure")
@@ -331,7 +332,7 @@ class LatencySettings:
     progress: bool = True
     fairseq_args: List[str] = field(default_factory=list)
     neuron_step: Optional[int] = None  # FFN layers timed keeping multiples of it (None: 16 steps per layer)
-    engine: str = "fairseq"  # what runs the timed layers: fairseq (each layer alone) or ctranslate2 (the exported model)
+    engine: str = FAIRSEQ_ENGINE  # what runs the timed layers: fairseq (each layer alone) or ctranslate2 (the exported model)
     quantization: str = "float32"  # for ctranslate2: the compute type the exported model is timed at
 
     def __post_init__(self):
@@ -340,7 +341,7 @@ class LatencySettings:
             _positive(value, option)
         _one_of(self.engine, LATENCY_ENGINES, "--engine")
         _one_of(self.quantization, QUANTIZATIONS, "--quantization")
-        if self.engine == "fairseq" and self.quantization != "float32":
+        if self.engine == FAIRSEQ_ENGINE and self.quantization != "float32":
             raise SettingsError("--quantization times a CTranslate2 model: add --engine ctranslate2")
 
 

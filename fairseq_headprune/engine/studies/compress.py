@@ -29,13 +29,12 @@ from typing import Callable, Dict, List, Optional
 
 import torch
 
-from ...constants import TRANSLATION_FAMILY
+from ...constants import CTRANSLATE2_ENGINE, TRANSLATION_FAMILY
 from ...errors import SettingsError, StudyError
 from ...study.masks.ffn_mask import ffn_mask_to_spec
 from ...study.masks.head_mask import head_mask_to_spec
 from ...study.methods.ablation import BASELINE, HeadConfig, baseline_config
 from ...study.methods.compression import REPORT_FORMAT, STAGES, CompressSettings
-from ...study.methods.search_costs import CTRANSLATE2_ENGINE
 from ...study.output.compression_report import compression_report_markdown
 from ...study.output.files import file_sha256, first_difference, recorded_identity, write_json, write_text
 from ...study.settings import ExportSettings, SearchSettings

@@ -25,9 +25,9 @@ from ...study.masks.head_mask import count_masked, head_mask_to_spec, write_mask
 from ...study.methods.importance import ImportanceResult, read_fisher_file
 from ...study.methods.mask_search import SearchResult, search_mask
 from ...study.methods.mask_tuning import MaskTuning, write_tuning
+from ...constants import CTRANSLATE2_ENGINE, FAIRSEQ_ENGINE
 from ...study.methods.search_costs import (
     LatencyTable,
-    CTRANSLATE2_ENGINE,
     CTRANSLATE2_TIED_TYPES,
     LayerCosts,
     head_count_costs,
@@ -112,7 +112,7 @@ def _priced_costs(settings: SearchSettings, model, parts) -> LayerCosts:
     if settings.cost == "flops":
         return model_flops(model, architecture, settings.sequence_length, parts)
     precision = settings.latency_precision or (
-        model_precision(model) if settings.latency_engine == "fairseq" else "float32")
+        model_precision(model) if settings.latency_engine == FAIRSEQ_ENGINE else "float32")
     table = read_latency_table(settings.latency_table, architecture, device_description(model_device(model)),
                                engine=settings.latency_engine, precision=precision)
     if "ffn" in parts and not table.has_ffn:

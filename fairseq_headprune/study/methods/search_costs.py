@@ -12,14 +12,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ...constants import ATTENTION_TYPES, FFN_TYPES
+from ...constants import ATTENTION_TYPES, CTRANSLATE2_ENGINE, FAIRSEQ_ENGINE, FFN_TYPES
 from ...errors import ResultFileError, SettingsError
 from ..masks.head_mask import HeadLayout, HeadMask, layer_name, parse_layer_name
 from ..output.files import read_json_of_format, write_json
 
 LATENCY_TABLE_FORMAT = "fairseq-headprune latency table"
-LATENCY_ENGINE = "fairseq"  # what ran the timed layers (a table of another engine prices another model)
-CTRANSLATE2_ENGINE = "ctranslate2"
+LATENCY_ENGINE = FAIRSEQ_ENGINE  # what ran the timed layers (a table of another engine prices another model)
 # CTranslate2 gives a decoder one head count, shared by its self- and cross-attention layers
 CTRANSLATE2_TIED_TYPES = (("dec-dec", "enc-dec"),)
 DEFAULT_PRECISION = "float32"  # tables written before precision was recorded were float32
