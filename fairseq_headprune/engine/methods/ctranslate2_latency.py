@@ -27,14 +27,15 @@ from typing import Dict, List, Sequence, Tuple
 import torch
 from tqdm import tqdm
 
-from ...constants import ATTENTION_TYPES, TRANSLATION_FAMILY
+from ...constants import ATTENTION_TYPES, CTRANSLATE2_ENGINE, TRANSLATION_FAMILY
 from ...modules.masked_ffn import ffn_layout, set_ffn_mask
 from ...modules.masked_multihead_attention import head_layout, set_head_mask
-from ...study.methods.search_costs import CTRANSLATE2_ENGINE, Block, LatencyTable
+from ...study.methods.search_costs import Block, LatencyTable
 from ...study.settings import LatencySettings
 from ..export.ctranslate2_spec import import_ctranslate2
 from ..runners.batches import model_device
-from .latency import timed_neuron_counts, device_description, model_architecture
+from .deployment import load_ctranslate2_model
+from .latency import device_description, model_architecture, timed_neuron_counts
 
 WARM_UP = 2  # untimed passes of each variant before the timed ones
 
@@ -51,7 +52,6 @@ def measure_ctranslate2_latency_table(family, cfg, task, model, settings: Latenc
     for ffn_type, (_, neurons) in widths.items():
         groups.append(((ffn_type,), timed_neuron_counts(neurons, settings.neuron_step)))
     device = model_device(model)
-    on_gpu = device.type == "cuda" and ctranslate2.get_cuda_device_count() > 0
     threads = torch.get_num_threads()
     score = _scorer(task, settings, translation=family.name == TRANSLATION_FAMILY)
     per_layer: Dict[Block, List[float]] = {}
@@ -65,9 +65,7 @@ def measure_ctranslate2_latency_table(family, cfg, task, model, settings: Latenc
                 for kept in kept_counts:
                     path = os.path.join(directory, f"{'+'.join(types)}-{kept}")
                     _export_variant(family, cfg, task, model, types, kept, settings.quantization, path)
-                    engine_class = ctranslate2.Translator if score.translation else ctranslate2.Generator
-                    engines.append(engine_class(path, device="cuda" if on_gpu else "cpu", intra_threads=threads,
-                                                inter_threads=1, compute_type=settings.quantization))
+                    engines.append(load_ctranslate2_model(path, device, threads, generator=not score.translation))
                     bar.update(1)
                 milliseconds = _interleaved_medians(engines, score, settings.repeats)
                 above_narrowest = _running_max([max(0.0, ms - milliseconds[0]) for ms in milliseconds])

@@ -126,12 +126,15 @@ def ctranslate2_translation_system(name: str, weights: str, precision: str, tran
     return DecodingSystem(name, CTRANSLATE2, weights, precision, decode)
 
 
-def ctranslate2_translator(model_dir: str, device: torch.device, threads: int):
+def load_ctranslate2_model(model_dir: str, device: torch.device, threads: int, generator: bool = False):
+    """A ``ctranslate2.Translator`` (a ``Generator`` for a language model) at the weights' own type, on the
+    GPU when ``device`` is one and CTranslate2 sees it."""
     from ..export.ctranslate2_spec import import_ctranslate2
 
     ctranslate2 = import_ctranslate2()
     on_gpu = device.type == "cuda" and ctranslate2.get_cuda_device_count() > 0
-    return ctranslate2.Translator(model_dir, device="cuda" if on_gpu else "cpu", intra_threads=threads, inter_threads=1)
+    engine = ctranslate2.Generator if generator else ctranslate2.Translator
+    return engine(model_dir, device="cuda" if on_gpu else "cpu", intra_threads=threads, inter_threads=1)
 
 
 def fairseq_scoring_system(name: str, weights: str, family: str, cfg, task, model, split: str, batch_size: int,
@@ -239,7 +242,7 @@ def measure_translation_speed(models: Dict[str, Tuple[object, object]], exported
     """Rows of every batch size: the fairseq ``models`` (weights -> (task, model)) and the CTranslate2 directories
     ``exported`` ((weights, precision) -> path), in that order, on the first task's batches."""
     threads = settings.threads or torch.get_num_threads()
-    translators = {key: ctranslate2_translator(path, device, threads) for key, path in exported.items()}
+    translators = {key: load_ctranslate2_model(path, device, threads) for key, path in exported.items()}
     first_task = next(iter(models.values()))[0]
     rows = []
     for batch_size in settings.batch_sizes:
