@@ -128,13 +128,16 @@ def test_bad_exports_are_one_line_and_write_nothing(tiny_model, tmp_path):
     assert not (tmp_path / "f16").exists()
 
 
-def test_ffn_layers_without_neurons_export_masked_and_shrunk_as_the_masked_model(tiny_model, tmp_path):
-    """CTranslate2 holds no empty weight: a layer keeping no neuron gets one zero neuron, adding nothing."""
-    empty = "E:1:* D:2:*"
-    cfg, task, model = fairseq_model(tiny_model, "--ffn-mask", empty)
-    export(tiny_model, tmp_path / "masked", "--ffn-mask", empty)
+def test_layers_without_neurons_or_heads_export_masked_and_shrunk_as_the_masked_model(tiny_model, tmp_path):
+    """CTranslate2 holds no empty weight: a layer keeping no neuron gets one zero neuron, a stack keeping no
+    head one zero head per layer, adding nothing; that is not padding for unevenness."""
+    empty, headless = "E:1:* D:2:*", "E:1:* E:2:*"
+    masks = ["--ffn-mask", empty, "--head-mask", headless]
+    cfg, task, model = fairseq_model(tiny_model, *masks)
+    masked = export(tiny_model, tmp_path / "masked", *masks)
+    assert "heads kept\tenc-enc\t0 0" in masked.stdout and "zero heads pad" not in masked.stdout
+    assert "encoder\t1 heads per layer; no head kept: each layer holds one zero head" in masked.stdout
     assert_scores_equal(tmp_path / "masked", cfg, task, model)
-    run(["fairseq-headprune", "shrink", "--path", tiny_model["checkpoint"], "--ffn-mask", empty,
-         "--out", tmp_path / "shrunk.pt"])
+    run(["fairseq-headprune", "shrink", "--path", tiny_model["checkpoint"], *masks, "--out", tmp_path / "shrunk.pt"])
     export(tiny_model, tmp_path / "shrunk", path=tmp_path / "shrunk.pt")
     assert_scores_equal(tmp_path / "shrunk", cfg, task, model)

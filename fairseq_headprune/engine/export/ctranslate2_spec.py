@@ -52,8 +52,14 @@ class StackHeads:
         return max(max(self.kept.values(), default=0), 1)  # a stack without heads keeps one zero head
 
     @property
+    def headless(self) -> bool:
+        """No layer keeps a head: each holds one zero head, as CTranslate2 cannot hold an empty attention."""
+        return max(self.kept.values(), default=0) == 0
+
+    @property
     def padded(self) -> int:
-        return sum(self.num_heads - kept for kept in self.kept.values())
+        """Zero heads added to even uneven layers out (the cost of unevenness; 0 for a head-less stack)."""
+        return 0 if self.headless else sum(self.num_heads - kept for kept in self.kept.values())
 
 
 def _numpy(tensor: torch.Tensor) -> np.ndarray:

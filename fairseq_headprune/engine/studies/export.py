@@ -35,6 +35,7 @@ class ExportOutcome:
     quantization: str
     num_heads: Dict[str, int] = field(default_factory=dict)  # per stack: the head count CTranslate2 gets
     padded: Dict[str, int] = field(default_factory=dict)  # per stack: zero heads added to even the layers out
+    headless: List[str] = field(default_factory=list)  # stacks keeping no head (one zero head per layer)
     kept: Dict[str, List[int]] = field(default_factory=dict)  # per attention type: heads kept in each layer
 
 
@@ -92,4 +93,5 @@ def run_export(settings: ExportSettings) -> ExportOutcome:
             kept.setdefault(attention_type, []).append(count)
     return ExportOutcome(settings.out_dir, quantization,
                          num_heads={side: stack.num_heads for side, stack in heads.items() if stack.kept},
-                         padded={side: stack.padded for side, stack in heads.items() if stack.kept}, kept=kept)
+                         padded={side: stack.padded for side, stack in heads.items() if stack.kept}, kept=kept,
+                         headless=[side for side, stack in heads.items() if stack.kept and stack.headless])
