@@ -16,6 +16,7 @@ from the fairseq modules; the stock ``ct2-fairseq-converter`` rebuilds the
 unpruned architecture and cannot read narrower shapes.
 """
 
+import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
@@ -249,3 +250,11 @@ def language_model_spec(model, dictionary, add_bos_token: bool):
     if not add_bos_token:
         spec.config.bos_token = spec.config.eos_token
     return spec, heads
+
+
+def save_spec(spec, quantization: str, directory: str) -> None:
+    """Check ``spec``, convert its weights to ``quantization`` and write the model into ``directory``."""
+    spec.validate()
+    spec.optimize(quantization=quantization)
+    os.makedirs(directory, exist_ok=True)
+    spec.save(directory)

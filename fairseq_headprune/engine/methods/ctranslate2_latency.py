@@ -32,7 +32,7 @@ from ...modules.masked_ffn import ffn_layout, set_ffn_mask
 from ...modules.masked_multihead_attention import head_layout, set_head_mask
 from ...study.methods.search_costs import Block, LatencyTable
 from ...study.settings import LatencySettings
-from ..export.ctranslate2_spec import import_ctranslate2
+from ..export.ctranslate2_spec import import_ctranslate2, save_spec
 from ..runners.batches import model_device
 from .deployment import load_ctranslate2_model
 from .latency import device_description, model_architecture, timed_neuron_counts
@@ -103,10 +103,7 @@ def _export_variant(family, cfg, task, model, types: Sequence[str], kept: int, q
     set_ffn_mask(model, ffn_mask)
     with torch.no_grad():
         spec, _ = family.ctranslate2_spec(cfg, task, model)
-    spec.validate()
-    spec.optimize(quantization=quantization)
-    os.makedirs(path)
-    spec.save(path)
+    save_spec(spec, quantization, path)
 
 
 class _Scorer:

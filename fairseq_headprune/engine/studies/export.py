@@ -22,7 +22,7 @@ from ...modules.masked_multihead_attention import current_head_mask, head_layout
 from ...study.masks.head_mask import combine_masks
 from ...study.methods.mask_tuning import read_tuning
 from ...study.settings import ExportSettings
-from ..export.ctranslate2_spec import import_ctranslate2
+from ..export.ctranslate2_spec import import_ctranslate2, save_spec
 from ..families import family_of_checkpoint
 from ..methods.mask_tuning import tuning_folded
 
@@ -75,13 +75,11 @@ def run_export(settings: ExportSettings) -> ExportOutcome:
         folded = tuning_folded(model, tuning)
     with torch.no_grad(), folded:
         spec, heads = family.ctranslate2_spec(cfg, task, model)
-    spec.validate()
-    spec.optimize(quantization=quantization)
     parent = os.path.dirname(os.path.abspath(settings.out_dir))
     os.makedirs(parent, exist_ok=True)
     temporary = tempfile.mkdtemp(prefix=".tmp-export-", dir=parent)
     try:
-        spec.save(temporary)
+        save_spec(spec, quantization, temporary)
         if os.path.isdir(settings.out_dir):
             os.rmdir(settings.out_dir)  # empty (checked above)
         os.replace(temporary, settings.out_dir)
