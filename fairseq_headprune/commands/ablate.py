@@ -18,9 +18,9 @@ def settings_from(args: argparse.Namespace) -> AblationSettings:
 
 
 def command_ablate(args: argparse.Namespace) -> int:
+    settings = settings_from(args)  # before the engine (and fairseq) is imported: bad input fails fast
     from ..engine.studies.ablate import run_ablation
 
-    settings = settings_from(args)
     outcome = run_ablation(settings)
     if outcome is None:  # a rank other than 0 of a sharded sweep
         return 0

@@ -55,9 +55,9 @@ def _print_stage(stage: str, status: str, seconds) -> None:
 
 
 def command_compress(args: argparse.Namespace) -> int:
+    settings = compress_settings(args)  # before the engine (and fairseq) is imported: bad input fails fast
     from ..engine.studies.compress import run_compress
 
-    settings = compress_settings(args)
     outcome = run_compress(settings, on_stage=_print_stage)
     report = outcome.report
     search, evaluation, parameters = report["search"], report["evaluation"], report["shrink"]["parameters"]

@@ -22,9 +22,9 @@ def settings_from(args: argparse.Namespace) -> DynamicsSettings:
 
 
 def command_dynamics(args: argparse.Namespace) -> int:
+    settings = settings_from(args)  # before the engine (and fairseq) is imported: bad input fails fast
     from ..engine.studies.dynamics import run_dynamics
 
-    settings = settings_from(args)
     rows = run_dynamics(settings)
     if rows is None:  # a rank other than 0 of a sharded sweep
         return 0

@@ -56,9 +56,9 @@ def settings_from(args: argparse.Namespace) -> PruneSettings:
 
 
 def command_prune(args: argparse.Namespace) -> int:
+    settings = settings_from(args)  # before the engine (and fairseq) is imported: bad input fails fast
     from ..engine.studies.prune import run_prune
 
-    settings = settings_from(args)
     outcome = run_prune(settings)
     if outcome is None:  # a rank other than 0 of a sharded sweep
         return 0

@@ -29,11 +29,11 @@ def search_settings(args: argparse.Namespace) -> SearchSettings:
 
 
 def command_search(args: argparse.Namespace) -> int:
+    settings = search_settings(args)  # before the engine (and fairseq) is imported: bad input fails fast
     from ..engine.methods.mask_tuning import layer_tuning_summary
     from ..engine.studies.search import run_search
     from ..study.masks.head_mask import head_mask_to_spec
 
-    settings = search_settings(args)
     outcome = run_search(settings)
     result = outcome.result
     print(f"Fisher information: {outcome.fisher_source}")
