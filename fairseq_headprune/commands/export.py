@@ -18,9 +18,10 @@ def command_export(args: argparse.Namespace) -> int:
         print(f"heads kept\t{attention_type}\t{' '.join(map(str, counts))}")
     for side, count in outcome.num_heads.items():
         padding = outcome.padded[side]
-        note = f"; {padding} zero heads pad the layers that keep fewer" if padding else ""
         if side in outcome.headless:
             note = "; no head kept: each layer holds one zero head (CTranslate2 has no empty attention)"
+        else:
+            note = f"; {padding} zero heads pad the layers that keep fewer" if padding else ""
         print(f"{side}\t{count} heads per layer{note}")
     print(f"wrote\t{outcome.out_dir} ({args.format}, {outcome.quantization})")
     return 0

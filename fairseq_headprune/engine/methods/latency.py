@@ -17,11 +17,12 @@ from typing import Dict, List
 import torch
 from tqdm import tqdm
 
+from ...constants import FAIRSEQ_ENGINE
 from ...errors import HeadMaskError
 from ...modules.masked_ffn import ffn_layers, ffn_layout
 from ...modules.masked_multihead_attention import attention_modules, head_layout, install_masked_attention
 from ...modules.pruned_heads import shrink_attention
-from ...study.methods.search_costs import LATENCY_ENGINE, LatencyTable, LayerCosts, ffn_flops_costs, flops_costs, merge_costs
+from ...study.methods.search_costs import LatencyTable, LayerCosts, ffn_flops_costs, flops_costs, merge_costs
 from ...study.settings import LatencySettings
 from ..runners.batches import model_device
 
@@ -128,7 +129,7 @@ def measure_latency_table(model, settings: LatencySettings) -> LatencyTable:
         per_layer, device_description(device), model_architecture(model),
         {"batch_size": settings.batch_size, "sequence_length": settings.sequence_length,
          "repeats": settings.repeats, "torch": torch.__version__, "dtype": str(dtype)},
-        counts, LATENCY_ENGINE, model_precision(model),
+        counts, FAIRSEQ_ENGINE, model_precision(model),
     )
 
 

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
+from ...constants import CTRANSLATE2_ENGINE, FAIRSEQ_ENGINE
 from ...errors import ResultFileError, StudyError
 from ...modules.masked_ffn import current_ffn_mask, ffn_layout
 from ...modules.masked_multihead_attention import attention_modules, current_head_mask, head_layout
@@ -25,7 +26,6 @@ from ...study.masks.head_mask import count_masked, head_mask_to_spec, write_mask
 from ...study.methods.importance import ImportanceResult, read_fisher_file
 from ...study.methods.mask_search import SearchResult, search_mask
 from ...study.methods.mask_tuning import MaskTuning, write_tuning
-from ...constants import CTRANSLATE2_ENGINE, FAIRSEQ_ENGINE
 from ...study.methods.search_costs import (
     LatencyTable,
     CTRANSLATE2_TIED_TYPES,

@@ -18,7 +18,6 @@ from ..masks.head_mask import HeadLayout, HeadMask, layer_name, parse_layer_name
 from ..output.files import read_json_of_format, write_json
 
 LATENCY_TABLE_FORMAT = "fairseq-headprune latency table"
-LATENCY_ENGINE = FAIRSEQ_ENGINE  # what ran the timed layers (a table of another engine prices another model)
 # CTranslate2 gives a decoder one head count, shared by its self- and cross-attention layers
 CTRANSLATE2_TIED_TYPES = (("dec-dec", "enc-dec"),)
 DEFAULT_PRECISION = "float32"  # tables written before precision was recorded were float32
@@ -208,7 +207,7 @@ class LatencyTable:
     architecture: Dict[str, object]  # layout and dimensions of the model measured
     settings: Dict[str, object] = field(default_factory=dict)
     counts: Dict[Block, List[int]] = field(default_factory=dict)
-    engine: str = LATENCY_ENGINE
+    engine: str = FAIRSEQ_ENGINE
     precision: str = DEFAULT_PRECISION
 
     def costs(self, structures: Sequence[str] = ("heads",)) -> LayerCosts:
@@ -239,7 +238,7 @@ def write_latency_table(table: LatencyTable, path: str) -> None:
     }, path, indent=1)
 
 
-def read_latency_table(path: str, architecture: Dict[str, object], device: str, engine: str = LATENCY_ENGINE,
+def read_latency_table(path: str, architecture: Dict[str, object], device: str, engine: str = FAIRSEQ_ENGINE,
                        precision: str = DEFAULT_PRECISION) -> LatencyTable:
     """Read a latency table and check it was measured for this model, device, engine and precision.
 
@@ -255,7 +254,7 @@ def read_latency_table(path: str, architecture: Dict[str, object], device: str, 
                   for name, kept in payload.get("kept_counts", {}).items()}
         settings = payload.get("settings", {})
         table = LatencyTable(per_layer, payload["device"], payload["architecture"], settings, counts,
-                             payload.get("engine", LATENCY_ENGINE),
+                             payload.get("engine", FAIRSEQ_ENGINE),  # tables written before the engine was recorded
                              payload.get("precision", str(settings.get("dtype", DEFAULT_PRECISION)).replace("torch.", "")))
         if any(len(table.per_layer[b]) != len(c) for b, c in counts.items()):
             raise ValueError("a layer's timings and counts differ in length")
