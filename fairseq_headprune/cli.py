@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _quiet_libraries() -> None:
+def quiet_libraries() -> None:
     """Keep the study commands' console to their own output and real problems."""
     import logging
     import warnings
@@ -86,7 +86,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if unknown and not getattr(args, "accepts_fairseq_args", False):
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.fairseq_args = unknown
-    _quiet_libraries()
+    quiet_libraries()
     from .engine.runtime.ranks import SHARDED_COMMANDS, join_ranks, launched_world_size, leave_ranks
 
     if launched_world_size() > 1 and args.command not in SHARDED_COMMANDS:

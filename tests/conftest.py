@@ -107,9 +107,9 @@ def tiny_model(tmp_path_factory):
     root.mkdir(parents=True, exist_ok=True)
     checkpoint = root / "checkpoints" / "checkpoint_last.pt"
     if not checkpoint.exists():
-        run(["bash", REPO / "scripts" / "prepare_demo_data.sh", root], env=TINY_MODEL_ENV)
+        run(["bash", REPO / "scripts" / "data" / "prepare_demo_data.sh", root], env=TINY_MODEL_ENV)
         run(
-            ["bash", REPO / "scripts" / "train_demo.sh", root / "bin", root / "checkpoints"],
+            ["bash", REPO / "scripts" / "train" / "train_demo.sh", root / "bin", root / "checkpoints"],
             env=TINY_MODEL_ENV,
         )
     return {"data": root / "bin", "raw": root / "raw", "checkpoint": checkpoint, "root": root}

@@ -1,4 +1,4 @@
-"""docs/cli.md is what scripts/make_cli_reference.py generates from today's parsers.
+"""docs/cli.md is what scripts/dev/make_cli_reference.py generates from today's parsers.
 
 The page is regenerated in memory and compared with the file: an option
 added, renamed or re-worded without regenerating the page fails here.
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-SCRIPT = REPO / "scripts" / "make_cli_reference.py"
+SCRIPT = REPO / "scripts" / "dev" / "make_cli_reference.py"
 PAGE = REPO / "docs" / "cli.md"
 
 

@@ -222,7 +222,7 @@ def test_bad_inputs_are_one_line_and_write_nothing(tiny_model, classifier, compr
 
 def test_the_deployment_benchmark_prints_its_table(tiny_model, tmp_path):
     pytest.importorskip("ctranslate2")
-    result = run(["python", "scripts/benchmark_deploy.py", "--data", tiny_model["data"], "--path",
+    result = run(["python", "scripts/benchmarks/benchmark_deploy.py", "--data", tiny_model["data"], "--path",
                   tiny_model["checkpoint"], "--head-mask", "E:1:1-3 A:2:1-4", "--ffn-mask", "E:1:1-32",
                   "--sentences", "4", "--batch-sizes", "4", "--repeats", "1", "--work", tmp_path / "work",
                   "--json", tmp_path / "deploy.json"])

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-PAGES = [REPO / "README.md", REPO / "CHANGELOG.md", REPO / "data" / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+PAGES = [REPO / "README.md", REPO / "CHANGELOG.md", REPO / "data" / "README.md", *sorted((REPO / "docs").glob("*.md")),
+         *sorted((REPO / "scripts").rglob("README.md"))]
 
 
 def _headings(path: Path):
@@ -31,14 +32,14 @@ def test_the_readme_stays_short_and_keeps_the_two_commands():
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     assert len(readme.splitlines()) < 300
     commands = [line.split("#")[0].strip() for line in readme.splitlines()]
-    assert "bash scripts/run_demo.sh" in commands
-    assert "bash scripts/run_tests.sh" in commands
+    assert "bash scripts/demos/run_demo.sh" in commands
+    assert "bash scripts/dev/run_tests.sh" in commands
 
 
 def test_ci_runs_the_readmes_test_command():
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
-    runs = [shlex.split(line) for line in ci.splitlines() if line.strip().startswith("bash scripts/run_tests.sh")]
-    assert runs and runs[0][:2] == ["bash", "scripts/run_tests.sh"]
+    runs = [shlex.split(line) for line in ci.splitlines() if line.strip().startswith("bash scripts/dev/run_tests.sh")]
+    assert runs and runs[0][:2] == ["bash", "scripts/dev/run_tests.sh"]
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))

@@ -16,7 +16,7 @@ def translators(tiny_model):
     from fairseq_headprune.engine.runners.translator import SplitTranslator
 
     options = ["--beam", "5", "--batch-size", "64", "--required-batch-size-multiple", "1"]
-    cpu = not os.environ.get("HEADPRUNE_TEST_GPU")  # scripts/gpu_check.sh runs it on the GPU
+    cpu = not os.environ.get("HEADPRUNE_TEST_GPU")  # scripts/dev/gpu_check.sh runs it on the GPU
     cfg, task, model = load_generation_model(str(tiny_model["data"]), str(tiny_model["checkpoint"]), options, cpu=cpu)
     shared = SplitTranslator(cfg, task, model, "test", share_encoder=True)
     unshared = SplitTranslator(cfg, task, model, "test", share_encoder=False)

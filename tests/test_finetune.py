@@ -21,7 +21,7 @@ def finetuned(tiny_model, tmp_path_factory):
         EXTRA_ARGS=f"--finetune-from-model {tiny_model['checkpoint']} --head-mask {SPEC.replace(' ', ';')} "
         "--max-update 6 --weight-decay 0.1 --lr 0.01 --no-epoch-checkpoints",
     )
-    result = run(["bash", REPO / "scripts" / "train_demo.sh", tiny_model["data"], save_dir], env=env)
+    result = run(["bash", REPO / "scripts" / "train" / "train_demo.sh", tiny_model["data"], save_dir], env=env)
     assert "masking 9 heads: E:1:1-2 A:2:keep=3" in result.stderr + result.stdout
     return save_dir / "checkpoint_last.pt"
 

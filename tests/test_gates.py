@@ -52,7 +52,7 @@ def test_learned_masks_make_a_curve_from_the_unpruned_model_by_heads_pruned():
 
 def train_gates(tiny_model, save_dir, kept, check=True):
     env = dict(TINY_MODEL_ENV, UPDATES="12", GATE_LR="0.05")
-    return run(["bash", REPO / "scripts" / "train_gates.sh", tiny_model["data"], tiny_model["checkpoint"],
+    return run(["bash", REPO / "scripts" / "train" / "train_gates.sh", tiny_model["data"], tiny_model["checkpoint"],
                 save_dir, kept], env=env, check=check)
 
 
@@ -112,7 +112,7 @@ def test_gates_start_from_an_old_format_checkpoint_without_a_criterion_entry(tin
     assert "criterion" not in torch.load(legacy, map_location="cpu", weights_only=False)
     save_dir = tmp_path / "gates"
     env = dict(TINY_MODEL_ENV, UPDATES="2", GATE_LR="0.05")
-    result = run(["bash", REPO / "scripts" / "train_gates.sh", tiny_model["data"], legacy, save_dir, "20"],
+    result = run(["bash", REPO / "scripts" / "train" / "train_gates.sh", tiny_model["data"], legacy, save_dir, "20"],
                  env=env, check=False)
     log = (save_dir / "train.log").read_text()
     assert result.returncode == 0, log[-3000:]

@@ -150,8 +150,8 @@ def tiny_lm(tmp_path_factory):
     root = Path(cache) / "lm" if cache else tmp_path_factory.mktemp("tiny_lm")
     data = {"data": root / "bin", "checkpoint": root / "checkpoints" / "checkpoint_best.pt", "root": root}
     if not data["checkpoint"].exists():
-        run(["bash", REPO / "scripts" / "prepare_lm_data.sh", root], env=LM_ENV)
-        run(["bash", REPO / "scripts" / "train_lm.sh", root / "bin", root / "checkpoints"], env=LM_ENV)
+        run(["bash", REPO / "scripts" / "data" / "prepare_lm_data.sh", root], env=LM_ENV)
+        run(["bash", REPO / "scripts" / "train" / "train_lm.sh", root / "bin", root / "checkpoints"], env=LM_ENV)
     return data
 
 
@@ -286,7 +286,7 @@ def lm_study(tiny_lm, tmp_path_factory):
         "dynamics": run(["fairseq-headprune", "dynamics", data, "--checkpoints", tiny_lm["root"] / "checkpoints",
                          "--out-dir", study / "dynamics", "--importance-limit", "100", "--max-percent", "50",
                          *common]).stdout,
-        "speed": run(["python", REPO / "scripts" / "benchmark_lm_speed.py", "--data", data, "--path", checkpoint,
+        "speed": run(["python", REPO / "scripts" / "benchmarks" / "benchmark_lm_speed.py", "--data", data, "--path", checkpoint,
                       "--batch-sizes", "3", "--sentences", "6", "--repeats", "1", "--generate", "6", "--sampling-topk", "5",
                       "--json", study / "shrink" / "lm_speed.json"]).stdout,
     }
@@ -386,7 +386,7 @@ def test_dynamics_and_report_of_a_language_model(lm_study):
 
 
 def test_speed_benchmark_scores_and_generates_the_same_with_heads_masked_or_removed(lm_study):
-    """scripts/benchmark_lm_speed.py: the shrunk LM's summed loss and sampled continuations (same seed) equal the
+    """scripts/benchmarks/benchmark_lm_speed.py: the shrunk LM's summed loss and sampled continuations (same seed) equal the
     masked one's."""
     import json
 

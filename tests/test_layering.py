@@ -8,6 +8,7 @@ and ``registry`` (fairseq components) -> ``engine/`` -> ``commands/`` and
 """
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -162,7 +163,47 @@ def test_no_command_module_imports_another():
                 pytest.fail(f"commands/{path.name}:{line} imports {target}")
 
 
-def test_no_module_is_over_450_lines():
-    long = {str(p.relative_to(PACKAGE)): n for p in package_modules()
+SCRIPTS = PACKAGE.parent / "scripts"
+SCRIPT_FILES = sorted(p for p in SCRIPTS.rglob("*") if p.suffix in (".py", ".sh"))
+
+
+def test_no_module_or_script_is_over_450_lines():
+    long = {str(p.relative_to(PACKAGE.parent)): n for p in package_modules() + SCRIPT_FILES
             if (n := len(p.read_text(encoding="utf-8").splitlines())) > 450}
     assert long == {}
+
+
+def _functions(path: Path):
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield node.name, node.lineno, node.end_lineno - node.lineno + 1
+
+
+def test_no_function_is_over_100_lines():
+    long = [f"{path.relative_to(PACKAGE.parent)}:{line} {name} ({length} lines)"
+            for path in package_modules() for name, line, length in _functions(path) if length > 100]
+    assert long == []
+
+
+def test_scripts_import_the_package_and_never_each_other():
+    """A script shares code through the package, not through ``sys.path`` edits or imports of another script."""
+    script_names = {p.stem for p in SCRIPT_FILES if p.suffix == ".py"}
+    for path in (p for p in SCRIPT_FILES if p.suffix == ".py"):
+        source = path.read_text(encoding="utf-8")
+        assert "sys.path" not in source, f"{path.relative_to(SCRIPTS)} edits sys.path"
+        tree = ast.parse(source)
+        imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        assert not imported & script_names, f"{path.relative_to(SCRIPTS)} imports {imported & script_names}"
+        assert not any(isinstance(n, ast.ImportFrom) and n.level for n in ast.walk(tree)), path.name
+
+
+def test_shell_scripts_are_strict_and_print_their_usage():
+    """Every script that is run (not sourced) stops on the first error and says how to call it."""
+    for path in (p for p in SCRIPT_FILES if p.suffix == ".sh"):
+        text = path.read_text(encoding="utf-8")
+        if "sourced, not run" in text.split("\n\n")[0] or path.name == "setup_env.sh":
+            continue
+        assert "set -euo pipefail" in text, f"{path.relative_to(SCRIPTS)} is not strict"
+        delegates = re.search(r'^exec bash "\$\(dirname "\$\{BASH_SOURCE\[0\]\}"\)/(\w+\.sh)"', text, re.M)
+        assert delegates or "usage" in text, f"{path.relative_to(SCRIPTS)} prints no usage"

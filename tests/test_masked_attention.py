@@ -160,7 +160,7 @@ def test_fused_attention_equals_fairseqs_unfused_path(loaded, monkeypatch, per_s
     included); fairseq's own unfused path gives the same logits and beams."""
     task, model = loaded
     sample = batch_of(task)
-    if os.environ.get("HEADPRUNE_TEST_GPU") and torch.cuda.is_available():  # scripts/gpu_check.sh
+    if os.environ.get("HEADPRUNE_TEST_GPU") and torch.cuda.is_available():  # scripts/dev/gpu_check.sh
         from fairseq import utils
 
         model, sample = copy.deepcopy(model).cuda(), utils.move_to_cuda(sample)

@@ -286,12 +286,12 @@ def test_the_per_type_scripts_add_up_to_figure_4(tiny_model, study, tmp_path):
     env = {"VENV": os.path.dirname(os.path.dirname(sys.executable)), "STEP": "50", "MAX": "50",
            "ORDERS": "importance", "IMPORTANCE": str(importance), "GEN_ARGS": "--beam 1 --batch-size 64"}
     for script in ("prune_enc_enc.sh", "prune_dec_dec.sh"):
-        run(["bash", REPO / "scripts" / script, tiny_model["data"], tiny_model["checkpoint"], "valid",
+        run(["bash", REPO / "scripts" / "studies" / script, tiny_model["data"], tiny_model["checkpoint"], "valid",
              tmp_path / "types"], env=dict(env, EXTRA_ARGS="--no-progress"))
     table = (tmp_path / "types" / "prune_curves.md").read_text()
     assert "**Enc-Enc** (16 heads" in table and "**Dec-Dec** (16 heads" in table
     assert os.path.getsize(tmp_path / "types" / "prune_types.png") > 0
-    wrong = run(["bash", REPO / "scripts" / "prune.sh", "decoder", tiny_model["data"], tiny_model["checkpoint"],
+    wrong = run(["bash", REPO / "scripts" / "studies" / "prune.sh", "decoder", tiny_model["data"], tiny_model["checkpoint"],
                  "valid", tmp_path / "x"], env=env, check=False)
     assert wrong.returncode == 2 and wrong.stderr.startswith("unknown scope: decoder")
 
@@ -411,7 +411,7 @@ def test_tuned_joint_steps_translate_as_the_tuned_shrunk_model(tiny_model, neuro
          *GENERATION, *SHORT]
     )
     assert float(re.search(r"BLEU4 = ([\d.]+)", generated.stdout).group(1)) == pytest.approx(tuned["bleu"], abs=0.006)
-    # the report's structures section (scripts/compare_structures.sh's layout) shows both curves
+    # the report's structures section (scripts/studies/compare_structures.sh's layout) shows both curves
     study = tmp_path / "study"
     (study / "structures").mkdir(parents=True)
     (study / "structures" / "joint").symlink_to(out)

@@ -2,7 +2,7 @@
 
 GLUE's MNLI columns -> a seeded 5k-style training subset -> GPT-2 BPE (fairseq's
 own encoder) -> binarization against the bundle's dictionary, labels in the
-released head's order -> the BERT-side studies (scripts/study_roberta_mnli.sh),
+released head's order -> the BERT-side studies (scripts/reproductions/study_roberta_mnli.sh),
 on a model in the released checkpoint's format (args Namespace, encoder keys
 under ``decoder.``, one classification head named ``mnli`` that its config
 does not name) at tiny dimensions.
@@ -26,7 +26,7 @@ def mnli_dir(tmp_path_factory):
     cache = os.environ.get("HEADPRUNE_TEST_CACHE")
     directory = os.path.join(cache, "mnli-standin") if cache else str(tmp_path_factory.mktemp("mnli"))
     # the stand-in runs OFFLINE=1 TRAIN=1 prepare_roberta_mnli.sh DIRECTORY itself, then trains on its data
-    run(["bash", REPO / "scripts" / "make_standin_roberta_bundle.sh", directory], env=STANDIN_ENV)
+    run(["bash", REPO / "scripts" / "reproductions" / "make_standin_roberta_bundle.sh", directory], env=STANDIN_ENV)
     return directory
 
 
@@ -73,7 +73,7 @@ def test_study_script_runs_every_bert_study_and_accuracy_is_stock_fairseq_valida
     import torch
 
     study = tmp_path / "study"
-    run(["bash", REPO / "scripts" / "study_roberta_mnli.sh", mnli_dir, study],
+    run(["bash", REPO / "scripts" / "reproductions" / "study_roberta_mnli.sh", mnli_dir, study],
         env={"SPEED_EXAMPLES": "32", "SPEED_REPEATS": "1", "BATCH_SIZE": "64", "ORDERS": "importance,random"})
     single = json.loads((study / "ablation" / "single.json").read_text())
     assert len(single["rows"]) == 8 and single["settings"]["test"]["test"] == "t-test"
@@ -113,7 +113,7 @@ def test_bad_input_is_one_line(mnli_dir, tmp_path):
         f"fairseq-headprune validate: error: --path: checkpoint not found: {missing}")
     empty = tmp_path / "empty"
     empty.mkdir()
-    result = run(["bash", REPO / "scripts" / "study_roberta_mnli.sh", empty], check=False)
+    result = run(["bash", REPO / "scripts" / "reproductions" / "study_roberta_mnli.sh", empty], check=False)
     assert result.returncode == 2 and result.stderr.strip().count("\n") == 0
     assert "prepare_roberta_mnli.sh" in result.stderr
     copy = tmp_path / "copy"
@@ -121,7 +121,7 @@ def test_bad_input_is_one_line(mnli_dir, tmp_path):
     for name in ("dict.txt", "encoder.json", "vocab.bpe"):
         (copy / "bundle" / name).write_bytes(open(os.path.join(mnli_dir, "bundle", name), "rb").read())
     (copy / "raw").symlink_to(os.path.join(mnli_dir, "raw"))
-    result = run(["bash", REPO / "scripts" / "prepare_roberta_mnli.sh", copy], env={"OFFLINE": "1", "SUBSET": "100000"},
+    result = run(["bash", REPO / "scripts" / "reproductions" / "prepare_roberta_mnli.sh", copy], env={"OFFLINE": "1", "SUBSET": "100000"},
                  check=False)
     assert result.returncode != 0 and "more than the" in result.stderr
     assert not (copy / "bin").exists()

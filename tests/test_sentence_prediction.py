@@ -2,7 +2,7 @@
 
 A tiny RoBERTa-architecture classifier is trained by stock ``fairseq-train
 --task sentence_prediction`` on the acceptability corpus
-(``scripts/prepare_acceptability_data.sh``, ``scripts/train_classifier.sh``).
+(``scripts/data/prepare_acceptability_data.sh``, ``scripts/train/train_classifier.sh``).
 The reference for a masked validation is stock ``fairseq-validate`` on a
 copy of the checkpoint with those heads' output-projection columns zeroed.
 """
@@ -28,8 +28,8 @@ def classifier(tmp_path_factory):
     root = (tmp_path_factory.getbasetemp() if not cache else type(REPO)(cache)) / "classifier"
     checkpoint = root / "checkpoints" / "checkpoint_best.pt"
     if not checkpoint.exists():
-        run(["bash", REPO / "scripts" / "prepare_acceptability_data.sh", root], env=CLASSIFIER_ENV)
-        run(["bash", REPO / "scripts" / "train_classifier.sh", root / "bin", root / "checkpoints"],
+        run(["bash", REPO / "scripts" / "data" / "prepare_acceptability_data.sh", root], env=CLASSIFIER_ENV)
+        run(["bash", REPO / "scripts" / "train" / "train_classifier.sh", root / "bin", root / "checkpoints"],
             env=CLASSIFIER_ENV)
     return {"data": root / "bin", "checkpoint": checkpoint, "root": root}
 

@@ -32,8 +32,8 @@ def wmt_dir(tmp_path_factory):
     """Stand-in bundle and raw sets, prepared offline (kept in HEADPRUNE_TEST_CACHE if set)."""
     cache = os.environ.get("HEADPRUNE_TEST_CACHE")
     directory = os.path.join(cache, "wmt-standin") if cache else str(tmp_path_factory.mktemp("wmt"))
-    run(["bash", REPO / "scripts" / "make_standin_bundle.sh", directory], env=STANDIN_ENV)
-    run(["bash", REPO / "scripts" / "prepare_wmt14_en_fr.sh", directory], env={"OFFLINE": "1", "SETS": SETS})
+    run(["bash", REPO / "scripts" / "reproductions" / "make_standin_bundle.sh", directory], env=STANDIN_ENV)
+    run(["bash", REPO / "scripts" / "reproductions" / "prepare_wmt14_en_fr.sh", directory], env={"OFFLINE": "1", "SETS": SETS})
     return directory
 
 
@@ -107,12 +107,12 @@ def test_raw_text_to_significance_table(wmt_dir, tmp_path):
 
 
 def test_offline_preparation_stops_on_a_missing_file(wmt_dir, tmp_path):
-    result = run(["bash", REPO / "scripts" / "prepare_wmt14_en_fr.sh", wmt_dir],
+    result = run(["bash", REPO / "scripts" / "reproductions" / "prepare_wmt14_en_fr.sh", wmt_dir],
                  env={"OFFLINE": "1", "SETS": "newstest2013 newstest2014"}, check=False)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == (
         f"prepare_wmt14_en_fr: error: OFFLINE=1 and {wmt_dir}/raw/newstest2014.en or .fr is missing"
     )
     empty = tmp_path / "empty"
-    result = run(["bash", REPO / "scripts" / "prepare_wmt14_en_fr.sh", empty], env={"OFFLINE": "1"}, check=False)
+    result = run(["bash", REPO / "scripts" / "reproductions" / "prepare_wmt14_en_fr.sh", empty], env={"OFFLINE": "1"}, check=False)
     assert result.returncode == 1 and "OFFLINE=1 and" in result.stderr and "is missing" in result.stderr

@@ -152,7 +152,7 @@ def add_parser(commands) -> None:
         "--gate-masks", nargs="+", metavar="FILE",
         help="masks learned by fairseq-train --criterion headprune_gates (mask --from-gates ... --out FILE), one "
         "per budget trained: the curve 'gates' through them (what training them cost is read from a cost.json "
-        "beside each, as scripts/train_gates.sh writes it)",
+        "beside each, as scripts/train/train_gates.sh writes it)",
     )
     prune.add_argument(
         "--fisher", metavar="FILE",

@@ -16,7 +16,7 @@ def add_parser(commands) -> None:
         "report",
         help="one Markdown report of a study directory (tables, figures, commands)",
         description="Write DIR/report.md from the results in DIR (generate/ or eval-lm/, importance/, ablation/, "
-        "pruning/, shrink/, dynamics/, as scripts/run_demo.sh lays them out): every table and figure, "
+        "pruning/, shrink/, dynamics/, as scripts/demos/run_demo.sh lays them out): every table and figure, "
         "each with a sentence on how to read it and the command that made it (from DIR/commands/).",
     )
     report.add_argument("directory", metavar="DIR", help="study directory (e.g. results/demo)")

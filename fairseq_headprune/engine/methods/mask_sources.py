@@ -232,7 +232,7 @@ def read_gate_mask(path: str, layout) -> HeadMask:
 
 
 def _gate_costs(paths: Sequence[str]) -> Dict[str, object]:
-    """Training time and sentences seen of the gates, from each mask's cost.json (scripts/train_gates.sh)."""
+    """Training time and sentences seen of the gates, from each mask's cost.json (scripts/train/train_gates.sh)."""
     seconds, sentences, found = 0.0, 0, 0
     for path in paths:
         cost_file = os.path.join(os.path.dirname(os.path.abspath(path)), "cost.json")

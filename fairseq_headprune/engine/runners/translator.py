@@ -105,7 +105,7 @@ class SplitTranslator:
                  share_encoder: bool = True, sentence_shard: Optional[Tuple[int, int]] = None):
         """``sentence_shard=(rank, ranks)`` keeps the sentences whose id is
         ``rank`` modulo ``ranks`` from every batch: sharding by sentences, which
-        ``scripts/benchmark_ablation.py`` measures against the commands'
+        ``scripts/benchmarks/benchmark_ablation.py`` measures against the commands'
         sharding by configurations."""
         from fairseq import utils
 

@@ -3,7 +3,7 @@
 Every number in the report is read from the result files the study commands
 wrote (nothing is typed in), every figure is linked from its own directory,
 and every section says how to read it and which command made it (the
-commands ``scripts/run_demo.sh`` records under ``commands/``).
+commands ``scripts/demos/run_demo.sh`` records under ``commands/``).
 """
 
 import json

@@ -1,4 +1,4 @@
-"""The report's section on structures/ (scripts/compare_structures.sh): heads, FFN neurons or both.
+"""The report's section on structures/ (scripts/studies/compare_structures.sh): heads, FFN neurons or both.
 
 BLEU against the share of the attention and FFN layers' FLOPs removed, the
 shrunk models' decoding speed in fairseq and CTranslate2, and the fine-tune,
@@ -10,7 +10,7 @@ import re
 
 
 def section_structures(study) -> str:
-    """Heads, FFN neurons or both against the share of the layers' FLOPs removed (scripts/compare_structures.sh)."""
+    """Heads, FFN neurons or both against the share of the layers' FLOPs removed (scripts/studies/compare_structures.sh)."""
     parts = ["## Heads, FFN neurons, or both: BLEU per share of the layers' FLOPs removed\n\n",
              "Kwon et al.'s (2022) Fisher search over heads only, FFN neurons only, and both together, each "
              "untuned and with mask tuning (least squares on validation sentences, a fit kept only if it lowers "

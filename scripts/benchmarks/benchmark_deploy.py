@@ -1,0 +1,149 @@
+#!/usr/bin/env python
+"""What a pruned model buys in deployment: fairseq vs CTranslate2, unpruned vs compressed, fp32 vs int8.
+
+In one run, on the same sentences and the same batches (fairseq's own
+batching of the split), decodes with beam search at each batch size with:
+the unpruned model in fairseq, the compressed (shrunk) model in fairseq, the
+unpruned model exported to CTranslate2 (float32 and int8) and the compressed
+model exported to CTranslate2 (float32 and int8). Repeats are interleaved,
+each in another order, so that the machine's drift falls on every system
+alike. Prints sentences/s and target tokens/s (median and min-max over the
+repeats), the speed-up against the unpruned model in fairseq and in
+CTranslate2 at the same precision, BLEU (tokenized, against the split's
+references) and how many hypotheses equal the fairseq model's of the same
+weights; the device, threads and versions. The compressed model is
+``--compressed CKPT`` (a shrunk checkpoint) or the checkpoint with
+``--head-mask``/``--ffn-mask`` removed by ``fairseq-headprune shrink``.
+The measurement is the engine's (``engine/methods/deployment.py``), the one
+``fairseq-headprune compress`` reports.
+
+usage: scripts/benchmarks/benchmark_deploy.py --data DATA_BIN --path CKPT
+           (--compressed SHRUNK.pt | --head-mask SPEC [--ffn-mask SPEC])
+           [--subset test] [--sentences N] [--batch-sizes 1 64] [--beam 5] [--repeats 3]
+           [--threads 2] [--cuda] [--work DIR] [--json FILE]
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import warnings
+
+import torch
+
+warnings.filterwarnings("ignore")  # fairseq/hydra deprecation notices; the table is the output
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", required=True, help="fairseq-preprocess output directory")
+    parser.add_argument("--path", required=True, help="the unpruned checkpoint")
+    parser.add_argument("--compressed", help="a shrunk checkpoint of --path (default: shrink with the masks)")
+    parser.add_argument("--head-mask", help="heads to remove (without --compressed)")
+    parser.add_argument("--ffn-mask", help="FFN neurons to remove (without --compressed)")
+    parser.add_argument("--subset", default="test", help="split to decode (default: test)")
+    parser.add_argument("--sentences", type=int, help="first N sentences of the split (default: all)")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 64], help="(default: 1 64)")
+    parser.add_argument("--beam", type=int, default=5, help="beam size (default 5)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed repeats per system (default 3)")
+    parser.add_argument("--threads", type=int, default=2, help="CPU threads of both engines (default 2)")
+    parser.add_argument("--cuda", action="store_true", help="decode on the GPU")
+    parser.add_argument("--work", help="directory for the shrunk and exported models (default: a temporary one)")
+    parser.add_argument("--json", help="also write the measurements here")
+    args = parser.parse_args()
+    if args.compressed is None and args.head_mask is None and args.ffn_mask is None:
+        parser.error("give --compressed CKPT, or --head-mask/--ffn-mask to shrink --path with")
+    if args.repeats < 1 or args.beam < 1 or any(b < 1 for b in args.batch_sizes):
+        parser.error("--repeats, --beam and --batch-sizes must be positive")
+    if args.cuda and not torch.cuda.is_available():
+        parser.error("--cuda: no GPU is available")
+    return args
+
+
+def headprune(*arguments):
+    """Run a fairseq-headprune command; its one-line error ends the benchmark."""
+    command = [os.path.join(os.path.dirname(sys.executable), "fairseq-headprune"), *map(str, arguments)]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.exit(f"benchmark_deploy: {' '.join(map(str, arguments[:1]))} failed: {result.stderr.strip()}")
+    return result.stdout
+
+
+def prepare_models(args, work):
+    """The compressed checkpoint and the four CTranslate2 directories (made once; reused in --work)."""
+    compressed = args.compressed
+    if compressed is None:
+        compressed = os.path.join(work, "compressed.pt")
+        if not os.path.exists(compressed):
+            masks = [o for option, spec in (("--head-mask", args.head_mask), ("--ffn-mask", args.ffn_mask))
+                     if spec for o in (option, spec)]
+            headprune("shrink", "--path", args.path, *masks, "--out", compressed)
+    exported = {}
+    for name, checkpoint in (("unpruned", args.path), ("compressed", compressed)):
+        for quantization in ("float32", "int8"):
+            out = os.path.join(work, f"ct2-{name}-{quantization}")
+            if not os.path.exists(os.path.join(out, "model.bin")):
+                headprune("export", args.data, "--path", checkpoint, "--out-dir", out, "--quantization", quantization,
+                          *([] if args.cuda else ["--cpu"]))
+            exported[(name, quantization)] = out
+    return compressed, exported
+
+
+def print_table(rows, batch_size, subset, repeats):
+    """The rows of one batch size, as one table."""
+    batch_rows = [row for row in rows if row["batch_size"] == batch_size]
+    print(f"\nbatch size {batch_size}: {batch_rows[0]['sentences']} sentences of {subset}, {repeats} repeats")
+    print(f"{'system':<26} {'sent/s':>16} {'tok/s':>8} {'vs fairseq':>10} {'vs ct2 same':>11} {'BLEU':>6} "
+          f"{'same hyps':>10}")
+    for row in batch_rows:
+        vs_ct2, same = row["speedup_vs_ct2_unpruned_same_precision"], row["same_hypotheses"]
+        same = "" if same is None else f"{same}/{row['sentences']}"
+        print(f"{row['system']:<26} {row['sentences_per_second']:7.1f} ({row['sentences_per_second_min']:.1f}-"
+              f"{row['sentences_per_second_max']:.1f}) {row['tokens_per_second']:8.0f} "
+              f"{row['speedup_vs_fairseq_unpruned']:9.2f}x {'' if vs_ct2 is None else f'{vs_ct2:10.2f}x':>11} "
+              f"{row['bleu']:6.2f} {same:>10}")
+
+
+def main():
+    args = parse_args()
+    torch.set_num_threads(args.threads)
+
+    from fairseq_headprune import cli
+    from fairseq_headprune.engine.checkpoints.loading import load_generation_model
+    from fairseq_headprune.engine.methods.deployment import (
+        DecodingOptions,
+        deployment_environment,
+        measure_translation_speed,
+    )
+    from fairseq_headprune.study.methods.compression import DeploymentSettings
+
+    cli.quiet_libraries()
+    work = args.work or tempfile.mkdtemp(prefix="benchmark-deploy-")
+    os.makedirs(work, exist_ok=True)
+    compressed, exported = prepare_models(args, work)
+    options = DecodingOptions(beam=args.beam, lenpen=1.0)
+    generation = ["--beam", str(args.beam), "--lenpen", "1"]
+    _, task, unpruned = load_generation_model(args.data, args.path, generation, cpu=not args.cuda)
+    _, shrunk_task, shrunk = load_generation_model(args.data, compressed, generation, cpu=not args.cuda)
+    device = torch.device("cuda" if args.cuda else "cpu")
+    environment = deployment_environment(device, args.threads)
+    print(f"device: {environment['device']}, threads: {args.threads}; torch {environment['torch']}, ctranslate2 "
+          f"{environment['ctranslate2']}, fairseq-headprune {environment['fairseq_headprune']}; beam {args.beam}, "
+          "length penalty 1")
+    settings = DeploymentSettings(batch_sizes=list(args.batch_sizes), sentences=args.sentences, repeats=args.repeats,
+                                  threads=args.threads, option_prefix="--")
+    rows = measure_translation_speed({"unpruned": (task, unpruned), "compressed": (shrunk_task, shrunk)}, exported,
+                                     args.subset, settings, options, device)
+    for batch_size in args.batch_sizes:
+        print_table(rows, batch_size, args.subset, args.repeats)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as stream:
+            json.dump({**environment, "device": device.type, "device_description": environment["device"],
+                       "threads": args.threads, "beam": args.beam, "path": os.path.abspath(args.path),
+                       "compressed": os.path.abspath(compressed), "rows": rows}, stream, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# What the demo scripts (run_demo.sh, run_lm_demo.sh) share; sourced, not run.
+#
+# Expects: repo (the checkout) and out_dir (the study directory). Provides:
+#   begin_demo DIR...   the virtual environment, OUT_DIR/commands and DIRs, the thread and rank
+#                       counts (THREADS, RANKS: sets ranks and rank_threads), OUT_DIR/environment.txt
+#   write_environment   OUT_DIR/environment.txt: versions, threads, kernels, CPU
+#   record NAME CMD...  note CMD in OUT_DIR/commands/NAME.sh (for the report), then run it
+#   sweep STUDY ARGS... fairseq-headprune STUDY ARGS, under torchrun with `ranks` processes when > 1
+
+begin_demo() {
+  # shellcheck disable=SC1091
+  source "$repo/scripts/dev/setup_env.sh"
+  mkdir -p "$out_dir/commands" "$@"
+  export THREADS=${THREADS:-2}
+  ranks=${RANKS:-2}
+  [[ $ranks =~ ^[1-9][0-9]*$ ]] || { echo "RANKS must be a positive integer, got '$ranks'" >&2; exit 2; }
+  rank_threads=$(( THREADS / ranks > 0 ? THREADS / ranks : 1 ))
+  # shellcheck disable=SC1091
+  source "$repo/scripts/train/pin_cpu.sh"  # THREADS threads, the CPU kernels pinned
+  write_environment
+}
+
+write_environment() {
+  RANKS=$ranks RANK_THREADS=$rank_threads python - > "$out_dir/environment.txt" <<'PYTHON'
+import os
+import platform
+
+import fairseq, numpy, sacrebleu, torch
+
+cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+           platform.processor() or "unknown")
+print(f"torch {torch.__version__}, fairseq {fairseq.__version__}, numpy {numpy.__version__}, "
+      f"sacrebleu {sacrebleu.__version__}; {torch.get_num_threads()} CPU threads on {cpu} "
+      f"(kernels: ATEN_CPU_CAPABILITY={os.environ.get('ATEN_CPU_CAPABILITY')}, "
+      f"MKL_CBWR={os.environ.get('MKL_CBWR')}); sweeps: {os.environ['RANKS']} ranks of "
+      f"{os.environ['RANK_THREADS']} thread(s); "
+      f"Python {platform.python_version()}")
+PYTHON
+}
+
+declare -A recorded
+record() {  # NAME COMMAND...: note the command in commands/NAME.sh (for the report), then run it
+  local name=$1; shift
+  [[ -n ${recorded[$name]:-} ]] || : > "$out_dir/commands/$name.sh"
+  recorded[$name]=1
+  local quoted prefix=""
+  if [[ $1 == sweep ]]; then  # as the sweep function runs it
+    printf -v quoted '%q ' fairseq-headprune "${@:2}"
+    (( ranks > 1 )) && { prefix="OMP_NUM_THREADS=$rank_threads torchrun --standalone --nproc-per-node $ranks "
+                         quoted='"$(command -v fairseq-headprune)" '"${quoted#fairseq-headprune }"; }
+  else
+    printf -v quoted '%q ' "$@"
+  fi
+  echo "$prefix${quoted% }" | sed "s|$repo/||g" >> "$out_dir/commands/$name.sh"
+  "$@"
+}
+
+# the sweeps: RANKS processes of RANK_THREADS threads each under torchrun
+sweep() {  # STUDY-COMMAND OPTIONS...
+  if (( ranks > 1 )); then
+    OMP_NUM_THREADS=$rank_threads MKL_NUM_THREADS=$rank_threads \
+      torchrun --standalone --nproc-per-node "$ranks" "$(command -v fairseq-headprune)" "$@"
+  else
+    fairseq-headprune "$@"
+  fi
+}

@@ -1,5 +1,0 @@
-#!/usr/bin/env bash
-# Pruning curves over the Dec-Dec heads: scripts/prune.sh dec-dec DATA_BIN CHECKPOINT SPLIT OUT_DIR
-# (see scripts/prune.sh --help for the options and environment).
-set -euo pipefail
-exec bash "$(dirname "${BASH_SOURCE[0]}")/prune.sh" dec-dec "$@"

@@ -1,0 +1,5 @@
+#!/usr/bin/env bash
+# Pruning curves over all heads: scripts/studies/prune.sh all DATA_BIN CHECKPOINT SPLIT OUT_DIR
+# (see scripts/studies/prune.sh --help for the options and environment).
+set -euo pipefail
+exec bash "$(dirname "${BASH_SOURCE[0]}")/prune.sh" all "$@"
