@@ -37,7 +37,7 @@ def study(tiny_model, epochs_dir, tmp_path_factory):
 
 
 def test_every_epoch_gets_its_own_importance_and_curve(tiny_model, epochs_dir, study):
-    from fairseq_headprune.study.methods.importance import read_importance_file
+    from fairseq_headprune.study.methods.importance_scores import read_importance_file
     from fairseq_headprune.study.output.files import file_sha256
 
     out_dir, rows, stdout = study

@@ -10,7 +10,7 @@ from fairseq_headprune.engine.runners.batches import split_batches
 from fairseq_headprune.engine.methods.translation_importance import estimate_importance
 from fairseq_headprune.study.masks.head_mask import parse_head_mask
 from fairseq_headprune.errors import ResultFileError
-from fairseq_headprune.study.methods.importance import (
+from fairseq_headprune.study.methods.importance_scores import (
     ImportanceResult,
     normalize_per_layer,
     read_importance_file,

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from conftest import run
-from fairseq_headprune.study.methods.importance import read_importance_file
+from fairseq_headprune.study.methods.importance_scores import read_importance_file
 
 LAYOUT = {"enc-enc": (2, 8), "enc-dec": (2, 8), "dec-dec": (2, 8)}
 

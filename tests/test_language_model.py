@@ -342,7 +342,7 @@ def test_prune_a_language_model_by_importance_and_at_random(tiny_lm, lm_study, t
     perplexity equals stock fairseq-eval-lm with that step's heads zeroed."""
     import json
 
-    from fairseq_headprune.study.methods.importance import normalize_per_layer, read_importance_file
+    from fairseq_headprune.study.methods.importance_scores import normalize_per_layer, read_importance_file
 
     checkpoint, out = tiny_lm["checkpoint"], lm_study["dir"] / "pruning"
     assert lm_study["console"]["prune"].startswith("unpruned perplexity ")

@@ -28,7 +28,7 @@ from fairseq_headprune.modules.masked_multihead_attention import (
 )
 from fairseq_headprune.study.masks.ffn_mask import parse_ffn_mask
 from fairseq_headprune.study.masks.head_mask import parse_head_mask
-from fairseq_headprune.study.methods.mask_tuning import TuningSums, read_tuning, solve_layer, write_tuning
+from fairseq_headprune.study.methods.least_squares_tuning import TuningSums, read_tuning, solve_layer, write_tuning
 
 SENTENCES = 48
 SPEC = "E:1:2,5,7 A:2:1-6 D:1:3"

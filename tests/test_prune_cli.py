@@ -86,7 +86,7 @@ def test_a_type_scope_prunes_only_that_type(tiny_model, study):
 
 def test_importance_orders_follow_the_estimated_importance(tiny_model, study):
     from fairseq_headprune.study.masks.head_mask import full_mask
-    from fairseq_headprune.study.methods.importance import read_importance_file
+    from fairseq_headprune.study.methods.importance_scores import read_importance_file
 
     out_dir, steps, _ = study
     layout = checkpoint_head_layout(str(tiny_model["checkpoint"]))
@@ -225,7 +225,7 @@ def test_fisher_scores_order_the_heads_and_are_not_mixed_with_importance(tiny_mo
     prune(tiny_model, fisher, "--orders", "iterative", "--step-percent", "25", "--max-percent", "25",
           "--importance-method", "fisher", "--importance-limit", "16")
     from fairseq_headprune.study.masks.head_mask import full_mask
-    from fairseq_headprune.study.methods.importance import read_importance_file
+    from fairseq_headprune.study.methods.importance_scores import read_importance_file
 
     layout = checkpoint_head_layout(str(tiny_model["checkpoint"]))
     first = read_importance_file(str(fisher / "importance" / f"{mask_name(full_mask(layout))}.json"), layout)
@@ -244,7 +244,7 @@ def test_fisher_search_curves_and_tuned_masks_translate_as_the_tuned_shrunk_mode
     """Kwon et al.: the search's masks at each level, rearranged, and tuned; a tuned step is what the
     tuned, shrunk checkpoint translates."""
     from fairseq_headprune.study.masks.head_mask import full_mask
-    from fairseq_headprune.study.methods.importance import read_importance_file
+    from fairseq_headprune.study.methods.importance_scores import read_importance_file
     from fairseq_headprune.study.methods.mask_search import pruned_count_search
 
     out = tmp_path / "kwon"
@@ -354,7 +354,7 @@ def test_ffn_curves_prune_neurons_by_score_at_random_and_by_the_search(tiny_mode
 
 
 def test_joint_curves_and_head_curves_on_one_flops_axis(tiny_model, neuron_scores, tmp_path):
-    from fairseq_headprune.study.methods.importance import read_fisher_file
+    from fairseq_headprune.study.methods.importance_scores import read_fisher_file
     from fairseq_headprune.study.methods.mask_search import search_mask
     from fairseq_headprune.study.methods.search_costs import ffn_flops_costs, flops_costs, merge_costs
     from fairseq_headprune.study.masks.ffn_mask import ffn_mask_to_spec

@@ -339,7 +339,7 @@ def test_a_classifier_searched_tuned_and_shrunk_classifies_as_the_tuned_masked_m
     from fairseq_headprune.engine.methods.mask_tuning import tuning_folded
     from fairseq_headprune.modules.masked_ffn import ffn_layout
     from fairseq_headprune.modules.masked_multihead_attention import head_layout, head_mask_applied
-    from fairseq_headprune.study.methods.mask_tuning import read_tuning
+    from fairseq_headprune.study.methods.least_squares_tuning import read_tuning
 
     out = tmp_path / "search"
     run(["fairseq-headprune", "search", classifier["data"], "--path", classifier["checkpoint"], "--budget", "50%",

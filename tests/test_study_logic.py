@@ -13,7 +13,7 @@ from scipy import stats
 
 from fairseq_headprune.errors import SettingsError, StudyError
 from fairseq_headprune.study.methods.ablation import best_heads, cross_domain_correlation, cross_domain_rows
-from fairseq_headprune.study.methods.dynamics import dynamics_grid, epoch_checkpoints, parse_epochs, relative_rows
+from fairseq_headprune.study.methods.epoch_curves import dynamics_grid, epoch_checkpoints, parse_epochs, relative_rows
 from fairseq_headprune.study.statistics.metrics import BLEU_METRICS, COMPARE_MT_BLEU, SACREBLEU, TOKENIZED_BLEU
 from fairseq_headprune.study.methods.pruning import (
     heads_in_scope,

@@ -19,7 +19,7 @@ def settings_from(args: argparse.Namespace) -> AblationSettings:
 
 def command_ablate(args: argparse.Namespace) -> int:
     settings = settings_from(args)  # before the engine (and fairseq) is imported: bad input fails fast
-    from ..engine.studies.ablate import run_ablation
+    from ..engine.pipelines.ablate import run_ablation
 
     outcome = run_ablation(settings)
     if outcome is None:  # a rank other than 0 of a sharded sweep

@@ -56,7 +56,7 @@ def _print_stage(stage: str, status: str, seconds) -> None:
 
 def command_compress(args: argparse.Namespace) -> int:
     settings = compress_settings(args)  # before the engine (and fairseq) is imported: bad input fails fast
-    from ..engine.studies.compress import run_compress
+    from ..engine.pipelines.compress import run_compress
 
     outcome = run_compress(settings, on_stage=_print_stage)
     report = outcome.report

@@ -7,7 +7,7 @@ from .common import add_device_arguments
 
 
 def command_export(args: argparse.Namespace) -> int:
-    from ..engine.studies.export import run_export
+    from ..engine.pipelines.export import run_export
 
     outcome = run_export(ExportSettings(
         data=args.data, checkpoint=args.path, out_dir=args.out_dir, format=args.format, quantization=args.quantization,

@@ -57,7 +57,7 @@ def settings_from(args: argparse.Namespace) -> PruneSettings:
 
 def command_prune(args: argparse.Namespace) -> int:
     settings = settings_from(args)  # before the engine (and fairseq) is imported: bad input fails fast
-    from ..engine.studies.prune import run_prune
+    from ..engine.pipelines.prune import run_prune
 
     outcome = run_prune(settings)
     if outcome is None:  # a rank other than 0 of a sharded sweep

@@ -31,7 +31,7 @@ def search_settings(args: argparse.Namespace) -> SearchSettings:
 def command_search(args: argparse.Namespace) -> int:
     settings = search_settings(args)  # before the engine (and fairseq) is imported: bad input fails fast
     from ..engine.methods.mask_tuning import layer_tuning_summary
-    from ..engine.studies.search import run_search
+    from ..engine.pipelines.search import run_search
     from ..study.masks.head_mask import head_mask_to_spec
 
     outcome = run_search(settings)
@@ -68,7 +68,7 @@ def command_search(args: argparse.Namespace) -> int:
 
 
 def command_latency(args: argparse.Namespace) -> int:
-    from ..engine.studies.search import run_latency
+    from ..engine.pipelines.search import run_latency
     from ..study.masks.head_mask import layer_name
 
     table = run_latency(LatencySettings(

@@ -36,7 +36,7 @@ from ..constants import (
 )
 from ..modules.masked_ffn import ffn_layers, install_ffn_masks
 from ..modules.masked_multihead_attention import install_masked_attention
-from ..study.methods.importance import HeadScores, fisher_block_terms, reduce_contributions
+from ..study.methods.importance_scores import HeadScores, fisher_block_terms, reduce_contributions
 
 CRITERION_NAME = "headprune_importance"
 IMPORTANCE_SUM_KEY = "head_importance_sum:"  # + attention type

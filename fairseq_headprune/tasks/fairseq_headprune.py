@@ -54,7 +54,7 @@ def _save_epoch_importance(criterion, save_dir: str, epoch: int) -> None:
     from fairseq.distributed import utils as distributed_utils
 
     from ..criterions.headprune_importance import fisher_blocks_from_meters, importance_from_meters
-    from ..study.methods.importance import ImportanceResult, write_importance_json, write_importance_tsv
+    from ..study.methods.importance_scores import ImportanceResult, write_importance_json, write_importance_tsv
 
     if distributed_utils.get_global_rank() != 0:
         return  # every worker holds the same all-reduced sums

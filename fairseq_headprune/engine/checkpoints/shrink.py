@@ -26,7 +26,7 @@ from ...modules.model_config import (
 from ...modules.pruned_heads import pruned_heads_of
 from ...study.masks.ffn_mask import ffn_mask_to_spec, parse_ffn_mask
 from ...study.masks.head_mask import combine_masks, count_masked, head_mask_to_spec, parse_head_mask
-from ...study.methods.mask_tuning import read_tuning
+from ...study.methods.least_squares_tuning import read_tuning
 from ...study.output.files import atomic_path
 from .info import load_checkpoint_state, model_config_object, state_ffn_layout, state_head_layout
 from .state_dict import (

@@ -11,7 +11,7 @@ import torch
 from ...errors import HeadMaskError
 from ...study.masks.ffn_mask import FfnMask
 from ...study.masks.head_mask import HeadMask
-from ...study.methods.mask_tuning import MaskTuning
+from ...study.methods.least_squares_tuning import MaskTuning
 
 
 _MODULE_PREFIXES = {

@@ -35,7 +35,8 @@ from ...study.settings import LatencySettings
 from ..export.ctranslate2_spec import import_ctranslate2, save_spec
 from ..runners.batches import model_device
 from .deployment import load_ctranslate2_model
-from .latency import device_description, model_architecture, timed_neuron_counts
+from .latency import timed_neuron_counts
+from .model_costs import device_description, model_architecture
 
 WARM_UP = 2  # untimed passes of each variant before the timed ones
 

@@ -30,7 +30,7 @@ from ...study.methods.compression import DeploymentSettings
 from ...version import __version__
 from ..runners.batches import iterate_samples, split_batches
 from ..runners.translator import translate_batches
-from .latency import device_description
+from .model_costs import device_description
 
 FAIRSEQ, CTRANSLATE2 = "fairseq", "ctranslate2"
 UNPRUNED, COMPRESSED = "unpruned", "compressed"

@@ -18,7 +18,7 @@ import torch
 
 from ...constants import CLASSIFIER_FAMILY, DEFAULT_IMPORTANCE_METHOD
 from ...errors import StudyError
-from ...study.methods.importance import ImportanceResult, gradient_magnitude
+from ...study.methods.importance_scores import ImportanceResult, gradient_magnitude
 from ...study.settings import ImportanceSettings
 from ...modules.masked_ffn import current_ffn_mask, ffn_layout, ffn_mask_applied
 from ...modules.masked_multihead_attention import current_head_mask, head_layout, head_mask_applied

@@ -9,7 +9,6 @@ engine, device, precision or model is refused when it is read
 
 import copy
 import math
-import platform
 import statistics
 import time
 from typing import Dict, List
@@ -18,66 +17,15 @@ import torch
 from tqdm import tqdm
 
 from ...constants import FAIRSEQ_ENGINE
-from ...errors import HeadMaskError
-from ...modules.masked_ffn import ffn_layers, ffn_layout
-from ...modules.masked_multihead_attention import attention_modules, head_layout, install_masked_attention
+from ...modules.masked_ffn import ffn_layers
+from ...modules.masked_multihead_attention import attention_modules, install_masked_attention
 from ...modules.pruned_heads import shrink_attention
-from ...study.methods.search_costs import LatencyTable, LayerCosts, ffn_flops_costs, flops_costs, merge_costs
+from ...study.methods.search_costs import LatencyTable
 from ...study.settings import LatencySettings
 from ..runners.batches import model_device
+from .model_costs import device_description, model_architecture, model_precision
 
 LATENCY_NEURON_STEPS = 16  # an FFN layer is timed at about this many neuron counts (and none)
-
-
-def model_architecture(model) -> Dict[str, object]:
-    """What a latency table must match: heads per layer and dimensions of each attention type; FFN shapes.
-
-    ``ffn``: per FFN type [layers, neurons, model dimension], left out when
-    a type's layers differ in width (neurons removed by ``shrink``).
-    """
-    layout = head_layout(model)
-    dims = {}
-    for (attention_type, _), module in attention_modules(model).items():
-        dims.setdefault(attention_type, [int(module.out_proj.out_features), int(module.head_dim)])
-    architecture = {"layout": {t: list(shape) for t, shape in layout.items()}, "dims": dims}
-    try:
-        widths = ffn_layout(model)
-    except HeadMaskError:
-        return architecture
-    layers = ffn_layers(model)
-    architecture["ffn"] = {t: [layers_count, neurons, int(layers[(t, 0)].fc1.in_features)]
-                           for t, (layers_count, neurons) in widths.items()}
-    return architecture
-
-
-def model_flops(model, architecture, sequence_length: int, parts=("heads", "ffn")) -> LayerCosts:
-    """FLOPs per token of the model's attention layers (``heads``) and FFN layers (``ffn``)."""
-    costs = []
-    if "heads" in parts:
-        costs.append(flops_costs(head_layout(model), {t: tuple(d) for t, d in architecture["dims"].items()},
-                                 sequence_length))
-    if "ffn" in parts and "ffn" in architecture:
-        shapes = architecture["ffn"]
-        costs.append(ffn_flops_costs({t: tuple(s[:2]) for t, s in shapes.items()}, {t: s[2] for t, s in shapes.items()}))
-    return merge_costs(*costs)
-
-
-def model_precision(model) -> str:
-    """The parameters' type, as a latency table records it (``float32``, ``float16`` ...)."""
-    return str(next(model.parameters()).dtype).replace("torch.", "")
-
-
-def device_description(device: torch.device) -> str:
-    """The device a latency table holds for: the GPU's name, or the CPU's model and threads."""
-    if device.type == "cuda":
-        return f"cuda: {torch.cuda.get_device_name(device)}"
-    cpu = platform.processor() or "unknown"
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as stream:
-            cpu = next((line.split(":", 1)[1].strip() for line in stream if line.startswith("model name")), cpu)
-    except OSError:
-        pass
-    return f"cpu: {cpu}, {torch.get_num_threads()} threads"
 
 
 def measure_latency_table(model, settings: LatencySettings) -> LatencyTable:

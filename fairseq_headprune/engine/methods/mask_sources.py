@@ -17,7 +17,7 @@ from ...study.masks.ffn_mask import FfnMask, ffn_mask_to_spec
 from ...study.masks.head_mask import HeadMask, combine_masks, head_mask_to_spec
 from ...study.methods.pruning import TUNED_SUFFIX, PruneStep, mask_name
 from ...study.settings import ImportanceSettings, PruneSettings, SweepSettings, TuningSettings
-from ...study.methods.mask_tuning import write_tuning
+from ...study.methods.least_squares_tuning import write_tuning
 from ..runtime.ranks import current_ranks
 from ...modules.masked_ffn import ffn_layout
 from .mask_tuning import tune_mask, tuning_samples
@@ -60,7 +60,7 @@ class ImportanceStore:
         """The whole estimate (scores, Fisher blocks, settings) with ``head_mask`` set; stored and reused."""
         import time
 
-        from ...study.methods.importance import read_importance_file, write_importance_json
+        from ...study.methods.importance_scores import read_importance_file, write_importance_json
 
         ranks = current_ranks()
         path = os.path.join(self.directory, mask_name(head_mask) + ".json")
@@ -166,7 +166,7 @@ class TuningStore:
 
     def tuning(self, head_mask: HeadMask, ffn_mask: Optional[FfnMask] = None):
         """The stored tuning of ``head_mask`` and ``ffn_mask`` (an empty one for the unpruned model)."""
-        from ...study.methods.mask_tuning import MaskTuning, read_tuning
+        from ...study.methods.least_squares_tuning import MaskTuning, read_tuning
 
         if not _prunes_any(head_mask, ffn_mask):
             return MaskTuning(head_mask, {})

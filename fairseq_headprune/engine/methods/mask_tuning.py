@@ -40,7 +40,7 @@ from ...modules.masked_multihead_attention import (
 )
 from ...study.masks.ffn_mask import FfnMask
 from ...study.masks.head_mask import HeadMask, full_mask
-from ...study.methods.mask_tuning import (
+from ...study.methods.least_squares_tuning import (
     DEFAULT_MAX_CONDITION,
     DEFAULT_SCALE_BOUND,
     Layer,

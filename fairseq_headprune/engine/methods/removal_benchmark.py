@@ -16,7 +16,7 @@ import torch
 
 from ...modules.masked_multihead_attention import unfused_attention
 from ...study.masks.head_mask import HeadLayout, HeadMask, full_mask, head_mask_to_spec
-from ...study.methods.importance import read_importance_file
+from ...study.methods.importance_scores import read_importance_file
 from ...study.output.files import write_json
 from ..checkpoints.shrink import shrink_checkpoint
 

@@ -13,7 +13,7 @@ import torch
 
 from ...errors import StudyError
 from ...study.masks.head_mask import HeadMask
-from ...study.methods.importance import ImportanceResult
+from ...study.methods.importance_scores import ImportanceResult
 from ...study.settings import ImportanceSettings
 from ...criterions.headprune_importance import (
     HeadPruneImportanceCriterion,

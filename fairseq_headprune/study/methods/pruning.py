@@ -106,7 +106,7 @@ def _position(head: Head) -> Tuple[int, int, int]:
 
 def importance_scores(importance: Dict[str, torch.Tensor], normalize: bool = True) -> Dict[Head, float]:
     """Per-head scores to rank by: per-layer l2-normalised importance (the paper) or raw."""
-    from .importance import normalize_per_layer
+    from .importance_scores import normalize_per_layer
 
     scores = normalize_per_layer(importance) if normalize else importance
     return {
@@ -176,7 +176,7 @@ class PruneStep:
     pruned: int  # heads of the scope pruned
     total: int  # heads in the scope
     head_mask: HeadMask
-    tuning: Optional[object] = None  # a study.mask_tuning.MaskTuning for ORDER+tuned steps, once fitted
+    tuning: Optional[object] = None  # a least_squares_tuning.MaskTuning for ORDER+tuned steps, once fitted
 
     @property
     def percent(self) -> float:

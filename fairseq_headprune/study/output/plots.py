@@ -238,7 +238,7 @@ def plot_dynamics(rows, path: str, ylabel: str, label: str = "BLEU") -> None:
 
     Epochs on a log scale; the upper panel shows each epoch's unpruned score.
     """
-    from ..methods.dynamics import dynamics_grid
+    from ..methods.epoch_curves import dynamics_grid
 
     plt = _pyplot()
     grid = dynamics_grid(rows)

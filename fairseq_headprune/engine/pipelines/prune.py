@@ -1,6 +1,6 @@
 """Pruning curves and random head budgets on a loaded model (Michel et al. 4.2, 5; Budhraja et al.).
 
-``run_prune`` decides every step's mask (``study.pruning.plan_curves``; FFN
+``run_prune`` decides every step's mask (``study.methods.pruning.plan_curves``; FFN
 neurons and the joint search of heads and neurons in steps of FLOPs:
 ``study.structure_curves``), estimating importance where an order needs it
 (``ImportanceStore``, resumable), translates all distinct masks in one
@@ -21,7 +21,7 @@ from ...errors import SettingsError, ResultFileError, StudyError
 from ...study.methods.ablation import BASELINE, HeadConfig, baseline_config
 from ...study.output.files import write_rows_tsv
 from ...study.output.files import write_json, write_text
-from ...study.methods.importance import read_fisher_file, read_importance_file
+from ...study.methods.importance_scores import read_fisher_file, read_importance_file
 from ...study.methods.budgets import parse_layer_budget, parse_type_budget, plan_budgets
 from ...study.methods.pruning import (
     TUNED_SUFFIX,
@@ -53,7 +53,7 @@ from ...study.settings import PruneSettings, SweepSettings
 from ...modules.masked_ffn import current_ffn_mask, ffn_layout
 from ...modules.masked_multihead_attention import current_head_mask, head_layout
 from ..families import family_named
-from ..methods.latency import model_architecture, model_flops
+from ..methods.model_costs import model_architecture, model_flops
 from ..methods.mask_sources import FISHER_DIR, FISHER_ORDERS, ImportanceStore, TuningStore, method_costs, read_gate_mask
 from ..runtime.ranks import current_ranks
 from ..sweeps.translation_sweep import table_caption, write_result_rows

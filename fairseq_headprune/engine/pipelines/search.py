@@ -23,9 +23,9 @@ from ...modules.masked_ffn import current_ffn_mask, ffn_layout
 from ...modules.masked_multihead_attention import attention_modules, current_head_mask, head_layout
 from ...study.masks.ffn_mask import count_masked_neurons, ffn_mask_to_spec, write_ffn_mask_file
 from ...study.masks.head_mask import count_masked, head_mask_to_spec, write_mask_file
-from ...study.methods.importance import ImportanceResult, read_fisher_file
+from ...study.methods.importance_scores import ImportanceResult, read_fisher_file
 from ...study.methods.mask_search import SearchResult, search_mask
-from ...study.methods.mask_tuning import MaskTuning, write_tuning
+from ...study.methods.least_squares_tuning import MaskTuning, write_tuning
 from ...study.methods.search_costs import (
     LatencyTable,
     CTRANSLATE2_TIED_TYPES,
@@ -40,13 +40,8 @@ from ...study.settings import LatencySettings, SearchSettings
 from ..families import family_named, family_of_checkpoint
 from .export import check_quantization
 from ..methods.ctranslate2_latency import measure_ctranslate2_latency_table
-from ..methods.latency import (
-    device_description,
-    measure_latency_table,
-    model_architecture,
-    model_flops,
-    model_precision,
-)
+from ..methods.latency import measure_latency_table
+from ..methods.model_costs import device_description, model_architecture, model_flops, model_precision
 from ..methods.mask_tuning import tune_mask, tuning_samples
 from ..runners.batches import model_device
 

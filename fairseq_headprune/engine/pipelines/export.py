@@ -20,7 +20,7 @@ from ...errors import SettingsError
 from ...modules.masked_ffn import current_ffn_mask, ffn_layout, set_ffn_mask
 from ...modules.masked_multihead_attention import current_head_mask, head_layout, set_head_mask
 from ...study.masks.head_mask import combine_masks
-from ...study.methods.mask_tuning import read_tuning
+from ...study.methods.least_squares_tuning import read_tuning
 from ...study.settings import ExportSettings
 from ..export.ctranslate2_spec import import_ctranslate2, save_spec
 from ..families import family_of_checkpoint

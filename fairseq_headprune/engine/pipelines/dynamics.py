@@ -15,7 +15,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from ...errors import StudyError
 from ...study.output.files import write_rows_tsv
-from ...study.methods.dynamics import epoch_checkpoints, markdown_dynamics, relative_rows
+from ...study.methods.epoch_curves import epoch_checkpoints, markdown_dynamics, relative_rows
 from ...study.output.files import file_sha256, write_json, write_text
 from ...study.settings import DynamicsSettings, PruneSettings
 

@@ -10,7 +10,7 @@ from typing import Optional, Sequence
 import torch
 
 from ...modules.masked_multihead_attention import current_head_mask
-from ...study.methods.importance import ImportanceResult, write_importance_json, write_importance_tsv
+from ...study.methods.importance_scores import ImportanceResult, write_importance_json, write_importance_tsv
 from ...study.output.plots import plot_importance
 from ...study.settings import ImportanceSettings
 from ..families import family_of_checkpoint
