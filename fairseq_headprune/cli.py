@@ -28,6 +28,9 @@ from .commands import (
 from .commands.fairseq_commands import FAIRSEQ_COMMANDS, run_fairseq_command
 from .errors import DEBUG_VARIABLE, HeadPruneError, debugging
 from .version import __version__
+import logging
+import warnings
+from .engine.runtime.ranks import SHARDED_COMMANDS, join_ranks, launched_world_size, leave_ranks
 
 # in the order --help lists them
 COMMAND_MODULES = (corpus, mask, importance, shrink, export, ablate, significance, prune, search, compress, dynamics,
@@ -53,8 +56,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def quiet_libraries() -> None:
     """Keep the study commands' console to their own output and real problems."""
-    import logging
-    import warnings
 
     # fairseq's config conversion goes through hydra, which warns about its own API
     # and may turn the root logger to DEBUG
@@ -87,7 +88,6 @@ def main(argv: Optional[List[str]] = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.fairseq_args = unknown
     quiet_libraries()
-    from .engine.runtime.ranks import SHARDED_COMMANDS, join_ranks, launched_world_size, leave_ranks
 
     if launched_world_size() > 1 and args.command not in SHARDED_COMMANDS:
         print(f"fairseq-headprune {args.command}: error: runs in one process; under torchrun only "

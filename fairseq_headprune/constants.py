@@ -94,6 +94,5 @@ LANGUAGE_MODEL_TASK = "headprune_language_modeling"
 # named in specs as E and D (--ffn-mask "E:2:1-200 D:6:keep=1-128")
 FFN_TYPES = ("enc-ffn", "dec-ffn")
 FFN_TYPE_LETTERS = {"enc-ffn": "E", "dec-ffn": "D"}
-FFN_TYPE_TITLES = {"enc-ffn": "Enc FFN", "dec-ffn": "Dec FFN"}
 # what importance scores: attention heads (always) and, on request, FFN neurons (Kwon et al. 2022)
 STRUCTURES = ("heads", "ffn")

@@ -13,19 +13,8 @@ import pytest
 import torch
 
 from fairseq_headprune.errors import ResultFileError, SettingsError
-from fairseq_headprune.study.methods.mask_search import (
-    COST_GRID,
-    LatencyTable,
-    LayerCosts,
-    ffn_flops_costs,
-    fisher_search,
-    flops_costs,
-    merge_costs,
-    parse_budget,
-    read_latency_table,
-    search_mask,
-    write_latency_table,
-)
+from fairseq_headprune.study.methods.mask_search import COST_GRID, fisher_search, search_mask
+from fairseq_headprune.study.methods.search_costs import LatencyTable, LayerCosts, ffn_flops_costs, flops_costs, merge_costs, parse_budget, read_latency_table, write_latency_table
 
 HEADS = {"enc-enc": (2, 3)}
 NEURONS = {"enc-ffn": (2, 4)}

@@ -6,20 +6,8 @@ import pytest
 import torch
 
 from fairseq_headprune.errors import ResultFileError, SettingsError
-from fairseq_headprune.study.methods.mask_search import (
-    LatencyTable,
-    LayerCosts,
-    fisher_search,
-    flops_costs,
-    head_count_costs,
-    layer_loss,
-    parse_budget,
-    pruned_count_search,
-    read_latency_table,
-    rearrange_layer,
-    search_mask,
-    write_latency_table,
-)
+from fairseq_headprune.study.methods.mask_search import fisher_search, layer_loss, pruned_count_search, rearrange_layer, search_mask
+from fairseq_headprune.study.methods.search_costs import LatencyTable, LayerCosts, flops_costs, head_count_costs, parse_budget, read_latency_table, write_latency_table
 
 LAYOUT = {"enc-enc": (2, 3), "dec-dec": (2, 3)}
 

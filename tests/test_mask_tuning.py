@@ -283,7 +283,7 @@ def test_latency_tables_price_a_search_and_are_refused_elsewhere(tiny_model, tmp
     assert record["result"]["cost"] <= record["full_cost"] / 2 + 1e-9 and "ms" in result.stdout
     # the table written by the command is refused for another device (one line in the CLI: ResultFileError)
     from fairseq_headprune.errors import ResultFileError
-    from fairseq_headprune.study.methods.mask_search import read_latency_table
+    from fairseq_headprune.study.methods.search_costs import read_latency_table
 
     with pytest.raises(ResultFileError, match="measured on another device"):
         read_latency_table(str(table), payload["architecture"], "cuda: another device")

@@ -68,7 +68,7 @@ def command_compress(args: argparse.Namespace) -> int:
           f"({1.0 - parameters['compressed'] / parameters['unpruned']:.1%} fewer)")
     print(f"{evaluation['label']}\tunpruned {evaluation['unpruned']:.2f}, compressed {evaluation['compressed']:.2f} "
           f"({evaluation['delta']:+.2f}, p = {evaluation['p_value']:.3g}) on {evaluation['split']}")
-    unit = "sent/s" if settings.family == "translation" else "examples/s"
+    unit = {"sentences": "sent/s"}.get(report["speed"]["unit"], "examples/s")
     for row in report["speed"]["rows"]:
         speedup = row["speedup_vs_fairseq_unpruned"]
         print(f"speed\tbatch {row['batch_size']}\t{row['system']}\t{row['sentences_per_second']:.1f} {unit}\t"

@@ -5,12 +5,12 @@ import os
 
 from ..constants import DEFAULT_CORPUS_SEED
 from ..errors import SettingsError
+from ..corpora.demo_corpus import write_acceptability_corpus, write_demo_corpus
+from ..corpora.gettext_corpus import write_gettext_corpus
+from ..corpora.nli_corpus import write_inference_corpus, write_pretraining_text
 
 
 def command_corpus(args: argparse.Namespace) -> int:
-    from ..corpora.demo_corpus import write_acceptability_corpus, write_demo_corpus
-    from ..corpora.gettext_corpus import write_gettext_corpus
-    from ..corpora.nli_corpus import write_inference_corpus, write_pretraining_text
 
     if args.scale <= 0:
         raise SettingsError(f"--scale must be positive, got {args.scale}")

@@ -3,7 +3,7 @@
 import argparse
 import os
 
-from ..study.methods.epoch_curves import dynamics_grid, parse_epochs
+from ..study.methods.epoch_curves import dynamics_grid, epoch_checkpoints, parse_epochs
 from ..study.masks.ranges import format_ranges
 from ..study.settings import DynamicsSettings
 from .common import add_curve_arguments, add_study_inputs, add_sweep_arguments, curve_settings, sweep_settings
@@ -11,7 +11,6 @@ from .common import add_curve_arguments, add_study_inputs, add_sweep_arguments, 
 
 def settings_from(args: argparse.Namespace) -> DynamicsSettings:
     from ..engine.checkpoints.info import checkpoint_family
-    from ..study.methods.epoch_curves import epoch_checkpoints
 
     epochs = parse_epochs(args.epochs)
     (_, first), *_ = epoch_checkpoints(args.checkpoints, epochs)  # the family of the first epoch's model

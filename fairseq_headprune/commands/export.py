@@ -49,6 +49,5 @@ def add_parser(commands) -> None:
                         help="weight type of the exported model (default: float32); the installed CTranslate2 "
                         "must compute it on this device")
     export.add_argument("--out-dir", required=True, metavar="DIR", help="model directory to write (new or empty)")
-    export.add_argument("--out", dest="out_dir", help=argparse.SUPPRESS)  # the spelling of an earlier draft
     add_device_arguments(export)
     export.set_defaults(handler=command_export, accepts_fairseq_args=True)

@@ -14,6 +14,8 @@ import importlib
 import os
 import sys
 from typing import List, Optional
+from ..constants import CLASSIFIER_FAMILY, LANGUAGE_MODEL_FAMILY
+from ..errors import CheckpointError, HeadPruneError, debugging
 
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -50,7 +52,6 @@ def _option_value(argv: List[str], option: str) -> Optional[str]:
 
 def _task_for(argv: List[str]) -> List[str]:
     """``--task`` (and the criterion it needs) for the ``--path`` checkpoint's task."""
-    from ..constants import CLASSIFIER_FAMILY, LANGUAGE_MODEL_FAMILY
     from ..engine.checkpoints.info import (
         load_checkpoint_state,
         saved_task_name,
@@ -81,7 +82,6 @@ def _task_for(argv: List[str]) -> List[str]:
 
 def run_fairseq_command(command: str, args: List[str]) -> int:
     """Run a fairseq command with ``--user-dir`` and ``--task`` filled in."""
-    from ..errors import CheckpointError, HeadPruneError, debugging
     from ..registry import register_components
 
     register_components()

@@ -2,12 +2,12 @@
 
 import argparse
 
-from ..errors import SettingsError
+from ..errors import ResultFileError, SettingsError
+from ..study.masks.head_mask import count_masked, head_mask_to_spec, masked_heads, parse_head_mask, write_mask_file
 
 
 def command_mask(args: argparse.Namespace) -> int:
     from ..engine.checkpoints.info import checkpoint_head_layout
-    from ..study.masks.head_mask import count_masked, head_mask_to_spec, masked_heads, parse_head_mask, write_mask_file
 
     if args.out and not args.out.lower().endswith((".json", ".tsv")):
         raise SettingsError(f"--out must end in .json or .tsv: {args.out}")
@@ -35,7 +35,6 @@ def gates_mask(path: str, layout):
     """The exact-budget mask learned by ``--criterion headprune_gates`` in the checkpoint ``path``."""
     from ..criterions.headprune_gates import gate_mask_from_state, gate_summary
     from ..engine.checkpoints.info import load_checkpoint_state
-    from ..errors import ResultFileError
 
     state = load_checkpoint_state(path)
     criterion_state = state.get("criterion") or {}

@@ -23,6 +23,7 @@ from .common import (
     sweep_settings,
     tuning_settings,
 )
+from ..study.methods.pruning import curve_orders
 
 
 def settings_from(args: argparse.Namespace) -> PruneSettings:
@@ -65,7 +66,6 @@ def command_prune(args: argparse.Namespace) -> int:
     label, column = settings.sweep.metric.label, settings.sweep.metric.column
     if outcome.curve_summary:
         print(f"unpruned {label} {outcome.baseline_score:.2f} on {outcome.split}; {label} with x% of {outcome.x_title}:")
-        from ..study.methods.pruning import curve_orders
 
         width = max(10, *(len(r["order"]) for r in outcome.curve_summary))
         for scope in outcome.curve_scopes:
@@ -115,6 +115,19 @@ def add_parser(commands) -> None:
     )
     add_study_inputs(prune)
     prune.add_argument("--path", required=True, metavar="CKPT", help="fairseq checkpoint")
+    _add_curve_arguments(prune)
+    _add_score_file_arguments(prune)
+    _add_budget_arguments(prune)
+    add_tuning_arguments(
+        prune, "also draw each curve of --tune-orders (default: every --orders) with each mask tuned "
+        "by least squares (Kwon et al. 2022): the order named ORDER+tuned; tunings are stored under OUT/tuning",
+    )
+    add_sweep_arguments(prune)
+    prune.set_defaults(handler=command_prune, accepts_fairseq_args=True)
+
+
+def _add_curve_arguments(prune) -> None:
+    """The curves: orders, scopes, what is pruned and on which axis, the levels."""
     prune.add_argument(
         "--orders", default="importance", metavar="ORDERS",
         help=f"pruning orders, comma-separated, from {', '.join(ORDERS)}, or none "
@@ -143,6 +156,18 @@ def add_parser(commands) -> None:
     )
     add_curve_arguments(prune)
     prune.add_argument(
+        "--draws", type=int, default=DEFAULT_DRAWS, metavar="N",
+        help=f"random draws per random curve or budget (default {DEFAULT_DRAWS})",
+    )
+    prune.add_argument(
+        "--pruning-seed", type=int, default=DEFAULT_PRUNING_SEED, metavar="SEED",
+        help=f"seed of the random orders and budgets (default {DEFAULT_PRUNING_SEED})",
+    )
+
+
+def _add_score_file_arguments(prune) -> None:
+    """The stored scores and masks the orders rank by."""
+    prune.add_argument(
         "--importance", metavar="FILE",
         help="importance.json (from the importance command) to rank by; default: estimate it "
         "on --importance-subset and store it under OUT/importance",
@@ -160,14 +185,11 @@ def add_parser(commands) -> None:
         "it on --importance-subset and store it under OUT/importance-fisher (--structure ffn or joint: "
         "OUT/importance-fisher-ffn)",
     )
-    prune.add_argument(
-        "--draws", type=int, default=DEFAULT_DRAWS, metavar="N",
-        help=f"random draws per random curve or budget (default {DEFAULT_DRAWS})",
-    )
-    prune.add_argument(
-        "--pruning-seed", type=int, default=DEFAULT_PRUNING_SEED, metavar="SEED",
-        help=f"seed of the random orders and budgets (default {DEFAULT_PRUNING_SEED})",
-    )
+
+
+
+def _add_budget_arguments(prune) -> None:
+    """Budhraja et al.'s configurations: heads kept at random within budgets."""
     prune.add_argument(
         "--layer-budget", action="append", metavar="BUDGET",
         help="heads kept per layer, one group per attention type (Enc-Enc, Enc-Dec, Dec-Dec), "
@@ -178,9 +200,3 @@ def add_parser(commands) -> None:
         "--type-budget", action="append", metavar="BUDGET",
         help="heads kept in each attention type, e.g. '(14,31,30)' (Budhraja et al. Table 3); repeatable",
     )
-    add_tuning_arguments(
-        prune, "also draw each curve of --tune-orders (default: every --orders) with each mask tuned "
-        "by least squares (Kwon et al. 2022): the order named ORDER+tuned; tunings are stored under OUT/tuning",
-    )
-    add_sweep_arguments(prune)
-    prune.set_defaults(handler=command_prune, accepts_fairseq_args=True)

@@ -11,6 +11,8 @@ from .common import (
     importance_settings,
     tuning_settings,
 )
+from ..study.masks.ffn_mask import ffn_mask_to_spec
+from ..study.masks.head_mask import head_mask_to_spec, layer_name
 
 
 def search_settings(args: argparse.Namespace) -> SearchSettings:
@@ -32,7 +34,6 @@ def command_search(args: argparse.Namespace) -> int:
     settings = search_settings(args)  # before the engine (and fairseq) is imported: bad input fails fast
     from ..engine.methods.mask_tuning import layer_tuning_summary
     from ..engine.pipelines.search import run_search
-    from ..study.masks.head_mask import head_mask_to_spec
 
     outcome = run_search(settings)
     result = outcome.result
@@ -41,7 +42,6 @@ def command_search(args: argparse.Namespace) -> int:
           f"the mask costs {result.cost:g} {result.unit}")
     print(f"pruned {outcome.pruned} of {outcome.total_heads} heads: {head_mask_to_spec(result.head_mask)}")
     if result.ffn_mask is not None:
-        from ..study.masks.ffn_mask import ffn_mask_to_spec
 
         print(f"pruned {outcome.pruned_neurons} of {outcome.total_neurons} FFN neurons: {ffn_mask_to_spec(result.ffn_mask)}")
     flops = outcome.flops
@@ -69,7 +69,6 @@ def command_search(args: argparse.Namespace) -> int:
 
 def command_latency(args: argparse.Namespace) -> int:
     from ..engine.pipelines.search import run_latency
-    from ..study.masks.head_mask import layer_name
 
     table = run_latency(LatencySettings(
         data=args.data, checkpoint=args.path, out=args.out, batch_size=args.batch_size,
@@ -93,6 +92,11 @@ def command_latency(args: argparse.Namespace) -> int:
 
 
 def add_parsers(commands) -> None:
+    _add_search_parser(commands)
+    _add_latency_parser(commands)
+
+
+def _add_search_parser(commands) -> None:
     search = commands.add_parser(
         "search",
         help="the heads (and FFN neurons) to keep within a budget, by the masks' Fisher information, "
@@ -115,6 +119,21 @@ def add_parsers(commands) -> None:
         help="what the pruned model keeps, in --cost's unit: a number (36 heads kept; FLOPs per token; ms) or "
         "a percentage of the unpruned model's cost (50%%: half of it kept)",
     )
+    _add_cost_arguments(search)
+    search.add_argument("--fisher", metavar="FILE",
+                        help="importance.json of importance --importance-method fisher (default: estimate it)")
+    search.add_argument("--no-rearrange", action="store_true", help="keep the diagonal search's mask")
+    group = search.add_argument_group("Fisher estimation (without --fisher)")
+    add_importance_arguments(group, method=False)
+    add_tuning_arguments(search, "also tune the masks found: least-squares scales of the kept heads and "
+                         "neurons and an output-bias correction per layer (a fit kept only if it lowers the loss on "
+                         "held-aside batches), written to OUT/tuning.json", per_order=False)
+    add_device_arguments(search)
+    search.set_defaults(handler=command_search, accepts_fairseq_args=True)
+
+
+def _add_cost_arguments(search) -> None:
+    """What the budget counts and prunes, and the tables and counts that price it."""
     search.add_argument("--cost", choices=COST_KINDS, default="heads",
                         help="what the budget counts (default: heads): heads kept (--structure heads only), "
                         "FLOPs per token of the attention and FFN layers searched, or latency (ms)")
@@ -145,17 +164,9 @@ def add_parsers(commands) -> None:
         "--sequence-length", type=int, default=DEFAULT_SEQUENCE_LENGTH, metavar="N",
         help=f"for --cost flops: attended positions per token (default {DEFAULT_SEQUENCE_LENGTH})",
     )
-    search.add_argument("--fisher", metavar="FILE",
-                        help="importance.json of importance --importance-method fisher (default: estimate it)")
-    search.add_argument("--no-rearrange", action="store_true", help="keep the diagonal search's mask")
-    group = search.add_argument_group("Fisher estimation (without --fisher)")
-    add_importance_arguments(group, method=False)
-    add_tuning_arguments(search, "also tune the masks found: least-squares scales of the kept heads and "
-                         "neurons and an output-bias correction per layer (a fit kept only if it lowers the loss on "
-                         "held-aside batches), written to OUT/tuning.json", per_order=False)
-    add_device_arguments(search)
-    search.set_defaults(handler=command_search, accepts_fairseq_args=True)
 
+
+def _add_latency_parser(commands) -> None:
     latency = commands.add_parser(
         "latency",
         help="measure each attention layer's latency keeping 0 .. H heads and each FFN layer's keeping k "

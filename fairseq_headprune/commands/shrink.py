@@ -1,11 +1,11 @@
 """``fairseq-headprune shrink``: remove heads for real (paper section 4.3)."""
 
 import argparse
+from ..study.output.files import write_text
 
 
 def command_shrink(args: argparse.Namespace) -> int:
     from ..engine.checkpoints.shrink import shrink_checkpoint
-    from ..study.output.files import write_text
 
     outcome = shrink_checkpoint(args.path, args.out, args.head_mask, args.tuning, args.ffn_mask)
     if outcome.recorded:

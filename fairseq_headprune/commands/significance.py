@@ -4,7 +4,7 @@ import argparse
 import os
 
 from ..errors import SettingsError, StudyError
-from ..study.methods.ablation import compare_with_baseline, reported_bleu, result_rows, text_scores
+from ..study.methods.ablation import ConfigScores, compare_with_baseline, reported_bleu, result_rows, text_scores
 from ..study.output.files import read_lines, write_json
 from ..study.statistics.metrics import BLEU_METRICS, CLASSIFICATION_METRICS, LANGUAGE_MODEL_METRICS
 from .common import add_test_arguments, test_settings
@@ -61,7 +61,6 @@ def command_significance(args: argparse.Namespace) -> int:
 
 def _classification_significance(args: argparse.Namespace) -> int:
     """Gold labels in REF, one predicted label per line in BASELINE and each SYSTEM."""
-    from ..study.methods.ablation import ConfigScores
 
     settings = test_settings(args)
     metric = CLASSIFICATION_METRICS[args.metric]
@@ -101,7 +100,6 @@ def _classification_significance(args: argparse.Namespace) -> int:
 
 def _perplexity_significance(args: argparse.Namespace) -> int:
     """Per-sentence ``LOSS TOKENS`` files; no reference, so the first file is the baseline."""
-    from ..study.methods.ablation import ConfigScores
 
     settings = test_settings(args)
     metric = LANGUAGE_MODEL_METRICS[args.metric]

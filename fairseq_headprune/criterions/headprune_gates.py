@@ -25,6 +25,7 @@ from typing import Dict, Optional
 
 import torch
 
+from fairseq import checkpoint_utils
 from fairseq.criterions import register_criterion
 from fairseq.criterions.label_smoothed_cross_entropy import (
     LabelSmoothedCrossEntropyCriterion,
@@ -122,8 +123,6 @@ class HeadPruneGatesCriterion(LabelSmoothedCrossEntropyCriterion):
         does for a criterion without parameters; ``load_state_dict`` then keeps
         the initial gates.
         """
-        from fairseq import checkpoint_utils
-
         load = checkpoint_utils.load_checkpoint_to_cpu
         if getattr(load, "fills_criterion_entry", False):
             return

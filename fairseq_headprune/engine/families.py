@@ -13,16 +13,26 @@ A study asks ``family_of_checkpoint`` (or ``family_named``) for its family
 and then only calls the methods below.
 """
 
-from typing import Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from fairseq.criterions.cross_entropy import CrossEntropyCriterion
 
 from ..constants import CLASSIFIER_FAMILY, LANGUAGE_MODEL_FAMILY, MODEL_FAMILIES, TRANSLATION_FAMILY
 from ..errors import HeadMaskError, SettingsError, StudyError
 from ..modules.masked_multihead_attention import current_head_mask, head_layout, set_head_mask
 from ..study.masks.head_mask import combine_masks, parse_head_mask
+from ..study.methods.compression import DeploymentSettings
 from ..study.settings import ImportanceSettings, SweepSettings
 from .checkpoints.info import checkpoint_family
 from .checkpoints.loading import load_evaluation_model, load_generation_model, load_with_saved_task
 from .export.ctranslate2_spec import language_model_spec, translation_spec
+from .methods.deployment import (
+    DecodingOptions,
+    fairseq_scoring_system,
+    measure_translation_speed,
+    speed_rows,
+    time_interleaved,
+)
 from .methods.example_importance import ExampleImportanceEstimator
 from .methods.tuning_guard import criterion_loss
 from .methods.translation_importance import ImportanceEstimator
@@ -62,9 +72,35 @@ class ModelFamily:
         raise SettingsError(f"a {self.name.replace('_', ' ')} cannot be exported to CTranslate2, which runs "
                             "translation models and generators (language models)")
 
+    # what compress asks of a family
+
+    speed_unit = "examples"  # what the speed tables count
+    times_exported_models = False  # whether the unpruned model is exported too, as the exported speed's reference
+
+    def evaluation_record(self, scores) -> Dict[str, object]:
+        """What an evaluation records beyond the metric, per model (``scores``: model name -> ConfigScores)."""
+        return {}
+
+    def measure_speed(self, loaded, exported, split: str, deployment: DeploymentSettings, device
+                      ) -> Tuple[List[Dict[str, object]], Optional[DecodingOptions]]:
+        """Rows of the speed table for the ``loaded`` models (name -> (cfg, task, model)) and the ``exported``
+        ones ((name, precision) -> directory); the decoding options timed (None: no decoding)."""
+        rows = []
+        for batch_size in deployment.batch_sizes:
+            systems, tokens = [], None
+            for weights, (cfg, task, model) in loaded.items():
+                system, _, tokens = fairseq_scoring_system(f"fairseq {weights}", weights, self.name, cfg, task, model,
+                                                           split, batch_size, deployment.sentences)
+                systems.append(system)
+            seconds, outputs = time_interleaved(systems, deployment.repeats)
+            rows += speed_rows(systems, seconds, outputs, batch_size, input_tokens=tokens)
+        return rows, None
+
 
 class TranslationFamily(ModelFamily):
     name = TRANSLATION_FAMILY
+    speed_unit = "sentences"
+    times_exported_models = True
 
     def load(self, data, checkpoint, fairseq_args=(), cpu=False):
         return load_generation_model(data, checkpoint, fairseq_args, cpu=cpu)
@@ -88,12 +124,19 @@ class TranslationFamily(ModelFamily):
     def ctranslate2_spec(self, cfg, task, model):
         return translation_spec(model, task.source_dictionary, task.target_dictionary)
 
+    def evaluation_record(self, scores):
+        return {"bleu_tokenized": {name: s.bleu for name, s in scores.items()},
+                "bleu_sacrebleu": {name: s.sacrebleu for name, s in scores.items()}}
 
-class ScoredFamily(ModelFamily):
+    def measure_speed(self, loaded, exported, split, deployment, device):
+        options = DecodingOptions.of_generation(next(iter(loaded.values()))[0].generation)
+        rows = measure_translation_speed({name: (task, model) for name, (_, task, model) in loaded.items()}, exported,
+                                         split, deployment, options, device)
+        return rows, options
+
+
+class _ScoredFamily(ModelFamily):
     """Classifiers and language models: each example scored on its own (no search), importance per example."""
-
-    def __init__(self, name: str):
-        self.name = name
 
     def load(self, data, checkpoint, fairseq_args=(), cpu=False):
         return load_evaluation_model(self.name, data, checkpoint, fairseq_args, cpu=cpu)
@@ -102,17 +145,8 @@ class ScoredFamily(ModelFamily):
         return load_with_saved_task(self.name, data, checkpoint, head_mask, cpu=cpu)
 
     def criterion(self, cfg, task):
-        """The loss importance differentiates: the classifier's own criterion, or an LM's summed cross-entropy."""
-        if self.name == CLASSIFIER_FAMILY:
-            return task.build_criterion(cfg.criterion)
-        from fairseq.criterions.cross_entropy import CrossEntropyCriterion
-
-        return CrossEntropyCriterion(task, sentence_avg=False)
-
-    def tuning_loss(self, cfg, task):
-        if self.name == CLASSIFIER_FAMILY:
-            return criterion_loss(self.criterion(cfg, task))
-        return None
+        """The loss importance differentiates."""
+        raise NotImplementedError
 
     def importance_estimator(self, cfg, task, model, settings):
         return ExampleImportanceEstimator(self.name, task, model, self.criterion(cfg, task), settings)
@@ -120,14 +154,30 @@ class ScoredFamily(ModelFamily):
     def open_split_sweep(self, settings, cfg, task, model, split, name, references=None):
         return ScoredSplitSweep(settings, cfg, task, model, split, name)
 
+
+class ClassifierFamily(_ScoredFamily):
+    name = CLASSIFIER_FAMILY
+
+    def criterion(self, cfg, task):
+        """The classifier's own criterion (as the paper differentiates BERT's MNLI loss)."""
+        return task.build_criterion(cfg.criterion)
+
+    def tuning_loss(self, cfg, task):
+        return criterion_loss(self.criterion(cfg, task))
+
+
+class LanguageModelFamily(_ScoredFamily):
+    name = LANGUAGE_MODEL_FAMILY
+
+    def criterion(self, cfg, task):
+        """The summed next-token cross-entropy."""
+        return CrossEntropyCriterion(task, sentence_avg=False)
+
     def ctranslate2_spec(self, cfg, task, model):
-        if self.name != LANGUAGE_MODEL_FAMILY:
-            return super().ctranslate2_spec(cfg, task, model)
         return language_model_spec(model, task.target_dictionary, bool(getattr(cfg.task, "add_bos_token", False)))
 
 
-_FAMILIES = {TRANSLATION_FAMILY: TranslationFamily(), CLASSIFIER_FAMILY: ScoredFamily(CLASSIFIER_FAMILY),
-             LANGUAGE_MODEL_FAMILY: ScoredFamily(LANGUAGE_MODEL_FAMILY)}
+_FAMILIES = {family.name: family for family in (TranslationFamily(), ClassifierFamily(), LanguageModelFamily())}
 
 
 def family_named(name: str) -> ModelFamily:

@@ -313,7 +313,6 @@ def current_head_mask(model) -> Optional[HeadMask]:
     A model built by the ``fairseq-headprune`` task already holds its
     checkpoint's recorded mask and ``--head-mask``: studies start from it.
     """
-    import torch
 
     layout = head_layout(model)
     head_mask = {t: torch.ones(layers, heads) for t, (layers, heads) in layout.items()}
@@ -333,7 +332,6 @@ def masked_head_slices(model) -> List[Tuple[Tensor, int, Tensor]]:
     A masked head owns its rows of the query, key and value projections
     (weights and biases) and its columns of the output projection.
     """
-    import torch
 
     slices = []
     for module in install_masked_attention(model).values():

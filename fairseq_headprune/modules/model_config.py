@@ -5,6 +5,8 @@ and write these keys when fairseq builds a model, ``shrink`` writes them
 into a checkpoint.
 """
 
+from omegaconf import DictConfig, open_dict
+
 # model-config key under which a model built with --head-mask records its mask,
 # so that a checkpoint trained with a mask applies it wherever it is loaded
 HEAD_MASK_KEY = "headprune_head_mask"
@@ -25,8 +27,6 @@ def config_value(model_cfg, key: str):
 
 def record_config_value(model_cfg, key: str, value) -> None:
     """Record a plugin setting in a model config, so that the saved checkpoint carries it."""
-    from omegaconf import DictConfig, open_dict
-
     if isinstance(model_cfg, DictConfig):
         with open_dict(model_cfg):
             model_cfg[key] = value

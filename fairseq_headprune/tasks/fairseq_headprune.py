@@ -9,12 +9,17 @@ from typing import Optional
 from omegaconf import DictConfig, open_dict
 
 from fairseq import checkpoint_utils
+from fairseq.distributed import utils as distributed_utils
 from fairseq.logging import metrics
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from .masking import FFN_MASK_HELP, HEAD_MASK_HELP, HeadMaskingMixin
 from ..constants import TRANSLATION_TASK
+from ..criterions.headprune_importance import fisher_blocks_from_meters, importance_from_meters
+from ..study.methods.importance_scores import ImportanceResult, write_importance_json, write_importance_tsv
+from .headprune_language_modeling import TASK_NAME as LM_TASK_NAME
+from .headprune_sentence_prediction import TASK_NAME as SENTENCE_TASK_NAME
 
 logger = logging.getLogger(__name__)
 
@@ -51,10 +56,7 @@ class HeadPruneTranslationTask(HeadMaskingMixin, TranslationTask):
 
 
 def _save_epoch_importance(criterion, save_dir: str, epoch: int) -> None:
-    from fairseq.distributed import utils as distributed_utils
 
-    from ..criterions.headprune_importance import fisher_blocks_from_meters, importance_from_meters
-    from ..study.methods.importance_scores import ImportanceResult, write_importance_json, write_importance_tsv
 
     if distributed_utils.get_global_rank() != 0:
         return  # every worker holds the same all-reduced sums
@@ -90,8 +92,6 @@ def _select_task_from_overrides(load_checkpoint_to_cpu):
     the overrides ask for it. Nothing changes for
     any other call.
     """
-    from .headprune_language_modeling import TASK_NAME as LM_TASK_NAME
-    from .headprune_sentence_prediction import TASK_NAME as SENTENCE_TASK_NAME
 
     ours = (TASK_NAME, SENTENCE_TASK_NAME, LM_TASK_NAME)
 

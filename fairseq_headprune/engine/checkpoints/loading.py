@@ -21,6 +21,8 @@ from ...constants import CLASSIFIER_FAMILY, CLASSIFIER_TASK, LANGUAGE_MODEL_TASK
 from ...errors import CheckpointError, HeadPruneError, StudyError, first_line
 from ...registry import register_components
 from .info import checkpoint_weights, classification_head_override
+from fairseq import checkpoint_utils, options, tasks, utils
+from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
 
 def load_generation_model(data: str, checkpoint: str, fairseq_args: Sequence[str] = (), cpu: bool = False):
@@ -29,7 +31,6 @@ def load_generation_model(data: str, checkpoint: str, fairseq_args: Sequence[str
     ``fairseq_args`` are fairseq-generate options. The model is in eval mode,
     on the GPU unless ``cpu`` or none is available.
     """
-    from fairseq import checkpoint_utils, options, tasks, utils
 
     _check_inputs(data, checkpoint)
     cfg = _parse_options(options.get_generation_parser(), [data, "--task", TRANSLATION_TASK, "--path", checkpoint],
@@ -61,7 +62,6 @@ def load_evaluation_model(family: str, data: str, checkpoint: str, fairseq_args:
     ``--tokens-per-sample``, ``--context-window``, ``--add-bos-token`` ...
     mean what they mean there.
     """
-    from fairseq import checkpoint_utils, options, tasks
 
     _check_inputs(data, checkpoint)
     classifier = family == CLASSIFIER_FAMILY
@@ -97,7 +97,6 @@ def load_with_saved_task(family: str, data: str, checkpoint: str, head_mask: Opt
     An example is then a sample as the model was trained on it (sample break
     mode, tokens per sample); ``cfg`` is the saved configuration (its criterion).
     """
-    from fairseq import checkpoint_utils
 
     register_components()
     if not os.path.isdir(data):
@@ -141,8 +140,6 @@ def _check_inputs(data: str, checkpoint: str) -> None:
 
 def _parse_options(parser, argv, fairseq_args: Sequence[str], cpu: bool):
     """fairseq's config from its command's own parser, with one-line errors instead of usage text and an exit."""
-    from fairseq import options
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
     argv = [*argv, *fairseq_args]
     if cpu or not torch.cuda.is_available():

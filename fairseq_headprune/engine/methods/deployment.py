@@ -31,6 +31,11 @@ from ...version import __version__
 from ..runners.batches import iterate_samples, split_batches
 from ..runners.translator import translate_batches
 from .model_costs import device_description
+import fairseq
+import sacrebleu
+from ..export.ctranslate2_spec import import_ctranslate2
+from ..runners.example_scorer import SplitScorer
+from fairseq.dataclass.configs import GenerationConfig
 
 FAIRSEQ, CTRANSLATE2 = "fairseq", "ctranslate2"
 UNPRUNED, COMPRESSED = "unpruned", "compressed"
@@ -52,7 +57,6 @@ class DecodingOptions:
                    int(generation.max_len_b))
 
     def fairseq_config(self):
-        from fairseq.dataclass.configs import GenerationConfig
 
         return GenerationConfig(beam=self.beam, lenpen=self.lenpen, max_len_a=self.max_len_a, max_len_b=self.max_len_b)
 
@@ -129,7 +133,6 @@ def ctranslate2_translation_system(name: str, weights: str, precision: str, tran
 def load_ctranslate2_model(model_dir: str, device: torch.device, threads: int, generator: bool = False):
     """A ``ctranslate2.Translator`` (a ``Generator`` for a language model) at the weights' own type, on the
     GPU when ``device`` is one and CTranslate2 sees it."""
-    from ..export.ctranslate2_spec import import_ctranslate2
 
     ctranslate2 = import_ctranslate2()
     on_gpu = device.type == "cuda" and ctranslate2.get_cuda_device_count() > 0
@@ -143,7 +146,6 @@ def fairseq_scoring_system(name: str, weights: str, family: str, cfg, task, mode
 
     Returns the system, the examples it scores and their input tokens.
     """
-    from ..runners.example_scorer import SplitScorer
 
     cfg = copy.deepcopy(cfg)
     cfg.dataset.batch_size, cfg.dataset.max_tokens = batch_size, None
@@ -195,7 +197,6 @@ def speed_rows(systems: Sequence[DecodingSystem], seconds: Dict[str, List[float]
     The counterpart of a CTranslate2 model is the fairseq model of the same weights; that of the
     compressed fairseq model, the unpruned one.
     """
-    import sacrebleu
 
     reference = _counterpart(systems, FAIRSEQ, UNPRUNED)
     base = statistics.median(seconds[reference.name]) if reference is not None else None
@@ -261,7 +262,6 @@ def measure_translation_speed(models: Dict[str, Tuple[object, object]], exported
 
 def deployment_environment(device: torch.device, threads: Optional[int] = None) -> Dict[str, object]:
     """Where and with what the speeds were measured: device, threads and versions."""
-    import fairseq
 
     try:
         import ctranslate2

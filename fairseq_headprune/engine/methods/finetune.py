@@ -32,6 +32,10 @@ from ...study.methods.least_squares_tuning import read_tuning
 from ...study.output.files import atomic_path
 from ..checkpoints.info import load_checkpoint_state, model_config_object, state_ffn_layout, state_head_layout
 from ..checkpoints.state_dict import fold_tuning_into_state
+from ...registry import register_components
+from fairseq import checkpoint_utils
+from fairseq_cli import train
+from omegaconf import open_dict
 
 # the plugin's head-masking task of each family
 FAMILY_TASKS = {CLASSIFIER_FAMILY: CLASSIFIER_TASK, LANGUAGE_MODEL_FAMILY: LANGUAGE_MODEL_TASK}
@@ -70,8 +74,6 @@ def write_masked_start(checkpoint: str, out: str, head_spec: Optional[str], ffn_
 def training_config(start: str, data: str, save_dir: str, family: str, settings: FinetuneSettings, cpu: bool,
                     progress: bool):
     """fairseq's training config: the start checkpoint's own, with what the module docstring lists changed."""
-    from fairseq import checkpoint_utils
-    from omegaconf import open_dict
 
     state = checkpoint_utils.load_checkpoint_to_cpu(start)
     cfg = state["cfg"]
@@ -145,9 +147,7 @@ def finetune_held(start: str, data: str, save_dir: str, family: str, settings: F
                   progress: bool = True) -> FinetuneOutcome:
     """Train ``start`` (``write_masked_start``) for ``settings.updates`` updates with its recorded masks held;
     the last checkpoint in ``save_dir``."""
-    from fairseq_cli import train
 
-    from ...registry import register_components
 
     register_components()
     cfg, lr, warmup = training_config(start, data, save_dir, family, settings, cpu, progress)

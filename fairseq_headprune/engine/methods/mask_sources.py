@@ -14,13 +14,15 @@ from typing import Dict, List, Optional, Sequence
 from ...errors import HeadPruneError, ResultFileError, StudyError
 from ...study.output.files import file_sha256, first_difference
 from ...study.masks.ffn_mask import FfnMask, ffn_mask_to_spec
-from ...study.masks.head_mask import HeadMask, combine_masks, head_mask_to_spec
+from ...study.masks.head_mask import HeadMask, combine_masks, head_mask_to_spec, read_mask_file
 from ...study.methods.pruning import TUNED_SUFFIX, PruneStep, mask_name
 from ...study.settings import ImportanceSettings, PruneSettings, SweepSettings, TuningSettings
-from ...study.methods.least_squares_tuning import write_tuning
+from ...study.methods.least_squares_tuning import MaskTuning, read_tuning, write_tuning
 from ..runtime.ranks import current_ranks
 from ...modules.masked_ffn import ffn_layout
 from .mask_tuning import tune_mask, tuning_samples
+import time
+from ...study.methods.importance_scores import read_importance_file, write_importance_json
 
 IMPORTANCE_DIR = "importance"
 FISHER_DIR = "importance-fisher"
@@ -58,9 +60,7 @@ class ImportanceStore:
 
     def result(self, head_mask: HeadMask, description: str):
         """The whole estimate (scores, Fisher blocks, settings) with ``head_mask`` set; stored and reused."""
-        import time
 
-        from ...study.methods.importance_scores import read_importance_file, write_importance_json
 
         ranks = current_ranks()
         path = os.path.join(self.directory, mask_name(head_mask) + ".json")
@@ -151,11 +151,9 @@ class TuningStore:
         """Fit ``head_mask`` (on top of the model's own mask) and ``ffn_mask``, and store it."""
         if self._samples is None:
             self._samples = tuning_samples(self.task, self.model, self.settings)
-        tuning = tune_mask(
-            self.model, combine_masks(self.base_mask, head_mask), self._samples, self.task.source_dictionary.pad(),
-            self.settings.scale_bound, self.settings.max_condition, progress=self.progress, description=description,
-            ffn_mask=ffn_mask, held_aside=self.settings.held_aside, layers=self.settings.layers, loss=self.loss,
-        )
+        tuning = tune_mask(self.model, combine_masks(self.base_mask, head_mask), self._samples,
+                           self.task.source_dictionary.pad(), self.settings, ffn_mask=ffn_mask, loss=self.loss,
+                           progress=self.progress, description=description)
         tuning.head_mask = head_mask
         tuning.settings["identity"] = self.identity
         os.makedirs(self.directory, exist_ok=True)
@@ -166,7 +164,6 @@ class TuningStore:
 
     def tuning(self, head_mask: HeadMask, ffn_mask: Optional[FfnMask] = None):
         """The stored tuning of ``head_mask`` and ``ffn_mask`` (an empty one for the unpruned model)."""
-        from ...study.methods.least_squares_tuning import MaskTuning, read_tuning
 
         if not _prunes_any(head_mask, ffn_mask):
             return MaskTuning(head_mask, {})
@@ -223,7 +220,6 @@ def method_costs(settings: PruneSettings, store: Optional[ImportanceStore], fish
 
 
 def read_gate_mask(path: str, layout) -> HeadMask:
-    from ...study.masks.head_mask import read_mask_file
 
     try:
         return read_mask_file(path, layout)

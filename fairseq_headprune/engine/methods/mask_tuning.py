@@ -29,7 +29,9 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
-from ...constants import DEFAULT_HELD_ASIDE, DEFAULT_TUNE_LAYERS, FFN_TYPES, TUNE_LAYERS
+from tqdm import tqdm
+
+from ...constants import FFN_TYPES
 from ...errors import StudyError
 from ...modules.masked_ffn import ffn_layers, ffn_layout, ffn_mask_applied, install_ffn_masks
 from ...modules.masked_multihead_attention import (
@@ -40,15 +42,7 @@ from ...modules.masked_multihead_attention import (
 )
 from ...study.masks.ffn_mask import FfnMask
 from ...study.masks.head_mask import HeadMask, full_mask
-from ...study.methods.least_squares_tuning import (
-    DEFAULT_MAX_CONDITION,
-    DEFAULT_SCALE_BOUND,
-    Layer,
-    LayerTuning,
-    MaskTuning,
-    TuningSums,
-    solve_layer,
-)
+from ...study.methods.least_squares_tuning import Layer, MaskTuning, TuningSums, solve_layer
 from ...study.settings import TuningSettings
 from ..runners.batches import collated_samples, load_split
 from .tuning_guard import LossFunction, mean_loss, split_held_aside, token_nll
@@ -216,170 +210,177 @@ def _tuned_sublayers(order: Sequence[Layer], masks: Dict[str, torch.Tensor], whi
     return tuned
 
 
-def tune_mask(
-    model,
-    head_mask: HeadMask,
-    samples: Sequence[dict],
-    pad: int,
-    scale_bound: float = DEFAULT_SCALE_BOUND,
-    max_condition: float = DEFAULT_MAX_CONDITION,
-    progress: bool = True,
-    description: str = "mask tuning",
-    ffn_mask: Optional[FfnMask] = None,
-    held_aside: float = DEFAULT_HELD_ASIDE,
-    layers: str = DEFAULT_TUNE_LAYERS,
-    loss: Optional[LossFunction] = None,
-) -> MaskTuning:
-    """Fit the sub-layers the masks prune (``layers="downstream"``: and every one that sees their drift) in forward order.
+def tune_mask(model, head_mask: HeadMask, samples: Sequence[dict], pad: int,
+              settings: Optional[TuningSettings] = None, ffn_mask: Optional[FfnMask] = None,
+              loss: Optional[LossFunction] = None, progress: bool = True, description: str = "mask tuning") -> MaskTuning:
+    """Fit the sub-layers the masks prune (``settings.layers="downstream"``: and every one that sees their drift),
+    in forward order (Kwon et al. 2022, section 4.3).
 
-    ``samples``: teacher-forced batches; a ``held_aside`` share of them is not
-    fitted on but decides whether each fit is kept (``loss``, default the
-    target tokens' cross-entropy).
+    ``samples``: teacher-forced batches; a ``settings.held_aside`` share of them
+    is not fitted on but decides whether each fit is kept (``loss``, default
+    the target tokens' cross-entropy).
     """
-    from tqdm import tqdm
-
-    if layers not in TUNE_LAYERS:
-        raise StudyError(f"--tune-layers must be one of {', '.join(TUNE_LAYERS)}, got {layers!r}")
-    loss = token_nll(pad) if loss is None else loss
-    modules = install_masked_attention(model)
-    neuron_hooks = install_ffn_masks(model)
-    blocks = ffn_layers(model)
-    layout, neurons = head_layout(model), ffn_layout(model)
-    student_heads = {t: m.clone().float() for t, m in full_mask(layout).items()}
-    for t, mask in head_mask.items():
-        student_heads[t] = mask.clone().float()
-    student_neurons = {t: torch.ones(shape) for t, shape in neurons.items()}
-    for t, mask in (ffn_mask or {}).items():
-        student_neurons[t] = mask.clone().float()
-    masks = dict(student_heads, **student_neurons)
-    order = forward_order(layout, neurons)
-    to_tune = set(_tuned_sublayers(order, masks, layers))
-    tunes_neurons = any(key[0] in FFN_TYPES for key in to_tune)
-    tuning = MaskTuning({t: m.clone() for t, m in head_mask.items()}, {}, ffn_mask=(
-        {t: m.clone() for t, m in student_neurons.items()} if ffn_mask is not None or tunes_neurons else None))
-    fit_samples, held_samples = split_held_aside(samples, held_aside)
-    encoder_layers, decoder_layers = transformer_layers(model)
+    settings = settings or TuningSettings()
+    tuner = _LayerwiseTuner(model, head_mask, ffn_mask, samples, pad, settings,
+                            token_nll(pad) if loss is None else loss)
     start = time.perf_counter()
-    positions_total = 0
-    model.eval()
-    passes = sum(len(stack) for stack in (encoder_layers, decoder_layers)) * 2 + len(to_tune)
-    bar = tqdm(total=passes * len(fit_samples), desc=description, unit="pass", disable=not progress, leave=False)
+    with tuner.progress_bar(description, progress):
+        tuner.tune()
+    return tuner.finished(time.perf_counter() - start, samples)
 
-    def student() -> contextlib.ExitStack:
+
+class _LayerwiseTuner:
+    """One tuning run: the teacher's layer calls, the student's masks and inputs, the fits kept so far."""
+
+    def __init__(self, model, head_mask, ffn_mask, samples, pad, settings: TuningSettings, loss: LossFunction):
+        self.model, self.pad, self.settings, self.loss = model, pad, settings, loss
+        self.modules, self.neuron_hooks, self.blocks = install_masked_attention(model), install_ffn_masks(model), \
+            ffn_layers(model)
+        layout, neurons = head_layout(model), ffn_layout(model)
+        self.student_heads = {t: m.clone().float() for t, m in full_mask(layout).items()}
+        self.student_heads.update({t: m.clone().float() for t, m in head_mask.items()})
+        self.student_neurons = {t: torch.ones(shape) for t, shape in neurons.items()}
+        self.student_neurons.update({t: m.clone().float() for t, m in (ffn_mask or {}).items()})
+        self.masks = dict(self.student_heads, **self.student_neurons)
+        self.order = forward_order(layout, neurons)
+        self.to_tune = set(_tuned_sublayers(self.order, self.masks, settings.layers))
+        tunes_neurons = ffn_mask is not None or any(key[0] in FFN_TYPES for key in self.to_tune)
+        self.tuning = MaskTuning({t: m.clone() for t, m in head_mask.items()}, {}, ffn_mask=(
+            {t: m.clone() for t, m in self.student_neurons.items()} if tunes_neurons else None))
+        self.fit_samples, self.held_samples = split_held_aside(samples, settings.held_aside)
+        self.stacks = transformer_layers(model)  # (encoder layers, decoder layers)
+        self.positions, self.held_loss, self.bar = 0, float("nan"), None
+
+    @contextlib.contextmanager
+    def progress_bar(self, description: str, progress: bool) -> Iterator[None]:
+        passes = sum(len(stack) for stack in self.stacks) * 2 + len(self.to_tune)
+        self.bar = tqdm(total=passes * len(self.fit_samples), desc=description, unit="pass", disable=not progress,
+                        leave=False)
+        try:
+            yield
+        finally:
+            self.bar.close()
+
+    def student(self) -> contextlib.ExitStack:
+        """The pruned model with the fits kept so far folded in."""
         stack = contextlib.ExitStack()
-        stack.enter_context(head_mask_applied(model, student_heads))
-        stack.enter_context(ffn_mask_applied(model, student_neurons))
-        stack.enter_context(tuning_folded(model, tuning))
+        stack.enter_context(head_mask_applied(self.model, self.student_heads))
+        stack.enter_context(ffn_mask_applied(self.model, self.student_neurons))
+        stack.enter_context(tuning_folded(self.model, self.tuning))
         return stack
 
-    try:
+    def tune(self) -> None:
+        """Both stacks in forward order, on the layer inputs read in one teacher pass per batch."""
+        self.model.eval()
+        encoder_layers, decoder_layers = self.stacks
         with torch.no_grad():
-            with head_mask_applied(model, None), ffn_mask_applied(model, None):  # the teacher: every unit
-                calls = [(_layer_calls(model, encoder_layers, s), _layer_calls(model, decoder_layers, s))
-                         for s in fit_samples]
-            with student():
-                held_loss = mean_loss(model, loss, held_samples)
-            student_encoder_out = None
-            for stack_index, (stack, types) in enumerate(((encoder_layers, _ENCODER_SUBLAYERS),
-                                                         (decoder_layers, _DECODER_SUBLAYERS))):
-                if not stack:
-                    continue
-                stack_calls = [sample_calls[stack_index] for sample_calls in calls]
-                teacher_x = [c[0][0][0] for c in stack_calls]
-                student_x = list(teacher_x)  # the embeddings are not pruned
-                if stack_index == 1 and encoder_layers:
-                    with student():
-                        student_encoder_out = [model.encoder(s["net_input"]["src_tokens"],
-                                                             src_lengths=s["net_input"].get("src_lengths"))
-                                               ["encoder_out"][0] for s in fit_samples]
-                for index, layer in enumerate(stack):
-                    # the sub-layers in the order the layer adds their residuals (the tap's records)
-                    sublayers = [t for t in types if t in masks and index < masks[t].size(0) and (
-                        t != "enc-dec" or getattr(layer, "encoder_attn", None) is not None)]
-                    targets = {}
-                    with _ResidualTap(layer).attached() as tap:  # the teacher: sums at each residual connection
-                        for sample_index, sample in enumerate(fit_samples):
-                            tap.records.clear()
-                            teacher_x[sample_index] = _run_layer(layer, stack_calls[sample_index][index],
-                                                                 teacher_x[sample_index])
-                            for position, t in enumerate(sublayers):
-                                if (t, index) in to_tune:
-                                    output, residual = tap.records[position]
-                                    keep = _positions(sample, t, pad)
-                                    targets.setdefault(t, []).append((output + residual)[keep])
-                            bar.update(1)
-                    for position, t in enumerate(sublayers):
-                        key = (t, index)
-                        if key not in to_tune:
-                            continue
-                        values, positions = _fit_sublayer(
-                            key, position, layer, modules.get(key), neuron_hooks.get(key), blocks.get(key),
-                            masks[t][index], fit_samples, stack_calls, index, student_x,
-                            None if stack_index == 0 else student_encoder_out, targets[t], pad, student,
-                            scale_bound, max_condition, bar)
-                        positions_total = max(positions_total, positions)
-                        if values.fitted:
-                            tuning.layers[key] = values
-                            with student():
-                                candidate_loss = mean_loss(model, loss, held_samples)
-                            values.loss_binary, values.loss_tuned = held_loss, candidate_loss
-                            if candidate_loss < held_loss:
-                                held_loss = candidate_loss
-                            else:
-                                values = values.as_binary(
-                                    f"held-aside loss {held_loss:.5f} -> {candidate_loss:.5f} with the fit")
-                        tuning.layers[key] = values
-                    with student():
-                        for sample_index in range(len(fit_samples)):
-                            student_x[sample_index] = _run_layer(
-                                layer, stack_calls[sample_index][index], student_x[sample_index],
-                                None if student_encoder_out is None or stack_index == 0
-                                else student_encoder_out[sample_index])
-                            bar.update(1)
-    finally:
-        bar.close()
-    tuning.layers = {key: tuning.layers[key] for key in order if key in tuning.layers}
-    tuning.settings.update({
-        "seconds": time.perf_counter() - start,
-        "sentences": int(sum(int(s["nsentences"]) for s in samples)),
-        "fit_sentences": int(sum(int(s["nsentences"]) for s in fit_samples)),
-        "held_aside_sentences": int(sum(int(s["nsentences"]) for s in held_samples)),
-        "held_aside_loss": held_loss,
-        "positions": positions_total,
-        "scale_bound": scale_bound,
-        "max_condition": max_condition,
-        "tuned_layers": layers,
-        "target": "unpruned output and residual minus the pruned residual (Kwon et al.'s rescale)",
-    })
-    return tuning
+            with head_mask_applied(self.model, None), ffn_mask_applied(self.model, None):  # the teacher: every unit
+                calls = [(_layer_calls(self.model, encoder_layers, s), _layer_calls(self.model, decoder_layers, s))
+                         for s in self.fit_samples]
+            with self.student():
+                self.held_loss = mean_loss(self.model, self.loss, self.held_samples)
+            for stack_index, types in enumerate((_ENCODER_SUBLAYERS, _DECODER_SUBLAYERS)):
+                if self.stacks[stack_index]:
+                    self._tune_stack(stack_index, types, [sample_calls[stack_index] for sample_calls in calls])
 
+    def _tune_stack(self, stack_index: int, types, stack_calls) -> None:
+        """Each layer of one stack: the teacher's targets, the fits, then the student's input to the next layer."""
+        teacher_x = [c[0][0][0] for c in stack_calls]
+        student_x = list(teacher_x)  # the embeddings are not pruned
+        encoder_out = None
+        if stack_index == 1 and self.stacks[0]:
+            with self.student():  # the decoder reads the pruned (and tuned) encoder's output
+                encoder_out = [self.model.encoder(s["net_input"]["src_tokens"],
+                                                  src_lengths=s["net_input"].get("src_lengths"))["encoder_out"][0]
+                               for s in self.fit_samples]
+        for index, layer in enumerate(self.stacks[stack_index]):
+            # the sub-layers in the order the layer adds their residuals (the tap's records)
+            sublayers = [t for t in types if t in self.masks and index < self.masks[t].size(0) and (
+                t != "enc-dec" or getattr(layer, "encoder_attn", None) is not None)]
+            targets = self._teacher_targets(layer, index, sublayers, stack_calls, teacher_x)
+            for position, sublayer_type in enumerate(sublayers):
+                if (sublayer_type, index) in self.to_tune:
+                    self._fit((sublayer_type, index), position, layer, stack_calls, student_x, encoder_out,
+                              targets[sublayer_type])
+            with self.student():
+                for sample_index in range(len(self.fit_samples)):
+                    student_x[sample_index] = _run_layer(
+                        layer, stack_calls[sample_index][index], student_x[sample_index],
+                        None if encoder_out is None else encoder_out[sample_index])
+                    self.bar.update(1)
 
-def _fit_sublayer(key, position, layer, attention, neuron_hook, block, unit_mask, samples, calls, index,
-                  student_x, encoder_out, targets, pad, student, scale_bound, max_condition, bar):
-    """Stream one sub-layer's least-squares sums over the student's passes of its layer, and solve."""
-    units = unit_mask.numel()
-    kept = [u for u in range(units) if unit_mask[u] != 0]
-    projection = attention.out_proj if attention is not None else block.fc2
-    dim = projection.out_features
-    bias = projection.bias.detach() if projection.bias is not None else torch.zeros(dim)
-    sums = TuningSums.zeros(len(kept), dim)
-    probe = _UnitProbe(attention if attention is not None else neuron_hook)
-    with student(), _ResidualTap(layer).attached() as tap, probe.attached():
-        for sample_index, sample in enumerate(samples):
-            tap.records.clear()
-            _run_layer(layer, calls[sample_index][index], student_x[sample_index],
-                       None if encoder_out is None else encoder_out[sample_index])
-            keep = _positions(sample, key[0], pad)
-            residual = tap.records[position][1][keep]
-            target = targets[sample_index] - residual - bias
-            if attention is not None:
-                sums.add(head_contributions(attention, probe.units, kept)[keep], target)
+    def _teacher_targets(self, layer, index, sublayers, stack_calls, teacher_x) -> Dict[str, List[torch.Tensor]]:
+        """The unpruned sums at the residual connections of the sub-layers to fit; the teacher's input moves on."""
+        targets: Dict[str, List[torch.Tensor]] = {}
+        with _ResidualTap(layer).attached() as tap:
+            for sample_index, sample in enumerate(self.fit_samples):
+                tap.records.clear()
+                teacher_x[sample_index] = _run_layer(layer, stack_calls[sample_index][index], teacher_x[sample_index])
+                for position, sublayer_type in enumerate(sublayers):
+                    if (sublayer_type, index) in self.to_tune:
+                        output, residual = tap.records[position]
+                        targets.setdefault(sublayer_type, []).append(
+                            (output + residual)[_positions(sample, sublayer_type, self.pad)])
+                self.bar.update(1)
+        return targets
+
+    def _fit(self, key: Layer, position: int, layer, stack_calls, student_x, encoder_out, targets) -> None:
+        """Solve one sub-layer; keep the fit only if it lowers the held-aside loss."""
+        values = self._solve(key, position, layer, stack_calls, student_x, encoder_out, targets)
+        if values.fitted:
+            self.tuning.layers[key] = values
+            with self.student():
+                candidate_loss = mean_loss(self.model, self.loss, self.held_samples)
+            values.loss_binary, values.loss_tuned = self.held_loss, candidate_loss
+            if candidate_loss < self.held_loss:
+                self.held_loss = candidate_loss
             else:
-                index_kept = torch.tensor(kept, dtype=torch.long, device=probe.units.device)
-                sums.add_factored(probe.units[keep].index_select(1, index_kept),
-                                  projection.weight.detach().index_select(1, index_kept), target)
-            bar.update(1)
-    return solve_layer(sums, kept, units, scale_bound, max_condition), sums.positions
+                values = values.as_binary(f"held-aside loss {self.held_loss:.5f} -> {candidate_loss:.5f} with the fit")
+        self.tuning.layers[key] = values
+
+    def _solve(self, key: Layer, position: int, layer, stack_calls, student_x, encoder_out, targets):
+        """Stream one sub-layer's least-squares sums over the student's passes of its layer, and solve."""
+        attention, index = self.modules.get(key), key[1]
+        unit_mask = self.masks[key[0]][index]
+        kept = [u for u in range(unit_mask.numel()) if unit_mask[u] != 0]
+        projection = attention.out_proj if attention is not None else self.blocks[key].fc2
+        bias = projection.bias.detach() if projection.bias is not None else torch.zeros(projection.out_features)
+        sums = TuningSums.zeros(len(kept), projection.out_features)
+        probe = _UnitProbe(attention if attention is not None else self.neuron_hooks[key])
+        with self.student(), _ResidualTap(layer).attached() as tap, probe.attached():
+            for sample_index, sample in enumerate(self.fit_samples):
+                tap.records.clear()
+                _run_layer(layer, stack_calls[sample_index][index], student_x[sample_index],
+                           None if encoder_out is None else encoder_out[sample_index])
+                keep = _positions(sample, key[0], self.pad)
+                target = targets[sample_index] - tap.records[position][1][keep] - bias  # minus the residual input
+                if attention is not None:
+                    sums.add(head_contributions(attention, probe.units, kept)[keep], target)
+                else:
+                    index_kept = torch.tensor(kept, dtype=torch.long, device=probe.units.device)
+                    sums.add_factored(probe.units[keep].index_select(1, index_kept),
+                                      projection.weight.detach().index_select(1, index_kept), target)
+                self.bar.update(1)
+        self.positions = max(self.positions, sums.positions)
+        return solve_layer(sums, kept, unit_mask.numel(), self.settings.scale_bound, self.settings.max_condition)
+
+    def finished(self, seconds: float, samples: Sequence[dict]) -> MaskTuning:
+        """The tuning in forward order, with what it was fitted on and how."""
+        tuning = self.tuning
+        tuning.layers = {key: tuning.layers[key] for key in self.order if key in tuning.layers}
+        tuning.settings.update({
+            "seconds": seconds,
+            "sentences": int(sum(int(s["nsentences"]) for s in samples)),
+            "fit_sentences": int(sum(int(s["nsentences"]) for s in self.fit_samples)),
+            "held_aside_sentences": int(sum(int(s["nsentences"]) for s in self.held_samples)),
+            "held_aside_loss": self.held_loss,
+            "positions": self.positions,
+            "scale_bound": self.settings.scale_bound,
+            "max_condition": self.settings.max_condition,
+            "tuned_layers": self.settings.layers,
+            "target": "unpruned output and residual minus the pruned residual (Kwon et al.'s rescale)",
+        })
+        return tuning
 
 
 def layer_tuning_summary(tuning: MaskTuning) -> List[str]:

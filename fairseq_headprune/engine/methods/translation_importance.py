@@ -25,6 +25,7 @@ from ...modules.masked_multihead_attention import head_layout, head_mask_applied
 from ..runners.batches import iterate_samples, model_device, split_batches
 from ..runtime.progress import progress_bar
 from ..runtime.ranks import current_ranks
+from fairseq.logging import metrics
 
 
 def _sum_logging_outputs(total: Dict[str, object], logging_output: Dict[str, object]) -> None:
@@ -62,7 +63,6 @@ def estimate_importance(
     frozen and unchanged; dropout is off (eval mode).  Under several ranks
     each takes every world_size-th batch and the sums are added over ranks.
     """
-    from fairseq.logging import metrics
 
     ranks = current_ranks()
     samples = ranks.share(list(samples))

@@ -33,6 +33,8 @@ from ...study.settings import AblationSettings
 from ..families import family_named
 from ..runtime.ranks import current_ranks
 from ..sweeps.translation_sweep import table_caption, write_result_rows
+from ...modules.masked_multihead_attention import current_head_mask, head_layout
+from ...study.output.plots import plot_cross_domain, plot_delta_heatmaps, plot_score_histogram
 
 
 @dataclass
@@ -50,7 +52,6 @@ class AblationOutcome:
 
 def run_ablation(settings: AblationSettings) -> Optional[AblationOutcome]:
     """The study's outcome (None on ranks other than 0, which only translate their share)."""
-    from ...modules.masked_multihead_attention import current_head_mask, head_layout
 
     sweep_settings = settings.sweep
     family = family_named(sweep_settings.family)
@@ -115,7 +116,6 @@ def run_ablation(settings: AblationSettings) -> Optional[AblationOutcome]:
 
 def _write_single(sweep, baseline, rows, prefix: str) -> None:
     """Table 1 (TSV, JSON, Markdown, LaTeX), Figure 1's heat maps and the score histogram."""
-    from ...study.output.plots import plot_delta_heatmaps, plot_score_histogram
 
     settings, metric = sweep.settings, sweep.metric
     record = sweep.settings_record(baseline)
@@ -138,7 +138,6 @@ def _write_single(sweep, baseline, rows, prefix: str) -> None:
 def _write_all_but_one(settings: AblationSettings, sweep, baseline, rows, select_rows,
                        outcome: AblationOutcome) -> None:
     """Table 2: every kept head, the best per layer, and (appendix A) the head chosen on another split."""
-    from ...study.output.plots import plot_delta_heatmaps
 
     out = settings.sweep.out_dir
     record = sweep.settings_record(baseline)
@@ -171,7 +170,6 @@ def _write_all_but_one(settings: AblationSettings, sweep, baseline, rows, select
 def _write_cross_domain(sweep, cross, baseline, cross_baseline, rows, cross_rows,
                         outcome: AblationOutcome) -> None:
     """Figure 2: the change on the test split against the change on the shifted one, with Pearson's r."""
-    from ...study.output.plots import plot_cross_domain
 
     settings, label = sweep.settings, sweep.metric.label
     joined = cross_domain_rows(rows, cross_rows)

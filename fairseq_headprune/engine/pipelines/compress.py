@@ -29,7 +29,7 @@ from typing import Callable, Dict, List, Optional
 
 import torch
 
-from ...constants import CTRANSLATE2_ENGINE, TRANSLATION_FAMILY
+from ...constants import CTRANSLATE2_ENGINE
 from ...errors import SettingsError, StudyError
 from ...study.masks.ffn_mask import ffn_mask_to_spec
 from ...study.masks.head_mask import head_mask_to_spec
@@ -42,9 +42,11 @@ from ..checkpoints.info import load_checkpoint_state, state_head_layout
 from ..checkpoints.shrink import shrink_checkpoint
 from ..checkpoints.state_dict import state_parameter_counts
 from ..families import family_named
+from ..methods.deployment import deployment_environment
 from .export import check_quantization, run_export
 from .importance import importance_prefix, run_importance
 from .search import TUNING_FILE, run_search
+from ..methods.finetune import finetune_held, write_masked_start
 
 RECORD = "compress.json"
 STAGE_RECORD = "stage.json"
@@ -213,7 +215,6 @@ def _tuning_file(stages: _Stages) -> Optional[str]:
 
 
 def _finetune(settings: CompressSettings, stages: _Stages, work: str) -> Dict[str, object]:
-    from ..methods.finetune import finetune_held, write_masked_start
 
     search = stages.record("search")
     tuning_file = _tuning_file(stages)
@@ -264,7 +265,7 @@ def _shrink(settings: CompressSettings, stages: _Stages, work: str) -> Dict[str,
 def _export(settings: CompressSettings, stages: _Stages, work: str) -> Dict[str, object]:
     evaluation = settings.evaluation
     models = {"compressed": stages.path("shrink", CHECKPOINT)}
-    if settings.family == TRANSLATION_FAMILY:  # the unpruned model in CTranslate2: the speed's reference
+    if family_named(settings.family).times_exported_models:  # the unpruned model exported: the speed's reference
         models["unpruned"] = settings.checkpoint
     record = {"format": settings.export_format, "quantization": None, "models": {}}
     for name, checkpoint in models.items():
@@ -301,9 +302,7 @@ def _evaluate(settings: CompressSettings, stages: _Stages, work: str) -> Dict[st
         "unpruned": sweeps["unpruned"].baseline_score(baseline), "compressed": row[metric.column],
         "delta": row["delta"], "p_value": row["p_value"], "significant": row["significant"],
         "ci_low": row["ci_low"], "ci_high": row["ci_high"], "test": evaluation.test.to_dict(),
-        **({"bleu_tokenized": {w: s.bleu for w, s in scores.items()},
-            "bleu_sacrebleu": {w: s.sacrebleu for w, s in scores.items()}}
-           if settings.family == TRANSLATION_FAMILY else {}),
+        **family.evaluation_record(scores),
     }
 
 
@@ -319,15 +318,6 @@ def _timed_model(family, settings: CompressSettings, checkpoint: str):
 
 
 def _speed(settings: CompressSettings, stages: _Stages, work: str) -> Dict[str, object]:
-    from ..methods.deployment import (
-        DecodingOptions,
-        deployment_environment,
-        fairseq_scoring_system,
-        measure_translation_speed,
-        speed_rows,
-        time_interleaved,
-    )
-
     evaluation, deployment = settings.evaluation, settings.deployment
     family = family_named(settings.family)
     device = torch.device("cuda" if torch.cuda.is_available() and not evaluation.cpu else "cpu")
@@ -338,30 +328,16 @@ def _speed(settings: CompressSettings, stages: _Stages, work: str) -> Dict[str, 
         loaded = {weights: _timed_model(family, settings, checkpoint)
                   for weights, checkpoint in (("unpruned", settings.checkpoint),
                                               ("compressed", stages.path("shrink", CHECKPOINT)))}
-        options = None
-        if settings.family == TRANSLATION_FAMILY:
-            options = DecodingOptions.of_generation(loaded["unpruned"][0].generation)
-            export = stages.record("export") if "export" in settings.stages else None
-            exported = {} if export is None else {
-                (weights, export["quantization"]): stages.path("export", weights) for weights in ("unpruned", "compressed")}
-            rows = measure_translation_speed({w: (task, model) for w, (_, task, model) in loaded.items()}, exported,
-                                             evaluation.gen_subset, deployment, options, device)
-        else:
-            rows = []
-            for batch_size in deployment.batch_sizes:
-                systems, tokens = [], None
-                for weights, (cfg, task, model) in loaded.items():
-                    system, _, tokens = fairseq_scoring_system(f"fairseq {weights}", weights, settings.family, cfg,
-                                                               task, model, evaluation.gen_subset, batch_size,
-                                                               deployment.sentences)
-                    systems.append(system)
-                seconds, outputs = time_interleaved(systems, deployment.repeats)
-                rows += speed_rows(systems, seconds, outputs, batch_size, input_tokens=tokens)
+        export = stages.record("export") if "export" in settings.stages else None
+        exported = {} if export is None else {
+            (name, export["quantization"]): stages.path("export", name) for name in export["models"]}
+        rows, options = family.measure_speed(loaded, exported, evaluation.gen_subset, deployment, device)
         environment = deployment_environment(device, deployment.threads)
     finally:
         torch.set_num_threads(previous_threads)
     return {"split": evaluation.gen_subset, "environment": environment, "settings": deployment.to_dict(),
-            "decoding": None if options is None else dataclasses.asdict(options), "rows": rows}
+            "unit": family.speed_unit, "decoding": None if options is None else dataclasses.asdict(options),
+            "rows": rows}
 
 
 # ----------------------------------------------------------------------------- the report

@@ -18,13 +18,17 @@ from ...study.output.files import write_rows_tsv
 from ...study.methods.epoch_curves import epoch_checkpoints, markdown_dynamics, relative_rows
 from ...study.output.files import file_sha256, write_json, write_text
 from ...study.settings import DynamicsSettings, PruneSettings
+from ...study.output.plots import plot_dynamics
+from ..checkpoints.info import load_checkpoint_state, model_config, state_head_layout
+from ..runtime.ranks import current_ranks
+from .prune import run_prune
+from tqdm import tqdm
 
 DONE = "done.json"
 
 
 def architecture(path: str) -> str:
     """What two checkpoints must share for their curves to be comparable, as text."""
-    from ..checkpoints.info import load_checkpoint_state, model_config, state_head_layout
 
     state = load_checkpoint_state(path)
     config = model_config(state)
@@ -58,10 +62,7 @@ def epoch_prune_settings(settings: DynamicsSettings, checkpoint: str, epoch_dir:
 
 def run_dynamics(settings: DynamicsSettings) -> Optional[List[Dict[str, object]]]:
     """One row per epoch and pruning level: BLEU relative to the epoch's unpruned BLEU (rank 0; others None)."""
-    from tqdm import tqdm
 
-    from .prune import run_prune
-    from ..runtime.ranks import current_ranks
 
     ranks = current_ranks()
     checkpoints = epoch_checkpoints(settings.checkpoints, settings.epochs)
@@ -101,7 +102,6 @@ def run_dynamics(settings: DynamicsSettings) -> Optional[List[Dict[str, object]]
 
 
 def _write_outputs(settings: DynamicsSettings, rows, described: str) -> None:
-    from ...study.output.plots import plot_dynamics
 
     out, sweep = settings.sweep.out_dir, settings.sweep
     record = {

@@ -57,6 +57,7 @@ from ..methods.model_costs import model_architecture, model_flops
 from ..methods.mask_sources import FISHER_DIR, FISHER_ORDERS, ImportanceStore, TuningStore, method_costs, read_gate_mask
 from ..runtime.ranks import current_ranks
 from ..sweeps.translation_sweep import table_caption, write_result_rows
+from ...study.output.plots import plot_pruning_by_type, plot_pruning_curves
 
 # neuron scores of the FFN curves: estimated with the heads', stored apart from head-only estimates
 NEURON_IMPORTANCE_DIR = "importance-ffn"
@@ -319,7 +320,6 @@ def _write_curves(settings: PruneSettings, steps: Sequence[PruneStep], by_config
     Separate runs (one per attention type, as the prune_*.sh scripts do) into one
     output directory thus add up to the paper's Figure 4.
     """
-    from ...study.output.plots import plot_pruning_curves
 
     out = settings.sweep.out_dir
     for scope in outcome.curve_scopes:
@@ -360,7 +360,6 @@ def curves_of(out_dir: str, scope: str) -> List[Dict[str, object]]:
 
 def _write_combined_curves(sweep: SweepSettings, baseline_score: float) -> List[str]:
     """prune_curves.md and prune_types.png from every scope's curves in the output directory."""
-    from ...study.output.plots import plot_pruning_by_type
 
     out, metric = sweep.out_dir, sweep.metric
     summary = [row for scope in SCOPES + ("ffn", "joint") for row in curves_of(out, scope)]

@@ -163,10 +163,8 @@ def run_search(settings: SearchSettings) -> SearchOutcome:
     tuning = None
     if settings.tuning is not None:
         samples = tuning_samples(task, model, settings.tuning)
-        tuning = tune_mask(model, result.head_mask, samples, task.source_dictionary.pad(),
-                           settings.tuning.scale_bound, settings.tuning.max_condition, progress=settings.progress,
-                           ffn_mask=result.ffn_mask, held_aside=settings.tuning.held_aside,
-                           layers=settings.tuning.layers, loss=family.tuning_loss(cfg, task))
+        tuning = tune_mask(model, result.head_mask, samples, task.source_dictionary.pad(), settings.tuning,
+                           ffn_mask=result.ffn_mask, loss=family.tuning_loss(cfg, task), progress=settings.progress)
         tuning.settings.update({"subsets": list(settings.tuning.subsets), "limit": settings.tuning.limit,
                                 "checkpoint": os.path.abspath(settings.checkpoint)})
         seconds["tuning"] = tuning.settings["seconds"]

@@ -12,6 +12,9 @@ from typing import Iterable, List, Optional, Sequence, Tuple
 import torch
 
 from ...errors import StudyError, first_line
+import numpy as np
+from fairseq import utils
+from fairseq.data.data_utils import numpy_seed
 
 
 BATCHING_SEED = 1  # fairseq's default --seed
@@ -29,9 +32,7 @@ def split_batches(
     limit: Optional[int] = None,
 ) -> Tuple[object, List[List[int]]]:
     """fairseq's batches (lists of sentence indices) for the first ``limit`` sentences of ``split``."""
-    import numpy as np
 
-    from fairseq.data.data_utils import numpy_seed
 
     load_split(task, split)
     dataset = task.dataset(split)
@@ -81,7 +82,6 @@ def _check_split_not_empty(task, split: str) -> None:
 
 def iterate_samples(dataset, batches: Iterable[List[int]], device: torch.device):
     """Collated samples (fairseq's dict with net_input, target, ntokens …) on ``device``."""
-    from fairseq import utils
 
     for batch in batches:
         sample = dataset.collater([dataset[i] for i in batch])

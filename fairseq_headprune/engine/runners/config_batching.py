@@ -15,6 +15,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 
 from ...study.masks.head_mask import HeadMask
+from ...modules.masked_multihead_attention import attention_modules, head_mask_applied
 
 
 def repeat_sample(sample: dict, count: int) -> dict:
@@ -55,7 +56,6 @@ def rows_follow_beam_search(model, row_masks: HeadMask):
     call (on this model instance only) applies the same ``new_order`` to the
     decoder's masks, so each row keeps its configuration's mask.
     """
-    from ...modules.masked_multihead_attention import attention_modules, head_mask_applied
 
     encoder = model.encoder
     decoder_modules = [m for (t, _), m in attention_modules(model).items() if t != "enc-enc"]
@@ -113,7 +113,6 @@ def encoder_passes_shared(model, head_masks: Sequence[Optional[HeadMask]], batch
     if len(representatives) == len(head_masks):
         yield  # nothing to share
         return
-    from ...modules.masked_multihead_attention import attention_modules
 
     encoder = model.encoder
     encoder_modules = [m for (t, _), m in attention_modules(model).items() if t == "enc-enc"]

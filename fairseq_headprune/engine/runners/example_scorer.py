@@ -32,6 +32,11 @@ from ...errors import StudyError
 from ...study.output.files import file_sha256
 from ...study.masks.head_mask import HeadMask, head_mask_to_spec
 from .config_batching import repeat_sample, row_masks
+from ...modules.masked_multihead_attention import head_mask_applied
+from .batches import iterate_samples, load_split, model_device, split_batches
+from fairseq import utils
+from fairseq.sequence_scorer import SequenceScorer
+from omegaconf import OmegaConf
 
 # version of the stored results; part of every sweep's identity
 FORMAT_VERSION = 1
@@ -70,7 +75,6 @@ class SplitScorer:
     result_type = ScoredConfigResult  # how a sweep stores each configuration
 
     def __init__(self, family: str, cfg, task, model, split: str):
-        from .batches import load_split
 
         if family not in (CLASSIFIER_FAMILY, LANGUAGE_MODEL_FAMILY):
             raise StudyError(f"no example scorer for {family} models")
@@ -89,7 +93,6 @@ class SplitScorer:
         if family == CLASSIFIER_FAMILY:
             self.references = self._gold_labels()
         else:
-            from fairseq.sequence_scorer import SequenceScorer
 
             self.scorer = SequenceScorer(task.target_dictionary, cfg.eval_lm.softmax_batch)
             self.references = [""] * self.size
@@ -98,9 +101,7 @@ class SplitScorer:
     # ------------------------------------------------------------------ batches
 
     def _collated_batches(self) -> List[dict]:
-        from fairseq import utils
 
-        from .batches import iterate_samples, model_device, split_batches
 
         device = model_device(self.model)
         if self.family == LANGUAGE_MODEL_FAMILY:
@@ -145,7 +146,6 @@ class SplitScorer:
 
     def score_many(self, head_masks: Sequence[Optional[HeadMask]]) -> List[ScoredExamples]:
         """Every example under every mask: one mask alone, or each batch repeated once per mask."""
-        from ...modules.masked_multihead_attention import head_mask_applied
 
         count = len(head_masks)
         outputs = [[None] * self.size for _ in range(count)]
@@ -235,7 +235,6 @@ class SplitScorer:
 
     def identity(self, checkpoint: str, base_mask: Optional[HeadMask]) -> Dict[str, object]:
         """What makes two sweeps comparable: any difference means another sweep."""
-        from omegaconf import OmegaConf
 
         cfg = self.cfg
         identity = {

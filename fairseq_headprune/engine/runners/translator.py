@@ -33,6 +33,14 @@ from ...study.output.files import file_sha256, read_lines
 from ...study.masks.head_mask import HeadMask, head_mask_to_spec
 from ...study.statistics.metrics import SACREBLEU, TOKENIZED_BLEU
 from .config_batching import encoder_passes_shared, repeat_sample, row_masks, rows_follow_beam_search
+from ...modules.masked_multihead_attention import head_mask_applied
+from .batches import load_split
+from fairseq import utils
+from fairseq.dataclass.configs import GenerationConfig
+from fairseq.utils import strip_pad
+from fairseq_cli.generate import get_symbols_to_strip_from_output
+from omegaconf import OmegaConf
+from sacremoses import MosesDetokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -107,9 +115,7 @@ class SplitTranslator:
         ``rank`` modulo ``ranks`` from every batch: sharding by sentences, which
         ``scripts/benchmarks/benchmark_ablation.py`` measures against the commands'
         sharding by configurations."""
-        from fairseq import utils
 
-        from .batches import load_split
 
         self.cfg, self.task, self.model, self.split = cfg, task, model, split
         self.share_encoder = share_encoder
@@ -156,7 +162,6 @@ class SplitTranslator:
         self._sacrebleu_cache: List[Dict[str, np.ndarray]] = [{} for _ in range(self.size)]
 
     def _collated_batches(self) -> List[dict]:
-        from fairseq import utils
 
         cfg, task = self.cfg, self.task
         max_tokens, batch_size = cfg.dataset.max_tokens, cfg.dataset.batch_size
@@ -195,7 +200,6 @@ class SplitTranslator:
             raise StudyError(f"--sacrebleu-detokenize must be auto, moses or none, got {detokenize!r}")
         if detokenize == "none" or (detokenize == "auto" and self.tokenizer is not None):
             return None
-        from sacremoses import MosesDetokenizer
 
         detokenizer = MosesDetokenizer(lang=self.cfg.task.target_lang or "en")
         return lambda line: detokenizer.detokenize(line.split())
@@ -211,8 +215,6 @@ class SplitTranslator:
         return self.detokenizer(text) if self.detokenizer is not None else text
 
     def _read_references(self, references: Optional[str]) -> None:
-        from fairseq.utils import strip_pad
-        from fairseq_cli.generate import get_symbols_to_strip_from_output
 
         tgt_dict = self.task.target_dictionary
         # fairseq-generate adds unseen words to the target dictionary when it re-encodes
@@ -272,7 +274,6 @@ class SplitTranslator:
         ``share_encoder``, the encoder passes of masks that differ only on
         the decoder side (``encoder_passes_shared``).
         """
-        from ...modules.masked_multihead_attention import head_mask_applied
 
         count = len(head_masks)
         hypotheses = [[None] * self.size for _ in range(count)]
@@ -343,7 +344,6 @@ class SplitTranslator:
 
     def _hypothesis(self, best):
         """The string fairseq-generate scores and the ids it scores it as."""
-        from fairseq import utils
 
         hypothesis_ids, hypothesis_text, _ = utils.post_process_prediction(
             hypo_tokens=best["tokens"].int().cpu(),
@@ -363,7 +363,6 @@ class SplitTranslator:
 
     def identity(self, checkpoint: str, base_mask: Optional[HeadMask]) -> Dict[str, object]:
         """What makes two sweeps comparable: any difference means another sweep."""
-        from omegaconf import OmegaConf
 
         cfg = self.cfg
         return {
@@ -395,8 +394,6 @@ def translate_batches(task, model, batches, beam: int = 5, generation=None):
 
     ``generation``: fairseq's generation config (default: fairseq's defaults with ``beam``).
     """
-    import time
-    from fairseq.dataclass.configs import GenerationConfig
 
     generator = task.build_generator([model], generation or GenerationConfig(beam=beam))
     hypotheses = []

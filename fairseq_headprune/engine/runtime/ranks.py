@@ -19,6 +19,8 @@ import os
 from typing import Any, List, Optional
 
 from ...errors import StudyError
+import torch
+import torch.distributed as dist
 
 SHARDED_COMMANDS = ("ablate", "prune", "dynamics", "importance")
 
@@ -51,7 +53,6 @@ class Ranks:
 
     def barrier(self) -> None:
         if self.sharded:
-            import torch.distributed as dist
 
             dist.barrier()
 
@@ -59,7 +60,6 @@ class Ranks:
         """Rank 0's ``value`` on every rank, so that all ranks take the same branch."""
         if not self.sharded:
             return value
-        import torch.distributed as dist
 
         holder = [value]
         dist.broadcast_object_list(holder, src=0)
@@ -69,7 +69,6 @@ class Ranks:
         """Every rank's ``value``, in rank order, on every rank."""
         if not self.sharded:
             return [value]
-        import torch.distributed as dist
 
         values: List[Any] = [None] * self.world_size
         dist.all_gather_object(values, value)
@@ -102,8 +101,6 @@ def join_ranks() -> Ranks:
         return current_ranks()
     if _current is not None and _current.sharded:
         return _current
-    import torch
-    import torch.distributed as dist
 
     if not dist.is_initialized():
         dist.init_process_group(backend="gloo")
@@ -118,7 +115,6 @@ def leave_ranks() -> None:
     """Leave the process group cleanly (torch warns when a process exits inside one)."""
     global _current
     if _current is not None and _current.sharded:
-        import torch.distributed as dist
 
         if dist.is_initialized():
             dist.destroy_process_group()

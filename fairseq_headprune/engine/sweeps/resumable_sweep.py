@@ -18,6 +18,8 @@ from ...study.output.files import first_difference, recorded_identity, remove_st
 from ...modules.masked_ffn import ffn_mask_applied
 from ...study.masks.head_mask import HeadMask, combine_masks
 from ..methods.mask_tuning import tuning_folded
+from ..runtime.ranks import current_ranks
+from tqdm import tqdm
 
 MANIFEST = "sweep.json"
 CONFIG_DIR = "configs"
@@ -73,9 +75,7 @@ def run_sweep(
     dealt out round robin, each rank storing its own, and every rank reads
     the others' results back once all are done.
     """
-    from tqdm import tqdm
 
-    from ..runtime.ranks import current_ranks
 
     result_type = runner.result_type  # how the runner's configurations are stored
     ranks = current_ranks()

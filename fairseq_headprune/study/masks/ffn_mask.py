@@ -10,7 +10,7 @@ head-mask grammar with FFN types and neurons (1-based)::
 e.g. ``E:2:1-200 D:6:keep=1-128``; ``none`` and mask files as for heads.
 """
 
-from typing import Dict, Optional, Tuple
+from typing import Dict, Tuple
 
 import torch
 
@@ -21,7 +21,6 @@ from .head_mask import (
     head_mask_to_spec,
     parse_head_mask,
     read_mask_file,
-    validate_spec_syntax,
     write_mask_file,
 )
 
@@ -46,10 +45,6 @@ def parse_ffn_mask(spec: str, layout: FfnLayout) -> FfnMask:
 def ffn_mask_to_spec(ffn_mask: FfnMask) -> str:
     """Neuron masks -> canonical spec text; ``parse_ffn_mask`` inverts it."""
     return head_mask_to_spec(ffn_mask, NEURONS)
-
-
-def validate_ffn_spec_syntax(spec: Optional[str]) -> None:
-    validate_spec_syntax(spec, NEURONS)
 
 
 def read_ffn_mask_file(path: str, layout: FfnLayout) -> FfnMask:

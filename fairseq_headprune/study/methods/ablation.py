@@ -15,7 +15,7 @@ import numpy as np
 
 from ...constants import ATTENTION_TYPES, NO_MASK_SPEC
 from ..masks.head_mask import HeadLayout, HeadMask, full_mask, head_mask_to_spec
-from ..statistics.metrics import PERPLEXITY, Metric, loss_per_token
+from ..statistics.metrics import Metric, PERPLEXITY, SACREBLEU, TOKENIZED_BLEU, loss_per_token
 from ..statistics.significance import (
     CORRECTNESS_TEST_FUNCTIONS,
     PairedResult,
@@ -130,7 +130,6 @@ def compare_with_baseline(
 
 def text_scores(name: str, references: Sequence[str], hypotheses: Sequence[str], test_metric: Metric) -> ConfigScores:
     """Scores of one system's hypothesis text (the significance command's files)."""
-    from ..statistics.metrics import SACREBLEU, TOKENIZED_BLEU
 
     statistics = {metric.name: metric.example_statistics(references, hypotheses) for metric in (TOKENIZED_BLEU, SACREBLEU)}
     if test_metric.name not in statistics:

@@ -36,6 +36,7 @@ from ..output.files import read_json_of_format, write_json
 from ...constants import FFN_TYPES
 from ..masks.ffn_mask import FfnLayout, FfnMask, ffn_mask_to_spec, parse_ffn_mask
 from ..masks.head_mask import HeadLayout, HeadMask, head_mask_to_spec, layer_name, parse_head_mask, parse_layer_name
+import hashlib
 
 TUNING_FORMAT = "fairseq-headprune mask tuning"
 
@@ -197,16 +198,8 @@ class MaskTuning:
     def ffn_layers(self) -> Dict[Layer, LayerTuning]:
         return {key: values for key, values in self.layers.items() if key[0] in FFN_TYPES}
 
-    def scale_mask(self) -> HeadMask:
-        """The head mask with each kept head's scale in place of its 1 (a real-valued mask)."""
-        scaled = {t: m.clone().float() for t, m in self.head_mask.items()}
-        for (t, layer), tuning in self.head_layers().items():
-            scaled[t][layer] = torch.tensor(tuning.scales, dtype=torch.float32)
-        return scaled
-
     def fingerprint(self) -> str:
         """Depends on the masks and every tuned value: names a tuned configuration's results."""
-        import hashlib
 
         payload = {"spec": self.spec, "layers": {f"{t}:{l}": [v.scales, v.bias]
                                                  for (t, l), v in sorted(self.layers.items())}}

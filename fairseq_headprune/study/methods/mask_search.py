@@ -35,21 +35,7 @@ import torch
 from ...constants import ATTENTION_TYPES, FFN_TYPES
 from ...errors import SettingsError
 from ..masks.head_mask import HeadMask, full_mask, layer_name
-from .search_costs import (  # noqa: F401  (the search's costs and tables, importable from here as before)
-    LatencyTable,
-    Block,
-    Layer,
-    LayerCosts,
-    attention_flops_per_head,
-    block_order,
-    ffn_flops_costs,
-    flops_costs,
-    head_count_costs,
-    merge_costs,
-    parse_budget,
-    read_latency_table,
-    write_latency_table,
-)
+from .search_costs import Block, Layer, LayerCosts, block_order, head_count_costs
 
 COST_GRID = 2000  # steps of the budget a real-valued cost is rounded up to
 MAX_EXACT_CAPACITY = 100_000  # integer costs above this many steps of their divisor go onto the grid too

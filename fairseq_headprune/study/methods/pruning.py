@@ -30,7 +30,9 @@ from ...constants import (
     TYPE_TITLES,
 )
 from ...errors import HeadMaskError, ResultFileError, SettingsError
-from ..masks.head_mask import HeadLayout, HeadMask, full_mask, head_mask_to_spec
+from ..masks.head_mask import HeadLayout, HeadMask, count_masked, full_mask, head_mask_to_spec
+from .importance_scores import normalize_per_layer
+from .mask_search import pruned_count_search
 
 ORDER_TITLES = {
     "importance": "importance (estimated once)",
@@ -106,7 +108,6 @@ def _position(head: Head) -> Tuple[int, int, int]:
 
 def importance_scores(importance: Dict[str, torch.Tensor], normalize: bool = True) -> Dict[Head, float]:
     """Per-head scores to rank by: per-layer l2-normalised importance (the paper) or raw."""
-    from .importance_scores import normalize_per_layer
 
     scores = normalize_per_layer(importance) if normalize else importance
     return {
@@ -237,7 +238,6 @@ def fisher_steps(
     so the ``fisher`` curve's masks contain each other; rearranged masks
     need not. A single-type scope searches among that type's heads only.
     """
-    from .mask_search import pruned_count_search
 
     types = [t for t in ATTENTION_TYPES if t in layout and scope in ("all", t)]
     scoped_scores = {t: scores[t] for t in types}
@@ -253,7 +253,6 @@ def fisher_steps(
 
 def given_mask_steps(layout: HeadLayout, order: str, head_masks: Sequence[HeadMask]) -> List[PruneStep]:
     """A curve through given masks (learned gates at the levels trained), by heads pruned, from the unpruned model."""
-    from ..masks.head_mask import count_masked
 
     total = len(heads_in_scope(layout, "all"))
     ordered = sorted(head_masks, key=count_masked)

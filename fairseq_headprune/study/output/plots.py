@@ -6,6 +6,9 @@ import torch
 
 from ...constants import ATTENTION_TYPES, TYPE_TITLES
 from .files import atomic_path
+import numpy as np
+from ..methods.epoch_curves import dynamics_grid
+from ..methods.pruning import TUNED_SUFFIX, curve_orders, order_title
 
 
 
@@ -71,7 +74,6 @@ def plot_importance(result, path: str, title: Optional[str] = None) -> None:
 
 def _rows_to_grids(rows, value: str):
     """attention type -> (layers x heads array of ``value``, boolean significance array)."""
-    import numpy as np
 
     grids = {}
     for attention_type in ATTENTION_TYPES:
@@ -91,7 +93,6 @@ def _rows_to_grids(rows, value: str):
 
 def plot_delta_heatmaps(rows, path: str, title: str, colorbar_label: str = "ΔBLEU") -> None:
     """ΔBLEU per head, layers x heads per attention type; dots mark significant cells."""
-    import numpy as np
 
     plt = _pyplot()
     grids = _rows_to_grids(rows, "delta")
@@ -110,7 +111,6 @@ def plot_delta_heatmaps(rows, path: str, title: str, colorbar_label: str = "ΔBL
 
 def plot_score_histogram(rows, baseline_bleu: float, path: str, title: str, xlabel: str, column: str = "bleu") -> None:
     """Figure 1 of the paper: how many heads leave which score (``column`` of the rows) when masked alone."""
-    import numpy as np
 
     plt = _pyplot()
     types = [t for t in ATTENTION_TYPES if any(r["attention_type"] == t for r in rows)]
@@ -165,7 +165,6 @@ _ORDER_STYLES = {
 
 def _order_style(order: str) -> dict:
     """An order's line; its tuned variant (``ORDER+tuned``) in the same colour, dashed, hollow markers."""
-    from ..methods.pruning import TUNED_SUFFIX
 
     if order.endswith(TUNED_SUFFIX):
         style = dict(_ORDER_STYLES[order[: -len(TUNED_SUFFIX)]])
@@ -189,7 +188,6 @@ def plot_pruning_curves(summary, scope: str, baseline_bleu: float, path: str, yl
                         metric_label: str = "BLEU", xlabel: Optional[str] = None) -> None:
     """Figure 3 of the paper: the score (BLEU, or ``column``) against % of heads pruned (or ``xlabel``), one line
     per order."""
-    from ..methods.pruning import curve_orders, order_title
 
     plt = _pyplot()
     figure, axis = plt.subplots(figsize=(5.2, 3.6))
@@ -214,7 +212,6 @@ def plot_pruning_curves(summary, scope: str, baseline_bleu: float, path: str, yl
 def plot_pruning_by_type(summary, order: str, baseline_bleu: float, path: str, ylabel: str,
                          column: str = "bleu", metric_label: str = "BLEU") -> None:
     """Figure 4 of the paper: pruning one attention type at a time, one line per type."""
-    from ..methods.pruning import order_title
 
     plt = _pyplot()
     figure, axis = plt.subplots(figsize=(5.2, 3.6))
@@ -238,7 +235,6 @@ def plot_dynamics(rows, path: str, ylabel: str, label: str = "BLEU") -> None:
 
     Epochs on a log scale; the upper panel shows each epoch's unpruned score.
     """
-    from ..methods.epoch_curves import dynamics_grid
 
     plt = _pyplot()
     grid = dynamics_grid(rows)

@@ -22,6 +22,7 @@ DEFAULT_TITLE = "fairseq-headprune study"
 
 
 from .structures_report import section_structures
+from ..methods.comparison import describe_goal, goal_check, markdown_costs
 
 class _Study:
     def __init__(self, directory: str):
@@ -236,7 +237,6 @@ def _section_pruning(study: _Study) -> str:
 
 def _section_comparison(study: _Study) -> str:
     """Issue 17's comparison: post-training pruning to a budget and learned gates against the paper's orders."""
-    from ..methods.comparison import describe_goal, goal_check, markdown_costs
 
     curves = study.json("comparison", "prune_curves.all.json")
     summary, settings = curves["rows"], curves["settings"]

@@ -22,6 +22,7 @@ from collections import Counter
 from typing import List, Sequence
 
 import numpy as np
+from sacrebleu.metrics import BLEU
 
 STAT_COLUMNS = (
     "hyp_len", "ref_len",
@@ -74,16 +75,32 @@ def fairseq_sentence_stats(scorer, reference_ids, hypothesis_ids) -> List[int]:
 
 
 def sacrebleu_metric(tokenize: str = "13a"):
-    from sacrebleu.metrics import BLEU
+    """sacreBLEU's BLEU as the studies score with it (``none``: text already tokenized)."""
 
     return BLEU(tokenize=tokenize, force=tokenize == "none")
 
 
 def sacrebleu_stats(references: Sequence[str], hypotheses: Sequence[str], tokenize: str = "13a") -> np.ndarray:
+    """``STAT_COLUMNS`` rows from sacreBLEU's public per-sentence scores (lengths, n-gram matches and totals).
+
+    ``effective_order`` changes only a sentence's own score, which is not kept, and keeps sacreBLEU from
+    warning about it once per sentence.
+    """
+
     _check_same_length(references, hypotheses)
-    metric = sacrebleu_metric(tokenize)
-    stats = metric._extract_corpus_statistics(list(hypotheses), [list(references)])
-    return np.asarray(stats, dtype=np.int64).reshape(-1, len(STAT_COLUMNS))
+    metric = BLEU(tokenize=tokenize, force=tokenize == "none", effective_order=True)
+    rows = []
+    for hypothesis, reference in zip(hypotheses, references):
+        score = metric.sentence_score(hypothesis, [reference])
+        rows.append([score.sys_len, score.ref_len, *score.counts, *score.totals])
+    return np.asarray(rows, dtype=np.int64).reshape(-1, len(STAT_COLUMNS))
+
+
+def sacrebleu_from_sums(sums: np.ndarray) -> np.ndarray:
+    """sacreBLEU's corpus BLEU of each row of summed ``STAT_COLUMNS`` statistics (its default exp smoothing)."""
+
+    return np.array([BLEU.compute_bleu(correct=row[2:6], total=row[6:10], sys_len=int(row[0]), ref_len=int(row[1]),
+                                       smooth_method="exp").score for row in np.atleast_2d(sums)])
 
 
 def compare_mt_stats(references: Sequence[str], hypotheses: Sequence[str]) -> np.ndarray:

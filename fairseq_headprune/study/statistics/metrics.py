@@ -62,11 +62,6 @@ class Metric:
         return COMPARE_MT_BLEU if test == "compare-mt" else self
 
 
-def _sacrebleu_from_sums(sums: np.ndarray) -> np.ndarray:
-    metric = bleu_stats.sacrebleu_metric()
-    return np.array([metric._compute_score_from_stats(row).score for row in sums])
-
-
 TOKENIZED_BLEU = Metric(
     name="tokenized",
     column="bleu",
@@ -79,7 +74,7 @@ SACREBLEU = Metric(
     column="bleu",
     description="detokenized sacreBLEU (13a)",
     statistics=bleu_stats.sacrebleu_stats,
-    from_sums=_sacrebleu_from_sums,
+    from_sums=bleu_stats.sacrebleu_from_sums,
 )
 COMPARE_MT_BLEU = Metric(
     name="compare-mt",

@@ -37,6 +37,8 @@ import numpy as np
 from ...constants import DEFAULT_ALPHA, DEFAULT_RESAMPLES, DEFAULT_SIGNIFICANCE_SEED, SIGNIFICANCE_TESTS
 from ...errors import SettingsError
 from .metrics import Metric
+from .bleu_stats import sacrebleu_metric
+from sacrebleu.significance import PairedTest
 
 
 
@@ -184,9 +186,7 @@ def sacrebleu_paired_tests(
     tokenize: str = "13a",
 ) -> List[PairedResult]:
     """sacreBLEU's PairedTest (bs or ar) of each system against the baseline."""
-    from sacrebleu.significance import PairedTest
 
-    from .bleu_stats import sacrebleu_metric
 
     test_type = {"sacrebleu-bs": "bs", "sacrebleu-ar": "ar"}[settings.test]
     named = [("baseline", list(baseline))] + [(f"system{i}", list(s)) for i, s in enumerate(systems)]
