@@ -11,11 +11,11 @@ Runs the demo study in OUT_DIR (default: results/demo): corpus in data/,
 checkpoints (one per epoch) in checkpoints/, translations in generate/, head
 importance in importance/, ablation tables and figures in ablation/, pruning
 curves and random budgets in pruning/, the shrunk model and its speed in
-shrink/, training dynamics in dynamics/, learned gates in gates/, the
-comparison of pruning methods in comparison/, heads, FFN neurons and both
-against the layers' FLOPs with the shrunk models' speed in fairseq and
-CTranslate2 in structures/ (scripts/studies/compare_structures.sh), the commands in
-commands/, and everything in report.md.  Finished steps are skipped, so an interrupted run
+shrink/, training dynamics in dynamics/, the commands in commands/, and
+everything in report.md: Michel et al.'s studies, about 27 minutes on 2 cores.
+What goes beyond the paper on the same model (Fisher search, mask tuning,
+learned gates, FFN neurons, the shrunk models' speed in CTranslate2) is
+scripts/demos/run_compression_demo.sh.  Finished steps are skipped, so an interrupted run
 continues where it stopped and a finished one reruns in under a minute.
 
 Every step is seeded and runs on a fixed number of CPU threads with the CPU
@@ -33,7 +33,6 @@ environment:
   RANKS      processes the sweeps are sharded over with torchrun (default 2; 1: no torchrun)
   EPOCHS_STUDIED  epoch checkpoints of the training-dynamics study (default 3-5,7,10: epochs 1-2 translate nothing yet)
   HEAD_MASK  the masked configuration to compare (default: "E:1:1", one head)
-  GATE_LEVELS  % of heads pruned the learned gates are trained for (default "30 50 70")
   plus those of scripts/data/prepare_demo_data.sh and scripts/train/train_demo.sh
 USAGE
 }
@@ -129,35 +128,5 @@ record dynamics sweep dynamics "$out_dir/data/bin" --checkpoints "$out_dir/check
   --out-dir "$out_dir/dynamics" --gen-subset test --importance-subset valid \
   --beam 5 --lenpen 1 --batch-size 128 --max-len-a 1.2 --max-len-b 10 --no-progress
 
-# beyond the paper: Kwon et al.'s (2022) Fisher search, rearrangement and mask tuning, and hard-concrete
-# gates trained to keep exactly the heads of three pruning levels, on the same curves as importance and random
-total_heads=$(( 3 * ${LAYERS:-3} * ${HEADS:-8} ))
-gate_masks=()
-for percent in ${GATE_LEVELS:-30 50 70}; do
-  pruned=$(( (percent * total_heads + 99) / 100 ))  # rounded up, as the pruning levels are
-  record gates bash "$repo/scripts/train/train_gates.sh" "$out_dir/data/bin" "$out_dir/checkpoints/checkpoint_best.pt" \
-    "$out_dir/gates/pruned-$percent" "$(( total_heads - pruned ))" > /dev/null
-  gate_masks+=("$out_dir/gates/pruned-$percent/mask.json")
-done
-echo "pruning to a budget: Fisher search, rearranged, tuned; learned gates; against importance and random:"
-record comparison sweep prune "$out_dir/data/bin" --path "$out_dir/checkpoints/checkpoint_best.pt" \
-  --gen-subset test --out-dir "$out_dir/comparison" --importance "$importance_dir/importance.json" \
-  --orders importance,iterative,fisher,fisher-rearranged,random --tune-masks --tune-orders fisher-rearranged \
-  --gate-masks "${gate_masks[@]}" --max-percent 70 \
-  --beam 5 --lenpen 1 --batch-size 128 --max-len-a 1.2 --max-len-b 10 --no-progress
-
-# beyond the paper, for speed: heads, FFN neurons or both (Kwon et al.'s joint search) against the share of the
-# attention and FFN layers' FLOPs removed, untuned and tuned; at half the FLOPs the shrunk models' decoding speed
-# in fairseq and CTranslate2 (float32, int8), and one short fine-tune with the structure held
-fisher_dir="$out_dir/importance-fisher"
-if [[ ! -f "$fisher_dir/importance.json" ]]; then
-  echo "Fisher information of every head and FFN neuron on the validation set:"
-  record importance-fisher fairseq-headprune importance "$out_dir/data/bin" \
-    --path "$out_dir/checkpoints/checkpoint_best.pt" --importance-subset valid --importance-method fisher \
-    --importance-structures heads,ffn --out-dir "$fisher_dir" --no-progress > /dev/null
-fi
-GENERATION="--beam 5 --lenpen 1 --batch-size 128 --max-len-a 1.2 --max-len-b 10" TUNE_LIMIT=500 \
-  record structures bash "$repo/scripts/studies/compare_structures.sh" "$out_dir/data/bin" \
-  "$out_dir/checkpoints/checkpoint_best.pt" "$out_dir/structures" "$fisher_dir/importance.json"
-
 fairseq-headprune report "$out_dir" --title "fairseq-headprune: the demo study"
+echo "beyond the paper on the same model (Fisher search, tuning, gates, FFN neurons, speed): bash scripts/demos/run_compression_demo.sh"

@@ -1,4 +1,4 @@
-"""Mask tuning on a loaded model, layer by layer on stored layer inputs (``study.methods.mask_tuning``).
+"""Mask tuning on a loaded model, layer by layer on stored layer inputs (``study.methods.least_squares_tuning``).
 
 Kwon et al. (2022, section 4.3) tune the pruned model's layers in forward
 order, each on the outputs of the layers below it already pruned and tuned.
