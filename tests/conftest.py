@@ -144,9 +144,6 @@ def tiny_task_and_model(tiny_model):
 TRAINING_FIXTURES = {"tiny_model", "tiny_lm", "classifier", "mnli_dir", "wmt_dir"}
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: needs a model trained by the project's scripts (the full tier)")
-
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
@@ -172,3 +169,47 @@ def heads_only_scores(neuron_scores, tmp_path_factory):
     path = tmp_path_factory.mktemp("heads_only") / "heads_only.json"
     path.write_text(json.dumps(payload))
     return path
+
+
+def counted_flops_per_token(model, positions=32):
+    """FLOPs per token of every attention layer keeping k heads and every FFN layer, by torch's FlopCounterMode.
+
+    Each attention layer is narrowed to its first k heads (k = 1 .. H) and run on fairseq's unfused path, whose
+    explicit matrix products the counter sees, on ``positions`` positions attending to as many; each FFN layer
+    runs fc1 and fc2 on as many positions. An independent count of what ``model_flops`` prices.
+    """
+    import copy
+
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from fairseq_headprune.modules.masked_ffn import ffn_layers
+    from fairseq_headprune.modules.masked_multihead_attention import attention_modules, unfused_attention
+    from fairseq_headprune.modules.pruned_heads import shrink_attention
+
+    counted = {}
+    for key, module in attention_modules(model).items():
+        x = torch.randn(positions, 1, module.out_proj.out_features)
+        counted[key] = []
+        for kept in range(1, module.num_heads + 1):
+            narrowed = copy.deepcopy(module)
+            shrink_attention(narrowed, list(range(kept)))
+            with torch.no_grad(), unfused_attention(), FlopCounterMode(display=False) as counter:
+                narrowed(x, x, x, need_weights=False)
+            counted[key].append(counter.get_total_flops() / positions)
+    for key, layer in ffn_layers(model).items():
+        x = torch.randn(positions, 1, layer.fc1.in_features)
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            layer.fc2(layer.activation_fn(layer.fc1(x)))
+        counted[key] = counter.get_total_flops() / positions
+    return counted
+
+
+@pytest.fixture(scope="session")
+def tiny_flops(tiny_task_and_model):
+    """The tiny model's FLOPs per token (32 positions) counted by torch: every layer, a head, a neuron, the whole."""
+    counted = counted_flops_per_token(tiny_task_and_model[1], 32)
+    head = counted[("enc-enc", 0)][0]
+    neuron = counted[("enc-ffn", 0)] / tiny_task_and_model[1].encoder.layers[0].fc1.out_features
+    total = sum(value[-1] if isinstance(value, list) else value for value in counted.values())
+    return {"layers": counted, "head": head, "neuron": neuron, "total": total}

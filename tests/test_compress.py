@@ -62,7 +62,8 @@ def test_a_run_writes_its_report(compressed):
     assert parameters["compressed"] < parameters["unpruned"]
     evaluation = report["evaluation"]
     assert evaluation["label"] == "BLEU" and evaluation["split"] == "test" and evaluation["sentences"] == 120
-    assert 0 <= evaluation["p_value"] <= 1 and evaluation["test"]["test"] == "bootstrap"
+    assert evaluation["test"]["test"] == "bootstrap"
+    assert_p_value_agrees_with_sacrebleu(out, evaluation)
     assert evaluation["delta"] == pytest.approx(evaluation["compressed"] - evaluation["unpruned"])
     rows = report["speed"]["rows"]
     systems = ["fairseq unpruned", "fairseq compressed", "ct2 unpruned float32", "ct2 compressed float32"]
@@ -75,6 +76,33 @@ def test_a_run_writes_its_report(compressed):
                  "ct2 compressed float32", str(out / "shrink" / "checkpoint.pt")):
         assert text in markdown, text
     assert f"BLEU\tunpruned {evaluation['unpruned']:.2f}, compressed {evaluation['compressed']:.2f}" in compressed["stdout"]
+
+
+def assert_p_value_agrees_with_sacrebleu(out, evaluation):
+    """The reported p-value against sacreBLEU's own paired bootstrap on the stored hypotheses (tokenized text,
+    the same resamples and seed): Koehn's p and sacreBLEU's are close estimates of one evidence."""
+    import sacrebleu
+    from sacrebleu.significance import PairedTest
+
+    outputs = {}
+    for weights in ("unpruned", "compressed"):
+        sweep = out / "evaluate" / weights / "sweeps" / "test"
+        references = json.loads((sweep / "sweep.json").read_text())["references"]
+        outputs[weights] = json.loads((sweep / "configs" / "baseline.json").read_text())["hypotheses"]
+    assert len(references) == evaluation["sentences"] == len(outputs["compressed"])
+    metric = sacrebleu.metrics.BLEU(tokenize="none", force=True)
+    assert metric.corpus_score(outputs["compressed"], [references]).score == pytest.approx(
+        evaluation["compressed"], abs=0.01)
+    os.environ["SACREBLEU_SEED"] = str(evaluation["test"]["seed"])
+    try:
+        _, results = PairedTest([("baseline", outputs["unpruned"]), ("compressed", outputs["compressed"])],
+                                {"BLEU": metric}, [references], test_type="bs",
+                                n_samples=evaluation["test"]["samples"])()
+    finally:
+        del os.environ["SACREBLEU_SEED"]
+    theirs = results["BLEU"][1].p_value
+    assert abs(evaluation["p_value"] - theirs) < 0.1, (evaluation["p_value"], theirs)
+    assert evaluation["significant"] == (theirs < evaluation["test"]["alpha"]) or abs(theirs - 0.01) < 0.02
 
 
 def test_the_compressed_checkpoint_reloads_with_the_reported_bleu(tiny_model, compressed):
@@ -181,6 +209,33 @@ def test_a_language_model_is_compressed_and_scored_by_perplexity(tiny_lm, tmp_pa
     eval_lm = run(["fairseq-headprune", "eval-lm", tiny_lm["data"], "--path", out / "shrink" / "checkpoint.pt",
                    "--gen-subset", "test", "--sample-break-mode", "eos", "--max-tokens", "2048", "--cpu"])
     assert f"Perplexity: {report['evaluation']['compressed']:.2f}" in eval_lm.stdout + eval_lm.stderr
+    assert_exported_lm_scores_as_fairseq(tiny_lm, out / "shrink" / "checkpoint.pt", out / "export" / "compressed")
+
+
+def assert_exported_lm_scores_as_fairseq(tiny_lm, checkpoint, exported):  # noqa: F811
+    """CTranslate2's Generator scores every test sentence's tokens as the fairseq model (within 1e-4)."""
+    from fairseq_headprune import family_named
+    from fairseq_headprune.engine.runners.batches import split_batches
+
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    _, task, model = family_named("language_model").load(
+        str(tiny_lm["data"]), str(checkpoint), ["--sample-break-mode", "eos", "--max-tokens", "2048"], cpu=True)
+    dictionary, generator = task.target_dictionary, ctranslate2.Generator(str(exported), device="cpu")
+    dataset, batches = split_batches(task, "test", max_sentences=16)
+    worst, count = 0.0, 0
+    for batch in batches:
+        sample = dataset.collater([dataset[i] for i in batch])
+        with torch.no_grad():
+            lprobs = model.get_normalized_probs(model(**sample["net_input"]), log_probs=True)
+        for row, (inputs, target) in enumerate(zip(sample["net_input"]["src_tokens"], sample["target"])):
+            kept = target.ne(dictionary.pad())
+            expected = lprobs[row].gather(-1, target.unsqueeze(-1)).squeeze(-1)[kept]
+            # the model's input (</s> first) and the last target token: CTranslate2 scores all but the first
+            tokens = [dictionary[i] for i in inputs[inputs.ne(dictionary.pad())].tolist()] + [dictionary[int(target[kept][-1])]]
+            found = torch.tensor(generator.score_batch([tokens])[0].log_probs)
+            assert len(found) == len(expected)
+            worst, count = max(worst, (found - expected).abs().max().item()), count + 1
+    assert count == len(dataset) and worst <= 1e-4, worst
 
 
 def test_bad_inputs_are_one_line_and_write_nothing(tiny_model, classifier, compressed, tmp_path):  # noqa: F811

@@ -24,7 +24,7 @@ def hypotheses(output):
     return sorted(line for line in output.splitlines() if line.startswith("H-"))
 
 
-def test_sentences(tiny_model):
+def source_sentences(tiny_model):
     return (tiny_model["raw"] / "test.en").read_text().splitlines()
 
 
@@ -36,7 +36,7 @@ def test_generate_unmasked_equals_plain_translation_task(tiny_model):
     plain = generate(tiny_model, "--task", "translation").stdout
     ours = generate(tiny_model, "--task", "fairseq-headprune").stdout
     explicit_none = generate(tiny_model, "--task", "fairseq-headprune", "--head-mask", "none").stdout
-    assert len(hypotheses(plain)) == len(test_sentences(tiny_model)) > 0
+    assert len(hypotheses(plain)) == len(source_sentences(tiny_model)) > 0
     assert hypotheses(ours) == hypotheses(plain)
     assert hypotheses(explicit_none) == hypotheses(plain)
     assert bleu(ours) == bleu(plain)
@@ -58,7 +58,7 @@ def test_our_command_wraps_generate(tiny_model):
     ).stdout
     direct = generate(tiny_model, "--task", "fairseq-headprune", "--head-mask", "E:1:1,2 A:2:1,3").stdout
     # every test sentence translated, by both routes, and the mask applied by both
-    assert len(hypotheses(ours)) == len(test_sentences(tiny_model)) > 0
+    assert len(hypotheses(ours)) == len(source_sentences(tiny_model)) > 0
     assert hypotheses(ours) == hypotheses(direct)
     assert hypotheses(ours) != hypotheses(generate(tiny_model, "--task", "fairseq-headprune").stdout)
 

@@ -168,6 +168,23 @@ def test_tied_types_keep_one_count_for_the_whole_stack_as_brute_force_finds(seed
         assert result.cost <= budget + 1e-9
 
 
+def test_model_flops_equal_torchs_flop_counter_on_every_layer_and_head_count(tiny_task_and_model):
+    """The FLOPs cost of every attention layer at every head count and of every FFN layer, against torch's own count
+    of the narrowed layers' matrix products (FlopCounterMode)."""
+    from conftest import counted_flops_per_token
+    from fairseq_headprune.engine.methods.model_costs import model_architecture, model_flops
+
+    _, model = tiny_task_and_model
+    costs = model_flops(model, model_architecture(model), 32)
+    counted = counted_flops_per_token(model, 32)
+    for block, found in counted.items():
+        if isinstance(found, list):  # an attention layer: 1 .. H heads
+            assert [costs.cost_at(block, kept) for kept in range(1, len(found) + 1)] == found, block
+            assert costs.cost_at(block, 0) == 0
+        else:
+            assert costs.cost_at(block, costs.kept_counts(block)[-1]) == found, block
+
+
 def test_flops_of_heads_and_neurons_add_up_as_computed_by_hand():
     """d = 4, d_h = 2, n = 3 positions: a head costs 8*4*2 + 4*3*2 = 88 FLOPs per token, a neuron 4*4 = 16."""
     costs = merge_costs(flops_costs({"enc-enc": (1, 2)}, {"enc-enc": (4, 2)}, 3),
@@ -280,7 +297,7 @@ def neuron_fisher(neuron_scores):
 
 
 def test_a_joint_search_writes_masks_that_fairseq_generate_applies_as_search_json_says(tiny_model, neuron_fisher,
-                                                                                       tmp_path):
+                                                                                       tiny_task_and_model, tmp_path):
     """The heads and neurons search.json reports are exactly those --head-mask and --ffn-mask mask: fairseq-generate
     with both files equals stock fairseq on a checkpoint with those heads' and neurons' output columns zeroed."""
     from conftest import save_zeroed_checkpoint
@@ -305,11 +322,17 @@ def test_a_joint_search_writes_masks_that_fairseq_generate_applies_as_search_jso
     assert 0 < record["neurons_pruned"] < 512 and 0 < record["pruned"] < 48  # both structures pruned here
     assert f"pruned {record['neurons_pruned']} of 512 FFN neurons: {record['ffn_spec']}" in result.stdout
     assert f"pruned {record['pruned']} of 48 heads" in result.stdout
-    # FLOPs by hand: d = 64, d_h = 8, 32 positions: a head 8*64*8 + 4*32*8 = 5120, a neuron 4*64 = 256
-    heads_kept = sum(int(m.sum()) for m in head_mask.values())
-    neurons_kept = sum(int(m.sum()) for m in ffn_mask.values())
-    assert record["flops"]["kept"] == record["result"]["cost"] == 5120 * heads_kept + 256 * neurons_kept
-    assert record["flops"]["full"] == record["full_cost"] == 5120 * 48 + 256 * 512
+    # the FLOPs kept, counted by torch's FlopCounterMode on the narrowed layers (32 positions)
+    from conftest import counted_flops_per_token
+
+    counted = counted_flops_per_token(tiny_task_and_model[1], 32)
+    kept = sum(counted[(t, layer)][int(m[layer].sum()) - 1] for t, m in head_mask.items() for layer in range(len(m))
+               if m[layer].sum() > 0)
+    kept += sum(counted[(t, layer)] * float(m[layer].sum()) / m.size(1) for t, m in ffn_mask.items()
+                for layer in range(len(m)))
+    assert record["flops"]["kept"] == record["result"]["cost"] == pytest.approx(kept)
+    full = sum(v[-1] if isinstance(v, list) else v for v in counted.values())
+    assert record["flops"]["full"] == record["full_cost"] == full
     assert record["result"]["cost"] <= 0.8 * record["full_cost"]
     assert f"({100 * record['flops']['kept'] / record['flops']['full']:.1f}%" in result.stdout
     # through fairseq-generate: the two mask files against stock fairseq on zeroed columns

@@ -299,7 +299,6 @@ def test_the_per_type_scripts_add_up_to_figure_4(tiny_model, study, tmp_path):
 # ---- FFN neurons and the joint search (prune --structure ffn | joint), the FLOPs axis -----------------------
 
 SHORT = ["--max-len-b", "30"]  # neuron pruning by low scores can stop the model from ending its sentences
-FLOPS = 5120 * 48 + 256 * 512  # per token: a head 8*64*8 + 4*32*8, a neuron 4*64 (32 positions)
 
 
 
@@ -321,7 +320,8 @@ def lowest_neurons(scores, count, normalize):
     return ffn_mask
 
 
-def test_ffn_curves_prune_neurons_by_score_at_random_and_by_the_search(tiny_model, neuron_scores, tmp_path):
+def test_ffn_curves_prune_neurons_by_score_at_random_and_by_the_search(tiny_model, neuron_scores, tiny_flops,
+                                                                        tmp_path):
     from fairseq_headprune.study.masks.ffn_mask import ffn_mask_to_spec
 
     out = tmp_path / "ffn"
@@ -335,7 +335,7 @@ def test_ffn_curves_prune_neurons_by_score_at_random_and_by_the_search(tiny_mode
         # 10% of the FFN layers' FLOPs: 52 of 512 neurons (rounded up), no head
         assert (row["neurons_pruned"], row["heads_pruned"], row["spec"]) == (52, 0, "none"), order
         assert row["percent"] == pytest.approx(100 * 52 / 512) and row["x_axis"] == "units"
-        assert row["flops_removed_percent"] == pytest.approx(100 * 52 * 256 / FLOPS)
+        assert row["flops_removed_percent"] == pytest.approx(100 * 52 * tiny_flops["neuron"] / tiny_flops["total"])
     # importance: the lowest per-layer-normalised scores; the search (equal costs): the lowest raw F
     assert rows["importance"]["ffn_spec"] == ffn_mask_to_spec(lowest_neurons(scores, 52, normalize=True))
     assert rows["fisher"]["ffn_spec"] == ffn_mask_to_spec(lowest_neurons(scores, 52, normalize=False))
@@ -353,7 +353,7 @@ def test_ffn_curves_prune_neurons_by_score_at_random_and_by_the_search(tiny_mode
                                                                                              abs=0.006)
 
 
-def test_joint_curves_and_head_curves_on_one_flops_axis(tiny_model, neuron_scores, tmp_path):
+def test_joint_curves_and_head_curves_on_one_flops_axis(tiny_model, neuron_scores, tiny_flops, tmp_path):
     from fairseq_headprune.study.methods.importance_scores import read_fisher_file
     from fairseq_headprune.study.methods.mask_search import search_mask
     from fairseq_headprune.study.methods.search_costs import ffn_flops_costs, flops_costs, merge_costs
@@ -366,20 +366,21 @@ def test_joint_curves_and_head_curves_on_one_flops_axis(tiny_model, neuron_score
     fisher = read_fisher_file(str(neuron_scores), layout)
     costs = merge_costs(flops_costs(layout, {t: (64, 8) for t in layout}, 32),
                         ffn_flops_costs({"enc-ffn": (2, 128), "dec-ffn": (2, 128)}, {"enc-ffn": 64, "dec-ffn": 64}))
-    assert costs.full_cost() == FLOPS
+    flops = tiny_flops["total"]
+    assert costs.full_cost() == flops
     rows = [r for r in json.loads((out / "prune_steps.joint.json").read_text())["rows"] if r["step"] == 1]
     for row in rows:
-        expected = search_mask(fisher.importance, fisher.fisher_blocks, costs, 0.8 * FLOPS,
+        expected = search_mask(fisher.importance, fisher.fisher_blocks, costs, 0.8 * flops,
                                row["order"] == "fisher-rearranged", neurons=fisher.neuron_importance)
         assert row["spec"] == head_mask_to_spec(expected.head_mask)
         assert row["ffn_spec"] == ffn_mask_to_spec(expected.ffn_mask)
-        assert row["percent"] == row["flops_removed_percent"] == pytest.approx(100 * (1 - expected.cost / FLOPS))
+        assert row["percent"] == row["flops_removed_percent"] == pytest.approx(100 * (1 - expected.cost / flops))
         assert row["percent"] >= 20 and row["heads_pruned"] > 0 and row["neurons_pruned"] > 0
-    # head curves into the same directory, on the same axis: 24 heads of 5120 FLOPs removed
+    # head curves into the same directory, on the same axis: 24 heads removed
     result = prune(tiny_model, out, "--orders", "importance", "--importance", neuron_scores, "--importance-method",
                    "fisher", "--step-percent", "50", "--max-percent", "50", "--x-axis", "flops", *SHORT)
     heads = [r for r in json.loads((out / "prune_steps.all.json").read_text())["rows"] if r["step"] == 1]
-    assert heads[0]["pruned"] == 24 and heads[0]["percent"] == pytest.approx(100 * 24 * 5120 / FLOPS)
+    assert heads[0]["pruned"] == 24 and heads[0]["percent"] == pytest.approx(100 * 24 * tiny_flops["head"] / flops)
     assert "x% of the attention and FFN layers' FLOPs per token removed" in result.stdout
     table = (out / "prune_curves.md").read_text()
     assert "**Heads and FFN neurons (joint search)** (x: % of the attention and FFN layers' FLOPs" in table

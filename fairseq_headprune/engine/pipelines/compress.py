@@ -330,7 +330,8 @@ def _speed(settings: CompressSettings, stages: _Stages, work: str) -> Dict[str, 
                                               ("compressed", stages.path("shrink", CHECKPOINT)))}
         export = stages.record("export") if "export" in settings.stages else None
         exported = {} if export is None else {
-            (name, export["quantization"]): stages.path("export", name) for name in export["models"]}
+            (name, export["quantization"]): stages.path("export", name) for name in ("unpruned", "compressed")
+            if name in export["models"]}
         rows, options = family.measure_speed(loaded, exported, evaluation.gen_subset, deployment, device)
         environment = deployment_environment(device, deployment.threads)
     finally:
