@@ -12,6 +12,7 @@ from typing import List, Optional
 
 from .commands import (
     ablate,
+    compensation,
     compress,
     corpus,
     dynamics,
@@ -28,13 +29,12 @@ from .commands import (
 from .commands.fairseq_commands import FAIRSEQ_COMMANDS, run_fairseq_command
 from .errors import DEBUG_VARIABLE, HeadPruneError, debugging
 from .version import __version__
-import logging
-import warnings
+from .engine.runtime.console import quiet_libraries  # noqa: F401  (the scripts' and commands' entry)
 from .engine.runtime.ranks import SHARDED_COMMANDS, join_ranks, launched_world_size, leave_ranks
 
 # in the order --help lists them
 COMMAND_MODULES = (corpus, mask, importance, shrink, export, ablate, significance, prune, search, compress, dynamics,
-                   report, fairseq_commands)
+                   compensation, report, fairseq_commands)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,24 +52,6 @@ def build_parser() -> argparse.ArgumentParser:
         add = getattr(module, "add_parser", None) or module.add_parsers
         add(commands)
     return parser
-
-
-def quiet_libraries() -> None:
-    """Keep the study commands' console to their own output and real problems."""
-
-    # fairseq's config conversion goes through hydra, which warns about its own API
-    # and may turn the root logger to DEBUG
-    warnings.filterwarnings("ignore", module=r"hydra(\.|$)")
-    warnings.filterwarnings("ignore", message=r"\s*'config' is validated against ConfigStore")
-    warnings.filterwarnings("ignore", message=r"\s*The strict flag in the compose API")
-    # fairseq's batch iterator asks for pinned memory on machines without a GPU too
-    warnings.filterwarnings("ignore", message=r".*'pin_memory' argument is set as true")
-    # fairseq's fused path hands torch a boolean padding mask beside a float causal mask (LMs)
-    warnings.filterwarnings("ignore", message=r"Support for mismatched key_padding_mask and attn_mask")
-    # fairseq's own warning about its use of torch's deprecated autocast, on every training step
-    warnings.filterwarnings("ignore", category=FutureWarning, module=r"fairseq(\.|$)")
-    for name in ("fairseq", "fairseq_cli", "fairseq_headprune", "hydra", "matplotlib", "PIL"):
-        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -25,10 +25,10 @@ from fairseq_headprune.study.methods.pruning import (
     step_counts,
 )
 from fairseq_headprune.study.masks.ranges import RangeError, format_ranges, parse_ranges
+from fairseq_headprune.study.prune_settings import PruneSettings
 from fairseq_headprune.study.settings import (
     CurveSettings,
     ImportanceSettings,
-    PruneSettings,
     SweepSettings,
     parse_choices,
     parse_types,

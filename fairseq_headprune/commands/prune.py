@@ -13,7 +13,8 @@ from ..constants import (
     X_AXES,
 )
 from ..errors import SettingsError
-from ..study.settings import PruneSettings, parse_choices
+from ..study.prune_settings import FINETUNE_LR_SHARE, FINETUNE_WARMUP_SHARE, FinetuneSettings, PruneSettings
+from ..study.settings import parse_choices
 from .common import (
     add_curve_arguments,
     add_study_inputs,
@@ -23,6 +24,7 @@ from .common import (
     sweep_settings,
     tuning_settings,
 )
+from ..study.methods.budhraja_configurations import parse_tables
 from ..study.methods.pruning import curve_orders
 
 
@@ -46,14 +48,52 @@ def settings_from(args: argparse.Namespace) -> PruneSettings:
         pruning_seed=args.pruning_seed,
         layer_budgets=list(args.layer_budget or []),
         type_budgets=list(args.type_budget or []),
+        random_levels=list(args.random_level or []),
+        layer_strategies=list(args.layer_strategy or []),
+        budhraja_tables=parse_tables(args.budhraja_tables) if args.budhraja_tables else [],
         fisher_file=args.fisher,
         tuning=tuning_settings(args),
         tune_orders=tune_orders,
         gate_masks=list(args.gate_masks or []),
+        finetune=FinetuneSettings(args.finetune_updates, args.finetune_lr, args.finetune_warmup, args.finetune_epochs),
+        finetune_levels=parse_levels(args.finetune_levels) if args.finetune_levels else [],
+        config_shard=parse_config_shard(args.config_shard),
         structure=args.structure,
         x_axis=args.x_axis,
         sequence_length=args.sequence_length,
     )
+
+
+def parse_levels(text: str):
+    """``25,50`` -> [25.0, 50.0]."""
+    try:
+        return [float(item) for item in text.replace(" ", "").split(",") if item]
+    except ValueError:
+        raise SettingsError(f"--finetune-levels {text}: expected percentages, comma-separated (e.g. 25,50)") from None
+
+
+def parse_config_shard(text: str):
+    """``I/K`` -> (I, K)."""
+    parts = str(text).split("/")
+    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+        raise SettingsError(f"--config-shard {text}: expected I/K (this process's share I of K, e.g. 2/8)")
+    return int(parts[0]), int(parts[1])
+
+
+def print_finetuned(outcome, label: str) -> None:
+    """Each fine-tuned configuration's score without and with fine-tuning, and against the fine-tuned control."""
+    records = outcome.finetune_records
+    print(f"fine-tuned with the pruned heads held at zero ({records[0]['finetune']} each; Budhraja et al.'s "
+          f"protocol), {label} without -> with fine-tuning:")
+    for record in records:
+        against = ""
+        if "p_value_vs_control" in record:
+            against = (f"  ({record['delta_vs_control']:+.2f} vs the fine-tuned unpruned model, "
+                       f"p = {record['p_value_vs_control']:.3f})")
+        print(f"  {record['label']:<28} {record['score_before']:6.2f} -> {record['score_after']:6.2f}{against}")
+    if records[0]["missing_configurations"]:
+        print(f"  {records[0]['missing_configurations']} configurations are another shard's and not done yet")
+    print(f"wrote\t{outcome.finetune_results}")
 
 
 def command_prune(args: argparse.Namespace) -> int:
@@ -83,9 +123,12 @@ def command_prune(args: argparse.Namespace) -> int:
     if outcome.budget_summary:
         print(f"random heads within budgets (heads kept), {settings.draws} draws each:")
         for row in outcome.budget_summary:
+            note = f"  [{row['note']}]" if row.get("note") else ""
             print(f"  {row['budget']:<24} {row['percent']:5.1f}% pruned  {label} {row[column]:.2f} ± {row[column + '_std']:.2f}"
-                  f"  ({row['delta']:+.2f}; {row['significant']} of {row['draws']} draws significant)")
+                  f"  ({row['delta']:+.2f}; {row['significant']} of {row['draws']} draws significant){note}")
         print(f"wrote\t{outcome.budget_files}")
+    if outcome.finetune_records:
+        print_finetuned(outcome, label)
     return 0
 
 
@@ -118,6 +161,7 @@ def add_parser(commands) -> None:
     _add_curve_arguments(prune)
     _add_score_file_arguments(prune)
     _add_budget_arguments(prune)
+    _add_finetune_arguments(prune)
     add_tuning_arguments(
         prune, "also draw each curve of --tune-orders (default: every --orders) with each mask tuned "
         "by least squares (Kwon et al. 2022): the order named ORDER+tuned; tunings are stored under OUT/tuning",
@@ -200,3 +244,48 @@ def _add_budget_arguments(prune) -> None:
         "--type-budget", action="append", metavar="BUDGET",
         help="heads kept in each attention type, e.g. '(14,31,30)' (Budhraja et al. Table 3); repeatable",
     )
+    prune.add_argument(
+        "--random-level", action="append", type=float, metavar="PERCENT",
+        help="PERCENT of all heads pruned at random, at least one head kept in every layer of every attention "
+        "type (Budhraja et al. Tables 1 and 4; rounded up to whole heads); repeatable",
+    )
+    prune.add_argument(
+        "--layer-strategy", action="append", metavar="STRATEGY",
+        help="every head of whole layers pruned by position: [TYPE:]NAME[:K] with NAME top, bottom, top+bottom, "
+        "middle (K layers) or even, odd, e.g. 'middle:2', 'enc-enc:top:1' (Budhraja et al. Tables 5 and 6; "
+        "without TYPE every attention type); repeatable",
+    )
+    prune.add_argument(
+        "--budhraja-tables", metavar="TABLES",
+        help="every configuration of these tables of Budhraja et al. (2020) derived for the model's depth and "
+        "heads (docs/pruning.md): 1 random levels 25-81%% and one head per layer; 2 important layers kept or "
+        "pruned; 3 per-type budgets; 4 BERT's levels 10-90%%; 5, 6 layer strategies; comma-separated or 'all'",
+    )
+
+
+def _add_finetune_arguments(prune) -> None:
+    """Budhraja et al.'s protocol: every configuration fine-tuned with its pruned heads held at zero."""
+    group = prune.add_argument_group(
+        "fine-tuning every configuration (Budhraja et al. 2020's protocol)",
+        "Every budget's draws and layer strategies (and the curves' steps at --finetune-levels) are fine-tuned "
+        "from the checkpoint with their heads held at zero, on the training split of DATA, with the checkpoint's "
+        "own optimizer, criterion and batch size, then scored again; the unpruned model fine-tuned alike is the "
+        "control. Results in OUT/finetune/results.json; finished configurations are kept, a killed fine-tune "
+        "resumes from its last save.")
+    length = group.add_mutually_exclusive_group()
+    length.add_argument("--finetune-updates", type=int, default=0, metavar="N",
+                        help="fine-tune each configuration for N updates (default 0: no fine-tuning)")
+    length.add_argument("--finetune-epochs", type=int, default=0, metavar="N",
+                        help="or for N epochs (the paper: 30 for its Transformer, 10 for BERT)")
+    group.add_argument("--finetune-lr", type=float, metavar="LR",
+                       help=f"constant learning rate after the warm-up (default: {FINETUNE_LR_SHARE:g} of the "
+                       "checkpoint's peak rate)")
+    group.add_argument("--finetune-warmup", type=int, metavar="N",
+                       help=f"linear warm-up updates (default: {FINETUNE_WARMUP_SHARE:g} of --finetune-updates; "
+                       "0 with --finetune-epochs)")
+    group.add_argument("--finetune-levels", metavar="P,...",
+                       help="also fine-tune every curve's step at these %% of heads pruned (e.g. 50,60)")
+    group.add_argument("--config-shard", default="1/1", metavar="I/K",
+                       help="fine-tune only the I-th of K shares of the configurations (a Slurm array task: "
+                       "I=$SLURM_ARRAY_TASK_ID+1); every share writes to the same OUT, and the last to finish "
+                       "merges results.json (default 1/1)")

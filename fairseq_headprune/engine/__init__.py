@@ -25,6 +25,7 @@ EXPORTS = {
     "run_importance": _PIPELINES + "importance",
     "run_ablation": _PIPELINES + "ablate",
     "run_prune": _PIPELINES + "prune",
+    "checkpoint_compensation": _PIPELINES + "compensation",
     "run_dynamics": _PIPELINES + "dynamics",
     **{name: _PIPELINES + "search" for name in ("run_search", "run_latency")},
     "run_export": _PIPELINES + "export",

@@ -15,7 +15,6 @@ from ..constants import (
     CLASSIFIER_FAMILY,
     COST_KINDS,
     DEFAULT_CONFIGS_PER_BATCH,
-    DEFAULT_DRAWS,
     DEFAULT_GRANULARITY,
     DEFAULT_HELD_ASIDE,
     DEFAULT_IMPORTANCE_LOSS,
@@ -25,7 +24,6 @@ from ..constants import (
     DEFAULT_MAX_CONDITION,
     DEFAULT_TUNE_LAYERS,
     TUNE_LAYERS,
-    DEFAULT_PRUNING_SEED,
     DEFAULT_SCALE_BOUND,
     DEFAULT_SEQUENCE_LENGTH,
     DEFAULT_STEP_PERCENT,
@@ -38,12 +36,8 @@ from ..constants import (
     LANGUAGE_MODEL_FAMILY,
     LATENCY_ENGINES,
     MODEL_FAMILIES,
-    ORDERS,
     PRUNED_STRUCTURES,
     QUANTIZATIONS,
-    STRUCTURE_ORDERS,
-    X_AXES,
-    SCOPES,
     TRANSLATION_FAMILY,
 )
 from ..errors import HeadMaskError, SettingsError
@@ -343,72 +337,6 @@ class LatencySettings:
         _one_of(self.quantization, QUANTIZATIONS, "--quantization")
         if self.engine == FAIRSEQ_ENGINE and self.quantization != "float32":
             raise SettingsError("--quantization times a CTranslate2 model: add --engine ctranslate2")
-
-
-@dataclass
-class PruneSettings:
-    """``prune``: pruning curves (Michel et al. sections 4.2, 5) and random budgets (Budhraja et al.)."""
-
-    sweep: SweepSettings
-    curve: CurveSettings = field(default_factory=CurveSettings)
-    orders: List[str] = field(default_factory=lambda: ["importance"])
-    scopes: List[str] = field(default_factory=lambda: ["all"])
-    importance_file: Optional[str] = None  # importance.json to rank by, instead of estimating
-    ablation_file: Optional[str] = None  # single.json/.tsv of ablate --mode single
-    draws: int = DEFAULT_DRAWS
-    pruning_seed: int = DEFAULT_PRUNING_SEED
-    layer_budgets: List[str] = field(default_factory=list)
-    type_budgets: List[str] = field(default_factory=list)
-    fisher_file: Optional[str] = None  # Fisher scores and blocks for the fisher orders, instead of estimating
-    tuning: Optional[TuningSettings] = None  # --tune-masks: also every curve of tune_orders with tuned masks
-    tune_orders: List[str] = field(default_factory=list)
-    gate_masks: List[str] = field(default_factory=list)  # masks learned by headprune_gates: the gates order
-    structure: str = "heads"  # heads; ffn: FFN neurons by an order or searched; joint: heads and neurons searched
-    x_axis: Optional[str] = None  # units (heads or neurons pruned) or flops (layers' FLOPs removed); None: by structure
-    sequence_length: int = DEFAULT_SEQUENCE_LENGTH  # attended positions of the attention FLOPs (the flops axis)
-
-    def __post_init__(self):
-        self._check_structure()
-        if self.gate_masks and "gates" not in self.orders:
-            self.orders = list(self.orders) + ["gates"]
-        if "gates" in self.orders and not self.gate_masks:
-            raise SettingsError("--orders gates needs --gate-masks FILE... (mask --from-gates of trained gates)")
-        if "gates" in self.orders and self.scopes != ["all"]:
-            raise SettingsError("--gate-masks: learned masks cover every attention type; use --scopes all")
-        if self.tuning is not None:
-            self.tuning.refuse_evaluation_split(self.sweep.gen_subset)
-            unknown = [o for o in self.tune_orders if o not in self.orders]
-            if unknown:
-                raise SettingsError(f"--tune-orders {unknown[0]}: not one of --orders ({', '.join(self.orders)})")
-        for value, allowed, option in ((self.orders, ORDERS, "--orders"), (self.scopes, SCOPES, "--scopes")):
-            unknown = [v for v in value if v not in allowed]
-            if unknown:
-                raise SettingsError(f"{option}: unknown value {unknown[0]!r} (expected {', '.join(allowed)})")
-        if not (self.orders and self.scopes) and not (self.layer_budgets or self.type_budgets):
-            raise SettingsError("nothing to do: no --orders/--scopes and no --layer-budget/--type-budget")
-        _refuse(self.draws <= 0, f"--draws must be positive, got {self.draws}")
-        if "ablation" in self.orders and not self.ablation_file:
-            raise SettingsError("--orders ablation needs --ablation FILE (single.json of ablate --mode single)")
-
-    def _check_structure(self) -> None:
-        """FFN and joint curves: every FFN layer (scope all), their own orders, no head budgets, tuning or gates."""
-        _one_of(self.structure, PRUNED_STRUCTURES, "--structure")
-        if self.x_axis is None:
-            self.x_axis = "flops" if self.structure == "joint" else "units"
-        _one_of(self.x_axis, X_AXES, "--x-axis")
-        _positive(self.sequence_length, "--sequence-length")
-        if self.structure == "heads":
-            return
-        what = f"--structure {self.structure}"
-        if self.x_axis == "units" and self.structure == "joint":
-            raise SettingsError(f"{what} prunes heads and neurons together: its x-axis is --x-axis flops")
-        unknown = [o for o in self.orders if o not in STRUCTURE_ORDERS[self.structure]]
-        if unknown:
-            raise SettingsError(f"--orders {unknown[0]}: not an order of {what} "
-                                f"({', '.join(STRUCTURE_ORDERS[self.structure])})")
-        for given, option in ((self.scopes != ["all"], "--scopes"), (self.layer_budgets, "--layer-budget"),
-                              (self.type_budgets, "--type-budget"), (self.gate_masks, "--gate-masks")):
-            _refuse(given, f"{option}: for head curves only; {what} prunes every FFN layer")
 
 
 @dataclass

@@ -34,7 +34,7 @@ def module_prefixes(weights: Dict[str, torch.Tensor]) -> Dict[str, str]:
     return _MODULE_PREFIXES
 
 
-def _unpack_in_proj(weights: Dict[str, torch.Tensor], prefix: str) -> None:
+def unpack_in_proj(weights: Dict[str, torch.Tensor], prefix: str) -> None:
     """Old checkpoints pack q, k, v into in_proj_*; split them as fairseq does on load."""
     for kind in ("weight", "bias"):
         packed = weights.pop(prefix + "in_proj_" + kind, None)
@@ -49,7 +49,7 @@ def shrink_state_dict(weights: Dict[str, torch.Tensor], head_mask: HeadMask) -> 
     for attention_type, mask in head_mask.items():
         for layer, layer_mask in enumerate(mask):
             prefix = prefixes[attention_type].format(layer)
-            _unpack_in_proj(weights, prefix)
+            unpack_in_proj(weights, prefix)
             heads = layer_mask.numel()
             width = weights[prefix + "q_proj.weight"].size(0)
             if width % heads:

@@ -95,10 +95,15 @@ def training_config(start: str, data: str, save_dir: str, family: str, settings:
         for flag in ("reset_optimizer", "reset_lr_scheduler", "reset_meters", "reset_dataloader", "no_save",
                      "no_last_checkpoints"):
             checkpoint[flag] = False
-        checkpoint.no_epoch_checkpoints = checkpoint.no_save_optimizer_state = True
-        checkpoint.save_interval_updates, checkpoint.keep_best_checkpoints = 0, -1
+        checkpoint.no_epoch_checkpoints = True
+        # resumable: checkpoint_last.pt with the optimizer every save_interval updates (fairseq reseeds each update
+        # from seed + updates, and restores the data iterator's position, so a resumed run continues the same run)
+        # (with --finetune-epochs, checkpoint_last.pt at each epoch's end is the resume point)
+        checkpoint.no_save_optimizer_state = not (settings.save_interval or settings.epochs)
+        checkpoint.save_interval_updates, checkpoint.keep_best_checkpoints = settings.save_interval, -1
+        checkpoint.keep_interval_updates = 1 if settings.save_interval else -1
         optimization = cfg.optimization
-        optimization.max_update, optimization.max_epoch, optimization.stop_time_hours = settings.updates, 0, 0.0
+        optimization.max_update, optimization.max_epoch, optimization.stop_time_hours = settings.updates, settings.epochs, 0.0
         optimization.lr = [lr]
         if cfg.optimizer is not None and "lr" in cfg.optimizer:
             cfg.optimizer.lr = [lr]

@@ -16,7 +16,8 @@ from ...study.output.files import file_sha256, first_difference
 from ...study.masks.ffn_mask import FfnMask, ffn_mask_to_spec
 from ...study.masks.head_mask import HeadMask, combine_masks, head_mask_to_spec, read_mask_file
 from ...study.methods.pruning import TUNED_SUFFIX, PruneStep, mask_name
-from ...study.settings import ImportanceSettings, PruneSettings, SweepSettings, TuningSettings
+from ...study.prune_settings import PruneSettings
+from ...study.settings import ImportanceSettings, SweepSettings, TuningSettings
 from ...study.methods.least_squares_tuning import MaskTuning, read_tuning, write_tuning
 from ..runtime.ranks import current_ranks
 from ...modules.masked_ffn import ffn_layout

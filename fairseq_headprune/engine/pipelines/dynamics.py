@@ -17,7 +17,8 @@ from ...errors import StudyError
 from ...study.output.files import write_rows_tsv
 from ...study.methods.epoch_curves import epoch_checkpoints, markdown_dynamics, relative_rows
 from ...study.output.files import file_sha256, write_json, write_text
-from ...study.settings import DynamicsSettings, PruneSettings
+from ...study.prune_settings import PruneSettings
+from ...study.settings import DynamicsSettings
 from ...study.output.plots import plot_dynamics
 from ..checkpoints.info import load_checkpoint_state, model_config, state_head_layout
 from ..runtime.ranks import current_ranks

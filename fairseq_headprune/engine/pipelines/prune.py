@@ -22,7 +22,10 @@ from ...study.methods.ablation import BASELINE, HeadConfig, baseline_config
 from ...study.output.files import write_rows_tsv
 from ...study.output.files import write_json, write_text
 from ...study.methods.importance_scores import read_fisher_file, read_importance_file
-from ...study.methods.budgets import parse_layer_budget, parse_type_budget, plan_budgets
+from ...study.methods.budgets import (level_budget, parse_layer_budget, parse_type_budget, plan_budgets,
+                                      strategy_budget)
+from ...study.methods.budhraja_configurations import paper_budgets
+from .finetune_configs import finetune_configurations, run_finetune_configs
 from ...study.methods.pruning import (
     TUNED_SUFFIX,
     CurvePlan,
@@ -49,7 +52,8 @@ from ...study.methods.structure_curves import (
     markdown_structure_curves,
     plan_structure_curves,
 )
-from ...study.settings import PruneSettings, SweepSettings
+from ...study.prune_settings import PruneSettings
+from ...study.settings import SweepSettings
 from ...modules.masked_ffn import current_ffn_mask, ffn_layout
 from ...modules.masked_multihead_attention import current_head_mask, head_layout
 from ..families import family_named
@@ -75,6 +79,8 @@ class PruneOutcome:
     budget_summary: List[Dict[str, object]] = field(default_factory=list)
     curve_files: List[str] = field(default_factory=list)  # written for the curves, relative to OUT
     budget_files: str = ""  # written for the budgets
+    finetune_records: List[Dict[str, object]] = field(default_factory=list)  # Budhraja et al.'s protocol
+    finetune_results: str = ""  # their file
     method_costs: Dict[str, Dict[str, object]] = field(default_factory=dict)  # per order: seconds, sentences
     curve_scopes: List[str] = field(default_factory=list)  # the curves' scopes (ffn, joint: the structure's)
     x_title: str = "the heads pruned"  # what the curves' x% is a share of
@@ -91,8 +97,7 @@ def run_prune(settings: PruneSettings) -> Optional[PruneOutcome]:
     cfg, task, model = family.load(sweep_settings.data, sweep_settings.checkpoint, sweep_settings.generation_args,
                                    cpu=sweep_settings.cpu)
     layout = head_layout(model)
-    budgets = [parse_layer_budget(text, layout) for text in settings.layer_budgets]
-    budgets += [parse_type_budget(text, layout) for text in settings.type_budgets]
+    budgets = study_budgets(settings, layout)
     # a file for another model fails before any work
     given = _given_importance(settings, layout)
     base_mask = current_head_mask(model)
@@ -131,8 +136,26 @@ def run_prune(settings: PruneSettings) -> Optional[PruneOutcome]:
     split = sweep_settings.gen_subset
     sweep = family.open_split_sweep(sweep_settings, cfg, task, model, split, split, sweep_settings.references)
     translated = sweep.run(list(configs.values()), base_mask)
-    if not current_ranks().is_main:
-        return None  # rank 0 tests and writes
+    ranks = current_ranks()
+    outcome = None
+    if ranks.is_main:  # rank 0 tests and writes
+        outcome, by_config = _tested_and_written(settings, layout, sweep, translated, configs, steps, budget_draws,
+                                                 (store, fisher_store, tuning_store), flops)
+    if settings.finetune is not None and settings.finetune.enabled:
+        chosen = finetune_configurations(settings, steps, budget_draws, by_config, outcome.baseline_score
+                                         ) if ranks.is_main else None
+        records = run_finetune_configs(settings, ranks.main_value(chosen))
+        if outcome is not None:
+            outcome.finetune_records = records
+            outcome.finetune_results = os.path.join(settings.sweep.out_dir, "finetune", "results.json")
+    return outcome
+
+
+def _tested_and_written(settings: PruneSettings, layout, sweep, translated, configs, steps, budget_draws, stores,
+                        flops):
+    """Rank 0: every configuration tested against the baseline, the curves' and budgets' files written."""
+    store, fisher_store, tuning_store = stores
+    split = settings.sweep.gen_subset
     baseline, rows = sweep.compare(translated, list(configs.values()))
     by_config = {row["config"]: sweep.result_columns(row) for row in rows}  # a step's columns in the metric
     record = dict(sweep.settings_record(baseline), **_study_record(settings, store, fisher_store, tuning_store, steps))
@@ -144,7 +167,20 @@ def run_prune(settings: PruneSettings) -> Optional[PruneOutcome]:
         _write_curves(settings, steps, by_config, record, outcome)
     if budget_draws:
         _write_budgets(settings, layout, budget_draws, by_config, record, outcome)
-    return outcome
+    return outcome, by_config
+
+
+def study_budgets(settings: PruneSettings, layout):
+    """Budhraja et al.'s configurations asked for, in the order given, each once (by label)."""
+    budgets = [parse_layer_budget(text, layout) for text in settings.layer_budgets]
+    budgets += [parse_type_budget(text, layout) for text in settings.type_budgets]
+    budgets += [level_budget(level, layout) for level in settings.random_levels]
+    budgets += [strategy_budget(text, layout) for text in settings.layer_strategies]
+    budgets += paper_budgets(settings.budhraja_tables, layout) if settings.budhraja_tables else []
+    unique = {}
+    for budget in budgets:
+        unique.setdefault(budget.label, budget)
+    return list(unique.values())
 
 
 def _head_curve_steps(settings: PruneSettings, loaded, plan: CurvePlan, given, ablation_rows, base_mask):
@@ -392,7 +428,7 @@ def _write_budgets(settings: PruneSettings, layout, budget_draws, by_config, rec
     rows = []
     for budget, draw, head_mask in budget_draws:
         row = {"budget": budget.label, "kind": budget.kind, "draw": draw,
-               "percent": budget.pruned_percent(layout)}
+               "percent": budget.pruned_percent(layout), "note": budget.note}
         row.update(by_config[mask_name(head_mask)])
         rows.append(row)
     write_result_rows(os.path.join(out, "budgets"), rows, record)
@@ -401,7 +437,8 @@ def _write_budgets(settings: PruneSettings, layout, budget_draws, by_config, rec
     write_rows_tsv(summary, os.path.join(out, "budgets_summary.tsv"))
     write_json({"settings": record, "rows": summary}, os.path.join(out, "budgets_summary.json"), indent=1)
     caption = table_caption(
-        settings.sweep, f"Heads kept at random within each budget (mean ± std over {settings.draws} draws)",
+        settings.sweep, f"Heads kept at random within each budget (mean ± std over {settings.draws} draws; "
+        "whole-layer strategies: one fixed mask)",
         settings.sweep.gen_subset,
     )
     write_text(markdown_budgets(summary, outcome.baseline_score, caption, metric.column, metric.label),

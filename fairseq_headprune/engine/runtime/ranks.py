@@ -15,8 +15,9 @@ The collectives run over gloo (CPU tensors), so the same code shards over
 CPU processes or over GPUs (each rank on ``cuda:LOCAL_RANK``).
 """
 
+import contextlib
 import os
-from typing import Any, List, Optional
+from typing import Iterator, Any, List, Optional
 
 from ...errors import StudyError
 import torch
@@ -76,6 +77,19 @@ class Ranks:
 
 
 _current: Optional[Ranks] = None
+
+
+@contextlib.contextmanager
+def alone() -> Iterator[Ranks]:
+    """Inside: this process is a study of one rank (work a rank does by itself, such as one fine-tuned
+    configuration's sweep); the ranks it belongs to again after."""
+    global _current
+    outer = current_ranks()
+    _current = Ranks()
+    try:
+        yield _current
+    finally:
+        _current = outer
 
 
 def current_ranks() -> Ranks:

@@ -1,15 +1,24 @@
-"""Budhraja et al. (2020): heads kept at random within a budget.
+"""Budhraja et al. (2020): heads kept at random within a budget, and whole layers pruned by position.
 
-Their per-layer budgets (``888444`` strings: heads kept in each layer, one
-group per attention type) and per-type totals (``(14,31,30)`` triples: heads
-kept in Enc-Enc, Enc-Dec and Dec-Dec), and seeded draws of the heads kept.
-Nothing here touches fairseq.
+Their configurations, each a ``Budget``:
+
+- per layer (``888444`` strings: heads kept in each layer, one group per
+  attention type; Table 2);
+- per type (``(14,31,30)`` triples: heads kept in Enc-Enc, Enc-Dec and
+  Dec-Dec; Table 3);
+- a level (``60%`` of all heads pruned at random, at least one head kept in
+  every layer of every type; Tables 1 and 4);
+- whole layers (``middle:2``; Tables 5 and 6, ``layer_strategies``): no draw, the
+  same mask every time.
+
+and seeded draws of the heads kept. Nothing here touches fairseq.
 """
 
+import math
 import re
 import zlib
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -17,28 +26,52 @@ import torch
 from ...constants import ATTENTION_TYPES
 from ...errors import HeadMaskError
 from ..masks.head_mask import HeadLayout, HeadMask
+from .layer_strategies import LayerStrategy, parse_layer_strategy, strategy_mask
+
+BUDGET_KINDS = ("per-layer", "per-type", "level", "layers")
 
 
 @dataclass
 class Budget:
-    """Budhraja et al.'s structured random configurations: heads kept, per layer or per type."""
+    """One of Budhraja et al.'s configurations: which heads are kept, at random within a budget or by position."""
 
     label: str  # as the user wrote it, normalised
     per_layer: Optional[Dict[str, List[int]]] = None
     per_type: Optional[Dict[str, int]] = None
+    level: Optional[int] = None  # heads pruned anywhere (a level), each layer keeping at least ``min_per_layer``
+    min_per_layer: int = 0
+    strategy: Optional[LayerStrategy] = None  # whole layers pruned
+    note: str = ""  # where the configuration comes from (``Table 2, 25%, important layers kept``)
 
     @property
     def kind(self) -> str:
-        return "per-layer" if self.per_layer is not None else "per-type"
+        if self.per_layer is not None:
+            return "per-layer"
+        if self.per_type is not None:
+            return "per-type"
+        return "level" if self.level is not None else "layers"
+
+    @property
+    def random(self) -> bool:
+        """Whether the heads are drawn (a whole-layer strategy is one fixed mask)."""
+        return self.strategy is None
 
     def kept(self, layout: HeadLayout) -> Dict[str, int]:
         if self.per_type is not None:
             return dict(self.per_type)
-        return {t: sum(counts) for t, counts in self.per_layer.items()}
+        if self.per_layer is not None:
+            return {t: sum(counts) for t, counts in self.per_layer.items()}
+        if self.strategy is not None:
+            pruned = strategy_mask(self.strategy, layout)
+            return {t: int(m.sum()) for t, m in pruned.items()}
+        return {"all": _total(layout) - self.level}
 
     def pruned_percent(self, layout: HeadLayout) -> float:
-        total = sum(layers * heads for layers, heads in layout.values())
-        return 100.0 * (total - sum(self.kept(layout).values())) / total
+        return 100.0 * (_total(layout) - sum(self.kept(layout).values())) / _total(layout)
+
+
+def _total(layout: HeadLayout) -> int:
+    return sum(layers * heads for layers, heads in layout.values())
 
 
 def _types_with_layers(layout: HeadLayout) -> List[str]:
@@ -107,10 +140,41 @@ def parse_type_budget(text: str, layout: HeadLayout) -> Budget:
     return Budget("(" + ",".join(items) + ")", per_type=per_type)
 
 
+def level_budget(percent: float, layout: HeadLayout, min_per_layer: int = 1) -> Budget:
+    """``percent`` of all heads pruned at random (rounded up, as the curves' steps), ``min_per_layer`` kept in each
+    layer of each type; a level that cannot keep them is a ``HeadMaskError``."""
+    if not 0 < percent < 100:
+        raise HeadMaskError(f"random level {percent:g}%: a level is a share of the heads pruned, above 0 and below 100")
+    total, layers = _total(layout), sum(count for count, _ in layout.values())
+    pruned = math.ceil(percent * total / 100 - 1e-9)
+    most = total - min_per_layer * layers
+    if pruned > most:
+        raise HeadMaskError(
+            f"random level {percent:g}% prunes {pruned} of {total} heads, which cannot keep {min_per_layer} head(s) "
+            f"in every one of the model's {layers} layers (at most {most} heads, {100.0 * most / total:.1f}%)")
+    return Budget(f"{percent:g}%", level=pruned, min_per_layer=min_per_layer)
+
+
+def one_head_per_layer_budget(layout: HeadLayout) -> Budget:
+    """Every layer of every type keeps exactly one head, at random (the paper's 87% on its 8-head model)."""
+    layers = sum(count for count, _ in layout.values())
+    return Budget("one head per layer", level=_total(layout) - layers, min_per_layer=1)
+
+
+def strategy_budget(text: str, layout: HeadLayout) -> Budget:
+    """Whole layers pruned by position (``layer_strategies``)."""
+    strategy = parse_layer_strategy(text, layout)
+    return Budget(strategy.label, strategy=strategy)
+
+
 def budget_mask(budget: Budget, layout: HeadLayout, seed: int, draw: int) -> HeadMask:
-    """Heads kept at random within the budget, reproducible from (seed, draw, budget)."""
-    head_mask = {t: torch.zeros(layers, heads) for t, (layers, heads) in layout.items()}
+    """Heads kept at random within the budget, reproducible from (seed, draw, budget); a strategy's fixed mask."""
+    if budget.strategy is not None:
+        return strategy_mask(budget.strategy, layout)
     rng = np.random.default_rng([seed, draw, zlib.crc32(budget.label.encode())])
+    if budget.level is not None:
+        return _level_mask(budget, layout, rng)
+    head_mask = {t: torch.zeros(layers, heads) for t, (layers, heads) in layout.items()}
     for attention_type in _types_with_layers(layout):
         layers, heads = layout[attention_type]
         if budget.per_layer is not None:
@@ -124,6 +188,23 @@ def budget_mask(budget: Budget, layout: HeadLayout, seed: int, draw: int) -> Hea
     return head_mask
 
 
+def _level_mask(budget: Budget, layout: HeadLayout, rng: np.random.Generator) -> HeadMask:
+    """``budget.level`` heads pruned: first ``min_per_layer`` heads of every layer drawn to stay, then the pruned
+    heads drawn uniformly from all the others (every head outside the kept minimum equally likely)."""
+    head_mask = {t: torch.ones(layers, heads) for t, (layers, heads) in layout.items()}
+    candidates: List[Tuple[str, int, int]] = []
+    for attention_type in _types_with_layers(layout):
+        layers, heads = layout[attention_type]
+        for layer in range(layers):
+            kept = set(rng.choice(heads, size=budget.min_per_layer, replace=False).tolist())
+            candidates += [(attention_type, layer, head) for head in range(heads) if head not in kept]
+    for index in rng.choice(len(candidates), size=budget.level, replace=False).tolist():
+        attention_type, layer, head = candidates[index]
+        head_mask[attention_type][layer, head] = 0.0
+    return head_mask
+
+
 def plan_budgets(budgets: Sequence[Budget], layout: HeadLayout, seed: int, draws: int):
-    """(budget, draw, mask) for every draw of every budget."""
-    return [(budget, draw, budget_mask(budget, layout, seed, draw)) for budget in budgets for draw in range(1, draws + 1)]
+    """(budget, draw, mask) for every draw of every budget (one for a whole-layer strategy)."""
+    return [(budget, draw, budget_mask(budget, layout, seed, draw))
+            for budget in budgets for draw in range(1, (draws if budget.random else 1) + 1)]

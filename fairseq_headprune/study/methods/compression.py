@@ -23,6 +23,7 @@ from typing import Dict, List, Optional, Tuple
 
 from ...constants import CLASSIFIER_FAMILY, MODEL_FAMILIES
 from ...errors import SettingsError
+from ..prune_settings import FINETUNE_LR_SHARE, FINETUNE_WARMUP_SHARE, FinetuneSettings  # noqa: F401
 from ..settings import EXPORT_FORMATS, QUANTIZATIONS, ImportanceSettings, SweepSettings, TuningSettings
 
 # what a target can count, and how it is searched: (search --structure, search --cost)
@@ -36,8 +37,6 @@ REPORT_FORMAT = "fairseq-headprune compress report 1"
 DEFAULT_SPEED_BATCH_SIZES = (1, 64)
 DEFAULT_SPEED_SENTENCES = 300
 DEFAULT_SPEED_REPEATS = 3
-FINETUNE_LR_SHARE = 0.1  # default fine-tuning learning rate: this share of the checkpoint's own peak rate
-FINETUNE_WARMUP_SHARE = 0.1  # default warm-up: this share of the updates
 
 
 @dataclass(frozen=True)
@@ -88,31 +87,6 @@ def parse_target(text: str) -> CompressTarget:
     if percent <= 0:
         raise SettingsError(f"--target {text} keeps nothing; give a share above 0%")
     return CompressTarget(kind, percent)
-
-
-@dataclass
-class FinetuneSettings:
-    """Fine-tuning with the pruned units held at zero (fairseq-train, the plugin's task and masks)."""
-
-    updates: int = 0  # 0: no fine-tuning
-    lr: Optional[float] = None  # None: FINETUNE_LR_SHARE of the checkpoint's peak learning rate
-    warmup: Optional[int] = None  # None: FINETUNE_WARMUP_SHARE of the updates
-
-    def __post_init__(self):
-        if self.updates < 0:
-            raise SettingsError(f"--finetune-updates must be 0 or more, got {self.updates}")
-        if self.lr is not None and not self.lr > 0:
-            raise SettingsError(f"--finetune-lr must be positive, got {self.lr:g}")
-        if self.warmup is not None and self.warmup < 0:
-            raise SettingsError(f"--finetune-warmup must be 0 or more, got {self.warmup}")
-        if not self.updates and (self.lr is not None or self.warmup is not None):
-            raise SettingsError("--finetune-lr and --finetune-warmup go with --finetune-updates N")
-
-    def learning_rate(self, checkpoint_lr: float) -> float:
-        return self.lr if self.lr is not None else FINETUNE_LR_SHARE * checkpoint_lr
-
-    def warmup_updates(self) -> int:
-        return self.warmup if self.warmup is not None else int(FINETUNE_WARMUP_SHARE * self.updates)
 
 
 @dataclass

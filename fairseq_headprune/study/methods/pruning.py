@@ -364,7 +364,7 @@ def _summarize(rows, keys: Sequence[str], shared: Sequence[str], column: str = "
         mean, std = mean_and_std([m[column] for m in members])
         delta, _ = mean_and_std([m["delta"] for m in members])
         entry = dict(zip(keys, key))
-        entry.update({field: members[0][field] for field in shared})
+        entry.update({field: members[0].get(field) for field in shared})
         entry.update({column: mean, f"{column}_std": std, "delta": delta, "draws": len(members),
                       "significant": sum(bool(m["significant"]) for m in members)})
         summary.append(entry)
@@ -382,7 +382,7 @@ def summarize_curves(rows: Sequence[Dict[str, object]], column: str = "bleu", sh
 
 def summarize_budgets(rows: Sequence[Dict[str, object]], column: str = "bleu") -> List[Dict[str, object]]:
     """One row per budget: the score's mean and standard deviation over draws."""
-    return _summarize(rows, ("budget",), ("kind", "percent"), column)
+    return _summarize(rows, ("budget",), ("kind", "percent", "note"), column)
 
 
 def markdown_curves(summary: Sequence[Dict[str, object]], baseline_bleu: float, caption: str,
@@ -428,6 +428,12 @@ def markdown_budgets(summary: Sequence[Dict[str, object]], baseline_bleu: float,
             f"| `{row['budget']}` | {row['kind']} | {row['percent']:.1f} | {row[column]:.2f} ± {row[column + '_std']:.2f} "
             f"| {row['delta']:+.2f} | {row['significant']} of {row['draws']} |\n"
         )
+    if any(row.get("note") for row in summary):  # Budhraja et al.'s configurations: which table and row
+        lines[1] = lines[1].replace(" | kind |", " | kind | paper |")
+        lines[2] = "|---|---|---|---:|---:|---:|---:|\n"
+        lines[3] = lines[3].replace("| all heads | |", "| all heads | | |")
+        for index, row in enumerate(summary, start=4):
+            lines[index] = lines[index].replace(f" | {row['kind']} |", f" | {row['kind']} | {row.get('note') or ''} |", 1)
     return "".join(lines)
 
 

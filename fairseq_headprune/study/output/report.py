@@ -21,6 +21,7 @@ REPORT = "report.md"
 DEFAULT_TITLE = "fairseq-headprune study"
 
 
+from .finetune_report import section_finetune
 from .structures_report import section_structures
 from ..methods.comparison import describe_goal, goal_check, markdown_costs
 
@@ -376,11 +377,15 @@ def _section_findings(study: _Study) -> str:
     rows = paper_findings(lambda relative: study.json(relative) if study.exists(relative) else None)
     if not rows:
         return ""
-    reproduced = sum(1 for row in rows if row[-1])
+    judged = [row for row in rows if row[-1] is not None]
+    reproduced = sum(1 for row in judged if row[-1])
+    unjudged = len(rows) - len(judged)
     return (
         "## What reproduces\n\n"
         f"Each finding of the papers, checked against this study's numbers by the rule in the fourth column: "
-        f"{reproduced} of {len(rows)} reproduce.\n\n" + markdown_findings(rows) + "\n"
+        f"{reproduced} of {len(judged)} reproduce"
+        + (f"; {unjudged} measured under another protocol than the paper's are shown, not judged" if unjudged else "")
+        + ".\n\n" + markdown_findings(rows) + "\n"
     )
 
 
@@ -391,6 +396,7 @@ SECTIONS = [
     ("ablation/single.json", _section_single),
     ("ablation/all_but_one_best.json", _section_all_but_one),
     ("pruning", _section_pruning),
+    ("pruning/finetune/results.json", section_finetune),
     ("comparison/prune_curves.all.json", _section_comparison),
     ("structures", section_structures),
     ("shrink/speed.json", _section_speed),

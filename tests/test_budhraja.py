@@ -1,0 +1,196 @@
+"""Budhraja et al. (2020)'s configurations: layer strategies, random levels, the paper's tables, compensation.
+
+References: the paper's own layer lists and counts (Tables 1-6, for its
+12-layer BERT and 6-layer Transformer), and for compensation a direct
+per-head computation over the raw state dicts of two checkpoints.
+"""
+
+import math
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from fairseq_headprune.errors import HeadMaskError, SettingsError
+from fairseq_headprune.study.methods.budgets import budget_mask, level_budget, one_head_per_layer_budget, plan_budgets
+from fairseq_headprune.study.methods.budhraja_configurations import (
+    TABLE2, paper_budgets, parse_tables, resample_profile, table1_budgets, table2_budgets, table3_budgets)
+from fairseq_headprune.study.methods.compensation import measure_compensation
+from fairseq_headprune.study.methods.layer_strategies import (
+    PAPER_COUNTS, parse_layer_strategy, paper_strategies, strategy_mask)
+
+BERT = {"enc-enc": (12, 12)}
+PAPER_TRANSFORMER = {"enc-enc": (6, 8), "enc-dec": (6, 8), "dec-dec": (6, 8)}
+DEMO = {"enc-enc": (3, 8), "enc-dec": (3, 8), "dec-dec": (3, 8)}
+
+
+@pytest.mark.parametrize("text, layers", [
+    ("top:1", [12]), ("top:3", [10, 11, 12]), ("bottom:3", [1, 2, 3]), ("bottom:8", list(range(1, 9))),
+    ("top+bottom:2", [1, 12]), ("top+bottom:4", [1, 2, 11, 12]), ("top+bottom:6", [1, 2, 3, 10, 11, 12]),
+    ("middle:2", [6, 7]), ("middle:4", [5, 6, 7, 8]), ("middle:6", [4, 5, 6, 7, 8, 9]),
+    ("middle:8", [3, 4, 5, 6, 7, 8, 9, 10]),
+    ("even", [2, 4, 6, 8, 10, 12]), ("odd", [1, 3, 5, 7, 9, 11]),
+])
+def test_layer_strategies_expand_to_the_papers_layers_of_a_12_layer_model(text, layers):
+    strategy = parse_layer_strategy(text, BERT)
+    assert strategy.layers(12) == layers
+    mask = strategy_mask(strategy, BERT)["enc-enc"]
+    assert [layer + 1 for layer in range(12) if mask[layer].sum() == 0] == layers
+    assert all(mask[layer - 1].sum() == 0 for layer in layers)
+    assert int(mask.sum()) == 12 * (12 - len(layers))
+
+
+def test_paper_strategies_at_12_layers_are_tables_5_and_6_exactly():
+    table5 = {s.label for s in paper_strategies(12, (5,))}
+    expected = {f"{name}:{k}" for name, counts in PAPER_COUNTS.items() for k in counts}
+    assert table5 == expected
+    table6 = {s.label for s in paper_strategies(12, (6,))}
+    assert table6 == {"top:6", "bottom:6", "even", "odd", "top+bottom:6", "middle:6"}
+    # every Table 6 strategy prunes half of the layers
+    assert all(len(s.layers(12)) == 6 for s in paper_strategies(12, (6,)))
+
+
+def test_a_strategy_per_attention_type_prunes_that_type_only():
+    mask = strategy_mask(parse_layer_strategy("enc-dec:middle:1", DEMO), DEMO)
+    assert mask["enc-dec"][1].sum() == 0 and mask["enc-dec"].sum() == 16
+    assert mask["enc-enc"].sum() == 24 and mask["dec-dec"].sum() == 24
+
+
+@pytest.mark.parametrize("text, message", [
+    ("top:4", "prunes 4 layers; enc-enc has 3"), ("middle", "needs a number of layers"), ("odd:2", "takes no number"),
+    ("sideways:1", "unknown strategy or attention type"), ("top+bottom:1", "needs K >= 2"),
+])
+def test_a_strategy_the_model_cannot_take_is_one_clear_error(text, message):
+    with pytest.raises(HeadMaskError, match=message):
+        parse_layer_strategy(text, DEMO)
+
+
+def test_the_87_percent_sampler_keeps_exactly_one_head_per_layer_of_each_type():
+    budget = one_head_per_layer_budget(PAPER_TRANSFORMER)
+    assert budget.pruned_percent(PAPER_TRANSFORMER) == pytest.approx(87.5)
+    kept_heads = set()
+    for draw in range(1, 21):
+        mask = budget_mask(budget, PAPER_TRANSFORMER, seed=1, draw=draw)
+        for attention_type, values in mask.items():
+            assert values.sum(dim=1).tolist() == [1.0] * 6, (attention_type, draw)
+            kept_heads |= {(attention_type, layer, int(values[layer].argmax())) for layer in range(6)}
+    # the kept head is drawn, not fixed: over 20 draws most of the 144 heads are kept at least once
+    assert len(kept_heads) > 100
+
+
+@pytest.mark.parametrize("percent", [25, 35, 50, 55, 60, 75, 81])
+def test_random_levels_prune_the_rounded_up_count_and_keep_a_head_in_every_layer(percent):
+    budget = level_budget(percent, PAPER_TRANSFORMER)
+    assert budget.level == math.ceil(percent * 144 / 100)
+    for draw in (1, 2, 3):
+        mask = budget_mask(budget, PAPER_TRANSFORMER, seed=7, draw=draw)
+        assert sum(int((m == 0).sum()) for m in mask.values()) == budget.level
+        assert all(bool((m.sum(dim=1) >= 1).all()) for m in mask.values())
+    # draws differ, and the same (seed, draw) gives the same mask
+    first, again = (budget_mask(budget, PAPER_TRANSFORMER, seed=7, draw=1) for _ in range(2))
+    other = budget_mask(budget, PAPER_TRANSFORMER, seed=7, draw=2)
+    assert all(torch.equal(first[t], again[t]) for t in first)
+    assert not all(torch.equal(first[t], other[t]) for t in first)
+
+
+def test_a_level_that_cannot_keep_one_head_per_layer_is_refused():
+    with pytest.raises(HeadMaskError, match=r"cannot keep 1 head\(s\) in every one of the model's 9 layers"):
+        level_budget(90, DEMO)  # 65 of 72 pruned; at most 63 leave a head in each of 9 layers
+
+
+def test_table1_on_the_papers_model_has_its_levels_and_87_percent():
+    budgets = table1_budgets(PAPER_TRANSFORMER)
+    assert [round(b.pruned_percent(PAPER_TRANSFORMER)) for b in budgets] == [25, 35, 50, 56, 60, 75, 81, 88]
+    assert budgets[-1].label == "one head per layer"
+
+
+def test_table2_and_table3_reproduce_the_papers_counts_on_its_own_model():
+    # at the paper's depth and width the resampled profiles are the paper's digits
+    for profiles in TABLE2.values():
+        for profile in profiles:
+            assert resample_profile([int(c) for c in profile], 6, 8) == [int(c) for c in profile]
+    kept = [b for b in table2_budgets(PAPER_TRANSFORMER) if b.note.endswith("kept")]
+    assert [b.label for b in kept] == [" ".join(p) for p in TABLE2.values()]
+    # the "pruned" configurations are the kept ones reversed, layer by layer
+    pruned = [b for b in table2_budgets(PAPER_TRANSFORMER) if b.note.endswith("pruned")]
+    for keep, prune in zip(kept, pruned):
+        assert all(prune.per_layer[t] == keep.per_layer[t][::-1] for t in keep.per_layer)
+    triples = [tuple(b.per_type[t] for t in ("enc-enc", "enc-dec", "dec-dec")) for b in table3_budgets(PAPER_TRANSFORMER)]
+    assert triples[:3] == [(14, 31, 30), (31, 14, 30), (30, 31, 14)] and triples[-1] == (12, 9, 5)
+
+
+def test_table2_resampled_to_a_shallower_model_keeps_the_papers_share():
+    for level, profiles in TABLE2.items():
+        for profile in profiles:
+            counts = resample_profile([int(c) for c in profile], 3, 8)
+            paper_share = sum(int(c) for c in profile) / 48
+            assert all(1 <= c <= 8 for c in counts)
+            assert abs(sum(counts) / 24 - paper_share) <= 1 / 24 + 1e-9, (level, profile, counts)
+
+
+def test_paper_budgets_refuse_translation_tables_on_an_encoder_and_parse_table_lists():
+    with pytest.raises(SettingsError, match="Table 2 budgets the three attention types"):
+        paper_budgets([2], BERT)
+    assert parse_tables("all") == [1, 2, 3, 4, 5, 6] and parse_tables("3,1") == [1, 3]
+    with pytest.raises(SettingsError, match="expected table numbers from 1-6"):
+        parse_tables("7")
+    bert = paper_budgets([4, 5, 6], BERT)
+    assert sum(b.kind == "level" for b in bert) == 9  # 10 ... 90%: one head in each of 12 layers keeps 90% possible
+    assert len(plan_budgets(bert, BERT, seed=1, draws=3)) == 9 * 3 + sum(b.kind == "layers" for b in bert)
+
+
+def test_compensation_equals_a_direct_per_head_computation():
+    generator = torch.Generator().manual_seed(0)
+    layout = {"enc-enc": (2, 4), "enc-dec": (2, 4), "dec-dec": (2, 4)}
+    before = {(t, l): tuple(torch.randn(16, 16, generator=generator) for _ in range(3))
+              for t in layout for l in range(2)}
+    after = {key: tuple(w + 0.1 * (1 + key[1]) * torch.randn(16, 16, generator=generator) for w in weights)
+             for key, weights in before.items()}
+    pruned = {t: torch.ones(2, 4) for t in layout}
+    pruned["enc-enc"][0, 3] = 0
+    result = measure_compensation(before, after, layout, pruned)
+    for (attention_type, layer), weights in before.items():
+        letter = {"enc-enc": "E", "enc-dec": "A", "dec-dec": "D"}[attention_type]
+        for head in range(4):
+            old = np.concatenate([w.numpy()[head * 4:(head + 1) * 4] for w in weights])
+            new = np.concatenate([w.numpy()[head * 4:(head + 1) * 4] for w in after[(attention_type, layer)]])
+            values = result.heads[f"{letter}:{layer + 1}:{head + 1}"]
+            assert values["mean_abs_change"] == pytest.approx(np.abs(new - old).mean(), rel=1e-6)
+            assert values["relative_change"] == pytest.approx(
+                np.linalg.norm(new - old) / np.linalg.norm(old), rel=1e-6)
+    assert result.pruned == ["E:1:4"]
+    means = result.layer_means["mean_abs_change"]["enc-enc"]
+    assert means[0] == pytest.approx(np.mean([result.heads[f"E:1:{h}"]["mean_abs_change"] for h in (1, 2, 3)]))
+    every = [m for t in layout for m in result.layer_means["mean_abs_change"][t]]
+    assert result.spread() == pytest.approx((max(every) - min(every)) / min(every))
+
+
+def test_finetuning_settings_name_the_option_to_correct(tmp_path):
+    from fairseq_headprune.study.prune_settings import FinetuneSettings, PruneSettings
+    from fairseq_headprune.study.settings import SweepSettings
+
+    (tmp_path / "train.en-fr.en.bin").write_bytes(b"")
+    data = str(tmp_path)
+
+    def prune(**options):
+        return PruneSettings(SweepSettings(data, "c", "o"), **options)
+
+    cases = [
+        (lambda: FinetuneSettings(updates=10, epochs=2), "not both"),
+        (lambda: FinetuneSettings(lr=0.1), "go with --finetune-updates/--finetune-epochs"),
+        (lambda: prune(finetune=FinetuneSettings(updates=10)), "nothing to fine-tune"),
+        (lambda: prune(finetune_levels=[50.0]), "--finetune-levels goes with"),
+        (lambda: prune(config_shard=(3, 2), finetune=FinetuneSettings(updates=10), random_levels=[50.0]),
+         "--config-shard 3/2"),
+        (lambda: prune(config_shard=(1, 2)), "--config-shard shares the fine-tuned configurations"),
+        (lambda: prune(random_levels=[100.0]), "--random-level 100"),
+        (lambda: PruneSettings(SweepSettings(str(tmp_path / "elsewhere"), "c", "o"), random_levels=[50.0],
+                               finetune=FinetuneSettings(updates=10)), "has no training split"),
+    ]
+    for make, message in cases:
+        with pytest.raises(SettingsError, match=re.escape(message)):
+            make()
+    settings = prune(random_levels=[50.0], finetune=FinetuneSettings(epochs=30), finetune_levels=[60.0])
+    assert settings.has_budgets and settings.finetune.length() == "30 epochs"
+    assert settings.finetune.warmup_updates() == 0

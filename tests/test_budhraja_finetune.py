@@ -1,0 +1,177 @@
+"""Budhraja et al.'s protocol in `prune`: every configuration fine-tuned with its heads held at zero.
+
+References: stock fairseq-generate (no plugin) on the fine-tuned checkpoint with the pruned heads' out_proj
+input columns zeroed; an uninterrupted, unsharded run against a killed-and-resumed one dealt over two
+--config-shard processes; the compensation command against a direct computation on the raw state dicts.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import REPO, USER_DIR, run, save_zeroed_checkpoint
+
+import fairseq_headprune.compat.torch_load  # noqa: F401  (lets torch.load read fairseq checkpoints)
+from fairseq_headprune.engine.checkpoints.info import checkpoint_head_layout
+from fairseq_headprune.study.masks.head_mask import parse_head_mask
+
+UPDATES = 12  # a resume point after every update (a tenth of the fine-tune, at least one)
+STUDY = ["--gen-subset", "valid", "--no-progress", "--beam", "2", "--batch-size", "64", "--max-len-b", "20",
+         "--orders", "none", "--draws", "1", "--layer-strategy", "enc-dec:top:1",
+         "--finetune-updates", str(UPDATES)]
+PREFIXES = {"enc-enc": "encoder.layers.{}.self_attn.", "enc-dec": "decoder.layers.{}.encoder_attn.",
+            "dec-dec": "decoder.layers.{}.self_attn."}
+
+
+def prune_command(tiny_model, out_dir, *extra):
+    return ["fairseq-headprune", "prune", str(tiny_model["data"]), "--path", str(tiny_model["checkpoint"]),
+            "--out-dir", str(out_dir), *STUDY, *extra]
+
+
+def results(out_dir):
+    with open(out_dir / "finetune" / "results.json") as stream:
+        return {record["name"]: record for record in json.load(stream)}
+
+
+@pytest.fixture(scope="module")
+def sharded(tiny_model, tmp_path_factory):
+    """The study dealt over two --config-shard processes into one directory, uninterrupted."""
+    out_dir = tmp_path_factory.mktemp("finetune") / "sharded"
+    first = run(prune_command(tiny_model, out_dir, "--config-shard", "1/2"))
+    second = run(prune_command(tiny_model, out_dir, "--config-shard", "2/2"))
+    return out_dir, first.stdout, second.stdout
+
+
+def test_results_json_holds_every_configuration_before_and_after(tiny_model, sharded):
+    out_dir, first, second = sharded
+    assert "1 configurations are another shard's and not done yet" in first and "not done yet" not in second
+    records = results(out_dir)
+    assert sorted(records) == sorted(["control", next(n for n in records if n.startswith("mask."))])
+    with open(out_dir / "budgets.json") as stream:
+        budget_rows = {row["spec"]: row for row in json.load(stream)["rows"]}
+    strategy = next(r for r in records.values() if r["name"] != "control")
+    assert strategy["label"] == "enc-dec:top:1" and strategy["spec"] == "A:2:*"
+    # the score without fine-tuning is the budget's own row; the test is against the fine-tuned control
+    assert strategy["score_before"] == pytest.approx(budget_rows["A:2:*"]["bleu"])
+    assert 0.0 <= strategy["p_value_vs_control"] <= 1.0
+    assert strategy["delta_vs_control"] == pytest.approx(strategy["score_after"] - records["control"]["score_after"])
+    for record in records.values():
+        assert os.path.isfile(record["checkpoint"]) and record["updates"] == UPDATES
+        assert abs(record["score_after"] - record["score_before"]) > 0.01  # fine-tuning changed the model
+    assert records["control"]["spec"] == "none" and "p_value_vs_control" not in records["control"]
+    assert "Budhraja et al.'s protocol" in second
+
+
+def test_a_finetuned_configuration_translates_as_stock_fairseq_with_its_heads_zeroed(tiny_model, sharded, tmp_path):
+    out_dir, _, _ = sharded
+    record = next(r for r in results(out_dir).values() if r["name"] != "control")
+    checkpoint = record["checkpoint"]
+    layout = checkpoint_head_layout(checkpoint)
+    head_mask = parse_head_mask(record["spec"], layout)
+    zeroed = tmp_path / "zeroed.pt"
+    save_zeroed_checkpoint(checkpoint, PREFIXES["enc-dec"], layout["enc-dec"][1], head_mask["enc-dec"], zeroed)
+    state = torch.load(zeroed, map_location="cpu")
+    delattr(state["cfg"]["model"], "headprune_head_mask")  # nothing of the plugin left
+    torch.save(state, zeroed)
+    # fairseq's own translation task (the plugin's --user-dir only lets torch.load read the Namespace in the file)
+    generated = run(["fairseq-generate", str(tiny_model["data"]), "--path", str(zeroed), "--task", "translation",
+                     "--user-dir", USER_DIR,
+                     "--gen-subset", "valid", "--beam", "2", "--batch-size", "64", "--max-len-b", "20",
+                     "--required-batch-size-multiple", "1"])
+    stock = dict((int(line.split("\t")[0][2:]), line.split("\t")[2])
+                 for line in generated.stdout.splitlines() if line.startswith("H-"))
+    with open(os.path.join(os.path.dirname(checkpoint), "eval", "sweeps", "valid", "configs", "baseline.json")) as f:
+        study = json.load(f)["hypotheses"]
+    assert len(stock) == len(study) > 0
+    assert [stock[i] for i in range(len(study))] == study
+
+
+def test_a_killed_finetune_resumes_and_equals_the_uninterrupted_sharded_run(tiny_model, sharded, tmp_path):
+    """Killed once a resume point exists mid-training, then run again in one process (not sharded): every record
+    equals the sharded, uninterrupted run's, and so do the fine-tuned weights."""
+    out_dir = tmp_path / "resumed"
+    process = subprocess.Popen(prune_command(tiny_model, out_dir), cwd=REPO, start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    resume_point = out_dir / "finetune" / "control" / "train" / "checkpoint_last.pt"
+    deadline = time.time() + 600
+    while not resume_point.exists() and process.poll() is None and time.time() < deadline:
+        time.sleep(0.1)
+    assert process.poll() is None, "the study ended before a resume point was saved"
+    time.sleep(0.5)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    killed_at = torch.load(resume_point, map_location="cpu")["optimizer_history"][-1]["num_updates"]
+    assert 0 < killed_at < UPDATES
+    run(prune_command(tiny_model, out_dir))
+    reference, resumed = results(sharded[0]), results(out_dir)
+    assert sorted(reference) == sorted(resumed)
+    for name, record in reference.items():
+        assert resumed[name]["score_after"] == pytest.approx(record["score_after"], abs=1e-9), name
+        assert resumed[name]["score_before"] == pytest.approx(record["score_before"], abs=1e-9), name
+        old, new = (torch.load(r["checkpoint"], map_location="cpu")["model"] for r in (record, resumed[name]))
+        assert all(torch.equal(old[key], new[key]) for key in old), name
+
+
+def test_compensation_of_a_finetuned_configuration_equals_a_direct_computation(tiny_model, sharded, tmp_path):
+    record = next(r for r in results(sharded[0]).values() if r["name"] != "control")
+    out = tmp_path / "compensation.json"
+    printed = run(["fairseq-headprune", "compensation", "--before", str(tiny_model["checkpoint"]),
+                   "--after", record["checkpoint"], "--out", str(out)]).stdout
+    assert "(paper: < 10%)" in printed and (tmp_path / "compensation.png").is_file()
+    with open(out) as stream:
+        measured = json.load(stream)
+    # the pruned heads are the ones the fine-tuned checkpoint records
+    assert measured["pruned"] == [f"A:2:{h}" for h in range(1, 9)]
+    before, after = (torch.load(p, map_location="cpu")["model"] for p in (tiny_model["checkpoint"], record["checkpoint"]))
+    letters = {"enc-enc": "E", "enc-dec": "A", "dec-dec": "D"}
+    for attention_type, prefix in PREFIXES.items():
+        for layer in range(2):
+            for head in range(8):
+                width = before[prefix.format(layer) + "q_proj.weight"].size(0) // 8
+                rows = slice(head * width, (head + 1) * width)
+                old = np.concatenate([before[prefix.format(layer) + f"{p}_proj.weight"][rows].numpy() for p in "qkv"])
+                new = np.concatenate([after[prefix.format(layer) + f"{p}_proj.weight"][rows].numpy() for p in "qkv"])
+                value = measured["heads"][f"{letters[attention_type]}:{layer + 1}:{head + 1}"]
+                assert value["mean_abs_change"] == pytest.approx(float(np.abs(new - old).mean()), rel=1e-5)
+                assert value["relative_change"] == pytest.approx(
+                    float(np.linalg.norm(new - old) / np.linalg.norm(old)), rel=1e-5)
+    # the pruned heads' weights are held: they did not move
+    assert all(measured["heads"][name]["mean_abs_change"] == 0.0 for name in measured["pruned"])
+
+
+def test_bad_budhraja_input_is_one_line_and_writes_nothing(tiny_model, tmp_path):
+    no_train = tmp_path / "no-train"
+    no_train.mkdir()
+    for name in os.listdir(tiny_model["data"]):
+        if not name.startswith("train"):
+            os.symlink(os.path.join(tiny_model["data"], name), no_train / name)
+    cases = [
+        (tiny_model["data"], ["--random-level", "95"], "cannot keep 1 head(s) in every one of the model's 6 layers"),
+        (tiny_model["data"], ["--layer-strategy", "top:3"], "prunes 3 layers; enc-enc has 2"),
+        (no_train, ["--layer-strategy", "odd"], "has no training split"),
+    ]
+    for data_dir, options, message in cases:
+        out_dir = tmp_path / "out"
+        result = run(["fairseq-headprune", "prune", str(data_dir), "--path", str(tiny_model["checkpoint"]),
+                      "--out-dir", str(out_dir), "--gen-subset", "valid", "--finetune-updates", "2", *options],
+                     check=False)
+        assert result.returncode == 2, result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], result.stderr
+        assert not out_dir.exists()
+    # compensation between checkpoints of different architectures
+    state = torch.load(tiny_model["checkpoint"], map_location="cpu")
+    for key in [k for k in state["model"] if k.startswith("encoder.layers.1.")]:
+        del state["model"][key]
+    torch.save(state, tmp_path / "shallower.pt")
+    out = tmp_path / "c.json"
+    result = run(["fairseq-headprune", "compensation", "--before", str(tiny_model["checkpoint"]),
+                  "--after", str(tmp_path / "shallower.pt"), "--out", str(out)], check=False)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "of different architectures" in result.stderr and not out.exists()
