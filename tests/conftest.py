@@ -174,8 +174,8 @@ def heads_only_scores(neuron_scores, tmp_path_factory):
 def counted_flops_per_token(model, positions=32):
     """FLOPs per token of every attention layer keeping k heads and every FFN layer, by torch's FlopCounterMode.
 
-    Each attention layer is narrowed to its first k heads (k = 1 .. H) and run on fairseq's unfused path, whose
-    explicit matrix products the counter sees, on ``positions`` positions attending to as many; each FFN layer
+    Each attention layer is narrowed to its first k heads (k = 1 .. H) and run on an unfused path with the
+    attention weights returned, whose explicit matrix products the counter sees, on ``positions`` positions attending to as many; each FFN layer
     runs fc1 and fc2 on as many positions. An independent count of what ``model_flops`` prices.
     """
     import copy
@@ -194,8 +194,10 @@ def counted_flops_per_token(model, positions=32):
         for kept in range(1, module.num_heads + 1):
             narrowed = copy.deepcopy(module)
             shrink_attention(narrowed, list(range(kept)))
+            # need_weights: the explicit products (an unnarrowed module would otherwise take torch's fused
+            # CPU attention kernel, whose FLOPs the counter does not see)
             with torch.no_grad(), unfused_attention(), FlopCounterMode(display=False) as counter:
-                narrowed(x, x, x, need_weights=False)
+                narrowed(x, x, x, need_weights=True)
             counted[key].append(counter.get_total_flops() / positions)
     for key, layer in ffn_layers(model).items():
         x = torch.randn(positions, 1, layer.fc1.in_features)

@@ -44,7 +44,7 @@ def compressed(tiny_model, tmp_path_factory):
     return {"out": out, "stdout": result.stdout, "report": json.loads((out / "report.json").read_text())}
 
 
-def test_a_run_writes_its_report(compressed):
+def test_a_run_writes_its_report(tiny_model, compressed):
     out, report = compressed["out"], compressed["report"]
     for stage in STAGES:
         assert f"{stage}\tdone in" in compressed["stdout"]
@@ -63,7 +63,7 @@ def test_a_run_writes_its_report(compressed):
     evaluation = report["evaluation"]
     assert evaluation["label"] == "BLEU" and evaluation["split"] == "test" and evaluation["sentences"] == 120
     assert evaluation["test"]["test"] == "bootstrap"
-    assert_p_value_agrees_with_sacrebleu(out, evaluation)
+    assert_p_value_agrees_with_sacrebleu(out, evaluation, tiny_model["raw"] / "test.fr")
     assert evaluation["delta"] == pytest.approx(evaluation["compressed"] - evaluation["unpruned"])
     rows = report["speed"]["rows"]
     systems = ["fairseq unpruned", "fairseq compressed", "ct2 unpruned float32", "ct2 compressed float32"]
@@ -78,16 +78,17 @@ def test_a_run_writes_its_report(compressed):
     assert f"BLEU\tunpruned {evaluation['unpruned']:.2f}, compressed {evaluation['compressed']:.2f}" in compressed["stdout"]
 
 
-def assert_p_value_agrees_with_sacrebleu(out, evaluation):
-    """The reported p-value against sacreBLEU's own paired bootstrap on the stored hypotheses (tokenized text,
-    the same resamples and seed): Koehn's p and sacreBLEU's are close estimates of one evidence."""
+def assert_p_value_agrees_with_sacrebleu(out, evaluation, tokenized_references):
+    """The reported p-value against sacreBLEU's own paired bootstrap on the stored hypotheses (tokenized text
+    against the corpus's tokenized references, as fairseq's scorer sees them; the same resamples and seed):
+    Koehn's p and sacreBLEU's are close estimates of one evidence."""
     import sacrebleu
     from sacrebleu.significance import PairedTest
 
+    references = tokenized_references.read_text(encoding="utf-8").splitlines()
     outputs = {}
     for weights in ("unpruned", "compressed"):
         sweep = out / "evaluate" / weights / "sweeps" / "test"
-        references = json.loads((sweep / "sweep.json").read_text())["references"]
         outputs[weights] = json.loads((sweep / "configs" / "baseline.json").read_text())["hypotheses"]
     assert len(references) == evaluation["sentences"] == len(outputs["compressed"])
     metric = sacrebleu.metrics.BLEU(tokenize="none", force=True)

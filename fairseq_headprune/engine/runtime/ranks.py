@@ -16,6 +16,7 @@ CPU processes or over GPUs (each rank on ``cuda:LOCAL_RANK``).
 """
 
 import contextlib
+import datetime
 import os
 from typing import Iterator, Any, List, Optional
 
@@ -24,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 SHARDED_COMMANDS = ("ablate", "prune", "dynamics", "importance")
+COLLECTIVE_TIMEOUT = datetime.timedelta(days=7)
 
 
 class Ranks:
@@ -117,7 +119,9 @@ def join_ranks() -> Ranks:
         return _current
 
     if not dist.is_initialized():
-        dist.init_process_group(backend="gloo")
+        # a rank done with its share waits at a barrier for the others' last configuration, which may be a
+        # whole fine-tune (prune --finetune-epochs): far longer than gloo's default 30 minutes
+        dist.init_process_group(backend="gloo", timeout=COLLECTIVE_TIMEOUT)
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if torch.cuda.is_available():
         torch.cuda.set_device(local_rank % torch.cuda.device_count())
