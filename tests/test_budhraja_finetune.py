@@ -21,8 +21,8 @@ import fairseq_headprune.compat.torch_load  # noqa: F401  (lets torch.load read 
 from fairseq_headprune.engine.checkpoints.info import checkpoint_head_layout
 from fairseq_headprune.study.masks.head_mask import parse_head_mask
 
-UPDATES = 12  # a resume point after every update (a tenth of the fine-tune, at least one)
-STUDY = ["--gen-subset", "valid", "--no-progress", "--beam", "2", "--batch-size", "64", "--max-len-b", "20",
+UPDATES = 8  # a resume point after every update (a tenth of the fine-tune, at least one)
+STUDY = ["--gen-subset", "test", "--no-progress", "--beam", "2", "--batch-size", "64", "--max-len-b", "20",
          "--orders", "none", "--draws", "1", "--layer-strategy", "enc-dec:top:1",
          "--finetune-updates", str(UPDATES)]
 PREFIXES = {"enc-enc": "encoder.layers.{}.self_attn.", "enc-dec": "decoder.layers.{}.encoder_attn.",
@@ -82,11 +82,11 @@ def test_a_finetuned_configuration_translates_as_stock_fairseq_with_its_heads_ze
     # fairseq's own translation task (the plugin's --user-dir only lets torch.load read the Namespace in the file)
     generated = run(["fairseq-generate", str(tiny_model["data"]), "--path", str(zeroed), "--task", "translation",
                      "--user-dir", USER_DIR,
-                     "--gen-subset", "valid", "--beam", "2", "--batch-size", "64", "--max-len-b", "20",
+                     "--gen-subset", "test", "--beam", "2", "--batch-size", "64", "--max-len-b", "20",
                      "--required-batch-size-multiple", "1"])
     stock = dict((int(line.split("\t")[0][2:]), line.split("\t")[2])
                  for line in generated.stdout.splitlines() if line.startswith("H-"))
-    with open(os.path.join(os.path.dirname(checkpoint), "eval", "sweeps", "valid", "configs", "baseline.json")) as f:
+    with open(os.path.join(os.path.dirname(checkpoint), "eval", "sweeps", "test", "configs", "baseline.json")) as f:
         study = json.load(f)["hypotheses"]
     assert len(stock) == len(study) > 0
     assert [stock[i] for i in range(len(study))] == study
@@ -103,11 +103,10 @@ def test_a_killed_finetune_resumes_and_equals_the_uninterrupted_sharded_run(tiny
     while not resume_point.exists() and process.poll() is None and time.time() < deadline:
         time.sleep(0.1)
     assert process.poll() is None, "the study ended before a resume point was saved"
-    time.sleep(0.5)
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
-    killed_at = torch.load(resume_point, map_location="cpu")["optimizer_history"][-1]["num_updates"]
-    assert 0 < killed_at < UPDATES
+    # killed mid-fine-tune: a resume point (possibly cut while being written), no finished record
+    assert resume_point.exists() and not (out_dir / "finetune" / "control" / "record.json").exists()
     run(prune_command(tiny_model, out_dir))
     reference, resumed = results(sharded[0]), results(out_dir)
     assert sorted(reference) == sorted(resumed)

@@ -24,11 +24,20 @@ from .common import (
     sweep_settings,
     tuning_settings,
 )
-from ..study.methods.budhraja_configurations import parse_tables
+from ..study.methods.budhraja_configurations import parse_tables, requested_budgets
 from ..study.methods.pruning import curve_orders
 
 
 def settings_from(args: argparse.Namespace) -> PruneSettings:
+    settings = _settings(args)
+    if settings.has_budgets:  # budgets the model cannot take are refused before fairseq is imported
+        from ..engine.checkpoints.info import checkpoint_head_layout
+
+        requested_budgets(settings, checkpoint_head_layout(args.path))
+    return settings
+
+
+def _settings(args: argparse.Namespace) -> PruneSettings:
     from ..engine.checkpoints.info import checkpoint_family
 
     orders = parse_choices(args.orders, ORDERS, "--orders")

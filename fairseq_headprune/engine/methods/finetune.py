@@ -101,7 +101,7 @@ def training_config(start: str, data: str, save_dir: str, family: str, settings:
         # (with --finetune-epochs, checkpoint_last.pt at each epoch's end is the resume point)
         checkpoint.no_save_optimizer_state = not (settings.save_interval or settings.epochs)
         checkpoint.save_interval_updates, checkpoint.keep_best_checkpoints = settings.save_interval, -1
-        checkpoint.keep_interval_updates = 1 if settings.save_interval else -1
+        checkpoint.keep_interval_updates = 2 if settings.save_interval else -1  # one whole if the last is cut
         optimization = cfg.optimization
         optimization.max_update, optimization.max_epoch, optimization.stop_time_hours = settings.updates, settings.epochs, 0.0
         optimization.lr = [lr]

@@ -27,6 +27,7 @@ process of its own, outside the ranks' process group.
 """
 
 import dataclasses
+import glob
 import json
 import multiprocessing
 import os
@@ -126,6 +127,7 @@ def _finetune_and_score(settings: PruneSettings, config: FinetuneConfig, work: s
         if not os.path.isfile(start):
             write_masked_start(sweep_settings.checkpoint, start, None if config.head_mask is None else config.spec, None)
         finetune = dataclasses.replace(settings.finetune, save_interval=_save_interval(settings.finetune))
+        _whole_resume_point(os.path.join(work, "train"))
         outcome = _finetune_in_child(start, sweep_settings.data, os.path.join(work, "train"),
                                      sweep_settings.family, finetune, sweep_settings.cpu)
         os.replace(outcome["checkpoint"], checkpoint)
@@ -147,6 +149,24 @@ def _finetune_and_score(settings: PruneSettings, config: FinetuneConfig, work: s
     if outcome is not None:
         record.update(updates=outcome["updates"], lr=outcome["lr"], warmup_updates=outcome["warmup"])
     write_json(record, os.path.join(work, RECORD))
+
+
+def _whole_resume_point(train_dir: str) -> None:
+    """fairseq writes checkpoints in place: a process killed while saving leaves a cut checkpoint_last.pt. Resume
+    from the newest whole one (fairseq keeps the last two interval saves), or start over if none is whole."""
+    last = os.path.join(train_dir, "checkpoint_last.pt")
+    if not os.path.isfile(last):
+        return
+    saves = sorted(glob.glob(os.path.join(train_dir, "checkpoint_*_*.pt")), key=os.path.getmtime, reverse=True)
+    for candidate in [last] + saves:
+        try:
+            torch.load(candidate, map_location="cpu", weights_only=False)
+        except Exception:  # a cut file raises one of several types
+            continue
+        if candidate != last:
+            shutil.copyfile(candidate, last)
+        return
+    shutil.rmtree(train_dir)
 
 
 def _save_interval(finetune: FinetuneSettings) -> int:

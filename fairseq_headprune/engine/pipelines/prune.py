@@ -22,9 +22,8 @@ from ...study.methods.ablation import BASELINE, HeadConfig, baseline_config
 from ...study.output.files import write_rows_tsv
 from ...study.output.files import write_json, write_text
 from ...study.methods.importance_scores import read_fisher_file, read_importance_file
-from ...study.methods.budgets import (level_budget, parse_layer_budget, parse_type_budget, plan_budgets,
-                                      strategy_budget)
-from ...study.methods.budhraja_configurations import paper_budgets
+from ...study.methods.budgets import plan_budgets
+from ...study.methods.budhraja_configurations import requested_budgets
 from .finetune_configs import finetune_configurations, run_finetune_configs
 from ...study.methods.pruning import (
     TUNED_SUFFIX,
@@ -97,7 +96,7 @@ def run_prune(settings: PruneSettings) -> Optional[PruneOutcome]:
     cfg, task, model = family.load(sweep_settings.data, sweep_settings.checkpoint, sweep_settings.generation_args,
                                    cpu=sweep_settings.cpu)
     layout = head_layout(model)
-    budgets = study_budgets(settings, layout)
+    budgets = requested_budgets(settings, layout)
     # a file for another model fails before any work
     given = _given_importance(settings, layout)
     base_mask = current_head_mask(model)
@@ -168,19 +167,6 @@ def _tested_and_written(settings: PruneSettings, layout, sweep, translated, conf
     if budget_draws:
         _write_budgets(settings, layout, budget_draws, by_config, record, outcome)
     return outcome, by_config
-
-
-def study_budgets(settings: PruneSettings, layout):
-    """Budhraja et al.'s configurations asked for, in the order given, each once (by label)."""
-    budgets = [parse_layer_budget(text, layout) for text in settings.layer_budgets]
-    budgets += [parse_type_budget(text, layout) for text in settings.type_budgets]
-    budgets += [level_budget(level, layout) for level in settings.random_levels]
-    budgets += [strategy_budget(text, layout) for text in settings.layer_strategies]
-    budgets += paper_budgets(settings.budhraja_tables, layout) if settings.budhraja_tables else []
-    unique = {}
-    for budget in budgets:
-        unique.setdefault(budget.label, budget)
-    return list(unique.values())
 
 
 def _head_curve_steps(settings: PruneSettings, loaded, plan: CurvePlan, given, ablation_rows, base_mask):

@@ -26,7 +26,8 @@ from typing import Dict, List, Sequence
 from ...constants import ATTENTION_TYPES
 from ...errors import HeadMaskError, SettingsError
 from ..masks.head_mask import HeadLayout
-from .budgets import Budget, level_budget, one_head_per_layer_budget
+from .budgets import (Budget, level_budget, one_head_per_layer_budget, parse_layer_budget, parse_type_budget,
+                      strategy_budget)
 from .layer_strategies import paper_strategies
 
 TABLES = (1, 2, 3, 4, 5, 6)
@@ -202,3 +203,17 @@ def paper_budgets(tables: Sequence[int], layout: HeadLayout) -> List[Budget]:
 def _group(counts: Sequence[int]) -> str:
     """A layer budget's group as ``parse_layer_budget`` reads it: digits, or comma-separated past 9."""
     return "".join(map(str, counts)) if max(counts) < 10 else ",".join(map(str, counts))
+
+
+def requested_budgets(settings, layout: HeadLayout) -> List[Budget]:
+    """The configurations a ``PruneSettings`` asks for, in the order given, each once (by label); a budget the
+    model cannot take is a ``HeadMaskError`` (checked by the command before fairseq is imported)."""
+    budgets = [parse_layer_budget(text, layout) for text in settings.layer_budgets]
+    budgets += [parse_type_budget(text, layout) for text in settings.type_budgets]
+    budgets += [level_budget(level, layout) for level in settings.random_levels]
+    budgets += [strategy_budget(text, layout) for text in settings.layer_strategies]
+    budgets += paper_budgets(settings.budhraja_tables, layout) if settings.budhraja_tables else []
+    unique: Dict[str, Budget] = {}
+    for budget in budgets:
+        unique.setdefault(budget.label, budget)
+    return list(unique.values())
