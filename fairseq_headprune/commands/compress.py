@@ -7,13 +7,11 @@ from ..study.methods.compression import (
     DEFAULT_SPEED_BATCH_SIZES,
     DEFAULT_SPEED_REPEATS,
     DEFAULT_SPEED_SENTENCES,
-    FINETUNE_LR_SHARE,
-    FINETUNE_WARMUP_SHARE,
     CompressSettings,
     DeploymentSettings,
-    FinetuneSettings,
     parse_target,
 )
+from ..study.prune_settings import FINETUNE_LR_SHARE, FINETUNE_WARMUP_SHARE, FinetuneSettings
 from ..study.settings import EXPORT_FORMATS, QUANTIZATIONS, SweepSettings
 from .common import (
     add_device_arguments,

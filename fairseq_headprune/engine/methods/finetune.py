@@ -27,7 +27,7 @@ import torch
 from ...constants import CLASSIFIER_FAMILY, CLASSIFIER_TASK, LANGUAGE_MODEL_FAMILY, LANGUAGE_MODEL_TASK, TRANSLATION_TASK
 from ...errors import CheckpointError, HeadPruneError, StudyError, first_line
 from ...modules.model_config import FFN_MASK_KEY, HEAD_MASK_KEY, config_value, record_config_value
-from ...study.methods.compression import FinetuneSettings
+from ...study.prune_settings import FinetuneSettings
 from ...study.methods.least_squares_tuning import read_tuning
 from ...study.output.files import atomic_path
 from ..checkpoints.info import load_checkpoint_state, model_config_object, state_ffn_layout, state_head_layout

@@ -36,10 +36,11 @@ import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
+import numpy as np
 import torch
 
 from ...errors import HeadPruneError, StudyError
-from ...study.masks.head_mask import HeadMask, head_mask_to_spec
+from ...study.masks.head_mask import HeadLayout, HeadMask, head_mask_to_spec
 from ...study.methods.ablation import BASELINE, ConfigScores, baseline_config, compare_with_baseline
 from ...study.methods.pruning import mask_name
 from ...study.output.files import write_json, write_text
@@ -76,12 +77,11 @@ class FinetuneConfig:
         return "none" if self.head_mask is None else head_mask_to_spec(self.head_mask)
 
 
-def finetune_configurations(settings: PruneSettings, steps, budget_draws, by_config: Dict[str, dict],
-                            baseline_score: float) -> List[FinetuneConfig]:
+def finetune_configurations(settings: PruneSettings, layout: HeadLayout, steps, budget_draws,
+                            by_config: Dict[str, dict], baseline_score: float) -> List[FinetuneConfig]:
     """The control, every budget's draws, and the curves' steps at ``settings.finetune_levels``, each mask once."""
     column = settings.sweep.metric.column
     configs = [FinetuneConfig(CONTROL, "unpruned (control)", None, baseline_score, "fine-tuning alone")]
-    layout = {t: tuple(m.shape) for t, m in budget_draws[0][2].items()} if budget_draws else None
     for budget, draw, head_mask in budget_draws:
         label = budget.label if not budget.random else f"{budget.label} draw {draw}"
         configs.append(FinetuneConfig(mask_name(head_mask), label, head_mask, by_config[mask_name(head_mask)][column],
@@ -240,8 +240,6 @@ def merge_records(settings: PruneSettings, configs: Sequence[FinetuneConfig], ou
 
 def _test_against_control(settings: PruneSettings, control: dict, records: List[dict]) -> None:
     """The study's paired test of each fine-tuned configuration against the fine-tuned unpruned model."""
-    import numpy as np
-
     def scores(record):
         return ConfigScores(record["name"], record["spec"], {}, record["score_after"], record["score_after"],
                             np.asarray(record["stats"]), record.get("hypotheses"))

@@ -141,7 +141,7 @@ def run_prune(settings: PruneSettings) -> Optional[PruneOutcome]:
         outcome, by_config = _tested_and_written(settings, layout, sweep, translated, configs, steps, budget_draws,
                                                  (store, fisher_store, tuning_store), flops)
     if settings.finetune is not None and settings.finetune.enabled:
-        chosen = finetune_configurations(settings, steps, budget_draws, by_config, outcome.baseline_score
+        chosen = finetune_configurations(settings, layout, steps, budget_draws, by_config, outcome.baseline_score
                                          ) if ranks.is_main else None
         records = run_finetune_configs(settings, ranks.main_value(chosen))
         if outcome is not None:

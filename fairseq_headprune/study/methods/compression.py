@@ -23,7 +23,7 @@ from typing import Dict, List, Optional, Tuple
 
 from ...constants import CLASSIFIER_FAMILY, MODEL_FAMILIES
 from ...errors import SettingsError
-from ..prune_settings import FINETUNE_LR_SHARE, FINETUNE_WARMUP_SHARE, FinetuneSettings  # noqa: F401
+from ..prune_settings import FinetuneSettings
 from ..settings import EXPORT_FORMATS, QUANTIZATIONS, ImportanceSettings, SweepSettings, TuningSettings
 
 # what a target can count, and how it is searched: (search --structure, search --cost)

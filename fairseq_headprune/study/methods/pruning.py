@@ -417,23 +417,21 @@ def _curve_cell(row: Dict[str, object], column: str = "bleu") -> str:
 
 def markdown_budgets(summary: Sequence[Dict[str, object]], baseline_bleu: float, caption: str,
                      column: str = "bleu", label: str = "BLEU") -> str:
+    """One row per budget; a "paper" column naming the table and row where Budhraja et al.'s configurations are."""
+    noted = any(row.get("note") for row in summary)
+    paper = " paper |" if noted else ""
     lines = [
         f"{caption}\n\n",
-        f"| configuration (heads kept) | kind | % pruned | {label} (mean ± std) | Δ{label} | significant draws |\n",
-        "|---|---|---:|---:|---:|---:|\n",
-        f"| all heads | | 0.0 | {baseline_bleu:.2f} | | |\n",
+        f"| configuration (heads kept) | kind |{paper} % pruned | {label} (mean ± std) | Δ{label} | significant draws |\n",
+        "|---|---|" + ("---|" if noted else "") + "---:|---:|---:|---:|\n",
+        f"| all heads | |{' |' if noted else ''} 0.0 | {baseline_bleu:.2f} | | |\n",
     ]
     for row in summary:
+        note = f" {row.get('note') or ''} |" if noted else ""
         lines.append(
-            f"| `{row['budget']}` | {row['kind']} | {row['percent']:.1f} | {row[column]:.2f} ± {row[column + '_std']:.2f} "
-            f"| {row['delta']:+.2f} | {row['significant']} of {row['draws']} |\n"
+            f"| `{row['budget']}` | {row['kind']} |{note} {row['percent']:.1f} | {row[column]:.2f} ± "
+            f"{row[column + '_std']:.2f} | {row['delta']:+.2f} | {row['significant']} of {row['draws']} |\n"
         )
-    if any(row.get("note") for row in summary):  # Budhraja et al.'s configurations: which table and row
-        lines[1] = lines[1].replace(" | kind |", " | kind | paper |")
-        lines[2] = "|---|---|---|---:|---:|---:|---:|\n"
-        lines[3] = lines[3].replace("| all heads | |", "| all heads | | |")
-        for index, row in enumerate(summary, start=4):
-            lines[index] = lines[index].replace(f" | {row['kind']} |", f" | {row['kind']} | {row.get('note') or ''} |", 1)
     return "".join(lines)
 
 
