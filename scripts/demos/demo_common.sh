@@ -23,9 +23,11 @@ begin_demo() {
 
 write_environment() {
   RANKS=$ranks RANK_THREADS=$rank_threads python - > "$out_dir/environment.txt" <<'PYTHON'
+import logging
 import os
 import platform
 
+logging.getLogger("fairseq").setLevel(logging.WARNING)  # its import's notices are not the demo's output
 import fairseq, numpy, sacrebleu, torch
 
 cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),

@@ -50,7 +50,7 @@ from ...study.prune_settings import FinetuneSettings, PruneSettings
 from ...modules.masked_multihead_attention import current_head_mask
 from ..families import family_named
 from ..methods.finetune import finetune_held, write_masked_start
-from ..runtime.console import quiet_libraries
+from ..runtime.console import run_quietly
 from .compensation import checkpoint_compensation
 from ..runtime.ranks import alone, current_ranks
 
@@ -195,8 +195,8 @@ def _finetune_in_child(start: str, data: str, save_dir: str, family: str, finetu
     """``finetune_held`` in a spawned process: fairseq's trainer would otherwise join the ranks' process group."""
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
-    child = context.Process(target=_finetune_child, args=(results, start, data, save_dir, family, finetune, cpu,
-                                                          torch.get_num_threads()))
+    child = context.Process(target=run_quietly, args=(__name__, "_finetune_child", results, start, data, save_dir,
+                                                      family, finetune, cpu, torch.get_num_threads()))
     child.start()
     child.join()
     answer = results.get() if not results.empty() else ("error", f"the fine-tuning process died (exit code "
@@ -208,7 +208,6 @@ def _finetune_in_child(start: str, data: str, save_dir: str, family: str, finetu
 
 def _finetune_child(results, start, data, save_dir, family, finetune, cpu, threads) -> None:
     torch.set_num_threads(threads)
-    quiet_libraries()  # the child's console as quiet as the parent's
     try:
         outcome = finetune_held(start, data, save_dir, family, finetune, cpu=cpu, progress=False)
     except HeadPruneError as error:

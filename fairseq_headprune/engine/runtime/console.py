@@ -1,5 +1,6 @@
 """The console of the commands and of the processes they spawn: their own output and real problems only."""
 
+import importlib
 import logging
 import warnings
 
@@ -20,3 +21,14 @@ def quiet_libraries() -> None:
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"fairseq(\.|$)")
     for name in ("fairseq", "fairseq_cli", "fairseq_headprune", "hydra", "matplotlib", "PIL"):
         logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def run_quietly(module: str, function: str, *arguments) -> None:
+    """A spawned process's target: quiet the libraries, then import ``module`` and call its ``function``.
+
+    A spawned child imports its target's module before running any of it, and importing fairseq then logs
+    notices (missing optional packages) that the parent's console never shows; this module imports no
+    fairseq, so the child is quiet before fairseq is imported.
+    """
+    quiet_libraries()
+    getattr(importlib.import_module(module), function)(*arguments)
