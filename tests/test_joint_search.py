@@ -417,10 +417,13 @@ def test_ctranslate2_latency_tables_price_whole_stacks_and_a_uniform_search_expo
     table = tmp_path / "latency.json"
     result = run(["fairseq-headprune", "latency", tiny_model["data"], "--path", tiny_model["checkpoint"], "--out",
                   table, "--engine", "ctranslate2", "--repeats", "3", "--sentences", "8", "--sequence-length", "16",
-                  "--neuron-step", "64", "--no-progress", "--cpu"])
+                  "--target-length", "6", "--beam", "2", "--neuron-step", "64", "--no-progress", "--cpu"])
     assert "use with search --uniform --latency-engine ctranslate2 --latency-precision float32" in result.stdout
     payload = json.loads(table.read_text())
     assert (payload["engine"], payload["precision"]) == ("ctranslate2", "float32")
+    shape = payload["settings"]
+    assert (shape["beam"], shape["target_length"], shape["sequence_length"], shape["batch_size"]) == (2, 6, 16, 8)
+    assert f"beam 2, 8 sentences of 16 source tokens, 6 generated; the whole model decodes in " in result.stdout
     assert payload["kept_counts"] == {f"{t}:{layer}": [0, 64, 128] for t in ("enc-ffn", "dec-ffn") for layer in (1, 2)}
     prices = dict(payload["per_layer_ms"], **payload["ffn_layer_ms"])
     for name, costs in prices.items():
@@ -440,6 +443,11 @@ def test_ctranslate2_latency_tables_price_whole_stacks_and_a_uniform_search_expo
     assert len({len(kept[f"{t}:{layer}"]) for t in ("dec-dec", "enc-dec") for layer in (1, 2)}) == 1
     assert len({len(kept[f"enc-enc:{layer}"]) for layer in (1, 2)}) == 1
     assert record["result"]["cost"] <= record["full_cost"] * 0.6 + 1e-9
+    # the speed-up the table predicts: the whole model's time over what is left once the mask saves its prices
+    whole = shape["whole_model_ms"]
+    assert whole > record["full_cost"] - record["result"]["cost"] > 0
+    assert record["predicted_speedup"] == pytest.approx(
+        whole / (whole - (record["full_cost"] - record["result"]["cost"])))
     exported = run(["fairseq-headprune", "export", tiny_model["data"], "--path", tiny_model["checkpoint"],
                     "--head-mask", out / "mask.json", "--ffn-mask", out / "ffn_mask.json", "--out-dir",
                     tmp_path / "ct2", "--cpu"])

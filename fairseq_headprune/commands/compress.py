@@ -38,6 +38,7 @@ def compress_settings(args: argparse.Namespace) -> CompressSettings:
         tuning=tuning_settings(args), latency_table=args.latency_table,
         finetune=FinetuneSettings(args.finetune_updates, args.finetune_lr, args.finetune_warmup),
         export_format=args.export, quantization=args.quantization, uniform=args.uniform,
+        vocabulary_map=args.vocabulary_map,
         deployment=DeploymentSettings(list(args.speed_batch_sizes), args.speed_sentences or None, args.repeats,
                                       args.threads),
     )
@@ -71,6 +72,10 @@ def command_compress(args: argparse.Namespace) -> int:
         speedup = row["speedup_vs_fairseq_unpruned"]
         print(f"speed\tbatch {row['batch_size']}\t{row['system']}\t{row['sentences_per_second']:.1f} {unit}\t"
               f"{speedup:.2f}x")
+    prediction = report.get("speedup_prediction")
+    if prediction and prediction["measured"]:
+        print(f"predicted\tbatch {prediction['batch_size']}\t{prediction['predicted']:.2f}x by the latency table, "
+              f"measured {prediction['measured']:.2f}x ({100.0 * prediction['relative_error']:+.0f}%)")
     print(f"compressed\t{report['files']['checkpoint']}")
     if report["files"]["exported"]:
         print(f"exported\t{report['files']['exported']}")
@@ -100,20 +105,28 @@ def add_parser(commands) -> None:
         "--target", required=True, metavar="KIND=P%",
         help="what the compressed model keeps, as a percentage of the unpruned model's: heads=50%% (half of the "
         "heads; heads searched), flops=50%% (half of the attention and FFN layers' FLOPs per token; heads and "
-        "FFN neurons searched together) or latency=60%% (of their latency, from --latency-table)",
+        "FFN neurons searched together) or latency=60%% (of their latency, from --latency-table or a table "
+        "measured first)",
     )
     compress.add_argument("--out-dir", required=True, metavar="DIR",
                           help="the run's directory (new, empty, or this run's: resumed)")
     compress.add_argument("--gen-subset", default="test", metavar="SPLIT",
                           help="split the two models are evaluated and timed on (default: test)")
-    compress.add_argument("--uniform", action="store_true",
+    compress.add_argument("--uniform", action=argparse.BooleanOptionalAction, default=None,
                           help="keep as many heads in every layer of a stack (with --export ctranslate2 the "
                           "decoder's self- and cross-attention alike too), so that CTranslate2 pads no head and "
-                          "runs the pruned heads' savings; a latency target for --export ctranslate2 implies it")
+                          "runs the pruned heads' savings (default: on with --export ctranslate2, which pads "
+                          "every layer to its stack's largest head count; off otherwise)")
+    compress.add_argument("--vocabulary-map", action=argparse.BooleanOptionalAction, default=None,
+                          help="with --export ctranslate2 (translation): also export CTranslate2's vocabulary map, "
+                          "built from DATA's training pairs (export --vocabulary-map), and time the compressed "
+                          "model with and without it (default: on then)")
     compress.add_argument("--latency-table", metavar="FILE",
                           help="for a latency target: the latency command's table for this model and device "
-                          "(with --export ctranslate2: timed with --engine ctranslate2 at --quantization; the "
-                          "heads are then kept alike in every layer of a stack)")
+                          "(with --export ctranslate2: timed with --engine ctranslate2 at --quantization). Without "
+                          "it, compress measures one in search/latency.json: with --export ctranslate2 CTranslate2's "
+                          "beam search at the largest --speed-batch-sizes and the beam of --beam, whose predicted "
+                          "speed-up is printed beside the measured one; else fairseq's layers alone")
     compress.add_argument("--metric", choices=("accuracy", "mcc"),
                           help="classifier checkpoints: the metric reported and tested (default accuracy)")
     finetune = compress.add_argument_group("fine-tuning with the pruned units held at zero (fairseq-train)")
@@ -138,7 +151,8 @@ def add_parser(commands) -> None:
     speed.add_argument("--speed-sentences", type=int, default=DEFAULT_SPEED_SENTENCES, metavar="N",
                        help=f"first N sentences of --gen-subset timed (default {DEFAULT_SPEED_SENTENCES}; 0: all)")
     speed.add_argument("--repeats", type=int, default=DEFAULT_SPEED_REPEATS, metavar="N",
-                       help=f"timed repeats per system, interleaved, after a warm-up (default {DEFAULT_SPEED_REPEATS})")
+                       help="timed rounds after a warm-up: every system (each in its own process) decodes once "
+                       f"per round, the order rotated round by round (default {DEFAULT_SPEED_REPEATS})")
     speed.add_argument("--threads", type=int, metavar="N",
                        help="CPU threads of both engines while timing (default: torch's current setting)")
     add_importance_arguments(compress.add_argument_group("Fisher information"), method=False)

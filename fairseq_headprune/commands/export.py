@@ -12,7 +12,8 @@ def command_export(args: argparse.Namespace) -> int:
     outcome = run_export(ExportSettings(
         data=args.data, checkpoint=args.path, out_dir=args.out_dir, format=args.format, quantization=args.quantization,
         head_mask=args.head_mask, ffn_mask=args.ffn_mask, tuning_file=args.tuning, cpu=args.cpu,
-        fairseq_args=list(args.fairseq_args),
+        fairseq_args=list(args.fairseq_args), vocabulary_map=args.vocabulary_map,
+        vocabulary_map_candidates=args.vocabulary_map_candidates, vocabulary_map_common=args.vocabulary_map_common,
     ))
     for attention_type, counts in outcome.kept.items():
         print(f"heads kept\t{attention_type}\t{' '.join(map(str, counts))}")
@@ -23,6 +24,11 @@ def command_export(args: argparse.Namespace) -> int:
         else:
             note = f"; {padding} zero heads pad the layers that keep fewer" if padding else ""
         print(f"{side}\t{count} heads per layer{note}")
+    if outcome.vocabulary_map is not None:
+        vmap = outcome.vocabulary_map
+        print(f"vocabulary map\t{vmap['file']}: {vmap['per_token']} candidates per source token, {vmap['common']} "
+              f"always; it covers {100.0 * vmap['valid_coverage']:.2f}% of the valid split's reference tokens "
+              "(translate_batch(..., use_vmap=True) uses it)")
     print(f"wrote\t{outcome.out_dir} ({args.format}, {outcome.quantization})")
     return 0
 
@@ -49,5 +55,14 @@ def add_parser(commands) -> None:
                         help="weight type of the exported model (default: float32); the installed CTranslate2 "
                         "must compute it on this device")
     export.add_argument("--out-dir", required=True, metavar="DIR", help="model directory to write (new or empty)")
+    vocabulary = export.add_argument_group("vocabulary map (translation)")
+    vocabulary.add_argument("--vocabulary-map", action="store_true",
+                            help="also write vmap.txt, CTranslate2's vocabulary map built from DATA's training "
+                            "pairs: translate_batch(use_vmap=True) then runs the output projection over the "
+                            "candidates of the batch's source tokens only")
+    vocabulary.add_argument("--vocabulary-map-candidates", type=int, default=20, metavar="N",
+                            help="target tokens per source token, by Dice's coefficient over the pairs (default 20)")
+    vocabulary.add_argument("--vocabulary-map-common", type=int, default=100, metavar="N",
+                            help="the N most frequent target tokens are always candidates (default 100)")
     add_device_arguments(export)
     export.set_defaults(handler=command_export, accepts_fairseq_args=True)

@@ -47,6 +47,10 @@ def command_search(args: argparse.Namespace) -> int:
     flops = outcome.flops
     print(f"FLOPs kept: {flops['kept']:.4g} of {flops['full']:.4g} {flops['unit']} "
           f"({100.0 * flops['kept'] / flops['full']:.1f}%, {flops['sequence_length']} attended positions)")
+    if outcome.predicted_speedup is not None:
+        print(f"predicted speed-up of the whole model (latency table): {outcome.predicted_speedup:.2f}x")
+    elif outcome.prediction_note:
+        print(outcome.prediction_note)
     estimate = f"estimated loss increase (Fisher, diagonal) {result.diagonal_loss:.5f}"
     before = result.details.get("block_loss_before_rearrangement")
     if result.rearranged and before is not None and outcome.costs.prices_heads:
@@ -74,10 +78,16 @@ def command_latency(args: argparse.Namespace) -> int:
         data=args.data, checkpoint=args.path, out=args.out, batch_size=args.batch_size,
         sequence_length=args.sequence_length, repeats=args.repeats, cpu=args.cpu, progress=not args.no_progress,
         fairseq_args=list(args.fairseq_args), neuron_step=args.neuron_step, engine=args.engine,
-        quantization=args.quantization,
+        quantization=args.quantization, beam=args.beam, target_length=args.target_length,
     ))
-    print(f"{table.engine} on {table.device}, {table.precision}; {args.batch_size} sentences x "
-          f"{args.sequence_length} positions, median of {args.repeats}")
+    shape = table.settings
+    if table.engine == FAIRSEQ_ENGINE:
+        print(f"{table.engine} on {table.device}, {table.precision}; {args.batch_size} sentences x "
+              f"{shape['sequence_length']} positions, median of {args.repeats}")
+    else:
+        print(f"{table.engine} on {table.device}, {table.precision}; beam {shape['beam']}, {args.batch_size} sentences "
+              f"of {shape['sequence_length']} source tokens, {shape['target_length']} generated; the whole model "
+              f"decodes in {shape['whole_model_ms']:.1f} ms, median of {args.repeats}, each variant in its own process")
     if table.engine != FAIRSEQ_ENGINE:
         print("each layer priced at what it adds over its narrowest (the decoder's self- and cross-attention "
               "keep one head count); use with search --uniform --latency-engine "
@@ -176,8 +186,10 @@ def _add_latency_parser(commands) -> None:
         "inputs (a full-sequence pass of --sentences sentences of --sequence-length positions; median of "
         "--repeats). With --engine ctranslate2 the model is exported to CTranslate2 once per variant, every "
         "layer of one group narrowed alike (the encoder's attention, the decoder's self- and cross-attention "
-        "together, one FFN type), and the whole model's teacher-forced scoring is timed; a layer is priced at "
-        "what its variant adds over the group's narrowest. The table records the engine, the device, the "
+        "together, one FFN type), and the whole model's beam search is timed as it decodes in deployment (--beam "
+        "beams, --target-length tokens generated per sentence; each variant in its own process, the variants "
+        "taking turns); a layer is priced at what its variant adds over the group's narrowest, and the whole "
+        "model's time is recorded so that search can predict a mask's speed-up. The table records the engine, the device, the "
         "precision and the model's shape; search refuses it for another model, device, engine or precision.",
     )
     latency.add_argument("data", metavar="DATA", help="fairseq-preprocess output directory (its dictionaries)")
@@ -185,8 +197,14 @@ def _add_latency_parser(commands) -> None:
     latency.add_argument("--out", required=True, metavar="FILE.json", help="the table to write")
     latency.add_argument("--sentences", dest="batch_size", type=int, default=32, metavar="N",
                          help="sentences of the synthetic batch each layer is timed on (default 32)")
-    latency.add_argument("--sequence-length", type=int, default=DEFAULT_SEQUENCE_LENGTH, metavar="N",
-                         help=f"positions (default {DEFAULT_SEQUENCE_LENGTH})")
+    latency.add_argument("--sequence-length", type=int, metavar="N",
+                         help=f"positions: of every timed layer (fairseq; default {DEFAULT_SEQUENCE_LENGTH}), of the "
+                         "source sentences (ctranslate2; default: the mean source length of DATA's valid split)")
+    latency.add_argument("--target-length", type=int, metavar="N",
+                         help="with --engine ctranslate2: tokens each beam search generates (default: the mean "
+                         "target length of DATA's valid split)")
+    latency.add_argument("--beam", type=int, default=5, metavar="N",
+                         help="with --engine ctranslate2: the beam size timed (default 5)")
     latency.add_argument("--repeats", type=int, default=20, metavar="N", help="timed passes per shape (default 20)")
     latency.add_argument("--neuron-step", type=int, metavar="N",
                          help="time FFN layers keeping 0, N, 2N, ... neurons and all (default: 16 steps per layer)")

@@ -13,7 +13,7 @@ A study asks ``family_of_checkpoint`` (or ``family_named``) for its family
 and then only calls the methods below.
 """
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Optional, Sequence
 
 from fairseq.criterions.cross_entropy import CrossEntropyCriterion
 
@@ -21,18 +21,10 @@ from ..constants import CLASSIFIER_FAMILY, LANGUAGE_MODEL_FAMILY, MODEL_FAMILIES
 from ..errors import HeadMaskError, SettingsError, StudyError
 from ..modules.masked_multihead_attention import current_head_mask, head_layout, set_head_mask
 from ..study.masks.head_mask import combine_masks, parse_head_mask
-from ..study.methods.compression import DeploymentSettings
 from ..study.settings import ImportanceSettings, SweepSettings
 from .checkpoints.info import checkpoint_family
 from .checkpoints.loading import load_evaluation_model, load_generation_model, load_with_saved_task
 from .export.ctranslate2_spec import language_model_spec, translation_spec
-from .methods.deployment import (
-    DecodingOptions,
-    fairseq_scoring_system,
-    measure_translation_speed,
-    speed_rows,
-    time_interleaved,
-)
 from .methods.example_importance import ExampleImportanceEstimator
 from .methods.tuning_guard import criterion_loss
 from .methods.translation_importance import ImportanceEstimator
@@ -81,21 +73,6 @@ class ModelFamily:
         """What an evaluation records beyond the metric, per model (``scores``: model name -> ConfigScores)."""
         return {}
 
-    def measure_speed(self, loaded, exported, split: str, deployment: DeploymentSettings, device
-                      ) -> Tuple[List[Dict[str, object]], Optional[DecodingOptions]]:
-        """Rows of the speed table for the ``loaded`` models (name -> (cfg, task, model)) and the ``exported``
-        ones ((name, precision) -> directory); the decoding options timed (None: no decoding)."""
-        rows = []
-        for batch_size in deployment.batch_sizes:
-            systems, tokens = [], None
-            for weights, (cfg, task, model) in loaded.items():
-                system, _, tokens = fairseq_scoring_system(f"fairseq {weights}", weights, self.name, cfg, task, model,
-                                                           split, batch_size, deployment.sentences)
-                systems.append(system)
-            seconds, outputs = time_interleaved(systems, deployment.repeats)
-            rows += speed_rows(systems, seconds, outputs, batch_size, input_tokens=tokens)
-        return rows, None
-
 
 class TranslationFamily(ModelFamily):
     name = TRANSLATION_FAMILY
@@ -127,12 +104,6 @@ class TranslationFamily(ModelFamily):
     def evaluation_record(self, scores):
         return {"bleu_tokenized": {name: s.bleu for name, s in scores.items()},
                 "bleu_sacrebleu": {name: s.sacrebleu for name, s in scores.items()}}
-
-    def measure_speed(self, loaded, exported, split, deployment, device):
-        options = DecodingOptions.of_generation(next(iter(loaded.values()))[0].generation)
-        rows = measure_translation_speed({name: (task, model) for name, (_, task, model) in loaded.items()}, exported,
-                                         split, deployment, options, device)
-        return rows, options
 
 
 class _ScoredFamily(ModelFamily):

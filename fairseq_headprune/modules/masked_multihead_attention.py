@@ -44,6 +44,9 @@ class MaskedMultiheadAttention(MultiheadAttention):
     # compute masked and narrowed modules' attention with torch's fused
     # scaled_dot_product_attention (False: fairseq's unfused path, as before)
     use_sdpa: bool = True
+    # also unmasked, whole modules (``fused_attention_everywhere``): an unpruned
+    # model timed with the kernel its pruned counterpart runs
+    sdpa_everywhere: bool = False
 
     attention_type: str
     layer_index: int
@@ -81,12 +84,12 @@ class MaskedMultiheadAttention(MultiheadAttention):
                 return query.new_zeros(tgt_len, bsz, self.out_proj.out_features), None
             return bias.to(query.dtype).expand(tgt_len, bsz, -1), None
         narrowed = self.skip_embed_dim_check
-        if self.head_mask is None and not narrowed:
+        if self.head_mask is None and not narrowed and not self.sdpa_everywhere:
             return super().forward(query, *args, **kwargs)
         arguments = self._sdpa_arguments(query, *args, **kwargs)
         if arguments is not None:
             return self._sdpa_forward(query, *arguments), None
-        if narrowed:
+        if narrowed or self.head_mask is None:
             return super().forward(query, *args, **kwargs)
         # skip_embed_dim_check is one of the conditions that routes fairseq's
         # forward to the unfused path, which calls self.out_proj (and the hook).
@@ -305,6 +308,19 @@ def unfused_attention() -> Iterator[None]:
         yield
     finally:
         MaskedMultiheadAttention.use_sdpa = previous
+
+
+@contextlib.contextmanager
+def fused_attention_everywhere() -> Iterator[None]:
+    """Every installed module, masked or not, computes attention with the fused
+    kernel where it computes what fairseq's would: an unpruned model timed
+    against a shrunk one then differs from it in its heads only, not in its kernel."""
+    previous = MaskedMultiheadAttention.sdpa_everywhere
+    MaskedMultiheadAttention.sdpa_everywhere = True
+    try:
+        yield
+    finally:
+        MaskedMultiheadAttention.sdpa_everywhere = previous
 
 
 def current_head_mask(model) -> Optional[HeadMask]:

@@ -320,7 +320,9 @@ class LatencySettings:
     checkpoint: str
     out: str
     batch_size: int = 32
-    sequence_length: int = DEFAULT_SEQUENCE_LENGTH
+    # positions (fairseq: of every timed layer; ctranslate2: of the source sentences); None: fairseq 32,
+    # ctranslate2 the mean source length of the data's valid split
+    sequence_length: Optional[int] = None
     repeats: int = 20
     cpu: bool = False
     progress: bool = True
@@ -328,11 +330,17 @@ class LatencySettings:
     neuron_step: Optional[int] = None  # FFN layers timed keeping multiples of it (None: 16 steps per layer)
     engine: str = FAIRSEQ_ENGINE  # what runs the timed layers: fairseq (each layer alone) or ctranslate2 (the exported model)
     quantization: str = "float32"  # for ctranslate2: the compute type the exported model is timed at
+    beam: int = 5  # for ctranslate2: the beam search timed
+    target_length: Optional[int] = None  # for ctranslate2: tokens generated (None: the valid split's mean target length)
 
     def __post_init__(self):
         for value, option in ((self.batch_size, "--batch-size"), (self.sequence_length, "--sequence-length"),
-                              (self.repeats, "--repeats"), (self.neuron_step, "--neuron-step")):
+                              (self.repeats, "--repeats"), (self.neuron_step, "--neuron-step"), (self.beam, "--beam"),
+                              (self.target_length, "--target-length")):
             _positive(value, option)
+        if self.engine == FAIRSEQ_ENGINE and (self.target_length is not None or self.beam != 5):
+            raise SettingsError("--beam and --target-length shape CTranslate2's decoding: add --engine ctranslate2 "
+                                "(fairseq's table times each layer alone, on full sequences)")
         _one_of(self.engine, LATENCY_ENGINES, "--engine")
         _one_of(self.quantization, QUANTIZATIONS, "--quantization")
         if self.engine == FAIRSEQ_ENGINE and self.quantization != "float32":
@@ -363,8 +371,15 @@ class ExportSettings:
     tuning_file: Optional[str] = None
     cpu: bool = False
     fairseq_args: Sequence[str] = ()
+    vocabulary_map: bool = False  # translation: a vocabulary map from the training split, saved as vmap.txt
+    vocabulary_map_candidates: int = 20  # candidates per source token
+    vocabulary_map_common: int = 100  # the most frequent target tokens, always candidates
 
     def __post_init__(self):
+        _refuse(self.vocabulary_map_candidates < 1, "--vocabulary-map-candidates must be positive, got "
+                f"{self.vocabulary_map_candidates}")
+        _refuse(self.vocabulary_map_common < 0, "--vocabulary-map-common must not be negative, got "
+                f"{self.vocabulary_map_common}")
         if self.format not in EXPORT_FORMATS:
             raise SettingsError(f"--format {self.format}: expected one of {', '.join(EXPORT_FORMATS)}")
         if self.quantization is not None and self.quantization not in QUANTIZATIONS:

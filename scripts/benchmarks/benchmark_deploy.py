@@ -5,9 +5,9 @@ In one run, on the same sentences and the same batches (fairseq's own
 batching of the split), decodes with beam search at each batch size with:
 the unpruned model in fairseq, the compressed (shrunk) model in fairseq, the
 unpruned model exported to CTranslate2 (float32 and int8) and the compressed
-model exported to CTranslate2 (float32 and int8). Repeats are interleaved,
-each in another order, so that the machine's drift falls on every system
-alike. Prints sentences/s and target tokens/s (median and min-max over the
+model exported to CTranslate2 (float32 and int8). Each system runs in its own
+process, one pass at a time; the repeats rotate the order, so that the
+machine's drift falls on every system alike. Prints sentences/s and target tokens/s (median and min-max over the
 repeats), the speed-up against the unpruned model in fairseq and in
 CTranslate2 at the same precision, BLEU (tokenized, against the split's
 references) and how many hypotheses equal the fairseq model's of the same
@@ -19,7 +19,7 @@ The measurement is the engine's (``engine/methods/deployment.py``), the one
 
 usage: scripts/benchmarks/benchmark_deploy.py --data DATA_BIN --path CKPT
            (--compressed SHRUNK.pt | --head-mask SPEC [--ffn-mask SPEC])
-           [--subset test] [--sentences N] [--batch-sizes 1 64] [--beam 5] [--repeats 3]
+           [--subset test] [--sentences N] [--batch-sizes 1 64] [--beam 5] [--repeats 5]
            [--threads 2] [--cuda] [--work DIR] [--json FILE]
 """
 
@@ -47,7 +47,7 @@ def parse_args():
     parser.add_argument("--sentences", type=int, help="first N sentences of the split (default: all)")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 64], help="(default: 1 64)")
     parser.add_argument("--beam", type=int, default=5, help="beam size (default 5)")
-    parser.add_argument("--repeats", type=int, default=3, help="timed repeats per system (default 3)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed rounds of every system (default 5)")
     parser.add_argument("--threads", type=int, default=2, help="CPU threads of both engines (default 2)")
     parser.add_argument("--cuda", action="store_true", help="decode on the GPU")
     parser.add_argument("--work", help="directory for the shrunk and exported models (default: a temporary one)")
@@ -111,31 +111,33 @@ def main():
     torch.set_num_threads(args.threads)
 
     from fairseq_headprune import cli
-    from fairseq_headprune.engine.checkpoints.loading import load_generation_model
-    from fairseq_headprune.engine.methods.deployment import (
-        DecodingOptions,
-        deployment_environment,
-        measure_translation_speed,
-    )
+    from fairseq_headprune.engine.methods.deployment import deployment_environment, measure_speed
+    from fairseq_headprune.errors import HeadPruneError
     from fairseq_headprune.study.methods.compression import DeploymentSettings
+    from fairseq_headprune.study.methods.decoding import DecodingOptions
 
     cli.quiet_libraries()
     work = args.work or tempfile.mkdtemp(prefix="benchmark-deploy-")
     os.makedirs(work, exist_ok=True)
     compressed, exported = prepare_models(args, work)
     options = DecodingOptions(beam=args.beam, lenpen=1.0)
-    generation = ["--beam", str(args.beam), "--lenpen", "1"]
-    _, task, unpruned = load_generation_model(args.data, args.path, generation, cpu=not args.cuda)
-    _, shrunk_task, shrunk = load_generation_model(args.data, compressed, generation, cpu=not args.cuda)
     device = torch.device("cuda" if args.cuda else "cpu")
-    environment = deployment_environment(device, args.threads)
-    print(f"device: {environment['device']}, threads: {args.threads}; torch {environment['torch']}, ctranslate2 "
-          f"{environment['ctranslate2']}, fairseq-headprune {environment['fairseq_headprune']}; beam {args.beam}, "
-          "length penalty 1")
     settings = DeploymentSettings(batch_sizes=list(args.batch_sizes), sentences=args.sentences, repeats=args.repeats,
                                   threads=args.threads, option_prefix="--")
-    rows = measure_translation_speed({"unpruned": (task, unpruned), "compressed": (shrunk_task, shrunk)}, exported,
-                                     args.subset, settings, options, device)
+    try:
+        rows, _, machine = measure_speed("translation", {"unpruned": args.path, "compressed": compressed}, exported,
+                                         args.data, args.subset, ["--beam", str(args.beam), "--lenpen", "1"],
+                                         settings, device, options=options,
+                                         progress=lambda line: print(line, file=sys.stderr, flush=True))
+    except HeadPruneError as error:
+        sys.exit(f"benchmark_deploy: {error}")
+    environment = {**deployment_environment(device, args.threads), **machine}
+    print(f"device: {environment['device']} ({environment['cpu']}; {' '.join(environment['isa'])}), threads: "
+          f"{args.threads}; torch {environment['torch']}, ctranslate2 {environment['ctranslate2']}, "
+          f"fairseq-headprune {environment['fairseq_headprune']}; beam {args.beam}, length penalty 1")
+    for line in environment.get("ctranslate2_kernels", []):
+        print(f"ctranslate2: {line}")
+    print(f"timing: {environment['isolation']}")
     for batch_size in args.batch_sizes:
         print_table(rows, batch_size, args.subset, args.repeats)
     if args.json:

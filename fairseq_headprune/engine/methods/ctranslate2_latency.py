@@ -1,4 +1,4 @@
-"""Per-layer latency as CTranslate2 runs the model, for a latency budget on the deployment engine (Kwon et al. 2022, 4.1).
+"""Per-layer latency as CTranslate2 decodes, for a latency budget on the deployment engine (Kwon et al. 2022, 4.1).
 
 CTranslate2 runs a model whole, so a layer cannot be timed alone as
 ``latency.measure_latency_table`` times fairseq's. Instead the model is
@@ -6,22 +6,28 @@ exported (``export.ctranslate2_spec``) once per variant, every layer of one
 group narrowed alike and the rest whole: the encoder's attention layers
 keeping k heads; the decoder's self- and cross-attention layers keeping k
 heads (CTranslate2 gives a decoder one head count); one FFN type's layers
-keeping k neurons. Each variant's teacher-forced ``score_batch`` on the same
-random sentences is timed, a group's variants interleaved repeat by repeat.
+keeping k neurons. Each variant decodes as it will in deployment: beam search
+of ``beam`` beams over a batch of random source sentences, generating exactly
+``target_length`` tokens (the encoder runs once per sentence, the decoder and
+the output projection once per generated token for batch x beam rows). Every
+variant runs in a process of its own and a group's variants take turns, pass
+by pass (``engine.timing.isolated``).
 
 A layer keeping k units is priced at the time its group's variant adds over
 the group's narrowest (0 heads, which CTranslate2 runs as one zero head; 0
 neurons), divided evenly among the group's layers (a decoder layer's between
 its self- and cross-attention); the prices are made non-decreasing in k, as
-timing noise could otherwise price a wider layer below a narrower one. What
-the layers cost at their narrowest, and what pruning never shrinks
-(embeddings, the output projection, beam search), is in no layer's price.
+timing noise could otherwise price a wider layer below a narrower one. The
+whole model's time (the widest variant, median over the groups) is recorded
+too: what pruning never shrinks (embeddings, the output projection, beam
+search, the layers at their narrowest) is its difference from the layers'
+prices, so that a search can predict the speed-up of a mask as
+whole / (whole - what the mask saves).
 """
 
 import os
 import statistics
 import tempfile
-import time
 from typing import Dict, List, Sequence, Tuple
 
 import torch
@@ -32,13 +38,12 @@ from ...modules.masked_ffn import ffn_layout, set_ffn_mask
 from ...modules.masked_multihead_attention import head_layout, set_head_mask
 from ...study.methods.search_costs import Block, LatencyTable
 from ...study.settings import LatencySettings
+from ...study.methods.decoding import DecodingOptions
 from ..export.ctranslate2_spec import import_ctranslate2, save_spec
 from ..runners.batches import model_device
-from .deployment import load_ctranslate2_model
+from ..timing.isolated import CTRANSLATE2, SystemSpec, time_systems
 from .latency import timed_neuron_counts
 from .model_costs import device_description, model_architecture
-
-WARM_UP = 2  # untimed passes of each variant before the timed ones
 
 
 def measure_ctranslate2_latency_table(family, cfg, task, model, settings: LatencySettings) -> LatencyTable:
@@ -54,28 +59,34 @@ def measure_ctranslate2_latency_table(family, cfg, task, model, settings: Latenc
         groups.append(((ffn_type,), timed_neuron_counts(neurons, settings.neuron_step)))
     device = model_device(model)
     threads = torch.get_num_threads()
-    score = _scorer(task, settings, translation=family.name == TRANSLATION_FAMILY)
+    translation = family.name == TRANSLATION_FAMILY
+    sentences = _random_sentences(task, settings, translation)
+    options = DecodingOptions.fixed_length(settings.beam, settings.target_length)
     per_layer: Dict[Block, List[float]] = {}
     counts: Dict[Block, List[int]] = {}
+    whole_model_ms: List[float] = []
     bar = tqdm(total=sum(len(kept) for _, kept in groups), desc="latency (CTranslate2)", unit="variant",
                disable=not settings.progress, leave=False)
     try:
         with tempfile.TemporaryDirectory(prefix="headprune-ct2-latency-") as directory:
             for types, kept_counts in groups:
-                engines = []
+                specs = []
                 for kept in kept_counts:
                     path = os.path.join(directory, f"{'+'.join(types)}-{kept}")
                     _export_variant(family, cfg, task, model, types, kept, settings.quantization, path)
-                    engines.append(load_ctranslate2_model(path, device, threads, generator=not score.translation))
+                    specs.append(SystemSpec(f"{'+'.join(types)} keeping {kept}", CTRANSLATE2, "variant",
+                                            settings.quantization, path, family=family.name, threads=threads,
+                                            device=device.type, options=options.to_dict()))
                     bar.update(1)
-                milliseconds = _interleaved_medians(engines, score, settings.repeats)
+                run = time_systems(specs, [settings.batch_size], settings.repeats, sentences=sentences)
+                milliseconds = [1000.0 * statistics.median(run.passes[0].seconds[spec.name]) for spec in specs]
+                whole_model_ms.append(milliseconds[-1])
                 above_narrowest = _running_max([max(0.0, ms - milliseconds[0]) for ms in milliseconds])
                 blocks = [(t, layer) for t in types for layer in range(_layers(layout, widths, t))]
                 for block in blocks:
                     per_layer[block] = [ms / len(blocks) for ms in above_narrowest]
                     if types[0] not in ATTENTION_TYPES:
                         counts[block] = list(kept_counts)
-                del engines
     finally:
         bar.close()
         set_head_mask(model, None)
@@ -83,10 +94,25 @@ def measure_ctranslate2_latency_table(family, cfg, task, model, settings: Latenc
     return LatencyTable(
         per_layer, device_description(device), model_architecture(model),
         {"batch_size": settings.batch_size, "sequence_length": settings.sequence_length,
-         "repeats": settings.repeats, "ctranslate2": ctranslate2.__version__, "threads": threads,
-         "timed": "the whole model's score_batch per variant, over the narrowest variant of its group"},
+         "target_length": settings.target_length, "beam": settings.beam, "repeats": settings.repeats,
+         "ctranslate2": ctranslate2.__version__, "threads": threads,
+         "whole_model_ms": statistics.median(whole_model_ms),
+         "timed": (f"beam search ({settings.beam} beams) generating {settings.target_length} tokens for each of "
+                   f"{settings.batch_size} sentences of {settings.sequence_length} tokens, the whole model per "
+                   "variant, each in its own process, over the narrowest variant of its group")},
         counts, CTRANSLATE2_ENGINE, settings.quantization,
     )
+
+
+def _random_sentences(task, settings: LatencySettings, translation: bool) -> Dict[int, Dict[str, list]]:
+    """One batch of random sentences of ``sequence_length`` words from the dictionary (not its specials): the
+    sources of a translation model, the prompts of a language model."""
+    generator = torch.Generator().manual_seed(0)
+    dictionary = task.source_dictionary if translation else task.target_dictionary
+    words = dictionary.symbols[dictionary.nspecial:]
+    ids = torch.randint(len(words), (settings.batch_size, settings.sequence_length), generator=generator)
+    return {settings.batch_size: {"sources": [[[words[i] for i in row] for row in ids.tolist()]],
+                                  "source_lengths": [settings.sequence_length + 1]}}
 
 
 def _layers(layout, widths, layer_type: str) -> int:
@@ -105,46 +131,6 @@ def _export_variant(family, cfg, task, model, types: Sequence[str], kept: int, q
     with torch.no_grad():
         spec, _ = family.ctranslate2_spec(cfg, task, model)
     save_spec(spec, quantization, path)
-
-
-class _Scorer:
-    """Teacher-forced scoring of one fixed batch of random sentences by a Translator or a Generator."""
-
-    def __init__(self, translation: bool, sources, targets):
-        self.translation, self.sources, self.targets = translation, sources, targets
-
-    def __call__(self, engine) -> None:
-        if self.translation:
-            engine.score_batch(self.sources, self.targets, max_batch_size=len(self.sources))
-        else:
-            engine.score_batch(self.targets, max_batch_size=len(self.targets))
-
-
-def _scorer(task, settings: LatencySettings, translation: bool) -> _Scorer:
-    """Random sentences of ``sequence_length`` tokens drawn from the dictionaries' words (not their specials)."""
-    generator = torch.Generator().manual_seed(0)
-
-    def sentences(dictionary):
-        words = dictionary.symbols[dictionary.nspecial:]
-        ids = torch.randint(len(words), (settings.batch_size, settings.sequence_length), generator=generator)
-        return [[words[i] for i in row] for row in ids.tolist()]
-
-    target = task.target_dictionary
-    return _Scorer(translation, sentences(task.source_dictionary) if translation else None, sentences(target))
-
-
-def _interleaved_medians(engines, score: _Scorer, repeats: int) -> List[float]:
-    """Median milliseconds of each engine's pass, the engines taking turns in every repeat."""
-    for engine in engines:
-        for _ in range(WARM_UP):
-            score(engine)
-    times: List[List[float]] = [[] for _ in engines]
-    for _ in range(repeats):
-        for index, engine in enumerate(engines):
-            start = time.perf_counter()
-            score(engine)
-            times[index].append((time.perf_counter() - start) * 1000.0)
-    return [statistics.median(t) for t in times]
 
 
 def _running_max(values: Sequence[float]) -> List[float]:

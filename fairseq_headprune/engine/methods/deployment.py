@@ -2,15 +2,15 @@
 
 Every system decodes the same sentences in the same batches (fairseq's own
 batching of the split at each batch size; CTranslate2 gets each batch's
-source tokens). One pass of each system first (the warm-up, whose outputs
-are compared), then the timed repeats, interleaved and each in another
-order, so that the machine's drift falls on every system alike. A row per
-system and batch size: sentences/s and output tokens/s (median and range
-over the repeats), the speed-up against the unpruned model in fairseq and,
-for a compressed CTranslate2 model, against the unpruned one at the same
+source tokens), each in a process of its own and passes rotated
+(``engine.timing.isolated``). A row per system and batch size: sentences/s
+and output tokens/s (median, range and interquartile range over the
+repeats), the speed-up against the unpruned model in fairseq and, for a
+compressed CTranslate2 model, against the unpruned one at the same
 precision; BLEU on the timed sentences (sacreBLEU on the tokens, as they
 come out of the dictionary) and how many outputs equal those of the fairseq
-model of the same weights.
+model of the same weights. Both fairseq models compute attention with the
+same kernel (``fused_attention_everywhere``), so their ratio is the heads'.
 
 Classifiers and language models are timed in fairseq alone, scoring the
 split as the studies do (``runners.example_scorer``): examples/s and input
@@ -18,51 +18,33 @@ tokens/s, outputs (labels, losses) compared between the two models.
 """
 
 import copy
+import os
 import platform
 import statistics
-import time
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
 from ...study.methods.compression import DeploymentSettings
+from ...study.methods.decoding import DecodingOptions, rate_summary
 from ...version import __version__
 from ..runners.batches import iterate_samples, split_batches
 from ..runners.translator import translate_batches
+from ..timing.isolated import CTRANSLATE2, FAIRSEQ, SystemSpec, time_systems
 from .model_costs import device_description
 import fairseq
 import sacrebleu
-from ..export.ctranslate2_spec import import_ctranslate2
 from ..runners.example_scorer import SplitScorer
 from fairseq.dataclass.configs import GenerationConfig
 
-FAIRSEQ, CTRANSLATE2 = "fairseq", "ctranslate2"
 UNPRUNED, COMPRESSED = "unpruned", "compressed"
 
 
-@dataclass
-class DecodingOptions:
-    """Beam search as fairseq-generate's options set it, given to both engines."""
-
-    beam: int = 5
-    lenpen: float = 1.0
-    max_len_a: float = 0.0
-    max_len_b: int = 200
-
-    @classmethod
-    def of_generation(cls, generation) -> "DecodingOptions":
-        """From fairseq's generation config (``--beam``, ``--lenpen``, ``--max-len-a``, ``--max-len-b``)."""
-        return cls(int(generation.beam), float(generation.lenpen), float(generation.max_len_a),
-                   int(generation.max_len_b))
-
-    def fairseq_config(self):
-
-        return GenerationConfig(beam=self.beam, lenpen=self.lenpen, max_len_a=self.max_len_a, max_len_b=self.max_len_b)
-
-    def max_length(self, source_length: int) -> int:
-        """fairseq's length limit for a batch whose sources are ``source_length`` tokens (with </s>)."""
-        return int(self.max_len_a * source_length + self.max_len_b)
+def generation_config(options: DecodingOptions):
+    """fairseq's generation config for ``options``."""
+    return GenerationConfig(beam=options.beam, lenpen=options.lenpen, max_len_a=options.max_len_a,
+                            max_len_b=options.max_len_b, min_len=options.min_len)
 
 
 @dataclass
@@ -104,40 +86,13 @@ def timed_batches(task, split: str, batch_size: int, sentences: Optional[int], d
 def fairseq_translation_system(name: str, weights: str, task, model, batches: TimedBatches,
                                options: DecodingOptions) -> DecodingSystem:
     """fairseq's ``SequenceGenerator`` through the task, as fairseq-generate runs it."""
-    generation = options.fairseq_config()
+    generation = generation_config(options)
 
     def decode():
         seconds, hypotheses = translate_batches(task, model, batches.samples, options.beam, generation)
         return seconds, [" ".join(_tokens(task.target_dictionary, h)) for h in hypotheses]
 
     return DecodingSystem(name, FAIRSEQ, weights, str(next(model.parameters()).dtype).replace("torch.", ""), decode)
-
-
-def ctranslate2_translation_system(name: str, weights: str, precision: str, translator, batches: TimedBatches,
-                                   options: DecodingOptions) -> DecodingSystem:
-    """A ``ctranslate2.Translator`` on each batch's source tokens, with fairseq's beam, penalty and length limit."""
-
-    def decode():
-        hypotheses = []
-        start = time.perf_counter()
-        for sources, sample in zip(batches.sources, batches.samples):
-            limit = options.max_length(int(sample["net_input"]["src_tokens"].size(1)))
-            results = translator.translate_batch(sources, beam_size=options.beam, length_penalty=options.lenpen,
-                                                 max_batch_size=len(sources), max_decoding_length=max(limit, 1))
-            hypotheses += [" ".join(result.hypotheses[0]) for result in results]
-        return time.perf_counter() - start, hypotheses
-
-    return DecodingSystem(name, CTRANSLATE2, weights, precision, decode)
-
-
-def load_ctranslate2_model(model_dir: str, device: torch.device, threads: int, generator: bool = False):
-    """A ``ctranslate2.Translator`` (a ``Generator`` for a language model) at the weights' own type, on the
-    GPU when ``device`` is one and CTranslate2 sees it."""
-
-    ctranslate2 = import_ctranslate2()
-    on_gpu = device.type == "cuda" and ctranslate2.get_cuda_device_count() > 0
-    engine = ctranslate2.Generator if generator else ctranslate2.Translator
-    return engine(model_dir, device="cuda" if on_gpu else "cpu", intra_threads=threads, inter_threads=1)
 
 
 def fairseq_scoring_system(name: str, weights: str, family: str, cfg, task, model, split: str, batch_size: int,
@@ -167,18 +122,6 @@ def fairseq_scoring_system(name: str, weights: str, family: str, cfg, task, mode
 
     precision = str(next(model.parameters()).dtype).replace("torch.", "")
     return DecodingSystem(name, FAIRSEQ, weights, precision, decode), len(ids), tokens
-
-
-def time_interleaved(systems: Sequence[DecodingSystem], repeats: int
-                     ) -> Tuple[Dict[str, List[float]], Dict[str, List[str]]]:
-    """Seconds of every repeat and the outputs of each system: a warm-up pass, then rotating orders."""
-    outputs = {system.name: system.decode()[1] for system in systems}  # warm-up, and the outputs compared
-    seconds: Dict[str, List[float]] = {system.name: [] for system in systems}
-    for repeat in range(repeats):
-        shift = repeat % len(systems)
-        for system in list(systems[shift:]) + list(systems[:shift]):
-            seconds[system.name].append(system.decode()[0])
-    return seconds, outputs
 
 
 def _counterpart(systems: Sequence[DecodingSystem], engine: str, weights: str, precision: Optional[str] = None):
@@ -212,7 +155,7 @@ def speed_rows(systems: Sequence[DecodingSystem], seconds: Dict[str, List[float]
         same = None if same_as is None else sum(a == b for a, b in zip(outputs[system.name], outputs[same_as.name]))
         ct2_unpruned = (_counterpart(systems, CTRANSLATE2, UNPRUNED, system.precision)
                         if system.engine == CTRANSLATE2 and system.weights == COMPRESSED else None)
-        rates = [count / s for s in seconds[system.name]]
+        rates = rate_summary(count, seconds[system.name])
         rows.append({
             "batch_size": batch_size,
             "system": system.name,
@@ -221,9 +164,10 @@ def speed_rows(systems: Sequence[DecodingSystem], seconds: Dict[str, List[float]
             "precision": system.precision,
             "seconds": seconds[system.name],
             "sentences": count,
-            "sentences_per_second": count / median,
-            "sentences_per_second_min": min(rates),
-            "sentences_per_second_max": max(rates),
+            "sentences_per_second": rates["median"],
+            "sentences_per_second_min": rates["min"],
+            "sentences_per_second_max": rates["max"],
+            "sentences_per_second_iqr": rates["iqr"],
             "tokens_per_second": tokens / median,
             "speedup_vs_fairseq_unpruned": None if base is None else base / median,
             "speedup_vs_ct2_unpruned_same_precision": (
@@ -236,28 +180,34 @@ def speed_rows(systems: Sequence[DecodingSystem], seconds: Dict[str, List[float]
     return rows
 
 
-def measure_translation_speed(models: Dict[str, Tuple[object, object]], exported: Dict[Tuple[str, str], str],
-                              split: str, settings: DeploymentSettings, options: DecodingOptions,
-                              device: torch.device, progress: Optional[Callable[[str], None]] = None
-                              ) -> List[Dict[str, object]]:
-    """Rows of every batch size: the fairseq ``models`` (weights -> (task, model)) and the CTranslate2 directories
-    ``exported`` ((weights, precision) -> path), in that order, on the first task's batches."""
+def measure_speed(family: str, checkpoints: Dict[str, str], exported: Dict[Tuple[str, str], str], data: str,
+                  split: str, generation_args: Sequence[str], settings: DeploymentSettings, device: torch.device,
+                  precision: str = "float32", options: Optional[DecodingOptions] = None,
+                  progress: Optional[Callable[[str], None]] = None, vocabulary_mapped: Sequence[str] = ()
+                  ) -> Tuple[List[Dict[str, object]], Optional[DecodingOptions], Dict[str, object]]:
+    """Rows of every batch size, the decoding options and the machine: the fairseq ``checkpoints`` (weights ->
+    path) and the CTranslate2 directories ``exported`` ((weights, precision) -> path), each system in its own
+    process (``engine.timing.isolated``). ``options`` None: the checkpoint's own, as ``generation_args`` set them.
+    The exported models of ``vocabulary_mapped`` weights are timed again with their vocabulary map."""
     threads = settings.threads or torch.get_num_threads()
-    translators = {key: load_ctranslate2_model(path, device, threads) for key, path in exported.items()}
-    first_task = next(iter(models.values()))[0]
+    on_gpu = device.type == "cuda"
+    common = dict(family=family, data=data, split=split, sentences=settings.sentences, threads=threads,
+                  generation_args=list(generation_args), cpu=not on_gpu, device=device.type,
+                  options=None if options is None else options.to_dict())
+    specs = [SystemSpec(f"fairseq {weights}", FAIRSEQ, weights, precision, path, **common)
+             for weights, path in checkpoints.items()]
+    specs += [SystemSpec(f"ct2 {weights} {quantization}", CTRANSLATE2, weights, quantization, path, **common)
+              for (weights, quantization), path in exported.items()]
+    specs += [SystemSpec(f"ct2 {weights} {quantization} vmap", CTRANSLATE2, weights, quantization, path,
+                         use_vmap=True, **common)
+              for (weights, quantization), path in exported.items()
+              if weights in vocabulary_mapped and os.path.isfile(os.path.join(path, "vmap.txt"))]
+    run = time_systems(specs, settings.batch_sizes, settings.repeats, progress)
     rows = []
-    for batch_size in settings.batch_sizes:
-        batches = timed_batches(first_task, split, batch_size, settings.sentences, device)
-        systems = [fairseq_translation_system(f"fairseq {weights}", weights, task, model, batches, options)
-                   for weights, (task, model) in models.items()]
-        systems += [ctranslate2_translation_system(f"ct2 {weights} {precision}", weights, precision, translator,
-                                                   batches, options)
-                    for (weights, precision), translator in translators.items()]
-        if progress is not None:
-            progress(f"batch size {batch_size}: {len(batches.ids)} sentences, {len(systems)} systems")
-        seconds, outputs = time_interleaved(systems, settings.repeats)
-        rows += speed_rows(systems, seconds, outputs, batch_size, batches.references)
-    return rows
+    for passes in run.passes:
+        rows += speed_rows(specs, passes.seconds, passes.outputs, passes.batch_size, passes.references,
+                           passes.input_tokens)
+    return rows, run.options, run.environment
 
 
 def deployment_environment(device: torch.device, threads: Optional[int] = None) -> Dict[str, object]:

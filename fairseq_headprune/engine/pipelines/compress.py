@@ -29,23 +29,23 @@ from typing import Callable, Dict, List, Optional
 
 import torch
 
-from ...constants import CTRANSLATE2_ENGINE
+from ...constants import CTRANSLATE2_ENGINE, FAIRSEQ_ENGINE
 from ...errors import SettingsError, StudyError
 from ...study.masks.ffn_mask import ffn_mask_to_spec
 from ...study.masks.head_mask import head_mask_to_spec
 from ...study.methods.ablation import BASELINE, HeadConfig, baseline_config
-from ...study.methods.compression import REPORT_FORMAT, STAGES, CompressSettings
+from ...study.methods.compression import REPORT_FORMAT, STAGES, CompressSettings, speedup_prediction
 from ...study.output.compression_report import compression_report_markdown
 from ...study.output.files import file_sha256, first_difference, recorded_identity, write_json, write_text
-from ...study.settings import ExportSettings, SearchSettings
+from ...study.settings import ExportSettings, LatencySettings, SearchSettings
 from ..checkpoints.info import load_checkpoint_state, state_head_layout
 from ..checkpoints.shrink import shrink_checkpoint
 from ..checkpoints.state_dict import state_parameter_counts
 from ..families import family_named
-from ..methods.deployment import deployment_environment
+from ..methods.deployment import deployment_environment, measure_speed
 from .export import check_quantization, run_export
 from .importance import importance_prefix, run_importance
-from .search import TUNING_FILE, run_search
+from .search import TUNING_FILE, run_latency, run_search
 from ..methods.finetune import finetune_held, write_masked_start
 
 RECORD = "compress.json"
@@ -53,6 +53,7 @@ STAGE_RECORD = "stage.json"
 REPORT_JSON, REPORT_MARKDOWN = "report.json", "report.md"
 PARTIAL = ".partial"
 CHECKPOINT = "checkpoint.pt"
+LATENCY_TABLE = "latency.json"  # in search/: the table compress measured when --latency-table was not given
 # on_stage(stage, status, seconds): status "running", "ran" or "kept"
 StageCallback = Callable[[str, str, Optional[float]], None]
 
@@ -183,11 +184,22 @@ def _search(settings: CompressSettings, stages: _Stages, work: str) -> Dict[str,
     engine_options: Dict[str, object] = {}
     if deployed:
         engine_options.update(latency_engine=CTRANSLATE2_ENGINE, latency_precision=settings.quantization or "float32")
-    if settings.uniform or deployed:  # no padding in CTranslate2: one head count per stack, decoder types together
+    if settings.uniform:  # no padding in CTranslate2: one head count per stack, decoder types together
         engine_options.update(uniform=True, tie_decoder_heads=settings.export_format == CTRANSLATE2_ENGINE)
+    latency_table = settings.latency_table
+    if target.cost == "latency" and latency_table is None:  # measured here, in the shape the speed stage times
+        latency_table = os.path.join(work, LATENCY_TABLE)
+        run_latency(LatencySettings(
+            data=settings.data, checkpoint=settings.checkpoint, out=latency_table,
+            batch_size=max(settings.deployment.batch_sizes), repeats=max(settings.deployment.repeats, 5),
+            cpu=evaluation.cpu, progress=evaluation.progress, fairseq_args=list(evaluation.generation_args),
+            engine=CTRANSLATE2_ENGINE if deployed else FAIRSEQ_ENGINE,
+            quantization=(settings.quantization or "float32") if deployed else "float32",
+            beam=_beam(evaluation.generation_args) if deployed else 5,
+        ))
     outcome = run_search(SearchSettings(
         data=settings.data, checkpoint=settings.checkpoint, out_dir=work, budget=target.budget, cost=target.cost,
-        latency_table=settings.latency_table, fisher_file=stages.path("fisher", "importance.json"),
+        latency_table=latency_table, fisher_file=stages.path("fisher", "importance.json"),
         importance=settings.importance, tuning=settings.tuning, family=settings.family, cpu=evaluation.cpu,
         progress=evaluation.progress, fairseq_args=list(evaluation.generation_args), structure=target.structure,
         **engine_options,
@@ -206,7 +218,31 @@ def _search(settings: CompressSettings, stages: _Stages, work: str) -> Dict[str,
         "tuning": None if outcome.tuning is None else {**outcome.tuning.summary(),
                                                        "sentences": outcome.tuning.settings.get("sentences")},
         "step_seconds": outcome.seconds,
+        "latency_table": None if latency_table is None else (
+            LATENCY_TABLE if settings.latency_table is None else os.path.abspath(latency_table)),
+        "latency_table_shape": _table_shape(latency_table),
+        "predicted_speedup": outcome.predicted_speedup,
+        "prediction_note": outcome.prediction_note,
     }
+
+
+def _beam(generation_args) -> int:
+    """The beam size fairseq's ``--beam`` sets among the evaluation's arguments (fairseq's default 5)."""
+    arguments = list(generation_args)
+    for index, argument in enumerate(arguments):
+        if argument == "--beam" and index + 1 < len(arguments):
+            return int(arguments[index + 1])
+        if argument.startswith("--beam="):
+            return int(argument.split("=", 1)[1])
+    return 5
+
+
+def _table_shape(path: Optional[str]) -> Optional[Dict[str, object]]:
+    """What the latency table timed (batch size, lengths, beam): the shape its prediction holds for."""
+    if path is None:
+        return None
+    with open(path, encoding="utf-8") as stream:
+        return json.load(stream).get("settings")
 
 
 def _tuning_file(stages: _Stages) -> Optional[str]:
@@ -272,10 +308,11 @@ def _export(settings: CompressSettings, stages: _Stages, work: str) -> Dict[str,
         outcome = run_export(ExportSettings(
             data=settings.data, checkpoint=checkpoint, out_dir=os.path.join(work, name), format=settings.export_format,
             quantization=settings.quantization, cpu=evaluation.cpu, fairseq_args=list(evaluation.generation_args),
+            vocabulary_map=bool(settings.vocabulary_map),
         ))
         record["quantization"] = outcome.quantization
         record["models"][name] = {"dir": name, "num_heads": outcome.num_heads, "padded": outcome.padded,
-                                  "kept": outcome.kept}
+                                  "kept": outcome.kept, "vocabulary_map": outcome.vocabulary_map}
     return record
 
 
@@ -306,38 +343,25 @@ def _evaluate(settings: CompressSettings, stages: _Stages, work: str) -> Dict[st
     }
 
 
-def _timed_model(family, settings: CompressSettings, checkpoint: str):
-    """(cfg, task, model) in the precision the evaluation translates in (--fp16, --bf16)."""
-    cfg, task, model = family.load(settings.data, checkpoint, settings.evaluation.generation_args,
-                                   cpu=settings.evaluation.cpu)
-    if cfg.common.fp16:
-        model.half()
-    elif cfg.common.bf16:
-        model.to(torch.bfloat16)
-    return cfg, task, model
-
-
 def _speed(settings: CompressSettings, stages: _Stages, work: str) -> Dict[str, object]:
+    """Both models (and their exports) timed each in its own process, in the precision the evaluation
+    translates in (--fp16, --bf16)."""
     evaluation, deployment = settings.evaluation, settings.deployment
     family = family_named(settings.family)
     device = torch.device("cuda" if torch.cuda.is_available() and not evaluation.cpu else "cpu")
-    previous_threads = torch.get_num_threads()
-    if deployment.threads:
-        torch.set_num_threads(deployment.threads)
-    try:
-        loaded = {weights: _timed_model(family, settings, checkpoint)
-                  for weights, checkpoint in (("unpruned", settings.checkpoint),
-                                              ("compressed", stages.path("shrink", CHECKPOINT)))}
-        export = stages.record("export") if "export" in settings.stages else None
-        exported = {} if export is None else {
-            (name, export["quantization"]): stages.path("export", name) for name in ("unpruned", "compressed")
-            if name in export["models"]}
-        rows, options = family.measure_speed(loaded, exported, evaluation.gen_subset, deployment, device)
-        environment = deployment_environment(device, deployment.threads)
-    finally:
-        torch.set_num_threads(previous_threads)
+    arguments = list(evaluation.generation_args)
+    precision = "float16" if "--fp16" in arguments else "bfloat16" if "--bf16" in arguments else "float32"
+    checkpoints = {"unpruned": settings.checkpoint, "compressed": stages.path("shrink", CHECKPOINT)}
+    export = stages.record("export") if "export" in settings.stages else None
+    exported = {} if export is None or not family.times_exported_models else {  # decoding is timed: translation
+        (name, export["quantization"]): stages.path("export", name) for name in ("unpruned", "compressed")
+        if name in export["models"]}
+    rows, options, machine = measure_speed(family.name, checkpoints, exported, settings.data, evaluation.gen_subset,
+                                           arguments, deployment, device, precision,
+                                           vocabulary_mapped=("compressed",) if settings.vocabulary_map else ())
+    environment = {**deployment_environment(device, deployment.threads), **machine}
     return {"split": evaluation.gen_subset, "environment": environment, "settings": deployment.to_dict(),
-            "unit": family.speed_unit, "decoding": None if options is None else dataclasses.asdict(options),
+            "unit": family.speed_unit, "decoding": None if options is None else options.to_dict(),
             "rows": rows}
 
 
@@ -361,6 +385,7 @@ def _report(settings: CompressSettings, stages: _Stages) -> Dict[str, object]:
         "export": exported,
         "evaluation": records["evaluate"],
         "speed": records["speed"],
+        "speedup_prediction": speedup_prediction(records["search"], records["speed"]),
         "files": {
             "checkpoint": os.path.abspath(stages.path("shrink", CHECKPOINT)),
             "exported": None if exported is None else os.path.abspath(stages.path("export", "compressed")),

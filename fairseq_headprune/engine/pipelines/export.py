@@ -22,7 +22,9 @@ from ...modules.masked_multihead_attention import current_head_mask, head_layout
 from ...study.masks.head_mask import combine_masks
 from ...study.methods.least_squares_tuning import read_tuning
 from ...study.settings import ExportSettings
+from ...constants import TRANSLATION_FAMILY
 from ..export.ctranslate2_spec import import_ctranslate2, save_spec
+from ..export.vocabulary_map import VOCABULARY_MAP_FILE, vocabulary_map_for
 from ..families import family_of_checkpoint
 from ..methods.mask_tuning import tuning_folded
 
@@ -37,6 +39,7 @@ class ExportOutcome:
     padded: Dict[str, int] = field(default_factory=dict)  # per stack: zero heads added to even the layers out
     headless: List[str] = field(default_factory=list)  # stacks keeping no head (one zero head per layer)
     kept: Dict[str, List[int]] = field(default_factory=dict)  # per attention type: heads kept in each layer
+    vocabulary_map: Optional[Dict[str, object]] = None  # the vmap.txt exported: its settings and valid coverage
 
 
 def check_out_dir(out_dir: str) -> None:
@@ -78,8 +81,24 @@ def run_export(settings: ExportSettings) -> ExportOutcome:
     parent = os.path.dirname(os.path.abspath(settings.out_dir))
     os.makedirs(parent, exist_ok=True)
     temporary = tempfile.mkdtemp(prefix=".tmp-export-", dir=parent)
+    vocabulary_map = None
     try:
-        save_spec(spec, quantization, temporary)
+        if settings.vocabulary_map:
+            if family.name != TRANSLATION_FAMILY:
+                raise SettingsError("--vocabulary-map restricts a translation model's output to its source's "
+                                    f"candidates; {settings.checkpoint} is a {family.name.replace('_', ' ')}")
+            vmap_path = os.path.join(parent, f".vmap-{os.path.basename(temporary)}.txt")
+            try:
+                vocabulary_map = vocabulary_map_for(task, settings.vocabulary_map_candidates,
+                                                    settings.vocabulary_map_common, vmap_path)
+                spec.register_vocabulary_mapping(vmap_path)
+                save_spec(spec, quantization, temporary)
+            finally:
+                if os.path.exists(vmap_path):
+                    os.remove(vmap_path)
+            vocabulary_map["file"] = VOCABULARY_MAP_FILE
+        else:
+            save_spec(spec, quantization, temporary)
         if os.path.isdir(settings.out_dir):
             os.rmdir(settings.out_dir)  # empty (checked above)
         os.replace(temporary, settings.out_dir)
@@ -92,4 +111,5 @@ def run_export(settings: ExportSettings) -> ExportOutcome:
     return ExportOutcome(settings.out_dir, quantization,
                          num_heads={side: stack.num_heads for side, stack in heads.items() if stack.kept},
                          padded={side: stack.padded for side, stack in heads.items() if stack.kept}, kept=kept,
-                         headless=[side for side, stack in heads.items() if stack.kept and stack.headless])
+                         headless=[side for side, stack in heads.items() if stack.kept and stack.headless],
+                         vocabulary_map=vocabulary_map)

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from ...constants import CTRANSLATE2_ENGINE, FAIRSEQ_ENGINE
+from ...constants import CTRANSLATE2_ENGINE, DEFAULT_SEQUENCE_LENGTH, FAIRSEQ_ENGINE
 from ...errors import ResultFileError, StudyError
 from ...modules.masked_ffn import current_ffn_mask, ffn_layout
 from ...modules.masked_multihead_attention import attention_modules, current_head_mask, head_layout
@@ -32,6 +32,7 @@ from ...study.methods.search_costs import (
     LayerCosts,
     head_count_costs,
     parse_budget,
+    predicted_speedup,
     read_latency_table,
     write_latency_table,
 )
@@ -43,7 +44,7 @@ from ..methods.ctranslate2_latency import measure_ctranslate2_latency_table
 from ..methods.latency import measure_latency_table
 from ..methods.model_costs import device_description, model_architecture, model_flops, model_precision
 from ..methods.mask_tuning import tune_mask, tuning_samples
-from ..runners.batches import model_device
+from ..runners.batches import model_device, split_mean_lengths
 
 MASK_FILE = "mask.json"
 FFN_MASK_FILE = "ffn_mask.json"
@@ -66,9 +67,13 @@ def run_latency(settings: LatencySettings) -> LatencyTable:
         raise StudyError(f"{settings.checkpoint} has FFN neurons masked or removed; measure the full model")
     model.eval()
     if settings.engine == CTRANSLATE2_ENGINE:
+        source_length, target_length = split_mean_lengths(task, "valid")
+        settings = dataclasses.replace(settings, sequence_length=settings.sequence_length or source_length,
+                                       target_length=settings.target_length or target_length)
         table = measure_ctranslate2_latency_table(family, cfg, task, model, settings)
     else:
-        table = measure_latency_table(model, settings)
+        table = measure_latency_table(model, dataclasses.replace(
+            settings, sequence_length=settings.sequence_length or DEFAULT_SEQUENCE_LENGTH))
     write_latency_table(table, settings.out)
     return table
 
@@ -88,6 +93,8 @@ class SearchOutcome:
     total_neurons: int = 0
     pruned_neurons: int = 0  # FFN neurons the search pruned (0 when it searched heads only)
     flops: Dict[str, object] = field(default_factory=dict)  # FLOPs per token of the attention and FFN layers kept
+    predicted_speedup: Optional[float] = None  # the whole model's time over the masked one's, by the latency table
+    prediction_note: Optional[str] = None  # why a table that timed the whole model predicts nothing
 
 
 def layer_costs(settings: SearchSettings, model) -> LayerCosts:
@@ -106,14 +113,18 @@ def _priced_costs(settings: SearchSettings, model, parts) -> LayerCosts:
         raise StudyError(f"{settings.checkpoint} has FFN layers of uneven widths; search on the full model")
     if settings.cost == "flops":
         return model_flops(model, architecture, settings.sequence_length, parts)
-    precision = settings.latency_precision or (
-        model_precision(model) if settings.latency_engine == FAIRSEQ_ENGINE else "float32")
-    table = read_latency_table(settings.latency_table, architecture, device_description(model_device(model)),
-                               engine=settings.latency_engine, precision=precision)
+    table = _latency_table(settings, model, architecture)
     if "ffn" in parts and not table.has_ffn:
         raise ResultFileError(f"--latency-table {settings.latency_table} times no FFN layers; measure them with "
                               "the latency command")
     return table.costs(parts)
+
+
+def _latency_table(settings: SearchSettings, model, architecture) -> LatencyTable:
+    precision = settings.latency_precision or (
+        model_precision(model) if settings.latency_engine == FAIRSEQ_ENGINE else "float32")
+    return read_latency_table(settings.latency_table, architecture, device_description(model_device(model)),
+                              engine=settings.latency_engine, precision=precision)
 
 
 def _fisher(settings: SearchSettings, family, cfg, task, model, seconds):
@@ -177,6 +188,14 @@ def run_search(settings: SearchSettings) -> SearchOutcome:
     flops = model_flops(model, architecture, settings.sequence_length)
     outcome.flops = {"kept": flops.cost_of(result.head_mask, result.ffn_mask), "full": flops.full_cost(),
                      "unit": flops.unit, "sequence_length": settings.sequence_length}
+    if settings.cost == "latency":
+        whole = _latency_table(settings, model, architecture).settings.get("whole_model_ms")
+        if whole:  # tables that timed the whole model (CTranslate2's) predict the mask's speed-up
+            outcome.predicted_speedup = predicted_speedup(whole, costs.full_cost(), result.cost)
+            if outcome.predicted_speedup is None:
+                outcome.prediction_note = (f"no prediction: the table prices its layers at {costs.full_cost():.3f} "
+                                           f"ms, not below the whole model's {whole:.3f} ms (noisy timings; "
+                                           "measure again with more --repeats)")
     _write(settings, outcome, fisher)
     return outcome
 
@@ -213,6 +232,8 @@ def _write(settings: SearchSettings, outcome: SearchOutcome, fisher: ImportanceR
         "neurons_pruned": outcome.pruned_neurons if ffn_mask is not None else None,
         "neurons_total": outcome.total_neurons if ffn_mask is not None else None,
         "flops": outcome.flops,
+        "predicted_speedup": outcome.predicted_speedup,
+        "prediction_note": outcome.prediction_note,
         "seconds": outcome.seconds,
         "result": outcome.result.to_dict(),
         "tuning": None if outcome.tuning is None else outcome.tuning.summary(),

@@ -57,6 +57,18 @@ def split_batches(
     return dataset, [list(batch) for batch in batches]
 
 
+def split_mean_lengths(task, split: str) -> Tuple[int, int]:
+    """The mean source and target lengths of ``split`` in tokens, </s> left out (a language model's samples
+    are both), rounded: the shape a latency table decodes in."""
+    load_split(task, split)
+    dataset = task.dataset(split)
+    sources = getattr(dataset, "src_sizes", None)
+    targets = getattr(dataset, "tgt_sizes", None)
+    sizes = np.asarray(dataset.sizes if sources is None else sources, dtype=np.float64)
+    target_sizes = sizes if targets is None else np.asarray(targets, dtype=np.float64)
+    return max(1, int(round(sizes.mean() - 1))), max(1, int(round(target_sizes.mean() - 1)))
+
+
 def load_split(task, split: str) -> None:
     """Load ``split`` into ``task``, with one-line errors for missing or empty splits."""
     _check_split_not_empty(task, split)

@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from ...constants import CLASSIFIER_FAMILY, MODEL_FAMILIES
+from ...constants import CLASSIFIER_FAMILY, CTRANSLATE2_ENGINE, MODEL_FAMILIES, TRANSLATION_FAMILY
 from ...errors import SettingsError
 from ..prune_settings import FinetuneSettings
 from ..settings import EXPORT_FORMATS, QUANTIZATIONS, ImportanceSettings, SweepSettings, TuningSettings
@@ -36,7 +36,7 @@ COMPRESS_FORMAT = "fairseq-headprune compress 1"
 REPORT_FORMAT = "fairseq-headprune compress report 1"
 DEFAULT_SPEED_BATCH_SIZES = (1, 64)
 DEFAULT_SPEED_SENTENCES = 300
-DEFAULT_SPEED_REPEATS = 3
+DEFAULT_SPEED_REPEATS = 5
 
 
 @dataclass(frozen=True)
@@ -133,15 +133,30 @@ class CompressSettings:
     quantization: Optional[str] = None  # None: float32
     deployment: DeploymentSettings = field(default_factory=DeploymentSettings)
     tuning_skipped: Optional[str] = None  # why the tuning (on by default) does not run on this model
-    uniform: bool = False  # one head count per stack (with export to CTranslate2: the decoder's types together)
+    # one head count per stack (with export to CTranslate2: the decoder's types together); None: on exactly when
+    # exporting to CTranslate2, which pads every layer to its stack's largest head count
+    uniform: Optional[bool] = None
+    # translation exported to CTranslate2: a vocabulary map exported too and the compressed model timed with it
+    # (None: on exactly then)
+    vocabulary_map: Optional[bool] = None
 
     def __post_init__(self):
         family = self.evaluation.family
         if family not in MODEL_FAMILIES:
             raise SettingsError(f"unknown model family {family!r} (expected {', '.join(MODEL_FAMILIES)})")
-        if (self.target.kind == "latency") != (self.latency_table is not None):
-            raise SettingsError("--target latency=P% needs --latency-table FILE (from the latency command), "
-                                "and --latency-table goes with a latency target")
+        if self.uniform is None:
+            self.uniform = self.export_format == CTRANSLATE2_ENGINE
+        exported_translation = self.export_format == CTRANSLATE2_ENGINE and family == TRANSLATION_FAMILY
+        if self.vocabulary_map is None:
+            self.vocabulary_map = exported_translation
+        elif self.vocabulary_map and not exported_translation:
+            raise SettingsError("--vocabulary-map goes with a translation model exported to CTranslate2 "
+                                "(--export ctranslate2)")
+        elif not self.uniform and self.target.kind == "latency" and self.export_format == CTRANSLATE2_ENGINE:
+            raise SettingsError("--no-uniform: a latency target for --export ctranslate2 is priced by a table of "
+                                "whole stacks, one head count per stack; leave out --no-uniform")
+        if self.latency_table is not None and self.target.kind != "latency":
+            raise SettingsError("--latency-table goes with a latency target (--target latency=P%)")
         if self.export_format is not None:
             if self.export_format not in EXPORT_FORMATS:
                 raise SettingsError(f"--export {self.export_format}: expected one of {', '.join(EXPORT_FORMATS)}")
@@ -203,8 +218,25 @@ class CompressSettings:
                        "tuning_skipped": self.tuning_skipped, "uniform": self.uniform},
             "finetune": dataclasses.asdict(self.finetune) if self.finetune.updates else None,
             "export": None if self.export_format is None else {"format": self.export_format,
-                                                                "quantization": self.quantization or "float32"},
+                                                                "quantization": self.quantization or "float32",
+                                                                "vocabulary_map": self.vocabulary_map},
             "evaluate": {"split": evaluation.gen_subset, **evaluation.metric_record(),
                          "test": evaluation.test.to_dict()},
             "speed": self.deployment.to_dict(),
         }
+
+
+def speedup_prediction(search: Dict[str, object], speed: Optional[Dict[str, object]]) -> Optional[Dict[str, object]]:
+    """The search's predicted speed-up (a CTranslate2 latency table's) beside the one measured after export, at the
+    table's batch size: the exported compressed model against the exported unpruned one at the same precision.
+    ``relative_error`` is (predicted - measured) / measured; None when nothing was predicted or measured."""
+    predicted = search.get("predicted_speedup")
+    shape = search.get("latency_table_shape") or {}
+    if predicted is None or speed is None:
+        return None
+    batch_size = shape.get("batch_size")
+    measured = next((row["speedup_vs_ct2_unpruned_same_precision"] for row in speed["rows"]
+                     if row["batch_size"] == batch_size and row["engine"] == CTRANSLATE2_ENGINE
+                     and row["weights"] == "compressed"), None)
+    return {"predicted": predicted, "measured": measured, "batch_size": batch_size, "beam": shape.get("beam"),
+            "relative_error": None if not measured else (predicted - measured) / measured}

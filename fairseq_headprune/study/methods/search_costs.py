@@ -289,3 +289,11 @@ def _describe(architecture: Dict[str, object]) -> str:
     ]
     parts += [f"{t} {shape[0]}x{shape[1]}" for t, shape in architecture.get("ffn", {}).items()]
     return ", ".join(parts)
+
+
+def predicted_speedup(whole_model_ms: float, full_cost: float, mask_cost: float) -> Optional[float]:
+    """The speed-up a latency table predicts for a mask: the whole model's time over the time left once the
+    mask saves what its layers' prices say (``full_cost - mask_cost``, prices above each layer's narrowest).
+    None when the saving is not below the whole model's time: the table's timings were too noisy to say."""
+    left = whole_model_ms - (full_cost - mask_cost)
+    return whole_model_ms / left if left > 0 else None

@@ -100,10 +100,14 @@ def _speed(report: Dict[str, object]) -> List[str]:
         f"On {environment['device']}; torch {environment['torch']}, fairseq "
         f"{environment['fairseq']}, CTranslate2 {environment['ctranslate2'] or 'not installed'}, "
         f"fairseq-headprune {environment['fairseq_headprune']}. The first {speed['settings']['sentences'] or 'all'} "
-        f"{unit} of {speed['split']}, every system on the same batches, {speed['settings']['repeats']} interleaved "
-        "repeats after a warm-up; median rate (min–max)."
+        f"{unit} of {speed['split']}, every system on the same batches and in its own process, a warm-up then "
+        f"{speed['settings']['repeats']} rounds with the order rotated; median rate (min–max)."
         + (f" Beam {speed['decoding']['beam']}, length penalty {speed['decoding']['lenpen']:g} in both engines."
-           if speed.get("decoding") else ""),
+           if speed.get("decoding") else "")
+        + (f" CPU: {environment['cpu']} ({', '.join(environment.get('isa') or ['no vector extensions listed'])})."
+           if environment.get("cpu") else "")
+        + (f" CTranslate2's kernels: {'; '.join(environment['ctranslate2_kernels'])}."
+           if environment.get("ctranslate2_kernels") else ""),
         "",
     ]
     if translation and not any(row["engine"] == "ctranslate2" for row in speed["rows"]):
@@ -126,6 +130,11 @@ def _speed(report: Dict[str, object]) -> List[str]:
     if translation:
         lines += ["", "BLEU here is sacreBLEU on the timed sentences' tokens (no tokenization); the evaluation "
                       "above is the reference."]
+    prediction = report.get("speedup_prediction")
+    if prediction and prediction["measured"]:
+        lines += ["", f"The search's latency table predicted {prediction['predicted']:.2f}× for the exported model "
+                      f"at batch {prediction['batch_size']} (beam {prediction['beam']}); measured here: "
+                      f"{prediction['measured']:.2f}× ({100.0 * prediction['relative_error']:+.0f}%)."]
     return lines
 
 

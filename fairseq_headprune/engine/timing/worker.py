@@ -1,0 +1,197 @@
+"""One timed system in a process of its own: ``python -m fairseq_headprune.engine.timing.worker``.
+
+Why a process each: two engines in one process share (and fight over) their
+thread pools, and several CTranslate2 translators alive in one process slowed
+a batch-1 pass from 1.5 s to 26 s on 2 cores. A worker loads one model in one
+engine, then decodes whenever the parent asks, so that the parent can rotate
+the systems one pass at a time (``isolated``). A CTranslate2 worker never
+imports torch.
+
+The protocol is one JSON object per line. The first line the parent writes
+describes the system (``SystemSpec.to_dict``); the worker answers
+``{"ready": ...}`` once its model is loaded. Then each request
+``{"batch_size": B, "batches": ...}`` is one timed pass over the sentences in
+batches of B, answered with ``{"seconds": ..., "outputs": [...]}``; a fairseq
+worker also returns, on its first pass at B, the batches it decoded (sentence
+ids, source tokens, references), which the parent hands to the CTranslate2
+workers so that every engine decodes the same sentences in the same batches.
+An error is answered ``{"error": "one line"}`` and ends the worker.
+"""
+
+import json
+import os
+import sys
+import time
+from typing import Dict, List, Optional
+
+from ...study.methods.decoding import DecodingOptions
+
+CTRANSLATE2, FAIRSEQ = "ctranslate2", "fairseq"
+
+
+def _fairseq_translation(spec: Dict[str, object], options: Optional[DecodingOptions], threads: int):
+    """fairseq's beam search through the task, as fairseq-generate runs it (by default with the options the
+    evaluation's fairseq arguments set, which the worker reports so that CTranslate2 gets the same)."""
+    import torch
+
+    from ...modules.masked_multihead_attention import fused_attention_everywhere
+    from ..checkpoints.loading import load_generation_model
+    from ..methods.deployment import fairseq_translation_system, timed_batches
+
+    torch.set_num_threads(threads)
+    cfg, task, model = load_generation_model(spec["data"], spec["model"], spec["generation_args"], cpu=spec["cpu"])
+    model = _in_precision(model, spec["precision"])
+    device = next(model.parameters()).device
+    options = options or DecodingOptions.of_generation(cfg.generation)
+    systems = {}
+
+    def run(request):
+        batch_size = int(request["batch_size"])
+        first = batch_size not in systems
+        if first:
+            batches = timed_batches(task, spec["split"], batch_size, spec["sentences"], device)
+            systems[batch_size] = (batches, fairseq_translation_system(spec["name"], "", task, model, batches, options))
+        batches, system = systems[batch_size]
+        with fused_attention_everywhere():
+            seconds, outputs = system.decode()
+        reply = {"seconds": seconds, "outputs": outputs}
+        if first:
+            reply["batches"] = {"ids": batches.ids, "sources": batches.sources, "references": batches.references,
+                                "source_lengths": [int(s["net_input"]["src_tokens"].size(1)) for s in batches.samples]}
+        return reply
+
+    return run, {"options": options.to_dict()}
+
+
+def _fairseq_scoring(spec: Dict[str, object], threads: int):
+    """A classifier or language model scoring the split as the studies do."""
+    import torch
+
+    from ...modules.masked_multihead_attention import fused_attention_everywhere
+    from ..families import family_named
+    from ..methods.deployment import fairseq_scoring_system
+
+    torch.set_num_threads(threads)
+    family = family_named(spec["family"])
+    cfg, task, model = family.load(spec["data"], spec["model"], spec["generation_args"], cpu=spec["cpu"])
+    model = _in_precision(model, spec["precision"])
+    systems = {}
+
+    def run(request):
+        batch_size = int(request["batch_size"])
+        first = batch_size not in systems
+        if first:
+            systems[batch_size] = fairseq_scoring_system(spec["name"], "", family.name, cfg, task, model,
+                                                         spec["split"], batch_size, spec["sentences"])
+        system, _, tokens = systems[batch_size]
+        with fused_attention_everywhere():
+            seconds, outputs = system.decode()
+        reply = {"seconds": seconds, "outputs": [_plain(o) for o in outputs]}
+        if first:
+            reply["input_tokens"] = tokens
+        return reply
+
+    return run, {}
+
+
+def _ctranslate2_decoding(spec: Dict[str, object], options: DecodingOptions, threads: int):
+    """A ``ctranslate2.Translator`` (a ``Generator`` for a language model) on the sentences the parent gives,
+    with fairseq's beam, length penalty and length limits."""
+    try:
+        import ctranslate2
+    except ImportError:
+        raise RuntimeError("CTranslate2 is not installed (pip install 'fairseq-headprune[ctranslate2]')") from None
+    device = "cuda" if spec["device"] == "cuda" and ctranslate2.get_cuda_device_count() > 0 else "cpu"
+    generator = spec["family"] == "language_model"
+    engine = (ctranslate2.Generator if generator else ctranslate2.Translator)(
+        spec["model"], device=device, intra_threads=threads, inter_threads=1)
+    # fairseq's --min-len 1 (its default) is CTranslate2's default too; a longer minimum is passed on
+    lengths = {"min_decoding_length": options.min_len} if options.min_len > 1 else {}
+    batches: Dict[int, Dict[str, List]] = {}
+
+    def decode(sources, source_length):
+        limit = max(options.max_length(source_length), 1)
+        if generator:
+            results = engine.generate_batch(sources, max_length=limit, beam_size=options.beam,
+                                            length_penalty=options.lenpen, include_prompt_in_result=False,
+                                            max_batch_size=len(sources),
+                                            **({"min_length": options.min_len} if lengths else {}))
+            return [" ".join(result.sequences[0]) for result in results]
+        results = engine.translate_batch(sources, beam_size=options.beam, length_penalty=options.lenpen,
+                                         max_batch_size=len(sources), max_decoding_length=limit,
+                                         use_vmap=bool(spec.get("use_vmap")), **lengths)
+        return [" ".join(result.hypotheses[0]) for result in results]
+
+    def run(request):
+        batch_size = int(request["batch_size"])
+        if request.get("batches") is not None:
+            batches[batch_size] = request["batches"]
+        if batch_size not in batches:
+            raise RuntimeError(f"no sentences were given at batch size {batch_size}")
+        given = batches[batch_size]
+        hypotheses = []
+        start = time.perf_counter()
+        for sources, length in zip(given["sources"], given["source_lengths"]):
+            hypotheses += decode(sources, length)
+        return {"seconds": time.perf_counter() - start, "outputs": hypotheses}
+
+    return run, {}
+
+
+def _in_precision(model, precision: str):
+    import torch
+
+    if precision in ("float16", "half"):
+        return model.half()
+    if precision == "bfloat16":
+        return model.to(torch.bfloat16)
+    return model
+
+
+def _plain(value):
+    """An output as JSON holds it (a label, a loss)."""
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value.item() if hasattr(value, "item") else value
+
+
+def _build(spec: Dict[str, object]):
+    options = DecodingOptions.from_dict(spec["options"]) if spec.get("options") else None
+    threads = int(spec["threads"])
+    if spec["engine"] == CTRANSLATE2:
+        return _ctranslate2_decoding(spec, options or DecodingOptions(), threads)
+    if spec["family"] == "translation":
+        return _fairseq_translation(spec, options, threads)
+    return _fairseq_scoring(spec, threads)
+
+
+def serve(requests, replies) -> None:
+    """Load the system the first request describes, then answer each timing request (see the module)."""
+
+    def send(message: Dict[str, object]) -> None:
+        replies.write(json.dumps(message) + "\n")
+        replies.flush()
+
+    line = requests.readline()
+    try:
+        run, described = _build(json.loads(line))
+        send({"ready": True, "pid": os.getpid(), "torch_imported": "torch" in sys.modules,
+              "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), **described})
+        for line in requests:
+            request = json.loads(line)
+            if request.get("quit"):
+                return
+            send(run(request))
+    except Exception as error:  # the parent turns it into one line, naming the system
+        send({"error": f"{type(error).__name__}: {' '.join(str(error).split())}"})
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    # the protocol gets the original stdout; whatever the libraries print goes to stderr
+    replies = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    serve(sys.stdin, replies)
+
+
+if __name__ == "__main__":
+    main()
