@@ -147,7 +147,8 @@ def tiny_lm(tmp_path_factory):
     """A 2-layer transformer_lm trained by fairseq-train --task language_modeling on the demo corpus's French side,
     with the project's scripts (prepare_lm_data.sh, train_lm.sh)."""
     cache = os.environ.get("HEADPRUNE_TEST_CACHE")
-    root = Path(cache) / "lm" if cache else tmp_path_factory.mktemp("tiny_lm")
+    # one model for the session: test_compress imports this module-scoped fixture too
+    root = Path(cache) / "lm" if cache else tmp_path_factory.getbasetemp() / "tiny_lm"
     data = {"data": root / "bin", "checkpoint": root / "checkpoints" / "checkpoint_best.pt", "root": root}
     if not data["checkpoint"].exists():
         run(["bash", REPO / "scripts" / "data" / "prepare_lm_data.sh", root], env=LM_ENV)
