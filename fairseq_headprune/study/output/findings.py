@@ -224,9 +224,11 @@ def _speed(load: Load, study: _Study) -> Optional[List]:
 
 def _budgets(load: Load, study: _Study) -> Optional[List]:
     table = load("pruning/budgets_summary.json")
-    if not table or len(table["rows"]) < 2:
+    # where the heads are: per-layer and per-type budgets (a random level spreads them anywhere)
+    rows = [r for r in table["rows"] if r.get("kind") in ("per-layer", "per-type")] if table else []
+    if len(rows) < 2:
         return None
-    rows, column = table["rows"], study.column
+    column = study.column
     best, worst = max(rows, key=lambda r: r[column]), min(rows, key=lambda r: r[column])
     spread = max(r[column + "_std"] for r in rows)
     return unjudged(
