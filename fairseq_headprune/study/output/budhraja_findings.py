@@ -136,7 +136,7 @@ def compensation_finding(records: List[dict]) -> Optional[List]:
     return [
         "the unpruned heads of all layers compensate alike during fine-tuning (Budhraja et al. Figure 2)",
         "the average change of any two layers differs by less than 10%",
-        f"largest relative difference between two layers' mean |ΔW|: median {median:.0%} over {len(spreads)} "
+        f"largest relative difference between two layers' mean absolute change: median {median:.0%} over {len(spreads)} "
         f"fine-tuned configurations ({min(spreads):.0%}-{max(spreads):.0%})",
         "median below 10%",
         median < 0.10,
