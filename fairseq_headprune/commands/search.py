@@ -78,7 +78,7 @@ def command_latency(args: argparse.Namespace) -> int:
         data=args.data, checkpoint=args.path, out=args.out, batch_size=args.batch_size,
         sequence_length=args.sequence_length, repeats=args.repeats, cpu=args.cpu, progress=not args.no_progress,
         fairseq_args=list(args.fairseq_args), neuron_step=args.neuron_step, engine=args.engine,
-        quantization=args.quantization, beam=args.beam, target_length=args.target_length,
+        quantization=args.quantization, target_length=args.target_length,
     ))
     shape = table.settings
     if table.engine == FAIRSEQ_ENGINE:
@@ -203,8 +203,7 @@ def _add_latency_parser(commands) -> None:
     latency.add_argument("--target-length", type=int, metavar="N",
                          help="with --engine ctranslate2: tokens each beam search generates (default: the mean "
                          "target length of DATA's valid split)")
-    latency.add_argument("--beam", type=int, default=5, metavar="N",
-                         help="with --engine ctranslate2: the beam size timed (default 5)")
+
     latency.add_argument("--repeats", type=int, default=20, metavar="N", help="timed passes per shape (default 20)")
     latency.add_argument("--neuron-step", type=int, metavar="N",
                          help="time FFN layers keeping 0, N, 2N, ... neurons and all (default: 16 steps per layer)")

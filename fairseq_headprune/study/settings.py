@@ -330,7 +330,7 @@ class LatencySettings:
     neuron_step: Optional[int] = None  # FFN layers timed keeping multiples of it (None: 16 steps per layer)
     engine: str = FAIRSEQ_ENGINE  # what runs the timed layers: fairseq (each layer alone) or ctranslate2 (the exported model)
     quantization: str = "float32"  # for ctranslate2: the compute type the exported model is timed at
-    beam: int = 5  # for ctranslate2: the beam search timed
+    beam: Optional[int] = None  # for ctranslate2: the beam search timed (None: fairseq's --beam among fairseq_args)
     target_length: Optional[int] = None  # for ctranslate2: tokens generated (None: the valid split's mean target length)
 
     def __post_init__(self):
@@ -338,8 +338,8 @@ class LatencySettings:
                               (self.repeats, "--repeats"), (self.neuron_step, "--neuron-step"), (self.beam, "--beam"),
                               (self.target_length, "--target-length")):
             _positive(value, option)
-        if self.engine == FAIRSEQ_ENGINE and (self.target_length is not None or self.beam != 5):
-            raise SettingsError("--beam and --target-length shape CTranslate2's decoding: add --engine ctranslate2 "
+        if self.engine == FAIRSEQ_ENGINE and self.target_length is not None:
+            raise SettingsError("--target-length shapes CTranslate2's decoding: add --engine ctranslate2 "
                                 "(fairseq's table times each layer alone, on full sequences)")
         _one_of(self.engine, LATENCY_ENGINES, "--engine")
         _one_of(self.quantization, QUANTIZATIONS, "--quantization")

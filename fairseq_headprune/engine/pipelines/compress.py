@@ -195,7 +195,6 @@ def _search(settings: CompressSettings, stages: _Stages, work: str) -> Dict[str,
             cpu=evaluation.cpu, progress=evaluation.progress, fairseq_args=list(evaluation.generation_args),
             engine=CTRANSLATE2_ENGINE if deployed else FAIRSEQ_ENGINE,
             quantization=(settings.quantization or "float32") if deployed else "float32",
-            beam=_beam(evaluation.generation_args) if deployed else 5,
         ))
     outcome = run_search(SearchSettings(
         data=settings.data, checkpoint=settings.checkpoint, out_dir=work, budget=target.budget, cost=target.cost,
@@ -224,17 +223,6 @@ def _search(settings: CompressSettings, stages: _Stages, work: str) -> Dict[str,
         "predicted_speedup": outcome.predicted_speedup,
         "prediction_note": outcome.prediction_note,
     }
-
-
-def _beam(generation_args) -> int:
-    """The beam size fairseq's ``--beam`` sets among the evaluation's arguments (fairseq's default 5)."""
-    arguments = list(generation_args)
-    for index, argument in enumerate(arguments):
-        if argument == "--beam" and index + 1 < len(arguments):
-            return int(arguments[index + 1])
-        if argument.startswith("--beam="):
-            return int(argument.split("=", 1)[1])
-    return 5
 
 
 def _table_shape(path: Optional[str]) -> Optional[Dict[str, object]]:

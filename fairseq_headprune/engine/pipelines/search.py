@@ -69,7 +69,8 @@ def run_latency(settings: LatencySettings) -> LatencyTable:
     if settings.engine == CTRANSLATE2_ENGINE:
         source_length, target_length = split_mean_lengths(task, "valid")
         settings = dataclasses.replace(settings, sequence_length=settings.sequence_length or source_length,
-                                       target_length=settings.target_length or target_length)
+                                       target_length=settings.target_length or target_length,
+                                       beam=settings.beam or int(cfg.generation.beam))
         table = measure_ctranslate2_latency_table(family, cfg, task, model, settings)
     else:
         table = measure_latency_table(model, dataclasses.replace(
