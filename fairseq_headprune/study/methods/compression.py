@@ -146,15 +146,15 @@ class CompressSettings:
             raise SettingsError(f"unknown model family {family!r} (expected {', '.join(MODEL_FAMILIES)})")
         if self.uniform is None:
             self.uniform = self.export_format == CTRANSLATE2_ENGINE
+        elif not self.uniform and self.target.kind == "latency" and self.export_format == CTRANSLATE2_ENGINE:
+            raise SettingsError("--no-uniform: a latency target for --export ctranslate2 is priced by a table of "
+                                "whole stacks, one head count per stack; leave out --no-uniform")
         exported_translation = self.export_format == CTRANSLATE2_ENGINE and family == TRANSLATION_FAMILY
         if self.vocabulary_map is None:
             self.vocabulary_map = exported_translation
         elif self.vocabulary_map and not exported_translation:
             raise SettingsError("--vocabulary-map goes with a translation model exported to CTranslate2 "
                                 "(--export ctranslate2)")
-        elif not self.uniform and self.target.kind == "latency" and self.export_format == CTRANSLATE2_ENGINE:
-            raise SettingsError("--no-uniform: a latency target for --export ctranslate2 is priced by a table of "
-                                "whole stacks, one head count per stack; leave out --no-uniform")
         if self.latency_table is not None and self.target.kind != "latency":
             raise SettingsError("--latency-table goes with a latency target (--target latency=P%)")
         if self.export_format is not None:
