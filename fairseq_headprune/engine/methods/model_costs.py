@@ -5,7 +5,6 @@ parameters' type and the device it was made for; these are the records both
 keep and check (``study.methods.search_costs``).
 """
 
-import platform
 from typing import Dict
 
 import torch
@@ -14,6 +13,7 @@ from ...errors import HeadMaskError
 from ...modules.masked_ffn import ffn_layers, ffn_layout
 from ...modules.masked_multihead_attention import attention_modules, head_layout
 from ...study.methods.search_costs import LayerCosts, ffn_flops_costs, flops_costs, merge_costs
+from ..timing.isolated import cpu_model_and_flags
 
 
 def model_architecture(model) -> Dict[str, object]:
@@ -58,10 +58,4 @@ def device_description(device: torch.device) -> str:
     """The device a latency table holds for: the GPU's name, or the CPU's model and threads."""
     if device.type == "cuda":
         return f"cuda: {torch.cuda.get_device_name(device)}"
-    cpu = platform.processor() or "unknown"
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as stream:
-            cpu = next((line.split(":", 1)[1].strip() for line in stream if line.startswith("model name")), cpu)
-    except OSError:
-        pass
-    return f"cpu: {cpu}, {torch.get_num_threads()} threads"
+    return f"cpu: {cpu_model_and_flags()[0]}, {torch.get_num_threads()} threads"

@@ -17,12 +17,13 @@ alike. Only ratios between systems of one call mean anything.
 
 import json
 import os
+import platform
 import re
 import subprocess
 import sys
 import tempfile
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ...errors import StudyError
 from ...study.methods.decoding import DecodingOptions
@@ -210,20 +211,24 @@ def _time_batch_size(workers: List[_Worker], batch_size: int, repeats: int,
     return passes
 
 
-def machine_description(threads: int) -> Dict[str, object]:
-    """The CPU model and the vector instructions it offers (what decides which kernels the engines pick)."""
-    model, flags = "unknown", set()
+def cpu_model_and_flags() -> Tuple[str, set]:
+    """The CPU's model name and feature flags from /proc/cpuinfo (the platform's processor name elsewhere)."""
+    model, flags = None, set()
     try:
-        with open("/proc/cpuinfo") as stream:
+        with open("/proc/cpuinfo", encoding="utf-8") as stream:
             for line in stream:
                 key, _, value = line.partition(":")
-                if key.strip() == "model name" and model == "unknown":
+                if key.strip() == "model name" and model is None:
                     model = value.strip()
                 elif key.strip() == "flags" and not flags:
                     flags = set(value.split())
     except OSError:
-        import platform
+        pass
+    return model or platform.processor() or "unknown", flags
 
-        model = platform.processor() or "unknown"
+
+def machine_description(threads: int) -> Dict[str, object]:
+    """The CPU model and the vector instructions it offers (what decides which kernels the engines pick)."""
+    model, flags = cpu_model_and_flags()
     return {"cpu": model, "isa": [flag for flag in _ISA_FLAGS if flag in flags], "threads": threads,
             "isolation": "each system in its own process, one busy at a time, rotated passes"}
