@@ -5,6 +5,8 @@ train_demo.sh) in the WMT14 En-Fr big architecture at tiny dimensions.
 Set HEADPRUNE_TEST_CACHE to a directory to reuse it across sessions.
 """
 
+import contextlib
+import fcntl
 import json
 import os
 import re
@@ -99,19 +101,49 @@ def save_zeroed_checkpoint(checkpoint, layer_prefix, heads, mask, path):
     return path
 
 
+def shared_root(tmp_path_factory, name, cached=True):
+    """Where a trained fixture lives: HEADPRUNE_TEST_CACHE/name if set (and ``cached``), else one directory per
+    test session.
+
+    Under pytest-xdist every worker has its own base temp directory; their common parent is the session's, so
+    the workers find one another's models there instead of each training its own.
+    """
+    cache = os.environ.get("HEADPRUNE_TEST_CACHE")
+    if cache and cached:
+        return Path(cache) / name
+    base = tmp_path_factory.getbasetemp()
+    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / name
+
+
+@contextlib.contextmanager
+def built_once(root):
+    """Hold an exclusive lock on ``root`` while the caller checks for (and else builds) what it keeps there.
+
+    A second pytest-xdist worker that needs the same model waits here until the first has built it.
+    """
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root.parent / f".{root.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield root
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory):
     """Paths of a tiny trained model: data dir (bin), raw text dir, checkpoint."""
     cache = os.environ.get("HEADPRUNE_TEST_CACHE")
-    root = Path(cache) if cache else tmp_path_factory.mktemp("tiny_model")
-    root.mkdir(parents=True, exist_ok=True)
+    # the cache directory itself holds the tiny model (kept so for caches made before other models joined it)
+    root = Path(cache) if cache else shared_root(tmp_path_factory, "tiny_model")
     checkpoint = root / "checkpoints" / "checkpoint_last.pt"
-    if not checkpoint.exists():
-        run(["bash", REPO / "scripts" / "data" / "prepare_demo_data.sh", root], env=TINY_MODEL_ENV)
-        run(
-            ["bash", REPO / "scripts" / "train" / "train_demo.sh", root / "bin", root / "checkpoints"],
-            env=TINY_MODEL_ENV,
-        )
+    with built_once(root):
+        if not checkpoint.exists():
+            run(["bash", REPO / "scripts" / "data" / "prepare_demo_data.sh", root], env=TINY_MODEL_ENV)
+            run(
+                ["bash", REPO / "scripts" / "train" / "train_demo.sh", root / "bin", root / "checkpoints"],
+                env=TINY_MODEL_ENV,
+            )
     return {"data": root / "bin", "raw": root / "raw", "checkpoint": checkpoint, "root": root}
 
 
@@ -154,10 +186,13 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def neuron_scores(tiny_model, tmp_path_factory):
     """Fisher scores of the tiny model's heads (with blocks) and FFN neurons, from the importance command."""
-    out = tmp_path_factory.mktemp("neuron_scores")
-    run(["fairseq-headprune", "importance", tiny_model["data"], "--path", tiny_model["checkpoint"],
-         "--importance-method", "fisher", "--importance-structures", "heads,ffn", "--importance-limit", "32",
-         "--out-dir", out, "--no-progress"])
+    # computed by this session's code, never kept between sessions
+    out = shared_root(tmp_path_factory, "neuron_scores", cached=False)
+    with built_once(out):
+        if not (out / "importance.json").exists():
+            run(["fairseq-headprune", "importance", tiny_model["data"], "--path", tiny_model["checkpoint"],
+                 "--importance-method", "fisher", "--importance-structures", "heads,ffn", "--importance-limit", "32",
+                 "--out-dir", out, "--no-progress"])
     return out / "importance.json"
 
 

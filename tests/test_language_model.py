@@ -11,16 +11,16 @@ language_modeling``: masked ``fairseq-eval-lm`` against stock
 import argparse
 import copy
 import dataclasses
-import os
 import re
-from pathlib import Path
 
 import numpy as np
 import contextlib
 import pytest
 import torch
 
-from conftest import REPO, USER_DIR, headprune_launcher, run, save_zeroed_checkpoint, zeroed_copy
+from conftest import (
+    REPO, USER_DIR, built_once, headprune_launcher, run, save_zeroed_checkpoint, shared_root, zeroed_copy,
+)
 from fairseq_headprune.errors import HeadMaskError
 from fairseq_headprune.modules.masked_multihead_attention import (
     MaskedMultiheadAttention,
@@ -146,13 +146,13 @@ LM_ENV = {"SCALE": "0.25", "LAYERS": str(LAYERS), "EMBED_DIM": "32", "FFN_DIM": 
 def tiny_lm(tmp_path_factory):
     """A 2-layer transformer_lm trained by fairseq-train --task language_modeling on the demo corpus's French side,
     with the project's scripts (prepare_lm_data.sh, train_lm.sh)."""
-    cache = os.environ.get("HEADPRUNE_TEST_CACHE")
     # one model for the session: test_compress imports this module-scoped fixture too
-    root = Path(cache) / "lm" if cache else tmp_path_factory.getbasetemp() / "tiny_lm"
+    root = shared_root(tmp_path_factory, "lm")
     data = {"data": root / "bin", "checkpoint": root / "checkpoints" / "checkpoint_best.pt", "root": root}
-    if not data["checkpoint"].exists():
-        run(["bash", REPO / "scripts" / "data" / "prepare_lm_data.sh", root], env=LM_ENV)
-        run(["bash", REPO / "scripts" / "train" / "train_lm.sh", root / "bin", root / "checkpoints"], env=LM_ENV)
+    with built_once(root):
+        if not data["checkpoint"].exists():
+            run(["bash", REPO / "scripts" / "data" / "prepare_lm_data.sh", root], env=LM_ENV)
+            run(["bash", REPO / "scripts" / "train" / "train_lm.sh", root / "bin", root / "checkpoints"], env=LM_ENV)
     return data
 
 

@@ -7,13 +7,12 @@ The reference for a masked validation is stock ``fairseq-validate`` on a
 copy of the checkpoint with those heads' output-projection columns zeroed.
 """
 
-import os
 import re
 
 import pytest
 import torch
 
-from conftest import REPO, USER_DIR, headprune_launcher, run, save_zeroed_checkpoint
+from conftest import REPO, USER_DIR, built_once, headprune_launcher, run, save_zeroed_checkpoint, shared_root
 
 CLASSIFIER_ENV = {"SCALE": "0.25", "LAYERS": "2", "EMBED_DIM": "64", "FFN_DIM": "128", "HEADS": "4",
                   "EPOCHS": "2", "LR": "0.001"}
@@ -24,13 +23,13 @@ SPEC = "E:1:2-4 E:2:1,3"  # 5 of the 8 heads
 
 @pytest.fixture(scope="module")
 def classifier(tmp_path_factory):
-    cache = os.environ.get("HEADPRUNE_TEST_CACHE")
-    root = (tmp_path_factory.getbasetemp() if not cache else type(REPO)(cache)) / "classifier"
+    root = shared_root(tmp_path_factory, "classifier")
     checkpoint = root / "checkpoints" / "checkpoint_best.pt"
-    if not checkpoint.exists():
-        run(["bash", REPO / "scripts" / "data" / "prepare_acceptability_data.sh", root], env=CLASSIFIER_ENV)
-        run(["bash", REPO / "scripts" / "train" / "train_classifier.sh", root / "bin", root / "checkpoints"],
-            env=CLASSIFIER_ENV)
+    with built_once(root):
+        if not checkpoint.exists():
+            run(["bash", REPO / "scripts" / "data" / "prepare_acceptability_data.sh", root], env=CLASSIFIER_ENV)
+            run(["bash", REPO / "scripts" / "train" / "train_classifier.sh", root / "bin", root / "checkpoints"],
+                env=CLASSIFIER_ENV)
     return {"data": root / "bin", "checkpoint": checkpoint, "root": root}
 
 

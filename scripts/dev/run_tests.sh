@@ -11,9 +11,14 @@ constraints.txt, then runs pytest on tests/: the full suite (what CI runs),
 or with --quick only the tests that need no trained model (a few minutes on
 2 cores; for development).  Extra arguments go to pytest (e.g. -k head_mask).
 
+The test files are shared among TEST_WORKERS processes (pytest-xdist, one file
+per process at a time, so a file's module fixtures are built once); the trained
+models are built once per session and shared by every worker.
+
 environment:
   VENV                  virtual environment to use (default: REPO/.venv)
-  HEADPRUNE_TEST_CACHE  directory to keep the tiny test model between runs
+  HEADPRUNE_TEST_CACHE  directory to keep the tiny test models between runs
+  TEST_WORKERS          test processes (default: 2; 0 runs everything in this one)
 USAGE
 }
 [[ ${1:-} == -h || ${1:-} == --help ]] && { usage; exit 0; }
@@ -25,5 +30,10 @@ cd "$repo"
 if [[ ${1:-} == --quick ]]; then
   shift
   set -- -m "not slow" "$@"
+fi
+workers=${TEST_WORKERS:-2}
+[[ $workers =~ ^[0-9]+$ ]] || { echo "run_tests.sh: TEST_WORKERS must be a number, got '$workers'" >&2; exit 2; }
+if (( workers > 0 )); then
+  set -- -n "$workers" --dist loadfile "$@"
 fi
 python -m pytest tests "$@"
