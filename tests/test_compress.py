@@ -198,11 +198,15 @@ def test_a_latency_target_measures_its_table_and_reports_the_predicted_speedup(t
     the largest timed batch size); the report sets the table's prediction beside the speed measured after export."""
     out = tmp_path / "run"
     result = compress(tiny_model["data"], tiny_model["checkpoint"], out, "--target", "latency=60%", "--export",
-                      "ctranslate2", "--no-tune", "--no-vocabulary-map", *QUICKER, "--beam", "2", "--batch-size", "64")
+                      "ctranslate2", "--quantization", "auto", "--no-tune", "--no-vocabulary-map", *QUICKER,
+                      "--beam", "2", "--batch-size", "64")
     report = json.loads((out / "report.json").read_text())
+    assert_the_fastest_accurate_compute_type_is_exported(out, report, result.stdout)
+    chosen = report["export"]["quantization"]
     search = report["search"]
     table = json.loads((out / "search" / "latency.json").read_text())
     assert search["latency_table"] == "latency.json" and table["engine"] == "ctranslate2"
+    assert table["precision"] == "float32"  # the compute type is chosen after the search
     assert (table["settings"]["batch_size"], table["settings"]["beam"]) == (4, 2)  # --speed-batch-sizes 4, --beam 2
     assert search["cost"] == "latency" and search["mask_cost"] <= 0.6 * search["full_cost"] + 1e-9
     whole, saved = table["settings"]["whole_model_ms"], search["full_cost"] - search["mask_cost"]
@@ -212,10 +216,37 @@ def test_a_latency_target_measures_its_table_and_reports_the_predicted_speedup(t
     assert search["predicted_speedup"] == pytest.approx(whole / (whole - saved))
     prediction = report["speedup_prediction"]
     measured = next(r["speedup_vs_ct2_unpruned_same_precision"] for r in report["speed"]["rows"]
-                    if r["system"] == "ct2 compressed float32")
+                    if r["system"] == f"ct2 compressed {chosen}")
     assert prediction["predicted"] == search["predicted_speedup"] and prediction["measured"] == measured
     assert f"predicted\tbatch 4\t{prediction['predicted']:.2f}x by the latency table" in result.stdout
     assert "The search's latency table predicted" in (out / "report.md").read_text()
+
+
+def assert_the_fastest_accurate_compute_type_is_exported(out, report, stdout):
+    """--quantization auto: every compute type CTranslate2 computes on this CPU among float32, int8 and int8_float32
+    was timed; the one exported is the fastest (summed median seconds) whose BLEU is within 0.3 of float32's; the
+    exported directories hold that type (CTranslate2's own compute_type of the loaded model), and the speed stage
+    timed both models in it."""
+    import ctranslate2
+
+    choice = report["export"]["quantization_choice"]
+    expected = [t for t in ("float32", "int8", "int8_float32") if t in ctranslate2.get_supported_compute_types("cpu")]
+    candidates = {c["compute_type"]: c for c in choice["candidates"]}
+    assert list(candidates) == expected and choice["tolerance"] == 0.3
+    float32_bleu = candidates["float32"]["bleu"]
+    accurate = [t for t, c in candidates.items() if c["bleu"] >= float32_bleu - 0.3 - 1e-9]
+    fastest = min(accurate, key=lambda t: sum(candidates[t]["seconds"].values()))
+    assert choice["chosen"] == fastest == report["export"]["quantization"]
+    assert sorted(choice["too_inaccurate"]) == sorted(set(candidates) - set(accurate))
+    for name in ("compressed", "unpruned"):
+        translator = ctranslate2.Translator(str(out / "export" / name), device="cpu")
+        assert translator.compute_type == fastest, (name, translator.compute_type)
+    assert not (out / "export" / "float32-timed").exists()
+    systems = {r["system"] for r in report["speed"]["rows"]}
+    assert {f"ct2 compressed {fastest}", f"ct2 unpruned {fastest}"} <= systems
+    assert f"quantization\tauto: {fastest} (" in stdout
+    markdown = (out / "report.md").read_text()
+    assert "## Compute type (`--quantization auto`)" in markdown and "**chosen**" in markdown
 
 
 def test_a_classifier_is_compressed_and_scored_by_accuracy(classifier, tmp_path):  # noqa: F811
@@ -293,6 +324,9 @@ def test_bad_inputs_are_one_line_and_write_nothing(tiny_model, classifier, compr
                             "--cpu", "--out-dir", fresh], "--quantization float16: CTranslate2"),
         (data, checkpoint, ["--target", "heads=50%", "--quantization", "int8", "--out-dir", fresh],
          "--quantization is the exported model's weight type: it goes with --export"),
+        (data, checkpoint, ["--target", "heads=50%", "--export", "ctranslate2", "--quantization", "auto",
+                            "--quantization-tolerance", "-1", "--out-dir", fresh],
+         "--quantization-tolerance must be 0 or more BLEU points, got -1"),
         (classifier["data"], classifier["checkpoint"], ["--target", "heads=50%", "--export", "ctranslate2",
                                                         "--out-dir", fresh],
          "--export ctranslate2: a classifier cannot be exported to CTranslate2"),

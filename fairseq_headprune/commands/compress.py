@@ -11,6 +11,12 @@ from ..study.methods.compression import (
     DeploymentSettings,
     parse_target,
 )
+from ..study.methods.precision_choice import (
+    AUTO_CANDIDATES,
+    AUTO_QUANTIZATION,
+    DEFAULT_QUANTIZATION_TOLERANCE,
+    choice_summary,
+)
 from ..study.prune_settings import FINETUNE_LR_SHARE, FINETUNE_WARMUP_SHARE, FinetuneSettings
 from ..study.settings import EXPORT_FORMATS, QUANTIZATIONS, SweepSettings
 from .common import (
@@ -38,6 +44,7 @@ def compress_settings(args: argparse.Namespace) -> CompressSettings:
         tuning=tuning_settings(args), latency_table=args.latency_table,
         finetune=FinetuneSettings(args.finetune_updates, args.finetune_lr, args.finetune_warmup),
         export_format=args.export, quantization=args.quantization, uniform=args.uniform,
+        quantization_tolerance=args.quantization_tolerance,
         vocabulary_map=args.vocabulary_map,
         deployment=DeploymentSettings(list(args.speed_batch_sizes), args.speed_sentences or None, args.repeats,
                                       args.threads),
@@ -67,6 +74,9 @@ def command_compress(args: argparse.Namespace) -> int:
           f"({1.0 - parameters['compressed'] / parameters['unpruned']:.1%} fewer)")
     print(f"{evaluation['label']}\tunpruned {evaluation['unpruned']:.2f}, compressed {evaluation['compressed']:.2f} "
           f"({evaluation['delta']:+.2f}, p = {evaluation['p_value']:.3g}) on {evaluation['split']}")
+    choice = (report.get("export") or {}).get("quantization_choice")
+    if choice is not None:
+        print(f"quantization\tauto: {choice_summary(choice)}")
     unit = {"sentences": "sent/s"}.get(report["speed"]["unit"], "examples/s")
     for row in report["speed"]["rows"]:
         speedup = row["speedup_vs_fairseq_unpruned"]
@@ -142,9 +152,15 @@ def add_parser(commands) -> None:
     export = compress.add_argument_group("export")
     export.add_argument("--export", choices=EXPORT_FORMATS,
                         help="also write the compressed model (and, for the timing, the unpruned one) in this format")
-    export.add_argument("--quantization", choices=QUANTIZATIONS,
+    export.add_argument("--quantization", choices=(*QUANTIZATIONS, AUTO_QUANTIZATION),
                         help="weight type of the exported models (default: float32); the installed CTranslate2 must "
-                        "compute it on this device")
+                        "compute it on this device. auto (translation): the compressed model is timed at each of "
+                        f"{', '.join(AUTO_CANDIDATES['cpu'])} on a CPU ({', '.join(AUTO_CANDIDATES['cuda'])} on a "
+                        "GPU) that CTranslate2 computes here, each in its own process, on the timed sentences, and "
+                        "the fastest whose BLEU is within --quantization-tolerance of float32's is exported")
+    export.add_argument("--quantization-tolerance", type=float, default=DEFAULT_QUANTIZATION_TOLERANCE,
+                        metavar="BLEU", help="with --quantization auto: BLEU points below float32's that a faster "
+                        f"compute type may lose (default {DEFAULT_QUANTIZATION_TOLERANCE:g})")
     speed = compress.add_argument_group("decoding speed")
     speed.add_argument("--speed-batch-sizes", type=int, nargs="+", default=list(DEFAULT_SPEED_BATCH_SIZES),
                        metavar="N", help=f"batch sizes timed (default: {' '.join(map(str, DEFAULT_SPEED_BATCH_SIZES))})")

@@ -19,6 +19,7 @@ environment:
   VENV                  virtual environment to use (default: REPO/.venv)
   HEADPRUNE_TEST_CACHE  directory to keep the tiny test models between runs
   TEST_WORKERS          test processes (default: 2; 0 runs everything in this one)
+  OMP_NUM_THREADS       threads of each test process (default with workers: 1)
 USAGE
 }
 [[ ${1:-} == -h || ${1:-} == --help ]] && { usage; exit 0; }
@@ -34,6 +35,8 @@ fi
 workers=${TEST_WORKERS:-2}
 [[ $workers =~ ^[0-9]+$ ]] || { echo "run_tests.sh: TEST_WORKERS must be a number, got '$workers'" >&2; exit 2; }
 if (( workers > 0 )); then
-  set -- -n "$workers" --dist loadfile "$@"
+  # one thread each: the workers' models and timings share the cores instead of fighting over them
+  export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1}
+  set -- -n "$workers" --dist loadfile --no-loadscope-reorder "$@"
 fi
 python -m pytest tests "$@"

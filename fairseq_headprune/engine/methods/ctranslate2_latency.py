@@ -17,9 +17,12 @@ A layer keeping k units is priced at the time its group's variant adds over
 the group's narrowest (0 heads, which CTranslate2 runs as one zero head; 0
 neurons), divided evenly among the group's layers (a decoder layer's between
 its self- and cross-attention); the prices are made non-decreasing in k, as
-timing noise could otherwise price a wider layer below a narrower one. The
-whole model's time (the widest variant, median over the groups) is recorded
-too: what pruning never shrinks (embeddings, the output projection, beam
+timing noise could otherwise price a wider layer below a narrower one. Each
+group is timed in a run of its own, and its widest variant is the whole
+model: the group's savings are taken as shares of that run's whole-model time
+and priced at the median of those times, so that the machine's drift between
+runs does not enter the prices. Every variant's median time is recorded
+(``variants_ms``). The whole model's time is recorded too: what pruning never shrinks (embeddings, the output projection, beam
 search, the layers at their narrowest) is its difference from the layers'
 prices, so that a search can predict the speed-up of a mask as
 whole / (whole - what the mask saves).
@@ -65,6 +68,8 @@ def measure_ctranslate2_latency_table(family, cfg, task, model, settings: Latenc
     per_layer: Dict[Block, List[float]] = {}
     counts: Dict[Block, List[int]] = {}
     whole_model_ms: List[float] = []
+    variants_ms: Dict[str, Dict[str, float]] = {}  # per group, per kept count: the variant's median milliseconds
+    group_saves: Dict[Tuple[str, ...], List[float]] = {}
     bar = tqdm(total=sum(len(kept) for _, kept in groups), desc="latency (CTranslate2)", unit="variant",
                disable=not settings.progress, leave=False)
     try:
@@ -80,23 +85,30 @@ def measure_ctranslate2_latency_table(family, cfg, task, model, settings: Latenc
                     bar.update(1)
                 run = time_systems(specs, [settings.batch_size], settings.repeats, sentences=sentences)
                 milliseconds = [1000.0 * statistics.median(run.passes[0].seconds[spec.name]) for spec in specs]
+                variants_ms["+".join(types)] = dict(zip(map(str, kept_counts), milliseconds))
                 whole_model_ms.append(milliseconds[-1])
-                above_narrowest = _running_max([max(0.0, ms - milliseconds[0]) for ms in milliseconds])
-                blocks = [(t, layer) for t in types for layer in range(_layers(layout, widths, t))]
-                for block in blocks:
-                    per_layer[block] = [ms / len(blocks) for ms in above_narrowest]
-                    if types[0] not in ATTENTION_TYPES:
-                        counts[block] = list(kept_counts)
+                group_saves[types] = [max(0.0, ms - milliseconds[0]) / milliseconds[-1] for ms in milliseconds]
     finally:
         bar.close()
         set_head_mask(model, None)
         set_ffn_mask(model, None)
+    # each group was timed in its own run, minutes apart, and the machine's speed drifts: a group's savings are
+    # taken as shares of its own widest variant (the whole model, timed in that run) and priced at the whole
+    # model's median time over the runs
+    whole = statistics.median(whole_model_ms)
+    for (types, kept_counts), shares in zip(groups, group_saves.values()):
+        above_narrowest = _running_max([share * whole for share in shares])
+        blocks = [(t, layer) for t in types for layer in range(_layers(layout, widths, t))]
+        for block in blocks:
+            per_layer[block] = [ms / len(blocks) for ms in above_narrowest]
+            if types[0] not in ATTENTION_TYPES:
+                counts[block] = list(kept_counts)
     return LatencyTable(
         per_layer, device_description(device), model_architecture(model),
         {"batch_size": settings.batch_size, "sequence_length": settings.sequence_length,
          "target_length": settings.target_length, "beam": settings.beam, "repeats": settings.repeats,
          "ctranslate2": ctranslate2.__version__, "threads": threads,
-         "whole_model_ms": statistics.median(whole_model_ms),
+         "whole_model_ms": whole, "whole_model_ms_per_group": whole_model_ms, "variants_ms": variants_ms,
          "timed": (f"beam search ({settings.beam} beams) generating {settings.target_length} tokens for each of "
                    f"{settings.batch_size} sentences of {settings.sequence_length} tokens, the whole model per "
                    "variant, each in its own process, over the narrowest variant of its group")},

@@ -29,6 +29,8 @@ import torch
 from ...study.methods.compression import DeploymentSettings
 from ...study.methods.decoding import DecodingOptions, rate_summary
 from ...version import __version__
+from ...study.methods.precision_choice import CandidateTiming
+from ..checkpoints.loading import load_generation_model
 from ..runners.batches import iterate_samples, split_batches
 from ..runners.translator import translate_batches
 from ..timing.isolated import CTRANSLATE2, FAIRSEQ, SystemSpec, time_systems
@@ -208,6 +210,46 @@ def measure_speed(family: str, checkpoints: Dict[str, str], exported: Dict[Tuple
         rows += speed_rows(specs, passes.seconds, passes.outputs, passes.batch_size, passes.references,
                            passes.input_tokens)
     return rows, run.options, run.environment
+
+
+def ctranslate2_inputs(task, split: str, batch_sizes: Sequence[int], sentences: Optional[int],
+                       device: torch.device) -> Dict[int, Dict[str, list]]:
+    """What a fairseq timing worker hands the CTranslate2 workers at each batch size (sentence ids, source tokens,
+    references, each batch's source length), made here: for timings with CTranslate2 systems alone."""
+    given = {}
+    for batch_size in batch_sizes:
+        batches = timed_batches(task, split, batch_size, sentences, device)
+        given[batch_size] = {"ids": batches.ids, "sources": batches.sources, "references": batches.references,
+                             "source_lengths": [int(s["net_input"]["src_tokens"].size(1)) for s in batches.samples]}
+    return given
+
+
+def time_compute_types(model_dir: str, compute_types: Sequence[str], data: str, checkpoint: str, split: str,
+                       generation_args: Sequence[str], settings: DeploymentSettings, device: torch.device,
+                       progress: Optional[Callable[[str], None]] = None) -> List[CandidateTiming]:
+    """The exported translation model ``model_dir`` (float32) loaded at each compute type, each in its own process,
+    on the split's first sentences at every batch size, with ``checkpoint``'s decoding options: its median seconds
+    and its BLEU on the timed sentences (sacreBLEU on the tokens, as in ``speed_rows``)."""
+    cfg, task, _ = load_generation_model(data, checkpoint, generation_args, cpu=True)
+    options = DecodingOptions.of_generation(cfg.generation)
+    inputs = ctranslate2_inputs(task, split, settings.batch_sizes, settings.sentences, torch.device("cpu"))
+    threads = settings.threads or torch.get_num_threads()
+    specs = [SystemSpec(f"ct2 compressed {compute_type}", CTRANSLATE2, COMPRESSED, compute_type, model_dir,
+                        split=split, threads=threads, device=device.type, options=options.to_dict())
+             for compute_type in compute_types]
+    run = time_systems(specs, settings.batch_sizes, settings.repeats, progress, sentences=inputs)
+    timings = []
+    for spec in specs:
+        seconds, rates, bleu = {}, {}, []
+        for passes in run.passes:
+            row = speed_rows([DecodingSystem(spec.name, CTRANSLATE2, COMPRESSED, spec.precision, None)],
+                             passes.seconds, passes.outputs, passes.batch_size, passes.references)[0]
+            seconds[passes.batch_size] = statistics.median(passes.seconds[spec.name])
+            rates[passes.batch_size] = row["sentences_per_second"]
+            bleu.append(row["bleu"])
+        # every batch size decodes the same sentences; beam search may still differ by batch (padding), so the mean
+        timings.append(CandidateTiming(spec.precision, seconds, rates, sum(bleu) / len(bleu)))
+    return timings
 
 
 def deployment_environment(device: torch.device, threads: Optional[int] = None) -> Dict[str, object]:

@@ -42,7 +42,11 @@ from ..checkpoints.info import load_checkpoint_state, state_head_layout
 from ..checkpoints.shrink import shrink_checkpoint
 from ..checkpoints.state_dict import state_parameter_counts
 from ..families import family_named
-from ..methods.deployment import deployment_environment, measure_speed
+from ...study.methods.precision_choice import (
+    AUTO_QUANTIZATION, auto_candidates, choose_compute_type, only_float32_choice,
+)
+from ..export.ctranslate2_spec import import_ctranslate2
+from ..methods.deployment import deployment_environment, measure_speed, time_compute_types
 from .export import check_quantization, run_export
 from .importance import importance_prefix, run_importance
 from .search import TUNING_FILE, run_latency, run_search
@@ -120,7 +124,7 @@ def run_compress(settings: CompressSettings, on_stage: Optional[StageCallback] =
         raise StudyError(f"data directory not found: {settings.data}")
     if settings.latency_table is not None and not os.path.isfile(settings.latency_table):
         raise StudyError(f"--latency-table file not found: {settings.latency_table}")
-    if settings.export_format is not None:
+    if settings.export_format is not None and settings.quantization != AUTO_QUANTIZATION:
         check_quantization(settings.quantization, settings.evaluation.cpu)
     _open_out_dir(settings.out_dir, _identity(settings))
     stages = _Stages(settings.out_dir, on_stage)
@@ -183,7 +187,7 @@ def _search(settings: CompressSettings, stages: _Stages, work: str) -> Dict[str,
     deployed = target.cost == "latency" and settings.export_format == CTRANSLATE2_ENGINE
     engine_options: Dict[str, object] = {}
     if deployed:
-        engine_options.update(latency_engine=CTRANSLATE2_ENGINE, latency_precision=settings.quantization or "float32")
+        engine_options.update(latency_engine=CTRANSLATE2_ENGINE, latency_precision=settings.table_quantization)
     if settings.uniform:  # no padding in CTranslate2: one head count per stack, decoder types together
         engine_options.update(uniform=True, tie_decoder_heads=settings.export_format == CTRANSLATE2_ENGINE)
     latency_table = settings.latency_table
@@ -194,7 +198,7 @@ def _search(settings: CompressSettings, stages: _Stages, work: str) -> Dict[str,
             batch_size=max(settings.deployment.batch_sizes), repeats=max(settings.deployment.repeats, 5),
             cpu=evaluation.cpu, progress=evaluation.progress, fairseq_args=list(evaluation.generation_args),
             engine=CTRANSLATE2_ENGINE if deployed else FAIRSEQ_ENGINE,
-            quantization=(settings.quantization or "float32") if deployed else "float32",
+            quantization=settings.table_quantization if deployed else "float32",
         ))
     outcome = run_search(SearchSettings(
         data=settings.data, checkpoint=settings.checkpoint, out_dir=work, budget=target.budget, cost=target.cost,
@@ -291,17 +295,44 @@ def _export(settings: CompressSettings, stages: _Stages, work: str) -> Dict[str,
     models = {"compressed": stages.path("shrink", CHECKPOINT)}
     if family_named(settings.family).times_exported_models:  # the unpruned model exported: the speed's reference
         models["unpruned"] = settings.checkpoint
-    record = {"format": settings.export_format, "quantization": None, "models": {}}
+    quantization, choice = settings.quantization, None
+    if quantization == AUTO_QUANTIZATION:
+        quantization, choice = _choose_quantization(settings, models["compressed"], work)
+    record = {"format": settings.export_format, "quantization": None, "quantization_choice": choice, "models": {}}
     for name, checkpoint in models.items():
         outcome = run_export(ExportSettings(
             data=settings.data, checkpoint=checkpoint, out_dir=os.path.join(work, name), format=settings.export_format,
-            quantization=settings.quantization, cpu=evaluation.cpu, fairseq_args=list(evaluation.generation_args),
+            quantization=quantization, cpu=evaluation.cpu, fairseq_args=list(evaluation.generation_args),
             vocabulary_map=bool(settings.vocabulary_map),
         ))
         record["quantization"] = outcome.quantization
         record["models"][name] = {"dir": name, "num_heads": outcome.num_heads, "padded": outcome.padded,
                                   "kept": outcome.kept, "vocabulary_map": outcome.vocabulary_map}
     return record
+
+
+def _choose_quantization(settings: CompressSettings, checkpoint: str, work: str):
+    """``--quantization auto``: the compressed model exported in float32 and timed at every candidate compute type
+    this device computes, each in its own process, at the speed stage's batch sizes; the fastest within the BLEU
+    tolerance of float32 (``precision_choice``). Returns the type and the record of the choice."""
+    evaluation = settings.evaluation
+    ctranslate2 = import_ctranslate2()
+    on_gpu = torch.cuda.is_available() and not evaluation.cpu and ctranslate2.get_cuda_device_count() > 0
+    device = "cuda" if on_gpu else "cpu"
+    supported = ctranslate2.get_supported_compute_types(device)
+    candidates = auto_candidates(supported, device)
+    if len(candidates) < 2:
+        return "float32", only_float32_choice(supported, device)
+    timed_dir = os.path.join(work, "float32-timed")
+    run_export(ExportSettings(data=settings.data, checkpoint=checkpoint, out_dir=timed_dir,
+                              format=settings.export_format, quantization="float32", cpu=evaluation.cpu,
+                              fairseq_args=list(evaluation.generation_args)))
+    timings = time_compute_types(timed_dir, candidates, settings.data, checkpoint, evaluation.gen_subset,
+                                 evaluation.generation_args, settings.deployment, torch.device(device))
+    shutil.rmtree(timed_dir)
+    choice = choose_compute_type(timings, settings.quantization_tolerance)
+    choice.update(split=evaluation.gen_subset, sentences=settings.deployment.sentences, vocabulary_map=False)
+    return choice["chosen"], choice
 
 
 def _evaluate(settings: CompressSettings, stages: _Stages, work: str) -> Dict[str, object]:

@@ -189,6 +189,8 @@ def _time_batch_size(workers: List[_Worker], batch_size: int, repeats: int,
                      progress: Optional[Callable[[str], None]], batches: Optional[Dict[str, list]]) -> TimedPasses:
     names = [w.spec.name for w in workers]
     passes = TimedPasses(batch_size, {name: [] for name in names}, {})
+    if batches is not None:  # given by the caller: its sentence ids and references
+        passes.ids, passes.references = list(batches.get("ids", [])), batches.get("references")
     for worker in workers:  # the warm-up: untimed, and the outputs compared
         reply = worker.ask({"batch_size": batch_size, "batches": batches if worker.spec.engine == CTRANSLATE2 else None})
         passes.outputs[worker.spec.name] = reply["outputs"]

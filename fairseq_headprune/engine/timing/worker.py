@@ -103,8 +103,9 @@ def _ctranslate2_decoding(spec: Dict[str, object], options: DecodingOptions, thr
         raise RuntimeError("CTranslate2 is not installed (pip install 'fairseq-headprune[ctranslate2]')") from None
     device = "cuda" if spec["device"] == "cuda" and ctranslate2.get_cuda_device_count() > 0 else "cpu"
     generator = spec["family"] == "language_model"
+    # the spec's precision is the compute type: a float32 directory is quantized as it loads (--quantization auto)
     engine = (ctranslate2.Generator if generator else ctranslate2.Translator)(
-        spec["model"], device=device, intra_threads=threads, inter_threads=1)
+        spec["model"], device=device, compute_type=spec["precision"], intra_threads=threads, inter_threads=1)
     # fairseq's --min-len 1 (its default) is CTranslate2's default too; a longer minimum is passed on
     lengths = {"min_decoding_length": options.min_len} if options.min_len > 1 else {}
     batches: Dict[int, Dict[str, List]] = {}

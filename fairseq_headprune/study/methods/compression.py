@@ -25,6 +25,7 @@ from ...constants import CLASSIFIER_FAMILY, CTRANSLATE2_ENGINE, MODEL_FAMILIES, 
 from ...errors import SettingsError
 from ..prune_settings import FinetuneSettings
 from ..settings import EXPORT_FORMATS, QUANTIZATIONS, ImportanceSettings, SweepSettings, TuningSettings
+from .precision_choice import AUTO_QUANTIZATION, DEFAULT_QUANTIZATION_TOLERANCE
 
 # what a target can count, and how it is searched: (search --structure, search --cost)
 TARGET_SEARCH = {"heads": ("heads", "heads"), "flops": ("joint", "flops"), "latency": ("joint", "latency")}
@@ -130,7 +131,8 @@ class CompressSettings:
     latency_table: Optional[str] = None
     finetune: FinetuneSettings = field(default_factory=FinetuneSettings)
     export_format: Optional[str] = None  # None: no export
-    quantization: Optional[str] = None  # None: float32
+    quantization: Optional[str] = None  # None: float32; "auto": chosen by timing (precision_choice)
+    quantization_tolerance: float = DEFAULT_QUANTIZATION_TOLERANCE  # auto: BLEU a faster type may lose
     deployment: DeploymentSettings = field(default_factory=DeploymentSettings)
     tuning_skipped: Optional[str] = None  # why the tuning (on by default) does not run on this model
     # one head count per stack (with export to CTranslate2: the decoder's types together); None: on exactly when
@@ -166,14 +168,27 @@ class CompressSettings:
         if self.quantization is not None:
             if self.export_format is None:
                 raise SettingsError("--quantization is the exported model's weight type: it goes with --export")
-            if self.quantization not in QUANTIZATIONS:
-                raise SettingsError(f"--quantization {self.quantization}: expected one of {', '.join(QUANTIZATIONS)}")
+            if self.quantization not in (*QUANTIZATIONS, AUTO_QUANTIZATION):
+                raise SettingsError(f"--quantization {self.quantization}: expected one of "
+                                    f"{', '.join((*QUANTIZATIONS, AUTO_QUANTIZATION))}")
+            if self.quantization == AUTO_QUANTIZATION and family != TRANSLATION_FAMILY:
+                raise SettingsError("--quantization auto chooses by the exported translation model's decoding speed "
+                                    "and BLEU; a language model's export is not timed: name a type")
+        if self.quantization_tolerance < 0:
+            raise SettingsError(f"--quantization-tolerance must be 0 or more BLEU points, got "
+                                f"{self.quantization_tolerance:g}")
         if self.importance.method != "fisher":
             raise SettingsError("the search ranks by Fisher scores: estimate them with the fisher method")
         if self.target.structure != "heads":  # the joint search needs the neurons' scores too
             self.importance = dataclasses.replace(self.importance, neurons=True)
         if self.tuning is not None:
             self.tuning.refuse_evaluation_split(self.evaluation.gen_subset)
+
+    @property
+    def table_quantization(self) -> str:
+        """The compute type a CTranslate2 latency table is timed at: float32 when the type is chosen after the
+        search (``auto``)."""
+        return "float32" if self.quantization in (None, AUTO_QUANTIZATION) else self.quantization
 
     @property
     def data(self) -> str:
@@ -217,9 +232,11 @@ class CompressSettings:
                        "tuning": None if self.tuning is None else dataclasses.asdict(self.tuning),
                        "tuning_skipped": self.tuning_skipped, "uniform": self.uniform},
             "finetune": dataclasses.asdict(self.finetune) if self.finetune.updates else None,
-            "export": None if self.export_format is None else {"format": self.export_format,
-                                                                "quantization": self.quantization or "float32",
-                                                                "vocabulary_map": self.vocabulary_map},
+            "export": None if self.export_format is None else {
+                "format": self.export_format, "quantization": self.quantization or "float32",
+                "vocabulary_map": self.vocabulary_map,
+                **({"quantization_tolerance": self.quantization_tolerance}
+                   if self.quantization == AUTO_QUANTIZATION else {})},
             "evaluate": {"split": evaluation.gen_subset, **evaluation.metric_record(),
                          "test": evaluation.test.to_dict()},
             "speed": self.deployment.to_dict(),

@@ -138,6 +138,31 @@ def _speed(report: Dict[str, object]) -> List[str]:
     return lines
 
 
+def _quantization_choice(exported: Optional[Dict[str, object]]) -> List[str]:
+    """``--quantization auto``: every compute type timed, its speed and BLEU, and the one kept."""
+    choice = None if exported is None else exported.get("quantization_choice")
+    if choice is None:
+        return []
+    lines = ["", "## Compute type (`--quantization auto`)", ""]
+    if choice.get("note"):
+        return lines + [choice["note"] + "."]
+    batch_sizes = list(choice["candidates"][0]["sentences_per_second"])
+    lines += ["| compute type | " + " | ".join(f"sent/s, batch {b}" for b in batch_sizes) + " | BLEU | kept |",
+              "|---|" + "---:|" * len(batch_sizes) + "---:|---|"]
+    for candidate in choice["candidates"]:
+        rates = " | ".join(f"{candidate['sentences_per_second'][b]:.1f}" for b in batch_sizes)
+        kept = "**chosen**" if candidate["compute_type"] == choice["chosen"] else (
+            f"more than {choice['tolerance']:g} BLEU below float32" if candidate["compute_type"] in
+            choice["too_inaccurate"] else "slower")
+        lines.append(f"| {candidate['compute_type']} | {rates} | {candidate['bleu']:.2f} | {kept} |")
+    lines += ["", f"The compressed model, exported in float32 and loaded at each compute type, each in its own "
+                  f"process, decoded the first {choice['sentences'] or 'all'} sentences of {choice['split']} "
+                  "(without the vocabulary map); BLEU is sacreBLEU on their tokens, averaged over the batch sizes. "
+                  f"The fastest over all batch sizes whose BLEU is within {choice['tolerance']:g} of float32's "
+                  "is exported."]
+    return lines
+
+
 def compression_report_markdown(report: Dict[str, object]) -> str:
     """The report of one compress run, from its report.json."""
     files = report["files"]
@@ -153,6 +178,7 @@ def compression_report_markdown(report: Dict[str, object]) -> str:
     if exported is not None:
         lines.append(f"- **{exported['format']} model**: `{files['exported']}` ({exported['quantization']}).")
     lines += _pruned_lines(report) + [""] + _quality(report) + [""] + _size(report) + [""] + _speed(report)
+    lines += _quantization_choice(exported)
     lines += ["", "## Stages", "", "| stage | this run | seconds |", "|---|---|---:|"]
     for stage, status in report["stages"].items():
         seconds = status["seconds"]
