@@ -52,8 +52,9 @@ DEFAULT_CONFIGS_PER_BATCH = 4
 SCOPES = ("all",) + ATTENTION_TYPES
 ORDERS = ("importance", "iterative", "ablation", "random", "fisher", "fisher-rearranged", "gates")
 # what a budgeted mask search (Kwon et al. 2022) counts: heads kept, attention FLOPs per token,
-# or latency from a table measured per layer on the device
-COST_KINDS = ("heads", "flops", "latency")
+# or latency from a table measured per layer on the device; decoding-flops: a translation model's FLOPs per
+# sentence in beam search (encoder once per source token, decoder once per step and beam row)
+COST_KINDS = ("heads", "flops", "decoding-flops", "latency")
 # what runs the layers a latency table times: fairseq (each layer alone) or CTranslate2 (the exported model)
 FAIRSEQ_ENGINE = "fairseq"
 CTRANSLATE2_ENGINE = "ctranslate2"

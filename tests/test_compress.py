@@ -327,6 +327,8 @@ def test_bad_inputs_are_one_line_and_write_nothing(tiny_model, classifier, compr
         (data, checkpoint, ["--target", "heads=50%", "--export", "ctranslate2", "--quantization", "auto",
                             "--quantization-tolerance", "-1", "--out-dir", fresh],
          "--quantization-tolerance must be 0 or more BLEU points, got -1"),
+        (classifier["data"], classifier["checkpoint"], ["--target", "decoding-flops=50%", "--out-dir", fresh],
+         "--target decoding-flops=50% prices a translation model's beam search; this is a classifier: use flops="),
         (classifier["data"], classifier["checkpoint"], ["--target", "heads=50%", "--export", "ctranslate2",
                                                         "--out-dir", fresh],
          "--export ctranslate2: a classifier cannot be exported to CTranslate2"),

@@ -186,6 +186,76 @@ def test_model_flops_equal_torchs_flop_counter_on_every_layer_and_head_count(tin
             assert costs.cost_at(block, costs.kept_counts(block)[-1]) == found, block
 
 
+@pytest.mark.parametrize("narrowed", [False, True])
+def test_decoding_flops_equal_torchs_flop_counter_in_fairseqs_beam_search(tiny_task_and_model, narrowed):
+    """The per-sentence decoding cost (``decoding_flops_costs``) and the output projection's, against torch's count
+    of every matrix product of fairseq's own beam search (SequenceGenerator, incremental state, fixed length) on
+    random source sentences: the unpruned model, and a copy with heads and FFN neurons removed unevenly."""
+    import copy
+
+    from fairseq.sequence_generator import SequenceGenerator
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from fairseq_headprune.engine.methods.model_costs import model_architecture, model_decoding_flops
+    from fairseq_headprune.modules.masked_ffn import ffn_layout
+    from fairseq_headprune.modules.masked_multihead_attention import head_layout, set_head_mask, unfused_attention
+    from fairseq_headprune.modules.pruned_heads import shrink_ffn_model, shrink_model
+    from fairseq_headprune.study.methods.search_costs import DecodingShape, output_projection_flops
+
+    task, model = tiny_task_and_model
+    model = copy.deepcopy(model)
+    length, beam, source_length, sentences = 6, 3, 9, 4
+    shape = DecodingShape(source_length, length + 1, beam)
+    architecture = model_architecture(model)
+    costs = model_decoding_flops(model, architecture, shape)  # priced on the unpruned model
+    generator = torch.Generator().manual_seed(3)
+    head_mask = {t: torch.ones(size) for t, size in head_layout(model).items()}
+    ffn_mask = {t: torch.ones(size) for t, size in ffn_layout(model).items()}
+    if narrowed:  # every layer keeps its own number of heads (1 .. H) and neurons
+        for masks in (head_mask, ffn_mask):
+            for mask in masks.values():
+                for layer in range(mask.shape[0]):
+                    kept = int(torch.randint(1, mask.shape[1] + 1, (1,), generator=generator))
+                    mask[layer, torch.randperm(mask.shape[1], generator=generator)[kept:]] = 0.0
+        shrink_model(model, head_mask)
+        shrink_ffn_model(model, ffn_mask)
+        assert costs.cost_of(head_mask, ffn_mask) < costs.full_cost()
+    else:
+        set_head_mask(model, head_mask)  # all ones: the explicit products (the counter does not see CPU SDPA)
+    dictionary = task.source_dictionary
+    words = torch.randint(dictionary.nspecial, len(dictionary), (sentences, source_length - 1), generator=generator)
+    sample = {"net_input": {"src_tokens": torch.cat([words, torch.full((sentences, 1), dictionary.eos())], 1),
+                            "src_lengths": torch.full((sentences,), source_length)}, "id": torch.arange(sentences)}
+    search = SequenceGenerator([model], task.target_dictionary, beam_size=beam, max_len_a=0, max_len_b=length,
+                               min_len=length)
+    with torch.no_grad(), unfused_attention(), FlopCounterMode(display=False) as counter:
+        hypotheses = search.generate([model], sample)
+    assert all(len(h[0]["tokens"]) == length + 1 for h in hypotheses)  # exactly the steps priced
+    output = output_projection_flops(architecture["dims"]["dec-dec"][0], len(task.target_dictionary), shape)
+    assert counter.get_total_flops() == pytest.approx(sentences * (costs.cost_of(head_mask, ffn_mask) + output),
+                                                      rel=1e-9)
+
+
+def test_decoding_flops_of_a_sentence_as_computed_by_hand():
+    """d = 4, d_h = 2, S = 3 source tokens, T = 2 steps, beam 2: the terms of each head and neuron."""
+    from fairseq_headprune.study.methods.search_costs import (
+        DecodingShape, decoding_flops_costs, output_projection_flops,
+    )
+
+    shape = DecodingShape(3, 2, 2)
+    costs = decoding_flops_costs({"enc-enc": (1, 1), "dec-dec": (1, 1), "enc-dec": (1, 1)},
+                                 {t: (4, 2) for t in ("enc-enc", "dec-dec", "enc-dec")},
+                                 {"enc-ffn": (1, 1), "dec-ffn": (1, 1)}, {"enc-ffn": 4, "dec-ffn": 4}, shape)
+    assert costs.cost_at(("enc-enc", 0), 1) == 3 * (8 * 4 * 2 + 4 * 3 * 2)  # 3 tokens, each attending to 3
+    assert costs.cost_at(("dec-dec", 0), 1) == 2 * (2 * 8 * 4 * 2 + 4 * 2 * (1 + 2))  # steps attend to 1, then 2
+    assert costs.cost_at(("enc-dec", 0), 1) == 2 * (3 * 4 * 4 * 2 + 2 * (4 * 4 * 2 + 4 * 3 * 2))
+    assert costs.cost_at(("enc-ffn", 0), 1) == 3 * 4 * 4 and costs.cost_at(("dec-ffn", 0), 1) == 2 * 2 * 4 * 4
+    assert output_projection_flops(4, 10, shape) == 2 * 2 * 2 * 4 * 10
+    assert costs.unit == "attention and FFN FLOPs per translated sentence"
+    with pytest.raises(SettingsError, match="a decoding cost needs a positive beam, got 0"):
+        DecodingShape(3, 2, 0)
+
+
 def test_flops_of_heads_and_neurons_add_up_as_computed_by_hand():
     """d = 4, d_h = 2, n = 3 positions: a head costs 8*4*2 + 4*3*2 = 88 FLOPs per token, a neuron 4*4 = 16."""
     costs = merge_costs(flops_costs({"enc-enc": (1, 2)}, {"enc-enc": (4, 2)}, 3),
@@ -508,3 +578,32 @@ def test_bad_structure_input_is_one_line(tiny_model, heads_only_scores, tmp_path
         assert result.returncode == 2, result.stderr
         assert result.stderr.strip() == f"fairseq-headprune search: error: {message}"
         assert not (tmp_path / "out").exists()
+
+
+def test_a_decoding_flops_search_prices_the_valid_splits_sentence_at_fairseqs_beam(tiny_model, neuron_scores, tmp_path):
+    """search --cost decoding-flops: the sentence priced is the valid split's mean source and target lengths (read
+    here from fairseq's binarized sizes) plus </s>, at fairseq's --beam; the mask keeps at most the budget; lengths
+    outside this cost are refused in one line."""
+    from fairseq.data.indexed_dataset import MMapIndexedDataset
+
+    from fairseq_headprune.study.methods.search_costs import DecodingShape, output_projection_flops
+
+    out = tmp_path / "search"
+    result = search(tiny_model, out, "--structure", "joint", "--cost", "decoding-flops", "--budget", "50%",
+                    "--fisher", neuron_scores, "--beam", "4", "--cpu")
+    record = json.loads((out / "search.json").read_text())
+    decoding = record["decoding_flops"]
+    datasets = {side: MMapIndexedDataset(str(tiny_model["data"] / f"valid.en-fr.{side}")) for side in ("en", "fr")}
+    source, target = (int(round(float(np.mean(np.array(datasets[side].sizes))) - 1)) for side in ("en", "fr"))
+    assert (decoding["source_length"], decoding["target_steps"], decoding["beam"]) == (source + 1, target + 1, 4)
+    assert record["cost"] == "decoding-flops" and decoding["layers_full"] == record["full_cost"]
+    assert decoding["layers_kept"] == record["result"]["cost"] <= 0.5 * record["full_cost"] + 1e-6
+    dictionary = len((tiny_model["data"] / "dict.fr.txt").read_text().splitlines()) + 4  # and the 4 specials
+    assert decoding["output_projection"] == output_projection_flops(64, dictionary, DecodingShape(source + 1,
+                                                                                                  target + 1, 4))
+    assert "decoding FLOPs per sentence (beam 4," in result.stdout and "the layers keep" in result.stdout
+    refused = search(tiny_model, tmp_path / "refused", "--structure", "joint", "--cost", "flops", "--budget", "50%",
+                     "--source-length", "12", check=False)
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+    assert "--source-length and --target-length shape the sentence --cost decoding-flops prices" in refused.stderr
+    assert not (tmp_path / "refused").exists()

@@ -115,8 +115,10 @@ def add_parser(commands) -> None:
         "--target", required=True, metavar="KIND=P%",
         help="what the compressed model keeps, as a percentage of the unpruned model's: heads=50%% (half of the "
         "heads; heads searched), flops=50%% (half of the attention and FFN layers' FLOPs per token; heads and "
-        "FFN neurons searched together) or latency=60%% (of their latency, from --latency-table or a table "
-        "measured first)",
+        "FFN neurons searched together), decoding-flops=50%% (translation: half of their FLOPs per translated "
+        "sentence in beam search at fairseq's --beam and the valid split's mean lengths, where the decoder runs "
+        "once per generated token and beam row) or latency=60%% (of their latency, from --latency-table or a "
+        "table measured first)",
     )
     compress.add_argument("--out-dir", required=True, metavar="DIR",
                           help="the run's directory (new, empty, or this run's: resumed)")

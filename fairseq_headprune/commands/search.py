@@ -26,7 +26,8 @@ def search_settings(args: argparse.Namespace) -> SearchSettings:
         cpu=args.cpu, progress=not args.no_progress, fairseq_args=list(args.fairseq_args),
         structure=args.structure, uniform=args.uniform, neuron_step=args.neuron_step,
         latency_engine=args.latency_engine, latency_precision=args.latency_precision,
-        tie_decoder_heads=args.tie_decoder_heads,
+        tie_decoder_heads=args.tie_decoder_heads, source_length=args.source_length,
+        target_length=args.target_length,
     )
 
 
@@ -47,6 +48,15 @@ def command_search(args: argparse.Namespace) -> int:
     flops = outcome.flops
     print(f"FLOPs kept: {flops['kept']:.4g} of {flops['full']:.4g} {flops['unit']} "
           f"({100.0 * flops['kept'] / flops['full']:.1f}%, {flops['sequence_length']} attended positions)")
+    if outcome.decoding is not None:
+        decoding = outcome.decoding
+        whole_full = decoding["layers_full"] + decoding["output_projection"]
+        whole_kept = decoding["layers_kept"] + decoding["output_projection"]
+        print(f"decoding FLOPs per sentence (beam {decoding['beam']}, {decoding['source_length']} source tokens, "
+              f"{decoding['target_steps']} decoder steps, </s> included): the layers keep "
+              f"{100.0 * decoding['layers_kept'] / decoding['layers_full']:.1f}%; with the output projection "
+              f"({decoding['output_projection']:.4g}, never pruned) the model keeps "
+              f"{100.0 * whole_kept / whole_full:.1f}%")
     if outcome.predicted_speedup is not None:
         print(f"predicted speed-up of the whole model (latency table): {outcome.predicted_speedup:.2f}x")
     elif outcome.prediction_note:
@@ -146,7 +156,10 @@ def _add_cost_arguments(search) -> None:
     """What the budget counts and prunes, and the tables and counts that price it."""
     search.add_argument("--cost", choices=COST_KINDS, default="heads",
                         help="what the budget counts (default: heads): heads kept (--structure heads only), "
-                        "FLOPs per token of the attention and FFN layers searched, or latency (ms)")
+                        "FLOPs per token of the attention and FFN layers searched, their FLOPs per translated "
+                        "sentence in beam search (decoding-flops: the encoder once per source token, the decoder "
+                        "once per step and beam row, at fairseq's --beam and the valid split's mean lengths), or "
+                        "latency (ms)")
     search.add_argument(
         "--structure", choices=PRUNED_STRUCTURES, default="heads",
         help="what to prune: attention heads (default), FFN neurons, or both in one search (joint); ffn and "
@@ -174,6 +187,12 @@ def _add_cost_arguments(search) -> None:
         "--sequence-length", type=int, default=DEFAULT_SEQUENCE_LENGTH, metavar="N",
         help=f"for --cost flops: attended positions per token (default {DEFAULT_SEQUENCE_LENGTH})",
     )
+    search.add_argument("--source-length", type=int, metavar="N",
+                        help="for --cost decoding-flops: source tokens per sentence, </s> left out (default: the "
+                        "valid split's mean)")
+    search.add_argument("--target-length", type=int, metavar="N",
+                        help="for --cost decoding-flops: generated tokens per sentence, </s> left out (default: "
+                        "the valid split's mean)")
 
 
 def _add_latency_parser(commands) -> None:

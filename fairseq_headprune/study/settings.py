@@ -270,6 +270,10 @@ class SearchSettings:
     cost: str = "heads"
     latency_table: Optional[str] = None
     sequence_length: int = DEFAULT_SEQUENCE_LENGTH  # the FLOPs cost's attended positions
+    # decoding-flops: the sentence decoded (None: the valid split's mean lengths, fairseq's --beam)
+    source_length: Optional[int] = None
+    target_length: Optional[int] = None
+    beam: Optional[int] = None  # set from fairseq's --beam by the search
     fisher_file: Optional[str] = None  # importance.json estimated with the fisher method; default: estimate
     importance: ImportanceSettings = field(
         default_factory=lambda: ImportanceSettings(method="fisher", option_prefix="--importance-")
@@ -308,6 +312,12 @@ class SearchSettings:
             raise SettingsError("--cost latency needs --latency-table FILE (from the latency command), "
                                 "and --latency-table goes with --cost latency")
         _positive(self.sequence_length, "--sequence-length")
+        _positive(self.source_length, "--source-length")
+        _positive(self.target_length, "--target-length")
+        if self.cost != "decoding-flops" and (self.source_length is not None or self.target_length is not None):
+            raise SettingsError("--source-length and --target-length shape the sentence --cost decoding-flops prices")
+        if self.cost == "decoding-flops" and self.family != TRANSLATION_FAMILY:
+            raise SettingsError("--cost decoding-flops prices a translation model's beam search; use --cost flops")
         if self.importance.method != "fisher":
             raise SettingsError("the search ranks by Fisher scores: estimate them with the fisher method")
 

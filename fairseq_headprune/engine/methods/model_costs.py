@@ -12,7 +12,9 @@ import torch
 from ...errors import HeadMaskError
 from ...modules.masked_ffn import ffn_layers, ffn_layout
 from ...modules.masked_multihead_attention import attention_modules, head_layout
-from ...study.methods.search_costs import LayerCosts, ffn_flops_costs, flops_costs, merge_costs
+from ...study.methods.search_costs import (
+    DecodingShape, LayerCosts, decoding_flops_costs, ffn_flops_costs, flops_costs, merge_costs,
+)
 from ..timing.isolated import cpu_model_and_flags
 
 
@@ -47,6 +49,16 @@ def model_flops(model, architecture, sequence_length: int, parts=("heads", "ffn"
         shapes = architecture["ffn"]
         costs.append(ffn_flops_costs({t: tuple(s[:2]) for t, s in shapes.items()}, {t: s[2] for t, s in shapes.items()}))
     return merge_costs(*costs)
+
+
+def model_decoding_flops(model, architecture, shape: DecodingShape, parts=("heads", "ffn")) -> LayerCosts:
+    """Per-sentence decoding FLOPs of a translation model's attention layers (``heads``) and FFN layers (``ffn``)
+    in beam search of ``shape`` (``search_costs.decoding_flops_costs``)."""
+    dims = {t: tuple(d) for t, d in architecture["dims"].items()} if "heads" in parts else {}
+    layout = head_layout(model) if "heads" in parts else {}
+    shapes = architecture.get("ffn", {}) if "ffn" in parts else {}
+    return decoding_flops_costs(layout, dims, {t: tuple(s[:2]) for t, s in shapes.items()},
+                                {t: s[2] for t, s in shapes.items()}, shape)
 
 
 def model_precision(model) -> str:

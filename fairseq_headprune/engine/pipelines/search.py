@@ -29,7 +29,9 @@ from ...study.methods.least_squares_tuning import MaskTuning, write_tuning
 from ...study.methods.search_costs import (
     LatencyTable,
     CTRANSLATE2_TIED_TYPES,
+    DecodingShape,
     LayerCosts,
+    output_projection_flops,
     head_count_costs,
     parse_budget,
     predicted_speedup,
@@ -42,7 +44,9 @@ from ..families import family_named, family_of_checkpoint
 from .export import check_quantization
 from ..methods.ctranslate2_latency import measure_ctranslate2_latency_table
 from ..methods.latency import measure_latency_table
-from ..methods.model_costs import device_description, model_architecture, model_flops, model_precision
+from ..methods.model_costs import (
+    device_description, model_architecture, model_decoding_flops, model_flops, model_precision,
+)
 from ..methods.mask_tuning import tune_mask, tuning_samples
 from ..runners.batches import model_device, split_mean_lengths
 
@@ -96,6 +100,7 @@ class SearchOutcome:
     flops: Dict[str, object] = field(default_factory=dict)  # FLOPs per token of the attention and FFN layers kept
     predicted_speedup: Optional[float] = None  # the whole model's time over the masked one's, by the latency table
     prediction_note: Optional[str] = None  # why a table that timed the whole model predicts nothing
+    decoding: Optional[Dict[str, object]] = None  # decoding-flops: the sentence priced, the layers' and output's FLOPs
 
 
 def layer_costs(settings: SearchSettings, model) -> LayerCosts:
@@ -114,11 +119,20 @@ def _priced_costs(settings: SearchSettings, model, parts) -> LayerCosts:
         raise StudyError(f"{settings.checkpoint} has FFN layers of uneven widths; search on the full model")
     if settings.cost == "flops":
         return model_flops(model, architecture, settings.sequence_length, parts)
+    if settings.cost == "decoding-flops":
+        return model_decoding_flops(model, architecture, decoding_shape(settings), parts)
     table = _latency_table(settings, model, architecture)
     if "ffn" in parts and not table.has_ffn:
         raise ResultFileError(f"--latency-table {settings.latency_table} times no FFN layers; measure them with "
                               "the latency command")
     return table.costs(parts)
+
+
+def decoding_shape(settings: SearchSettings) -> DecodingShape:
+    """The sentence ``--cost decoding-flops`` prices: source tokens and decoder steps with </s>, and the beam."""
+    if settings.source_length is None or settings.target_length is None or settings.beam is None:
+        raise StudyError("decoding FLOPs need the source and target lengths and the beam (run_search sets them)")
+    return DecodingShape(settings.source_length + 1, settings.target_length + 1, settings.beam)
 
 
 def _latency_table(settings: SearchSettings, model, architecture) -> LatencyTable:
@@ -162,6 +176,11 @@ def run_search(settings: SearchSettings) -> SearchOutcome:
     if settings.structure != "heads" and current_ffn_mask(model) is not None:
         raise StudyError(f"{settings.checkpoint} has FFN neurons masked; search on the full model")
     layout = head_layout(model)
+    if settings.cost == "decoding-flops":  # the valid split's mean lengths and fairseq's --beam, unless given
+        source_length, target_length = split_mean_lengths(task, "valid")
+        settings = dataclasses.replace(settings, source_length=settings.source_length or source_length,
+                                       target_length=settings.target_length or target_length,
+                                       beam=int(cfg.generation.beam))
     costs = layer_costs(settings, model)  # a wrong latency table fails before any work
     costs.check_uniform(settings.uniform)
     budget = parse_budget(settings.budget, costs)
@@ -189,6 +208,14 @@ def run_search(settings: SearchSettings) -> SearchOutcome:
     flops = model_flops(model, architecture, settings.sequence_length)
     outcome.flops = {"kept": flops.cost_of(result.head_mask, result.ffn_mask), "full": flops.full_cost(),
                      "unit": flops.unit, "sequence_length": settings.sequence_length}
+    if settings.cost == "decoding-flops":  # what the layers keep, beside what no pruning removes
+        shape = decoding_shape(settings)
+        outcome.decoding = {
+            "source_length": shape.source_length, "target_steps": shape.target_steps, "beam": shape.beam,
+            "layers_kept": result.cost, "layers_full": costs.full_cost(),
+            "output_projection": output_projection_flops(architecture["dims"]["dec-dec"][0],
+                                                         len(task.target_dictionary), shape),
+        }
     if settings.cost == "latency":
         whole = _latency_table(settings, model, architecture).settings.get("whole_model_ms")
         if whole:  # tables that timed the whole model (CTranslate2's) predict the mask's speed-up
@@ -233,6 +260,7 @@ def _write(settings: SearchSettings, outcome: SearchOutcome, fisher: ImportanceR
         "neurons_pruned": outcome.pruned_neurons if ffn_mask is not None else None,
         "neurons_total": outcome.total_neurons if ffn_mask is not None else None,
         "flops": outcome.flops,
+        "decoding_flops": outcome.decoding,
         "predicted_speedup": outcome.predicted_speedup,
         "prediction_note": outcome.prediction_note,
         "seconds": outcome.seconds,

@@ -10,7 +10,9 @@ model (Koehn's paired bootstrap) and the decoding speed of both.
 
 A target states what the compressed model keeps, as ``search --budget``
 does: ``heads=50%`` keeps half of the heads (heads searched),
-``flops=50%`` half of the attention and FFN layers' FLOPs per token and
+``flops=50%`` half of the attention and FFN layers' FLOPs per token,
+``decoding-flops=50%`` half of their FLOPs per translated sentence in beam
+search (``search_costs.decoding_flops_costs``) and
 ``latency=60%`` 60% of their latency from a table the latency command
 measured (heads and FFN neurons searched together).
 """
@@ -28,7 +30,8 @@ from ..settings import EXPORT_FORMATS, QUANTIZATIONS, ImportanceSettings, SweepS
 from .precision_choice import AUTO_QUANTIZATION, DEFAULT_QUANTIZATION_TOLERANCE
 
 # what a target can count, and how it is searched: (search --structure, search --cost)
-TARGET_SEARCH = {"heads": ("heads", "heads"), "flops": ("joint", "flops"), "latency": ("joint", "latency")}
+TARGET_SEARCH = {"heads": ("heads", "heads"), "flops": ("joint", "flops"),
+                 "decoding-flops": ("joint", "decoding-flops"), "latency": ("joint", "latency")}
 TARGET_KINDS = tuple(TARGET_SEARCH)
 # the stages of a run, in order; each writes one subdirectory of the output directory
 STAGES = ("fisher", "search", "finetune", "shrink", "export", "evaluate", "speed")
@@ -68,7 +71,7 @@ class CompressTarget:
 
 
 def parse_target(text: str) -> CompressTarget:
-    """``KIND=P%``: KIND one of heads, flops, latency; P the share kept, above 0 and below 100."""
+    """``KIND=P%``: KIND one of heads, flops, decoding-flops, latency; P the share kept, above 0 and below 100."""
     kind, separator, amount = str(text).strip().partition("=")
     kind, amount = kind.strip().lower(), amount.strip()
     if not separator or not kind or not amount:
@@ -157,6 +160,9 @@ class CompressSettings:
         elif self.vocabulary_map and not exported_translation:
             raise SettingsError("--vocabulary-map goes with a translation model exported to CTranslate2 "
                                 "(--export ctranslate2)")
+        if self.target.kind == "decoding-flops" and family != TRANSLATION_FAMILY:
+            raise SettingsError(f"--target {self.target.text} prices a translation model's beam search; this is a "
+                                f"{family.replace('_', ' ')}: use flops=")
         if self.latency_table is not None and self.target.kind != "latency":
             raise SettingsError("--latency-table goes with a latency target (--target latency=P%)")
         if self.export_format is not None:

@@ -42,7 +42,7 @@ class LayerCosts:
     index ``i`` (a measured latency table prices FFN layers at some counts only).
     """
 
-    kind: str  # heads, flops or latency
+    kind: str  # heads, flops, decoding-flops or latency
     per_layer: Dict[Block, List[float]]
     counts: Dict[Block, List[int]] = field(default_factory=dict)
     # attention types priced as one stack that keeps one head count in every layer (CTranslate2's decoder):
@@ -57,7 +57,7 @@ class LayerCosts:
             return "ms"
         what = " and ".join(name for name, present in (("attention", self.prices_heads), ("FFN", self.prices_neurons))
                             if present)
-        return f"{what} FLOPs per token"
+        return f"{what} FLOPs per {'translated sentence' if self.kind == 'decoding-flops' else 'token'}"
 
     @property
     def prices_heads(self) -> bool:
@@ -164,6 +164,73 @@ def ffn_flops_costs(ffn_layout: Dict[str, Tuple[int, int]], embed_dims: Dict[str
             for layer in range(layers):
                 per_layer[(t, layer)] = [k * per_neuron for k in range(neurons + 1)]
     return LayerCosts("flops", per_layer)
+
+
+@dataclass(frozen=True)
+class DecodingShape:
+    """What one translated sentence costs to decode: its source tokens and decoder steps (both with </s>) and
+    the beam; the encoder runs once per sentence, the decoder once per step for every beam row."""
+
+    source_length: int
+    target_steps: int
+    beam: int
+
+    def __post_init__(self):
+        for value, name in ((self.source_length, "source length"), (self.target_steps, "target steps"),
+                            (self.beam, "beam")):
+            if value < 1:
+                raise SettingsError(f"a decoding cost needs a positive {name}, got {value}")
+
+
+def decoding_flops_per_head(attention_type: str, embed_dim: int, head_dim: int, shape: DecodingShape) -> float:
+    """FLOPs one head costs per translated sentence in beam search with an incremental state.
+
+    Encoder self-attention: its four projections (2 d d_h each) for each of the S source tokens, and the
+    scores and weighted sum (2 S d_h each) for each. Decoder self-attention: at step t (1 .. T) one new
+    position per beam row, projected (8 d d_h) and attending to t positions (4 t d_h). Cross-attention: the
+    keys and values of the S encoder states once per beam row (4 d d_h each), then at every step the query and
+    output projections (4 d d_h) and S attended positions (4 S d_h).
+    """
+    source, steps, beam = shape.source_length, shape.target_steps, shape.beam
+    d, d_h = float(embed_dim), float(head_dim)
+    if attention_type == "enc-enc":
+        return source * (8.0 * d * d_h + 4.0 * source * d_h)
+    if attention_type == "dec-dec":
+        return beam * (steps * 8.0 * d * d_h + 2.0 * d_h * steps * (steps + 1))
+    if attention_type == "enc-dec":
+        return beam * (source * 4.0 * d * d_h + steps * (4.0 * d * d_h + 4.0 * source * d_h))
+    raise SettingsError(f"no decoding cost for attention type {attention_type!r}")
+
+
+def decoding_flops_per_neuron(ffn_type: str, embed_dim: int, shape: DecodingShape) -> float:
+    """FLOPs one FFN neuron costs per translated sentence: 4 d per encoder token, 4 d per decoder step and beam row."""
+    rows = shape.source_length if ffn_type == "enc-ffn" else shape.beam * shape.target_steps
+    return 4.0 * embed_dim * rows
+
+
+def output_projection_flops(embed_dim: int, vocabulary: int, shape: DecodingShape) -> float:
+    """The output projection's FLOPs per translated sentence (2 d V per step and beam row): what no pruning of
+    heads or neurons removes."""
+    return 2.0 * embed_dim * vocabulary * shape.beam * shape.target_steps
+
+
+def decoding_flops_costs(layout: HeadLayout, dims: Dict[str, Tuple[int, int]], ffn_layout: Dict[str, Tuple[int, int]],
+                         embed_dims: Dict[str, int], shape: DecodingShape) -> LayerCosts:
+    """Per-sentence decoding FLOPs of every attention layer keeping 0 .. H heads and every FFN layer keeping
+    0 .. N neurons (``decoding_flops_per_head``, ``decoding_flops_per_neuron``)."""
+    per_layer = {}
+    for t in ATTENTION_TYPES:
+        if t in layout:
+            per_head = decoding_flops_per_head(t, *dims[t], shape)
+            for layer in range(layout[t][0]):
+                per_layer[(t, layer)] = [k * per_head for k in range(layout[t][1] + 1)]
+    for t in FFN_TYPES:
+        if t in ffn_layout:
+            layers, neurons = ffn_layout[t]
+            per_neuron = decoding_flops_per_neuron(t, embed_dims[t], shape)
+            for layer in range(layers):
+                per_layer[(t, layer)] = [k * per_neuron for k in range(neurons + 1)]
+    return LayerCosts("decoding-flops", per_layer)
 
 
 def parse_budget(text: str, costs: LayerCosts) -> float:
