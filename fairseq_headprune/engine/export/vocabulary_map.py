@@ -12,7 +12,7 @@ from typing import Dict, Iterator, Tuple
 
 from ...errors import StudyError
 from ...study.methods.vocabulary_map import VocabularyMap, build_vocabulary_map, vocabulary_map_coverage
-from ..runners.batches import load_split
+from ..runners.batches import dictionary_tokens, load_split
 
 VOCABULARY_MAP_FILE = "vmap.txt"
 
@@ -25,13 +25,9 @@ def split_pairs(task, split: str) -> Iterator[Tuple[list, list]]:
         raise StudyError(f"a vocabulary map is built from the {split!r} split of {task.cfg.data}: {error}") from None
     dataset = task.dataset(split)
     source, target = task.source_dictionary, task.target_dictionary
-
-    def tokens(dictionary, ids):
-        return [dictionary[i] for i in ids.tolist() if i not in (dictionary.pad(), dictionary.eos())]
-
     for index in range(len(dataset)):
         item = dataset[index]
-        yield tokens(source, item["source"]), tokens(target, item["target"])
+        yield dictionary_tokens(source, item["source"].tolist()), dictionary_tokens(target, item["target"].tolist())
 
 
 def vocabulary_map_for(task, per_token: int, common: int, path: str) -> Dict[str, object]:

@@ -31,7 +31,7 @@ from ...study.methods.decoding import DecodingOptions, rate_summary
 from ...version import __version__
 from ...study.methods.precision_choice import CandidateTiming
 from ..checkpoints.loading import load_generation_model
-from ..runners.batches import iterate_samples, split_batches
+from ..runners.batches import dictionary_tokens, iterate_samples, split_batches
 from ..runners.translator import translate_batches
 from ..timing.isolated import CTRANSLATE2, FAIRSEQ, SystemSpec, time_systems
 from .model_costs import device_description
@@ -71,17 +71,13 @@ class TimedBatches:
     references: List[str]  # target tokens, joined by spaces
 
 
-def _tokens(dictionary, ids) -> List[str]:
-    return [dictionary[i] for i in ids if i not in (dictionary.pad(), dictionary.eos())]
-
-
 def timed_batches(task, split: str, batch_size: int, sentences: Optional[int], device: torch.device) -> TimedBatches:
     dataset, batches = split_batches(task, split, max_sentences=batch_size, limit=sentences)
     samples = list(iterate_samples(dataset, batches, device))
     ids = [int(i) for sample in samples for i in sample["id"]]
-    sources = [[_tokens(task.source_dictionary, row.tolist()) for row in sample["net_input"]["src_tokens"]]
+    sources = [[dictionary_tokens(task.source_dictionary, row.tolist()) for row in sample["net_input"]["src_tokens"]]
                for sample in samples]
-    references = [" ".join(_tokens(task.target_dictionary, dataset[i]["target"].tolist())) for i in ids]
+    references = [" ".join(dictionary_tokens(task.target_dictionary, dataset[i]["target"].tolist())) for i in ids]
     return TimedBatches(batch_size, ids, samples, sources, references)
 
 
@@ -92,7 +88,7 @@ def fairseq_translation_system(name: str, weights: str, task, model, batches: Ti
 
     def decode():
         seconds, hypotheses = translate_batches(task, model, batches.samples, options.beam, generation)
-        return seconds, [" ".join(_tokens(task.target_dictionary, h)) for h in hypotheses]
+        return seconds, [" ".join(dictionary_tokens(task.target_dictionary, h)) for h in hypotheses]
 
     return DecodingSystem(name, FAIRSEQ, weights, str(next(model.parameters()).dtype).replace("torch.", ""), decode)
 

@@ -69,6 +69,12 @@ def split_mean_lengths(task, split: str) -> Tuple[int, int]:
     return max(1, int(round(sizes.mean() - 1))), max(1, int(round(target_sizes.mean() - 1)))
 
 
+def dictionary_tokens(dictionary, ids) -> List[str]:
+    """The tokens of ``ids`` as the dictionary spells them, padding and </s> left out (what CTranslate2 reads and
+    writes)."""
+    return [dictionary[i] for i in ids if i not in (dictionary.pad(), dictionary.eos())]
+
+
 def load_split(task, split: str) -> None:
     """Load ``split`` into ``task``, with one-line errors for missing or empty splits."""
     _check_split_not_empty(task, split)

@@ -31,6 +31,15 @@ def _pruned_lines(report: Dict[str, object]) -> List[str]:
         + ".",
         f"- **Fisher information** of the masks on {', '.join(fisher['subsets'])} ({fisher['sentences']} sentences).",
     ]
+    decoding = search.get("decoding_flops")
+    if decoding:
+        layers = decoding["layers_kept"] / decoding["layers_full"]
+        whole = ((decoding["layers_kept"] + decoding["output_projection"])
+                 / (decoding["layers_full"] + decoding["output_projection"]))
+        lines.insert(1, f"- **Decoding FLOPs** per translated sentence (beam {decoding['beam']}, "
+                        f"{decoding['source_length']} source tokens, {decoding['target_steps']} decoder steps, </s> "
+                        f"included): the attention and FFN layers keep {100.0 * layers:.1f}%; with the output "
+                        f"projection, which no pruning removes, the model keeps {100.0 * whole:.1f}%.")
     tuning = search.get("tuning")
     if tuning is None:
         lines.append(f"- **Mask tuning**: none ({search.get('tuning_skipped') or '`--no-tune`'}).")
