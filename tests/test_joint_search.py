@@ -501,20 +501,19 @@ def test_ctranslate2_latency_tables_price_whole_stacks_and_a_uniform_search_expo
         assert costs[0] == 0.0 and costs == sorted(costs), name  # over the narrowest, non-decreasing
     for layer in (1, 2):  # one stack: its time is shared evenly by every layer of both types
         assert prices[f"dec-dec:{layer}"] == prices[f"enc-dec:{layer}"] == prices["dec-dec:1"]
-    # the prices from the variants' recorded times: each group's savings over its narrowest, as shares of its own
-    # widest variant (the whole model, timed in that group's run), at the median whole-model time
+    # the prices from the variants' recorded times: per group, the slope of a least-squares line (numpy's polyfit)
+    # through the variants' times as shares of the group's widest variant (the whole model, timed in that group's
+    # run), at the median whole-model time, times the units kept, shared by the group's layers
     variants, whole = shape["variants_ms"], shape["whole_model_ms"]
     assert len(shape["whole_model_ms_per_group"]) == len(variants) == 4
     assert whole == pytest.approx(statistics.median(shape["whole_model_ms_per_group"]))
     for group, blocks in (("enc-enc", ["enc-enc:1", "enc-enc:2"]), ("dec-dec+enc-dec", [f"{t}:{layer}" for t in (
             "dec-dec", "enc-dec") for layer in (1, 2)]), ("enc-ffn", ["enc-ffn:1", "enc-ffn:2"]),
             ("dec-ffn", ["dec-ffn:1", "dec-ffn:2"])):
-        times = list(variants[group].values())
-        expected, highest = [], 0.0
-        for ms in times:
-            highest = max(highest, max(0.0, ms - times[0]) / times[-1] * whole / len(blocks))
-            expected.append(highest)
-        assert prices[blocks[0]] == pytest.approx(expected), group
+        kept = [int(k) for k in variants[group]]
+        times = np.array(list(variants[group].values()))
+        slope = max(0.0, float(np.polyfit(kept, times / times[-1], 1)[0]))
+        assert prices[blocks[0]] == pytest.approx([slope * k * whole / len(blocks) for k in kept], abs=1e-9), group
     search_command = ["--structure", "joint", "--cost", "latency", "--latency-table", table, "--budget", "60%",
                       "--importance-limit", "16", "--latency-engine", "ctranslate2"]
     refused = search(tiny_model, tmp_path / "refused", *search_command, check=False)

@@ -13,15 +13,18 @@ the output projection once per generated token for batch x beam rows). Every
 variant runs in a process of its own and a group's variants take turns, pass
 by pass (``engine.timing.isolated``).
 
-A layer keeping k units is priced at the time its group's variant adds over
-the group's narrowest (0 heads, which CTranslate2 runs as one zero head; 0
-neurons), divided evenly among the group's layers (a decoder layer's between
-its self- and cross-attention); the prices are made non-decreasing in k, as
-timing noise could otherwise price a wider layer below a narrower one. Each
-group is timed in a run of its own, and its widest variant is the whole
-model: the group's savings are taken as shares of that run's whole-model time
-and priced at the median of those times, so that the machine's drift between
-runs does not enter the prices. Every variant's median time is recorded
+A layer keeping k units is priced at k times what one unit of its group adds
+(the narrowest variant keeps 0 heads, which CTranslate2 runs as one zero
+head, or 0 neurons), divided evenly among the group's layers (a decoder
+layer's between its self- and cross-attention). What a unit adds is the
+slope of a straight line fitted by least squares to all of the group's
+variants (0 where it falls): on 2 CPU cores the variants of a group that
+costs little (the encoder's attention, the FFN layers at batch 64) differ by
+less than the passes' noise (about 10%), so the difference of any two would
+price noise. Each group is timed in a run of its own, and its widest variant
+is the whole model: the group's times are taken as shares of that run's
+whole-model time and priced at the median of those times, so that the
+machine's drift between runs does not enter the prices. Every variant's median time is recorded
 (``variants_ms``). The whole model's time is recorded too: what pruning never shrinks (embeddings, the output projection, beam
 search, the layers at their narrowest) is its difference from the layers'
 prices, so that a search can predict the speed-up of a mask as
@@ -69,7 +72,7 @@ def measure_ctranslate2_latency_table(family, cfg, task, model, settings: Latenc
     counts: Dict[Block, List[int]] = {}
     whole_model_ms: List[float] = []
     variants_ms: Dict[str, Dict[str, float]] = {}  # per group, per kept count: the variant's median milliseconds
-    group_saves: Dict[Tuple[str, ...], List[float]] = {}
+    group_saves: Dict[Tuple[str, ...], float] = {}  # per group: the share of the whole one unit adds
     bar = tqdm(total=sum(len(kept) for _, kept in groups), desc="latency (CTranslate2)", unit="variant",
                disable=not settings.progress, leave=False)
     try:
@@ -87,20 +90,19 @@ def measure_ctranslate2_latency_table(family, cfg, task, model, settings: Latenc
                 milliseconds = [1000.0 * statistics.median(run.passes[0].seconds[spec.name]) for spec in specs]
                 variants_ms["+".join(types)] = dict(zip(map(str, kept_counts), milliseconds))
                 whole_model_ms.append(milliseconds[-1])
-                group_saves[types] = [max(0.0, ms - milliseconds[0]) / milliseconds[-1] for ms in milliseconds]
+                group_saves[types] = unit_share(kept_counts, [ms / milliseconds[-1] for ms in milliseconds])
     finally:
         bar.close()
         set_head_mask(model, None)
         set_ffn_mask(model, None)
-    # each group was timed in its own run, minutes apart, and the machine's speed drifts: a group's savings are
+    # each group was timed in its own run, minutes apart, and the machine's speed drifts: a group's times are
     # taken as shares of its own widest variant (the whole model, timed in that run) and priced at the whole
     # model's median time over the runs
     whole = statistics.median(whole_model_ms)
-    for (types, kept_counts), shares in zip(groups, group_saves.values()):
-        above_narrowest = _running_max([share * whole for share in shares])
+    for (types, kept_counts), per_unit in zip(groups, group_saves.values()):
         blocks = [(t, layer) for t in types for layer in range(_layers(layout, widths, t))]
         for block in blocks:
-            per_layer[block] = [ms / len(blocks) for ms in above_narrowest]
+            per_layer[block] = [per_unit * kept * whole / len(blocks) for kept in kept_counts]
             if types[0] not in ATTENTION_TYPES:
                 counts[block] = list(kept_counts)
     return LatencyTable(
@@ -145,9 +147,12 @@ def _export_variant(family, cfg, task, model, types: Sequence[str], kept: int, q
     save_spec(spec, quantization, path)
 
 
-def _running_max(values: Sequence[float]) -> List[float]:
-    result, highest = [], 0.0
-    for value in values:
-        highest = max(highest, value)
-        result.append(highest)
-    return result
+def unit_share(kept_counts: Sequence[int], shares: Sequence[float]) -> float:
+    """The share of the whole model's time one unit (head or neuron) of a group adds: the slope of the straight
+    line fitted by least squares to the group's variants (share of the whole-model time against units kept), or
+    0 where it falls. A line through all of them, not the difference of two, so that one noisy pass cannot
+    price a group (the variants of a group that costs little differ by less than the timing noise)."""
+    if len(set(kept_counts)) < 2:
+        return 0.0
+    slope, _ = statistics.linear_regression([float(k) for k in kept_counts], list(shares))
+    return max(0.0, slope)
