@@ -245,7 +245,7 @@ def assert_the_fastest_accurate_compute_type_is_exported(out, report, stdout):
     assert not (out / "export" / "float32-timed").exists()
     systems = {r["system"] for r in report["speed"]["rows"]}
     assert {f"ct2 compressed {fastest}", f"ct2 unpruned {fastest}"} <= systems
-    assert f"quantization\tauto: {fastest} (" in stdout
+    assert f"quantization\tauto: {fastest}: " in stdout and "timed at batch 4: float32 " in stdout
     markdown = (out / "report.md").read_text()
     assert "## Compute type (`--quantization auto`)" in markdown and "**chosen**" in markdown
 

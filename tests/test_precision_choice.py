@@ -30,9 +30,12 @@ def test_the_fastest_type_within_the_tolerance_is_chosen_over_all_batch_sizes():
     # faster at batch 1 but slower over both batch sizes: not chosen
     mixed = [timing("float32", 2.0, 1.0, 30.0), timing("int8", 1.9, 3.0, 30.0)]
     assert choose_compute_type(mixed, 0.3)["chosen"] == "float32"
-    summary = choice_summary(choice)
-    assert summary.startswith("int8_float32 (batch 1 1.25x, batch 64 1.25x float32's speed; BLEU 29.80")
-    assert "more than 0.3 BLEU below float32: int8" in summary
+    assert choice_summary(choice) == (
+        "int8_float32: 1.25x, 1.25x float32's speed at batch 1, 64, BLEU -0.20; timed at batch 1, 64: "
+        "float32 5.0, 10.0 sent/s, BLEU 30.00; int8 10.0, 20.0 sent/s, BLEU 29.50; "
+        "int8_float32 6.2, 12.5 sent/s, BLEU 29.80")
+    assert choice_summary(choose_compute_type(mixed, 0.3)).startswith(
+        "float32: no other type is faster within 0.3 BLEU of it; timed at batch 1, 64: float32 5.0, 10.0 sent/s")
 
 
 def test_float32_is_kept_when_nothing_else_is_accurate_or_faster():

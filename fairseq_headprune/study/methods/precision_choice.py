@@ -65,16 +65,20 @@ def only_float32_choice(supported: Sequence[str], device: str) -> Dict[str, obje
 
 
 def choice_summary(choice: Optional[Dict[str, object]]) -> Optional[str]:
-    """One line for the console: what was chosen, at what speed and BLEU against float32."""
+    """One line for the console: what was chosen and why, and every candidate's speed and BLEU."""
     if choice is None:
         return None
     if choice.get("note"):
         return choice["note"]
     chosen = next(c for c in choice["candidates"] if c["compute_type"] == choice["chosen"])
-    speed = ", ".join(f"batch {b} {s:.2f}x" for b, s in choice["speedup_vs_float32"].items())
-    timed = ", ".join(f"{c['compute_type']} {c['bleu']:.2f}" for c in choice["candidates"])
-    line = (f"{choice['chosen']} ({speed} float32's speed; BLEU {chosen['bleu']:.2f} vs float32's "
-            f"{choice['reference_bleu']:.2f}); timed: {timed}")
-    if choice["too_inaccurate"]:
-        line += f"; more than {choice['tolerance']:g} BLEU below float32: {', '.join(choice['too_inaccurate'])}"
-    return line
+    batches = ", ".join(choice["speedup_vs_float32"])
+    if choice["chosen"] == "float32":
+        head = f"float32: no other type is faster within {choice['tolerance']:g} BLEU of it"
+    else:
+        speed = ", ".join(f"{s:.2f}x" for s in choice["speedup_vs_float32"].values())
+        head = (f"{choice['chosen']}: {speed} float32's speed at batch {batches}, BLEU "
+                f"{chosen['bleu'] - choice['reference_bleu']:+.2f}")
+    timed = "; ".join(
+        f"{c['compute_type']} " + ", ".join(f"{r:.1f}" for r in c["sentences_per_second"].values())
+        + f" sent/s, BLEU {c['bleu']:.2f}" for c in choice["candidates"])
+    return f"{head}; timed at batch {batches}: {timed}"
