@@ -24,9 +24,10 @@ less than the passes' noise (about 10%), so the difference of any two would
 price noise. Each group is timed in a run of its own, and its widest variant
 is the whole model: the group's times are taken as shares of that run's
 whole-model time and priced at the median of those times, so that the
-machine's drift between runs does not enter the prices. Every variant's median time is recorded
-(``variants_ms``). The whole model's time is recorded too: what pruning never shrinks (embeddings, the output projection, beam
-search, the layers at their narrowest) is its difference from the layers'
+machine's drift between runs does not enter the prices. Every variant's
+median time is recorded (``variants_ms``). The whole model's time is
+recorded too: what pruning never shrinks (embeddings, the output projection,
+beam search, the layers at their narrowest) is its difference from the layers'
 prices, so that a search can predict the speed-up of a mask as
 whole / (whole - what the mask saves).
 """

@@ -70,6 +70,12 @@ class TimedBatches:
     sources: List[List[List[str]]]  # per batch, per sentence: the source tokens (CTranslate2's input)
     references: List[str]  # target tokens, joined by spaces
 
+    def ctranslate2_input(self) -> Dict[str, list]:
+        """What the CTranslate2 timing workers decode: sentence ids, source tokens, references and each batch's
+        source length (fairseq's count, with </s>)."""
+        return {"ids": self.ids, "sources": self.sources, "references": self.references,
+                "source_lengths": [int(s["net_input"]["src_tokens"].size(1)) for s in self.samples]}
+
 
 def timed_batches(task, split: str, batch_size: int, sentences: Optional[int], device: torch.device) -> TimedBatches:
     dataset, batches = split_batches(task, split, max_sentences=batch_size, limit=sentences)
@@ -212,12 +218,8 @@ def ctranslate2_inputs(task, split: str, batch_sizes: Sequence[int], sentences: 
                        device: torch.device) -> Dict[int, Dict[str, list]]:
     """What a fairseq timing worker hands the CTranslate2 workers at each batch size (sentence ids, source tokens,
     references, each batch's source length), made here: for timings with CTranslate2 systems alone."""
-    given = {}
-    for batch_size in batch_sizes:
-        batches = timed_batches(task, split, batch_size, sentences, device)
-        given[batch_size] = {"ids": batches.ids, "sources": batches.sources, "references": batches.references,
-                             "source_lengths": [int(s["net_input"]["src_tokens"].size(1)) for s in batches.samples]}
-    return given
+    return {batch_size: timed_batches(task, split, batch_size, sentences, device).ctranslate2_input()
+            for batch_size in batch_sizes}
 
 
 def time_compute_types(model_dir: str, compute_types: Sequence[str], data: str, checkpoint: str, split: str,

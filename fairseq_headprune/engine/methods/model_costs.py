@@ -5,7 +5,7 @@ parameters' type and the device it was made for; these are the records both
 keep and check (``study.methods.search_costs``).
 """
 
-from typing import Dict
+from typing import Dict, Tuple
 
 import torch
 
@@ -46,9 +46,15 @@ def model_flops(model, architecture, sequence_length: int, parts=("heads", "ffn"
         costs.append(flops_costs(head_layout(model), {t: tuple(d) for t, d in architecture["dims"].items()},
                                  sequence_length))
     if "ffn" in parts and "ffn" in architecture:
-        shapes = architecture["ffn"]
-        costs.append(ffn_flops_costs({t: tuple(s[:2]) for t, s in shapes.items()}, {t: s[2] for t, s in shapes.items()}))
+        costs.append(ffn_flops_costs(*_ffn_shapes(architecture)))
     return merge_costs(*costs)
+
+
+def _ffn_shapes(architecture) -> Tuple[Dict[str, Tuple[int, int]], Dict[str, int]]:
+    """The FFN layout (layers, neurons per type) and each type's model dimension, as ``model_architecture`` holds
+    them."""
+    shapes = architecture.get("ffn", {})
+    return {t: tuple(s[:2]) for t, s in shapes.items()}, {t: s[2] for t, s in shapes.items()}
 
 
 def model_decoding_flops(model, architecture, shape: DecodingShape, parts=("heads", "ffn")) -> LayerCosts:
@@ -56,9 +62,8 @@ def model_decoding_flops(model, architecture, shape: DecodingShape, parts=("head
     in beam search of ``shape`` (``search_costs.decoding_flops_costs``)."""
     dims = {t: tuple(d) for t, d in architecture["dims"].items()} if "heads" in parts else {}
     layout = head_layout(model) if "heads" in parts else {}
-    shapes = architecture.get("ffn", {}) if "ffn" in parts else {}
-    return decoding_flops_costs(layout, dims, {t: tuple(s[:2]) for t, s in shapes.items()},
-                                {t: s[2] for t, s in shapes.items()}, shape)
+    ffn_layout_, embed_dims = _ffn_shapes(architecture) if "ffn" in parts else ({}, {})
+    return decoding_flops_costs(layout, dims, ffn_layout_, embed_dims, shape)
 
 
 def model_precision(model) -> str:

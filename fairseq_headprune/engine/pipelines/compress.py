@@ -47,7 +47,7 @@ from ...study.methods.precision_choice import (
 )
 from ..export.ctranslate2_spec import import_ctranslate2
 from ..methods.deployment import deployment_environment, measure_speed, time_compute_types
-from .export import check_quantization, run_export
+from .export import check_quantization, ctranslate2_device, run_export
 from .importance import importance_prefix, run_importance
 from .search import TUNING_FILE, run_latency, run_search
 from ..methods.finetune import finetune_held, write_masked_start
@@ -317,10 +317,8 @@ def _choose_quantization(settings: CompressSettings, checkpoint: str, work: str)
     this device computes, each in its own process, at the speed stage's batch sizes; the fastest within the BLEU
     tolerance of float32 (``precision_choice``). Returns the type and the record of the choice."""
     evaluation = settings.evaluation
-    ctranslate2 = import_ctranslate2()
-    on_gpu = torch.cuda.is_available() and not evaluation.cpu and ctranslate2.get_cuda_device_count() > 0
-    device = "cuda" if on_gpu else "cpu"
-    supported = ctranslate2.get_supported_compute_types(device)
+    device = ctranslate2_device(evaluation.cpu)
+    supported = import_ctranslate2().get_supported_compute_types(device)
     candidates = auto_candidates(supported, device)
     if len(candidates) < 2:
         return "float32", only_float32_choice(supported, device)

@@ -48,10 +48,16 @@ def check_out_dir(out_dir: str) -> None:
         raise SettingsError(f"--out-dir {out_dir} exists and is not empty; nothing was written")
 
 
+def ctranslate2_device(cpu: bool) -> str:
+    """Where the installed CTranslate2 runs the exported model: cuda when a GPU is there and not ``cpu``."""
+    ctranslate2 = import_ctranslate2()
+    return "cuda" if torch.cuda.is_available() and not cpu and ctranslate2.get_cuda_device_count() > 0 else "cpu"
+
+
 def check_quantization(quantization: Optional[str], cpu: bool) -> str:
     """The weight type, checked against what the installed CTranslate2 computes on this device."""
     ctranslate2 = import_ctranslate2()
-    device = "cuda" if torch.cuda.is_available() and not cpu and ctranslate2.get_cuda_device_count() > 0 else "cpu"
+    device = ctranslate2_device(cpu)
     supported = sorted(ctranslate2.get_supported_compute_types(device))
     quantization = quantization or "float32"
     if quantization not in supported:

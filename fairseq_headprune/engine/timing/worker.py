@@ -56,8 +56,7 @@ def _fairseq_translation(spec: Dict[str, object], options: Optional[DecodingOpti
             seconds, outputs = system.decode()
         reply = {"seconds": seconds, "outputs": outputs}
         if first:
-            reply["batches"] = {"ids": batches.ids, "sources": batches.sources, "references": batches.references,
-                                "source_lengths": [int(s["net_input"]["src_tokens"].size(1)) for s in batches.samples]}
+            reply["batches"] = batches.ctranslate2_input()
         return reply
 
     return run, {"options": options.to_dict()}
