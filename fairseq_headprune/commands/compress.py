@@ -17,6 +17,7 @@ from ..study.methods.precision_choice import (
     DEFAULT_QUANTIZATION_TOLERANCE,
     choice_summary,
 )
+from ..study.output.compression_report import flops_kept_share
 from ..study.prune_settings import FINETUNE_LR_SHARE, FINETUNE_WARMUP_SHARE, FinetuneSettings
 from ..study.settings import EXPORT_FORMATS, QUANTIZATIONS, SweepSettings
 from .common import (
@@ -46,6 +47,8 @@ def compress_settings(args: argparse.Namespace) -> CompressSettings:
         export_format=args.export, quantization=args.quantization, uniform=args.uniform,
         quantization_tolerance=args.quantization_tolerance,
         vocabulary_map=args.vocabulary_map,
+        drop_layers={"encoder": args.drop_encoder_layers, "decoder": args.drop_decoder_layers},
+        distill=args.distill,
         deployment=DeploymentSettings(list(args.speed_batch_sizes), args.speed_sentences or None, args.repeats,
                                       args.threads),
     )
@@ -67,9 +70,18 @@ def command_compress(args: argparse.Namespace) -> int:
     outcome = run_compress(settings, on_stage=_print_stage)
     report = outcome.report
     search, evaluation, parameters = report["search"], report["evaluation"], report["shrink"]["parameters"]
+    layers = report.get("layers")
+    if layers is not None:
+        print(f"layers\tremoved {layers['spec']} (validation loss {layers['base_loss']:.3f} -> "
+              f"{layers['steps'][-1]['loss']:.3f}); {layers['cost']} cost kept "
+              f"{100.0 * layers['kept_cost'] / layers['full_cost']:.1f}% before the search")
+    distill = report.get("distill")
+    if distill is not None:
+        print(f"distill\t{distill['sentences']} training sentences translated by the unpruned model "
+              f"({distill['identical_to_reference']} equal to their reference)")
     print(f"pruned\t{search['heads_pruned']} of {search['heads_total']} heads"
           + (f", {search['neurons_pruned']} of {search['neurons_total']} FFN neurons" if search["neurons_total"] else "")
-          + f"; FLOPs kept {100.0 * search['flops']['kept'] / search['flops']['full']:.1f}%")
+          + f"; FLOPs kept {100.0 * flops_kept_share(report):.1f}%")
     print(f"parameters\t{parameters['unpruned']} -> {parameters['compressed']} "
           f"({1.0 - parameters['compressed'] / parameters['unpruned']:.1%} fewer)")
     print(f"{evaluation['label']}\tunpruned {evaluation['unpruned']:.2f}, compressed {evaluation['compressed']:.2f} "
@@ -92,6 +104,35 @@ def command_compress(args: argparse.Namespace) -> int:
     print("wrote\t" + " ".join(outcome.files))
     sys.stdout.flush()
     return 0
+
+
+def _add_model_arguments(parser) -> None:
+    """What changes the model beyond the search: fine-tuning (and its targets), whole layers removed."""
+    finetune = parser.add_argument_group("fine-tuning with the pruned units held at zero (fairseq-train)")
+    finetune.add_argument(
+        "--finetune-updates", type=int, default=0, metavar="N",
+        help="fine-tune the tuned, masked model for N updates on the training split before removal, with the "
+        "checkpoint's own architecture, criterion, optimizer and batch size (default 0: none)",
+    )
+    finetune.add_argument(
+        "--distill", choices=("sequence",),
+        help="sequence: fine-tune on the unpruned model's own beam translations of the training sources instead "
+        "of the references (sequence-level knowledge distillation, Kim & Rush 2016; translated once, with the "
+        "generation options given, into OUT/distill/data)",
+    )
+    finetune.add_argument("--finetune-lr", type=float, metavar="LR",
+                          help=f"its constant learning rate (default: {FINETUNE_LR_SHARE:g} of the checkpoint's)")
+    finetune.add_argument("--finetune-warmup", type=int, metavar="N",
+                          help=f"linear warm-up updates (default: {100 * FINETUNE_WARMUP_SHARE:g}%% of the updates)")
+    layers = parser.add_argument_group("whole layers")
+    for stack in ("decoder", "encoder"):
+        layers.add_argument(
+            f"--drop-{stack}-layers", type=int, default=0, metavar="N",
+            help=f"remove N whole {stack} layers before the search, one at a time, each the one whose removal "
+            "raises the loss on the Fisher split least; the search then prunes heads and neurons of the shallower "
+            "model until the target, a share of the unpruned model's cost, is met (not with a latency target; "
+            "fine-tune after it, e.g. --finetune-updates 300 --distill sequence; default 0)",
+        )
 
 
 def add_parser(commands) -> None:
@@ -141,16 +182,7 @@ def add_parser(commands) -> None:
                           "speed-up is printed beside the measured one; else fairseq's layers alone")
     compress.add_argument("--metric", choices=("accuracy", "mcc"),
                           help="classifier checkpoints: the metric reported and tested (default accuracy)")
-    finetune = compress.add_argument_group("fine-tuning with the pruned units held at zero (fairseq-train)")
-    finetune.add_argument(
-        "--finetune-updates", type=int, default=0, metavar="N",
-        help="fine-tune the tuned, masked model for N updates on the training split before removal, with the "
-        "checkpoint's own architecture, criterion, optimizer and batch size (default 0: none)",
-    )
-    finetune.add_argument("--finetune-lr", type=float, metavar="LR",
-                          help=f"its constant learning rate (default: {FINETUNE_LR_SHARE:g} of the checkpoint's)")
-    finetune.add_argument("--finetune-warmup", type=int, metavar="N",
-                          help=f"linear warm-up updates (default: {100 * FINETUNE_WARMUP_SHARE:g}%% of the updates)")
+    _add_model_arguments(compress)
     export = compress.add_argument_group("export")
     export.add_argument("--export", choices=EXPORT_FORMATS,
                         help="also write the compressed model (and, for the timing, the unpruned one) in this format")

@@ -7,12 +7,16 @@ from ..study.output.files import write_text
 def command_shrink(args: argparse.Namespace) -> int:
     from ..engine.checkpoints.shrink import shrink_checkpoint
 
-    outcome = shrink_checkpoint(args.path, args.out, args.head_mask, args.tuning, args.ffn_mask)
+    outcome = shrink_checkpoint(args.path, args.out, args.head_mask, args.tuning, args.ffn_mask, args.drop_layers)
+    if outcome.dropped_layers is not None:
+        depths = ", ".join(f"{stack} {before} -> {after}" for stack, (before, after) in outcome.depths.items())
+        print(f"removed\tlayers {outcome.dropped_layers} ({depths} layers)")
     if outcome.recorded:
         print(f"recorded\tthe checkpoint's masked heads ({outcome.recorded}) are removed too")
     if outcome.recorded_neurons:
         print(f"recorded\tthe checkpoint's masked FFN neurons ({outcome.recorded_neurons}) are removed too")
-    print(f"removed\t{outcome.removed} of {outcome.total} heads: {outcome.spec}")
+    if outcome.removed or args.head_mask is not None or args.tuning is not None:
+        print(f"removed\t{outcome.removed} of {outcome.total} heads: {outcome.spec}")
     if outcome.neuron_spec is not None:
         print(f"removed\t{outcome.removed_neurons} of {outcome.total_neurons} FFN neurons: {outcome.neuron_spec}")
     for line in outcome.report:
@@ -30,7 +34,9 @@ def add_parser(commands) -> None:
         description="Remove the heads --head-mask masks from CKPT: their rows of the query/key/value "
         "projections and columns of the output projection (a layer left with no head keeps "
         "only its output bias); and the FFN neurons --ffn-mask masks: their rows of fc1 and columns of "
-        "fc2 (an FFN left with none outputs fc2's bias). At least one of --head-mask, --ffn-mask, --tuning. "
+        "fc2 (an FFN left with none outputs fc2's bias); and the whole layers --drop-layers names (attention, FFN, "
+        "layer norms and all: the model gets shallower), removed first, so that --head-mask and --ffn-mask "
+        "number the layers that stay. At least one of --head-mask, --ffn-mask, --drop-layers, --tuning. "
         "The pruned checkpoint records what was removed; load it with "
         "the plugin's task (fairseq-headprune generate, or fairseq-generate --user-dir "
         "fairseq_headprune --task fairseq-headprune). Optimizer state is dropped: fine-tune "
@@ -44,6 +50,11 @@ def add_parser(commands) -> None:
         "--tuning", metavar="TUNING.json",
         help="a tuned mask (search --tune-masks): fold its scales and output-bias corrections into out_proj and "
         "fc2 and remove its heads and FFN neurons, so the smaller checkpoint computes the tuned masked model",
+    )
+    shrink.add_argument(
+        "--drop-layers", metavar="SPEC",
+        help="whole layers to remove, 1-based: 'decoder:2-3', 'encoder:1 decoder:3'; each stack keeps at least one "
+        "(compress --drop-decoder-layers N chooses them by the validation loss)",
     )
     shrink.add_argument("--out", required=True, metavar="PRUNED.pt", help="pruned checkpoint to write")
     shrink.add_argument("--report", metavar="FILE.tsv", help="also write the parameter report here")

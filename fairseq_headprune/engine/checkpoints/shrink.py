@@ -28,7 +28,9 @@ from ...study.masks.ffn_mask import ffn_mask_to_spec, parse_ffn_mask
 from ...study.masks.head_mask import combine_masks, count_masked, head_mask_to_spec, parse_head_mask
 from ...study.methods.least_squares_tuning import read_tuning
 from ...study.output.files import atomic_path
+from ...study.masks.layer_drop import layer_drop_to_spec, parse_layer_drop
 from .info import load_checkpoint_state, model_config_object, state_ffn_layout, state_head_layout
+from .layers import drop_state_layers, state_depths
 from .state_dict import (
     fold_tuning_into_state,
     shrink_ffn_state_dict,
@@ -60,12 +62,24 @@ class ShrinkOutcome:
     total_neurons: int = 0
     neuron_spec: Optional[str] = None  # the removed neurons, as recorded
     recorded_neurons: Optional[str] = None  # the neuron mask it had been fine-tuned with, removed too
+    dropped_layers: Optional[str] = None  # the whole layers removed (a layer-drop spec of the input's layers)
+    depths: Optional[Dict[str, List[int]]] = None  # stack -> [layers before, after]
+
+
+def checkpoint_parameters(path: str) -> int:
+    """Parameters of a checkpoint (shared embeddings counted once)."""
+    state = load_checkpoint_state(path)
+    return int(state_parameter_counts(state["model"], state_head_layout(state))["total"])
 
 
 def shrink_checkpoint(path: str, out: str, spec: Optional[str], tuning_file: Optional[str] = None,
-                      ffn_spec: Optional[str] = None) -> ShrinkOutcome:
+                      ffn_spec: Optional[str] = None, drop_layers: Optional[str] = None) -> ShrinkOutcome:
     """Write ``out``: ``path`` with the heads ``spec`` masks and the FFN neurons ``ffn_spec`` masks (and those
     it recorded) removed.
+
+    ``drop_layers`` (``encoder:1 decoder:2-3``): whole layers removed first
+    (``checkpoints.layers``); ``spec`` and ``ffn_spec`` then number the
+    layers that stay.
 
     ``tuning_file`` (``search --tune-masks``): its scales and bias corrections
     are folded into the output projections first, and its mask is removed
@@ -73,12 +87,23 @@ def shrink_checkpoint(path: str, out: str, spec: Optional[str], tuning_file: Opt
     """
     if os.path.exists(out) and os.path.samefile(out, path) or os.path.abspath(out) == os.path.abspath(path):
         raise SettingsError(f"--out {out} is the input checkpoint; write the pruned model elsewhere")
-    if spec is None and tuning_file is None and ffn_spec is None:
-        raise SettingsError("give --head-mask SPEC, --ffn-mask SPEC or --tuning FILE (its mask)")
+    if spec is None and tuning_file is None and ffn_spec is None and drop_layers is None:
+        raise SettingsError("give --head-mask SPEC, --ffn-mask SPEC, --drop-layers SPEC or --tuning FILE (its mask)")
+    if drop_layers is not None and tuning_file is not None:
+        raise SettingsError("--drop-layers with --tuning: the tuning numbers the layers of the model it was "
+                            "tuned on; remove the layers first, then search and tune on the shallower model")
     state = load_checkpoint_state(path)
     config = model_config_object(state)
     if config is None:
         raise CheckpointError(f"{path} has no model config (neither cfg nor args)")
+    parameters_before = None
+    if drop_layers is not None:
+        parameters_before = state_parameter_counts(state["model"], state_head_layout(state))["total"]
+        depths = state_depths(state)
+        dropped = parse_layer_drop(drop_layers, depths)
+        drop_state_layers(state, dropped)
+        after = state_depths(state)
+        dropped_spec, drop_depths = layer_drop_to_spec(dropped), {s: [depths[s], after[s]] for s in depths}
     for what, previous in (("heads", pruned_heads_of(config)), ("FFN neurons", config_value(config, PRUNED_NEURONS_KEY))):
         if previous:
             raise CheckpointError(
@@ -91,6 +116,10 @@ def shrink_checkpoint(path: str, out: str, spec: Optional[str], tuning_file: Opt
     before.update(state_ffn_parameter_counts(state["model"], neuron_layout))
     outcome = ShrinkOutcome(removed=0, total=sum(layers * heads for layers, heads in layout.values()), spec=NO_MASK_SPEC,
                             recorded=None, report=[])
+    if drop_layers is not None:
+        outcome.dropped_layers, outcome.depths = dropped_spec, drop_depths
+        # the parts below count the layers that stay; the total counts the removed layers too
+        before["total"] = parameters_before
     tuning = None
     if tuning_file is not None:
         tuning = read_tuning(tuning_file, layout, neuron_layout)

@@ -6,8 +6,10 @@ in ``NAME.partial`` and renamed when it is complete, with its record in
 ``NAME/stage.json``; a stage whose directory exists is not run again, so an
 interrupted run resumes where it stopped:
 
+- ``layers/``: optionally, whole layers removed first, those the validation loss misses least (``methods.layer_choice``);
 - ``fisher/``: the masks' Fisher information on the validation split (``importance --importance-method fisher``);
 - ``search/``: the mask within the target, rearranged and tuned (``search --tune-masks``);
+- ``distill/``: optionally, the unpruned model's translations of the training sources (``methods.distillation``);
 - ``finetune/``: optionally, N updates of fairseq-train with the pruned units held (``methods.finetune``);
 - ``shrink/``: the pruned units removed for real, the tuning folded in (``shrink``): the compressed checkpoint;
 - ``export/``: optionally, CTranslate2 models of the compressed and of the unpruned model (``export``);
@@ -21,6 +23,7 @@ from the stages' records at the end of every run.
 
 import dataclasses
 import json
+import math
 import os
 import shutil
 import time
@@ -35,28 +38,26 @@ from ...study.masks.ffn_mask import ffn_mask_to_spec
 from ...study.masks.head_mask import head_mask_to_spec
 from ...study.methods.ablation import BASELINE, HeadConfig, baseline_config
 from ...study.methods.compression import REPORT_FORMAT, STAGES, CompressSettings, speedup_prediction
-from ...study.output.compression_report import compression_report_markdown
-from ...study.output.files import file_sha256, first_difference, recorded_identity, write_json, write_text
-from ...study.settings import ExportSettings, LatencySettings, SearchSettings
-from ..checkpoints.info import load_checkpoint_state, state_head_layout
-from ..checkpoints.shrink import shrink_checkpoint
-from ..checkpoints.state_dict import state_parameter_counts
-from ..families import family_named
 from ...study.methods.precision_choice import (
     AUTO_QUANTIZATION, auto_candidates, choose_compute_type, only_float32_choice,
 )
+from ...study.output.compression_report import compression_report_markdown
+from ...study.output.files import file_sha256, first_difference, recorded_identity, write_json, write_text
+from ...study.settings import ExportSettings, LatencySettings
+from ..checkpoints.shrink import checkpoint_parameters, shrink_checkpoint
 from ..export.ctranslate2_spec import import_ctranslate2
+from ..families import family_named
 from ..methods.deployment import deployment_environment, measure_speed, time_compute_types
+from ..methods.finetune import finetune_held, write_masked_start
 from .export import check_quantization, ctranslate2_device, run_export
 from .importance import importance_prefix, run_importance
 from .search import TUNING_FILE, run_latency, run_search
-from ..methods.finetune import finetune_held, write_masked_start
+from .shallow import CHECKPOINT, DISTILLED_DATA, check_layer_counts, distill_stage, layers_stage
 
 RECORD = "compress.json"
 STAGE_RECORD = "stage.json"
 REPORT_JSON, REPORT_MARKDOWN = "report.json", "report.md"
 PARTIAL = ".partial"
-CHECKPOINT = "checkpoint.pt"
 LATENCY_TABLE = "latency.json"  # in search/: the table compress measured when --latency-table was not given
 # on_stage(stage, status, seconds): status "running", "ran" or "kept"
 StageCallback = Callable[[str, str, Optional[float]], None]
@@ -126,10 +127,16 @@ def run_compress(settings: CompressSettings, on_stage: Optional[StageCallback] =
         raise StudyError(f"--latency-table file not found: {settings.latency_table}")
     if settings.export_format is not None and settings.quantization != AUTO_QUANTIZATION:
         check_quantization(settings.quantization, settings.evaluation.cpu)
+    if settings.drop_layers:
+        check_layer_counts(settings)
     _open_out_dir(settings.out_dir, _identity(settings))
     stages = _Stages(settings.out_dir, on_stage)
-    stages.run("fisher", lambda work: _fisher(settings, work))
+    if "layers" in settings.stages:
+        stages.run("layers", lambda work: layers_stage(settings, work))
+    stages.run("fisher", lambda work: _fisher(settings, stages, work))
     stages.run("search", lambda work: _search(settings, stages, work))
+    if "distill" in settings.stages:
+        stages.run("distill", lambda work: distill_stage(settings, work))
     if "finetune" in settings.stages:
         stages.run("finetune", lambda work: _finetune(settings, stages, work))
     stages.run("shrink", lambda work: _shrink(settings, stages, work))
@@ -173,9 +180,14 @@ def _open_out_dir(out_dir: str, identity: Dict[str, object]) -> None:
 # ----------------------------------------------------------------------------- the stages
 
 
-def _fisher(settings: CompressSettings, work: str) -> Dict[str, object]:
+def _base_checkpoint(settings: CompressSettings, stages: "_Stages") -> str:
+    """The model the search prunes: the unpruned checkpoint, or it without the layers ``layers/`` removed."""
+    return stages.path("layers", CHECKPOINT) if "layers" in settings.stages else settings.checkpoint
+
+
+def _fisher(settings: CompressSettings, stages: "_Stages", work: str) -> Dict[str, object]:
     evaluation = settings.evaluation
-    result = run_importance(settings.data, settings.checkpoint, settings.importance, work,
+    result = run_importance(settings.data, _base_checkpoint(settings, stages), settings.importance, work,
                             fairseq_args=evaluation.generation_args, cpu=evaluation.cpu, progress=evaluation.progress)
     return {"file": os.path.basename(importance_prefix(work)) + ".json", "subsets": list(settings.importance.subsets),
             "sentences": int(result.settings.get("sentences", result.count)), "neurons": settings.importance.neurons}
@@ -200,13 +212,14 @@ def _search(settings: CompressSettings, stages: _Stages, work: str) -> Dict[str,
             engine=CTRANSLATE2_ENGINE if deployed else FAIRSEQ_ENGINE,
             quantization=settings.table_quantization if deployed else "float32",
         ))
-    outcome = run_search(SearchSettings(
-        data=settings.data, checkpoint=settings.checkpoint, out_dir=work, budget=target.budget, cost=target.cost,
-        latency_table=latency_table, fisher_file=stages.path("fisher", "importance.json"),
-        importance=settings.importance, tuning=settings.tuning, family=settings.family, cpu=evaluation.cpu,
-        progress=evaluation.progress, fairseq_args=list(evaluation.generation_args), structure=target.structure,
-        **engine_options,
-    ))
+    search_settings = settings.search_settings(_base_checkpoint(settings, stages), work, latency_table=latency_table,
+                                       fisher_file=stages.path("fisher", "importance.json"), **engine_options)
+    layers = stages.record("layers") if "layers" in settings.stages else None
+    if layers is not None:  # the target is a share of the unpruned model's cost, not of the shallower one's
+        budget = target.percent / 100.0 * layers["full_cost"]
+        budget = math.floor(budget + 1e-9) if target.cost == "heads" else budget
+        search_settings = dataclasses.replace(search_settings, budget=repr(budget))
+    outcome = run_search(search_settings)
     result = outcome.result
     if not outcome.pruned and not outcome.pruned_neurons:
         raise StudyError(f"--target {target.text} prunes nothing from this model; keep less")
@@ -248,23 +261,18 @@ def _finetune(settings: CompressSettings, stages: _Stages, work: str) -> Dict[st
     search = stages.record("search")
     tuning_file = _tuning_file(stages)
     start = os.path.join(work, "start.pt")
-    write_masked_start(settings.checkpoint, start, search["spec"], search["ffn_spec"], tuning_file)
+    write_masked_start(_base_checkpoint(settings, stages), start, search["spec"], search["ffn_spec"], tuning_file)
     evaluation = settings.evaluation
-    outcome = finetune_held(start, settings.data, os.path.join(work, "train"), settings.family, settings.finetune,
+    data = stages.path("distill", DISTILLED_DATA) if "distill" in settings.stages else settings.data
+    outcome = finetune_held(start, data, os.path.join(work, "train"), settings.family, settings.finetune,
                             cpu=evaluation.cpu, progress=evaluation.progress)
     os.replace(outcome.checkpoint, os.path.join(work, CHECKPOINT))
     shutil.rmtree(os.path.join(work, "train"))
     os.remove(start)
     return {"checkpoint": CHECKPOINT, "updates": outcome.updates, "seconds_training": outcome.seconds,
             "lr": outcome.lr, "warmup_updates": outcome.warmup, "lr_schedule": "fixed after a linear warm-up",
-            "train_subset": outcome.train_subset,
+            "train_subset": outcome.train_subset, "targets": "distilled" if data != settings.data else "references",
             "start": "tuned" if tuning_file is not None else "masked"}
-
-
-def checkpoint_parameters(path: str) -> int:
-    """Parameters of a checkpoint (shared embeddings counted once)."""
-    state = load_checkpoint_state(path)
-    return int(state_parameter_counts(state["model"], state_head_layout(state))["total"])
 
 
 def _shrink(settings: CompressSettings, stages: _Stages, work: str) -> Dict[str, object]:
@@ -275,10 +283,10 @@ def _shrink(settings: CompressSettings, stages: _Stages, work: str) -> Dict[str,
         source = stages.path("finetune", CHECKPOINT)
         outcome = shrink_checkpoint(source, out, search["spec"], None, search["ffn_spec"])
     elif tuning_file is not None:
-        source = settings.checkpoint
+        source = _base_checkpoint(settings, stages)
         outcome = shrink_checkpoint(source, out, None, tuning_file, None)
     else:
-        source = settings.checkpoint
+        source = _base_checkpoint(settings, stages)
         outcome = shrink_checkpoint(source, out, search["spec"], None, search["ffn_spec"])
     write_text("\n".join(outcome.report) + "\n", os.path.join(work, "parameters.tsv"))
     return {
@@ -396,6 +404,8 @@ def _report(settings: CompressSettings, stages: _Stages) -> Dict[str, object]:
         "data": os.path.abspath(settings.data),
         "family": settings.family,
         "target": settings.target.text,
+        "layers": records.get("layers"),
+        "distill": records.get("distill"),
         "fisher": records["fisher"],
         "search": records["search"],
         "finetune": records.get("finetune"),

@@ -15,7 +15,7 @@ import dataclasses
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from ...constants import CTRANSLATE2_ENGINE, DEFAULT_SEQUENCE_LENGTH, FAIRSEQ_ENGINE
 from ...errors import ResultFileError, StudyError
@@ -128,6 +128,17 @@ def _priced_costs(settings: SearchSettings, model, parts) -> LayerCosts:
     return table.costs(parts)
 
 
+def search_costs(settings: SearchSettings, cfg, task, model) -> Tuple[SearchSettings, LayerCosts]:
+    """The settings completed from the data (decoding-flops: the valid split's mean lengths and fairseq's --beam,
+    unless given) and the costs they price this model at."""
+    if settings.cost == "decoding-flops":
+        source_length, target_length = split_mean_lengths(task, "valid")
+        settings = dataclasses.replace(settings, source_length=settings.source_length or source_length,
+                                       target_length=settings.target_length or target_length,
+                                       beam=int(cfg.generation.beam))
+    return settings, layer_costs(settings, model)
+
+
 def decoding_shape(settings: SearchSettings) -> DecodingShape:
     """The sentence ``--cost decoding-flops`` prices: source tokens and decoder steps with </s>, and the beam."""
     if settings.source_length is None or settings.target_length is None or settings.beam is None:
@@ -176,12 +187,7 @@ def run_search(settings: SearchSettings) -> SearchOutcome:
     if settings.structure != "heads" and current_ffn_mask(model) is not None:
         raise StudyError(f"{settings.checkpoint} has FFN neurons masked; search on the full model")
     layout = head_layout(model)
-    if settings.cost == "decoding-flops":  # the valid split's mean lengths and fairseq's --beam, unless given
-        source_length, target_length = split_mean_lengths(task, "valid")
-        settings = dataclasses.replace(settings, source_length=settings.source_length or source_length,
-                                       target_length=settings.target_length or target_length,
-                                       beam=int(cfg.generation.beam))
-    costs = layer_costs(settings, model)  # a wrong latency table fails before any work
+    settings, costs = search_costs(settings, cfg, task, model)  # a wrong latency table fails before any work
     costs.check_uniform(settings.uniform)
     budget = parse_budget(settings.budget, costs)
     seconds: Dict[str, float] = {}

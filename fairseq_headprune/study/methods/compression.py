@@ -15,6 +15,14 @@ does: ``heads=50%`` keeps half of the heads (heads searched),
 search (``search_costs.decoding_flops_costs``) and
 ``latency=60%`` 60% of their latency from a table the latency command
 measured (heads and FFN neurons searched together).
+
+Whole layers can go first (``--drop-decoder-layers N``): the layers whose
+removal raises the validation loss least (``engine.methods.layer_choice``);
+the search then prunes heads and neurons of the shallower model until the
+target, still a share of the unpruned model's cost, is met. The fine-tuning
+can learn from the unpruned model's translations instead of the references
+(``--distill sequence``: sequence-level knowledge distillation, Kim & Rush
+2016), as a shallow decoder needs (Kasai et al. 2021).
 """
 
 import dataclasses
@@ -26,7 +34,7 @@ from typing import Dict, List, Optional, Tuple
 from ...constants import CLASSIFIER_FAMILY, CTRANSLATE2_ENGINE, MODEL_FAMILIES, TRANSLATION_FAMILY
 from ...errors import SettingsError
 from ..prune_settings import FinetuneSettings
-from ..settings import EXPORT_FORMATS, QUANTIZATIONS, ImportanceSettings, SweepSettings, TuningSettings
+from ..settings import EXPORT_FORMATS, QUANTIZATIONS, ImportanceSettings, SearchSettings, SweepSettings, TuningSettings
 from .precision_choice import AUTO_QUANTIZATION, DEFAULT_QUANTIZATION_TOLERANCE
 
 # what a target can count, and how it is searched: (search --structure, search --cost)
@@ -34,7 +42,11 @@ TARGET_SEARCH = {"heads": ("heads", "heads"), "flops": ("joint", "flops"),
                  "decoding-flops": ("joint", "decoding-flops"), "latency": ("joint", "latency")}
 TARGET_KINDS = tuple(TARGET_SEARCH)
 # the stages of a run, in order; each writes one subdirectory of the output directory
-STAGES = ("fisher", "search", "finetune", "shrink", "export", "evaluate", "speed")
+STAGES = ("layers", "fisher", "search", "distill", "finetune", "shrink", "export", "evaluate", "speed")
+# what --distill can learn from: the unpruned model's beam outputs on the training sources (Kim & Rush 2016)
+DISTILL_KINDS = ("sequence",)
+# targets whose cost the engine prices for any depth (a latency table is timed on one model's layers)
+LAYER_DROP_TARGETS = ("heads", "flops", "decoding-flops")
 # versions of the run record (OUT/compress.json) and of the report (OUT/report.json)
 COMPRESS_FORMAT = "fairseq-headprune compress 1"
 REPORT_FORMAT = "fairseq-headprune compress report 1"
@@ -144,9 +156,27 @@ class CompressSettings:
     # translation exported to CTranslate2: a vocabulary map exported too and the compressed model timed with it
     # (None: on exactly then)
     vocabulary_map: Optional[bool] = None
+    drop_layers: Dict[str, int] = field(default_factory=dict)  # stack -> whole layers removed before the search
+    distill: Optional[str] = None  # None: fine-tune on the references; "sequence": on the unpruned model's outputs
 
     def __post_init__(self):
         family = self.evaluation.family
+        self.drop_layers = {stack: int(count) for stack, count in self.drop_layers.items() if count}
+        for stack, count in self.drop_layers.items():
+            if count < 0:
+                raise SettingsError(f"--drop-{stack}-layers must be 0 or more, got {count}")
+        if self.drop_layers and self.target.kind not in LAYER_DROP_TARGETS:
+            raise SettingsError(f"--drop-{next(iter(self.drop_layers))}-layers with --target {self.target.text}: "
+                                "a latency table is timed on the full model's layers; use "
+                                f"{' or '.join(k + '=' for k in LAYER_DROP_TARGETS)}")
+        if self.distill is not None:
+            if self.distill not in DISTILL_KINDS:
+                raise SettingsError(f"--distill {self.distill}: expected one of {', '.join(DISTILL_KINDS)}")
+            if family != TRANSLATION_FAMILY:
+                raise SettingsError("--distill sequence learns from the unpruned model's translations: "
+                                    "it goes with a translation model")
+            if not self.finetune.enabled:
+                raise SettingsError("--distill goes with fine-tuning (--finetune-updates N)")
         if family not in MODEL_FAMILIES:
             raise SettingsError(f"unknown model family {family!r} (expected {', '.join(MODEL_FAMILIES)})")
         if self.uniform is None:
@@ -190,6 +220,15 @@ class CompressSettings:
         if self.tuning is not None:
             self.tuning.refuse_evaluation_split(self.evaluation.gen_subset)
 
+    def search_settings(self, checkpoint: str, work: str, **options) -> SearchSettings:
+        """The search of this run, on ``checkpoint`` (the unpruned model, or it without whole layers)."""
+        evaluation, target = self.evaluation, self.target
+        return SearchSettings(
+            data=self.data, checkpoint=checkpoint, out_dir=work, budget=target.budget, cost=target.cost,
+            importance=self.importance, tuning=self.tuning, family=self.family, cpu=evaluation.cpu,
+            progress=evaluation.progress, fairseq_args=list(evaluation.generation_args), structure=target.structure,
+            **options)
+
     @property
     def table_quantization(self) -> str:
         """The compute type a CTranslate2 latency table is timed at: float32 when the type is chosen after the
@@ -218,6 +257,10 @@ class CompressSettings:
         skipped = set()
         if not self.finetune.updates:
             skipped.add("finetune")
+        if not self.drop_layers:
+            skipped.add("layers")
+        if not self.distill or "finetune" in skipped:
+            skipped.add("distill")
         if self.export_format is None:
             skipped.add("export")
         return tuple(s for s in STAGES if s not in skipped)
@@ -237,7 +280,9 @@ class CompressSettings:
                        "latency_table": os.path.abspath(self.latency_table) if self.latency_table else None,
                        "tuning": None if self.tuning is None else dataclasses.asdict(self.tuning),
                        "tuning_skipped": self.tuning_skipped, "uniform": self.uniform},
-            "finetune": dataclasses.asdict(self.finetune) if self.finetune.updates else None,
+            **({"layers": dict(self.drop_layers)} if self.drop_layers else {}),
+            "finetune": ({**dataclasses.asdict(self.finetune), **({"distill": self.distill} if self.distill else {})}
+                         if self.finetune.updates else None),
             "export": None if self.export_format is None else {
                 "format": self.export_format, "quantization": self.quantization or "float32",
                 "vocabulary_map": self.vocabulary_map,

@@ -14,16 +14,17 @@ def _count(value: int) -> str:
 
 
 def _pruned_lines(report: Dict[str, object]) -> List[str]:
-    search, fisher = report["search"], report["fisher"]
+    search, fisher, layers = report["search"], report["fisher"], report.get("layers")
     flops = search["flops"]
-    kept_share = 100.0 * flops["kept"] / flops["full"] if flops.get("full") else float("nan")
+    kept_share = 100.0 * flops_kept_share(report)
     what = {"heads": "heads", "joint": "heads and FFN neurons together"}.get(search["structure"], search["structure"])
     flops_kept = ("" if search["cost"] == "flops" else
                   f"; the attention and FFN layers keep {kept_share:.1f}% of their FLOPs per token")
+    full_cost = layers["full_cost"] if layers else search["full_cost"]
     lines = [
         f"- **Target** `{report['target']}`: the search ({what}, Kwon et al. 2022) keeps "
-        f"{search['mask_cost']:g} of {search['full_cost']:g} {search['unit']} "
-        f"({100.0 * search['mask_cost'] / search['full_cost']:.1f}%; the budget {search['budget']:g})"
+        f"{search['mask_cost']:g} of the unpruned model's {full_cost:g} {search['unit']} "
+        f"({100.0 * search['mask_cost'] / full_cost:.1f}%; the budget {search['budget']:g})"
         f"{flops_kept} ({flops['sequence_length']} attended positions per token).",
         f"- **Pruned**: {search['heads_pruned']} of {search['heads_total']} heads"
         + (f" (`{search['spec']}`)" if search["spec"] else "")
@@ -31,15 +32,24 @@ def _pruned_lines(report: Dict[str, object]) -> List[str]:
         + ".",
         f"- **Fisher information** of the masks on {', '.join(fisher['subsets'])} ({fisher['sentences']} sentences).",
     ]
+    if layers:
+        steps = ", ".join(f"{step['stack']} layer {step['layer']} ({step['loss']:.3f})" for step in layers["steps"])
+        lines.insert(0, f"- **Whole layers removed** first: `{layers['spec']}`, one at a time by the loss on "
+                        f"{', '.join(layers['subsets'])} ({layers['sentences']} sentences; {layers['base_loss']:.3f} "
+                        f"with every layer): {steps}; the shallower model keeps "
+                        f"{100.0 * layers['kept_cost'] / layers['full_cost']:.1f}% of the {layers['cost']} cost "
+                        f"before the search.")
     decoding = search.get("decoding_flops")
     if decoding:
-        layers = decoding["layers_kept"] / decoding["layers_full"]
+        layers_full = layers["full_cost"] if layers else decoding["layers_full"]
+        kept = decoding["layers_kept"] / layers_full
         whole = ((decoding["layers_kept"] + decoding["output_projection"])
-                 / (decoding["layers_full"] + decoding["output_projection"]))
+                 / (layers_full + decoding["output_projection"]))
         lines.insert(1, f"- **Decoding FLOPs** per translated sentence (beam {decoding['beam']}, "
                         f"{decoding['source_length']} source tokens, {decoding['target_steps']} decoder steps, </s> "
-                        f"included): the attention and FFN layers keep {100.0 * layers:.1f}%; with the output "
-                        f"projection, which no pruning removes, the model keeps {100.0 * whole:.1f}%.")
+                        f"included): the attention and FFN layers keep {100.0 * kept:.1f}% of the unpruned "
+                        f"model's; with the output projection, which no pruning removes, the model keeps "
+                        f"{100.0 * whole:.1f}%.")
     tuning = search.get("tuning")
     if tuning is None:
         lines.append(f"- **Mask tuning**: none ({search.get('tuning_skipped') or '`--no-tune`'}).")
@@ -53,8 +63,24 @@ def _pruned_lines(report: Dict[str, object]) -> List[str]:
         lines.append(f"- **Fine-tuning** with the pruned units held at zero: {finetune['updates']} updates on "
                      f"{finetune['train_subset']} in {finetune['seconds_training']:.1f} s, learning rate "
                      f"{finetune['lr']:g} ({finetune['lr_schedule']}, {finetune['warmup_updates']} warm-up "
-                     f"updates), from {start}.")
+                     f"updates), from {start}"
+                     + ("; the targets: the unpruned model's translations of the training sources (sequence-level "
+                        "distillation)." if finetune.get("targets") == "distilled" else "."))
+    distill = report.get("distill")
+    if distill is not None:
+        lines.append(f"- **Distillation data**: the unpruned model translated the {distill['sentences']} sentences of "
+                     f"{distill['split']} in {distill['seconds_translating']:.1f} s ({distill['target_tokens']} "
+                     f"target tokens against the references' {distill['reference_tokens']}; "
+                     f"{distill['identical_to_reference']} translations equal their reference).")
     return lines
+
+
+def flops_kept_share(report: Dict[str, object]) -> float:
+    """The attention and FFN layers' FLOPs per token the compressed model keeps, as a share of the unpruned
+    model's (whole layers removed first count as removed)."""
+    flops, layers = report["search"]["flops"], report.get("layers")
+    full = (layers or {}).get("flops_full") or flops.get("full")
+    return flops["kept"] / full if full else float("nan")
 
 
 def _quality(report: Dict[str, object]) -> List[str]:

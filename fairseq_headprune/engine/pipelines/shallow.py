@@ -1,0 +1,84 @@
+"""``compress``'s stages for a shallower model: whole layers removed first, and the distillation data.
+
+``layers/`` removes the layers the validation loss misses least
+(``methods.layer_choice``) and writes the shallower checkpoint the search
+starts from; ``distill/`` writes the training data whose targets are the
+unpruned model's translations (``methods.distillation``), which the
+fine-tuning learns from.
+"""
+
+import os
+from typing import Dict
+
+from ...errors import SettingsError, StudyError
+from ...study.methods.compression import CompressSettings
+from ..checkpoints.info import load_checkpoint_state
+from ..checkpoints.layers import layers_removed, state_depths
+from ..checkpoints.shrink import checkpoint_parameters, shrink_checkpoint
+from ..families import family_named
+from ..methods.distillation import write_distilled_data
+from ..methods.layer_choice import choose_layers
+from ..methods.model_costs import model_architecture, model_flops
+from ..methods.tuning_guard import token_nll
+from ..runners.batches import collated_samples
+from .search import layer_costs, search_costs
+
+CHECKPOINT = "checkpoint.pt"  # a stage's checkpoint, in its directory
+DISTILLED_DATA = "data"  # in distill/: the data directory with the teacher's training targets
+
+
+def check_layer_counts(settings: CompressSettings) -> None:
+    """``--drop-*-layers`` leave at least one layer in each stack the model has."""
+    if not os.path.isfile(settings.checkpoint):
+        raise StudyError(f"checkpoint not found: {settings.checkpoint}")
+    depths = state_depths(load_checkpoint_state(settings.checkpoint))
+    for stack, count in settings.drop_layers.items():
+        if stack not in depths:
+            raise SettingsError(f"--drop-{stack}-layers: the model has no {stack}")
+        if count >= depths[stack]:
+            raise SettingsError(f"--drop-{stack}-layers {count}: the {stack} has {depths[stack]} layers and keeps "
+                                "at least one")
+
+
+def layers_stage(settings: CompressSettings, work: str) -> Dict[str, object]:
+    """Whole layers removed, chosen by the validation loss (``layer_choice``); the target's cost of the unpruned
+    model and of the shallower one, so that the search's budget stays a share of the unpruned model's."""
+    evaluation = settings.evaluation
+    family = family_named(settings.family)
+    cfg, task, model = family.load(settings.data, settings.checkpoint, evaluation.generation_args, cpu=evaluation.cpu)
+    samples = collated_samples(task, model, settings.importance.subsets, settings.importance.max_tokens,
+                               None if settings.importance.max_tokens else 64, settings.importance.limit)
+    if not samples:
+        raise StudyError(f"--drop-*-layers: {' '.join(settings.importance.subsets)} holds no sentence")
+    loss = family.tuning_loss(cfg, task) or token_nll(task.target_dictionary.pad())  # as mask tuning's guard
+    choice = choose_layers(model, loss, samples, settings.drop_layers,
+                           progress=evaluation.progress)
+    search_settings, costs = search_costs(settings.search_settings(settings.checkpoint, work), cfg, task, model)
+    full = costs.full_cost()
+    flops_full = model_flops(model, model_architecture(model), search_settings.sequence_length).full_cost()
+    with layers_removed(model, choice.dropped):
+        kept = layer_costs(search_settings, model).full_cost()
+    target = settings.target
+    if target.percent / 100.0 * full >= kept:
+        raise StudyError(f"--target {target.text}: removing layers {choice.spec} already keeps {kept / full:.1%} of "
+                         f"the unpruned model's {target.cost} cost; ask for less or remove fewer layers")
+    shrink_checkpoint(settings.checkpoint, os.path.join(work, CHECKPOINT), None, drop_layers=choice.spec)
+    return {"checkpoint": CHECKPOINT, "spec": choice.spec, "counts": dict(settings.drop_layers),
+            **choice.to_dict(), "subsets": list(settings.importance.subsets),
+            "sentences": sum(len(sample["id"]) for sample in samples),
+            "cost": settings.target.cost, "unit": costs.unit, "full_cost": full, "kept_cost": kept,
+            "flops_full": flops_full,
+            "parameters": {"unpruned": checkpoint_parameters(settings.checkpoint),
+                           "kept": checkpoint_parameters(os.path.join(work, CHECKPOINT))}}
+
+
+def distill_stage(settings: CompressSettings, work: str) -> Dict[str, object]:
+    """The unpruned model's beam outputs on the training sources, as the fine-tuning's data (``distillation``)."""
+    evaluation = settings.evaluation
+    cfg, task, model = family_named(settings.family).load(settings.data, settings.checkpoint,
+                                                          evaluation.generation_args, cpu=evaluation.cpu)
+    outcome = write_distilled_data(cfg, task, model, os.path.join(work, DISTILLED_DATA), split="train",
+                                   progress=evaluation.progress)
+    return {"data": DISTILLED_DATA, "kind": settings.distill, "split": outcome.split, "sentences": outcome.sentences,
+            "target_tokens": outcome.target_tokens, "reference_tokens": outcome.reference_tokens,
+            "identical_to_reference": outcome.identical, "seconds_translating": outcome.seconds}

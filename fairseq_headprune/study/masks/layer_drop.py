@@ -1,0 +1,68 @@
+"""Whole layers to remove: ``encoder:1 decoder:2-3`` <-> {"encoder": [0], "decoder": [1, 2]}.
+
+Removing a layer entirely (its attention, FFN, layer norms and biases) is
+not the same as masking all its heads and neurons: a fully masked layer
+still adds its output biases and applies its layer norms. A model whose
+decoder lost layers this way is the shallow decoder of Kasai et al. (2021)
+and Hsu et al. (2020). Layers are numbered from 1, as in head-mask specs.
+This module knows nothing about fairseq.
+
+Spec grammar (terms separated by whitespace or ``;``)::
+
+    TERM  := STACK ":" LIST      STACK := encoder | decoder   (1-based layers)
+"""
+
+import re
+from typing import Dict, List, Mapping
+
+from ...errors import HeadMaskError
+from .ranges import RangeError, expand_ranges, format_ranges, parse_ranges
+
+STACKS = ("encoder", "decoder")
+# a stack's layers to remove, 0-based, sorted
+LayerDrop = Dict[str, List[int]]
+
+
+def parse_layer_drop(spec: str, depths: Mapping[str, int]) -> LayerDrop:
+    """The layers ``spec`` removes, checked against ``depths`` (stack -> number of layers).
+
+    Every stack keeps at least one layer.
+    """
+    dropped: LayerDrop = {}
+    text = str(spec).strip()
+    if not text:
+        raise HeadMaskError("--drop-layers: empty spec (expected e.g. decoder:2-3)")
+    for term in re.split(r"[\s;]+", text):
+        stack, separator, layers = term.partition(":")
+        stack = stack.strip().lower()
+        if not separator or not layers:
+            raise HeadMaskError(f"--drop-layers: malformed term {term!r} (expected STACK:LAYERS, e.g. decoder:2-3)")
+        if stack not in STACKS:
+            raise HeadMaskError(f"--drop-layers: unknown stack {stack!r} in {term!r} (expected encoder or decoder)")
+        if stack not in depths:
+            raise HeadMaskError(f"--drop-layers: the model has no {stack}")
+        try:
+            numbers = expand_ranges(parse_ranges(layers))
+        except RangeError:
+            raise HeadMaskError(f"--drop-layers: malformed layer list {layers!r} in {term!r}") from None
+        depth = depths[stack]
+        outside = [n for n in numbers if not 1 <= n <= depth]
+        if outside:
+            raise HeadMaskError(f"--drop-layers: the {stack} has layers 1-{depth}, not {outside[0]}")
+        dropped[stack] = sorted(set(dropped.get(stack, [])) | {n - 1 for n in numbers})
+    for stack, layers in dropped.items():
+        if len(layers) >= depths[stack]:
+            raise HeadMaskError(f"--drop-layers: the {stack} must keep at least one of its {depths[stack]} layers")
+    return dropped
+
+
+def layer_drop_to_spec(dropped: Mapping[str, List[int]]) -> str:
+    """The spec of ``dropped`` (1-based), stacks in model order; ``none`` when nothing is dropped."""
+    terms = [f"{stack}:{format_ranges([n + 1 for n in dropped[stack]])}" for stack in STACKS if dropped.get(stack)]
+    return " ".join(terms) if terms else "none"
+
+
+def kept_layers(dropped: Mapping[str, List[int]], depths: Mapping[str, int]) -> Dict[str, List[int]]:
+    """stack -> the layers (0-based) that stay, in order."""
+    return {stack: [i for i in range(depth) if i not in set(dropped.get(stack, []))]
+            for stack, depth in depths.items()}
