@@ -69,9 +69,16 @@ def test_a_run_writes_its_report(tiny_model, compressed):
     assert evaluation["delta"] == pytest.approx(evaluation["compressed"] - evaluation["unpruned"])
     rows = report["speed"]["rows"]
     systems = ["fairseq unpruned", "fairseq compressed", "ct2 unpruned float32", "ct2 compressed float32",
-               "ct2 compressed float32 vmap"]
+               "ct2 unpruned float32 vmap", "ct2 compressed float32 vmap"]
     assert [(r["batch_size"], r["system"]) for r in rows] == [(b, s) for b in (1, 8) for s in systems]
     assert all(r["sentences"] == 8 and r["sentences_per_second"] > 0 and len(r["seconds"]) == 1 for r in rows)
+    for batch_size in (1, 8):  # the mapped compressed model against the plain and the mapped unpruned one
+        by_system = {r["system"]: r for r in rows if r["batch_size"] == batch_size}
+        mapped = by_system["ct2 compressed float32 vmap"]
+        for ratio, unpruned in (("speedup_vs_ct2_unpruned_same_precision", "ct2 unpruned float32"),
+                                ("speedup_vs_ct2_unpruned_vmap", "ct2 unpruned float32 vmap")):
+            assert mapped[ratio] == pytest.approx(by_system[unpruned]["seconds"][0] / mapped["seconds"][0])
+        assert by_system["ct2 unpruned float32 vmap"]["speedup_vs_ct2_unpruned_vmap"] is None
     environment = report["speed"]["environment"]
     assert environment["device"].startswith("cpu") and environment["ctranslate2"] and environment["torch"]
     markdown = (out / "report.md").read_text()
@@ -191,6 +198,14 @@ def test_fine_tuning_holds_the_pruned_heads(tiny_model, tmp_path):
                 changed[bool(kept)] += not same
     assert changed[True] > 0  # kept heads trained
     assert "Fine-tuning" in (out / "report.md").read_text()
+    # the score before fine-tuning is the masked original's (no tuning): fairseq's own BLEU of the unpruned
+    # checkpoint with the searched heads masked
+    result = run(["fairseq-headprune", "generate", tiny_model["data"], "--path", tiny_model["checkpoint"],
+                  "--head-mask", spec, "--gen-subset", "test", "--beam", "2", "--batch-size", "64",
+                  "--required-batch-size-multiple", "1", "--cpu"])
+    line = next(line for line in result.stdout.splitlines() if "BLEU4 = " in line)
+    assert f"BLEU4 = {report['evaluation']['before_finetune']:.2f}," in line, line
+    assert "| pruned, before fine-tuning |" in (out / "report.md").read_text()
 
 
 def test_a_latency_target_measures_its_table_and_reports_the_predicted_speedup(tiny_model, tmp_path):

@@ -214,7 +214,8 @@ def test_compress_removes_decoder_layers_and_fine_tunes_on_distilled_targets(tin
     assert search["full_cost"] == pytest.approx(layers["kept_cost"])
     distill = report["distill"]
     assert distill["sentences"] == 200 and report["finetune"]["targets"] == "distilled"
-    assert report["finetune"]["updates"] == 4
+    assert report["finetune"]["updates"] == 4 and report["evaluation"]["before_finetune"] is not None
+    assert "before fine-tuning" in result.stdout
     # the compressed model is one decoder layer deep in fairseq and in CTranslate2, and translates alike
     from test_export import fairseq_model
 

@@ -85,7 +85,9 @@ def command_compress(args: argparse.Namespace) -> int:
     print(f"parameters\t{parameters['unpruned']} -> {parameters['compressed']} "
           f"({1.0 - parameters['compressed'] / parameters['unpruned']:.1%} fewer)")
     print(f"{evaluation['label']}\tunpruned {evaluation['unpruned']:.2f}, compressed {evaluation['compressed']:.2f} "
-          f"({evaluation['delta']:+.2f}, p = {evaluation['p_value']:.3g}) on {evaluation['split']}")
+          f"({evaluation['delta']:+.2f}, p = {evaluation['p_value']:.3g}) on {evaluation['split']}"
+          + ("" if evaluation.get("before_finetune") is None else
+             f"; {evaluation['before_finetune']:.2f} before fine-tuning"))
     choice = (report.get("export") or {}).get("quantization_choice")
     if choice is not None:
         print(f"quantization\tauto: {choice_summary(choice)}")

@@ -128,9 +128,11 @@ def fairseq_scoring_system(name: str, weights: str, family: str, cfg, task, mode
     return DecodingSystem(name, FAIRSEQ, weights, precision, decode), len(ids), tokens
 
 
-def _counterpart(systems: Sequence[DecodingSystem], engine: str, weights: str, precision: Optional[str] = None):
+def _counterpart(systems: Sequence[DecodingSystem], engine: str, weights: str, precision: Optional[str] = None,
+                 vocabulary_mapped: bool = False):
     for system in systems:
-        if system.engine == engine and system.weights == weights and precision in (None, system.precision):
+        if (system.engine == engine and system.weights == weights and precision in (None, system.precision)
+                and bool(getattr(system, "use_vmap", False)) == vocabulary_mapped):
             return system
     return None
 
@@ -159,6 +161,9 @@ def speed_rows(systems: Sequence[DecodingSystem], seconds: Dict[str, List[float]
         same = None if same_as is None else sum(a == b for a, b in zip(outputs[system.name], outputs[same_as.name]))
         ct2_unpruned = (_counterpart(systems, CTRANSLATE2, UNPRUNED, system.precision)
                         if system.engine == CTRANSLATE2 and system.weights == COMPRESSED else None)
+        # with a vocabulary map: also against the unpruned model with its own map (what pruning adds to the map's)
+        mapped_unpruned = (_counterpart(systems, CTRANSLATE2, UNPRUNED, system.precision, vocabulary_mapped=True)
+                           if ct2_unpruned is not None and getattr(system, "use_vmap", False) else None)
         rates = rate_summary(count, seconds[system.name])
         rows.append({
             "batch_size": batch_size,
@@ -176,6 +181,8 @@ def speed_rows(systems: Sequence[DecodingSystem], seconds: Dict[str, List[float]
             "speedup_vs_fairseq_unpruned": None if base is None else base / median,
             "speedup_vs_ct2_unpruned_same_precision": (
                 None if ct2_unpruned is None else statistics.median(seconds[ct2_unpruned.name]) / median),
+            "speedup_vs_ct2_unpruned_vmap": (
+                None if mapped_unpruned is None else statistics.median(seconds[mapped_unpruned.name]) / median),
             "bleu": (None if references is None else
                      sacrebleu.corpus_bleu(outputs[system.name], [list(references)], tokenize="none", force=True).score),
             "same_hypotheses_as": None if same_as is None else same_as.name,

@@ -55,6 +55,7 @@ from .search import TUNING_FILE, run_latency, run_search
 from .shallow import CHECKPOINT, DISTILLED_DATA, check_layer_counts, distill_stage, layers_stage
 
 RECORD = "compress.json"
+BEFORE_FINETUNE = "before.pt"  # in finetune/: the pruned model before fine-tuning, removed for real
 STAGE_RECORD = "stage.json"
 REPORT_JSON, REPORT_MARKDOWN = "report.json", "report.md"
 PARTIAL = ".partial"
@@ -264,12 +265,14 @@ def _finetune(settings: CompressSettings, stages: _Stages, work: str) -> Dict[st
     write_masked_start(_base_checkpoint(settings, stages), start, search["spec"], search["ffn_spec"], tuning_file)
     evaluation = settings.evaluation
     data = stages.path("distill", DISTILLED_DATA) if "distill" in settings.stages else settings.data
+    # the model as it was before fine-tuning, removed for real: the evaluation scores it too
+    shrink_checkpoint(start, os.path.join(work, BEFORE_FINETUNE), search["spec"], None, search["ffn_spec"])
     outcome = finetune_held(start, data, os.path.join(work, "train"), settings.family, settings.finetune,
                             cpu=evaluation.cpu, progress=evaluation.progress)
     os.replace(outcome.checkpoint, os.path.join(work, CHECKPOINT))
     shutil.rmtree(os.path.join(work, "train"))
     os.remove(start)
-    return {"checkpoint": CHECKPOINT, "updates": outcome.updates, "seconds_training": outcome.seconds,
+    return {"checkpoint": CHECKPOINT, "before": BEFORE_FINETUNE, "updates": outcome.updates, "seconds_training": outcome.seconds,
             "lr": outcome.lr, "warmup_updates": outcome.warmup, "lr_schedule": "fixed after a linear warm-up",
             "train_subset": outcome.train_subset, "targets": "distilled" if data != settings.data else "references",
             "start": "tuned" if tuning_file is not None else "masked"}
@@ -347,7 +350,11 @@ def _evaluate(settings: CompressSettings, stages: _Stages, work: str) -> Dict[st
     evaluation = settings.evaluation
     family = family_named(settings.family)
     sweeps, scores = {}, {}
-    for weights, checkpoint in (("unpruned", settings.checkpoint), ("compressed", stages.path("shrink", CHECKPOINT))):
+    models = [("unpruned", settings.checkpoint), ("compressed", stages.path("shrink", CHECKPOINT))]
+    before = (stages.record("finetune") or {}).get("before") if "finetune" in settings.stages else None
+    if before is not None:  # the same pruned model before fine-tuning: what the fine-tuning recovered
+        models.append(("before_finetune", stages.path("finetune", before)))
+    for weights, checkpoint in models:
         sweep_settings = dataclasses.replace(evaluation, checkpoint=checkpoint, out_dir=os.path.join(work, weights))
         cfg, task, model = family.load(settings.data, checkpoint, sweep_settings.generation_args, cpu=evaluation.cpu)
         sweep = family.open_split_sweep(sweep_settings, cfg, task, model, evaluation.gen_subset,
@@ -365,6 +372,8 @@ def _evaluate(settings: CompressSettings, stages: _Stages, work: str) -> Dict[st
         "unpruned": sweeps["unpruned"].baseline_score(baseline), "compressed": row[metric.column],
         "delta": row["delta"], "p_value": row["p_value"], "significant": row["significant"],
         "ci_low": row["ci_low"], "ci_high": row["ci_high"], "test": evaluation.test.to_dict(),
+        "before_finetune": (sweeps["before_finetune"].baseline_score(scores["before_finetune"])
+                            if "before_finetune" in sweeps else None),
         **family.evaluation_record(scores),
     }
 
@@ -384,7 +393,7 @@ def _speed(settings: CompressSettings, stages: _Stages, work: str) -> Dict[str, 
         if name in export["models"]}
     rows, options, machine = measure_speed(family.name, checkpoints, exported, settings.data, evaluation.gen_subset,
                                            arguments, deployment, device, precision,
-                                           vocabulary_mapped=("compressed",) if settings.vocabulary_map else ())
+                                           vocabulary_mapped=("unpruned", "compressed") if settings.vocabulary_map else ())
     environment = {**deployment_environment(device, deployment.threads), **machine}
     return {"split": evaluation.gen_subset, "environment": environment, "settings": deployment.to_dict(),
             "unit": family.speed_unit, "decoding": None if options is None else options.to_dict(),

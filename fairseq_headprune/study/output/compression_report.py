@@ -95,6 +95,9 @@ def _quality(report: Dict[str, object]) -> List[str]:
         f"| model | {label} | Δ | p-value | 95% interval |",
         "|---|---:|---:|---:|---|",
         f"| unpruned | {_number(evaluation['unpruned'])} | | | |",
+        *([f"| pruned, before fine-tuning | {_number(evaluation['before_finetune'])} | "
+           f"{evaluation['before_finetune'] - evaluation['unpruned']:+.2f} | | |"]
+          if evaluation.get("before_finetune") is not None else []),
         f"| compressed | {_number(evaluation['compressed'])} | {evaluation['delta']:+.2f} | "
         f"{evaluation['p_value']:.3g} | "
         + ("" if evaluation.get("ci_low") is None else f"{evaluation['ci_low']:.2f}–{evaluation['ci_high']:.2f}")
@@ -155,11 +158,13 @@ def _speed(report: Dict[str, object]) -> List[str]:
     for row in speed["rows"]:
         same = "" if row["same_hypotheses"] is None else f"{row['same_hypotheses']}/{row['sentences']} as {row['same_hypotheses_as']}"
         vs_ct2 = row["speedup_vs_ct2_unpruned_same_precision"]
+        vs_mapped = row.get("speedup_vs_ct2_unpruned_vmap")
         lines.append(
             f"| {row['batch_size']} | {row['system']} | {row['sentences_per_second']:.1f} "
             f"({row['sentences_per_second_min']:.1f}–{row['sentences_per_second_max']:.1f}) | "
             f"{row['tokens_per_second']:.0f} | {row['speedup_vs_fairseq_unpruned']:.2f}× | "
-            + ("" if vs_ct2 is None else f"{vs_ct2:.2f}×") + " | "
+            + ("" if vs_ct2 is None else f"{vs_ct2:.2f}×")
+            + ("" if vs_mapped is None else f" ({vs_mapped:.2f}× vs unpruned vmap)") + " | "
             + (f"{_number(row['bleu'])} | " if translation else "") + f"{same} |"
         )
     if translation:
