@@ -29,7 +29,7 @@ def register_components() -> None:
     check_fairseq()
     from .compat import torch_load  # noqa: F401  (the allow-list, applied on import)
     from .compat.numpy2 import give_token_block_dataset_compat_long
-    from .criterions import headprune_gates, headprune_importance  # noqa: F401
+    from .criterions import headprune_gates, headprune_importance, headprune_word_distillation  # noqa: F401
     from .tasks import fairseq_headprune, headprune_language_modeling, headprune_sentence_prediction  # noqa: F401
 
     give_token_block_dataset_compat_long()  # transformer_lm data under numpy 2

@@ -29,7 +29,10 @@ STAGES = ("fisher", "search", "shrink", "export", "evaluate", "speed")
 
 
 def compress(data, checkpoint, out, *options, check=True):
-    return run(["fairseq-headprune", "compress", data, "--path", checkpoint, "--out-dir", out, *options], check=check)
+    """The command; without fine-tuning unless the options ask for it (translation fine-tunes by default)."""
+    untuned = [] if "--finetune-updates" in options else ["--finetune-updates", "0"]
+    return run(["fairseq-headprune", "compress", data, "--path", checkpoint, "--out-dir", out, *options, *untuned],
+               check=check)
 
 
 def translation_run(tiny_model, out, *extra, check=True):
@@ -170,11 +173,15 @@ def test_a_second_run_recomputes_nothing_and_a_lost_stage_is_redone_alone(tiny_m
 def test_fine_tuning_holds_the_pruned_heads(tiny_model, tmp_path):
     out = tmp_path / "run"
     result = compress(tiny_model["data"], tiny_model["checkpoint"], out, "--target", "heads=50%", "--no-tune",
-                      "--finetune-updates", "3", "--finetune-lr", "0.001", *QUICKER, "--beam", "2", "--batch-size", "64")
+                      "--finetune-updates", "3", "--finetune-lr", "0.001", "--distill", "word", "--distill-weight",
+                      "0.4", *QUICKER, "--beam", "2", "--batch-size", "64")
     assert "finetune\tdone in" in result.stdout
     report = json.loads((out / "report.json").read_text())
     finetune = report["finetune"]
     assert finetune["updates"] == 3 and finetune["start"] == "masked" and finetune["lr"] == 0.001
+    # towards the unpruned model's word distributions (the criterion's own test checks its loss)
+    assert finetune["word_distillation"] == {"teacher": str(tiny_model["checkpoint"]), "weight": 0.4}
+    assert finetune["targets"] == "references" and report["distill"] is None
     assert report["search"]["tuning"] is None and report["shrink"]["spec"] == report["search"]["spec"]
     # the fine-tuned checkpoint records its mask; the masked heads' weights are the original ones, the others trained
     spec = report["search"]["spec"]
@@ -373,3 +380,21 @@ def test_the_deployment_benchmark_prints_its_table(tiny_model, tmp_path):
     assert same["ct2 unpruned float32"] == same["ct2 compressed float32"] == 4  # the fairseq model's of its weights
     for row in rows:
         assert row["system"] in result.stdout and row["sentences_per_second"] > 0
+
+
+def test_translation_fine_tunes_by_default_and_other_families_do_not(tiny_model, classifier):  # noqa: F811
+    from fairseq_headprune.cli import build_parser
+    from fairseq_headprune.commands.compress import compress_settings
+    from fairseq_headprune.study.methods.compression import DEFAULT_TRANSLATION_FINETUNE_UPDATES
+
+    def settings(data, checkpoint, *options):
+        args, unknown = build_parser().parse_known_args(["compress", str(data), "--path", str(checkpoint),
+                                                         "--target", "heads=50%", "--out-dir", "unused", *options])
+        args.fairseq_args = unknown
+        return compress_settings(args)
+
+    translation = settings(tiny_model["data"], tiny_model["checkpoint"])
+    assert DEFAULT_TRANSLATION_FINETUNE_UPDATES > 0 and "finetune" in translation.stages
+    assert translation.finetune.updates == DEFAULT_TRANSLATION_FINETUNE_UPDATES
+    assert "finetune" not in settings(tiny_model["data"], tiny_model["checkpoint"], "--finetune-updates", "0").stages
+    assert settings(classifier["data"], classifier["checkpoint"]).finetune.updates == 0

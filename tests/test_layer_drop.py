@@ -231,8 +231,11 @@ def test_compress_removes_decoder_layers_and_fine_tunes_on_distilled_targets(tin
     (["--target", "decoding-flops=50%", "--drop-decoder-layers", "2"], "keeps at least one"),
     (["--target", "latency=50%", "--drop-decoder-layers", "1"], "a latency table is timed on the full model"),
     (["--target", "flops=50%", "--distill", "sequence"], "--distill goes with fine-tuning"),
+    (["--target", "flops=50%", "--finetune-updates", "2", "--distill-weight", "0.3"], "--distill word"),
+    (["--target", "flops=50%", "--finetune-updates", "2", "--distill", "word", "--distill-weight", "2"],
+     "between 0 and 1"),
     (["--target", "decoding-flops=60%", "--drop-decoder-layers", "1"], "already keeps"),
-], ids=["all-layers", "latency", "distill-alone", "target-met"])
+], ids=["all-layers", "latency", "distill-alone", "weight-alone", "weight-range", "target-met"])
 def test_bad_layer_and_distillation_options_are_one_line(tiny_model, tmp_path, options, message):
     from test_compress import QUICKER, compress
 
@@ -249,3 +252,37 @@ def test_bad_drop_layers_specs_are_one_line(tiny_model, tmp_path):
                       "--out", tmp_path / "x.pt"], check=False)
         assert result.returncode != 0 and message in result.stderr and len(result.stderr.strip().splitlines()) == 1
         assert not (tmp_path / "x.pt").exists()
+
+
+def test_word_distillation_is_fairseqs_loss_interpolated_with_the_teachers_cross_entropy(tiny_model,
+                                                                                       tiny_task_and_model):
+    """Kim & Rush's word-level loss, against fairseq's own label-smoothed criterion and the cross-entropy between
+    the teacher's and the student's distributions computed here from both models' outputs."""
+    from fairseq import checkpoint_utils
+    from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
+
+    from fairseq_headprune.criterions.headprune_word_distillation import HeadPruneWordDistillationCriterion
+    from fairseq_headprune.engine.runners.batches import collated_samples
+    from fairseq_headprune.modules.masked_multihead_attention import head_mask_applied
+    from fairseq_headprune.study.masks.head_mask import parse_head_mask
+
+    task, student = tiny_task_and_model
+    sample = collated_samples(task, student, ["valid"], None, 16, 16)[0]
+    (teacher,), _ = checkpoint_utils.load_model_ensemble([str(tiny_model["checkpoint"])],
+                                                         arg_overrides={"data": str(tiny_model["data"])})
+    teacher.eval()
+    criterion = HeadPruneWordDistillationCriterion(task, False, 0.1, distill_teacher=str(tiny_model["checkpoint"]),
+                                                   distill_weight=0.3)
+    stock = LabelSmoothedCrossEntropyCriterion(task, False, 0.1)
+    mask = parse_head_mask("E:1:1-6 D:2:keep=1", {"enc-enc": (2, 8), "enc-dec": (2, 8), "dec-dec": (2, 8)})
+    with head_mask_applied(student, mask), torch.no_grad():  # the student: the model with heads masked
+        loss, sample_size, logged = criterion(student, sample)
+        reference, _, _ = stock(student, sample)
+        student_lprobs = student.get_normalized_probs(student(**sample["net_input"]), log_probs=True)
+        teacher_probs = teacher.get_normalized_probs(teacher(**sample["net_input"]), log_probs=False)
+    tokens = sample["target"].ne(task.target_dictionary.pad())
+    distilled = -(teacher_probs * student_lprobs).sum(-1)[tokens].sum()
+    assert float(logged["distill_loss"]) == pytest.approx(float(distilled), rel=1e-5)
+    assert float(loss) == pytest.approx(0.7 * float(reference) + 0.3 * float(distilled), rel=1e-5)
+    assert sample_size == sample["ntokens"] and float(distilled) > float(logged["nll_loss"]) * 0.1
+    assert not any(name.startswith("_teacher") for name, _ in criterion.named_parameters())

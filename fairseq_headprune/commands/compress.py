@@ -8,7 +8,11 @@ from ..study.methods.compression import (
     DEFAULT_SPEED_REPEATS,
     DEFAULT_SPEED_SENTENCES,
     CompressSettings,
+    DEFAULT_DISTILL_WEIGHT,
+    DEFAULT_TRANSLATION_FINETUNE_UPDATES,
+    DISTILL_KINDS,
     DeploymentSettings,
+    default_finetune_updates,
     parse_target,
 )
 from ..study.methods.precision_choice import (
@@ -43,12 +47,13 @@ def compress_settings(args: argparse.Namespace) -> CompressSettings:
     return CompressSettings(
         evaluation=evaluation, target=target, importance=importance_settings(args, method="fisher"),
         tuning=tuning_settings(args), latency_table=args.latency_table,
-        finetune=FinetuneSettings(args.finetune_updates, args.finetune_lr, args.finetune_warmup),
+        finetune=FinetuneSettings(default_finetune_updates(evaluation.family) if args.finetune_updates is None
+                                  else args.finetune_updates, args.finetune_lr, args.finetune_warmup),
         export_format=args.export, quantization=args.quantization, uniform=args.uniform,
         quantization_tolerance=args.quantization_tolerance,
         vocabulary_map=args.vocabulary_map,
         drop_layers={"encoder": args.drop_encoder_layers, "decoder": args.drop_decoder_layers},
-        distill=args.distill,
+        distill=args.distill, distill_weight=args.distill_weight,
         deployment=DeploymentSettings(list(args.speed_batch_sizes), args.speed_sentences or None, args.repeats,
                                       args.threads),
     )
@@ -112,16 +117,22 @@ def _add_model_arguments(parser) -> None:
     """What changes the model beyond the search: fine-tuning (and its targets), whole layers removed."""
     finetune = parser.add_argument_group("fine-tuning with the pruned units held at zero (fairseq-train)")
     finetune.add_argument(
-        "--finetune-updates", type=int, default=0, metavar="N",
+        "--finetune-updates", type=int, metavar="N",
         help="fine-tune the tuned, masked model for N updates on the training split before removal, with the "
-        "checkpoint's own architecture, criterion, optimizer and batch size (default 0: none)",
+        "checkpoint's own architecture, criterion, optimizer and batch size; 0: none (default: "
+        f"{DEFAULT_TRANSLATION_FINETUNE_UPDATES} for a translation model, whose pruned masks can lose most of their "
+        "BLEU without it, 0 for classifiers and language models)",
     )
     finetune.add_argument(
-        "--distill", choices=("sequence",),
-        help="sequence: fine-tune on the unpruned model's own beam translations of the training sources instead "
-        "of the references (sequence-level knowledge distillation, Kim & Rush 2016; translated once, with the "
-        "generation options given, into OUT/distill/data)",
+        "--distill", choices=DISTILL_KINDS,
+        help="learn from the unpruned model (Kim & Rush 2016): sequence: fine-tune on its own beam translations of "
+        "the training sources instead of the references (translated once, with the generation options given, into "
+        "OUT/distill/data); word: towards its distribution over the vocabulary at every target position beside the "
+        "references (--distill-weight)",
     )
+    finetune.add_argument("--distill-weight", type=float, default=DEFAULT_DISTILL_WEIGHT, metavar="W",
+                          help="with --distill word: the teacher's share of the loss, the rest the label-smoothed "
+                          f"cross-entropy of the references (default {DEFAULT_DISTILL_WEIGHT:g})")
     finetune.add_argument("--finetune-lr", type=float, metavar="LR",
                           help=f"its constant learning rate (default: {FINETUNE_LR_SHARE:g} of the checkpoint's)")
     finetune.add_argument("--finetune-warmup", type=int, metavar="N",

@@ -24,7 +24,10 @@ from typing import Optional
 
 import torch
 
-from ...constants import CLASSIFIER_FAMILY, CLASSIFIER_TASK, LANGUAGE_MODEL_FAMILY, LANGUAGE_MODEL_TASK, TRANSLATION_TASK
+from ...constants import (
+    CLASSIFIER_FAMILY, CLASSIFIER_TASK, DEFAULT_LABEL_SMOOTHING, LANGUAGE_MODEL_FAMILY, LANGUAGE_MODEL_TASK,
+    TRANSLATION_TASK,
+)
 from ...errors import CheckpointError, HeadPruneError, StudyError, first_line
 from ...modules.model_config import FFN_MASK_KEY, HEAD_MASK_KEY, config_value, record_config_value
 from ...study.prune_settings import FinetuneSettings
@@ -33,6 +36,7 @@ from ...study.output.files import atomic_path
 from ..checkpoints.info import load_checkpoint_state, model_config_object, state_ffn_layout, state_head_layout
 from ..checkpoints.state_dict import fold_tuning_into_state
 from ...registry import register_components
+from ...study.methods.compression import DEFAULT_DISTILL_WEIGHT, WORD_DISTILLATION
 from fairseq import checkpoint_utils
 from fairseq_cli import train
 from omegaconf import open_dict
@@ -72,8 +76,9 @@ def write_masked_start(checkpoint: str, out: str, head_spec: Optional[str], ffn_
 
 
 def training_config(start: str, data: str, save_dir: str, family: str, settings: FinetuneSettings, cpu: bool,
-                    progress: bool):
-    """fairseq's training config: the start checkpoint's own, with what the module docstring lists changed."""
+                    progress: bool, teacher: Optional[str] = None, distill_weight: float = DEFAULT_DISTILL_WEIGHT):
+    """fairseq's training config: the start checkpoint's own, with what the module docstring lists changed
+    (``teacher``: the criterion becomes word-level distillation from that checkpoint)."""
 
     state = checkpoint_utils.load_checkpoint_to_cpu(start)
     cfg = state["cfg"]
@@ -109,6 +114,14 @@ def training_config(start: str, data: str, save_dir: str, family: str, settings:
             cfg.optimizer.lr = [lr]
         cfg.lr_scheduler = {"_name": "fixed", "force_anneal": None, "lr_shrink": 0.1, "warmup_updates": warmup,
                             "lr": [lr]}
+        if teacher is not None:  # Kim & Rush's word-level distillation, the checkpoint's label smoothing kept
+            criterion = cfg.criterion
+            cfg.criterion = {
+                "_name": WORD_DISTILLATION, "distill_teacher": os.path.abspath(teacher),
+                "distill_weight": float(distill_weight), "sentence_avg": bool(getattr(criterion, "sentence_avg", False)),
+                "label_smoothing": float(getattr(criterion, "label_smoothing", DEFAULT_LABEL_SMOOTHING) or 0.0),
+                "ignore_prefix_size": 0, "report_accuracy": False,
+            }
         cfg.dataset.disable_validation = True
         cfg.dataset.num_workers = 0
         common = cfg.common
@@ -149,13 +162,13 @@ def _clear_task_masks(path: str) -> None:
 
 
 def finetune_held(start: str, data: str, save_dir: str, family: str, settings: FinetuneSettings, cpu: bool = False,
-                  progress: bool = True) -> FinetuneOutcome:
+                  progress: bool = True, teacher: Optional[str] = None,
+                  distill_weight: float = DEFAULT_DISTILL_WEIGHT) -> FinetuneOutcome:
     """Train ``start`` (``write_masked_start``) for ``settings.updates`` updates with its recorded masks held;
-    the last checkpoint in ``save_dir``."""
-
-
+    the last checkpoint in ``save_dir``. ``teacher``: towards that checkpoint's word distributions too
+    (``criterions.headprune_word_distillation``)."""
     register_components()
-    cfg, lr, warmup = training_config(start, data, save_dir, family, settings, cpu, progress)
+    cfg, lr, warmup = training_config(start, data, save_dir, family, settings, cpu, progress, teacher, distill_weight)
     began = time.perf_counter()
     try:
         train.main(cfg)

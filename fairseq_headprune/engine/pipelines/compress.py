@@ -267,14 +267,18 @@ def _finetune(settings: CompressSettings, stages: _Stages, work: str) -> Dict[st
     data = stages.path("distill", DISTILLED_DATA) if "distill" in settings.stages else settings.data
     # the model as it was before fine-tuning, removed for real: the evaluation scores it too
     shrink_checkpoint(start, os.path.join(work, BEFORE_FINETUNE), search["spec"], None, search["ffn_spec"])
+    teacher = settings.checkpoint if settings.distill == "word" else None
     outcome = finetune_held(start, data, os.path.join(work, "train"), settings.family, settings.finetune,
-                            cpu=evaluation.cpu, progress=evaluation.progress)
+                            cpu=evaluation.cpu, progress=evaluation.progress, teacher=teacher,
+                            distill_weight=settings.distill_weight)
     os.replace(outcome.checkpoint, os.path.join(work, CHECKPOINT))
     shutil.rmtree(os.path.join(work, "train"))
     os.remove(start)
     return {"checkpoint": CHECKPOINT, "before": BEFORE_FINETUNE, "updates": outcome.updates, "seconds_training": outcome.seconds,
             "lr": outcome.lr, "warmup_updates": outcome.warmup, "lr_schedule": "fixed after a linear warm-up",
             "train_subset": outcome.train_subset, "targets": "distilled" if data != settings.data else "references",
+            "word_distillation": None if teacher is None else {"teacher": os.path.abspath(teacher),
+                                                               "weight": settings.distill_weight},
             "start": "tuned" if tuning_file is not None else "masked"}
 
 

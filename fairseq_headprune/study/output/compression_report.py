@@ -65,7 +65,11 @@ def _pruned_lines(report: Dict[str, object]) -> List[str]:
                      f"{finetune['lr']:g} ({finetune['lr_schedule']}, {finetune['warmup_updates']} warm-up "
                      f"updates), from {start}"
                      + ("; the targets: the unpruned model's translations of the training sources (sequence-level "
-                        "distillation)." if finetune.get("targets") == "distilled" else "."))
+                        "distillation)" if finetune.get("targets") == "distilled" else "")
+                     + (f"; the loss: {1 - finetune['word_distillation']['weight']:g} of the label-smoothed "
+                        f"cross-entropy and {finetune['word_distillation']['weight']:g} of the cross-entropy against "
+                        "the unpruned model's word distributions (word-level distillation)"
+                        if finetune.get("word_distillation") else "") + ".")
     distill = report.get("distill")
     if distill is not None:
         lines.append(f"- **Distillation data**: the unpruned model translated the {distill['sentences']} sentences of "
