@@ -341,7 +341,7 @@ def test_bad_inputs_are_one_line_and_write_nothing(tiny_model, classifier, compr
         (data, checkpoint, ["--target", "heads=50%", "--out-dir", taken],
          f"--out-dir {taken} exists, is not empty and holds no compress run; nothing was written"),
         (data, checkpoint, ["--target", "flops=50%", "--out-dir", compressed["out"], "--export", "ctranslate2",
-                            *QUICK, *GENERATION],
+                            "--finetune-updates", "0", *QUICK, *GENERATION],
          "holds a compress run of other settings (search.target: 'flops=60%' there, 'flops=50%' now)"),
         (data, checkpoint, ["--target", "heads=50%", "--export", "ctranslate2", "--quantization", "float16",
                             "--cpu", "--out-dir", fresh], "--quantization float16: CTranslate2"),

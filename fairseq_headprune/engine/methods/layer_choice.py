@@ -53,7 +53,7 @@ def choose_layers(model, loss: LossFunction, samples: Sequence[dict], counts: Ma
     choice = LayerChoice(dropped, mean_loss(model, loss, samples))
     total = sum(counts.values())
     passes = sum(depths[s] * c - c * (c - 1) // 2 for s, c in counts.items())
-    with progress_bar(None, passes, "layers removed", progress) as bar:
+    with progress_bar(None, passes, "loss without each layer", progress) as bar:
         for _ in range(total):
             candidates = {}
             for stack, layers in dropped.items():
