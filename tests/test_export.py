@@ -63,8 +63,8 @@ def assert_scores_equal(exported, cfg, task, model):
     assert count == 64 and worst <= 1e-4, worst
 
 
-def beams(cfg, task, model, exported):
-    """fairseq's and CTranslate2's beam search (beam 5, length penalty 1) over the test split, by sentence id."""
+def fairseq_hypotheses(cfg, task, model):
+    """fairseq's best hypotheses over the test split and their sources (tokens), by sentence id."""
     dataset, batches = batches_of(task)
     generator = task.build_generator([model], cfg.generation)
     fairseq, sources = {}, {}
@@ -75,6 +75,12 @@ def beams(cfg, task, model, exported):
                 sentence = int(sample["id"][row])
                 fairseq[sentence] = tokens(task.target_dictionary, hypotheses[0]["tokens"].tolist())
                 sources[sentence] = tokens(task.source_dictionary, sample["net_input"]["src_tokens"][row].tolist())
+    return fairseq, sources
+
+
+def beams(cfg, task, model, exported):
+    """fairseq's and CTranslate2's beam search (beam 5, length penalty 1) over the test split, by sentence id."""
+    fairseq, sources = fairseq_hypotheses(cfg, task, model)
     ids = sorted(sources)
     translator = ctranslate2.Translator(str(exported), device="cpu")
     results = translator.translate_batch([sources[i] for i in ids], beam_size=5, length_penalty=1.0,

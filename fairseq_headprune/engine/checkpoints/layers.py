@@ -13,10 +13,11 @@ from typing import Any, Dict, Iterator, List, Mapping
 
 import torch
 from fairseq.checkpoint_utils import prune_state_dict
-from omegaconf import DictConfig, open_dict
 
 from ...errors import CheckpointError, HeadMaskError
-from ...modules.model_config import FFN_MASK_KEY, HEAD_MASK_KEY, PRUNED_HEADS_KEY, PRUNED_NEURONS_KEY, config_value
+from ...modules.model_config import (
+    FFN_MASK_KEY, HEAD_MASK_KEY, PRUNED_HEADS_KEY, PRUNED_NEURONS_KEY, config_value, record_config_value,
+)
 from ...study.masks.layer_drop import STACKS, kept_layers
 from .info import model_config_object
 
@@ -32,16 +33,6 @@ def state_depths(state: Dict[str, Any]) -> Dict[str, int]:
         if match:
             indices.setdefault(match.group(1), set()).add(int(match.group(2)))
     return {stack: max(found) + 1 for stack, found in indices.items()}
-
-
-def _set(config, key: str, value) -> None:
-    if isinstance(config, DictConfig):
-        with open_dict(config):
-            config[key] = value
-    elif isinstance(config, dict):
-        config[key] = value
-    else:
-        setattr(config, key, value)
 
 
 def drop_state_layers(state: Dict[str, Any], dropped: Mapping[str, List[int]]) -> None:
@@ -61,11 +52,11 @@ def drop_state_layers(state: Dict[str, Any], dropped: Mapping[str, List[int]]) -
             raise HeadMaskError(f"--drop-layers: the model has no {stack}")
     # fairseq's pass keeps only the listed layers of each listed stack (and drops every layer of an unlisted one)
     for stack in depths:
-        _set(config, f"{stack}_layers_to_keep", ",".join(str(i) for i in kept[stack]))
+        record_config_value(config, f"{stack}_layers_to_keep", ",".join(str(i) for i in kept[stack]))
     state["model"] = prune_state_dict(state["model"], config)
     for stack in depths:
-        _set(config, f"{stack}_layers_to_keep", None)
-        _set(config, f"{stack}_layers", len(kept[stack]))
+        record_config_value(config, f"{stack}_layers_to_keep", None)
+        record_config_value(config, f"{stack}_layers", len(kept[stack]))
     state["last_optimizer_state"] = None  # the moments belong to the removed layers too
 
 
