@@ -68,7 +68,11 @@ class ShrinkOutcome:
 
 def checkpoint_parameters(path: str) -> int:
     """Parameters of a checkpoint (shared embeddings counted once)."""
-    state = load_checkpoint_state(path)
+    return _total_parameters(load_checkpoint_state(path))
+
+
+def _total_parameters(state) -> int:
+    """Parameters of a loaded checkpoint (shared embeddings counted once)."""
     return int(state_parameter_counts(state["model"], state_head_layout(state))["total"])
 
 
@@ -98,7 +102,7 @@ def shrink_checkpoint(path: str, out: str, spec: Optional[str], tuning_file: Opt
         raise CheckpointError(f"{path} has no model config (neither cfg nor args)")
     parameters_before = None
     if drop_layers is not None:
-        parameters_before = state_parameter_counts(state["model"], state_head_layout(state))["total"]
+        parameters_before = _total_parameters(state)
         depths = state_depths(state)
         dropped = parse_layer_drop(drop_layers, depths)
         drop_state_layers(state, dropped)

@@ -214,7 +214,7 @@ def _search(settings: CompressSettings, stages: _Stages, work: str) -> Dict[str,
             quantization=settings.table_quantization if deployed else "float32",
         ))
     search_settings = settings.search_settings(_base_checkpoint(settings, stages), work, latency_table=latency_table,
-                                       fisher_file=stages.path("fisher", "importance.json"), **engine_options)
+                                               fisher_file=stages.path("fisher", "importance.json"), **engine_options)
     layers = stages.record("layers") if "layers" in settings.stages else None
     if layers is not None:  # the target is a share of the unpruned model's cost, not of the shallower one's
         budget = target.percent / 100.0 * layers["full_cost"]
@@ -274,8 +274,9 @@ def _finetune(settings: CompressSettings, stages: _Stages, work: str) -> Dict[st
     os.replace(outcome.checkpoint, os.path.join(work, CHECKPOINT))
     shutil.rmtree(os.path.join(work, "train"))
     os.remove(start)
-    return {"checkpoint": CHECKPOINT, "before": BEFORE_FINETUNE, "updates": outcome.updates, "seconds_training": outcome.seconds,
-            "lr": outcome.lr, "warmup_updates": outcome.warmup, "lr_schedule": "fixed after a linear warm-up",
+    return {"checkpoint": CHECKPOINT, "before": BEFORE_FINETUNE, "updates": outcome.updates,
+            "seconds_training": outcome.seconds, "lr": outcome.lr, "warmup_updates": outcome.warmup,
+            "lr_schedule": "fixed after a linear warm-up",
             "train_subset": outcome.train_subset, "targets": "distilled" if data != settings.data else "references",
             "word_distillation": None if teacher is None else {"teacher": os.path.abspath(teacher),
                                                                "weight": settings.distill_weight},
@@ -289,12 +290,12 @@ def _shrink(settings: CompressSettings, stages: _Stages, work: str) -> Dict[str,
     if "finetune" in settings.stages:  # the tuning is in its weights, the masks are recorded
         source = stages.path("finetune", CHECKPOINT)
         outcome = shrink_checkpoint(source, out, search["spec"], None, search["ffn_spec"])
-    elif tuning_file is not None:
+    else:  # the search's model, its tuning folded in or its mask removed
         source = _base_checkpoint(settings, stages)
-        outcome = shrink_checkpoint(source, out, None, tuning_file, None)
-    else:
-        source = _base_checkpoint(settings, stages)
-        outcome = shrink_checkpoint(source, out, search["spec"], None, search["ffn_spec"])
+        if tuning_file is not None:
+            outcome = shrink_checkpoint(source, out, None, tuning_file, None)
+        else:
+            outcome = shrink_checkpoint(source, out, search["spec"], None, search["ffn_spec"])
     write_text("\n".join(outcome.report) + "\n", os.path.join(work, "parameters.tsv"))
     return {
         "checkpoint": CHECKPOINT, "shrunk_from": os.path.abspath(source), "tuning_folded": tuning_file is not None,
@@ -397,7 +398,8 @@ def _speed(settings: CompressSettings, stages: _Stages, work: str) -> Dict[str, 
         if name in export["models"]}
     rows, options, machine = measure_speed(family.name, checkpoints, exported, settings.data, evaluation.gen_subset,
                                            arguments, deployment, device, precision,
-                                           vocabulary_mapped=("unpruned", "compressed") if settings.vocabulary_map else ())
+                                           vocabulary_mapped=("unpruned", "compressed") if settings.vocabulary_map
+                                           else ())
     environment = {**deployment_environment(device, deployment.threads), **machine}
     return {"split": evaluation.gen_subset, "environment": environment, "settings": deployment.to_dict(),
             "unit": family.speed_unit, "decoding": None if options is None else options.to_dict(),

@@ -51,8 +51,7 @@ def layers_stage(settings: CompressSettings, work: str) -> Dict[str, object]:
     if not samples:
         raise StudyError(f"--drop-*-layers: {' '.join(settings.importance.subsets)} holds no sentence")
     loss = family.tuning_loss(cfg, task) or token_nll(task.target_dictionary.pad())  # as mask tuning's guard
-    choice = choose_layers(model, loss, samples, settings.drop_layers,
-                           progress=evaluation.progress)
+    choice = choose_layers(model, loss, samples, settings.drop_layers, progress=evaluation.progress)
     search_settings, costs = search_costs(settings.search_settings(settings.checkpoint, work), cfg, task, model)
     full = costs.full_cost()
     flops_full = model_flops(model, model_architecture(model), search_settings.sequence_length).full_cost()
