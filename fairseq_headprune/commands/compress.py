@@ -191,8 +191,9 @@ def add_parser(commands) -> None:
                           help="for a latency target: the latency command's table for this model and device "
                           "(with --export ctranslate2: timed with --engine ctranslate2 at --quantization). Without "
                           "it, compress measures one in search/latency.json: with --export ctranslate2 CTranslate2's "
-                          "beam search at the largest --speed-batch-sizes and fairseq's --beam, whose predicted "
-                          "speed-up is printed beside the measured one; else fairseq's layers alone")
+                          "beam search at the largest --speed-batch-sizes and fairseq's --beam over 4 times --repeats "
+                          "rounds, whose predicted speed-up is printed beside the measured one; else fairseq's layers "
+                          "alone")
     compress.add_argument("--metric", choices=("accuracy", "mcc"),
                           help="classifier checkpoints: the metric reported and tested (default accuracy)")
     _add_model_arguments(compress)

@@ -206,10 +206,12 @@ def _add_latency_parser(commands) -> None:
         "--repeats). With --engine ctranslate2 the model is exported to CTranslate2 once per variant, every "
         "layer of one group narrowed alike (the encoder's attention, the decoder's self- and cross-attention "
         "together, one FFN type), and the whole model's beam search is timed as it decodes in deployment (--beam "
-        "beams, --target-length tokens generated per sentence; each variant in its own process, the variants "
-        "taking turns); a layer is priced at what its variant adds over the group's narrowest, and the whole "
-        "model's time is recorded so that search can predict a mask's speed-up. The table records the engine, the device, the "
-        "precision and the model's shape; search refuses it for another model, device, engine or precision.",
+        "beams, --target-length tokens generated per sentence). Each group is timed keeping none, half and all of "
+        "its units, all the variants in one run, each in its own process, taking turns pass by pass; a layer "
+        "is priced at what its group adds over its narrowest, read off the straight lines between those three, "
+        "and the whole model's time is recorded so that search can predict a mask's speed-up. The table records "
+        "the engine, the device, the precision and the model's shape; search refuses it for another model, "
+        "device, engine or precision.",
     )
     latency.add_argument("data", metavar="DATA", help="fairseq-preprocess output directory (its dictionaries)")
     latency.add_argument("--path", required=True, metavar="CKPT", help="fairseq checkpoint (every head)")

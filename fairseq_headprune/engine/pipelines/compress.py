@@ -194,6 +194,11 @@ def _fisher(settings: CompressSettings, stages: "_Stages", work: str) -> Dict[st
             "sentences": int(result.settings.get("sentences", result.count)), "neurons": settings.importance.neurons}
 
 
+# the latency table's rounds per round of the speed stage: the table prices differences between variants, which need
+# more passes than a ratio of two systems to stand above the timing noise (20 for the speed stage's default 5)
+TABLE_ROUNDS_PER_SPEED_ROUND = 4
+
+
 def _search(settings: CompressSettings, stages: _Stages, work: str) -> Dict[str, object]:
     evaluation, target = settings.evaluation, settings.target
     # a latency target for the exported model is priced by CTranslate2's own table, one head count per stack
@@ -208,7 +213,8 @@ def _search(settings: CompressSettings, stages: _Stages, work: str) -> Dict[str,
         latency_table = os.path.join(work, LATENCY_TABLE)
         run_latency(LatencySettings(
             data=settings.data, checkpoint=settings.checkpoint, out=latency_table,
-            batch_size=max(settings.deployment.batch_sizes), repeats=max(settings.deployment.repeats, 5),
+            batch_size=max(settings.deployment.batch_sizes),
+            repeats=TABLE_ROUNDS_PER_SPEED_ROUND * settings.deployment.repeats,
             cpu=evaluation.cpu, progress=evaluation.progress, fairseq_args=list(evaluation.generation_args),
             engine=CTRANSLATE2_ENGINE if deployed else FAIRSEQ_ENGINE,
             quantization=settings.table_quantization if deployed else "float32",
