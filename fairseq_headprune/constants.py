@@ -59,6 +59,8 @@ COST_KINDS = ("heads", "flops", "decoding-flops", "latency")
 FAIRSEQ_ENGINE = "fairseq"
 CTRANSLATE2_ENGINE = "ctranslate2"
 LATENCY_ENGINES = (FAIRSEQ_ENGINE, CTRANSLATE2_ENGINE)
+# the attention kernel a timed fairseq system runs: torch's fused one in every layer, or fairseq's own unfused path
+FUSED_ATTENTION, FAIRSEQ_ATTENTION = "fused", "fairseq"
 # formats export writes, and CTranslate2's weight types (its --quantization); which the device computes is
 # checked when exporting
 EXPORT_FORMATS = ("ctranslate2",)

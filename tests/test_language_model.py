@@ -396,6 +396,10 @@ def test_speed_benchmark_scores_and_generates_the_same_with_heads_masked_or_remo
     assert all(m["same_output_as_masked"] and m["removed_heads"] == LAYERS * HEADS // 2 for m in measurements)
     assert measurements[1]["tokens"] == 6 * (6 + 1)  # each continuation and its EOS
     assert measurements[0]["parameters"]["shrunk"] < measurements[0]["parameters"]["unpruned"]
+    for measurement in measurements:  # every model timed in a process of its own
+        processes = measurement["processes"]
+        assert sorted(processes) == ["masked", "masked (fairseq)", "shrunk", "shrunk (fairseq)", "unpruned"]
+        assert len(set(processes.values())) == 5
 
 
 def test_ablate_with_a_context_window_equals_stock_eval_lm(tiny_lm, tmp_path):

@@ -7,9 +7,10 @@ checkpoint with `fairseq-headprune shrink`, then classifies the same
 examples at each batch size (the paper's 1, 4, 16, 64) with the unpruned
 classifier, the same with those heads masked, and the shrunk one (the
 masked and shrunk ones also on fairseq's unfused attention path, unless
---no-unfused). Prints examples per second, median and min-max over
-interleaved repeats, the speed-ups, and whether every model predicts the
-same labels as the masked one.
+--no-unfused), each in a process of its own, one at a time
+(fairseq-headprune's timing module). Prints examples per second, median
+and min-max over rotated rounds, the speed-ups, and whether every model
+predicts the same labels as the masked one.
 
 usage: scripts/benchmarks/benchmark_classifier_speed.py --data DATA_BIN --path CKPT
            [--subset valid] [--fractions 0.5] [--batch-sizes 1 4 16 64]
@@ -22,7 +23,6 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 import warnings
 
 import torch
@@ -53,85 +53,60 @@ def main():
     from fairseq_headprune import cli
 
     cli.quiet_libraries()
-    from fairseq import utils
     from fairseq_headprune.constants import CLASSIFIER_FAMILY
+    from fairseq_headprune.engine.checkpoints.shrink import checkpoint_parameters
     from fairseq_headprune.engine.families import family_named
     from fairseq_headprune.engine.methods.removal_benchmark import (
-        device_line, model_runs, rate_cells, shrunk_checkpoint, timed_interleaved, write_measurements)
+        environment_line, rate_cells, removal_systems, shrunk_checkpoint, write_measurements)
+    from fairseq_headprune.engine.timing.isolated import machine_description, time_systems
     from fairseq_headprune.errors import HeadPruneError
-    from fairseq_headprune.modules.masked_multihead_attention import head_layout, head_mask_applied
+    from fairseq_headprune.modules.masked_multihead_attention import head_layout
 
-    try:
-        classifiers = family_named(CLASSIFIER_FAMILY)
-        cfg, task, model = classifiers.load_for_importance(args.data, args.path, cpu=args.cpu)
-        criterion = classifiers.criterion(cfg, task)
-        task.load_dataset(args.subset)
+    try:  # the parent only reads the model's heads: every timed model runs in a process of its own
+        _, _, model = family_named(CLASSIFIER_FAMILY).load(args.data, args.path, cpu=True)
     except (HeadPruneError, FileNotFoundError) as error:
         sys.exit(f"benchmark_classifier_speed: error: {error}")
-    device = next(model.parameters()).device
-    head_name = criterion.classification_head_name
     layout = head_layout(model)
     total = sum(layers * heads for layers, heads in layout.values())
-    dataset = task.dataset(args.subset)
-    count = min(args.examples, len(dataset))
-
-    def batches_of(size):
-        samples = [dataset.collater([dataset[i] for i in range(start, min(start + size, count))])
-                   for start in range(0, count, size)]
-        return [utils.move_to_cuda(s) for s in samples] if device.type == "cuda" else samples
-
-    def classify(classifier, batches):
-        """Seconds and the predicted labels (argmax) of every example."""
-        predictions = []
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        with torch.no_grad():
-            for sample in batches:
-                logits, _ = classifier(**sample["net_input"], features_only=True, classification_head_name=head_name)
-                predictions.append(logits.argmax(dim=-1))
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        seconds = time.perf_counter() - start
-        return seconds, torch.cat(predictions).tolist()
-
-    print(device_line(device))
-    print(f"{count} examples of {args.subset}; examples per second, median (min-max) of {args.repeats} repeats")
+    threads = torch.get_num_threads()
     workdir = args.keep_dir or tempfile.mkdtemp(prefix="benchmark-classifier-speed-")
     os.makedirs(workdir, exist_ok=True)
-    measurements = []
+    measurements, environment = [], machine_description(threads)
+    print(environment_line(environment, threads))
     for fraction in args.fractions:
-        removed, head_mask, spec, pruned_path = shrunk_checkpoint(
-            args.path, layout, fraction, args.importance, args.seed, workdir)
-        _, _, shrunk = classifiers.load_for_importance(args.data, pruned_path, cpu=args.cpu)
-
-        def masked(batches):
-            with head_mask_applied(model, head_mask):
-                return classify(model, batches)
-
-        runs = model_runs(lambda b: classify(model, b), masked, lambda b: classify(shrunk, b),
-                          unfused=not args.no_unfused)
+        removed, _, spec, pruned_path = shrunk_checkpoint(args.path, layout, fraction, args.importance, args.seed,
+                                                          workdir)
+        systems = removal_systems(CLASSIFIER_FAMILY, args.data, args.path, pruned_path, spec, args.subset,
+                                  args.examples, [], threads, args.cpu, unfused=not args.no_unfused)
+        try:
+            run = time_systems(systems, args.batch_sizes, args.repeats)
+        except HeadPruneError as error:
+            sys.exit(f"benchmark_classifier_speed: error: {error}")
+        names = [system.name for system in systems]
+        if not measurements:
+            print(f"the first {args.examples} examples of {args.subset} (whole batches); examples per second, median "
+                  f"(min-max) of {args.repeats} rounds")
         print(f"\n{len(removed)} of {total} heads removed ({len(removed) / total:.0%}): {spec}")
-        print(f"{'batch':>5s} " + " ".join(f"{name:>22s}" for name in runs) + "  shrunk/unpruned  same labels")
-        for size in args.batch_sizes:
-            batches = batches_of(size)
-            labels, seconds = timed_interleaved(runs, batches, args.repeats)
-            rates = {name: [count / s for s in v] for name, v in seconds.items()}
+        print(f"{'batch':>5s} " + " ".join(f"{name:>22s}" for name in names) + "  shrunk/unpruned  same labels")
+        for passes in run.passes:
+            count = len(passes.outputs["unpruned"])
+            rates = {name: [count / s for s in passes.seconds[name]] for name in names}
             median = {name: statistics.median(v) for name, v in rates.items()}
-            same = all(labels[name] == labels["masked"] for name in runs if name != "unpruned")
-            print(f"{size:5d} {rate_cells(rates, 22)}  {median['shrunk'] / median['unpruned']:14.2f}x  {same}",
-                  flush=True)
+            same = all(passes.outputs[name] == passes.outputs["masked"] for name in names if name != "unpruned")
+            print(f"{passes.batch_size:5d} {rate_cells(rates, 22)}  {median['shrunk'] / median['unpruned']:14.2f}x"
+                  f"  {same}", flush=True)
             measurements.append({
-                "removed_heads": len(removed), "total_heads": total, "spec": spec, "batch_size": size,
+                "removed_heads": len(removed), "total_heads": total, "spec": spec, "batch_size": passes.batch_size,
                 "examples": count, "examples_per_second": {n: sorted(v) for n, v in rates.items()},
                 "median_examples_per_second": median,
                 "speedup_shrunk_vs_unpruned": median["shrunk"] / median["unpruned"],
                 "speedup_masked_vs_unpruned": median["masked"] / median["unpruned"],
                 "same_labels_as_masked": same,
-                "parameters": {"unpruned": sum(p.numel() for p in model.parameters()),
-                               "shrunk": sum(p.numel() for p in shrunk.parameters())},
+                "processes": {name: process["pid"] for name, process in run.processes.items()},  # one per model
+                "parameters": {"unpruned": checkpoint_parameters(args.path),
+                               "shrunk": checkpoint_parameters(pruned_path)},
             })
-    write_measurements(args.json, device, args.subset, args.importance, measurements)
+    write_measurements(args.json, environment, args.subset, args.importance, measurements)
     if args.json:
         print(f"wrote\t{args.json}")
 

@@ -120,8 +120,8 @@ def fairseq_scoring_system(name: str, weights: str, family: str, cfg, task, mode
     positions = [scorer.position[i] for i in ids]
     tokens = int(sum(int(sample["ntokens"]) for sample in kept))
 
-    def decode():
-        scored = scorer.score(None)
+    def decode():  # the model as loaded: its own masks (a --head-mask) kept
+        scored = scorer.score_as_loaded()
         return scored.seconds, [scored.outputs[p] for p in positions]
 
     precision = str(next(model.parameters()).dtype).replace("torch.", "")

@@ -27,8 +27,9 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ...errors import StudyError
 from ...study.methods.decoding import DecodingOptions
+from ...constants import (CTRANSLATE2_ENGINE as CTRANSLATE2, FAIRSEQ_ATTENTION, FAIRSEQ_ENGINE as FAIRSEQ,
+                           FUSED_ATTENTION)
 
-FAIRSEQ, CTRANSLATE2 = "fairseq", "ctranslate2"
 # what CTranslate2 logs at load with CT2_VERBOSE=1 that says which kernels it runs
 _CTRANSLATE2_KERNEL_LINES = re.compile(r"(CPU: |Selected ISA|backend:|Use Intel MKL|CPU ISA)")
 _ISA_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_int8", "amx_bf16")
@@ -53,6 +54,12 @@ class SystemSpec:
     options: Optional[Dict[str, object]] = None  # DecodingOptions (None: the fairseq model's own)
     threads: int = 1
     use_vmap: bool = False  # CTranslate2: restrict the output to the model's vocabulary map (vmap.txt)
+    # fairseq: FUSED (torch's scaled_dot_product_attention in every layer, masked or not, so that models differ in
+    # their heads only) or FAIRSEQ_ATTENTION (fairseq's own unfused path, the reference the fused one is timed against)
+    attention: str = FUSED_ATTENTION
+    # fairseq language model: time continuing each sentence's first "prompt" tokens by "generate" tokens (greedy, or
+    # sampled from the "sampling_topk" likeliest, seeded by "seed") instead of scoring it (removal_benchmark)
+    continuation: Optional[Dict[str, object]] = None
 
     def to_dict(self) -> Dict[str, object]:
         values = asdict(self)

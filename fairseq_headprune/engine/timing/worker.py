@@ -24,9 +24,8 @@ import sys
 import time
 from typing import Dict, List, Optional
 
+from ...constants import CTRANSLATE2_ENGINE as CTRANSLATE2, FAIRSEQ_ATTENTION, FAIRSEQ_ENGINE as FAIRSEQ
 from ...study.methods.decoding import DecodingOptions
-
-CTRANSLATE2, FAIRSEQ = "ctranslate2", "fairseq"
 
 
 def _fairseq_translation(spec: Dict[str, object], options: Optional[DecodingOptions], threads: int):
@@ -34,7 +33,6 @@ def _fairseq_translation(spec: Dict[str, object], options: Optional[DecodingOpti
     evaluation's fairseq arguments set, which the worker reports so that CTranslate2 gets the same)."""
     import torch
 
-    from ...modules.masked_multihead_attention import fused_attention_everywhere
     from ..checkpoints.loading import load_generation_model
     from ..methods.deployment import fairseq_translation_system, timed_batches
 
@@ -52,7 +50,7 @@ def _fairseq_translation(spec: Dict[str, object], options: Optional[DecodingOpti
             batches = timed_batches(task, spec["split"], batch_size, spec["sentences"], device)
             systems[batch_size] = (batches, fairseq_translation_system(spec["name"], "", task, model, batches, options))
         batches, system = systems[batch_size]
-        with fused_attention_everywhere():
+        with _attention_path(spec):
             seconds, outputs = system.decode()
         reply = {"seconds": seconds, "outputs": outputs}
         if first:
@@ -63,12 +61,13 @@ def _fairseq_translation(spec: Dict[str, object], options: Optional[DecodingOpti
 
 
 def _fairseq_scoring(spec: Dict[str, object], threads: int):
-    """A classifier or language model scoring the split as the studies do."""
+    """A classifier or language model scoring the split as the studies do (a language model continuing the
+    split's sentences instead, given ``continuation``)."""
     import torch
 
-    from ...modules.masked_multihead_attention import fused_attention_everywhere
     from ..families import family_named
     from ..methods.deployment import fairseq_scoring_system
+    from ..methods.removal_benchmark import lm_continuation_system
 
     torch.set_num_threads(threads)
     family = family_named(spec["family"])
@@ -76,14 +75,20 @@ def _fairseq_scoring(spec: Dict[str, object], threads: int):
     model = _in_precision(model, spec["precision"])
     systems = {}
 
+    def build(batch_size):
+        if spec.get("continuation"):
+            return lm_continuation_system(spec["name"], task, model, spec["split"], batch_size, spec["sentences"],
+                                          **spec["continuation"])
+        return fairseq_scoring_system(spec["name"], "", family.name, cfg, task, model, spec["split"], batch_size,
+                                      spec["sentences"])
+
     def run(request):
         batch_size = int(request["batch_size"])
         first = batch_size not in systems
         if first:
-            systems[batch_size] = fairseq_scoring_system(spec["name"], "", family.name, cfg, task, model,
-                                                         spec["split"], batch_size, spec["sentences"])
+            systems[batch_size] = build(batch_size)
         system, _, tokens = systems[batch_size]
-        with fused_attention_everywhere():
+        with _attention_path(spec):
             seconds, outputs = system.decode()
         reply = {"seconds": seconds, "outputs": [_plain(o) for o in outputs]}
         if first:
@@ -136,6 +141,13 @@ def _ctranslate2_decoding(spec: Dict[str, object], options: DecodingOptions, thr
         return {"seconds": time.perf_counter() - start, "outputs": hypotheses}
 
     return run, {}
+
+
+def _attention_path(spec: Dict[str, object]):
+    """The attention kernel the system's layers run (``SystemSpec.attention``)."""
+    from ...modules.masked_multihead_attention import fused_attention_everywhere, unfused_attention
+
+    return unfused_attention() if spec.get("attention") == FAIRSEQ_ATTENTION else fused_attention_everywhere()
 
 
 def _in_precision(model, precision: str):
