@@ -321,7 +321,9 @@ def assert_exported_lm_scores_as_fairseq(tiny_lm, checkpoint, exported):  # noqa
     assert count == len(dataset) and worst <= 1e-4, worst
 
 
-def test_bad_inputs_are_one_line_and_write_nothing(tiny_model, classifier, compressed, tmp_path):  # noqa: F811
+def test_bad_inputs_are_one_line_and_write_nothing(tiny_model, classifier, compressed, tmp_path, capsys):  # noqa: F811
+    from fairseq_headprune import cli
+
     taken = tmp_path / "taken"
     taken.mkdir()
     (taken / "keep.txt").write_text("mine")
@@ -356,10 +358,13 @@ def test_bad_inputs_are_one_line_and_write_nothing(tiny_model, classifier, compr
                                                         "--out-dir", fresh],
          "--export ctranslate2: a classifier cannot be exported to CTranslate2"),
     ]
-    for case_data, case_checkpoint, options, message in cases:
-        result = run(["fairseq-headprune", "compress", case_data, "--path", case_checkpoint, *options], check=False)
-        lines = result.stderr.strip().splitlines()
-        assert result.returncode == 2 and len(lines) == 1, (options, result.stderr[-2000:])
+    for case_data, case_checkpoint, options, message in cases:  # in this process: the command line's own main
+        try:
+            status = cli.main(["compress", str(case_data), "--path", str(case_checkpoint), *map(str, options)])
+        except SystemExit as exit:  # argparse's own errors
+            status = exit.code
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert status == 2 and len(lines) == 1, (options, lines[-20:])
         assert lines[0].startswith("fairseq-headprune compress: error: ") and message in lines[0], (message, lines)
     assert not fresh.exists()
     assert sorted(p.name for p in taken.iterdir()) == ["keep.txt"] and (taken / "keep.txt").read_text() == "mine"
