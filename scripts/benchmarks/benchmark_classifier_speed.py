@@ -42,7 +42,7 @@ def main():
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 16, 64],
                         help="examples per batch (default: 1 4 16 64, as Table 4)")
     parser.add_argument("--examples", type=int, default=256, help="first N examples (default: 256)")
-    parser.add_argument("--repeats", type=int, default=5, help="timed repeats (default: 5)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed rounds, every model once a round (default: 5)")
     add_removal_arguments(parser)
     args = parser.parse_args()
     if min(args.batch_sizes) < 1 or args.examples < 1 or args.repeats < 1:

@@ -60,7 +60,7 @@ def main():
     parser.add_argument("--generate", type=int, default=24, help="tokens generated after the prompt (default: 24)")
     parser.add_argument("--sampling-topk", type=int, metavar="K",
                         help="generate by sampling from the K most likely tokens (seeded by --seed; default: greedy)")
-    parser.add_argument("--repeats", type=int, default=3, help="timed repeats (default: 3)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed rounds, every model once a round (default: 3)")
     add_removal_arguments(parser)
     args = parser.parse_args()
     if min(args.batch_sizes + [args.sentences, args.prompt, args.generate, args.repeats, args.sampling_topk or 1]) < 1:

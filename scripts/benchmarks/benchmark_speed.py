@@ -43,7 +43,7 @@ def main():
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 64],
                         help="sentences per batch (default: 1 64)")
     parser.add_argument("--sentences", type=int, default=200, help="first N sentences (default: 200)")
-    parser.add_argument("--repeats", type=int, default=3, help="timed repeats (default: 3)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed rounds, every model once a round (default: 3)")
     parser.add_argument("--beam", type=int, default=5, help="beam size (default: 5)")
     add_removal_arguments(parser)
     args = parser.parse_args()
