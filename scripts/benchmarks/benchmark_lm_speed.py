@@ -147,7 +147,7 @@ def main():
                 "parameters": {"unpruned": checkpoint_parameters(args.path),
                                    "shrunk": checkpoint_parameters(pruned_path)},
                 })
-    write_measurements(args.json, environment, args.subset, args.importance, measurements)
+    write_measurements(args.json, environment, args.cpu, args.subset, args.importance, measurements)
     if args.json:
         print(f"wrote\t{args.json}")
 

@@ -132,7 +132,7 @@ def main():
                 # the shrunk checkpoint has no optimizer state
                 "checkpoint_bytes": {"unpruned": os.path.getsize(args.path), "shrunk": os.path.getsize(pruned_path)},
             })
-    write_measurements(args.json, environment, args.subset, args.importance, measurements)
+    write_measurements(args.json, environment, args.cpu, args.subset, args.importance, measurements)
     if args.json:
         print(f"wrote\t{args.json}")
 

@@ -136,9 +136,11 @@ def rate_cells(rates: Dict[str, List[float]], width: int) -> str:
     return " ".join(f"{f'{statistics.median(v):.0f} ({min(v):.0f}-{max(v):.0f})':>{width}s}" for v in rates.values())
 
 
-def write_measurements(path: Optional[str], environment: Optional[Dict[str, object]], subset: str,
+def write_measurements(path: Optional[str], environment: Dict[str, object], cpu: bool, subset: str,
                        importance: Optional[str], measurements: List[Dict[str, object]]) -> None:
-    """``--json``: where the models ran, the choice of heads and every measurement."""
+    """``--json``: where the models ran (the device, as the reports name it, and the machine), the choice of heads
+    and every measurement."""
     if path:
-        write_json({**(environment or {}), "torch": torch.__version__, "subset": subset, "importance": importance,
-                    "measurements": measurements}, path, indent=1)
+        device = "cpu" if cpu or not torch.cuda.is_available() else "cuda"
+        write_json({**environment, "device": device, "torch": torch.__version__, "subset": subset,
+                    "importance": importance, "measurements": measurements}, path, indent=1)
