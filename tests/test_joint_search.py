@@ -5,12 +5,12 @@ FFN layers of 4 neurons: 2^14 masks) is priced and scored directly: the
 diagonal-Fisher loss 1/2 sum of the removed units' scores, the cost of the
 count each block keeps. The search must find the least loss within the budget.
 Then the searches on the tiny model with its costs (FLOPs, latency tables),
-and CTranslate2's latency table: its prices from the variants it timed, and
-the speed-up it predicts for a mask against CTranslate2's measured decoding.
+and CTranslate2's latency table: its prices from the variants it timed (how
+well it predicts measured decoding is a benchmark,
+scripts/benchmarks/benchmark_latency_prediction.py).
 """
 
 import json
-import random
 import statistics
 
 import numpy as np
@@ -484,8 +484,8 @@ def test_latency_tables_time_ffn_layers_and_price_a_joint_search(tiny_model, tmp
     assert record["full_cost"] == pytest.approx(sum(v[-1] for v in timings))
 
 
-# the shape of the CTranslate2 latency tables below, and of the decoding their predictions are checked against
-SENTENCES, SOURCE_TOKENS, GENERATED, BEAM, REPEATS = 8, 12, 6, 2, 40
+# the shape of the CTranslate2 latency table below
+SENTENCES, SOURCE_TOKENS, GENERATED, BEAM, REPEATS = 8, 12, 6, 2, 3
 
 
 def ctranslate2_latency_table(data, checkpoint, table, *options):
@@ -564,85 +564,6 @@ def test_ctranslate2_latency_tables_price_whole_stacks_and_a_uniform_search_expo
                     "--head-mask", out / "mask.json", "--ffn-mask", out / "ffn_mask.json", "--out-dir",
                     tmp_path / "ct2", "--cpu"])
     assert "zero heads pad" not in exported.stdout
-
-
-# The table's predicted speed-up against CTranslate2's measured decoding, on two tiny models. Measured independently
-# of the table: the unpruned model and the masked one exported (export --head-mask --ffn-mask), each in a process of
-# its own, timed in turn in the table's shape (as many random source sentences of as many tokens, the same beam, as
-# many tokens generated, in as many batches a pass), the speed-up being the median over the rounds of their ratio.
-# The tiny trained model (d=64, FFN 128, 8 heads: the output projection and each step's fixed work weigh most) and an
-# untrained wider one (d=128, FFN 512, 4 heads: the layers weigh as much as the output projection).
-# |predicted - measured| / measured: the table's goal is 15% (docs/removal-and-export.md), on an idle machine; here
-# the test run's other worker shares the 2 cores and each figure rests on a few dozen passes
-PREDICTION_TOLERANCE = 0.25
-PREDICTED_MASKS = {  # per model: heads and FFN neurons kept, every layer alike (the exported stacks are not padded)
-    "tiny": ("E:*:keep=1-4 A:*:keep=1-2 D:*:keep=1-2", "E:*:keep=1-64 D:*:keep=1-32",
-             {"enc-enc": 4, "enc-dec": 2, "dec-dec": 2, "enc-ffn": 64, "dec-ffn": 32}),
-    "wide": ("E:*:keep=1-2 A:*:keep=1 D:*:keep=1", "E:*:keep=1-256 D:*:keep=1-128",
-             {"enc-enc": 2, "enc-dec": 1, "dec-dec": 1, "enc-ffn": 256, "dec-ffn": 128}),
-}
-
-
-@pytest.fixture(scope="module")
-def wide_checkpoint(tiny_model, tmp_path_factory):
-    """A 2+2-layer model with d=128, FFN 512 and 4 heads on the tiny data after one update: its speed is the point,
-    not its translations."""
-    from conftest import REPO, run
-
-    out = tmp_path_factory.mktemp("wide")
-    run(["bash", REPO / "scripts" / "train" / "train_demo.sh", tiny_model["data"], out],
-        env={"LAYERS": "2", "EMBED_DIM": "128", "FFN_DIM": "512", "HEADS": "4", "EPOCHS": "1", "THREADS": "1",
-             "EXTRA_ARGS": "--max-update 1"})
-    return out / "checkpoint_last.pt"
-
-
-def table_prediction(table, kept):
-    """whole / (whole - saved), the saving summed over the table's blocks: each block's price keeping every unit
-    less its price keeping what the mask keeps."""
-    saved = 0.0
-    for name, prices in table["per_layer_ms"].items():
-        saved += prices[-1] - prices[kept[name.split(":")[0]]]
-    for name, prices in table["ffn_layer_ms"].items():
-        saved += prices[-1] - prices[table["kept_counts"][name].index(kept[name.split(":")[0]])]
-    whole = table["settings"]["whole_model_ms"]
-    return whole / (whole - saved)
-
-
-def random_sources(dictionary_file, batches):
-    """``batches`` batches of SENTENCES sentences of SOURCE_TOKENS words from the dictionary (this test's own draw)."""
-    words = [line.split()[0] for line in dictionary_file.read_text(encoding="utf-8").splitlines()]
-    draw = random.Random(1)
-    return {SENTENCES: {"sources": [[[draw.choice(words) for _ in range(SOURCE_TOKENS)] for _ in range(SENTENCES)]
-                                    for _ in range(batches)],
-                        "source_lengths": [SOURCE_TOKENS + 1] * batches}}
-
-
-@pytest.mark.parametrize("model", ["tiny", "wide"])
-def test_the_ctranslate2_latency_table_predicts_the_measured_speedup_of_a_mask(model, tiny_model, request, tmp_path):
-    from conftest import run
-    from fairseq_headprune.engine.timing.isolated import CTRANSLATE2, SystemSpec, time_systems
-    from fairseq_headprune.study.methods.decoding import DecodingOptions
-
-    data = tiny_model["data"]
-    if model == "tiny":
-        checkpoint, (table_file, _) = tiny_model["checkpoint"], request.getfixturevalue("tiny_ctranslate2_table")
-    else:
-        checkpoint, table_file = request.getfixturevalue("wide_checkpoint"), tmp_path / "latency.json"
-        ctranslate2_latency_table(data, checkpoint, table_file)
-    table = json.loads(table_file.read_text())
-    heads, neurons, kept = PREDICTED_MASKS[model]
-    for name, options in (("unpruned", []), ("masked", ["--head-mask", heads, "--ffn-mask", neurons])):
-        run(["fairseq-headprune", "export", data, "--path", checkpoint, *options, "--out-dir", tmp_path / name,
-             "--no-progress", "--cpu"])
-    options = DecodingOptions.fixed_length(BEAM, GENERATED).to_dict()
-    threads = table["settings"]["threads"]  # as the table was timed
-    specs = [SystemSpec(name, CTRANSLATE2, name, "float32", str(tmp_path / name), threads=threads, options=options)
-             for name in ("unpruned", "masked")]
-    sources = random_sources(data / "dict.en.txt", table["settings"]["batches_per_pass"])
-    seconds = time_systems(specs, [SENTENCES], REPEATS, sentences=sources).passes[0].seconds
-    measured = statistics.median(unpruned / masked for unpruned, masked in zip(seconds["unpruned"], seconds["masked"]))
-    predicted = table_prediction(table, kept)
-    assert abs(predicted - measured) / measured <= PREDICTION_TOLERANCE, (model, predicted, measured)
 
 
 @pytest.mark.parametrize("change, message", [
