@@ -7,8 +7,9 @@ commands with this plugin and its task already selected.
 
 import argparse
 import os
+import subprocess
 import sys
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 from .commands import (
     ablate,
@@ -95,6 +96,19 @@ def _report(command: str, error: HeadPruneError, speak: bool = True) -> int:
     if speak:
         print(f"fairseq-headprune {command}: error: {error}", file=sys.stderr)
     return 2
+
+
+def run_in_own_process(arguments: Sequence[object], caller: str) -> str:
+    """Run ``fairseq-headprune ARGUMENTS`` in a process of its own and return what it printed.
+
+    For the benchmark scripts, which keep every engine and model out of their own process; the command's
+    one-line error ends ``caller`` with that line and exit status 1.
+    """
+    command = [os.path.join(os.path.dirname(sys.executable), "fairseq-headprune"), *map(str, arguments)]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.exit(f"{caller}: {arguments[0]} failed: {result.stderr.strip()}")
+    return result.stdout
 
 
 if __name__ == "__main__":

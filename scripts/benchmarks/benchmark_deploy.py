@@ -26,7 +26,6 @@ usage: scripts/benchmarks/benchmark_deploy.py --data DATA_BIN --path CKPT
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import warnings
@@ -63,12 +62,10 @@ def parse_args():
 
 
 def headprune(*arguments):
-    """Run a fairseq-headprune command; its one-line error ends the benchmark."""
-    command = [os.path.join(os.path.dirname(sys.executable), "fairseq-headprune"), *map(str, arguments)]
-    result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode != 0:
-        sys.exit(f"benchmark_deploy: {' '.join(map(str, arguments[:1]))} failed: {result.stderr.strip()}")
-    return result.stdout
+    """Run a fairseq-headprune command in its own process; its one-line error ends the benchmark."""
+    from fairseq_headprune.cli import run_in_own_process
+
+    return run_in_own_process(arguments, "benchmark_deploy")
 
 
 def prepare_models(args, work):

@@ -24,18 +24,15 @@ import json
 import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 
 
 def headprune(*arguments):
-    """Run a fairseq-headprune command; its one-line error ends the benchmark."""
-    command = [os.path.join(os.path.dirname(sys.executable), "fairseq-headprune"), *map(str, arguments)]
-    result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode != 0:
-        sys.exit(f"benchmark_latency_prediction: {arguments[0]} failed: {result.stderr.strip()}")
-    return result.stdout
+    """Run a fairseq-headprune command in its own process; its one-line error ends the benchmark."""
+    from fairseq_headprune.cli import run_in_own_process
+
+    return run_in_own_process(arguments, "benchmark_latency_prediction")
 
 
 def main():
