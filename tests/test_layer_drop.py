@@ -113,6 +113,23 @@ def test_the_shallower_checkpoint_exports_and_translates_as_its_fairseq_model(ti
     assert compared[1] == 120, compared
 
 
+def test_the_layer_choice_over_both_stacks_measures_as_many_losses_as_its_progress_counts(tiny_task_and_model):
+    from fairseq_headprune.engine.checkpoints.layers import model_depths
+    from fairseq_headprune.engine.methods.layer_choice import choose_layers, passes_left
+    from fairseq_headprune.engine.methods.tuning_guard import token_nll
+    from fairseq_headprune.engine.runners.batches import collated_samples
+
+    task, model = tiny_task_and_model
+    samples = collated_samples(task, model, ["valid"], None, 64, None)
+    counts = {"encoder": 1, "decoder": 1}
+    choice = choose_layers(model, token_nll(task.target_dictionary.pad()), samples, counts, progress=False)
+    assert {stack: len(layers) for stack, layers in choice.dropped.items()} == counts
+    measured = [len(step["candidates"]) for step in choice.steps]
+    # the first step tries all four layers, the second the two of the stack that still loses one
+    assert measured == [4, 2]
+    assert passes_left(model_depths(model), counts, {"encoder": [], "decoder": []}) == sum(measured)
+
+
 def test_the_layer_choice_measures_the_loss_stock_fairseq_validate_reports(tiny_model, tiny_task_and_model):
     from fairseq_headprune.engine.checkpoints.layers import model_depths
     from fairseq_headprune.engine.methods.layer_choice import choose_layers

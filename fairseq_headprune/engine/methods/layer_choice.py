@@ -52,9 +52,10 @@ def choose_layers(model, loss: LossFunction, samples: Sequence[dict], counts: Ma
     model.eval()
     choice = LayerChoice(dropped, mean_loss(model, loss, samples))
     total = sum(counts.values())
-    passes = sum(depths[s] * c - c * (c - 1) // 2 for s, c in counts.items())
-    with progress_bar(None, passes, "loss without each layer", progress) as bar:
+    with progress_bar(None, passes_left(depths, counts, dropped), "loss without each layer", progress) as bar:
         for _ in range(total):
+            bar.total = bar.n + passes_left(depths, counts, dropped)  # exact once the stacks' order is known
+            bar.refresh()
             candidates = {}
             for stack, layers in dropped.items():
                 if len(layers) == counts[stack]:
@@ -71,3 +72,17 @@ def choose_layers(model, loss: LossFunction, samples: Sequence[dict], counts: Ma
             choice.steps.append({"stack": stack, "layer": layer + 1, "loss": value,
                                  "candidates": {f"{s}:{i + 1}": v for (s, i), v in candidates.items()}})
     return choice
+
+
+def passes_left(depths: Mapping[str, int], counts: Mapping[str, int], dropped: Mapping[str, List[int]]) -> int:
+    """The losses ``choose_layers`` has still to measure, at most: every step measures each layer left in every stack
+    still losing layers, and the stacks stay in the running longest when they lose their layers in turn."""
+    left = {stack: counts[stack] - len(layers) for stack, layers in dropped.items()}
+    kept = {stack: depths[stack] - len(layers) for stack, layers in dropped.items()}
+    passes = 0
+    while any(left.values()):
+        passes += sum(kept[stack] for stack in left if left[stack])
+        stack = max(left, key=lambda name: (left[name], name))
+        left[stack] -= 1
+        kept[stack] -= 1
+    return passes
