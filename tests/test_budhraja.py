@@ -185,6 +185,10 @@ def test_finetuning_settings_name_the_option_to_correct(tmp_path):
          "--config-shard 3/2"),
         (lambda: prune(config_shard=(1, 2)), "--config-shard shares the fine-tuned configurations"),
         (lambda: prune(random_levels=[100.0]), "--random-level 100"),
+        (lambda: FinetuneSettings(updates=500, curve=[600]), "--finetune-curve 600: a point is an update count"),
+        (lambda: FinetuneSettings(epochs=3, curve=[40]), "with --finetune-epochs the curve is scored at every epoch"),
+        (lambda: prune(orders=[], random_levels=[50.0], finetune=FinetuneSettings(updates=10), finetune_levels=[50.0]),
+         "--finetune-levels fine-tunes the curves' steps"),
         (lambda: PruneSettings(SweepSettings(str(tmp_path / "elsewhere"), "c", "o"), random_levels=[50.0],
                                finetune=FinetuneSettings(updates=10)), "has no training split"),
     ]
@@ -194,3 +198,8 @@ def test_finetuning_settings_name_the_option_to_correct(tmp_path):
     settings = prune(random_levels=[50.0], finetune=FinetuneSettings(epochs=30), finetune_levels=[60.0])
     assert settings.has_budgets and settings.finetune.length() == "30 epochs"
     assert settings.finetune.warmup_updates() == 0
+    # the recovery curve: the default points below the length and the end; every epoch; given points; none
+    assert settings.finetune.curve_stops() == [("epoch", epoch) for epoch in range(1, 31)]
+    assert FinetuneSettings(updates=500).curve_stops() == [("update", u) for u in (40, 100, 200, 500)]
+    assert FinetuneSettings(updates=300, curve=[250, 50]).curve_stops() == [("update", u) for u in (50, 250, 300)]
+    assert FinetuneSettings(updates=300, curve=[]).curve_stops() == [] == FinetuneSettings().curve_stops()

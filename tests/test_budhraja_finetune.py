@@ -7,6 +7,7 @@ input columns zeroed; an uninterrupted, unsharded run against a killed-and-resum
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -22,6 +23,7 @@ from fairseq_headprune.engine.checkpoints.info import checkpoint_head_layout
 from fairseq_headprune.study.masks.head_mask import parse_head_mask
 
 UPDATES = 8  # a resume point after every update (a tenth of the fine-tune, at least one)
+CURVE = (3, 6)  # the recovery curve's points on the way (0 and UPDATES are always points)
 STUDY = ["--gen-subset", "test", "--no-progress", "--beam", "2", "--batch-size", "64", "--max-len-b", "20",
          "--orders", "none", "--draws", "1", "--layer-strategy", "enc-dec:top:1",
          "--finetune-updates", str(UPDATES)]
@@ -43,8 +45,9 @@ def results(out_dir):
 def sharded(tiny_model, tmp_path_factory):
     """The study dealt over two --config-shard processes into one directory, uninterrupted."""
     out_dir = tmp_path_factory.mktemp("finetune") / "sharded"
-    first = run(prune_command(tiny_model, out_dir, "--config-shard", "1/2"))
-    second = run(prune_command(tiny_model, out_dir, "--config-shard", "2/2"))
+    curve = ("--finetune-curve", ",".join(map(str, CURVE)))  # trained in parts, stopping at each point
+    first = run(prune_command(tiny_model, out_dir, "--config-shard", "1/2", *curve))
+    second = run(prune_command(tiny_model, out_dir, "--config-shard", "2/2", *curve))
     return out_dir, first.stdout, second.stdout
 
 
@@ -66,12 +69,44 @@ def test_results_json_holds_every_configuration_before_and_after(tiny_model, sha
         assert abs(record["score_after"] - record["score_before"]) > 0.01  # fine-tuning changed the model
     assert records["control"]["spec"] == "none" and "p_value_vs_control" not in records["control"]
     assert "Budhraja et al.'s protocol" in second
+    # against the unpruned model as the study scored it (the paper's baseline), the control included
+    for record in records.values():
+        assert record["delta_vs_unpruned"] == pytest.approx(record["score_after"] - records["control"]["score_before"])
+        assert 0.0 <= record["p_value_vs_unpruned"] <= 1.0
+    # the plan, before any fine-tuning, read off the checkpoint's own training
+    assert re.search(r"fine-tuning 2 configurations, 8 updates \([\d.]+ epochs\) each, scored at 4 points of the "
+                     r"recovery curve; the checkpoint trained \d+ updates \(\d+ epochs\); at its training speed", first)
 
 
-def test_a_finetuned_configuration_translates_as_stock_fairseq_with_its_heads_zeroed(tiny_model, sharded, tmp_path):
+def test_the_recovery_curve_starts_at_the_score_before_and_ends_at_the_score_after(tiny_model, sharded):
+    out_dir, _, _ = sharded
+    records = results(out_dir)
+    for record in records.values():
+        curve = record["curve"]
+        assert [p["updates"] for p in curve] == [0, *CURVE, UPDATES], record["name"]
+        # each point scored from its own saved checkpoint: the masked start, and the fine-tune's end
+        assert curve[0]["score"] == pytest.approx(record["score_before"], abs=1e-9), record["name"]
+        assert curve[-1]["score"] == pytest.approx(record["score_after"], abs=1e-9), record["name"]
+        assert len({round(p["score"], 6) for p in curve}) > 1  # the model changed along the way
+        control_at = {p["updates"]: p["score"] for p in records["control"]["curve"]}
+        for point in curve:
+            assert point["gap_vs_control"] == pytest.approx(point["score"] - control_at[point["updates"]])
+    assert (out_dir / "finetune" / "curves.png").is_file()
+    table = (out_dir / "finetune" / "results.md").read_text()
+    assert "| budget (draws) | 0 | 3 | 6 | 8 |" in table and "| `enc-dec:top:1` (1) |" in table
+
+
+@pytest.mark.parametrize("point", ["end", "curve"])
+def test_a_finetuned_configuration_translates_as_stock_fairseq_with_its_heads_zeroed(tiny_model, sharded, tmp_path,
+                                                                                     point):
+    """The fine-tuned checkpoint, and a point of its recovery curve half-way (its own saved checkpoint)."""
     out_dir, _, _ = sharded
     record = next(r for r in results(out_dir).values() if r["name"] != "control")
     checkpoint = record["checkpoint"]
+    scored = os.path.join(os.path.dirname(checkpoint), "eval")
+    if point == "curve":
+        checkpoint = os.path.join(os.path.dirname(checkpoint), "curve", f"update-{CURVE[0]}.pt")
+        scored = checkpoint[:-len(".pt")]
     layout = checkpoint_head_layout(checkpoint)
     head_mask = parse_head_mask(record["spec"], layout)
     zeroed = tmp_path / "zeroed.pt"
@@ -86,17 +121,18 @@ def test_a_finetuned_configuration_translates_as_stock_fairseq_with_its_heads_ze
                      "--required-batch-size-multiple", "1"])
     stock = dict((int(line.split("\t")[0][2:]), line.split("\t")[2])
                  for line in generated.stdout.splitlines() if line.startswith("H-"))
-    with open(os.path.join(os.path.dirname(checkpoint), "eval", "sweeps", "test", "configs", "baseline.json")) as f:
+    with open(os.path.join(scored, "sweeps", "test", "configs", "baseline.json")) as f:
         study = json.load(f)["hypotheses"]
     assert len(stock) == len(study) > 0
     assert [stock[i] for i in range(len(study))] == study
 
 
 def test_a_killed_finetune_resumes_and_equals_the_uninterrupted_sharded_run(tiny_model, sharded, tmp_path):
-    """Killed once a resume point exists mid-training, then run again in one process (not sharded): every record
-    equals the sharded, uninterrupted run's, and so do the fine-tuned weights."""
+    """Killed once a resume point exists mid-training, then run again in one process (not sharded, and in one part:
+    no curve): every record equals the sharded, uninterrupted run's, trained in parts, and so do the weights."""
     out_dir = tmp_path / "resumed"
-    process = subprocess.Popen(prune_command(tiny_model, out_dir), cwd=REPO, start_new_session=True,
+    no_curve = ("--finetune-curve", "none")
+    process = subprocess.Popen(prune_command(tiny_model, out_dir, *no_curve), cwd=REPO, start_new_session=True,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     resume_point = out_dir / "finetune" / "control" / "train" / "checkpoint_last.pt"
     deadline = time.time() + 600
@@ -107,8 +143,9 @@ def test_a_killed_finetune_resumes_and_equals_the_uninterrupted_sharded_run(tiny
     process.wait()
     # killed mid-fine-tune: a resume point (possibly cut while being written), no finished record
     assert resume_point.exists() and not (out_dir / "finetune" / "control" / "record.json").exists()
-    run(prune_command(tiny_model, out_dir))
+    run(prune_command(tiny_model, out_dir, *no_curve))
     reference, resumed = results(sharded[0]), results(out_dir)
+    assert all(not record["curve"] for record in resumed.values())
     assert sorted(reference) == sorted(resumed)
     for name, record in reference.items():
         assert resumed[name]["score_after"] == pytest.approx(record["score_after"], abs=1e-9), name
@@ -154,6 +191,13 @@ def test_bad_budhraja_input_is_one_line_and_writes_nothing(tiny_model, tmp_path)
         (tiny_model["data"], ["--random-level", "95"], "cannot keep 1 head(s) in every one of the model's 6 layers"),
         (tiny_model["data"], ["--layer-strategy", "top:3"], "prunes 3 layers; enc-enc has 2"),
         (no_train, ["--layer-strategy", "odd"], "has no training split"),
+        (tiny_model["data"], ["--layer-strategy", "odd", "--finetune-curve", "1,9"],
+         "--finetune-curve 9: a point is an update count above 0 and below --finetune-updates 2"),
+        (tiny_model["data"], ["--layer-strategy", "odd", "--finetune-curve", "ten"], "expected update counts"),
+        (tiny_model["data"], ["--orders", "importance", "--finetune-levels", "55"],
+         "--finetune-levels 55: no step of the all curves prunes 27 of 48 heads"),
+        (tiny_model["data"], ["--orders", "none", "--layer-strategy", "odd", "--finetune-levels", "50"],
+         "--finetune-levels fine-tunes the curves' steps: give --orders"),
     ]
     for data_dir, options, message in cases:
         out_dir = tmp_path / "out"

@@ -17,7 +17,7 @@ def command_compensation(args: argparse.Namespace) -> int:
     if plot and not plot.lower().endswith((".png", ".pdf", ".svg")):
         raise SettingsError(f"--plot must end in .png, .pdf or .svg: {plot}")
     from ..engine.pipelines.compensation import checkpoint_compensation
-    from ..study.output.plots import plot_head_heatmaps
+    from ..study.output.plots import plot_compensation
 
     compensation = checkpoint_compensation(args.before, args.after, args.head_mask)
     print(f"pruned\t{len(compensation.pruned)} heads{': ' + ' '.join(compensation.pruned) if compensation.pruned else ''}")
@@ -26,8 +26,7 @@ def command_compensation(args: argparse.Namespace) -> int:
     write_json(dict(compensation.to_dict(), before=args.before, after=args.after), args.out, indent=1)
     written = [args.out]
     if plot:
-        plot_head_heatmaps({t: compensation.grid(t) for t in compensation.layout}, plot,
-                           "change of each head's W_q, W_k, W_v during fine-tuning", "mean |ΔW|")
+        plot_compensation(compensation, plot, "change of each head's W_q, W_k, W_v during fine-tuning")
         written.append(plot)
     print("wrote\t" + " ".join(written))
     return 0

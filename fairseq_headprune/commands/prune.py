@@ -13,7 +13,9 @@ from ..constants import (
     X_AXES,
 )
 from ..errors import SettingsError
-from ..study.prune_settings import FINETUNE_LR_SHARE, FINETUNE_WARMUP_SHARE, FinetuneSettings, PruneSettings
+from ..study.prune_settings import (
+    DEFAULT_CURVE_UPDATES, FINETUNE_LR_SHARE, FINETUNE_WARMUP_SHARE, FinetuneSettings, PruneSettings,
+)
 from ..study.settings import parse_choices
 from .common import (
     add_curve_arguments,
@@ -25,15 +27,18 @@ from .common import (
     tuning_settings,
 )
 from ..study.methods.budhraja_configurations import parse_tables, requested_budgets
-from ..study.methods.pruning import curve_orders
+from ..study.methods.pruning import check_finetune_levels, curve_orders
 
 
 def settings_from(args: argparse.Namespace) -> PruneSettings:
     settings = _settings(args)
-    if settings.has_budgets:  # budgets the model cannot take are refused before fairseq is imported
-        from ..engine.checkpoints.info import checkpoint_head_layout
+    if settings.has_budgets or settings.finetune_levels:  # refused before fairseq is imported: budgets the model
+        from ..engine.checkpoints.info import checkpoint_head_layout  # cannot take, levels that are no step
 
-        requested_budgets(settings, checkpoint_head_layout(args.path))
+        layout = checkpoint_head_layout(args.path)
+        requested_budgets(settings, layout)
+        check_finetune_levels(settings.finetune_levels, settings.scopes, layout, settings.curve.step_percent,
+                              settings.curve.max_percent)
     return settings
 
 
@@ -64,7 +69,8 @@ def _settings(args: argparse.Namespace) -> PruneSettings:
         tuning=tuning_settings(args),
         tune_orders=tune_orders,
         gate_masks=list(args.gate_masks or []),
-        finetune=FinetuneSettings(args.finetune_updates, args.finetune_lr, args.finetune_warmup, args.finetune_epochs),
+        finetune=FinetuneSettings(args.finetune_updates, args.finetune_lr, args.finetune_warmup, args.finetune_epochs,
+                                  curve=parse_curve(args.finetune_curve)),
         finetune_levels=parse_levels(args.finetune_levels) if args.finetune_levels else [],
         config_shard=parse_config_shard(args.config_shard),
         structure=args.structure,
@@ -79,6 +85,19 @@ def parse_levels(text: str):
         return [float(item) for item in text.replace(" ", "").split(",") if item]
     except ValueError:
         raise SettingsError(f"--finetune-levels {text}: expected percentages, comma-separated (e.g. 25,50)") from None
+
+
+def parse_curve(text):
+    """``40,100`` -> [40, 100]; ``none`` -> [] (no curve); None -> None (the default points)."""
+    if text is None:
+        return None
+    if text.strip().lower() == "none":
+        return []
+    try:
+        return [int(item) for item in text.replace(" ", "").split(",") if item]
+    except ValueError:
+        raise SettingsError(f"--finetune-curve {text}: expected update counts, comma-separated (e.g. 40,100,200), "
+                            "or none") from None
 
 
 def parse_config_shard(text: str):
@@ -292,6 +311,12 @@ def _add_finetune_arguments(prune) -> None:
     group.add_argument("--finetune-warmup", type=int, metavar="N",
                        help=f"linear warm-up updates (default: {FINETUNE_WARMUP_SHARE:g} of --finetune-updates; "
                        "0 with --finetune-epochs)")
+    group.add_argument("--finetune-curve", metavar="U,...",
+                       help="the recovery curve: score every fine-tune after these numbers of updates too, from "
+                       "checkpoints saved on the way (OUT/finetune/NAME/curve/), and plot the gap to the fine-tuned "
+                       "control against updates (OUT/finetune/curves.png); 'none' scores only the end (default: "
+                       + ", ".join(str(u) for u in DEFAULT_CURVE_UPDATES[:5]) + ", ... below --finetune-updates; "
+                       "with --finetune-epochs, every epoch's end)")
     group.add_argument("--finetune-levels", metavar="P,...",
                        help="also fine-tune every curve's step at these %% of heads pruned (e.g. 50,60)")
     group.add_argument("--config-shard", default="1/1", metavar="I/K",

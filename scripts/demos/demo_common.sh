@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What the demo scripts (run_demo.sh, run_lm_demo.sh) share; sourced, not run.
+# What the demo scripts share (and scripts/reproductions/run_budhraja_long.sh); sourced, not run.
 #
 # Expects: repo (the checkout) and out_dir (the study directory). Provides:
 #   begin_demo DIR...   the virtual environment, OUT_DIR/commands and DIRs, the thread and rank
@@ -7,6 +7,7 @@
 #   write_environment   OUT_DIR/environment.txt: versions, threads, kernels, CPU
 #   record NAME CMD...  note CMD in OUT_DIR/commands/NAME.sh (for the report), then run it
 #   sweep STUDY ARGS... fairseq-headprune STUDY ARGS, under torchrun with `ranks` processes when > 1
+#   ensure_translation_demo_model DIR, ensure_bert_demo_model DIR   the demo models, trained where missing
 
 begin_demo() {
   # shellcheck disable=SC1091
@@ -66,4 +67,31 @@ sweep() {  # STUDY-COMMAND OPTIONS...
   else
     fairseq-headprune "$@"
   fi
+}
+
+# the demo models, trained with the demos' own steps where DIR does not hold one yet (Budhraja et al.'s scripts)
+ensure_translation_demo_model() {  # DIR: run_demo.sh's corpus and training into DIR
+  local dir=$1
+  [[ -f $dir/checkpoints/checkpoint_best.pt ]] && return 0
+  echo "training the translation demo model in $dir:"
+  bash "$repo/scripts/data/prepare_demo_data.sh" "$dir/data"
+  bash "$repo/scripts/train/train_demo.sh" "$dir/data/bin" "$dir/checkpoints" \
+    2>&1 | tee "$dir/train.log" | grep --line-buffered -E "done training" || true
+  [[ -f $dir/checkpoints/checkpoint_best.pt ]] || { echo "training failed: see $dir/train.log" >&2; exit 1; }
+}
+
+ensure_bert_demo_model() {  # DIR: run_bert_demo.sh's corpus, pretraining and fine-tuning into DIR
+  local dir=$1
+  [[ -f $dir/checkpoints/checkpoint_best.pt ]] && return 0
+  echo "training the BERT-side demo model in $dir:"
+  (
+    export LAYERS=${LAYERS:-6} HEADS=${HEADS:-8} EMBED_DIM=${EMBED_DIM:-128} FFN_DIM=${FFN_DIM:-256}
+    bash "$repo/scripts/data/prepare_nli_data.sh" "$dir/data"
+    EPOCHS=${PRETRAIN_EPOCHS:-6} bash "$repo/scripts/train/pretrain_roberta.sh" "$dir/data/bin/pretrain" \
+      "$dir/pretrain" > "$dir/pretrain.log" 2>&1
+    RESTORE=$dir/pretrain/checkpoint_best.pt NUM_CLASSES=3 EPOCHS=${EPOCHS:-6} LR=${LR:-0.0003} \
+      WARMUP=${WARMUP:-150} bash "$repo/scripts/train/train_classifier.sh" "$dir/data/bin/nli" \
+      "$dir/checkpoints" > "$dir/train.log" 2>&1
+  )
+  [[ -f $dir/checkpoints/checkpoint_best.pt ]] || { echo "training failed: see $dir/train.log" >&2; exit 1; }
 }

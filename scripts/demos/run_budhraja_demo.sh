@@ -40,13 +40,7 @@ begin_demo "$out_dir/translation" "$out_dir/bert"
 
 # the translation demo model (run_demo.sh's corpus and training; skipped when trained)
 checkpoint=$demo_dir/checkpoints/checkpoint_best.pt
-if [[ ! -f $checkpoint ]]; then
-  echo "training the translation demo model in $demo_dir:"
-  bash "$repo/scripts/data/prepare_demo_data.sh" "$demo_dir/data"
-  bash "$repo/scripts/train/train_demo.sh" "$demo_dir/data/bin" "$demo_dir/checkpoints" \
-    2>&1 | tee "$demo_dir/train.log" | grep --line-buffered -E "done training" || true
-  [[ -f $checkpoint ]] || { echo "training failed: see $demo_dir/train.log" >&2; exit 1; }
-fi
+ensure_translation_demo_model "$demo_dir"
 echo "Budhraja et al. Tables 1-3 on the translation demo model, each configuration fine-tuned" \
   "${FINETUNE_UPDATES:-40} updates:"
 record finetune-translation sweep prune "$demo_dir/data/bin" --path "$checkpoint" --gen-subset test \
@@ -58,17 +52,7 @@ fairseq-headprune report "$out_dir/translation" --title "Budhraja et al. on the 
 
 # the BERT-side demo model (run_bert_demo.sh's corpus, pretraining and fine-tuning; skipped when trained)
 bert_checkpoint=$bert_dir/checkpoints/checkpoint_best.pt
-if [[ ! -f $bert_checkpoint ]]; then
-  echo "training the BERT-side demo model in $bert_dir:"
-  export LAYERS=${LAYERS:-6} HEADS=${HEADS:-8} EMBED_DIM=${EMBED_DIM:-128} FFN_DIM=${FFN_DIM:-256}
-  bash "$repo/scripts/data/prepare_nli_data.sh" "$bert_dir/data"
-  EPOCHS=${PRETRAIN_EPOCHS:-6} bash "$repo/scripts/train/pretrain_roberta.sh" "$bert_dir/data/bin/pretrain" \
-    "$bert_dir/pretrain" > "$bert_dir/pretrain.log" 2>&1
-  RESTORE=$bert_dir/pretrain/checkpoint_best.pt NUM_CLASSES=3 EPOCHS=${EPOCHS:-6} LR=${LR:-0.0003} \
-    WARMUP=${WARMUP:-150} bash "$repo/scripts/train/train_classifier.sh" "$bert_dir/data/bin/nli" \
-    "$bert_dir/checkpoints" > "$bert_dir/train.log" 2>&1
-  [[ -f $bert_checkpoint ]] || { echo "training failed: see $bert_dir/train.log" >&2; exit 1; }
-fi
+ensure_bert_demo_model "$bert_dir"
 echo "Budhraja et al. Tables 4-6 on the BERT-side demo model, each configuration fine-tuned" \
   "${BERT_FINETUNE_UPDATES:-40} updates:"
 record finetune-bert sweep prune "$bert_dir/data/bin/nli" --path "$bert_checkpoint" --gen-subset test \

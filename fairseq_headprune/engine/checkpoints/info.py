@@ -9,6 +9,7 @@ import torch
 
 from ...constants import CLASSIFIER_FAMILY, LANGUAGE_MODEL_FAMILY, TRANSLATION_FAMILY, TRANSLATION_TASK
 from ...errors import CheckpointError, first_line
+from ...study.budhraja.finetune_plan import TrainingHistory
 from ...study.masks.head_mask import HeadLayout
 from ...compat import torch_load  # noqa: F401  (allow-list for torch.load)
 
@@ -182,4 +183,14 @@ def saved_task_name(state: Dict[str, Any]):
     args = state.get("args")
     return getattr(args, "task", None) if args is not None else None
 
+
+def training_history(path: str) -> TrainingHistory:
+    """How the checkpoint was trained (``TrainingHistory``), from fairseq's optimizer history and extra state."""
+    state = load_checkpoint_state(path)
+    updates = int(((state.get("optimizer_history") or [{}])[-1]).get("num_updates", 0))
+    extra = state.get("extra_state") or {}
+    iterator = extra.get("train_iterator") or {}
+    epochs = int(iterator["epoch"]) - 1 if iterator.get("epoch") and not iterator.get("iterations_in_epoch") else None
+    seconds = extra.get("previous_training_time")
+    return TrainingHistory(updates, epochs or None, float(seconds) if seconds else None)
 

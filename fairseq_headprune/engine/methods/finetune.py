@@ -20,7 +20,7 @@ one process, the optimizer, scheduler, meters and data loader reset
 import os
 import time
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 
@@ -43,6 +43,7 @@ from omegaconf import open_dict
 
 # the plugin's head-masking task of each family
 FAMILY_TASKS = {CLASSIFIER_FAMILY: CLASSIFIER_TASK, LANGUAGE_MODEL_FAMILY: LANGUAGE_MODEL_TASK}
+Stop = Tuple[str, int]  # ("update", U) or ("epoch", E): where a part of a fine-tune stops (FinetuneSettings.curve_stops)
 
 
 @dataclass
@@ -76,9 +77,11 @@ def write_masked_start(checkpoint: str, out: str, head_spec: Optional[str], ffn_
 
 
 def training_config(start: str, data: str, save_dir: str, family: str, settings: FinetuneSettings, cpu: bool,
-                    progress: bool, teacher: Optional[str] = None, distill_weight: float = DEFAULT_DISTILL_WEIGHT):
+                    progress: bool, teacher: Optional[str] = None, distill_weight: float = DEFAULT_DISTILL_WEIGHT,
+                    stop: Optional[Stop] = None):
     """fairseq's training config: the start checkpoint's own, with what the module docstring lists changed
-    (``teacher``: the criterion becomes word-level distillation from that checkpoint)."""
+    (``teacher``: the criterion becomes word-level distillation from that checkpoint; ``stop``: train only up to
+    that update or epoch of the fine-tune, its learning rate and warm-up those of the whole fine-tune)."""
 
     state = checkpoint_utils.load_checkpoint_to_cpu(start)
     cfg = state["cfg"]
@@ -108,7 +111,10 @@ def training_config(start: str, data: str, save_dir: str, family: str, settings:
         checkpoint.save_interval_updates, checkpoint.keep_best_checkpoints = settings.save_interval, -1
         checkpoint.keep_interval_updates = 2 if settings.save_interval else -1  # one whole if the last is cut
         optimization = cfg.optimization
-        optimization.max_update, optimization.max_epoch, optimization.stop_time_hours = settings.updates, settings.epochs, 0.0
+        max_update, max_epoch = settings.updates, settings.epochs
+        if stop is not None:
+            max_update, max_epoch = (stop[1], 0) if stop[0] == "update" else (0, stop[1])
+        optimization.max_update, optimization.max_epoch, optimization.stop_time_hours = max_update, max_epoch, 0.0
         optimization.lr = [lr]
         if cfg.optimizer is not None and "lr" in cfg.optimizer:
             cfg.optimizer.lr = [lr]
@@ -145,8 +151,9 @@ def _forget(model_cfg, key: str) -> None:
         delattr(model_cfg, key)
 
 
-def _clear_task_masks(path: str) -> None:
-    """The trained checkpoint's task options without the masks (its model config records them).
+def _clear_task_masks(path: str, out: Optional[str] = None, keep_optimizer: bool = True) -> None:
+    """The trained checkpoint's task options without the masks (its model config records them), in place or
+    into ``out`` (without the optimizer's state unless ``keep_optimizer``).
 
     Classifiers are loaded with their saved task settings, which would apply
     the masks again once ``shrink`` has removed the units.
@@ -157,18 +164,29 @@ def _clear_task_masks(path: str) -> None:
         for option in ("head_mask", "ffn_mask"):
             if option in task:
                 task[option] = None
-    with atomic_path(path) as temporary:
+    if not keep_optimizer:
+        state["last_optimizer_state"] = None
+    with atomic_path(out or path) as temporary:
         torch.save(state, temporary)
+
+
+def save_curve_checkpoint(trained: str, out: str) -> None:
+    """A point of the recovery curve: ``trained`` (a fine-tune's last checkpoint, or its masked start) without the
+    optimizer's state and with the task's masks cleared, so that it loads and scores as the finished fine-tune
+    does (its model config records the masks)."""
+    _clear_task_masks(trained, out, keep_optimizer=False)
 
 
 def finetune_held(start: str, data: str, save_dir: str, family: str, settings: FinetuneSettings, cpu: bool = False,
                   progress: bool = True, teacher: Optional[str] = None,
-                  distill_weight: float = DEFAULT_DISTILL_WEIGHT) -> FinetuneOutcome:
+                  distill_weight: float = DEFAULT_DISTILL_WEIGHT, stop: Optional[Stop] = None) -> FinetuneOutcome:
     """Train ``start`` (``write_masked_start``) for ``settings.updates`` updates with its recorded masks held;
     the last checkpoint in ``save_dir``. ``teacher``: towards that checkpoint's word distributions too
-    (``criterions.headprune_word_distillation``)."""
+    (``criterions.headprune_word_distillation``). ``stop``: only up to there; called again with a later stop (or
+    none), training continues from ``save_dir``'s last checkpoint as one uninterrupted fine-tune would."""
     register_components()
-    cfg, lr, warmup = training_config(start, data, save_dir, family, settings, cpu, progress, teacher, distill_weight)
+    cfg, lr, warmup = training_config(start, data, save_dir, family, settings, cpu, progress, teacher, distill_weight,
+                                      stop)
     began = time.perf_counter()
     try:
         train.main(cfg)
@@ -183,7 +201,8 @@ def finetune_held(start: str, data: str, save_dir: str, family: str, settings: F
     trained = os.path.join(save_dir, "checkpoint_last.pt")
     if not os.path.isfile(trained):
         raise StudyError(f"--finetune-updates: fairseq-train wrote no checkpoint in {save_dir}")
-    _clear_task_masks(trained)
+    if stop is None:
+        _clear_task_masks(trained)
     history = load_checkpoint_state(trained).get("optimizer_history") or [{}]
     return FinetuneOutcome(trained, int(history[-1].get("num_updates", 0)), seconds, lr, warmup,
                            str(cfg.dataset.train_subset))

@@ -41,20 +41,22 @@ import torch
 
 from ...errors import HeadPruneError, StudyError
 from ...study.masks.head_mask import HeadLayout, HeadMask, head_mask_to_spec
+from ...study.budhraja.finetune_plan import finetune_epochs, plan_line
 from ...study.methods.ablation import BASELINE, ConfigScores, baseline_config, compare_with_baseline
-from ...study.methods.pruning import mask_name
+from ...study.methods.pruning import mask_name, pruned_at_level
 from ...study.output.files import write_json, write_text
 from ...study.output.finetune_report import markdown_finetuned
-from ...study.output.plots import plot_head_heatmaps
+from ...study.output.plots import plot_compensation, plot_recovery_curves
 from ...study.prune_settings import FinetuneSettings, PruneSettings
 from ...modules.masked_multihead_attention import current_head_mask
 from ..families import family_named
-from ..methods.finetune import finetune_held, write_masked_start
+from ..methods.finetune import Stop, finetune_held, save_curve_checkpoint, write_masked_start
+from ..checkpoints.info import training_history
 from ..runtime.console import run_quietly
 from .compensation import checkpoint_compensation
 from ..runtime.ranks import alone, current_ranks
 
-FINETUNE_DIR, RESULTS, RECORD, CHECKPOINT = "finetune", "results.json", "record.json", "checkpoint.pt"
+FINETUNE_DIR, RESULTS, RECORD, CHECKPOINT, CURVE = "finetune", "results.json", "record.json", "checkpoint.pt", "curve"
 CONTROL = "control"  # the unpruned model, fine-tuned alike
 SAVES_PER_FINETUNE = 10  # checkpoint_last.pt this many times per fine-tune (resume points)
 
@@ -86,8 +88,9 @@ def finetune_configurations(settings: PruneSettings, layout: HeadLayout, steps, 
         label = budget.label if not budget.random else f"{budget.label} draw {draw}"
         configs.append(FinetuneConfig(mask_name(head_mask), label, head_mask, by_config[mask_name(head_mask)][column],
                                       budget.note, budget.kind, budget.label, budget.pruned_percent(layout)))
-    for step in steps:
-        if step.tuning is None and any(abs(step.percent - level) < 0.5 + 1e-9 for level in settings.finetune_levels):
+    for step in steps:  # a level is the steps that prune as many heads as a random level of it (rounded up)
+        if step.tuning is None and any(step.pruned == pruned_at_level(level, step.total)
+                                       for level in settings.finetune_levels):
             draw = f" draw {step.draw}" if step.draw is not None else ""
             curve = f"{step.scope} {step.order} {step.percent:.0f}%"
             configs.append(FinetuneConfig(step.config_name, curve + draw, step.head_mask,
@@ -98,13 +101,21 @@ def finetune_configurations(settings: PruneSettings, layout: HeadLayout, steps, 
     return list(unique.values())
 
 
-def run_finetune_configs(settings: PruneSettings, configs: Sequence[FinetuneConfig]) -> Optional[List[dict]]:
-    """This process's share fine-tuned and scored; on rank 0 the merged records (None elsewhere)."""
+def run_finetune_configs(settings: PruneSettings, configs: Sequence[FinetuneConfig],
+                         unpruned: Optional[ConfigScores] = None) -> Optional[List[dict]]:
+    """This process's share fine-tuned and scored; on rank 0 the merged records (None elsewhere), each tested
+    against the fine-tuned control and against ``unpruned``, the study's unpruned model (the paper's baseline)."""
     out = os.path.join(settings.sweep.out_dir, FINETUNE_DIR)
     os.makedirs(out, exist_ok=True)
     index, count = settings.config_shard
     ranks = current_ranks()
     mine = ranks.share([c for i, c in enumerate(configs) if i % count == index - 1])
+    todo = [c for c in mine if not os.path.isfile(os.path.join(out, c.name, RECORD))]
+    if todo and ranks.is_main:
+        finetune = settings.finetune
+        stops = finetune.curve_stops()
+        print(plan_line(len(configs), len(todo), finetune.updates, finetune.epochs, len(stops) + 1 if stops else 0,
+                        training_history(settings.sweep.checkpoint)), flush=True)
     for position, config in enumerate(mine, start=1):
         if not os.path.isfile(os.path.join(out, config.name, RECORD)):
             if settings.sweep.progress:
@@ -113,42 +124,81 @@ def run_finetune_configs(settings: PruneSettings, configs: Sequence[FinetuneConf
     ranks.barrier()
     if not ranks.is_main:
         return None
-    return merge_records(settings, configs, out)
+    return merge_records(settings, configs, out, unpruned)
 
 
 def _finetune_and_score(settings: PruneSettings, config: FinetuneConfig, work: str) -> None:
-    """One configuration: masked start, fine-tune (resumable), the study's sweep on the result, its record."""
+    """One configuration: masked start, fine-tune (resumable; stopping at the curve's points to save them), the
+    study's sweep on the result and on every point of the curve, its record."""
     sweep_settings = settings.sweep
     checkpoint = os.path.join(work, CHECKPOINT)
+    curve_dir = os.path.join(work, CURVE)
+    stops = settings.finetune.curve_stops()
     began = time.perf_counter()
     outcome = None
     if not os.path.isfile(checkpoint):
         start = os.path.join(work, "start.pt")
         if not os.path.isfile(start):
             write_masked_start(sweep_settings.checkpoint, start, None if config.head_mask is None else config.spec, None)
+        if stops:
+            os.makedirs(curve_dir, exist_ok=True)
+            point = _curve_checkpoint(curve_dir, (stops[0][0], 0))
+            if not os.path.isfile(point):
+                save_curve_checkpoint(start, point)
         finetune = dataclasses.replace(settings.finetune, save_interval=_save_interval(settings.finetune))
-        _whole_resume_point(os.path.join(work, "train"))
-        outcome = _finetune_in_child(start, sweep_settings.data, os.path.join(work, "train"),
-                                     sweep_settings.family, finetune, sweep_settings.cpu)
+        train_dir = os.path.join(work, "train")
+        _whole_resume_point(train_dir)
+        for stop in stops[:-1]:  # the curve's points on the way: train up to each, keep a copy
+            point = _curve_checkpoint(curve_dir, stop)
+            if not os.path.isfile(point):
+                partial = _finetune_in_child(start, sweep_settings.data, train_dir, sweep_settings.family, finetune,
+                                             sweep_settings.cpu, stop)
+                save_curve_checkpoint(partial["checkpoint"], point)
+        outcome = _finetune_in_child(start, sweep_settings.data, train_dir, sweep_settings.family, finetune,
+                                     sweep_settings.cpu)
+        if stops:
+            save_curve_checkpoint(outcome["checkpoint"], _curve_checkpoint(curve_dir, stops[-1]))
         os.replace(outcome["checkpoint"], checkpoint)
-        shutil.rmtree(os.path.join(work, "train"))
+        shutil.rmtree(train_dir)
         os.remove(start)
     scores = _score(settings, checkpoint, os.path.join(work, "eval"))
+    curve = [_curve_point(settings, curve_dir, stop) for stop in ([(stops[0][0], 0)] + stops if stops else [])]
     compensation = checkpoint_compensation(sweep_settings.checkpoint, checkpoint)  # Figure 2
     write_json(dict(compensation.to_dict(), before=sweep_settings.checkpoint, after=checkpoint),
                os.path.join(work, "compensation.json"), indent=1)
-    plot_head_heatmaps({t: compensation.grid(t) for t in compensation.layout}, os.path.join(work, "compensation.png"),
-                       f"{config.label}: change of each head's W_q, W_k, W_v while fine-tuning", "mean |ΔW|")
+    plot_compensation(compensation, os.path.join(work, "compensation.png"),
+                      f"{config.label}: change of each head's W_q, W_k, W_v while fine-tuning")
     record = {"name": config.name, "label": config.label, "note": config.note, "kind": config.kind,
               "budget": config.budget, "percent": config.percent, "spec": config.spec,
               "layer_spread": compensation.spread("mean_abs_change"),
               "checkpoint": os.path.abspath(checkpoint), "score_before": config.score_before,
               "metric": sweep_settings.metric.column, "finetune": settings.finetune.length(),
               "score_after": _metric_score(settings, scores), "seconds": time.perf_counter() - began,
-              "stats": scores.stats.tolist(), "hypotheses": scores.hypotheses}
+              "curve": curve, "stats": scores.stats.tolist(), "hypotheses": scores.hypotheses}
     if outcome is not None:
         record.update(updates=outcome["updates"], lr=outcome["lr"], warmup_updates=outcome["warmup"])
     write_json(record, os.path.join(work, RECORD))
+
+
+def _curve_checkpoint(curve_dir: str, stop: Stop) -> str:
+    """Where a point of the curve is kept: ``curve/update-40.pt``, ``curve/epoch-3.pt`` (0: the masked start)."""
+    return os.path.join(curve_dir, f"{stop[0]}-{stop[1]}.pt")
+
+
+def _curve_point(settings: PruneSettings, curve_dir: str, stop: Stop) -> Dict[str, object]:
+    """A point of the curve scored by the study's own sweep on its checkpoint (stored beside it, resumable)."""
+    checkpoint = _curve_checkpoint(curve_dir, stop)
+    scored = checkpoint[:-len(".pt")] + ".json"
+    if not os.path.isfile(scored):
+        scores = _score(settings, checkpoint, checkpoint[:-len(".pt")])
+        state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+        history = state.get("optimizer_history") or [{}]
+        updates = 0 if stop[1] == 0 else int(history[-1].get("num_updates", 0))  # the start: the study's checkpoint's
+        write_json({"stop": stop[0], "at": stop[1], "updates": updates, "score": _metric_score(settings, scores),
+                    "stats": scores.stats.tolist()}, scored)
+    with open(scored) as stream:
+        point = json.load(stream)
+    return {key: point[key] for key in ("stop", "at", "updates", "score")}
 
 
 def _whole_resume_point(train_dir: str) -> None:
@@ -191,12 +241,12 @@ def _score(settings: PruneSettings, checkpoint: str, out_dir: str) -> ConfigScor
 
 
 def _finetune_in_child(start: str, data: str, save_dir: str, family: str, finetune: FinetuneSettings,
-                       cpu: bool) -> Dict[str, object]:
+                       cpu: bool, stop: Optional[Stop] = None) -> Dict[str, object]:
     """``finetune_held`` in a spawned process: fairseq's trainer would otherwise join the ranks' process group."""
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     child = context.Process(target=run_quietly, args=(__name__, "_finetune_child", results, start, data, save_dir,
-                                                      family, finetune, cpu, torch.get_num_threads()))
+                                                      family, finetune, cpu, torch.get_num_threads(), stop))
     child.start()
     child.join()
     answer = results.get() if not results.empty() else ("error", f"the fine-tuning process died (exit code "
@@ -206,18 +256,20 @@ def _finetune_in_child(start: str, data: str, save_dir: str, family: str, finetu
     return answer[1]
 
 
-def _finetune_child(results, start, data, save_dir, family, finetune, cpu, threads) -> None:
+def _finetune_child(results, start, data, save_dir, family, finetune, cpu, threads, stop) -> None:
     torch.set_num_threads(threads)
     try:
-        outcome = finetune_held(start, data, save_dir, family, finetune, cpu=cpu, progress=False)
+        outcome = finetune_held(start, data, save_dir, family, finetune, cpu=cpu, progress=False, stop=stop)
     except HeadPruneError as error:
         results.put(("error", str(error)))
         return
     results.put(("ok", dataclasses.asdict(outcome)))
 
 
-def merge_records(settings: PruneSettings, configs: Sequence[FinetuneConfig], out: str) -> List[dict]:
-    """Every finished record in the configurations' order, tested against the fine-tuned control; results.json."""
+def merge_records(settings: PruneSettings, configs: Sequence[FinetuneConfig], out: str,
+                  unpruned: Optional[ConfigScores] = None) -> List[dict]:
+    """Every finished record in the configurations' order, tested against the fine-tuned control and the unpruned
+    model, each point of its curve beside the control's at the same point; results.json, results.md, curves.png."""
     records = []
     for config in configs:
         path = os.path.join(out, config.name, RECORD)
@@ -227,25 +279,55 @@ def merge_records(settings: PruneSettings, configs: Sequence[FinetuneConfig], ou
     missing = len(configs) - len(records)
     control = next((r for r in records if r["name"] == CONTROL), None)
     if control is not None and len(records) > 1:
-        _test_against_control(settings, control, [r for r in records if r is not control])
+        _test_against(settings, _scores(control), [r for r in records if r is not control], "control")
+    if unpruned is not None and records:
+        _test_against(settings, unpruned, records, "unpruned")
+    if control is not None:
+        for record in records:
+            _curve_gaps(record, control)
+    history = training_history(settings.sweep.checkpoint)
     listed = [{k: v for k, v in r.items() if k not in ("stats", "hypotheses")} for r in records]
     for record in listed:
         record["missing_configurations"] = missing  # > 0: another shard has not finished; merge again after it
+        record["trained_updates"], record["trained_epochs"] = history.updates, history.epochs
     write_json(listed, os.path.join(out, RESULTS), indent=1)
     if listed:
         write_text(markdown_finetuned(listed, settings.sweep.metric.label), os.path.join(out, "results.md"))
+        if any(len(r.get("curve") or []) > 1 for r in listed):
+            plot_recovery_curves(listed, os.path.join(out, "curves.png"), settings.sweep.metric.label,
+                                 _study_title(settings, history))
     return listed
 
 
-def _test_against_control(settings: PruneSettings, control: dict, records: List[dict]) -> None:
-    """The study's paired test of each fine-tuned configuration against the fine-tuned unpruned model."""
-    def scores(record):
-        return ConfigScores(record["name"], record["spec"], {}, record["score_after"], record["score_after"],
-                            np.asarray(record["stats"]), record.get("hypotheses"))
+def _study_title(settings: PruneSettings, history) -> str:
+    """What the curves' plot names: the model, the fine-tune's length and the draws."""
+    epochs = finetune_epochs(settings.finetune.updates, history)
+    length = settings.finetune.length() + (f" ({epochs:.1f} epochs)" if epochs and not settings.finetune.epochs else "")
+    return (f"{os.path.basename(os.path.dirname(os.path.abspath(settings.sweep.checkpoint)))}/"
+            f"{os.path.basename(settings.sweep.checkpoint)} (trained {history.describe()}); each configuration "
+            f"fine-tuned {length}; random budgets: {settings.draws} draws")
 
+
+def _scores(record: dict) -> ConfigScores:
+    return ConfigScores(record["name"], record["spec"], {}, record["score_after"], record["score_after"],
+                        np.asarray(record["stats"]), record.get("hypotheses"))
+
+
+def _test_against(settings: PruneSettings, baseline: ConfigScores, records: List[dict], against: str) -> None:
+    """The study's paired test of each fine-tuned configuration against ``baseline``: the fine-tuned unpruned model
+    (``against="control"``) or the unpruned model as the study scored it (``"unpruned"``, Budhraja et al.'s
+    baseline)."""
     sweep = settings.sweep
-    results = compare_with_baseline(scores(control), [scores(r) for r in records], sweep.test, sweep.test_metric)
+    results = compare_with_baseline(baseline, [_scores(r) for r in records], sweep.test, sweep.test_metric)
     for record, result in zip(records, results):
-        record["delta_vs_control"] = record["score_after"] - control["score_after"]
-        record["p_value_vs_control"] = result.p_value
-        record["significant_vs_control"] = bool(result.p_value < sweep.test.alpha)
+        record[f"delta_vs_{against}"] = record["score_after"] - _metric_score(settings, baseline)
+        record[f"p_value_vs_{against}"] = result.p_value
+        record[f"significant_vs_{against}"] = bool(result.p_value < sweep.test.alpha)
+
+
+def _curve_gaps(record: dict, control: dict) -> None:
+    """Each point of a record's curve gets the control's score at the same point, and the gap to it."""
+    at_point = {(p["stop"], p["at"]): p["score"] for p in control.get("curve") or []}
+    for point in record.get("curve") or []:
+        reference = at_point.get((point["stop"], point["at"]))
+        point["gap_vs_control"] = None if reference is None else point["score"] - reference

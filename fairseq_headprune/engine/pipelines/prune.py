@@ -143,7 +143,8 @@ def run_prune(settings: PruneSettings) -> Optional[PruneOutcome]:
     if settings.finetune is not None and settings.finetune.enabled:
         chosen = finetune_configurations(settings, layout, steps, budget_draws, by_config, outcome.baseline_score
                                          ) if ranks.is_main else None
-        records = run_finetune_configs(settings, ranks.main_value(chosen))
+        records = run_finetune_configs(settings, ranks.main_value(chosen),
+                                       translated.get(BASELINE) if ranks.is_main else None)
         if outcome is not None:
             outcome.finetune_records = records
             outcome.finetune_results = os.path.join(settings.sweep.out_dir, "finetune", "results.json")

@@ -14,7 +14,6 @@ Their configurations, each a ``Budget``:
 and seeded draws of the heads kept. Nothing here touches fairseq.
 """
 
-import math
 import re
 import zlib
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from ...constants import ATTENTION_TYPES
 from ...errors import HeadMaskError
 from ..masks.head_mask import HeadLayout, HeadMask
 from .layer_strategies import LayerStrategy, parse_layer_strategy, strategy_mask
+from .pruning import pruned_at_level
 
 BUDGET_KINDS = ("per-layer", "per-type", "level", "layers")
 
@@ -146,7 +146,7 @@ def level_budget(percent: float, layout: HeadLayout, min_per_layer: int = 1) -> 
     if not 0 < percent < 100:
         raise HeadMaskError(f"random level {percent:g}%: a level is a share of the heads pruned, above 0 and below 100")
     total, layers = _total(layout), sum(count for count, _ in layout.values())
-    pruned = math.ceil(percent * total / 100 - 1e-9)
+    pruned = pruned_at_level(percent, total)
     most = total - min_per_layer * layers
     if pruned > most:
         raise HeadMaskError(

@@ -72,6 +72,13 @@ class Compensation:
             "paper_layer_spread": f"< {PAPER_SPREAD:.0%} (Budhraja et al. 2020, section 3.3)",
         }
 
+    def pruned_grid(self, attention_type: str) -> torch.Tensor:
+        """layers x heads, True where the fine-tuning held the head pruned."""
+        layers, heads = self.layout[attention_type]
+        pruned = set(self.pruned)
+        return torch.tensor([[head_name(attention_type, layer, head) in pruned for head in range(heads)]
+                             for layer in range(layers)], dtype=torch.bool)
+
     def grid(self, attention_type: str, measure: str = "mean_abs_change") -> torch.Tensor:
         """layers x heads of one measure (pruned heads included, as measured)."""
         layers, heads = self.layout[attention_type]

@@ -1,28 +1,37 @@
 """The report's section on configurations fine-tuned after pruning (Budhraja et al. 2020's protocol)."""
 
-from typing import Dict, List, Sequence
+import statistics
+from typing import Dict, List, Sequence, Tuple
 
 FINETUNE_RESULTS = "pruning/finetune/results.json"
 
 
+def _tested(record: Dict[str, object], against: str) -> Tuple[str, str]:
+    """The delta and p-value cells of a record's test against ``control`` or ``unpruned`` (bold: significant)."""
+    if f"delta_vs_{against}" not in record:
+        return "", ""
+    delta = f"{record[f'delta_vs_{against}']:+.2f}"
+    return (f"**{delta}**" if record.get(f"significant_vs_{against}") else delta,
+            f"{record[f'p_value_vs_{against}']:.3f}")
+
+
 def markdown_finetuned(records: Sequence[Dict[str, object]], label: str = "BLEU") -> str:
-    """One row per configuration: % pruned, the score without and with fine-tuning, against the control."""
+    """One row per configuration: % pruned, the score without and with fine-tuning, against the fine-tuned control
+    and against the unpruned model (Budhraja et al.'s baseline); then the recovery curves' table."""
     lines: List[str] = [
         f"| configuration | from | % pruned | {label} without fine-tuning | {label} fine-tuned "
-        f"| Δ vs fine-tuned unpruned | p | layer spread of the change |\n",
-        "|---|---|---:|---:|---:|---:|---:|---:|\n",
+        f"| Δ vs fine-tuned unpruned | p | Δ vs unpruned | p | layer spread of the change |\n",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     ]
     for record in records:
-        delta = f"{record['delta_vs_control']:+.2f}" if "delta_vs_control" in record else ""
-        p_value = f"{record['p_value_vs_control']:.3f}" if "p_value_vs_control" in record else ""
-        if record.get("significant_vs_control"):
-            delta = f"**{delta}**"
         spread = record.get("layer_spread")
+        cells = [*_tested(record, "control"), *_tested(record, "unpruned")]
         lines.append(
             f"| `{record['label']}` | {record.get('note') or record.get('kind', '')} | {record.get('percent', 0.0):.1f} "
-            f"| {record['score_before']:.2f} | {record['score_after']:.2f} | {delta} | {p_value} "
-            f"| {'' if spread is None else format(spread, '.0%')} |\n")
-    return "".join(lines)
+            f"| {record['score_before']:.2f} | {record['score_after']:.2f} | " + " | ".join(cells)
+            + f" | {'' if spread is None else format(spread, '.0%')} |\n")
+    curves = markdown_recovery_curves(records, label)
+    return "".join(lines) + ("\n" + curves if curves else "")
 
 
 def section_finetune(study) -> str:
@@ -41,3 +50,40 @@ def section_finetune(study) -> str:
         + (f"; {missing} configurations of another shard are not done yet" if missing else "") + ".\n\n"
     )
     return text + markdown_finetuned(records, label) + "\n" + study.command("finetune")
+
+
+def recovery_curve_rows(records: Sequence[Dict[str, object]]) -> List[Tuple[str, List[Dict[str, object]]]]:
+    """Per budget (its draws together; the control left out): at each point of the curve, the updates done and the
+    mean and spread over draws of the gap to the control at the same point."""
+    groups: Dict[str, List[Dict[str, object]]] = {}
+    for record in records:
+        if record["name"] != "control" and record.get("curve"):
+            groups.setdefault(str(record.get("budget") or record["label"]), []).append(record)
+    rows = []
+    for budget, members in groups.items():
+        points = []
+        for index, point in enumerate(members[0]["curve"]):
+            gaps = [m["curve"][index].get("gap_vs_control") for m in members if len(m["curve"]) > index]
+            if any(gap is None for gap in gaps):
+                continue
+            points.append({"updates": point["updates"], "mean": statistics.mean(gaps),
+                           "std": statistics.pstdev(gaps), "draws": len(gaps)})
+        if points:
+            rows.append((budget, points))
+    return rows
+
+
+def markdown_recovery_curves(records: Sequence[Dict[str, object]], label: str = "BLEU") -> str:
+    """The gap to the fine-tuned control at every point of the curve, one row per budget (mean ± std over draws)."""
+    rows = recovery_curve_rows(records)
+    if not rows:
+        return ""
+    updates = [p["updates"] for p in max((points for _, points in rows), key=len)]
+    lines = [f"| budget (draws) | " + " | ".join(str(u) for u in updates) + " |\n",
+             "|---|" + "---:|" * len(updates) + "\n"]
+    for budget, points in rows:
+        cells = {p["updates"]: (f"{p['mean']:+.2f}" + (f" ± {p['std']:.2f}" if p["draws"] > 1 else ""))
+                 for p in points}
+        lines.append(f"| `{budget}` ({points[0]['draws']}) | " + " | ".join(cells.get(u, "") for u in updates) + " |\n")
+    return (f"{label} minus the fine-tuned control's at the same point, by updates of fine-tuning:\n\n"
+            + "".join(lines))

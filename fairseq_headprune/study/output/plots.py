@@ -9,6 +9,7 @@ from .files import atomic_path
 import numpy as np
 from ..methods.epoch_curves import dynamics_grid
 from ..methods.pruning import TUNED_SUFFIX, curve_orders, order_title
+from .finetune_report import recovery_curve_rows
 
 
 
@@ -45,21 +46,41 @@ def plot_head_heatmaps(
     title: str,
     colorbar_label: str,
     cmap: str = "viridis",
+    masked: Optional[Dict[str, torch.Tensor]] = None,
 ) -> None:
-    """One panel per attention type (Enc-Enc, Enc-Dec, Dec-Dec): layers x heads."""
+    """One panel per attention type (Enc-Enc, Enc-Dec, Dec-Dec): layers x heads. ``masked`` (True: a pruned head)
+    shows those heads grey and hatched, outside the colour scale, which spans the other heads only."""
     plt = _pyplot()
     types = [t for t in ATTENTION_TYPES if t in scores]
-    low = min(float(scores[t].min()) for t in types)
-    high = max(float(scores[t].max()) for t in types)
+    grids = {}
+    for attention_type in types:
+        values = scores[attention_type].detach().to("cpu", torch.float64).numpy()
+        hidden = (masked[attention_type].to("cpu").numpy().astype(bool) if masked is not None
+                  else np.zeros(values.shape, dtype=bool))
+        grids[attention_type] = np.ma.masked_array(values, mask=hidden)
+    shown = [float(v) for grid in grids.values() for v in grid.compressed()]
+    low, high = (min(shown), max(shown)) if shown else (0.0, 1.0)
+    colours = plt.get_cmap(cmap).copy()
+    colours.set_bad("#d9d9d9")
     figure, axes = plt.subplots(1, len(types), figsize=(4.2 * len(types), 3.4), squeeze=False)
     image = None
     for axis, attention_type in zip(axes[0], types):
-        values = scores[attention_type].detach().to("cpu", torch.float64).numpy()
-        image = _layers_by_heads(axis, values, attention_type, cmap=cmap, vmin=low, vmax=high)
+        image = _layers_by_heads(axis, grids[attention_type], attention_type, cmap=colours, vmin=low, vmax=high)
+        for layer, head in zip(*np.nonzero(np.ma.getmaskarray(grids[attention_type]))):
+            axis.add_patch(plt.Rectangle((head - 0.5, layer - 0.5), 1, 1, fill=False, hatch="///",
+                                         edgecolor="#7f7f7f", linewidth=0))
     figure.colorbar(image, ax=axes[0].tolist(), label=colorbar_label, shrink=0.9)
+    if masked is not None and any(bool(m.any()) for m in masked.values()):
+        title += "\n(grey, hatched: pruned heads, held at zero)"
     figure.suptitle(title, y=1.04)
     save_figure(figure, path)
     plt.close(figure)
+
+
+def plot_compensation(compensation, path: str, title: str) -> None:
+    """Budhraja et al.'s Figure 2: each head's mean |ΔW| of W_q, W_k, W_v, the pruned heads shown as pruned."""
+    plot_head_heatmaps({t: compensation.grid(t) for t in compensation.layout}, path, title, "mean |ΔW|",
+                       masked={t: compensation.pruned_grid(t) for t in compensation.layout})
 
 
 def plot_importance(result, path: str, title: Optional[str] = None) -> None:
@@ -257,5 +278,27 @@ def plot_dynamics(rows, path: str, ylabel: str, label: str = "BLEU") -> None:
     bottom.set_xlabel("epoch (log scale)")
     bottom.set_ylabel(f"{label}, % of the epoch's unpruned {label}")
     bottom.legend(fontsize=6, ncol=3, loc="best")
+    save_figure(figure, path)
+    plt.close(figure)
+
+
+def plot_recovery_curves(records, path: str, label: str, title: str) -> None:
+    """The gap of each fine-tuned configuration to the control fine-tuned alike, against the updates done: one line
+    per budget (the mean over its draws, the band their spread), so that a reader sees whether it still closes."""
+    plt = _pyplot()
+    figure, axis = plt.subplots(figsize=(7.5, 4.5))
+    for budget, points in recovery_curve_rows(records):
+        updates = [p["updates"] for p in points]
+        means = np.array([p["mean"] for p in points])
+        spreads = np.array([p["std"] for p in points])
+        (line,) = axis.plot(updates, means, marker="o", markersize=3, label=f"{budget} ({points[0]['draws']} draws)")
+        if any(spreads > 0):
+            axis.fill_between(updates, means - spreads, means + spreads, color=line.get_color(), alpha=0.15)
+    axis.axhline(0.0, color="black", linewidth=0.8)
+    axis.set_xlabel("fine-tuning updates")
+    axis.set_ylabel(f"{label} minus the fine-tuned control's")
+    axis.set_title(title, fontsize=8)
+    axis.legend(fontsize=7, loc="lower right")
+    axis.grid(alpha=0.3)
     save_figure(figure, path)
     plt.close(figure)

@@ -1,0 +1,64 @@
+"""What fine-tuning every configuration will cost, read off the checkpoint's own training, said before it starts.
+
+Budhraja et al. fine-tune each pruned configuration for 30 (Transformer) or 10
+(BERT) epochs; a study's length is best read against the model's own
+training, which the checkpoint records (fairseq's ``num_updates``, the epoch
+its iterator stands at, and the training's wall-clock seconds).
+"""
+
+from dataclasses import dataclass
+from typing import Optional
+
+
+@dataclass
+class TrainingHistory:
+    """How a checkpoint was trained: its updates, whole epochs (saved at an epoch's end) and seconds."""
+
+    updates: int
+    epochs: Optional[int] = None  # None: saved within an epoch, so the epoch's length is unknown
+    seconds: Optional[float] = None  # fairseq's previous_training_time: training and validation
+
+    @property
+    def updates_per_epoch(self) -> Optional[float]:
+        return self.updates / self.epochs if self.epochs else None
+
+    @property
+    def seconds_per_update(self) -> Optional[float]:
+        return self.seconds / self.updates if self.seconds and self.updates else None
+
+    def describe(self) -> str:
+        """``490 updates (10 epochs)``."""
+        return f"{self.updates} updates" + (f" ({self.epochs} epochs)" if self.epochs else "")
+
+
+def finetune_epochs(updates: int, history: Optional[TrainingHistory]) -> Optional[float]:
+    """A fine-tune's length in epochs of the training split, at the checkpoint's own batch size."""
+    per_epoch = history.updates_per_epoch if history else None
+    return updates / per_epoch if per_epoch else None
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 5400 else f"{seconds / 60:.0f} min"
+
+
+def plan_line(configurations: int, todo: int, updates: int, epochs: int, points: int,
+              history: Optional[TrainingHistory]) -> str:
+    """The line ``prune`` prints before fine-tuning: how many, how long each, and the time it will take."""
+    if epochs:
+        length = f"{epochs} epochs"
+        total_updates = epochs * history.updates_per_epoch if history and history.updates_per_epoch else None
+    else:
+        length = f"{updates} updates"
+        epochs_of_split = finetune_epochs(updates, history)
+        if epochs_of_split:
+            length += f" ({epochs_of_split:.1f} epochs)"
+        total_updates = updates
+    line = (f"fine-tuning {configurations} configurations, {length} each"
+            + (f", scored at {points} points of the recovery curve" if points else "")
+            + (f"; the checkpoint trained {history.describe()}" if history else ""))
+    per_update = history.seconds_per_update if history else None
+    if per_update and total_updates:
+        each = per_update * total_updates
+        line += (f"; at its training speed ({per_update:.2f} s/update) about {_duration(each)} per configuration, "
+                 f"{_duration(each * todo)} for the {todo} left to this process")
+    return line
