@@ -27,7 +27,8 @@ from .common import (
     tuning_settings,
 )
 from ..study.methods.budhraja_configurations import parse_tables, requested_budgets
-from ..study.methods.pruning import check_finetune_levels, curve_orders
+from ..study.budhraja.finetune_plan import check_finetune_levels
+from ..study.methods.pruning import curve_orders
 
 
 def settings_from(args: argparse.Namespace) -> PruneSettings:

@@ -1,4 +1,5 @@
-"""What fine-tuning every configuration will cost, read off the checkpoint's own training, said before it starts.
+"""What a study fine-tunes (levels that are steps of its curves) and what that will cost, read off the checkpoint's
+own training, said before it starts.
 
 Budhraja et al. fine-tune each pruned configuration for 30 (Transformer) or 10
 (BERT) epochs; a study's length is best read against the model's own
@@ -7,7 +8,11 @@ its iterator stands at, and the training's wall-clock seconds).
 """
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Sequence
+
+from ...errors import SettingsError
+from ..masks.head_mask import HeadLayout
+from ..methods.pruning import heads_in_scope, pruned_at_level, step_counts
 
 
 @dataclass
@@ -62,3 +67,18 @@ def plan_line(configurations: int, todo: int, updates: int, epochs: int, points:
         line += (f"; at its training speed ({per_update:.2f} s/update) about {_duration(each)} per configuration, "
                  f"{_duration(each * todo)} for the {todo} left to this process")
     return line
+
+
+def check_finetune_levels(levels: Sequence[float], scopes: Sequence[str], layout: HeadLayout, step_percent: float,
+                          max_percent: float) -> None:
+    """Every level fine-tuned (``prune --finetune-levels``) must be a step of every curve: as many heads pruned as
+    a random level of it; a ``SettingsError`` names the step size that makes it one."""
+    for scope in scopes:
+        total = len(heads_in_scope(layout, scope))
+        counts = step_counts(total, step_percent, max_percent)
+        for level in levels:
+            if pruned_at_level(level, total) not in counts:
+                raise SettingsError(
+                    f"--finetune-levels {level:g}: no step of the {scope} curves prunes {pruned_at_level(level, total)}"
+                    f" of {total} heads ({level:g}%, rounded up); give --step-percent S with {level:g} a multiple of S"
+                    f" (and --max-percent at least {level:g})")

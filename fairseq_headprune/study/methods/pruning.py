@@ -84,21 +84,6 @@ def pruned_at_level(percent: float, total: int) -> int:
     return min(total, math.ceil(percent * total / 100 - 1e-9))
 
 
-def check_finetune_levels(levels: Sequence[float], scopes: Sequence[str], layout: HeadLayout, step_percent: float,
-                          max_percent: float) -> None:
-    """Every level fine-tuned (``prune --finetune-levels``) must be a step of every curve: as many heads pruned as
-    a random level of it; a ``SettingsError`` names the step size that makes it one."""
-    for scope in scopes:
-        total = len(heads_in_scope(layout, scope))
-        counts = step_counts(total, step_percent, max_percent)
-        for level in levels:
-            if pruned_at_level(level, total) not in counts:
-                raise SettingsError(
-                    f"--finetune-levels {level:g}: no step of the {scope} curves prunes {pruned_at_level(level, total)}"
-                    f" of {total} heads ({level:g}%, rounded up); give --step-percent S with {level:g} a multiple of S"
-                    f" (and --max-percent at least {level:g})")
-
-
 def step_counts(total: int, step_percent: float = DEFAULT_STEP_PERCENT, max_percent: float = DEFAULT_MAX_PERCENT) -> List[int]:
     """Heads pruned at each level: ``ceil(k * step_percent% of total)`` for k = 0, 1, ...
 
