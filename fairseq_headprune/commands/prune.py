@@ -112,16 +112,16 @@ def parse_config_shard(text: str):
 def print_finetuned(outcome, label: str) -> None:
     """Each fine-tuned configuration's score without and with fine-tuning, and against the fine-tuned control."""
     records = outcome.finetune_records
-    print(f"fine-tuned with the pruned heads held at zero ({records[0]['finetune']} each; Budhraja et al.'s "
+    print(f"fine-tuned with the pruned heads held at zero ({records[0].finetune} each; Budhraja et al.'s "
           f"protocol), {label} without -> with fine-tuning:")
     for record in records:
         against = ""
-        if "p_value_vs_control" in record:
-            against = (f"  ({record['delta_vs_control']:+.2f} vs the fine-tuned unpruned model, "
-                       f"p = {record['p_value_vs_control']:.3f})")
-        print(f"  {record['label']:<28} {record['score_before']:6.2f} -> {record['score_after']:6.2f}{against}")
-    if records[0]["missing_configurations"]:
-        print(f"  {records[0]['missing_configurations']} configurations are another shard's and not done yet")
+        control = record.tests.get("control")
+        if control is not None:
+            against = f"  ({control.delta:+.2f} vs the fine-tuned unpruned model, p = {control.p_value:.3f})"
+        print(f"  {record.label:<28} {record.score_before:6.2f} -> {record.score_after:6.2f}{against}")
+    if records[0].missing_configurations:
+        print(f"  {records[0].missing_configurations} configurations are another shard's and not done yet")
     print(f"wrote\t{outcome.finetune_results}")
 
 

@@ -8,6 +8,7 @@
 #   record NAME CMD...  note CMD in OUT_DIR/commands/NAME.sh (for the report), then run it
 #   sweep STUDY ARGS... fairseq-headprune STUDY ARGS, under torchrun with `ranks` processes when > 1
 #   ensure_translation_demo_model DIR, ensure_bert_demo_model DIR   the demo models, trained where missing
+#   print_budhraja_findings REPORT...   the findings a report judged on fine-tuned configurations
 
 begin_demo() {
   # shellcheck disable=SC1091
@@ -94,4 +95,17 @@ ensure_bert_demo_model() {  # DIR: run_bert_demo.sh's corpus, pretraining and fi
       "$dir/checkpoints" > "$dir/train.log" 2>&1
   )
   [[ -f $dir/checkpoints/checkpoint_best.pt ]] || { echo "training failed: see $dir/train.log" >&2; exit 1; }
+}
+
+print_budhraja_findings() {  # REPORT.md...: the rows of "What reproduces" judged on fine-tuned configurations
+  python - "$@" <<'PYTHON'
+import sys
+
+for path in sys.argv[1:]:
+    for line in open(path, encoding="utf-8"):
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and len(cells) == 6 and cells[3].startswith("fine-tuned"):
+            finding, _, study, evidence, rule, verdict = cells
+            print(f"  {finding}: {verdict}\n    {study}\n    {evidence}; rule: {rule}")
+PYTHON
 }

@@ -46,7 +46,7 @@ echo "Budhraja et al. Tables 1-3 on the translation demo model, each configurati
 record finetune-translation sweep prune "$demo_dir/data/bin" --path "$checkpoint" --gen-subset test \
   --out-dir "$out_dir/translation/pruning" --orders none --budhraja-tables 1,2,3 --draws "$draws" \
   --finetune-updates "${FINETUNE_UPDATES:-40}" --beam 5 --lenpen 1 --batch-size 128 --max-len-a 1.2 --max-len-b 10 \
-  --no-progress | grep -vE "^wrote"
+  --no-progress | grep --line-buffered -vE "^wrote"
 mkdir -p "$out_dir/translation/commands" && cp "$out_dir/commands/finetune-translation.sh" "$out_dir/translation/commands/finetune.sh"
 fairseq-headprune report "$out_dir/translation" --title "Budhraja et al. on the translation demo model" > /dev/null
 
@@ -57,19 +57,10 @@ echo "Budhraja et al. Tables 4-6 on the BERT-side demo model, each configuration
   "${BERT_FINETUNE_UPDATES:-40} updates:"
 record finetune-bert sweep prune "$bert_dir/data/bin/nli" --path "$bert_checkpoint" --gen-subset test \
   --out-dir "$out_dir/bert/pruning" --orders none --budhraja-tables 4,5,6 --draws "$draws" \
-  --finetune-updates "${BERT_FINETUNE_UPDATES:-40}" --batch-size 64 --no-progress | grep -vE "^wrote"
+  --finetune-updates "${BERT_FINETUNE_UPDATES:-40}" --batch-size 64 --no-progress | grep --line-buffered -vE "^wrote"
 mkdir -p "$out_dir/bert/commands" && cp "$out_dir/commands/finetune-bert.sh" "$out_dir/bert/commands/finetune.sh"
 fairseq-headprune report "$out_dir/bert" --title "Budhraja et al. on the BERT-side demo model" > /dev/null
 
 echo "the findings, judged on the fine-tuned configurations (report.md, 'What reproduces'):"
-for study in translation bert; do
-  python - "$out_dir/$study/report.md" <<'PYTHON'
-import re, sys
-text = open(sys.argv[1]).read()
-for line in text.splitlines():
-    if line.startswith("| ") and "fine-tuned" in line and "Budhraja" in line:
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        print(f"  {cells[0]}: {cells[4]}\n    {cells[2]}")
-PYTHON
-done
+print_budhraja_findings "$out_dir/translation/report.md" "$out_dir/bert/report.md"
 echo "wrote $out_dir/translation/report.md $out_dir/bert/report.md"

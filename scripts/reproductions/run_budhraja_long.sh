@@ -71,7 +71,7 @@ for side in $sides; do
         --finetune-levels 50,60,75 --random-level 50 --random-level 60 --random-level 75 --draws "$draws" \
         --finetune-updates "${UPDATES:-500}" --finetune-curve "${CURVE:-25,50,100,150,200,250,300,350,400,450}" \
         --config-shard "$shard" --beam 5 --lenpen 1 --batch-size 128 --max-len-a 1.2 --max-len-b 10 \
-        --no-progress | grep -vE "^wrote"
+        --no-progress | grep --line-buffered -vE "^wrote"
       mkdir -p "$out_dir/translation/commands"
       cp "$out_dir/commands/finetune-translation.sh" "$out_dir/translation/commands/finetune.sh"
       fairseq-headprune report "$out_dir/translation" \
@@ -88,7 +88,7 @@ for side in $sides; do
         --gen-subset test --out-dir "$out_dir/bert/pruning" --orders none \
         --random-level 50 --draws "$draws" "${strategies[@]}" \
         --finetune-updates "${BERT_UPDATES:-3750}" --finetune-curve "${BERT_CURVE:-125,250,625,1250,1875,2500,3125}" \
-        --config-shard "$shard" --batch-size 64 --no-progress | grep -vE "^wrote"
+        --config-shard "$shard" --batch-size 64 --no-progress | grep --line-buffered -vE "^wrote"
       mkdir -p "$out_dir/bert/commands"
       cp "$out_dir/commands/finetune-bert.sh" "$out_dir/bert/commands/finetune.sh"
       fairseq-headprune report "$out_dir/bert" --title "Budhraja et al. at length on the BERT-side demo model" > /dev/null
@@ -96,5 +96,9 @@ for side in $sides; do
     *) echo "SIDES: unknown side '$side' (expected translation, bert)" >&2; exit 2 ;;
   esac
 done
+echo "the findings, judged on the fine-tuned configurations (report.md, 'What reproduces'):"
+reports=()
+for side in $sides; do reports+=("$out_dir/$side/report.md"); done
+print_budhraja_findings "${reports[@]}"
 echo "the study took $(( (SECONDS - began) / 60 )) minutes in this run; wrote" \
   "$(for side in $sides; do printf '%s ' "$out_dir/$side/report.md"; done)"

@@ -41,11 +41,13 @@ import torch
 
 from ...errors import HeadPruneError, StudyError
 from ...study.masks.head_mask import HeadLayout, HeadMask, head_mask_to_spec
+from ...study.methods.budgets import Budget
 from ...study.budhraja.finetune_plan import finetune_epochs, plan_line
+from ...study.budhraja.records import CONTROL, CurvePoint, FinetuneRecord, TestAgainst
 from ...study.methods.ablation import BASELINE, ConfigScores, baseline_config, compare_with_baseline
 from ...study.methods.pruning import mask_name, pruned_at_level
 from ...study.output.files import write_json, write_text
-from ...study.output.finetune_report import markdown_finetuned
+from ...study.budhraja.report import markdown_finetuned
 from ...study.output.plots import plot_compensation, plot_recovery_curves
 from ...study.prune_settings import FinetuneSettings, PruneSettings
 from ...modules.masked_multihead_attention import current_head_mask
@@ -57,7 +59,6 @@ from .compensation import checkpoint_compensation
 from ..runtime.ranks import alone, current_ranks
 
 FINETUNE_DIR, RESULTS, RECORD, CHECKPOINT, CURVE = "finetune", "results.json", "record.json", "checkpoint.pt", "curve"
-CONTROL = "control"  # the unpruned model, fine-tuned alike
 SAVES_PER_FINETUNE = 10  # checkpoint_last.pt this many times per fine-tune (resume points)
 
 
@@ -73,6 +74,8 @@ class FinetuneConfig:
     kind: str = "control"  # a budget's kind (level, per-layer, per-type, layers) or "curve step"
     budget: str = ""  # the configuration its draws share (a budget's label, a curve's order and level)
     percent: float = 0.0  # of all heads pruned
+    draw: Optional[int] = None
+    budget_of: Optional[Budget] = None  # the budget it is a draw of (its place in the paper's tables)
 
     @property
     def spec(self) -> str:
@@ -87,14 +90,16 @@ def finetune_configurations(settings: PruneSettings, layout: HeadLayout, steps, 
     for budget, draw, head_mask in budget_draws:
         label = budget.label if not budget.random else f"{budget.label} draw {draw}"
         configs.append(FinetuneConfig(mask_name(head_mask), label, head_mask, by_config[mask_name(head_mask)][column],
-                                      budget.note, budget.kind, budget.label, budget.pruned_percent(layout)))
+                                      budget.note, budget.kind, budget.label, budget.pruned_percent(layout),
+                                      draw if budget.random else None, budget))
     for step in steps:  # a level is the steps that prune as many heads as a random level of it (rounded up)
         if step.tuning is None and any(step.pruned == pruned_at_level(level, step.total)
                                        for level in settings.finetune_levels):
             draw = f" draw {step.draw}" if step.draw is not None else ""
             curve = f"{step.scope} {step.order} {step.percent:.0f}%"
             configs.append(FinetuneConfig(step.config_name, curve + draw, step.head_mask,
-                                          by_config[step.config_name][column], "", "curve step", curve, step.percent))
+                                          by_config[step.config_name][column], "", "curve step", curve, step.percent,
+                                          step.draw))
     unique: Dict[str, FinetuneConfig] = {}
     for config in configs:
         unique.setdefault(config.name, config)
@@ -102,7 +107,7 @@ def finetune_configurations(settings: PruneSettings, layout: HeadLayout, steps, 
 
 
 def run_finetune_configs(settings: PruneSettings, configs: Sequence[FinetuneConfig],
-                         unpruned: Optional[ConfigScores] = None) -> Optional[List[dict]]:
+                         unpruned: Optional[ConfigScores] = None) -> Optional[List[FinetuneRecord]]:
     """This process's share fine-tuned and scored; on rank 0 the merged records (None elsewhere), each tested
     against the fine-tuned control and against ``unpruned``, the study's unpruned model (the paper's baseline)."""
     out = os.path.join(settings.sweep.out_dir, FINETUNE_DIR)
@@ -168,16 +173,18 @@ def _finetune_and_score(settings: PruneSettings, config: FinetuneConfig, work: s
                os.path.join(work, "compensation.json"), indent=1)
     plot_compensation(compensation, os.path.join(work, "compensation.png"),
                       f"{config.label}: change of each head's W_q, W_k, W_v while fine-tuning")
-    record = {"name": config.name, "label": config.label, "note": config.note, "kind": config.kind,
-              "budget": config.budget, "percent": config.percent, "spec": config.spec,
-              "layer_spread": compensation.spread("mean_abs_change"),
-              "checkpoint": os.path.abspath(checkpoint), "score_before": config.score_before,
-              "metric": sweep_settings.metric.column, "finetune": settings.finetune.length(),
-              "score_after": _metric_score(settings, scores), "seconds": time.perf_counter() - began,
-              "curve": curve, "stats": scores.stats.tolist(), "hypotheses": scores.hypotheses}
+    budget = config.budget_of
+    record = FinetuneRecord(
+        config.name, config.label, config.spec, config.score_before, _metric_score(settings, scores),
+        sweep_settings.metric.column, settings.finetune.length(), os.path.abspath(checkpoint), config.note,
+        config.kind, config.budget, config.percent, draw=config.draw,
+        tables=list(budget.tables) if budget else [], paper_level=budget.paper_level if budget else None,
+        arm=budget.arm if budget else "", layer_spread=compensation.spread("mean_abs_change"),
+        layer_spreads={t: compensation.spread("mean_abs_change", t) for t in compensation.layout},
+        seconds=time.perf_counter() - began, curve=curve, stats=scores.stats.tolist(), hypotheses=scores.hypotheses)
     if outcome is not None:
-        record.update(updates=outcome["updates"], lr=outcome["lr"], warmup_updates=outcome["warmup"])
-    write_json(record, os.path.join(work, RECORD))
+        record.updates, record.lr, record.warmup_updates = outcome["updates"], outcome["lr"], outcome["warmup"]
+    write_json(record.to_dict(), os.path.join(work, RECORD))
 
 
 def _curve_checkpoint(curve_dir: str, stop: Stop) -> str:
@@ -185,7 +192,7 @@ def _curve_checkpoint(curve_dir: str, stop: Stop) -> str:
     return os.path.join(curve_dir, f"{stop[0]}-{stop[1]}.pt")
 
 
-def _curve_point(settings: PruneSettings, curve_dir: str, stop: Stop) -> Dict[str, object]:
+def _curve_point(settings: PruneSettings, curve_dir: str, stop: Stop) -> CurvePoint:
     """A point of the curve scored by the study's own sweep on its checkpoint (stored beside it, resumable)."""
     checkpoint = _curve_checkpoint(curve_dir, stop)
     scored = checkpoint[:-len(".pt")] + ".json"
@@ -198,7 +205,7 @@ def _curve_point(settings: PruneSettings, curve_dir: str, stop: Stop) -> Dict[st
                     "stats": scores.stats.tolist()}, scored)
     with open(scored) as stream:
         point = json.load(stream)
-    return {key: point[key] for key in ("stop", "at", "updates", "score")}
+    return CurvePoint(point["stop"], point["at"], point["updates"], point["score"])
 
 
 def _whole_resume_point(train_dir: str) -> None:
@@ -267,7 +274,7 @@ def _finetune_child(results, start, data, save_dir, family, finetune, cpu, threa
 
 
 def merge_records(settings: PruneSettings, configs: Sequence[FinetuneConfig], out: str,
-                  unpruned: Optional[ConfigScores] = None) -> List[dict]:
+                  unpruned: Optional[ConfigScores] = None) -> List[FinetuneRecord]:
     """Every finished record in the configurations' order, tested against the fine-tuned control and the unpruned
     model, each point of its curve beside the control's at the same point; results.json, results.md, curves.png."""
     records = []
@@ -275,9 +282,9 @@ def merge_records(settings: PruneSettings, configs: Sequence[FinetuneConfig], ou
         path = os.path.join(out, config.name, RECORD)
         if os.path.isfile(path):
             with open(path) as stream:
-                records.append(json.load(stream))
+                records.append(FinetuneRecord.from_dict(json.load(stream)))
     missing = len(configs) - len(records)
-    control = next((r for r in records if r["name"] == CONTROL), None)
+    control = next((r for r in records if r.is_control), None)
     if control is not None and len(records) > 1:
         _test_against(settings, _scores(control), [r for r in records if r is not control], "control")
     if unpruned is not None and records:
@@ -286,17 +293,17 @@ def merge_records(settings: PruneSettings, configs: Sequence[FinetuneConfig], ou
         for record in records:
             _curve_gaps(record, control)
     history = training_history(settings.sweep.checkpoint)
-    listed = [{k: v for k, v in r.items() if k not in ("stats", "hypotheses")} for r in records]
-    for record in listed:
-        record["missing_configurations"] = missing  # > 0: another shard has not finished; merge again after it
-        record["trained_updates"], record["trained_epochs"] = history.updates, history.epochs
+    for record in records:
+        record.missing_configurations = missing  # > 0: another shard has not finished; merge again after it
+        record.trained_updates, record.trained_epochs = history.updates, history.epochs
+    listed = [record.to_dict(detail=False) for record in records]
     write_json(listed, os.path.join(out, RESULTS), indent=1)
-    if listed:
-        write_text(markdown_finetuned(listed, settings.sweep.metric.label), os.path.join(out, "results.md"))
-        if any(len(r.get("curve") or []) > 1 for r in listed):
-            plot_recovery_curves(listed, os.path.join(out, "curves.png"), settings.sweep.metric.label,
+    if records:
+        write_text(markdown_finetuned(records, settings.sweep.metric.label), os.path.join(out, "results.md"))
+        if any(len(r.curve) > 1 for r in records):
+            plot_recovery_curves(records, os.path.join(out, "curves.png"), settings.sweep.metric.label,
                                  _study_title(settings, history))
-    return listed
+    return records
 
 
 def _study_title(settings: PruneSettings, history) -> str:
@@ -308,26 +315,25 @@ def _study_title(settings: PruneSettings, history) -> str:
             f"fine-tuned {length}; random budgets: {settings.draws} draws")
 
 
-def _scores(record: dict) -> ConfigScores:
-    return ConfigScores(record["name"], record["spec"], {}, record["score_after"], record["score_after"],
-                        np.asarray(record["stats"]), record.get("hypotheses"))
+def _scores(record: FinetuneRecord) -> ConfigScores:
+    return ConfigScores(record.name, record.spec, {}, record.score_after, record.score_after,
+                        np.asarray(record.stats), record.hypotheses)
 
 
-def _test_against(settings: PruneSettings, baseline: ConfigScores, records: List[dict], against: str) -> None:
+def _test_against(settings: PruneSettings, baseline: ConfigScores, records: List[FinetuneRecord], against: str) -> None:
     """The study's paired test of each fine-tuned configuration against ``baseline``: the fine-tuned unpruned model
     (``against="control"``) or the unpruned model as the study scored it (``"unpruned"``, Budhraja et al.'s
     baseline)."""
     sweep = settings.sweep
     results = compare_with_baseline(baseline, [_scores(r) for r in records], sweep.test, sweep.test_metric)
     for record, result in zip(records, results):
-        record[f"delta_vs_{against}"] = record["score_after"] - _metric_score(settings, baseline)
-        record[f"p_value_vs_{against}"] = result.p_value
-        record[f"significant_vs_{against}"] = bool(result.p_value < sweep.test.alpha)
+        record.tests[against] = TestAgainst(record.score_after - _metric_score(settings, baseline), result.p_value,
+                                            bool(result.p_value < sweep.test.alpha))
 
 
-def _curve_gaps(record: dict, control: dict) -> None:
-    """Each point of a record's curve gets the control's score at the same point, and the gap to it."""
-    at_point = {(p["stop"], p["at"]): p["score"] for p in control.get("curve") or []}
-    for point in record.get("curve") or []:
-        reference = at_point.get((point["stop"], point["at"]))
-        point["gap_vs_control"] = None if reference is None else point["score"] - reference
+def _curve_gaps(record: FinetuneRecord, control: FinetuneRecord) -> None:
+    """Each point of a record's curve gets the gap to the control's score at the same point."""
+    at_point = {(p.stop, p.at): p.score for p in control.curve}
+    for point in record.curve:
+        reference = at_point.get((point.stop, point.at))
+        point.gap_vs_control = None if reference is None else point.score - reference

@@ -24,6 +24,7 @@ from ...study.output.files import write_json, write_text
 from ...study.methods.importance_scores import read_fisher_file, read_importance_file
 from ...study.methods.budgets import plan_budgets
 from ...study.methods.budhraja_configurations import requested_budgets
+from ...study.budhraja.records import FinetuneRecord
 from .finetune_configs import finetune_configurations, run_finetune_configs
 from ...study.methods.pruning import (
     TUNED_SUFFIX,
@@ -78,7 +79,7 @@ class PruneOutcome:
     budget_summary: List[Dict[str, object]] = field(default_factory=list)
     curve_files: List[str] = field(default_factory=list)  # written for the curves, relative to OUT
     budget_files: str = ""  # written for the budgets
-    finetune_records: List[Dict[str, object]] = field(default_factory=list)  # Budhraja et al.'s protocol
+    finetune_records: List[FinetuneRecord] = field(default_factory=list)  # Budhraja et al.'s protocol
     finetune_results: str = ""  # their file
     method_costs: Dict[str, Dict[str, object]] = field(default_factory=dict)  # per order: seconds, sentences
     curve_scopes: List[str] = field(default_factory=list)  # the curves' scopes (ffn, joint: the structure's)

@@ -31,6 +31,9 @@ from .pruning import pruned_at_level
 BUDGET_KINDS = ("per-layer", "per-type", "level", "layers")
 
 
+ONE_HEAD_PER_LAYER = "one head per layer of each type"  # Table 1's last row (the paper's 87%)
+
+
 @dataclass
 class Budget:
     """One of Budhraja et al.'s configurations: which heads are kept, at random within a budget or by position."""
@@ -41,7 +44,23 @@ class Budget:
     level: Optional[int] = None  # heads pruned anywhere (a level), each layer keeping at least ``min_per_layer``
     min_per_layer: int = 0
     strategy: Optional[LayerStrategy] = None  # whole layers pruned
-    note: str = ""  # where the configuration comes from (``Table 2, 25%, important layers kept``)
+    # where the configuration comes from in Budhraja et al.: its tables, the level of its row there, which of the
+    # row's configurations it is (``important layers kept``, ``fewest in ES``); none for a budget given by hand
+    tables: Tuple[int, ...] = ()
+    paper_level: Optional[float] = None
+    arm: str = ""
+
+    @property
+    def note(self) -> str:
+        """Where it comes from, as the tables say it: ``Table 2, 25%, important layers kept``."""
+        if not self.tables:
+            return ""
+        tables = ", ".join(f"Table {table}" for table in self.tables)
+        if self.paper_level is None:
+            return tables
+        if self.arm == ONE_HEAD_PER_LAYER:
+            return f"{tables}, {self.arm} ({self.paper_level:g}% in the paper)"
+        return f"{tables}, {self.paper_level:g}%, {self.arm}" if self.arm else f"{tables}, {self.paper_level:g}% pruned"
 
     @property
     def kind(self) -> str:

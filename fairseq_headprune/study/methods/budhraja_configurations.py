@@ -26,7 +26,7 @@ from typing import Dict, List, Sequence
 from ...constants import ATTENTION_TYPES
 from ...errors import HeadMaskError, SettingsError
 from ..masks.head_mask import HeadLayout
-from .budgets import (Budget, level_budget, one_head_per_layer_budget, parse_layer_budget, parse_type_budget,
+from .budgets import (ONE_HEAD_PER_LAYER, Budget, level_budget, one_head_per_layer_budget, parse_layer_budget, parse_type_budget,
                       strategy_budget)
 from .layer_strategies import paper_strategies
 
@@ -34,6 +34,7 @@ TABLES = (1, 2, 3, 4, 5, 6)
 TRANSLATION_TABLES, ENCODER_TABLES = (1, 2, 3), (4, 5, 6)
 PAPER_LAYERS, PAPER_HEADS = 6, 8  # the paper's Transformer-Base, per attention type
 TABLE1_LEVELS = (25, 35, 50, 55, 60, 75, 81)  # and 87%: one head per layer of each type
+PAPER_ONE_HEAD_LEVEL = 87  # the paper's level of one head per layer (7 of its 8)
 TABLE4_LEVELS = (10, 20, 30, 40, 50, 60, 70, 80, 90)
 # Table 2: heads kept per layer (ES, ED, DS) with the important layers kept; the paper's level in % pruned
 TABLE2 = {
@@ -121,10 +122,10 @@ def table1_budgets(layout: HeadLayout, levels: Sequence[float] = TABLE1_LEVELS, 
         except HeadMaskError:
             continue  # above one head per layer on this model
         if budget.level < most.level:
-            budget.note = f"Table {table}, {percent:g}% pruned"
+            budget.tables, budget.paper_level = (table,), percent
             budgets.append(budget)
     if not bert:
-        most.note = "Table 1, one head per layer of each type (87% in the paper)"
+        most.tables, most.paper_level, most.arm = (1,), PAPER_ONE_HEAD_LEVEL, ONE_HEAD_PER_LAYER
         budgets.append(most)
     return budgets
 
@@ -137,8 +138,8 @@ def table2_budgets(layout: HeadLayout) -> List[Budget]:
                 for t, profile in zip(ATTENTION_TYPES, profiles)}
         for which, per_layer in (("kept", kept), ("pruned", {t: counts[::-1] for t, counts in kept.items()})):
             label = " ".join(_group(counts) for counts in per_layer.values())
-            budgets.append(Budget(label, per_layer=per_layer,
-                                  note=f"Table 2, {level}%, important layers {which}"))
+            budgets.append(Budget(label, per_layer=per_layer, tables=(2,), paper_level=level,
+                                  arm=f"important layers {which}"))
     return budgets
 
 
@@ -152,7 +153,7 @@ def table3_budgets(layout: HeadLayout) -> List[Budget]:
                         for t, count in zip(ATTENTION_TYPES, triple)}
             fewest = TYPE_ABBREVIATIONS[min(per_type, key=lambda t: triple[ATTENTION_TYPES.index(t)])]
             label = "(" + ",".join(str(per_type[t]) for t in ATTENTION_TYPES) + ")"
-            budgets.append(Budget(label, per_type=per_type, note=f"Table 3, {level}%, fewest in {fewest}"))
+            budgets.append(Budget(label, per_type=per_type, tables=(3,), paper_level=level, arm=f"fewest in {fewest}"))
     return budgets
 
 
@@ -166,10 +167,9 @@ def strategy_budgets(layout: HeadLayout, tables: Sequence[int]) -> List[Budget]:
                 continue
             for strategy in paper_strategies(layout[attention_type][0], (table,),
                                              attention_type if len(types) > 1 else None):
-                budget = budgets.setdefault(strategy.label, Budget(strategy.label, strategy=strategy,
-                                                                   note=f"Table {table}"))
-                if f"Table {table}" not in budget.note:
-                    budget.note += f", Table {table}"
+                budget = budgets.setdefault(strategy.label, Budget(strategy.label, strategy=strategy))
+                if table not in budget.tables:
+                    budget.tables += (table,)
     return list(budgets.values())
 
 

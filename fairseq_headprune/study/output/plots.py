@@ -9,7 +9,7 @@ from .files import atomic_path
 import numpy as np
 from ..methods.epoch_curves import dynamics_grid
 from ..methods.pruning import TUNED_SUFFIX, curve_orders, order_title
-from .finetune_report import recovery_curve_rows
+from ..budhraja.report import recovery_curve_rows
 
 
 
@@ -287,7 +287,7 @@ def plot_recovery_curves(records, path: str, label: str, title: str) -> None:
     per budget (the mean over its draws, the band their spread), so that a reader sees whether it still closes."""
     plt = _pyplot()
     figure, axis = plt.subplots(figsize=(7.5, 4.5))
-    for budget, points in recovery_curve_rows(records):
+    for budget, points in recovery_curve_rows(records):  # FinetuneRecord
         updates = [p["updates"] for p in points]
         means = np.array([p["mean"] for p in points])
         spreads = np.array([p["std"] for p in points])

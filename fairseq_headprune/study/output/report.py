@@ -14,6 +14,7 @@ from typing import Dict
 from ...constants import ATTENTION_TYPES
 from ...errors import StudyError
 from .files import write_text
+from .finding import INCONCLUSIVE, NO, YES
 from .findings import curve_point, markdown_findings, paper_findings
 from ..statistics.metrics import metric_of_record
 
@@ -21,7 +22,7 @@ REPORT = "report.md"
 DEFAULT_TITLE = "fairseq-headprune study"
 
 
-from .finetune_report import section_finetune
+from ..budhraja.report import section_finetune
 from .structures_report import section_structures
 from ..methods.comparison import describe_goal, goal_check, markdown_costs
 
@@ -377,14 +378,17 @@ def _section_findings(study: _Study) -> str:
     rows = paper_findings(lambda relative: study.json(relative) if study.exists(relative) else None)
     if not rows:
         return ""
-    judged = [row for row in rows if row[-1] is not None]
-    reproduced = sum(1 for row in judged if row[-1])
-    unjudged = len(rows) - len(judged)
+    counts = {verdict: sum(1 for row in rows if row.verdict == verdict) for verdict in (YES, NO, INCONCLUSIVE)}
+    judged = counts[YES] + counts[NO]
+    shown = sum(1 for row in rows if not row.judged)
     return (
         "## What reproduces\n\n"
-        f"Each finding of the papers, checked against this study's numbers by the rule in the fourth column: "
-        f"{reproduced} of {len(judged)} reproduce"
-        + (f"; {unjudged} measured under another protocol than the paper's are shown, not judged" if unjudged else "")
+        "Each finding of the papers, checked against this study's numbers by the rule in the fifth column, with the "
+        f"protocol and evidence it rests on: {counts[YES]} of {judged} judged reproduce"
+        + (f"; {counts[INCONCLUSIVE]} inconclusive (the evidence falls short of the paper's: the rule says why)"
+           if counts[INCONCLUSIVE] else "")
+        + (f"; {shown} shown, not judged (another protocol than the paper's, or this project's own comparison)"
+           if shown else "")
         + ".\n\n" + markdown_findings(rows) + "\n"
     )
 

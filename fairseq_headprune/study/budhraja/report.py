@@ -1,0 +1,98 @@
+"""The report's section on configurations fine-tuned after pruning (Budhraja et al. 2020's protocol): the table of
+every configuration before and after, its tests against both baselines, and the recovery curves' table."""
+
+import statistics
+from typing import Dict, List, Sequence, Tuple
+
+from .records import FinetuneRecord
+
+FINETUNE_RESULTS = "pruning/finetune/results.json"
+
+
+def _tested(record: FinetuneRecord, against: str) -> Tuple[str, str]:
+    """The delta and p-value cells of a record's test against ``control`` or ``unpruned`` (bold: significant)."""
+    test = record.tests.get(against)
+    if test is None:
+        return "", ""
+    delta = f"{test.delta:+.2f}"
+    return (f"**{delta}**" if test.significant else delta), f"{test.p_value:.3f}"
+
+
+def markdown_finetuned(records: Sequence[FinetuneRecord], label: str = "BLEU") -> str:
+    """One row per configuration: % pruned, the score without and with fine-tuning, against the fine-tuned control
+    and against the unpruned model (Budhraja et al.'s baseline); then the recovery curves' table."""
+    lines: List[str] = [
+        f"| configuration | from | % pruned | {label} without fine-tuning | {label} fine-tuned "
+        f"| Δ vs fine-tuned unpruned | p | Δ vs unpruned | p | layer spread of the change |\n",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    ]
+    for record in records:
+        spread = record.layer_spread
+        cells = [*_tested(record, "control"), *_tested(record, "unpruned")]
+        lines.append(
+            f"| `{record.label}` | {record.note or record.kind} | {record.percent:.1f} "
+            f"| {record.score_before:.2f} | {record.score_after:.2f} | " + " | ".join(cells)
+            + f" | {'' if spread is None else format(spread, '.0%')} |\n")
+    curves = markdown_recovery_curves(records, label)
+    return "".join(lines) + ("\n" + curves if curves else "")
+
+
+def recovery_curve_rows(records: Sequence[FinetuneRecord]) -> List[Tuple[str, List[Dict[str, object]]]]:
+    """Per budget (its draws together; the control left out): at each point of the curve, the updates done and the
+    mean and spread over draws of the gap to the control at the same point."""
+    groups: Dict[str, List[FinetuneRecord]] = {}
+    for record in records:
+        if not record.is_control and record.curve:
+            groups.setdefault(record.group, []).append(record)
+    rows = []
+    for budget, members in groups.items():
+        points = []
+        for index, point in enumerate(members[0].curve):
+            gaps = [m.curve[index].gap_vs_control for m in members if len(m.curve) > index]
+            if any(gap is None for gap in gaps):
+                continue
+            points.append({"updates": point.updates, "mean": statistics.mean(gaps),
+                           "std": statistics.pstdev(gaps), "draws": len(gaps)})
+        if points:
+            rows.append((budget, points))
+    return rows
+
+
+def markdown_recovery_curves(records: Sequence[FinetuneRecord], label: str = "BLEU") -> str:
+    """The gap to the fine-tuned control at every point of the curve, one row per budget (mean ± std over draws)."""
+    rows = recovery_curve_rows(records)
+    if not rows:
+        return ""
+    updates = [p["updates"] for p in max((points for _, points in rows), key=len)]
+    lines = ["| budget (draws) | " + " | ".join(str(u) for u in updates) + " |\n",
+             "|---|" + "---:|" * len(updates) + "\n"]
+    for budget, points in rows:
+        cells = {p["updates"]: (f"{p['mean']:+.2f}" + (f" ± {p['std']:.2f}" if p["draws"] > 1 else ""))
+                 for p in points}
+        lines.append(f"| `{budget}` ({points[0]['draws']}) | " + " | ".join(cells.get(u, "") for u in updates) + " |\n")
+    return (f"{label} minus the fine-tuned control's at the same point, by updates of fine-tuning:\n\n"
+            + "".join(lines))
+
+
+def section_finetune(study) -> str:
+    data = study.json(FINETUNE_RESULTS)
+    if not data:
+        return ""
+    records = [FinetuneRecord.from_dict(item) for item in data]
+    label = "accuracy" if records[0].metric == "accuracy" else records[0].metric.upper()
+    missing = records[0].missing_configurations
+    text = (
+        "## Fine-tuned after pruning (Budhraja et al.'s protocol)\n\n"
+        f"Every configuration fine-tuned {records[0].finetune} from the checkpoint with its pruned heads held at "
+        "zero (the checkpoint's optimizer, criterion and batch size), then scored again; the unpruned model "
+        "fine-tuned alike is the control, and each configuration is tested against it and against the unpruned "
+        "model without fine-tuning, the paper's baseline (bold: significant). "
+        "The layer spread is the largest relative difference between two layers' mean change of the unpruned "
+        "heads' W_q, W_k, W_v (Figure 2; the paper: below 10%)"
+        + (f"; {missing} configurations of another shard are not done yet" if missing else "") + ".\n\n"
+    )
+    figure = ""
+    if study.exists("pruning/finetune/curves.png"):
+        figure = ("\n![the gap of each configuration to the fine-tuned control against updates of fine-tuning]"
+                  "(pruning/finetune/curves.png)\n")
+    return text + markdown_finetuned(records, label) + figure + "\n" + study.command("finetune")
