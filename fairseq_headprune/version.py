@@ -1,3 +1,3 @@
 """The package version, in one place (setup.py, --version and the package root read it)."""
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
