@@ -47,7 +47,7 @@ setup(
         # official fairseq 0.12.2 fails to import on Python >= 3.11 (dataclass mutable defaults)
         "fairseq": ["fairseq>=0.12.2; python_version < '3.11'", "ve-fairseq>=0.12.3; python_version >= '3.11'"],
         "ctranslate2": ["ctranslate2>=4.0"],
-        "test": ["pytest>=7", "pytest-xdist>=3"],
+        "test": ["pytest>=7", "pytest-xdist>=3", "ruff>=0.6"],
     },
     entry_points={"console_scripts": ["fairseq-headprune=fairseq_headprune.cli:main"]},
     classifiers=[

@@ -21,10 +21,10 @@ logic: masks, statistics, methods, output; no fairseq) -> ``modules/``,
 
 import sys
 
-from .engine import EXPORTS as _ENGINE_EXPORTS
-from .lazy_exports import lazy_attributes
-from .study import EXPORTS as _STUDY_EXPORTS
-from .version import __version__
+from fairseq_headprune.engine import EXPORTS as _ENGINE_EXPORTS
+from fairseq_headprune.lazy_exports import lazy_attributes
+from fairseq_headprune.study import EXPORTS as _STUDY_EXPORTS
+from fairseq_headprune.version import __version__
 
 _ERRORS = ("HeadPruneError", "HeadMaskError", "CheckpointError", "ResultFileError", "StudyError", "DependencyError",
            "SettingsError")
@@ -35,8 +35,8 @@ __getattr__, __dir__ = lazy_attributes(__name__, _EXPORTS)
 if "fairseq" in sys.modules:
     # imported by fairseq itself (--user-dir) or after it: register now, so the
     # study modules stay importable without fairseq otherwise
-    from .errors import report_plugin_errors_in_one_line
-    from .registry import register_components
+    from fairseq_headprune.errors import report_plugin_errors_in_one_line
+    from fairseq_headprune.registry import register_components
 
     register_components()
     report_plugin_errors_in_one_line()  # fairseq's commands print tracebacks

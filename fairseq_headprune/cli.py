@@ -11,7 +11,7 @@ import subprocess
 import sys
 from typing import List, Optional, Sequence
 
-from .commands import (
+from fairseq_headprune.commands import (
     ablate,
     compensation,
     compress,
@@ -27,11 +27,11 @@ from .commands import (
     shrink,
     significance,
 )
-from .commands.fairseq_commands import FAIRSEQ_COMMANDS, run_fairseq_command
-from .errors import DEBUG_VARIABLE, HeadPruneError, debugging
-from .version import __version__
-from .engine.runtime.console import quiet_libraries  # noqa: F401  (the scripts' and commands' entry)
-from .engine.runtime.ranks import SHARDED_COMMANDS, join_ranks, launched_world_size, leave_ranks
+from fairseq_headprune.commands.fairseq_commands import FAIRSEQ_COMMANDS, run_fairseq_command
+from fairseq_headprune.engine.runtime.console import quiet_libraries  # noqa: F401  (the scripts' and commands' entry)
+from fairseq_headprune.engine.runtime.ranks import SHARDED_COMMANDS, join_ranks, launched_world_size, leave_ranks
+from fairseq_headprune.errors import DEBUG_VARIABLE, HeadPruneError, debugging
+from fairseq_headprune.version import __version__
 
 # in the order --help lists them
 COMMAND_MODULES = (corpus, mask, importance, shrink, export, ablate, significance, prune, search, compress, dynamics,

@@ -9,8 +9,10 @@ traceback, unless ``FAIRSEQ_HEADPRUNE_DEBUG=1`` (or ``fairseq-headprune
 callers can catch them the usual way.
 """
 
+import contextlib
 import os
 import sys
+from typing import Callable, Iterator
 
 # set (to anything but 0) to see the traceback of an error the commands would report in one line
 DEBUG_VARIABLE = "FAIRSEQ_HEADPRUNE_DEBUG"
@@ -75,3 +77,30 @@ def first_line(error: BaseException) -> str:
     """The first line of a library's error message (its type's name if it has none), to quote in ours."""
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def raised_by_the_plugin(error: BaseException) -> bool:
+    """Whether ``error`` was raised in the plugin's own code (its traceback's innermost frame): a bug to show with
+    its traceback, not input to report in one line."""
+    frame = error.__traceback__
+    while frame is not None and frame.tb_next is not None:
+        frame = frame.tb_next
+    return frame is not None and os.path.abspath(frame.tb_frame.f_code.co_filename).startswith(_PACKAGE_DIR)
+
+
+@contextlib.contextmanager
+def library_errors_as(report: Callable[[BaseException], HeadPruneError]) -> Iterator[None]:
+    """The errors fairseq or torch raise in the call inside (fairseq raises bare ``Exception`` for bad input) as
+    the plugin's one-line error ``report(error)``, the cause chained (its traceback shown under
+    ``FAIRSEQ_HEADPRUNE_DEBUG``); the plugin's own errors, and its bugs, pass through unchanged."""
+    try:
+        yield
+    except HeadPruneError:
+        raise
+    except Exception as error:
+        if raised_by_the_plugin(error):
+            raise
+        raise report(error) from error

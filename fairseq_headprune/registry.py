@@ -9,7 +9,7 @@ when fairseq imports it as ``--user-dir``) calls ``register_components``.
 
 import logging
 
-from .errors import DependencyError
+from fairseq_headprune.errors import DependencyError
 
 _registered = False
 
@@ -27,10 +27,10 @@ def register_components() -> None:
     # fairseq announces at import that an optional speech dependency is missing
     logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
     check_fairseq()
-    from .compat import torch_load  # noqa: F401  (the allow-list, applied on import)
-    from .compat.numpy2 import give_token_block_dataset_compat_long
-    from .criterions import headprune_gates, headprune_importance, headprune_word_distillation  # noqa: F401
-    from .tasks import fairseq_headprune, headprune_language_modeling, headprune_sentence_prediction  # noqa: F401
+    from fairseq_headprune.compat import torch_load  # noqa: F401  (the allow-list, applied on import)
+    from fairseq_headprune.compat.numpy2 import give_token_block_dataset_compat_long
+    from fairseq_headprune.criterions import headprune_gates, headprune_importance, headprune_word_distillation  # noqa: F401
+    from fairseq_headprune.tasks import fairseq_headprune, headprune_language_modeling, headprune_sentence_prediction  # noqa: F401
 
     give_token_block_dataset_compat_long()  # transformer_lm data under numpy 2
     _registered = True

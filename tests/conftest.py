@@ -150,9 +150,8 @@ def tiny_model(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_task_and_model(tiny_model):
     """The tiny model loaded through the fairseq-headprune task, in eval mode."""
-    from fairseq import checkpoint_utils, tasks, utils
+    from fairseq import checkpoint_utils, options, tasks, utils
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-    from fairseq import options
 
     import fairseq_headprune.registry
 
@@ -222,8 +221,9 @@ def counted_flops_per_token(model, positions=32):
     """FLOPs per token of every attention layer keeping k heads and every FFN layer, by torch's FlopCounterMode.
 
     Each attention layer is narrowed to its first k heads (k = 1 .. H) and run on an unfused path with the
-    attention weights returned, whose explicit matrix products the counter sees, on ``positions`` positions attending to as many; each FFN layer
-    runs fc1 and fc2 on as many positions. An independent count of what ``model_flops`` prices.
+    attention weights returned, whose explicit matrix products the counter sees, on ``positions`` positions
+    attending to as many; each FFN layer runs fc1 and fc2 on as many positions. An independent count of what
+    ``model_flops`` prices.
     """
     import copy
 

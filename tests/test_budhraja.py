@@ -13,12 +13,23 @@ import pytest
 import torch
 
 from fairseq_headprune.errors import HeadMaskError, SettingsError
-from fairseq_headprune.study.methods.budgets import budget_mask, level_budget, one_head_per_layer_budget, plan_budgets
-from fairseq_headprune.study.methods.budhraja_configurations import (
-    TABLE2, paper_budgets, parse_tables, resample_profile, table1_budgets, table2_budgets, table3_budgets)
-from fairseq_headprune.study.methods.compensation import measure_compensation
-from fairseq_headprune.study.methods.layer_strategies import (
-    PAPER_COUNTS, parse_layer_strategy, paper_strategies, strategy_mask)
+from fairseq_headprune.study.budhraja.budgets import budget_mask, level_budget, one_head_per_layer_budget, plan_budgets
+from fairseq_headprune.study.budhraja.compensation import measure_compensation
+from fairseq_headprune.study.budhraja.configurations import (
+    TABLE2,
+    paper_budgets,
+    parse_tables,
+    resample_profile,
+    table1_budgets,
+    table2_budgets,
+    table3_budgets,
+)
+from fairseq_headprune.study.budhraja.layer_strategies import (
+    PAPER_COUNTS,
+    paper_strategies,
+    parse_layer_strategy,
+    strategy_mask,
+)
 
 BERT = {"enc-enc": (12, 12)}
 PAPER_TRANSFORMER = {"enc-enc": (6, 8), "enc-dec": (6, 8), "dec-dec": (6, 8)}
@@ -116,7 +127,8 @@ def test_table2_and_table3_reproduce_the_papers_counts_on_its_own_model():
     pruned = [b for b in table2_budgets(PAPER_TRANSFORMER) if b.note.endswith("pruned")]
     for keep, prune in zip(kept, pruned):
         assert all(prune.per_layer[t] == keep.per_layer[t][::-1] for t in keep.per_layer)
-    triples = [tuple(b.per_type[t] for t in ("enc-enc", "enc-dec", "dec-dec")) for b in table3_budgets(PAPER_TRANSFORMER)]
+    triples = [tuple(b.per_type[t] for t in ("enc-enc", "enc-dec", "dec-dec"))
+               for b in table3_budgets(PAPER_TRANSFORMER)]
     assert triples[:3] == [(14, 31, 30), (31, 14, 30), (30, 31, 14)] and triples[-1] == (12, 9, 5)
 
 
@@ -143,8 +155,8 @@ def test_paper_budgets_refuse_translation_tables_on_an_encoder_and_parse_table_l
 def test_compensation_equals_a_direct_per_head_computation():
     generator = torch.Generator().manual_seed(0)
     layout = {"enc-enc": (2, 4), "enc-dec": (2, 4), "dec-dec": (2, 4)}
-    before = {(t, l): tuple(torch.randn(16, 16, generator=generator) for _ in range(3))
-              for t in layout for l in range(2)}
+    before = {(t, layer): tuple(torch.randn(16, 16, generator=generator) for _ in range(3))
+              for t in layout for layer in range(2)}
     after = {key: tuple(w + 0.1 * (1 + key[1]) * torch.randn(16, 16, generator=generator) for w in weights)
              for key, weights in before.items()}
     pruned = {t: torch.ones(2, 4) for t in layout}
@@ -167,7 +179,8 @@ def test_compensation_equals_a_direct_per_head_computation():
 
 
 def test_finetuning_settings_name_the_option_to_correct(tmp_path):
-    from fairseq_headprune.study.prune_settings import FinetuneSettings, PruneSettings
+    from fairseq_headprune.study.finetuning import FinetuneSettings
+    from fairseq_headprune.study.pruning.settings import PruneSettings
     from fairseq_headprune.study.settings import SweepSettings
 
     (tmp_path / "train.en-fr.en.bin").write_bytes(b"")

@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import REPO, USER_DIR, run, save_zeroed_checkpoint
-
 import fairseq_headprune.compat.torch_load  # noqa: F401  (lets torch.load read fairseq checkpoints)
 from fairseq_headprune.engine.checkpoints.info import checkpoint_head_layout
 from fairseq_headprune.study.masks.head_mask import parse_head_mask
+
+from conftest import REPO, USER_DIR, run, save_zeroed_checkpoint
 
 UPDATES = 8  # a resume point after every update (a tenth of the fine-tune, at least one)
 CURVE = (3, 6)  # the recovery curve's points on the way (0 and UPDATES are always points)
@@ -164,7 +164,8 @@ def test_compensation_of_a_finetuned_configuration_equals_a_direct_computation(t
         measured = json.load(stream)
     # the pruned heads are the ones the fine-tuned checkpoint records
     assert measured["pruned"] == [f"A:2:{h}" for h in range(1, 9)]
-    before, after = (torch.load(p, map_location="cpu")["model"] for p in (tiny_model["checkpoint"], record["checkpoint"]))
+    before, after = (torch.load(p, map_location="cpu")["model"]
+                     for p in (tiny_model["checkpoint"], record["checkpoint"]))
     letters = {"enc-enc": "E", "enc-dec": "A", "dec-dec": "D"}
     for attention_type, prefix in PREFIXES.items():
         for layer in range(2):

@@ -7,10 +7,11 @@ import pickle
 import pytest
 import torch
 
-from conftest import USER_DIR, run, validate_loss
 from fairseq_headprune.engine.checkpoints.info import checkpoint_head_layout
 from fairseq_headprune.errors import CheckpointError
-from fairseq_headprune.engine.checkpoints.legacy import write_legacy_checkpoint
+
+from conftest import USER_DIR, run, validate_loss
+from support import write_legacy_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +88,7 @@ def generate(data, checkpoint, *extra):
          "--task", "fairseq-headprune", "--gen-subset", "valid", "--beam", "4",
          "--batch-size", "64", *extra]
     )
-    return sorted(l for l in result.stdout.splitlines() if l.startswith("H-"))
+    return sorted(line for line in result.stdout.splitlines() if line.startswith("H-"))
 
 
 def test_legacy_checkpoint_loads_with_the_task_and_translates(tiny_model, legacy_checkpoint):

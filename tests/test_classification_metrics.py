@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from conftest import run
 from fairseq_headprune.errors import SettingsError
-from fairseq_headprune.study.methods.ablation import ConfigScores, compare_with_baseline
-from fairseq_headprune.study.statistics.metrics import ACCURACY, MATTHEWS, TOKENIZED_BLEU
+from fairseq_headprune.study.importance.ablation import ConfigScores, compare_with_baseline
 from fairseq_headprune.study.settings import SweepSettings
+from fairseq_headprune.study.statistics.metrics import ACCURACY, MATTHEWS, TOKENIZED_BLEU
 from fairseq_headprune.study.statistics.significance import SignificanceSettings, mcnemar_exact, paired_t_test
+
+from conftest import run
 
 
 def labels(count, classes, seed):

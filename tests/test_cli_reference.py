@@ -33,7 +33,8 @@ def test_the_cli_reference_is_up_to_date():
     recorded = re.search(r"Python (\d+\.\d+)", current)
     running = f"{sys.version_info.major}.{sys.version_info.minor}"
     if recorded and recorded.group(1) != running:
-        pytest.skip(f"docs/cli.md was generated with Python {recorded.group(1)}; argparse of {running} formats differently")
+        pytest.skip(f"docs/cli.md was generated with Python {recorded.group(1)}; "
+                    f"argparse of {running} formats differently")
     fresh = generator.render()
     if fresh != current:
         diff = "".join(list(difflib.unified_diff(current.splitlines(True), fresh.splitlines(True),

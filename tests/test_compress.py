@@ -13,12 +13,12 @@ import os
 
 import pytest
 import torch
-
-from conftest import run
 from test_language_model import tiny_lm  # noqa: F401  (the fixture)
 from test_sentence_prediction import classifier  # noqa: F401  (the fixture)
 
 import fairseq_headprune.compat.torch_load  # noqa: F401  (its allow-list lets torch.load read checkpoints)
+
+from conftest import run
 
 # small estimates and few timed sentences: the tests are about the path, not the numbers
 ESTIMATES = ["--importance-limit", "64", "--tune-limit", "64", "--cpu", "--no-progress"]
@@ -88,7 +88,8 @@ def test_a_run_writes_its_report(tiny_model, compressed):
     for text in ("# Compressed model: flops=60%", "## BLEU on test", "## Size", "## Decoding speed",
                  "ct2 compressed float32", str(out / "shrink" / "checkpoint.pt")):
         assert text in markdown, text
-    assert f"BLEU\tunpruned {evaluation['unpruned']:.2f}, compressed {evaluation['compressed']:.2f}" in compressed["stdout"]
+    assert (f"BLEU\tunpruned {evaluation['unpruned']:.2f}, compressed {evaluation['compressed']:.2f}"
+            in compressed["stdout"])
 
 
 def assert_p_value_agrees_with_sacrebleu(out, evaluation, tokenized_references):
@@ -314,7 +315,8 @@ def assert_exported_lm_scores_as_fairseq(tiny_lm, checkpoint, exported):  # noqa
             kept = target.ne(dictionary.pad())
             expected = lprobs[row].gather(-1, target.unsqueeze(-1)).squeeze(-1)[kept]
             # the model's input (</s> first) and the last target token: CTranslate2 scores all but the first
-            tokens = [dictionary[i] for i in inputs[inputs.ne(dictionary.pad())].tolist()] + [dictionary[int(target[kept][-1])]]
+            tokens = ([dictionary[i] for i in inputs[inputs.ne(dictionary.pad())].tolist()]
+                      + [dictionary[int(target[kept][-1])]])
             found = torch.tensor(generator.score_batch([tokens])[0].log_probs)
             assert len(found) == len(expected)
             worst, count = max(worst, (found - expected).abs().max().item()), count + 1
@@ -390,7 +392,7 @@ def test_the_deployment_benchmark_prints_its_table(tiny_model, tmp_path):
 def test_translation_fine_tunes_by_default_and_other_families_do_not(tiny_model, classifier):  # noqa: F811
     from fairseq_headprune.cli import build_parser
     from fairseq_headprune.commands.compress import compress_settings
-    from fairseq_headprune.study.methods.compression import DEFAULT_TRANSLATION_FINETUNE_UPDATES
+    from fairseq_headprune.study.compression.settings import DEFAULT_TRANSLATION_FINETUNE_UPDATES
 
     def settings(data, checkpoint, *options):
         args, unknown = build_parser().parse_known_args(["compress", str(data), "--path", str(checkpoint),

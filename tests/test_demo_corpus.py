@@ -124,7 +124,8 @@ def test_shifted_domain_is_longer_and_coordinates_more():
 
 def test_sentence_adverbials_end_the_english_and_either_end_or_start_the_french():
     fronted = final = 0
-    for (english, french), (_, majority) in zip(generate_corpus(2000, seed=5), generate_corpus(2000, seed=5, majority=True)):
+    for (english, french), (_, majority) in zip(generate_corpus(2000, seed=5),
+                                                generate_corpus(2000, seed=5, majority=True)):
         if english.endswith(("yesterday .", "last night .", "today .")):
             words = {"yesterday": "hier", "night": "hier soir", "today": "aujourd'hui"}[english.split()[-2]]
             if french.startswith(words + " ,"):

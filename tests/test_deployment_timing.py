@@ -45,7 +45,8 @@ def timed(tiny_model, tmp_path_factory):
 
 def test_each_system_decodes_in_its_own_process_without_the_other_engine(timed):
     processes = timed["run"].processes
-    assert len({p["pid"] for p in processes.values()}) == 3 and os.getpid() not in {p["pid"] for p in processes.values()}
+    assert (len({p["pid"] for p in processes.values()}) == 3
+            and os.getpid() not in {p["pid"] for p in processes.values()})
     assert processes["ct2 unpruned float32"]["torch_imported"] is False  # CTranslate2 alone in its process
     assert all(p["omp_wait_policy"] == os.environ.get("OMP_WAIT_POLICY") for p in processes.values())
     environment = timed["run"].environment

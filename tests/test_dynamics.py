@@ -6,9 +6,9 @@ import os
 import pytest
 import torch
 
-from conftest import run
-
 import fairseq_headprune.compat.torch_load  # noqa: F401  (its allow-list lets torch.load read checkpoints)
+
+from conftest import run
 
 STUDY = ["--gen-subset", "valid", "--step-percent", "50", "--max-percent", "50", "--beam", "2",
          "--batch-size", "64", "--max-len-a", "1.2", "--max-len-b", "10", "--no-progress"]
@@ -37,7 +37,7 @@ def study(tiny_model, epochs_dir, tmp_path_factory):
 
 
 def test_every_epoch_gets_its_own_importance_and_curve(tiny_model, epochs_dir, study):
-    from fairseq_headprune.study.methods.importance_scores import read_importance_file
+    from fairseq_headprune.study.importance.scores import read_importance_file
     from fairseq_headprune.study.output.files import file_sha256
 
     out_dir, rows, stdout = study
@@ -87,7 +87,9 @@ def test_no_epoch_checkpoints_is_one_line(tiny_model, tmp_path):
         f"{tmp_path / 'ckpts'}; fairseq-train saves them unless --no-epoch-checkpoints is given"
     )
     missing = dynamics(tiny_model, tmp_path / "nowhere", tmp_path / "out", check=False)
-    assert missing.stderr.strip() == f"fairseq-headprune dynamics: error: checkpoint directory not found: {tmp_path / 'nowhere'}"
+    assert missing.stderr.strip() == (
+        f"fairseq-headprune dynamics: error: checkpoint directory not found: {tmp_path / 'nowhere'}"
+    )
 
 
 def test_checkpoints_of_different_architectures_are_refused(tiny_model, tmp_path):
@@ -150,8 +152,8 @@ def test_a_report_of_an_empty_directory_is_one_line(tmp_path):
 
 
 def test_the_report_keeps_every_table_of_a_file_but_its_caption(tmp_path):
-    from fairseq_headprune.study.output.tables import markdown_single_table
     from fairseq_headprune.study.output.report import _Study
+    from fairseq_headprune.study.output.tables import markdown_single_table
 
     rows = [{"attention_type": t, "layer": 1, "head": h, "delta": -0.1 * h, "significant": h == 2}
             for t in ("enc-enc", "enc-dec") for h in (1, 2)]

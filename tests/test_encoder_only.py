@@ -13,8 +13,6 @@ import copy
 import pytest
 import torch
 
-from conftest import zeroed_copy
-
 from fairseq_headprune.errors import HeadMaskError
 from fairseq_headprune.modules.masked_multihead_attention import (
     MaskedMultiheadAttention,
@@ -23,6 +21,8 @@ from fairseq_headprune.modules.masked_multihead_attention import (
     set_head_mask,
 )
 from fairseq_headprune.study.masks.head_mask import full_mask, parse_head_mask
+
+from conftest import zeroed_copy
 
 LAYERS, HEADS = 3, 4
 CLASSES = 3

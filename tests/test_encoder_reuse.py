@@ -42,8 +42,8 @@ def encoder_rows(model, translate):
 
 
 def test_shared_encoder_gives_the_same_translations(translators):
-    from fairseq_headprune.study.masks.head_mask import parse_head_mask
     from fairseq_headprune.modules.masked_multihead_attention import head_layout
+    from fairseq_headprune.study.masks.head_mask import parse_head_mask
 
     model, shared, unshared = translators
     layout = head_layout(model)

@@ -8,13 +8,12 @@ one zeta per example (classifiers and language models).
 
 import pytest
 import torch
-
 from test_importance import SENTENCES, criterion_scores, sentence_loss
 from test_language_model import build_lm, token_rows
 
 from fairseq_headprune.criterions.headprune_importance import HeadPruneImportanceCriterion
-from fairseq_headprune.engine.methods.example_importance import example_importance
-from fairseq_headprune.engine.methods.translation_importance import estimate_importance
+from fairseq_headprune.engine.importance.examples import example_importance
+from fairseq_headprune.engine.importance.translation import estimate_importance
 from fairseq_headprune.engine.runners.batches import split_batches
 from fairseq_headprune.modules.masked_ffn import ffn_layout, install_ffn_masks, set_ffn_mask
 from fairseq_headprune.modules.masked_multihead_attention import head_layout, set_head_mask

@@ -12,7 +12,6 @@ import copy
 
 import pytest
 import torch
-
 from test_encoder_only import batch as classifier_batch
 from test_encoder_only import build_roberta, classify
 from test_language_model import build_lm, next_token_logits, token_rows
@@ -115,7 +114,8 @@ def test_per_sentence_masks_and_gradients_are_each_sentences_own():
     tokens = token_rows(dictionary, lengths=(10, 10, 10))
     layout = ffn_layout(model)
     generator = torch.Generator().manual_seed(0)
-    values = {t: torch.rand(layers, tokens.size(0), width, generator=generator) for t, (layers, width) in layout.items()}
+    values = {t: torch.rand(layers, tokens.size(0), width, generator=generator)
+              for t, (layers, width) in layout.items()}
     batch_mask = {t: v.clone().requires_grad_(True) for t, v in values.items()}
     with ffn_mask_applied(model, batch_mask):
         per_sentence = next_token_logits(model, tokens).sum(dim=(1, 2))
@@ -210,11 +210,12 @@ def test_a_shrunk_translation_checkpoint_reloads_and_decodes_as_the_masked_model
     """Heads and neurons removed together from the tiny model: logits within 1e-4, the same beams, fewer parameters."""
     import re
 
-    from conftest import run
     from test_shrink import load
 
     from fairseq_headprune.modules.masked_multihead_attention import head_layout, head_mask_applied
     from fairseq_headprune.study.masks.head_mask import parse_head_mask
+
+    from conftest import run
 
     task, model = tiny_task_and_model
     head_spec, ffn_spec = "E:1:1-4 D:2:keep=2", "E:1:1-100 E:2:keep=1-64 D:1:*"
@@ -225,7 +226,8 @@ def test_a_shrunk_translation_checkpoint_reloads_and_decodes_as_the_masked_model
     before, after = re.search(r"^total\t(\d+)\t(\d+)", result.stdout, re.M).groups()
     removed_heads, width, head_dim = 4 + 7, 64, 8
     per_neuron = width + 1 + width  # its fc1 row and bias, its fc2 column
-    assert int(before) - int(after) == (100 + 64 + 128) * per_neuron + removed_heads * (4 * head_dim * width + 3 * head_dim)
+    assert int(before) - int(after) == ((100 + 64 + 128) * per_neuron
+                                        + removed_heads * (4 * head_dim * width + 3 * head_dim))
     _, shrunk = load(tiny_model, tmp_path / "pruned.pt")
     assert [shrunk.encoder.layers[i].fc1.out_features for i in (0, 1)] == [28, 64]
     assert shrunk.decoder.layers[0].fc1.out_features == 0

@@ -75,8 +75,8 @@ def write(path, payload):
 
 
 def test_the_report_reads_the_speed_benchmark_and_the_comparison_of_pruning_methods(tmp_path):
-    from fairseq_headprune.study.methods.comparison import goal_check
     from fairseq_headprune.study.output.report import write_report
+    from fairseq_headprune.study.pruning.comparison import goal_check
 
     measurement = {"removed_heads": 36, "total_heads": 72, "batch_size": 64, "speedup_shrunk_vs_unpruned": 1.3,
                    "median_seconds": {"unpruned": 1.0, "masked": 1.1, "shrunk": 0.77},
@@ -90,7 +90,8 @@ def test_the_report_reads_the_speed_benchmark_and_the_comparison_of_pruning_meth
         row["scope"], row["pruned"] = "all", round(row["percent"] * 72 / 100)
     settings = {"baseline_bleu": 50.0, "split": "test", "draws": 3, "bleu": "tokenized",
                 "method_costs": {"importance": {"seconds": 1.5, "sentences": 500},
-                                 "fisher-rearranged+tuned": {"seconds": 9.0, "sentences": 500, "tuning_sentences": 400}}}
+                                 "fisher-rearranged+tuned": {"seconds": 9.0, "sentences": 500,
+                                                             "tuning_sentences": 400}}}
     write(tmp_path / "comparison" / "prune_curves.all.json", {"settings": settings, "rows": rows})
     text = open(write_report(str(tmp_path))).read()
     assert "| 36 of 72 | 64 | 1.00 | 1.10 | 0.77 | 1.30x | yes | 100 → 80 |" in text

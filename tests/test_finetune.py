@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from conftest import REPO, TINY_MODEL_ENV, run
-
 import fairseq_headprune.compat.torch_load  # noqa: F401  (its allow-list lets torch.load read checkpoints)
+
+from conftest import REPO, TINY_MODEL_ENV, run
 
 SPEC = "E:1:1-2 A:2:keep=3"
 HEAD_DIM = 64 // 8  # the tiny model: width 64, 8 heads
@@ -50,8 +50,8 @@ def test_masked_heads_keep_their_weights_and_the_others_train(tiny_model, finetu
 def test_checkpoint_records_its_mask_and_applies_it_when_loaded(tiny_model, finetuned, tmp_path):
     from fairseq_headprune.engine.checkpoints.loading import load_generation_model
     from fairseq_headprune.engine.runners.batches import iterate_samples, split_batches
-    from fairseq_headprune.study.masks.head_mask import head_mask_to_spec
     from fairseq_headprune.modules.masked_multihead_attention import current_head_mask, install_masked_attention
+    from fairseq_headprune.study.masks.head_mask import head_mask_to_spec
 
     state = torch.load(finetuned, map_location="cpu")
     assert vars(state["cfg"]["model"])["headprune_head_mask"] == SPEC

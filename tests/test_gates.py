@@ -5,15 +5,16 @@ import json
 import pytest
 import torch
 
-from conftest import REPO, TINY_MODEL_ENV, run
 from fairseq_headprune.errors import SettingsError
-from fairseq_headprune.study.methods.gates import (
+from fairseq_headprune.study.search.gates import (
     log_alpha_for_open_probability,
     open_probability,
     parse_target_heads,
     sample_gates,
     top_k_mask,
 )
+
+from conftest import REPO, TINY_MODEL_ENV, run
 
 
 def test_the_open_probability_is_the_frequency_of_open_gates_in_samples():
@@ -40,7 +41,7 @@ def test_the_exported_mask_keeps_exactly_the_target_heads_of_largest_log_alpha()
 
 def test_learned_masks_make_a_curve_from_the_unpruned_model_by_heads_pruned():
     from fairseq_headprune.study.masks.head_mask import parse_head_mask
-    from fairseq_headprune.study.methods.pruning import given_mask_steps
+    from fairseq_headprune.study.pruning.curves import given_mask_steps
 
     layout = {"enc-enc": (2, 4), "dec-dec": (2, 4)}
     masks = [parse_head_mask(spec, layout) for spec in ("E:1:* D:2:1-3", "E:2:1")]
@@ -69,10 +70,12 @@ def test_trained_gates_keep_exactly_the_target_and_leave_the_frozen_model_unchan
     # the 20 heads kept are those with the largest log_alpha, read here from the saved parameters
     scores = sorted(((float(v), name, layer, head) for name, tensor in gates.items() if name.startswith("log_alpha_")
                      for layer, row in enumerate(tensor.tolist()) for head, v in enumerate(row)), reverse=True)
-    kept = {(name.replace("log_alpha_", "").replace("_", "-"), layer + 1, head + 1) for _, name, layer, head in scores[:20]}
+    kept = {(name.replace("log_alpha_", "").replace("_", "-"), layer + 1, head + 1)
+            for _, name, layer, head in scores[:20]}
     masked = {(t, int(layer), head) for t, layers in mask["masked"].items() for layer, heads in layers.items()
               for head in heads}
-    everything = {(t, layer, head) for t in ("enc-enc", "enc-dec", "dec-dec") for layer in (1, 2) for head in range(1, 9)}
+    everything = {(t, layer, head) for t in ("enc-enc", "enc-dec", "dec-dec") for layer in (1, 2)
+                  for head in range(1, 9)}
     assert masked == everything - kept
     cost = json.loads((save_dir / "cost.json").read_text())
     assert cost["updates"] == 12 and cost["sentences"] > 24 and cost["seconds"] > 0
@@ -105,7 +108,7 @@ def test_a_target_larger_than_the_model_is_one_line(tiny_model, tmp_path):
 def test_gates_start_from_an_old_format_checkpoint_without_a_criterion_entry(tiny_model, tmp_path):
     """The released WMT14 En-Fr model's format (args, packed in_proj, no 'criterion'): fairseq's trainer used
     to stop with "Cannot load model parameters"; the gates now start from their initial values."""
-    from fairseq_headprune.engine.checkpoints.legacy import write_legacy_checkpoint
+    from support import write_legacy_checkpoint
 
     legacy = tmp_path / "legacy.pt"
     write_legacy_checkpoint(str(tiny_model["checkpoint"]), str(legacy))

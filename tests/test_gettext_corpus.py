@@ -1,4 +1,5 @@
-"""The real-language corpus read from gettext catalogs: compiled .mo files written here, read back by Python's gettext."""
+"""The real-language corpus read from gettext catalogs: compiled .mo files written here, read back by
+Python's gettext."""
 
 import struct
 

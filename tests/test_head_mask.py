@@ -6,6 +6,7 @@ import random
 import pytest
 import torch
 
+from fairseq_headprune.errors import HeadMaskError
 from fairseq_headprune.study.masks.head_mask import (
     count_masked,
     full_mask,
@@ -15,7 +16,6 @@ from fairseq_headprune.study.masks.head_mask import (
     validate_spec_syntax,
     write_mask_file,
 )
-from fairseq_headprune.errors import HeadMaskError
 
 WMT_BIG = {"enc-enc": (6, 16), "enc-dec": (6, 16), "dec-dec": (6, 16)}
 

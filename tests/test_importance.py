@@ -6,24 +6,24 @@ import pytest
 import torch
 
 from fairseq_headprune.criterions.headprune_importance import HeadPruneImportanceCriterion
+from fairseq_headprune.engine.importance.translation import estimate_importance
 from fairseq_headprune.engine.runners.batches import split_batches
-from fairseq_headprune.engine.methods.translation_importance import estimate_importance
-from fairseq_headprune.study.masks.head_mask import parse_head_mask
 from fairseq_headprune.errors import ResultFileError
-from fairseq_headprune.study.methods.importance_scores import (
-    ImportanceResult,
-    normalize_per_layer,
-    read_importance_file,
-    fisher_block_terms,
-    reduce_contributions,
-    write_importance_json,
-    write_importance_tsv,
-)
 from fairseq_headprune.modules.masked_multihead_attention import (
     attention_modules,
     head_layout,
     set_head_mask,
 )
+from fairseq_headprune.study.importance.scores import (
+    ImportanceResult,
+    fisher_block_terms,
+    normalize_per_layer,
+    read_importance_file,
+    reduce_contributions,
+    write_importance_json,
+    write_importance_tsv,
+)
+from fairseq_headprune.study.masks.head_mask import parse_head_mask
 
 SENTENCES = 24
 
@@ -178,7 +178,8 @@ def test_fisher_scores_equal_the_squared_gradients_of_explicit_xi_one_sentence_a
     dataset = task.dataset("valid")
     modules = attention_modules(model)
     expected = zeros_like_layout(head_layout(model))
-    blocks = {t: torch.zeros(layers, heads, heads, dtype=torch.float64) for t, (layers, heads) in head_layout(model).items()}
+    blocks = {t: torch.zeros(layers, heads, heads, dtype=torch.float64)
+              for t, (layers, heads) in head_layout(model).items()}
     for index in range(SENTENCES):
         add_abs_xi_gradients(expected, model, modules, criterion, dataset.collater([dataset[index]]), power=2,
                              blocks=blocks)

@@ -7,8 +7,9 @@ import socket
 import pytest
 import torch
 
+from fairseq_headprune.study.importance.scores import read_importance_file
+
 from conftest import run
-from fairseq_headprune.study.methods.importance_scores import read_importance_file
 
 LAYOUT = {"enc-enc": (2, 8), "enc-dec": (2, 8), "dec-dec": (2, 8)}
 
@@ -36,8 +37,8 @@ def data_with_empty_split(tiny_model, tmp_path_factory):
 
 
 def test_importance_command_writes_scores_plot_and_correlates_with_loss_increase(tiny_model, tmp_path):
-    result = importance_command(tiny_model, tmp_path, "--importance-subset", "valid", "test", "--importance-limit", "100",
-                                "--importance-max-tokens", "1500", "--loss-ablation")
+    result = importance_command(tiny_model, tmp_path, "--importance-subset", "valid", "test",
+                                "--importance-limit", "100", "--importance-max-tokens", "1500", "--loss-ablation")
     assert (tmp_path / "importance.png").stat().st_size > 10_000
     scores = read_importance_file(str(tmp_path / "importance.json"), LAYOUT)
     assert scores.settings["sentences"] == 200  # 100 of each split
@@ -85,7 +86,9 @@ def test_missing_or_mismatched_checkpoint_is_one_line(tiny_model, tmp_path):
     out = ["--out-dir", tmp_path / "out"]
     missing = run(["fairseq-headprune", "importance", tiny_model["data"], "--path", tmp_path / "no.pt", *out],
                   check=False)
-    assert missing.returncode != 0 and missing.stderr.strip() == f"fairseq-headprune importance: error: checkpoint not found: {tmp_path / 'no.pt'}"
+    assert missing.returncode != 0 and missing.stderr.strip() == (
+        f"fairseq-headprune importance: error: checkpoint not found: {tmp_path / 'no.pt'}"
+    )
     not_a_checkpoint = run(["fairseq-headprune", "importance", tiny_model["data"],
                             "--path", tiny_model["data"] / "dict.en.txt", *out], check=False)
     assert not_a_checkpoint.returncode != 0

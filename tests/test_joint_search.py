@@ -18,8 +18,17 @@ import pytest
 import torch
 
 from fairseq_headprune.errors import ResultFileError, SettingsError
-from fairseq_headprune.study.methods.mask_search import COST_GRID, fisher_search, search_mask
-from fairseq_headprune.study.methods.search_costs import LatencyTable, LayerCosts, ffn_flops_costs, flops_costs, merge_costs, parse_budget, read_latency_table, write_latency_table
+from fairseq_headprune.study.search.costs import (
+    LatencyTable,
+    LayerCosts,
+    ffn_flops_costs,
+    flops_costs,
+    merge_costs,
+    parse_budget,
+    read_latency_table,
+    write_latency_table,
+)
+from fairseq_headprune.study.search.mask_search import COST_GRID, fisher_search, search_mask
 
 HEADS = {"enc-enc": (2, 3)}
 NEURONS = {"enc-ffn": (2, 4)}
@@ -176,8 +185,9 @@ def test_tied_types_keep_one_count_for_the_whole_stack_as_brute_force_finds(seed
 def test_model_flops_equal_torchs_flop_counter_on_every_layer_and_head_count(tiny_task_and_model):
     """The FLOPs cost of every attention layer at every head count and of every FFN layer, against torch's own count
     of the narrowed layers' matrix products (FlopCounterMode)."""
+    from fairseq_headprune.engine.search.model_costs import model_architecture, model_flops
+
     from conftest import counted_flops_per_token
-    from fairseq_headprune.engine.methods.model_costs import model_architecture, model_flops
 
     _, model = tiny_task_and_model
     costs = model_flops(model, model_architecture(model), 32)
@@ -200,11 +210,11 @@ def test_decoding_flops_equal_torchs_flop_counter_in_fairseqs_beam_search(tiny_t
     from fairseq.sequence_generator import SequenceGenerator
     from torch.utils.flop_counter import FlopCounterMode
 
-    from fairseq_headprune.engine.methods.model_costs import model_architecture, model_decoding_flops
+    from fairseq_headprune.engine.search.model_costs import model_architecture, model_decoding_flops
     from fairseq_headprune.modules.masked_ffn import ffn_layout
     from fairseq_headprune.modules.masked_multihead_attention import head_layout, set_head_mask, unfused_attention
     from fairseq_headprune.modules.pruned_heads import shrink_ffn_model, shrink_model
-    from fairseq_headprune.study.methods.search_costs import DecodingShape, output_projection_flops
+    from fairseq_headprune.study.search.costs import DecodingShape, output_projection_flops
 
     task, model = tiny_task_and_model
     model = copy.deepcopy(model)
@@ -242,8 +252,10 @@ def test_decoding_flops_equal_torchs_flop_counter_in_fairseqs_beam_search(tiny_t
 
 def test_decoding_flops_of_a_sentence_as_computed_by_hand():
     """d = 4, d_h = 2, S = 3 source tokens, T = 2 steps, beam 2: the terms of each head and neuron."""
-    from fairseq_headprune.study.methods.search_costs import (
-        DecodingShape, decoding_flops_costs, output_projection_flops,
+    from fairseq_headprune.study.search.costs import (
+        DecodingShape,
+        decoding_flops_costs,
+        output_projection_flops,
     )
 
     shape = DecodingShape(3, 2, 2)
@@ -375,18 +387,20 @@ def test_a_joint_search_writes_masks_that_fairseq_generate_applies_as_search_jso
                                                                                        tiny_task_and_model, tmp_path):
     """The heads and neurons search.json reports are exactly those --head-mask and --ffn-mask mask: fairseq-generate
     with both files equals stock fairseq on a checkpoint with those heads' and neurons' output columns zeroed."""
-    from conftest import save_zeroed_checkpoint
     from test_fairseq_cli import generate, hypotheses
 
     import fairseq_headprune.compat.torch_load  # noqa: F401  (allow-list)
     from fairseq_headprune.study.masks.ffn_mask import parse_ffn_mask, read_ffn_mask_file
     from fairseq_headprune.study.masks.head_mask import parse_head_mask
 
+    from conftest import save_zeroed_checkpoint
+
     out = tmp_path / "joint"
     result = search(tiny_model, out, "--fisher", neuron_fisher, "--structure", "joint", "--cost", "flops",
                     "--budget", "80%")  # a pruning the tiny model still translates with (beams comparable)
     record = json.loads((out / "search.json").read_text())
-    ffn_layout, head_layout = {"enc-ffn": (2, 128), "dec-ffn": (2, 128)}, {t: (2, 8) for t in ("enc-enc", "enc-dec", "dec-dec")}
+    ffn_layout, head_layout = ({"enc-ffn": (2, 128), "dec-ffn": (2, 128)},
+                               {t: (2, 8) for t in ("enc-enc", "enc-dec", "dec-dec")})
     ffn_mask = parse_ffn_mask(record["ffn_spec"], ffn_layout)
     head_mask = parse_head_mask(record["spec"], head_layout)
     written = read_ffn_mask_file(str(out / "ffn_mask.json"), ffn_layout)
@@ -413,7 +427,8 @@ def test_a_joint_search_writes_masks_that_fairseq_generate_applies_as_search_jso
     # through fairseq-generate: the two mask files against stock fairseq on zeroed columns
     zeroed = tmp_path / "zeroed.pt"
     checkpoint = str(tiny_model["checkpoint"])
-    for attention_type, prefix in (("enc-enc", "encoder.layers.{}.self_attn."), ("enc-dec", "decoder.layers.{}.encoder_attn."),
+    for attention_type, prefix in (("enc-enc", "encoder.layers.{}.self_attn."),
+                                   ("enc-dec", "decoder.layers.{}.encoder_attn."),
                                    ("dec-dec", "decoder.layers.{}.self_attn.")):
         save_zeroed_checkpoint(checkpoint, prefix, 8, head_mask[attention_type], zeroed)
         checkpoint = str(zeroed)
@@ -471,7 +486,8 @@ def test_latency_tables_time_ffn_layers_and_price_a_joint_search(tiny_model, tmp
     assert (payload["engine"], payload["precision"]) == ("fairseq", "float32")
     assert payload["kept_counts"] == {f"{t}:{layer}": [0, 32, 64, 96, 128] for t in ("enc-ffn", "dec-ffn")
                                       for layer in (1, 2)}
-    assert sorted(payload["per_layer_ms"]) == sorted(f"{t}:{l}" for t in ("enc-enc", "enc-dec", "dec-dec") for l in (1, 2))
+    assert sorted(payload["per_layer_ms"]) == sorted(f"{t}:{layer}" for t in ("enc-enc", "enc-dec", "dec-dec")
+                                                     for layer in (1, 2))
     assert all(len(payload["ffn_layer_ms"][name]) == 5 for name in payload["kept_counts"])
     out = tmp_path / "search"
     result = search(tiny_model, out, "--structure", "joint", "--cost", "latency", "--latency-table", table,
@@ -516,7 +532,7 @@ def test_ctranslate2_latency_tables_price_whole_stacks_and_a_uniform_search_expo
     assert (payload["engine"], payload["precision"]) == ("ctranslate2", "float32")
     shape = payload["settings"]
     assert (shape["beam"], shape["target_length"], shape["sequence_length"], shape["batch_size"]) == (2, 6, 12, 8)
-    assert f"beam 2, 8 sentences of 12 source tokens, 6 generated; the whole model decodes in " in stdout
+    assert "beam 2, 8 sentences of 12 source tokens, 6 generated; the whole model decodes in " in stdout
     priced_neurons = [0, 32, 64, 96, 128]
     assert payload["kept_counts"] == {f"{t}:{layer}": priced_neurons
                                       for t in ("enc-ffn", "dec-ffn") for layer in (1, 2)}
@@ -611,7 +627,7 @@ def test_a_decoding_flops_search_prices_the_valid_splits_sentence_at_fairseqs_be
     outside this cost are refused in one line."""
     from fairseq.data.indexed_dataset import MMapIndexedDataset
 
-    from fairseq_headprune.study.methods.search_costs import DecodingShape, output_projection_flops
+    from fairseq_headprune.study.search.costs import DecodingShape, output_projection_flops
 
     out = tmp_path / "search"
     result = search(tiny_model, out, "--structure", "joint", "--cost", "decoding-flops", "--budget", "50%",

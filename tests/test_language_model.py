@@ -9,18 +9,15 @@ language_modeling``: masked ``fairseq-eval-lm`` against stock
 """
 
 import argparse
+import contextlib
 import copy
 import dataclasses
 import re
 
 import numpy as np
-import contextlib
 import pytest
 import torch
 
-from conftest import (
-    REPO, USER_DIR, built_once, headprune_launcher, run, save_zeroed_checkpoint, shared_root, zeroed_copy,
-)
 from fairseq_headprune.errors import HeadMaskError
 from fairseq_headprune.modules.masked_multihead_attention import (
     MaskedMultiheadAttention,
@@ -30,6 +27,17 @@ from fairseq_headprune.modules.masked_multihead_attention import (
     set_head_mask,
 )
 from fairseq_headprune.study.masks.head_mask import full_mask, parse_head_mask
+
+from conftest import (
+    REPO,
+    USER_DIR,
+    built_once,
+    headprune_launcher,
+    run,
+    save_zeroed_checkpoint,
+    shared_root,
+    zeroed_copy,
+)
 
 LAYERS, HEADS = 2, 4
 LM_OPTIONS = ["--arch", "transformer_lm", "--decoder-layers", str(LAYERS), "--decoder-embed-dim", "32",
@@ -287,15 +295,16 @@ def lm_study(tiny_lm, tmp_path_factory):
         "dynamics": run(["fairseq-headprune", "dynamics", data, "--checkpoints", tiny_lm["root"] / "checkpoints",
                          "--out-dir", study / "dynamics", "--importance-limit", "100", "--max-percent", "50",
                          *common]).stdout,
-        "speed": run(["python", REPO / "scripts" / "benchmarks" / "benchmark_lm_speed.py", "--data", data, "--path", checkpoint,
-                      "--batch-sizes", "3", "--sentences", "6", "--repeats", "1", "--generate", "6", "--sampling-topk", "5",
-                      "--json", study / "shrink" / "lm_speed.json"]).stdout,
+        "speed": run(["python", REPO / "scripts" / "benchmarks" / "benchmark_lm_speed.py", "--data", data,
+                      "--path", checkpoint, "--batch-sizes", "3", "--sentences", "6", "--repeats", "1",
+                      "--generate", "6", "--sampling-topk", "5", "--json", study / "shrink" / "lm_speed.json"]).stdout,
     }
     return {"dir": study, "console": consoles}
 
 
 def test_ablate_perplexity_equals_stock_eval_lm_with_zeroed_columns(tiny_lm, lm_study, tmp_path):
-    """ablate's perplexity and loss per token for a masked head against stock fairseq-eval-lm with its columns zeroed."""
+    """ablate's perplexity and loss per token for a masked head against stock fairseq-eval-lm with its columns
+    zeroed."""
     import json
 
     checkpoint, out = tiny_lm["checkpoint"], lm_study["dir"] / "ablation"
@@ -343,7 +352,7 @@ def test_prune_a_language_model_by_importance_and_at_random(tiny_lm, lm_study, t
     perplexity equals stock fairseq-eval-lm with that step's heads zeroed."""
     import json
 
-    from fairseq_headprune.study.methods.importance_scores import normalize_per_layer, read_importance_file
+    from fairseq_headprune.study.importance.scores import normalize_per_layer, read_importance_file
 
     checkpoint, out = tiny_lm["checkpoint"], lm_study["dir"] / "pruning"
     assert lm_study["console"]["prune"].startswith("unpruned perplexity ")
@@ -387,8 +396,8 @@ def test_dynamics_and_report_of_a_language_model(lm_study):
 
 
 def test_speed_benchmark_scores_and_generates_the_same_with_heads_masked_or_removed(lm_study):
-    """scripts/benchmarks/benchmark_lm_speed.py: the shrunk LM's summed loss and sampled continuations (same seed) equal the
-    masked one's."""
+    """scripts/benchmarks/benchmark_lm_speed.py: the shrunk LM's summed loss and sampled continuations (same seed)
+    equal the masked one's."""
     import json
 
     measurements = json.loads((lm_study["dir"] / "shrink" / "lm_speed.json").read_text())["measurements"]
@@ -411,7 +420,8 @@ def test_ablate_with_a_context_window_equals_stock_eval_lm(tiny_lm, tmp_path):
          "--out-dir", tmp_path / "ablate", "--heads", "D:1:1-2", "--samples", "100", "--no-progress", *window])
     table = json.loads((tmp_path / "ablate" / "single.json").read_text())
     mask = parse_head_mask("D:1:1", {"dec-dec": (LAYERS, HEADS)})["dec-dec"]
-    zeroed = save_zeroed_checkpoint(tiny_lm["checkpoint"], "decoder.layers.{}.self_attn.", HEADS, mask, tmp_path / "z.pt")
+    zeroed = save_zeroed_checkpoint(tiny_lm["checkpoint"], "decoder.layers.{}.self_attn.", HEADS, mask,
+                                    tmp_path / "z.pt")
     stock = ["fairseq-eval-lm", "--user-dir", USER_DIR, "--task", "language_modeling"]
     result = run([*stock, tiny_lm["data"], "--path", zeroed, "--gen-subset", "test", *window])
     zeroed_ppl = float(re.search(r"Perplexity: ([\d.]+)", result.stdout + result.stderr).group(1))
@@ -425,13 +435,13 @@ def test_mask_tuning_on_a_decoder_only_model_lowers_the_held_aside_loss(tiny_lm)
     from fairseq.criterions.cross_entropy import CrossEntropyCriterion
 
     from fairseq_headprune.engine.families import family_named
-    from fairseq_headprune.engine.methods.mask_tuning import tune_mask, tuning_folded, tuning_samples
-    from fairseq_headprune.engine.methods.tuning_guard import split_held_aside
+    from fairseq_headprune.engine.search.mask_tuning import tune_mask, tuning_folded, tuning_samples
+    from fairseq_headprune.engine.search.tuning_guard import split_held_aside
     from fairseq_headprune.modules.masked_ffn import ffn_layout, ffn_mask_applied
     from fairseq_headprune.modules.masked_multihead_attention import head_layout, head_mask_applied
     from fairseq_headprune.study.masks.ffn_mask import parse_ffn_mask
     from fairseq_headprune.study.masks.head_mask import parse_head_mask
-    from fairseq_headprune.study.settings import TuningSettings
+    from fairseq_headprune.study.search.settings import TuningSettings
 
     _, task, model = family_named("language_model").load(str(tiny_lm["data"]), str(tiny_lm["checkpoint"]), cpu=True)
     samples = tuning_samples(task, model, TuningSettings(subsets=["valid"], limit=64))

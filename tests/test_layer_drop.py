@@ -115,9 +115,9 @@ def test_the_shallower_checkpoint_exports_and_translates_as_its_fairseq_model(ti
 
 def test_the_layer_choice_over_both_stacks_measures_as_many_losses_as_its_progress_counts(tiny_task_and_model):
     from fairseq_headprune.engine.checkpoints.layers import model_depths
-    from fairseq_headprune.engine.methods.layer_choice import choose_layers, passes_left
-    from fairseq_headprune.engine.methods.tuning_guard import token_nll
+    from fairseq_headprune.engine.compression.layer_choice import choose_layers, passes_left
     from fairseq_headprune.engine.runners.batches import collated_samples
+    from fairseq_headprune.engine.search.tuning_guard import token_nll
 
     task, model = tiny_task_and_model
     samples = collated_samples(task, model, ["valid"], None, 64, None)
@@ -132,9 +132,9 @@ def test_the_layer_choice_over_both_stacks_measures_as_many_losses_as_its_progre
 
 def test_the_layer_choice_measures_the_loss_stock_fairseq_validate_reports(tiny_model, tiny_task_and_model):
     from fairseq_headprune.engine.checkpoints.layers import model_depths
-    from fairseq_headprune.engine.methods.layer_choice import choose_layers
-    from fairseq_headprune.engine.methods.tuning_guard import token_nll
+    from fairseq_headprune.engine.compression.layer_choice import choose_layers
     from fairseq_headprune.engine.runners.batches import collated_samples
+    from fairseq_headprune.engine.search.tuning_guard import token_nll
 
     task, model = tiny_task_and_model
     samples = collated_samples(task, model, ["valid"], None, 64, None)
@@ -157,8 +157,8 @@ def test_the_layer_choice_measures_the_loss_stock_fairseq_validate_reports(tiny_
 
 
 def test_distilled_targets_are_the_teachers_beam_outputs(tiny_model, tmp_path):
+    from fairseq_headprune.engine.compression.distillation import write_distilled_data
     from fairseq_headprune.engine.families import family_named
-    from fairseq_headprune.engine.methods.distillation import write_distilled_data
     from fairseq_headprune.engine.runners.batches import load_split
 
     translation = family_named("translation")
@@ -242,8 +242,9 @@ def test_compress_removes_decoder_layers_and_fine_tunes_on_distilled_targets(tin
     (["--target", "decoding-flops=60%", "--drop-decoder-layers", "1"], "already keeps"),
 ], ids=["all-layers", "latency", "distill-alone", "weight-alone", "weight-range", "target-met"])
 def test_bad_layer_and_distillation_options_are_one_line(tiny_model, tmp_path, options, message, capsys):
-    from fairseq_headprune import cli
     from test_compress import QUICKER
+
+    from fairseq_headprune import cli
 
     untuned = [] if "--finetune-updates" in options else ["--finetune-updates", "0"]
     status = cli.main(["compress", str(tiny_model["data"]), "--path", str(tiny_model["checkpoint"]), "--out-dir",

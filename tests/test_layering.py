@@ -42,8 +42,7 @@ PLAIN_MODULES = sorted(
 COMMAND_LAYER = {PACKAGE / "cli.py"} | set((PACKAGE / "commands").rglob("*.py"))
 # below the commands, argparse.Namespace is only ever a checkpoint's data type: the
 # released (old-format) checkpoints store their configuration as one
-CHECKPOINT_FORMAT_MODULES = {PACKAGE / "compat" / "torch_load.py", PACKAGE / "engine" / "checkpoints" / "info.py",
-                             PACKAGE / "engine" / "checkpoints" / "legacy.py"}
+CHECKPOINT_FORMAT_MODULES = {PACKAGE / "compat" / "torch_load.py", PACKAGE / "engine" / "checkpoints" / "info.py"}
 
 
 def imported_modules(path: Path):
@@ -186,8 +185,10 @@ def test_no_function_is_over_100_lines():
 
 
 def test_scripts_import_the_package_and_never_each_other():
-    """A script shares code through the package, not through ``sys.path`` edits or imports of another script."""
-    script_names = {p.stem for p in SCRIPT_FILES if p.suffix == ".py"}
+    """A script shares code through the package, or through a ``*_support.py`` helper of its own folder (what the
+    benchmarks share and the package does not need), never through ``sys.path`` edits or another script."""
+    helpers = {p.stem: p.parent for p in SCRIPT_FILES if p.suffix == ".py" and p.stem.endswith("_support")}
+    script_names = {p.stem for p in SCRIPT_FILES if p.suffix == ".py"} - set(helpers)
     for path in (p for p in SCRIPT_FILES if p.suffix == ".py"):
         source = path.read_text(encoding="utf-8")
         assert "sys.path" not in source, f"{path.relative_to(SCRIPTS)} edits sys.path"
@@ -195,6 +196,8 @@ def test_scripts_import_the_package_and_never_each_other():
         imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
         assert not imported & script_names, f"{path.relative_to(SCRIPTS)} imports {imported & script_names}"
+        for helper in imported & set(helpers):
+            assert helpers[helper] == path.parent, f"{path.relative_to(SCRIPTS)} imports another folder's {helper}"
         assert not any(isinstance(n, ast.ImportFrom) and n.level for n in ast.walk(tree)), path.name
 
 

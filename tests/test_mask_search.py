@@ -6,15 +6,30 @@ import pytest
 import torch
 
 from fairseq_headprune.errors import ResultFileError, SettingsError
-from fairseq_headprune.study.methods.mask_search import fisher_search, layer_loss, pruned_count_search, rearrange_layer, search_mask
-from fairseq_headprune.study.methods.search_costs import LatencyTable, LayerCosts, flops_costs, head_count_costs, parse_budget, read_latency_table, write_latency_table
+from fairseq_headprune.study.search.costs import (
+    LatencyTable,
+    LayerCosts,
+    flops_costs,
+    head_count_costs,
+    parse_budget,
+    read_latency_table,
+    write_latency_table,
+)
+from fairseq_headprune.study.search.mask_search import (
+    fisher_search,
+    layer_loss,
+    pruned_count_search,
+    rearrange_layer,
+    search_mask,
+)
 
 LAYOUT = {"enc-enc": (2, 3), "dec-dec": (2, 3)}
 
 
 def random_fisher(seed=0):
     generator = torch.Generator().manual_seed(seed)
-    return {t: torch.rand(layers, heads, generator=generator, dtype=torch.float64) for t, (layers, heads) in LAYOUT.items()}
+    return {t: torch.rand(layers, heads, generator=generator, dtype=torch.float64)
+            for t, (layers, heads) in LAYOUT.items()}
 
 
 def random_blocks(seed=0, coupling=1.0):
@@ -29,7 +44,8 @@ def random_blocks(seed=0, coupling=1.0):
 
 
 def all_heads():
-    return [(t, layer, head) for t, (layers, heads) in LAYOUT.items() for layer in range(layers) for head in range(heads)]
+    return [(t, layer, head) for t, (layers, heads) in LAYOUT.items() for layer in range(layers)
+            for head in range(heads)]
 
 
 def exhaustive_best(fisher, costs, budget):
@@ -64,7 +80,8 @@ def test_the_search_with_layer_costs_finds_the_exhaustive_optimum(seed):
     """Integer per-layer costs that are not linear (a fixed cost per layer that keeps any head): exact."""
     fisher = random_fisher(seed)
     costs = LayerCosts("latency", {key: [0.0] + [3.0 + 2.0 * k for k in range(1, 4)]
-                                   for key in [(t, layer) for t, (layers, _) in LAYOUT.items() for layer in range(layers)]})
+                                   for key in [(t, layer) for t, (layers, _) in LAYOUT.items()
+                                               for layer in range(layers)]})
     for budget in (5.0, 11.0, 17.0, 24.0):
         result = fisher_search(fisher, costs, budget)
         assert result.cost <= budget

@@ -14,21 +14,28 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import run
 from fairseq_headprune.engine.runners.batches import split_batches
-from fairseq_headprune.engine.methods.mask_tuning import (
-    forward_order, tune_mask, tuning_folded,
+from fairseq_headprune.engine.search.mask_tuning import (
+    forward_order,
+    tune_mask,
+    tuning_folded,
 )
-from fairseq_headprune.engine.methods.tuning_guard import (
-    split_held_aside, token_nll,
+from fairseq_headprune.engine.search.tuning_guard import (
+    split_held_aside,
+    token_nll,
 )
 from fairseq_headprune.modules.masked_ffn import ffn_layout
 from fairseq_headprune.modules.masked_multihead_attention import (
-    head_layout, head_mask_applied, set_head_mask, transformer_layers,
+    head_layout,
+    head_mask_applied,
+    set_head_mask,
+    transformer_layers,
 )
 from fairseq_headprune.study.masks.ffn_mask import parse_ffn_mask
 from fairseq_headprune.study.masks.head_mask import parse_head_mask
-from fairseq_headprune.study.methods.least_squares_tuning import TuningSums, read_tuning, solve_layer, write_tuning
+from fairseq_headprune.study.search.tuning import TuningSums, read_tuning, solve_layer, write_tuning
+
+from conftest import run
 
 SENTENCES = 48
 SPEC = "E:1:2,5,7 A:2:1-6 D:1:3"
@@ -172,7 +179,7 @@ def test_a_fit_that_raises_the_held_aside_loss_is_not_kept(tiny_task_and_model):
 
 
 def test_downstream_tuning_fits_the_sub_layers_whose_input_drifted():
-    from fairseq_headprune.engine.methods.mask_tuning import _tuned_sublayers
+    from fairseq_headprune.engine.search.mask_tuning import _tuned_sublayers
 
     layout = {t: (2, 4) for t in ("enc-enc", "enc-dec", "dec-dec")}
     order = forward_order(layout, {"enc-ffn": (2, 8), "dec-ffn": (2, 8)})
@@ -242,7 +249,8 @@ def test_a_tuned_shrunk_checkpoint_computes_the_tuned_masked_model(tiny_model, t
         tuned_hypotheses = [h[0]["tokens"].tolist() for h in task.inference_step(generator, [model], sample)]
     with torch.no_grad():
         shrunk_logits = shrunk(**sample["net_input"])[0]
-        shrunk_generator = task.build_generator([shrunk], type("Args", (), {"beam": 5})())  # a generator keeps its models
+        # a generator keeps its models
+        shrunk_generator = task.build_generator([shrunk], type("Args", (), {"beam": 5})())
         shrunk_hypotheses = [h[0]["tokens"].tolist() for h in task.inference_step(shrunk_generator, [shrunk], sample)]
     assert (tuned_logits - shrunk_logits).abs().max() <= 1e-4
     assert tuned_hypotheses == shrunk_hypotheses
@@ -274,7 +282,8 @@ def test_latency_tables_price_a_search_and_are_refused_elsewhere(tiny_model, tmp
     run(["fairseq-headprune", "latency", tiny_model["data"], "--path", tiny_model["checkpoint"], "--out", table,
          "--repeats", "2", "--sentences", "4", "--sequence-length", "8", "--no-progress"])
     payload = json.loads(table.read_text())
-    assert sorted(payload["per_layer_ms"]) == sorted(f"{t}:{l}" for t in ("enc-enc", "enc-dec", "dec-dec") for l in (1, 2))
+    assert sorted(payload["per_layer_ms"]) == sorted(f"{t}:{layer}" for t in ("enc-enc", "enc-dec", "dec-dec")
+                                                     for layer in (1, 2))
     assert all(len(v) == 9 for v in payload["per_layer_ms"].values())
     result = run(["fairseq-headprune", "search", tiny_model["data"], "--path", tiny_model["checkpoint"],
                   "--budget", "50%", "--cost", "latency", "--latency-table", table, "--importance-limit", "32",
@@ -283,7 +292,7 @@ def test_latency_tables_price_a_search_and_are_refused_elsewhere(tiny_model, tmp
     assert record["result"]["cost"] <= record["full_cost"] / 2 + 1e-9 and "ms" in result.stdout
     # the table written by the command is refused for another device (one line in the CLI: ResultFileError)
     from fairseq_headprune.errors import ResultFileError
-    from fairseq_headprune.study.methods.search_costs import read_latency_table
+    from fairseq_headprune.study.search.costs import read_latency_table
 
     with pytest.raises(ResultFileError, match="measured on another device"):
         read_latency_table(str(table), payload["architecture"], "cuda: another device")

@@ -7,15 +7,15 @@ import os
 import pytest
 import torch
 
-from conftest import zeroed_copy
-
-from fairseq_headprune.study.masks.head_mask import full_mask, parse_head_mask
 from fairseq_headprune.modules.masked_multihead_attention import (
     MaskedMultiheadAttention,
     attention_modules,
     head_layout,
     set_head_mask,
 )
+from fairseq_headprune.study.masks.head_mask import full_mask, parse_head_mask
+
+from conftest import zeroed_copy
 
 
 def batch_of(task, count=6, split="valid"):

@@ -21,7 +21,8 @@ def content(sentence):
 
 
 def phrases(sentence):
-    """(subject, object) of a sentence without relative clauses: the lemmas before the verb, and after it to the noun."""
+    """(subject, object) of a sentence without relative clauses: the lemmas before the verb, and after it to
+    the noun."""
     words = content(sentence)
     verb = next(i for i, word in enumerate(words) if word in VERBS)
     after = words[verb + 1:]

@@ -38,7 +38,8 @@ def users_venv(tmp_path_factory):
     ours = Path(metadata.distribution("setuptools").locate_file(""))
     for old in list(site.glob("setuptools*")) + list(site.glob("pkg_resources")) + list(site.glob("_distutils_hack")):
         shutil.rmtree(old) if old.is_dir() else old.unlink()
-    for part in ("setuptools", "pkg_resources", "_distutils_hack", f"setuptools-{metadata.version('setuptools')}.dist-info"):
+    for part in ("setuptools", "pkg_resources", "_distutils_hack",
+                 f"setuptools-{metadata.version('setuptools')}.dist-info"):
         if (ours / part).exists():
             shutil.copytree(ours / part, site / part)
     for distribution in metadata.distributions():
@@ -60,7 +61,8 @@ def test_pip_install_keeps_the_users_torch_and_fairseq(users_venv, tmp_path):
         capture_output=True, text=True,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    planned = {item["metadata"]["name"]: item["metadata"]["version"] for item in json.loads(report.read_text())["install"]}
+    planned = {item["metadata"]["name"]: item["metadata"]["version"]
+               for item in json.loads(report.read_text())["install"]}
     assert planned == {"fairseq-headprune": metadata.version("fairseq-headprune")}
 
 

@@ -3,14 +3,14 @@
 import pytest
 
 from fairseq_headprune.errors import SettingsError
-from fairseq_headprune.study.methods.compression import CompressSettings, CompressTarget
-from fairseq_headprune.study.methods.precision_choice import (
+from fairseq_headprune.study.compression.precision import (
     CandidateTiming,
     auto_candidates,
     choice_summary,
     choose_compute_type,
     only_float32_choice,
 )
+from fairseq_headprune.study.compression.settings import CompressSettings, CompressTarget
 from fairseq_headprune.study.settings import SweepSettings
 
 

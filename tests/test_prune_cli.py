@@ -6,11 +6,9 @@ import re
 
 import pytest
 
-from conftest import USER_DIR, run
-
 from fairseq_headprune.engine.checkpoints.info import checkpoint_head_layout
 from fairseq_headprune.study.masks.head_mask import count_masked, head_mask_to_spec, parse_head_mask
-from fairseq_headprune.study.methods.pruning import (
+from fairseq_headprune.study.pruning.curves import (
     ascending,
     curve_steps,
     heads_in_scope,
@@ -20,6 +18,8 @@ from fairseq_headprune.study.methods.pruning import (
     random_order,
     step_counts,
 )
+
+from conftest import USER_DIR, run
 
 GENERATION = ["--beam", "2", "--batch-size", "64"]
 STUDY = [
@@ -85,8 +85,8 @@ def test_a_type_scope_prunes_only_that_type(tiny_model, study):
 
 
 def test_importance_orders_follow_the_estimated_importance(tiny_model, study):
+    from fairseq_headprune.study.importance.scores import read_importance_file
     from fairseq_headprune.study.masks.head_mask import full_mask
-    from fairseq_headprune.study.methods.importance_scores import read_importance_file
 
     out_dir, steps, _ = study
     layout = checkpoint_head_layout(str(tiny_model["checkpoint"]))
@@ -94,7 +94,8 @@ def test_importance_orders_follow_the_estimated_importance(tiny_model, study):
     assert once.settings["sentences"] == 200  # the valid split
     ranking = ascending(importance_scores(once.importance), heads_in_scope(layout, "all"))
     expected = curve_steps(layout, "all", "importance", ranking, step_counts(48, 25, 50))
-    assert [r["spec"] for r in rows_of(steps, "all", "importance")] == [head_mask_to_spec(s.head_mask) for s in expected]
+    assert ([r["spec"] for r in rows_of(steps, "all", "importance")]
+            == [head_mask_to_spec(s.head_mask) for s in expected])
     iterative = rows_of(steps, "all", "iterative")
     assert iterative[1]["spec"] == rows_of(steps, "all", "importance")[1]["spec"]
     # step 2 re-ranked the remaining heads on the model with step 1's heads masked
@@ -169,8 +170,10 @@ def test_a_rerun_reuses_every_result(tiny_model, study):
 @pytest.mark.parametrize(
     "extra, message",
     [
-        (["--layer-budget", "844 48 84"], "layer budget '844 48 84': enc-enc group '844' gives 3 layers, the model has 2"),
-        (["--layer-budget", "94 48 84"], "layer budget '94 48 84': enc-enc layer 1 keeps 9 heads, the model has 8 per layer"),
+        (["--layer-budget", "844 48 84"],
+         "layer budget '844 48 84': enc-enc group '844' gives 3 layers, the model has 2"),
+        (["--layer-budget", "94 48 84"],
+         "layer budget '94 48 84': enc-enc layer 1 keeps 9 heads, the model has 8 per layer"),
         (["--type-budget", "(8,12)"],
          "type budget '(8,12)': expected 3 head counts (enc-enc, enc-dec, dec-dec), e.g. '(14,31,30)'"),
         (["--orders", "ablation"], "--orders ablation needs --ablation FILE (single.json of ablate --mode single)"),
@@ -224,8 +227,8 @@ def test_fisher_scores_order_the_heads_and_are_not_mixed_with_importance(tiny_mo
     fisher = tmp_path / "fisher"
     prune(tiny_model, fisher, "--orders", "iterative", "--step-percent", "25", "--max-percent", "25",
           "--importance-method", "fisher", "--importance-limit", "16")
+    from fairseq_headprune.study.importance.scores import read_importance_file
     from fairseq_headprune.study.masks.head_mask import full_mask
-    from fairseq_headprune.study.methods.importance_scores import read_importance_file
 
     layout = checkpoint_head_layout(str(tiny_model["checkpoint"]))
     first = read_importance_file(str(fisher / "importance" / f"{mask_name(full_mask(layout))}.json"), layout)
@@ -243,14 +246,14 @@ def test_fisher_scores_order_the_heads_and_are_not_mixed_with_importance(tiny_mo
 def test_fisher_search_curves_and_tuned_masks_translate_as_the_tuned_shrunk_model(tiny_model, tmp_path):
     """Kwon et al.: the search's masks at each level, rearranged, and tuned; a tuned step is what the
     tuned, shrunk checkpoint translates."""
+    from fairseq_headprune.study.importance.scores import read_importance_file
     from fairseq_headprune.study.masks.head_mask import full_mask
-    from fairseq_headprune.study.methods.importance_scores import read_importance_file
-    from fairseq_headprune.study.methods.mask_search import pruned_count_search
+    from fairseq_headprune.study.search.mask_search import pruned_count_search
 
     out = tmp_path / "kwon"
-    result = prune(tiny_model, out, "--orders", "fisher,fisher-rearranged", "--tune-masks", "--tune-orders", "fisher-rearranged",
-                   "--step-percent", "50", "--max-percent", "50", "--importance-limit", "64",
-                   "--tune-subset", "train", "--tune-limit", "64")
+    result = prune(tiny_model, out, "--orders", "fisher,fisher-rearranged", "--tune-masks",
+                   "--tune-orders", "fisher-rearranged", "--step-percent", "50", "--max-percent", "50",
+                   "--importance-limit", "64", "--tune-subset", "train", "--tune-limit", "64")
     assert "fisher-rearranged+tuned" in result.stdout and "tuned on 64" in result.stdout
     layout = checkpoint_head_layout(str(tiny_model["checkpoint"]))
     fisher = read_importance_file(str(out / "importance-fisher" / f"{mask_name(full_mask(layout))}.json"), layout)
@@ -291,8 +294,8 @@ def test_the_per_type_scripts_add_up_to_figure_4(tiny_model, study, tmp_path):
     table = (tmp_path / "types" / "prune_curves.md").read_text()
     assert "**Enc-Enc** (16 heads" in table and "**Dec-Dec** (16 heads" in table
     assert os.path.getsize(tmp_path / "types" / "prune_types.png") > 0
-    wrong = run(["bash", REPO / "scripts" / "studies" / "prune.sh", "decoder", tiny_model["data"], tiny_model["checkpoint"],
-                 "valid", tmp_path / "x"], env=env, check=False)
+    wrong = run(["bash", REPO / "scripts" / "studies" / "prune.sh", "decoder", tiny_model["data"],
+                 tiny_model["checkpoint"], "valid", tmp_path / "x"], env=env, check=False)
     assert wrong.returncode == 2 and wrong.stderr.startswith("unknown scope: decoder")
 
 
@@ -354,10 +357,10 @@ def test_ffn_curves_prune_neurons_by_score_at_random_and_by_the_search(tiny_mode
 
 
 def test_joint_curves_and_head_curves_on_one_flops_axis(tiny_model, neuron_scores, tiny_flops, tmp_path):
-    from fairseq_headprune.study.methods.importance_scores import read_fisher_file
-    from fairseq_headprune.study.methods.mask_search import search_mask
-    from fairseq_headprune.study.methods.search_costs import ffn_flops_costs, flops_costs, merge_costs
+    from fairseq_headprune.study.importance.scores import read_fisher_file
     from fairseq_headprune.study.masks.ffn_mask import ffn_mask_to_spec
+    from fairseq_headprune.study.search.costs import ffn_flops_costs, flops_costs, merge_costs
+    from fairseq_headprune.study.search.mask_search import search_mask
 
     out = tmp_path / "together"
     prune(tiny_model, out, "--structure", "joint", "--orders", "fisher,fisher-rearranged", "--fisher", neuron_scores,

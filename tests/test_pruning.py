@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from fairseq_headprune.study.masks.head_mask import count_masked, full_mask
 from fairseq_headprune.errors import HeadMaskError
-from fairseq_headprune.study.methods.budgets import budget_mask, parse_layer_budget, parse_type_budget
-from fairseq_headprune.study.methods.pruning import (
+from fairseq_headprune.study.budhraja.budgets import budget_mask, parse_layer_budget, parse_type_budget
+from fairseq_headprune.study.masks.head_mask import count_masked, full_mask
+from fairseq_headprune.study.pruning.curves import (
     ablation_scores,
     ascending,
     curve_steps,
@@ -153,14 +153,14 @@ def test_curves_average_random_draws():
 def tiny_flops():
     """d = 4, d_h = 2, 3 positions: a head 88 FLOPs per token, a neuron 16; 2 attention layers of 2 heads, 2 FFN
     layers of 5 neurons: 352 + 160 = 512."""
-    from fairseq_headprune.study.methods.search_costs import ffn_flops_costs, flops_costs, merge_costs
+    from fairseq_headprune.study.search.costs import ffn_flops_costs, flops_costs, merge_costs
 
     return merge_costs(flops_costs({"enc-enc": (2, 2)}, {"enc-enc": (4, 2)}, 3),
                        ffn_flops_costs({"enc-ffn": (2, 5)}, {"enc-ffn": 4}))
 
 
 def test_flops_steps_equal_the_head_steps_for_equal_costs_and_follow_the_costs_otherwise():
-    from fairseq_headprune.study.methods.structure_curves import flops_step_counts
+    from fairseq_headprune.study.pruning.structure_curves import flops_step_counts
 
     for total, step, largest in ((288, 10, 90), (96, 10, 90), (72, 10, 100), (24, 25, 50), (7, 30, 100)):
         assert flops_step_counts([3.0] * total, step, largest) == step_counts(total, step, largest)
@@ -171,8 +171,8 @@ def test_flops_steps_equal_the_head_steps_for_equal_costs_and_follow_the_costs_o
 
 
 def test_ffn_curves_prune_neurons_by_normalised_importance_in_steps_of_ffn_flops():
-    from fairseq_headprune.study.methods.pruning import CurvePlan
-    from fairseq_headprune.study.methods.structure_curves import StructureScores, plan_structure_curves
+    from fairseq_headprune.study.pruning.curves import CurvePlan
+    from fairseq_headprune.study.pruning.structure_curves import StructureScores, plan_structure_curves
 
     scores = torch.tensor([[0.5, 0.1, 0.9, 0.3, 0.2], [4.0, 2.0, 1.0, 3.0, 5.0]], dtype=torch.float64)
     plan = CurvePlan(["importance"], ["all"], step_percent=20, max_percent=60)
@@ -195,9 +195,9 @@ def test_ffn_curves_prune_neurons_by_normalised_importance_in_steps_of_ffn_flops
 
 
 def test_joint_curves_search_each_level_of_all_flops():
-    from fairseq_headprune.study.methods.mask_search import fisher_search
-    from fairseq_headprune.study.methods.pruning import CurvePlan
-    from fairseq_headprune.study.methods.structure_curves import StructureScores, plan_structure_curves
+    from fairseq_headprune.study.pruning.curves import CurvePlan
+    from fairseq_headprune.study.pruning.structure_curves import StructureScores, plan_structure_curves
+    from fairseq_headprune.study.search.mask_search import fisher_search
 
     generator = torch.Generator().manual_seed(2)
     heads = {"enc-enc": torch.rand(2, 2, generator=generator, dtype=torch.float64)}

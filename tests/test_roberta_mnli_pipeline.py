@@ -63,7 +63,8 @@ def test_data_is_glue_columns_in_gpt2_bpe_with_the_released_label_order(mnli_dir
     label_dict = open(os.path.join(mnli_dir, "bin", "label", "dict.txt")).read().split()[::2]
     assert label_dict == ["contradiction", "neutral", "entailment"]
     # train5k: SUBSET distinct training pairs, as they are in train.tsv
-    train = {(row.split("\t")[8], row.split("\t")[9]) for row in open(os.path.join(mnli_dir, "raw", "MNLI", "train.tsv"))}
+    train = {(row.split("\t")[8], row.split("\t")[9])
+             for row in open(os.path.join(mnli_dir, "raw", "MNLI", "train.tsv"))}
     subset = list(zip(*(open(os.path.join(mnli_dir, "text", f"train5k.raw.{c}")).read().splitlines()
                         for c in ("input0", "input1"))))
     assert len(set(subset)) == int(SUBSET) and set(subset) <= train
@@ -121,7 +122,7 @@ def test_bad_input_is_one_line(mnli_dir, tmp_path):
     for name in ("dict.txt", "encoder.json", "vocab.bpe"):
         (copy / "bundle" / name).write_bytes(open(os.path.join(mnli_dir, "bundle", name), "rb").read())
     (copy / "raw").symlink_to(os.path.join(mnli_dir, "raw"))
-    result = run(["bash", REPO / "scripts" / "reproductions" / "prepare_roberta_mnli.sh", copy], env={"OFFLINE": "1", "SUBSET": "100000"},
-                 check=False)
+    result = run(["bash", REPO / "scripts" / "reproductions" / "prepare_roberta_mnli.sh", copy],
+                 env={"OFFLINE": "1", "SUBSET": "100000"}, check=False)
     assert result.returncode != 0 and "more than the" in result.stderr
     assert not (copy / "bin").exists()

@@ -88,8 +88,9 @@ def test_fine_tuning_keeps_masked_heads_pruned(classifier, tmp_path):
          "--criterion", "sentence_prediction", "--restore-file", str(checkpoint), "--reset-optimizer",
          "--reset-dataloader", "--reset-meters", "--arch", "roberta_base", "--num-classes", "2",
          "--init-token", "0", "--separator-token", "2", "--max-positions", "128",
-         "--encoder-layers", "2", "--encoder-embed-dim", CLASSIFIER_ENV["EMBED_DIM"], "--encoder-ffn-embed-dim", CLASSIFIER_ENV["FFN_DIM"],
-         "--encoder-attention-heads", CLASSIFIER_ENV["HEADS"], "--head-mask", "E:1:2", "--optimizer", "adam", "--lr", "0.01",
+         "--encoder-layers", "2", "--encoder-embed-dim", CLASSIFIER_ENV["EMBED_DIM"],
+         "--encoder-ffn-embed-dim", CLASSIFIER_ENV["FFN_DIM"], "--encoder-attention-heads", CLASSIFIER_ENV["HEADS"],
+         "--head-mask", "E:1:2", "--optimizer", "adam", "--lr", "0.01",
          "--weight-decay", "0.1", "--batch-size", "16", "--max-update", "4", "--save-dir", str(tmp_path),
          "--num-workers", "0", "--no-epoch-checkpoints", "--log-format", "simple"]
     )
@@ -124,7 +125,8 @@ def test_a_path_that_is_no_checkpoint_is_one_line(classifier, tmp_path):
     result = run(["fairseq-headprune", "validate", str(classifier["data"]), "--path", str(bogus)], check=False)
     assert result.returncode != 0 and "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"fairseq-headprune validate: error: cannot read checkpoint {bogus}: ")
+    assert len(lines) == 1 and lines[0].startswith(f"fairseq-headprune validate: error: "
+                                                   f"cannot read checkpoint {bogus}: ")
 
 
 def test_importance_of_a_classifier_equals_explicit_autograd(classifier, tmp_path):
@@ -145,8 +147,9 @@ def test_importance_of_a_classifier_equals_explicit_autograd(classifier, tmp_pat
     for method, ranks in (("gradient", 1), ("fisher", 2)):  # Fisher sharded over 2 torchrun ranks (gloo)
         out_dir = tmp_path / method
         result = run([*headprune_launcher(ranks), "importance", str(classifier["data"]), "--path",
-                      str(classifier["checkpoint"]), "--subset", "valid", "--batch-size", "8", "--out-dir", str(out_dir),
-                      "--no-progress", "--importance-method", method], env={"OMP_NUM_THREADS": "1"})
+                      str(classifier["checkpoint"]), "--subset", "valid", "--batch-size", "8",
+                      "--out-dir", str(out_dir), "--no-progress", "--importance-method", method],
+                     env={"OMP_NUM_THREADS": "1"})
         assert "estimated on" in result.stdout
         stored = json.loads((out_dir / "importance.json").read_text())
         assert stored["method"] == method
@@ -166,7 +169,8 @@ def test_importance_of_a_classifier_equals_explicit_autograd(classifier, tmp_pat
         set_head_mask(model, {"enc-enc": xi})
         logits, _ = model(**sample["net_input"], features_only=True,
                           classification_head_name="sentence_classification_head")
-        loss = F.nll_loss(F.log_softmax(logits, dim=-1, dtype=torch.float32), sample["target"].view(-1), reduction="sum")
+        loss = F.nll_loss(F.log_softmax(logits, dim=-1, dtype=torch.float32), sample["target"].view(-1),
+                          reduction="sum")
         (gradient,) = torch.autograd.grad(loss, xi)
         total["gradient"] += gradient.abs().double()
         total["fisher"] += gradient.double() ** 2
@@ -205,9 +209,10 @@ def test_ablate_accuracy_equals_stock_fairseq_with_zeroed_columns(classifier, cl
 
     from fairseq import checkpoint_utils
 
-    from conftest import zeroed_copy
     from fairseq_headprune.modules.masked_multihead_attention import head_layout
     from fairseq_headprune.study.masks.head_mask import parse_head_mask
+
+    from conftest import zeroed_copy
 
     data, checkpoint, out = classifier["data"], classifier["checkpoint"], classifier_study["dir"] / "ablation"
     console = classifier_study["console"]["single"]
@@ -284,12 +289,14 @@ def test_prune_a_classifier_by_importance_and_within_budgets(classifier, classif
 
 
 def stock_correctness(checkpoint, data, spec, split="test"):
-    """Per example of ``split`` (in id order), 1.0 where stock fairseq's model with ``spec``'s columns zeroed is right."""
+    """Per example of ``split`` (in id order), 1.0 where stock fairseq's model with ``spec``'s columns zeroed
+    is right."""
     from fairseq import checkpoint_utils
 
-    from conftest import zeroed_copy
     from fairseq_headprune.modules.masked_multihead_attention import head_layout
     from fairseq_headprune.study.masks.head_mask import parse_head_mask
+
+    from conftest import zeroed_copy
 
     models, _, task = checkpoint_utils.load_model_ensemble_and_task(
         [str(checkpoint)], arg_overrides={"data": str(data)})
@@ -335,10 +342,10 @@ def test_report_of_a_classifier_study(classifier_study):
 def test_a_classifier_searched_tuned_and_shrunk_classifies_as_the_tuned_masked_model(classifier, tmp_path):
     """Kwon et al.'s pipeline on an encoder-only model: search, tune, fold into a smaller checkpoint."""
     from fairseq_headprune.engine.checkpoints.loading import load_evaluation_model
-    from fairseq_headprune.engine.methods.mask_tuning import tuning_folded
+    from fairseq_headprune.engine.search.mask_tuning import tuning_folded
     from fairseq_headprune.modules.masked_ffn import ffn_layout
     from fairseq_headprune.modules.masked_multihead_attention import head_layout, head_mask_applied
-    from fairseq_headprune.study.methods.least_squares_tuning import read_tuning
+    from fairseq_headprune.study.search.tuning import read_tuning
 
     out = tmp_path / "search"
     run(["fairseq-headprune", "search", classifier["data"], "--path", classifier["checkpoint"], "--budget", "50%",

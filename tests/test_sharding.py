@@ -12,9 +12,9 @@ import shutil
 import numpy as np
 import pytest
 
-from conftest import headprune_launcher, run
-
 from fairseq_headprune.study.output.files import TEMPORARY_PREFIX
+
+from conftest import headprune_launcher, run
 
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 GENERATION = ["--beam", "2", "--batch-size", "64", "--no-progress"]

@@ -5,13 +5,17 @@ import re
 import pytest
 import torch
 
-from conftest import USER_DIR, run
 from fairseq_headprune.engine.checkpoints.info import load_checkpoint_state, state_head_layout
-from fairseq_headprune.study.masks.head_mask import parse_head_mask
 from fairseq_headprune.modules.masked_multihead_attention import (
-    attention_modules, head_layout, set_head_mask, unfused_attention,
+    attention_modules,
+    head_layout,
+    set_head_mask,
+    unfused_attention,
 )
 from fairseq_headprune.modules.pruned_heads import shrink_model
+from fairseq_headprune.study.masks.head_mask import parse_head_mask
+
+from conftest import USER_DIR, run
 
 MASKS = [
     "E:1:3",                                  # one head
@@ -54,12 +58,14 @@ def test_shrunk_model_equals_masked_model(tiny_model, tiny_task_and_model, tmp_p
         shrunk_generator = task.build_generator([shrunk], type("Args", (), {"beam": 5})())
         with torch.no_grad():
             masked_hypotheses = [h[0]["tokens"].tolist() for h in task.inference_step(generator, [model], sample)]
-            shrunk_hypotheses = [h[0]["tokens"].tolist() for h in task.inference_step(shrunk_generator, [shrunk], sample)]
+            shrunk_hypotheses = [h[0]["tokens"].tolist()
+                                 for h in task.inference_step(shrunk_generator, [shrunk], sample)]
         assert masked_hypotheses == shrunk_hypotheses
         # the narrowed layers' fused attention against fairseq's unfused path
         with torch.no_grad(), unfused_attention():
             unfused_logits = shrunk(**sample["net_input"])[0]
-            unfused_hypotheses = [h[0]["tokens"].tolist() for h in task.inference_step(shrunk_generator, [shrunk], sample)]
+            unfused_hypotheses = [h[0]["tokens"].tolist()
+                                  for h in task.inference_step(shrunk_generator, [shrunk], sample)]
         assert (unfused_logits - shrunk_logits).abs().max() <= 1e-5
         assert unfused_hypotheses == shrunk_hypotheses
     finally:
@@ -104,7 +110,7 @@ def test_shrunk_checkpoint_translates_in_a_fresh_fairseq_generate(tiny_model, tm
 
 
 def test_legacy_checkpoint_shrinks_like_the_new_format(tiny_model, tiny_task_and_model, tmp_path):
-    from fairseq_headprune.engine.checkpoints.legacy import write_legacy_checkpoint
+    from support import write_legacy_checkpoint
 
     spec = "A:1:keep=4 D:2:1-3"
     write_legacy_checkpoint(str(tiny_model["checkpoint"]), str(tmp_path / "legacy.pt"))

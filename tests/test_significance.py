@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from fairseq_headprune.study.methods.ablation import (
+from fairseq_headprune.study.importance.ablation import (
     ConfigScores,
     all_but_one_configs,
     best_per_layer,
@@ -16,9 +16,9 @@ from fairseq_headprune.study.methods.ablation import (
     result_rows,
     single_head_configs,
 )
+from fairseq_headprune.study.masks.head_mask import count_masked, full_mask
 from fairseq_headprune.study.output.tables import latex_single_table, markdown_single_table
 from fairseq_headprune.study.statistics.bleu_stats import compare_mt_stats, fairseq_bleu_stats, sacrebleu_stats
-from fairseq_headprune.study.masks.head_mask import count_masked, full_mask
 from fairseq_headprune.study.statistics.metrics import COMPARE_MT_BLEU, SACREBLEU, TOKENIZED_BLEU
 from fairseq_headprune.study.statistics.significance import (
     SignificanceSettings,
@@ -49,10 +49,10 @@ def corrupt(lines, rate, seed):
 
 
 def test_corpus_bleu_from_statistics_equals_each_tool():
+    import sacrebleu
     from compare_mt.scorers import BleuScorer
     from fairseq.data import Dictionary
     from fairseq.scoring.bleu import BleuConfig, Scorer
-    import sacrebleu
 
     references = corpus()
     hypotheses = corrupt(references, 0.3, 1)

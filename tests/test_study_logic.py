@@ -12,27 +12,21 @@ import torch
 from scipy import stats
 
 from fairseq_headprune.errors import SettingsError, StudyError
-from fairseq_headprune.study.methods.ablation import best_heads, cross_domain_correlation, cross_domain_rows
-from fairseq_headprune.study.methods.epoch_curves import dynamics_grid, epoch_checkpoints, parse_epochs, relative_rows
-from fairseq_headprune.study.statistics.metrics import BLEU_METRICS, COMPARE_MT_BLEU, SACREBLEU, TOKENIZED_BLEU
-from fairseq_headprune.study.methods.pruning import (
+from fairseq_headprune.study.importance.ablation import best_heads, cross_domain_correlation, cross_domain_rows
+from fairseq_headprune.study.importance.dynamics import dynamics_grid, epoch_checkpoints, parse_epochs, relative_rows
+from fairseq_headprune.study.masks.ranges import RangeError, format_ranges, parse_ranges
+from fairseq_headprune.study.pruning.curves import (
+    CurvePlan,
+    CurveScores,
     heads_in_scope,
     importance_scores,
     iterative_steps,
-    CurvePlan,
-    CurveScores,
     plan_curves,
     step_counts,
 )
-from fairseq_headprune.study.masks.ranges import RangeError, format_ranges, parse_ranges
-from fairseq_headprune.study.prune_settings import PruneSettings
-from fairseq_headprune.study.settings import (
-    CurveSettings,
-    ImportanceSettings,
-    SweepSettings,
-    parse_choices,
-    parse_types,
-)
+from fairseq_headprune.study.pruning.settings import CurveSettings, PruneSettings
+from fairseq_headprune.study.settings import ImportanceSettings, SweepSettings, parse_choices, parse_types
+from fairseq_headprune.study.statistics.metrics import BLEU_METRICS, COMPARE_MT_BLEU, SACREBLEU, TOKENIZED_BLEU
 
 LAYOUT = {"enc-enc": (2, 4), "enc-dec": (2, 4), "dec-dec": (2, 4)}
 
@@ -117,13 +111,14 @@ def test_iterative_pruning_re_ranks_on_the_pruned_model():
             remaining = [h for h in heads_in_scope(LAYOUT, "all") if h not in pruned]
             remaining.sort(key=lambda h: (scores[h], ("enc-enc", "enc-dec", "dec-dec").index(h[0]), h[1], h[2]))
             pruned += remaining[: count - len(pruned)]
-        masked = {(t, l, h) for t, m in step.head_mask.items() for l in range(2) for h in range(4) if m[l, h] == 0}
+        masked = {(t, layer, h) for t, m in step.head_mask.items() for layer in range(2) for h in range(4)
+                  if m[layer, h] == 0}
         assert masked == set(pruned) and step.pruned == count and step.order == "iterative"
     # estimated once per level that prunes more, each time on exactly the heads pruned before it
     assert [len(c) for c in calls] == [0, 6, 12]
     for step, call in zip(steps, calls):
-        assert set(call) == {(t, l, h) for t, m in step.head_mask.items() for l in range(2) for h in range(4)
-                             if m[l, h] == 0}
+        assert set(call) == {(t, layer, h) for t, m in step.head_mask.items() for layer in range(2) for h in range(4)
+                             if m[layer, h] == 0}
     # the once-estimated order differs: re-estimation is what this order is for
     once = plan_curves(LAYOUT, CurvePlan(["importance"], ["all"], normalize=False, step_percent=25.0, max_percent=75.0),
                        CurveScores(importance_of))
@@ -271,3 +266,50 @@ def test_the_paired_test_follows_the_metrics_direction():
         assert result.baseline_wins == pytest.approx(expected_baseline_wins)
         assert result.p_value == pytest.approx(1 - expected_baseline_wins)
     assert results["accuracy"].delta == pytest.approx(-results["error"].delta)
+
+
+def test_library_errors_become_one_line_and_the_plugins_own_bugs_keep_their_traceback():
+    """``errors.library_errors_as``: what a library raises is reported as the project's error with the cause chained;
+    an error raised in the plugin's own code (a bug) and the project's own errors pass through unchanged."""
+    import json
+
+    from fairseq_headprune.errors import CheckpointError, library_errors_as, raised_by_the_plugin
+
+    def report(error):
+        return CheckpointError(f"cannot read: {error}")
+
+    with pytest.raises(CheckpointError, match="cannot read") as caught:
+        with library_errors_as(report):
+            json.loads("{not json")  # the standard library's error: bad input
+    assert isinstance(caught.value.__cause__, json.JSONDecodeError)
+    assert not raised_by_the_plugin(caught.value.__cause__)
+    with pytest.raises(AttributeError) as bug:  # raised inside the plugin: a bug, not bad input
+        with library_errors_as(report):
+            parse_ranges(None)
+    assert raised_by_the_plugin(bug.value)
+    with pytest.raises(SettingsError, match="mine"):
+        with library_errors_as(report):
+            raise SettingsError("mine")
+
+
+def test_only_a_cut_save_counts_as_cut(tmp_path):
+    """A killed save leaves an empty or unterminated zip (torch's EOFError or RuntimeError); a fine-tune resumes from
+    the newest whole save, and any other failure to read one is raised, not taken for a cut file."""
+    import os
+
+    import torch
+
+    from fairseq_headprune.engine.pipelines.finetune_configs import _whole_resume_point, cut_file
+
+    train = tmp_path / "train"
+    train.mkdir()
+    torch.save({"updates": 2}, train / "checkpoint_1_2.pt")
+    whole = (train / "checkpoint_1_2.pt").read_bytes()
+    (train / "checkpoint_last.pt").write_bytes(whole[: len(whole) // 2])  # killed while saving
+    os.utime(train / "checkpoint_1_2.pt", (1, 1))
+    _whole_resume_point(str(train))
+    assert torch.load(train / "checkpoint_last.pt")["updates"] == 2
+    for error, cut in ((EOFError("Ran out of input"), True),
+                       (RuntimeError("PytorchStreamReader failed reading zip archive: failed finding central"), True),
+                       (RuntimeError("CUDA out of memory"), False), (MemoryError(), False), (TypeError("bug"), False)):
+        assert cut_file(error) == cut, error

@@ -16,7 +16,7 @@ PAIRS = [("a b c".split(), "x y z".split()), ("a b".split(), "x y".split()), ("a
 
 
 def test_candidates_are_the_highest_dice_coefficients_and_common_tokens_the_most_frequent():
-    from fairseq_headprune.study.methods.vocabulary_map import build_vocabulary_map, vocabulary_map_coverage
+    from fairseq_headprune.study.compression.vocabulary_map import build_vocabulary_map, vocabulary_map_coverage
 
     sources = sorted({t for s, _ in PAIRS for t in s})
     targets = sorted({t for _, t in PAIRS for t in t})

@@ -33,7 +33,8 @@ def wmt_dir(tmp_path_factory):
     cache = os.environ.get("HEADPRUNE_TEST_CACHE")
     directory = os.path.join(cache, "wmt-standin") if cache else str(tmp_path_factory.mktemp("wmt"))
     run(["bash", REPO / "scripts" / "reproductions" / "make_standin_bundle.sh", directory], env=STANDIN_ENV)
-    run(["bash", REPO / "scripts" / "reproductions" / "prepare_wmt14_en_fr.sh", directory], env={"OFFLINE": "1", "SETS": SETS})
+    run(["bash", REPO / "scripts" / "reproductions" / "prepare_wmt14_en_fr.sh", directory],
+        env={"OFFLINE": "1", "SETS": SETS})
     return directory
 
 
@@ -114,5 +115,6 @@ def test_offline_preparation_stops_on_a_missing_file(wmt_dir, tmp_path):
         f"prepare_wmt14_en_fr: error: OFFLINE=1 and {wmt_dir}/raw/newstest2014.en or .fr is missing"
     )
     empty = tmp_path / "empty"
-    result = run(["bash", REPO / "scripts" / "reproductions" / "prepare_wmt14_en_fr.sh", empty], env={"OFFLINE": "1"}, check=False)
+    result = run(["bash", REPO / "scripts" / "reproductions" / "prepare_wmt14_en_fr.sh", empty],
+                 env={"OFFLINE": "1"}, check=False)
     assert result.returncode == 1 and "OFFLINE=1 and" in result.stderr and "is missing" in result.stderr

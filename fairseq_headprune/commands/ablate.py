@@ -2,24 +2,26 @@
 
 import argparse
 
-from ..constants import ABLATION_MODES
-from ..study.methods.ablation import ablation_summary
-from ..study.settings import AblationSettings, parse_types
-from .common import add_study_inputs, add_sweep_arguments, sweep_settings
+from fairseq_headprune.commands.common import add_study_inputs, add_sweep_arguments, sweep_settings
+from fairseq_headprune.constants import ABLATION_MODES
+from fairseq_headprune.study.importance.ablation import ablation_summary
+from fairseq_headprune.study.importance.settings import AblationSettings
+from fairseq_headprune.study.settings import parse_types
 
 
 def settings_from(args: argparse.Namespace) -> AblationSettings:
-    from ..engine.checkpoints.info import checkpoint_family
+    from fairseq_headprune.engine.checkpoints.info import checkpoint_family
 
     return AblationSettings(
-        sweep=sweep_settings(args, args.path, checkpoint_family(args.path)), mode=args.mode, types=parse_types(args.types), heads=args.heads,
-        select_subset=args.select_subset, cross_subset=args.cross_subset, cross_data=args.cross_data,
+        sweep=sweep_settings(args, args.path, checkpoint_family(args.path)), mode=args.mode,
+        types=parse_types(args.types), heads=args.heads, select_subset=args.select_subset,
+        cross_subset=args.cross_subset, cross_data=args.cross_data,
     )
 
 
 def command_ablate(args: argparse.Namespace) -> int:
     settings = settings_from(args)  # before the engine (and fairseq) is imported: bad input fails fast
-    from ..engine.pipelines.ablate import run_ablation
+    from fairseq_headprune.engine.pipelines.ablate import run_ablation
 
     outcome = run_ablation(settings)
     if outcome is None:  # a rank other than 0 of a sharded sweep
@@ -32,7 +34,8 @@ def command_ablate(args: argparse.Namespace) -> int:
         for entry in outcome.best:
             line = f"  {entry['attention_type']}\tlayer {entry['layer']}\thead {entry['head']}\t{entry['delta']:+.2f}"
             if settings.select_subset:
-                line += f"\tchosen on {settings.select_subset}: head {entry['selected_head']} {entry['selected_delta']:+.2f}"
+                line += (f"\tchosen on {settings.select_subset}: "
+                         f"head {entry['selected_head']} {entry['selected_delta']:+.2f}")
             print(line)
         print(f"wrote\t{outcome.written[0]}")
         return 0

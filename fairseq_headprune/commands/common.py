@@ -8,8 +8,7 @@ of ``study/settings.py``; the layers below never see the namespace.
 import argparse
 from typing import List, Optional
 
-from ..constants import (
-    STRUCTURES,
+from fairseq_headprune.constants import (
     DEFAULT_ALPHA,
     DEFAULT_CONFIGS_PER_BATCH,
     DEFAULT_GRANULARITY,
@@ -25,23 +24,19 @@ from ..constants import (
     DEFAULT_STEP_PERCENT,
     DEFAULT_TUNE_LAYERS,
     DEFAULT_TUNE_LIMIT,
-    TUNE_LAYERS,
     GRANULARITIES,
     IMPORTANCE_LOSSES,
     IMPORTANCE_METHODS,
     SIGNIFICANCE_TESTS,
+    STRUCTURES,
     TRANSLATION_FAMILY,
+    TUNE_LAYERS,
 )
-from ..study.statistics.metrics import BLEU_METRICS
-from ..study.settings import (
-    DETOKENIZERS,
-    CurveSettings,
-    ImportanceSettings,
-    SweepSettings,
-    TuningSettings,
-    parse_choices,
-)
-from ..study.statistics.significance import SignificanceSettings
+from fairseq_headprune.study.pruning.settings import CurveSettings
+from fairseq_headprune.study.search.settings import TuningSettings
+from fairseq_headprune.study.settings import DETOKENIZERS, ImportanceSettings, SweepSettings, parse_choices
+from fairseq_headprune.study.statistics.metrics import BLEU_METRICS
+from fairseq_headprune.study.statistics.significance import SignificanceSettings
 
 
 def add_test_arguments(parser: argparse.ArgumentParser) -> None:
@@ -216,7 +211,8 @@ def add_tuning_arguments(parser: argparse.ArgumentParser, tune_option_help: str,
     group.add_argument(switch, action="store_true", help=tune_option_help)
     if per_order:
         group.add_argument("--tune-orders", metavar="ORDERS",
-                           help="with --tune-masks: the curves to draw tuned, comma-separated (default: every --orders)")
+                           help="with --tune-masks: the curves to draw tuned, comma-separated "
+                           "(default: every --orders)")
     group.add_argument(
         "--tune-subset", nargs="+", default=["valid"], metavar="SPLIT",
         help="training or validation splits to fit the scales on, teacher-forced (default: valid; a test split "
@@ -226,10 +222,12 @@ def add_tuning_arguments(parser: argparse.ArgumentParser, tune_option_help: str,
         "--tune-limit", type=int, default=DEFAULT_TUNE_LIMIT, metavar="N",
         help=f"first N sentences of each tuning split (default {DEFAULT_TUNE_LIMIT})",
     )
-    group.add_argument("--tune-max-tokens", type=int, metavar="N", help="tokens per tuning batch (default: 64 sentences)")
+    group.add_argument("--tune-max-tokens", type=int, metavar="N",
+                       help="tokens per tuning batch (default: 64 sentences)")
     group.add_argument(
         "--tune-scale-bound", type=float, default=DEFAULT_SCALE_BOUND, metavar="B",
-        help=f"a layer whose fit needs a scale above B in absolute value keeps its binary mask (default {DEFAULT_SCALE_BOUND:g})",
+        help=f"a layer whose fit needs a scale above B in absolute value keeps its binary mask "
+        f"(default {DEFAULT_SCALE_BOUND:g})",
     )
     group.add_argument(
         "--tune-max-condition", type=float, default=DEFAULT_MAX_CONDITION, metavar="C",
@@ -275,3 +273,9 @@ def fairseq_language_args(args: argparse.Namespace) -> List[str]:
     if args.target_lang:
         fairseq_args += ["--target-lang", args.target_lang]
     return fairseq_args
+
+
+def generation_precision(fairseq_args) -> str:
+    """The precision fairseq's generation runs in, read off its own flags (``--fp16``, ``--bf16``)."""
+    arguments = list(fairseq_args)
+    return "float16" if "--fp16" in arguments else "bfloat16" if "--bf16" in arguments else "float32"

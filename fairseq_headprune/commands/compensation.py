@@ -3,9 +3,9 @@
 import argparse
 import os
 
-from ..errors import SettingsError
-from ..study.methods.compensation import MEASURES, PAPER_SPREAD
-from ..study.output.files import write_json
+from fairseq_headprune.errors import SettingsError
+from fairseq_headprune.study.budhraja.compensation import MEASURES, PAPER_SPREAD
+from fairseq_headprune.study.output.files import write_json
 
 MEASURE_TITLES = {"mean_abs_change": "mean |ΔW|", "relative_change": "‖ΔW‖/‖W‖"}
 
@@ -16,11 +16,12 @@ def command_compensation(args: argparse.Namespace) -> int:
     plot = args.plot if args.plot is not None else os.path.splitext(args.out)[0] + ".png"
     if plot and not plot.lower().endswith((".png", ".pdf", ".svg")):
         raise SettingsError(f"--plot must end in .png, .pdf or .svg: {plot}")
-    from ..engine.pipelines.compensation import checkpoint_compensation
-    from ..study.output.plots import plot_compensation
+    from fairseq_headprune.engine.pipelines.compensation import checkpoint_compensation
+    from fairseq_headprune.study.output.plots import plot_compensation
 
     compensation = checkpoint_compensation(args.before, args.after, args.head_mask)
-    print(f"pruned\t{len(compensation.pruned)} heads{': ' + ' '.join(compensation.pruned) if compensation.pruned else ''}")
+    print(f"pruned\t{len(compensation.pruned)} heads"
+          f"{': ' + ' '.join(compensation.pruned) if compensation.pruned else ''}")
     for line in compensation_lines(compensation):
         print(line)
     write_json(dict(compensation.to_dict(), before=args.before, after=args.after), args.out, indent=1)

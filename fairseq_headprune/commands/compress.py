@@ -3,40 +3,41 @@
 import argparse
 import sys
 
-from ..study.methods.compression import (
-    DEFAULT_SPEED_BATCH_SIZES,
-    DEFAULT_SPEED_REPEATS,
-    DEFAULT_SPEED_SENTENCES,
-    CompressSettings,
-    DEFAULT_DISTILL_WEIGHT,
-    DEFAULT_TRANSLATION_FINETUNE_UPDATES,
-    DISTILL_KINDS,
-    DeploymentSettings,
-    default_finetune_updates,
-    parse_target,
+from fairseq_headprune.commands.common import (
+    add_device_arguments,
+    add_importance_arguments,
+    add_test_arguments,
+    add_tuning_arguments,
+    generation_precision,
+    importance_settings,
+    test_settings,
+    tuning_settings,
 )
-from ..study.methods.precision_choice import (
+from fairseq_headprune.constants import EXPORT_FORMATS, QUANTIZATIONS
+from fairseq_headprune.study.compression.precision import (
     AUTO_CANDIDATES,
     AUTO_QUANTIZATION,
     DEFAULT_QUANTIZATION_TOLERANCE,
     choice_summary,
 )
-from ..study.output.compression_report import flops_kept_share
-from ..study.prune_settings import FINETUNE_LR_SHARE, FINETUNE_WARMUP_SHARE, FinetuneSettings
-from ..study.settings import EXPORT_FORMATS, QUANTIZATIONS, SweepSettings
-from .common import (
-    add_device_arguments,
-    add_importance_arguments,
-    add_test_arguments,
-    add_tuning_arguments,
-    importance_settings,
-    test_settings,
-    tuning_settings,
+from fairseq_headprune.study.compression.settings import (
+    DEFAULT_DISTILL_WEIGHT,
+    DEFAULT_SPEED_BATCH_SIZES,
+    DEFAULT_SPEED_REPEATS,
+    DEFAULT_SPEED_SENTENCES,
+    DEFAULT_TRANSLATION_FINETUNE_UPDATES,
+    DISTILL_KINDS,
+    CompressSettings,
+    DeploymentSettings,
+    default_finetune_updates,
+    parse_target,
 )
+from fairseq_headprune.study.finetuning import FINETUNE_LR_SHARE, FINETUNE_WARMUP_SHARE, FinetuneSettings
+from fairseq_headprune.study.settings import SweepSettings
 
 
 def compress_settings(args: argparse.Namespace) -> CompressSettings:
-    from ..engine.checkpoints.info import checkpoint_family
+    from fairseq_headprune.engine.checkpoints.info import checkpoint_family
 
     target = parse_target(args.target)  # a bad target is named before the checkpoint is read
     evaluation = SweepSettings(
@@ -55,7 +56,7 @@ def compress_settings(args: argparse.Namespace) -> CompressSettings:
         drop_layers={"encoder": args.drop_encoder_layers, "decoder": args.drop_decoder_layers},
         distill=args.distill, distill_weight=args.distill_weight,
         deployment=DeploymentSettings(list(args.speed_batch_sizes), args.speed_sentences or None, args.repeats,
-                                      args.threads),
+                                      args.threads, precision=generation_precision(args.fairseq_args)),
     )
 
 
@@ -70,44 +71,44 @@ def _print_stage(stage: str, status: str, seconds) -> None:
 
 def command_compress(args: argparse.Namespace) -> int:
     settings = compress_settings(args)  # before the engine (and fairseq) is imported: bad input fails fast
-    from ..engine.pipelines.compress import run_compress
+    from fairseq_headprune.engine.pipelines.compress import run_compress
 
     outcome = run_compress(settings, on_stage=_print_stage)
     report = outcome.report
-    search, evaluation, parameters = report["search"], report["evaluation"], report["shrink"]["parameters"]
-    layers = report.get("layers")
+    search, evaluation, parameters = report.search, report.evaluation, report.shrink.parameters
+    layers = report.layers
     if layers is not None:
-        print(f"layers\tremoved {layers['spec']} (validation loss {layers['base_loss']:.3f} -> "
-              f"{layers['steps'][-1]['loss']:.3f}); {layers['cost']} cost kept "
-              f"{100.0 * layers['kept_cost'] / layers['full_cost']:.1f}% before the search")
-    distill = report.get("distill")
+        print(f"layers\tremoved {layers.spec} (validation loss {layers.base_loss:.3f} -> "
+              f"{layers.steps[-1]['loss']:.3f}); {layers.cost} cost kept "
+              f"{100.0 * layers.kept_cost / layers.full_cost:.1f}% before the search")
+    distill = report.distill
     if distill is not None:
-        print(f"distill\t{distill['sentences']} training sentences translated by the unpruned model "
-              f"({distill['identical_to_reference']} equal to their reference)")
-    print(f"pruned\t{search['heads_pruned']} of {search['heads_total']} heads"
-          + (f", {search['neurons_pruned']} of {search['neurons_total']} FFN neurons" if search["neurons_total"] else "")
-          + f"; FLOPs kept {100.0 * flops_kept_share(report):.1f}%")
+        print(f"distill\t{distill.sentences} training sentences translated by the unpruned model "
+              f"({distill.identical_to_reference} equal to their reference)")
+    print(f"pruned\t{search.heads_pruned} of {search.heads_total} heads"
+          + (f", {search.neurons_pruned} of {search.neurons_total} FFN neurons" if search.neurons_total else "")
+          + f"; FLOPs kept {100.0 * report.flops_kept_share:.1f}%")
     print(f"parameters\t{parameters['unpruned']} -> {parameters['compressed']} "
           f"({1.0 - parameters['compressed'] / parameters['unpruned']:.1%} fewer)")
-    print(f"{evaluation['label']}\tunpruned {evaluation['unpruned']:.2f}, compressed {evaluation['compressed']:.2f} "
-          f"({evaluation['delta']:+.2f}, p = {evaluation['p_value']:.3g}) on {evaluation['split']}"
-          + ("" if evaluation.get("before_finetune") is None else
-             f"; {evaluation['before_finetune']:.2f} before fine-tuning"))
-    choice = (report.get("export") or {}).get("quantization_choice")
+    print(f"{evaluation.label}\tunpruned {evaluation.unpruned:.2f}, compressed {evaluation.compressed:.2f} "
+          f"({evaluation.delta:+.2f}, p = {evaluation.p_value:.3g}) on {evaluation.split}"
+          + ("" if evaluation.before_finetune is None else
+             f"; {evaluation.before_finetune:.2f} before fine-tuning"))
+    choice = None if report.export is None else report.export.quantization_choice
     if choice is not None:
         print(f"quantization\tauto: {choice_summary(choice)}")
-    unit = {"sentences": "sent/s"}.get(report["speed"]["unit"], "examples/s")
-    for row in report["speed"]["rows"]:
+    unit = {"sentences": "sent/s"}.get(report.speed.unit, "examples/s")
+    for row in report.speed.rows:
         speedup = row["speedup_vs_fairseq_unpruned"]
         print(f"speed\tbatch {row['batch_size']}\t{row['system']}\t{row['sentences_per_second']:.1f} {unit}\t"
               f"{speedup:.2f}x")
-    prediction = report.get("speedup_prediction")
+    prediction = report.speedup_prediction
     if prediction and prediction["measured"]:
         print(f"predicted\tbatch {prediction['batch_size']}\t{prediction['predicted']:.2f}x by the latency table, "
               f"measured {prediction['measured']:.2f}x ({100.0 * prediction['relative_error']:+.0f}%)")
-    print(f"compressed\t{report['files']['checkpoint']}")
-    if report["files"]["exported"]:
-        print(f"exported\t{report['files']['exported']}")
+    print(f"compressed\t{report.files['checkpoint']}")
+    if report.files["exported"]:
+        print(f"exported\t{report.files['exported']}")
     print("wrote\t" + " ".join(outcome.files))
     sys.stdout.flush()
     return 0
@@ -211,7 +212,8 @@ def add_parser(commands) -> None:
                         f"compute type may lose (default {DEFAULT_QUANTIZATION_TOLERANCE:g})")
     speed = compress.add_argument_group("decoding speed")
     speed.add_argument("--speed-batch-sizes", type=int, nargs="+", default=list(DEFAULT_SPEED_BATCH_SIZES),
-                       metavar="N", help=f"batch sizes timed (default: {' '.join(map(str, DEFAULT_SPEED_BATCH_SIZES))})")
+                       metavar="N",
+                       help=f"batch sizes timed (default: {' '.join(map(str, DEFAULT_SPEED_BATCH_SIZES))})")
     speed.add_argument("--speed-sentences", type=int, default=DEFAULT_SPEED_SENTENCES, metavar="N",
                        help=f"first N sentences of --gen-subset timed (default {DEFAULT_SPEED_SENTENCES}; 0: all)")
     speed.add_argument("--repeats", type=int, default=DEFAULT_SPEED_REPEATS, metavar="N",

@@ -3,11 +3,11 @@
 import argparse
 import os
 
-from ..constants import DEFAULT_CORPUS_SEED
-from ..errors import SettingsError
-from ..corpora.demo_corpus import write_acceptability_corpus, write_demo_corpus
-from ..corpora.gettext_corpus import write_gettext_corpus
-from ..corpora.nli_corpus import write_inference_corpus, write_pretraining_text
+from fairseq_headprune.constants import DEFAULT_CORPUS_SEED
+from fairseq_headprune.corpora.demo_corpus import write_acceptability_corpus, write_demo_corpus
+from fairseq_headprune.corpora.gettext_corpus import write_gettext_corpus
+from fairseq_headprune.corpora.nli_corpus import write_inference_corpus, write_pretraining_text
+from fairseq_headprune.errors import SettingsError
 
 
 def command_corpus(args: argparse.Namespace) -> int:

@@ -3,14 +3,20 @@
 import argparse
 import os
 
-from ..study.methods.epoch_curves import dynamics_grid, epoch_checkpoints, parse_epochs
-from ..study.masks.ranges import format_ranges
-from ..study.settings import DynamicsSettings
-from .common import add_curve_arguments, add_study_inputs, add_sweep_arguments, curve_settings, sweep_settings
+from fairseq_headprune.commands.common import (
+    add_curve_arguments,
+    add_study_inputs,
+    add_sweep_arguments,
+    curve_settings,
+    sweep_settings,
+)
+from fairseq_headprune.study.importance.dynamics import dynamics_grid, epoch_checkpoints, parse_epochs
+from fairseq_headprune.study.masks.ranges import format_ranges
+from fairseq_headprune.study.pruning.settings import DynamicsSettings
 
 
 def settings_from(args: argparse.Namespace) -> DynamicsSettings:
-    from ..engine.checkpoints.info import checkpoint_family
+    from fairseq_headprune.engine.checkpoints.info import checkpoint_family
 
     epochs = parse_epochs(args.epochs)
     (_, first), *_ = epoch_checkpoints(args.checkpoints, epochs)  # the family of the first epoch's model
@@ -22,7 +28,7 @@ def settings_from(args: argparse.Namespace) -> DynamicsSettings:
 
 def command_dynamics(args: argparse.Namespace) -> int:
     settings = settings_from(args)  # before the engine (and fairseq) is imported: bad input fails fast
-    from ..engine.pipelines.dynamics import run_dynamics
+    from fairseq_headprune.engine.pipelines.dynamics import run_dynamics
 
     rows = run_dynamics(settings)
     if rows is None:  # a rank other than 0 of a sharded sweep

@@ -2,12 +2,13 @@
 
 import argparse
 
-from ..study.settings import EXPORT_FORMATS, QUANTIZATIONS, ExportSettings
-from .common import add_device_arguments
+from fairseq_headprune.commands.common import add_device_arguments
+from fairseq_headprune.constants import EXPORT_FORMATS, QUANTIZATIONS
+from fairseq_headprune.study.compression.settings import ExportSettings
 
 
 def command_export(args: argparse.Namespace) -> int:
-    from ..engine.pipelines.export import run_export
+    from fairseq_headprune.engine.pipelines.export import run_export
 
     outcome = run_export(ExportSettings(
         data=args.data, checkpoint=args.path, out_dir=args.out_dir, format=args.format, quantization=args.quantization,

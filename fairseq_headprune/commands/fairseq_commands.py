@@ -14,8 +14,9 @@ import importlib
 import os
 import sys
 from typing import List, Optional
-from ..constants import CLASSIFIER_FAMILY, LANGUAGE_MODEL_FAMILY
-from ..errors import CheckpointError, HeadPruneError, debugging
+
+from fairseq_headprune.constants import CLASSIFIER_FAMILY, LANGUAGE_MODEL_FAMILY
+from fairseq_headprune.errors import CheckpointError, HeadPruneError, debugging
 
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -52,15 +53,15 @@ def _option_value(argv: List[str], option: str) -> Optional[str]:
 
 def _task_for(argv: List[str]) -> List[str]:
     """``--task`` (and the criterion it needs) for the ``--path`` checkpoint's task."""
-    from ..engine.checkpoints.info import (
+    from fairseq_headprune.engine.checkpoints.info import (
         load_checkpoint_state,
         saved_task_name,
         state_classification_head_override,
         task_family,
     )
-    from ..tasks.fairseq_headprune import TASK_NAME
-    from ..tasks.headprune_language_modeling import TASK_NAME as LM_TASK_NAME
-    from ..tasks.headprune_sentence_prediction import TASK_NAME as SENTENCE_TASK_NAME
+    from fairseq_headprune.tasks.fairseq_headprune import TASK_NAME
+    from fairseq_headprune.tasks.headprune_language_modeling import TASK_NAME as LM_TASK_NAME
+    from fairseq_headprune.tasks.headprune_sentence_prediction import TASK_NAME as SENTENCE_TASK_NAME
 
     path = _option_value(argv, "--path")  # run_fairseq_command checked that its files exist
     checkpoint = path.split(":")[0] if path is not None else None
@@ -82,7 +83,7 @@ def _task_for(argv: List[str]) -> List[str]:
 
 def run_fairseq_command(command: str, args: List[str]) -> int:
     """Run a fairseq command with ``--user-dir`` and ``--task`` filled in."""
-    from ..registry import register_components
+    from fairseq_headprune.registry import register_components
 
     register_components()
     argv = list(args)

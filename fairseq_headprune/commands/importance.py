@@ -2,13 +2,18 @@
 
 import argparse
 
-from .common import add_device_arguments, add_importance_arguments, fairseq_language_args, importance_settings
-from ..study.methods.importance_scores import summarize
+from fairseq_headprune.commands.common import (
+    add_device_arguments,
+    add_importance_arguments,
+    fairseq_language_args,
+    importance_settings,
+)
+from fairseq_headprune.study.importance.scores import summarize
 
 
 def command_importance(args: argparse.Namespace) -> int:
     settings = importance_settings(args)  # before the engine (and fairseq) is imported: bad input fails fast
-    from ..engine.pipelines.importance import importance_prefix, run_importance
+    from fairseq_headprune.engine.pipelines.importance import importance_prefix, run_importance
 
     result = run_importance(
         args.data, args.path, settings, args.out_dir, head_mask=args.head_mask, loss_ablation=args.loss_ablation,

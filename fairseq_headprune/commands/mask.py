@@ -2,12 +2,18 @@
 
 import argparse
 
-from ..errors import ResultFileError, SettingsError
-from ..study.masks.head_mask import count_masked, head_mask_to_spec, masked_heads, parse_head_mask, write_mask_file
+from fairseq_headprune.errors import ResultFileError, SettingsError
+from fairseq_headprune.study.masks.head_mask import (
+    count_masked,
+    head_mask_to_spec,
+    masked_heads,
+    parse_head_mask,
+    write_mask_file,
+)
 
 
 def command_mask(args: argparse.Namespace) -> int:
-    from ..engine.checkpoints.info import checkpoint_head_layout
+    from fairseq_headprune.engine.checkpoints.info import checkpoint_head_layout
 
     if args.out and not args.out.lower().endswith((".json", ".tsv")):
         raise SettingsError(f"--out must end in .json or .tsv: {args.out}")
@@ -19,7 +25,7 @@ def command_mask(args: argparse.Namespace) -> int:
     else:
         head_mask = parse_head_mask(args.spec, layout)
     total = sum(layers * heads for layers, heads in layout.values())
-    print("layout\t" + " ".join(f"{t}={l}x{h}" for t, (l, h) in layout.items()))
+    print("layout\t" + " ".join(f"{t}={layers}x{h}" for t, (layers, h) in layout.items()))
     print(f"masked\t{count_masked(head_mask)} of {total} heads")
     print(f"spec\t{head_mask_to_spec(head_mask)}")
     if args.list:
@@ -33,8 +39,8 @@ def command_mask(args: argparse.Namespace) -> int:
 
 def gates_mask(path: str, layout):
     """The exact-budget mask learned by ``--criterion headprune_gates`` in the checkpoint ``path``."""
-    from ..criterions.headprune_gates import gate_mask_from_state, gate_summary
-    from ..engine.checkpoints.info import load_checkpoint_state
+    from fairseq_headprune.criterions.headprune_gates import gate_mask_from_state, gate_summary
+    from fairseq_headprune.engine.checkpoints.info import load_checkpoint_state
 
     state = load_checkpoint_state(path)
     criterion_state = state.get("criterion") or {}

@@ -2,7 +2,16 @@
 
 import argparse
 
-from ..constants import (
+from fairseq_headprune.commands.common import (
+    add_curve_arguments,
+    add_study_inputs,
+    add_sweep_arguments,
+    add_tuning_arguments,
+    curve_settings,
+    sweep_settings,
+    tuning_settings,
+)
+from fairseq_headprune.constants import (
     DEFAULT_DRAWS,
     DEFAULT_PRUNING_SEED,
     DEFAULT_SEQUENCE_LENGTH,
@@ -12,29 +21,26 @@ from ..constants import (
     STRUCTURE_ORDERS,
     X_AXES,
 )
-from ..errors import SettingsError
-from ..study.prune_settings import (
-    DEFAULT_CURVE_UPDATES, FINETUNE_LR_SHARE, FINETUNE_WARMUP_SHARE, FinetuneSettings, PruneSettings,
+from fairseq_headprune.errors import SettingsError
+from fairseq_headprune.study.budhraja.configurations import parse_tables, requested_budgets
+from fairseq_headprune.study.budhraja.finetune_plan import check_finetune_levels
+from fairseq_headprune.study.finetuning import (
+    DEFAULT_CURVE_UPDATES,
+    FINETUNE_LR_SHARE,
+    FINETUNE_WARMUP_SHARE,
+    FinetuneSettings,
 )
-from ..study.settings import parse_choices
-from .common import (
-    add_curve_arguments,
-    add_study_inputs,
-    add_sweep_arguments,
-    add_tuning_arguments,
-    curve_settings,
-    sweep_settings,
-    tuning_settings,
-)
-from ..study.methods.budhraja_configurations import parse_tables, requested_budgets
-from ..study.budhraja.finetune_plan import check_finetune_levels
-from ..study.methods.pruning import curve_orders
+from fairseq_headprune.study.pruning.curves import curve_orders
+from fairseq_headprune.study.pruning.settings import PruneSettings
+from fairseq_headprune.study.settings import parse_choices
 
 
 def settings_from(args: argparse.Namespace) -> PruneSettings:
     settings = _settings(args)
     if settings.has_budgets or settings.finetune_levels:  # refused before fairseq is imported: budgets the model
-        from ..engine.checkpoints.info import checkpoint_head_layout  # cannot take, levels that are no step
+        from fairseq_headprune.engine.checkpoints.info import (
+            checkpoint_head_layout,  # cannot take, levels that are no step
+        )
 
         layout = checkpoint_head_layout(args.path)
         requested_budgets(settings, layout)
@@ -44,7 +50,7 @@ def settings_from(args: argparse.Namespace) -> PruneSettings:
 
 
 def _settings(args: argparse.Namespace) -> PruneSettings:
-    from ..engine.checkpoints.info import checkpoint_family
+    from fairseq_headprune.engine.checkpoints.info import checkpoint_family
 
     orders = parse_choices(args.orders, ORDERS, "--orders")
     tune_orders = []
@@ -127,14 +133,15 @@ def print_finetuned(outcome, label: str) -> None:
 
 def command_prune(args: argparse.Namespace) -> int:
     settings = settings_from(args)  # before the engine (and fairseq) is imported: bad input fails fast
-    from ..engine.pipelines.prune import run_prune
+    from fairseq_headprune.engine.pipelines.prune import run_prune
 
     outcome = run_prune(settings)
     if outcome is None:  # a rank other than 0 of a sharded sweep
         return 0
     label, column = settings.sweep.metric.label, settings.sweep.metric.column
     if outcome.curve_summary:
-        print(f"unpruned {label} {outcome.baseline_score:.2f} on {outcome.split}; {label} with x% of {outcome.x_title}:")
+        print(f"unpruned {label} {outcome.baseline_score:.2f} on {outcome.split}; "
+              f"{label} with x% of {outcome.x_title}:")
 
         width = max(10, *(len(r["order"]) for r in outcome.curve_summary))
         for scope in outcome.curve_scopes:
@@ -153,7 +160,8 @@ def command_prune(args: argparse.Namespace) -> int:
         print(f"random heads within budgets (heads kept), {settings.draws} draws each:")
         for row in outcome.budget_summary:
             note = f"  [{row['note']}]" if row.get("note") else ""
-            print(f"  {row['budget']:<24} {row['percent']:5.1f}% pruned  {label} {row[column]:.2f} ± {row[column + '_std']:.2f}"
+            print(f"  {row['budget']:<24} {row['percent']:5.1f}% pruned  {label} {row[column]:.2f} "
+                  f"± {row[column + '_std']:.2f}"
                   f"  ({row['delta']:+.2f}; {row['significant']} of {row['draws']} draws significant){note}")
         print(f"wrote\t{outcome.budget_files}")
     if outcome.finetune_records:
@@ -245,7 +253,8 @@ def _add_score_file_arguments(prune) -> None:
         help="importance.json (from the importance command) to rank by; default: estimate it "
         "on --importance-subset and store it under OUT/importance",
     )
-    prune.add_argument("--ablation", metavar="FILE", help="single.json (or .tsv) of ablate --mode single, for --orders ablation")
+    prune.add_argument("--ablation", metavar="FILE",
+                       help="single.json (or .tsv) of ablate --mode single, for --orders ablation")
     prune.add_argument(
         "--gate-masks", nargs="+", metavar="FILE",
         help="masks learned by fairseq-train --criterion headprune_gates (mask --from-gates ... --out FILE), one "

@@ -2,7 +2,7 @@
 
 import argparse
 
-from ..study.output.report import DEFAULT_TITLE, write_report
+from fairseq_headprune.study.output.report import DEFAULT_TITLE, write_report
 
 
 def command_report(args: argparse.Namespace) -> int:

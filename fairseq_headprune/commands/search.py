@@ -2,21 +2,27 @@
 
 import argparse
 
-from ..constants import COST_KINDS, DEFAULT_SEQUENCE_LENGTH, FAIRSEQ_ENGINE, LATENCY_ENGINES, PRUNED_STRUCTURES
-from ..study.settings import LatencySettings, SearchSettings
-from .common import (
+from fairseq_headprune.commands.common import (
     add_device_arguments,
     add_importance_arguments,
     add_tuning_arguments,
     importance_settings,
     tuning_settings,
 )
-from ..study.masks.ffn_mask import ffn_mask_to_spec
-from ..study.masks.head_mask import head_mask_to_spec, layer_name
+from fairseq_headprune.constants import (
+    COST_KINDS,
+    DEFAULT_SEQUENCE_LENGTH,
+    FAIRSEQ_ENGINE,
+    LATENCY_ENGINES,
+    PRUNED_STRUCTURES,
+)
+from fairseq_headprune.study.masks.ffn_mask import ffn_mask_to_spec
+from fairseq_headprune.study.masks.head_mask import head_mask_to_spec, layer_name
+from fairseq_headprune.study.search.settings import LatencySettings, SearchSettings
 
 
 def search_settings(args: argparse.Namespace) -> SearchSettings:
-    from ..engine.checkpoints.info import checkpoint_family
+    from fairseq_headprune.engine.checkpoints.info import checkpoint_family
 
     return SearchSettings(
         data=args.data, checkpoint=args.path, out_dir=args.out_dir, budget=args.budget, cost=args.cost,
@@ -33,18 +39,19 @@ def search_settings(args: argparse.Namespace) -> SearchSettings:
 
 def command_search(args: argparse.Namespace) -> int:
     settings = search_settings(args)  # before the engine (and fairseq) is imported: bad input fails fast
-    from ..engine.methods.mask_tuning import layer_tuning_summary
-    from ..engine.pipelines.search import run_search
+    from fairseq_headprune.engine.pipelines.search import run_search
+    from fairseq_headprune.engine.search.mask_tuning import layer_tuning_summary
 
     outcome = run_search(settings)
     result = outcome.result
     print(f"Fisher information: {outcome.fisher_source}")
     print(f"budget {settings.budget} = {result.budget:g} {result.unit} of {outcome.costs.full_cost():g}; "
           f"the mask costs {result.cost:g} {result.unit}")
-    print(f"pruned {outcome.pruned} of {outcome.total_heads} heads: {head_mask_to_spec(result.head_mask)}")
+    print(f"pruned {outcome.heads_pruned} of {outcome.heads_total} heads: {head_mask_to_spec(result.head_mask)}")
     if result.ffn_mask is not None:
 
-        print(f"pruned {outcome.pruned_neurons} of {outcome.total_neurons} FFN neurons: {ffn_mask_to_spec(result.ffn_mask)}")
+        print(f"pruned {outcome.neurons_pruned} of {outcome.neurons_total} FFN neurons: "
+              f"{ffn_mask_to_spec(result.ffn_mask)}")
     flops = outcome.flops
     print(f"FLOPs kept: {flops['kept']:.4g} of {flops['full']:.4g} {flops['unit']} "
           f"({100.0 * flops['kept'] / flops['full']:.1f}%, {flops['sequence_length']} attended positions)")
@@ -71,8 +78,8 @@ def command_search(args: argparse.Namespace) -> int:
     print(estimate)
     if outcome.tuning is not None:
         summary = outcome.tuning.summary()
-        print(f"mask tuning on {outcome.tuning.settings['sentences']} sentences ({', '.join(settings.tuning.subsets)}): "
-              f"{summary['fitted']} of {summary['layers']} layers fitted")
+        print(f"mask tuning on {outcome.tuning.settings['sentences']} sentences "
+              f"({', '.join(settings.tuning.subsets)}): {summary['fitted']} of {summary['layers']} layers fitted")
         for line in layer_tuning_summary(outcome.tuning):
             print(line)
     timing = ", ".join(f"{name} {value:.1f} s" for name, value in outcome.seconds.items())
@@ -82,7 +89,7 @@ def command_search(args: argparse.Namespace) -> int:
 
 
 def command_latency(args: argparse.Namespace) -> int:
-    from ..engine.pipelines.search import run_latency
+    from fairseq_headprune.engine.pipelines.search import run_latency
 
     table = run_latency(LatencySettings(
         data=args.data, checkpoint=args.path, out=args.out, batch_size=args.batch_size,

@@ -1,11 +1,12 @@
 """``fairseq-headprune shrink``: remove heads for real (paper section 4.3)."""
 
 import argparse
-from ..study.output.files import write_text
+
+from fairseq_headprune.study.output.files import write_text
 
 
 def command_shrink(args: argparse.Namespace) -> int:
-    from ..engine.checkpoints.shrink import shrink_checkpoint
+    from fairseq_headprune.engine.checkpoints.shrink import shrink_checkpoint
 
     outcome = shrink_checkpoint(args.path, args.out, args.head_mask, args.tuning, args.ffn_mask, args.drop_layers)
     if outcome.dropped_layers is not None:
@@ -15,10 +16,10 @@ def command_shrink(args: argparse.Namespace) -> int:
         print(f"recorded\tthe checkpoint's masked heads ({outcome.recorded}) are removed too")
     if outcome.recorded_neurons:
         print(f"recorded\tthe checkpoint's masked FFN neurons ({outcome.recorded_neurons}) are removed too")
-    if outcome.removed or args.head_mask is not None or args.tuning is not None:
-        print(f"removed\t{outcome.removed} of {outcome.total} heads: {outcome.spec}")
-    if outcome.neuron_spec is not None:
-        print(f"removed\t{outcome.removed_neurons} of {outcome.total_neurons} FFN neurons: {outcome.neuron_spec}")
+    if outcome.heads_pruned or args.head_mask is not None or args.tuning is not None:
+        print(f"removed\t{outcome.heads_pruned} of {outcome.heads_total} heads: {outcome.spec}")
+    if outcome.ffn_spec is not None:
+        print(f"removed\t{outcome.neurons_pruned} of {outcome.neurons_total} FFN neurons: {outcome.ffn_spec}")
     for line in outcome.report:
         print(line)
     if args.report:

@@ -3,11 +3,17 @@
 import argparse
 import os
 
-from ..errors import SettingsError, StudyError
-from ..study.methods.ablation import ConfigScores, compare_with_baseline, reported_bleu, result_rows, text_scores
-from ..study.output.files import read_lines, write_json
-from ..study.statistics.metrics import BLEU_METRICS, CLASSIFICATION_METRICS, LANGUAGE_MODEL_METRICS
-from .common import add_test_arguments, test_settings
+from fairseq_headprune.commands.common import add_test_arguments, test_settings
+from fairseq_headprune.errors import SettingsError, StudyError
+from fairseq_headprune.study.importance.ablation import (
+    ConfigScores,
+    compare_with_baseline,
+    reported_bleu,
+    result_rows,
+    text_scores,
+)
+from fairseq_headprune.study.output.files import read_lines, write_json
+from fairseq_headprune.study.statistics.metrics import BLEU_METRICS, CLASSIFICATION_METRICS, LANGUAGE_MODEL_METRICS
 
 
 def command_significance(args: argparse.Namespace) -> int:
@@ -73,7 +79,8 @@ def _classification_significance(args: argparse.Namespace) -> int:
     for path in files:
         predictions = read_lines(path)
         if len(predictions) != len(references):
-            raise StudyError(f"{path} has {len(predictions)} lines but the gold labels {args.reference} have {len(references)}")
+            raise StudyError(f"{path} has {len(predictions)} lines but the gold labels {args.reference} "
+                             f"have {len(references)}")
         statistics = metric.example_statistics(references, predictions)
         values.append(metric.score(statistics))
         # the tests read only the statistics (and, for sacreBLEU's, the text) of ConfigScores

@@ -34,7 +34,7 @@ import os
 import random
 from typing import Dict, List, Sequence, Tuple
 
-from .demo_lexicon import (
+from fairseq_headprune.corpora.demo_lexicon import (
     AMBIGUOUS_NOUNS,
     CORE_NOUNS,
     DETERMINERS,
@@ -51,7 +51,7 @@ from .demo_lexicon import (
     TAIL,
     TRANSITIVE_VERBS,
 )
-from ..study.output.files import atomic_text_file
+from fairseq_headprune.study.output.files import atomic_text_file
 
 DOMAINS = ("news", "shifted")
 _VOWELS = tuple("aeiouéèêâîô")
@@ -218,7 +218,8 @@ class SentenceGenerator:
         if self.rng.random() < self.p_coordination:
             second = self.noun_phrase(allow_relative=False)
             gender = "m" if "m" in (first.gender, second.gender) else "f"
-            return _Phrase(first.english + ["and"] + second.english, first.french + ["et"] + second.french, True, gender)
+            return _Phrase(first.english + ["and"] + second.english, first.french + ["et"] + second.french,
+                           True, gender)
         return first
 
     def _object(self) -> _Phrase:
@@ -387,6 +388,6 @@ def write_acceptability_corpus(out_dir: str, seed: int = 1, scale: float = 1.0, 
         examples = generate_acceptability(size + (0 if split == "train" else size), seed * 1000 + 500 + offset, domain)
         examples = [(text, label) for text, label in examples if text not in seen][:size]
         seen.update(text for text, _ in examples)
-        write_columns(out_dir, split, {"input0": [t for t, _ in examples], "label": [l for _, l in examples]})
+        write_columns(out_dir, split, {"input0": [t for t, _ in examples], "label": [label for _, label in examples]})
         counts[split] = len(examples)
     return counts

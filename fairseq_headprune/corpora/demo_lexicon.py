@@ -75,8 +75,10 @@ POST_ADJECTIVES = [
     ("green", [("vert", "verte", "verts", "vertes", 1.0)]),
     ("white", [("blanc", "blanche", "blancs", "blanches", 1.0)]),
     ("blue", [("bleu", "bleue", "bleus", "bleues", 1.0)]),
-    ("happy", [("heureux", "heureuse", "heureux", "heureuses", 0.55), ("content", "contente", "contents", "contentes", 0.45)]),
-    ("sad", [("triste", "triste", "tristes", "tristes", 0.55), ("malheureux", "malheureuse", "malheureux", "malheureuses", 0.45)]),
+    ("happy", [("heureux", "heureuse", "heureux", "heureuses", 0.55),
+               ("content", "contente", "contents", "contentes", 0.45)]),
+    ("sad", [("triste", "triste", "tristes", "tristes", 0.55),
+             ("malheureux", "malheureuse", "malheureux", "malheureuses", 0.45)]),
     ("strong", [("fort", "forte", "forts", "fortes", 0.55), ("robuste", "robuste", "robustes", "robustes", 0.45)]),
 ]
 
@@ -87,7 +89,8 @@ TRANSITIVE_VERBS = [
     ("eats", "eat", "ate", [("mange", "mangent", "mangé", 0.55), ("dévore", "dévorent", "dévoré", 0.45)]),
     ("finds", "find", "found", [("trouve", "trouvent", "trouvé", 0.55), ("découvre", "découvrent", "découvert", 0.45)]),
     ("takes", "take", "took", [("prend", "prennent", "pris", 0.55), ("saisit", "saisissent", "saisi", 0.45)]),
-    ("watches", "watch", "watched", [("regarde", "regardent", "regardé", 0.6), ("observe", "observent", "observé", 0.4)]),
+    ("watches", "watch", "watched", [("regarde", "regardent", "regardé", 0.6),
+                                     ("observe", "observent", "observé", 0.4)]),
     ("follows", "follow", "followed", [("suit", "suivent", "suivi", 1.0)]),
     ("calls", "call", "called", [("appelle", "appellent", "appelé", 1.0)]),
     ("opens", "open", "opened", [("ouvre", "ouvrent", "ouvert", 1.0)]),

@@ -16,8 +16,8 @@ import os
 import re
 from typing import Dict, Iterable, List, Tuple
 
-from ..errors import SettingsError
-from .demo_corpus import write_columns
+from fairseq_headprune.corpora.demo_corpus import write_columns
+from fairseq_headprune.errors import SettingsError
 
 DEFAULT_LOCALE_DIR = "/usr/share/locale"
 # sizes of the held-out splits; the rest is training data

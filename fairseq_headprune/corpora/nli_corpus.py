@@ -26,8 +26,8 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .demo_corpus import SentenceGenerator, write_columns
-from .demo_lexicon import (
+from fairseq_headprune.corpora.demo_corpus import SentenceGenerator, write_columns
+from fairseq_headprune.corpora.demo_lexicon import (
     DETERMINERS,
     INTRANSITIVE_VERBS,
     PAST_ADVERBIALS,

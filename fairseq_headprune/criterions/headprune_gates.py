@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from typing import Dict, Optional
 
 import torch
-
 from fairseq import checkpoint_utils
 from fairseq.criterions import register_criterion
 from fairseq.criterions.label_smoothed_cross_entropy import (
@@ -33,11 +32,11 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
 )
 from fairseq.logging import metrics
 
-from ..constants import ATTENTION_TYPES, DEFAULT_LABEL_SMOOTHING
-from ..errors import SettingsError
-from ..modules.masked_multihead_attention import current_head_mask, head_mask_applied
-from .headprune_importance import translation_logging_output, translation_sample_size
-from ..study.methods.gates import (
+from fairseq_headprune.constants import ATTENTION_TYPES, DEFAULT_LABEL_SMOOTHING
+from fairseq_headprune.criterions.headprune_importance import translation_logging_output, translation_sample_size
+from fairseq_headprune.errors import SettingsError
+from fairseq_headprune.modules.masked_multihead_attention import current_head_mask, head_mask_applied
+from fairseq_headprune.study.search.gates import (
     deterministic_gates,
     log_alpha_for_open_probability,
     open_probability,
@@ -171,7 +170,8 @@ class HeadPruneGatesCriterion(LabelSmoothedCrossEntropyCriterion):
         expected = sum(open_probability(v).sum() for v in log_alpha.values())
         gap = expected - self.target_heads
         if training:
-            lagrangian = _ReversedGradient.apply(self.lambda_1) * gap + _ReversedGradient.apply(self.lambda_2) * gap ** 2
+            lagrangian = (_ReversedGradient.apply(self.lambda_1) * gap
+                          + _ReversedGradient.apply(self.lambda_2) * gap ** 2)
             loss = loss + lagrangian * sample_size
         open_gates = sum(int((deterministic_gates(v.detach()) > 0).sum()) for v in log_alpha.values())
         logging_output = translation_logging_output(loss, nll_loss, sample, sample_size)

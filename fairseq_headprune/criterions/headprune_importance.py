@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterator, Optional
 
 import torch
-
 from fairseq.criterions import register_criterion
 from fairseq.criterions.label_smoothed_cross_entropy import (
     LabelSmoothedCrossEntropyCriterion,
@@ -23,7 +22,7 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
 from fairseq.dataclass import ChoiceEnum
 from fairseq.logging import metrics
 
-from ..constants import (
+from fairseq_headprune.constants import (
     ATTENTION_TYPES,
     DEFAULT_GRANULARITY,
     DEFAULT_IMPORTANCE_LOSS,
@@ -34,9 +33,9 @@ from ..constants import (
     IMPORTANCE_LOSSES,
     IMPORTANCE_METHODS,
 )
-from ..modules.masked_ffn import ffn_layers, install_ffn_masks
-from ..modules.masked_multihead_attention import install_masked_attention
-from ..study.methods.importance_scores import HeadScores, fisher_block_terms, reduce_contributions
+from fairseq_headprune.modules.masked_ffn import ffn_layers, install_ffn_masks
+from fairseq_headprune.modules.masked_multihead_attention import install_masked_attention
+from fairseq_headprune.study.importance.scores import HeadScores, fisher_block_terms, reduce_contributions
 
 CRITERION_NAME = "headprune_importance"
 IMPORTANCE_SUM_KEY = "head_importance_sum:"  # + attention type
@@ -256,7 +255,8 @@ class HeadPruneImportanceCriterion(LabelSmoothedCrossEntropyCriterion):
         sample_size = translation_sample_size(sample, self.sentence_avg)
         logging_output = translation_logging_output(loss, nll_loss, sample, sample_size)
         # the sums are filled in place when fairseq runs loss.backward()
-        logging_output[IMPORTANCE_COUNT_KEY] = importance_count(sample, self.importance_granularity) if recording else 0.0
+        logging_output[IMPORTANCE_COUNT_KEY] = (importance_count(sample, self.importance_granularity)
+                                                if recording else 0.0)
         for attention_type, sums in recorder.sums.items():
             logging_output[IMPORTANCE_SUM_KEY + attention_type] = sums
         for attention_type, blocks in recorder.blocks.items():

@@ -17,7 +17,6 @@ import math
 from dataclasses import dataclass, field
 
 import torch
-
 from fairseq import checkpoint_utils, utils
 from fairseq.criterions import register_criterion
 from fairseq.criterions.label_smoothed_cross_entropy import (
@@ -26,9 +25,9 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
 )
 from fairseq.logging import metrics
 
-from ..constants import DEFAULT_LABEL_SMOOTHING
-from ..errors import SettingsError
-from ..study.methods.compression import DEFAULT_DISTILL_WEIGHT, WORD_DISTILLATION
+from fairseq_headprune.constants import DEFAULT_LABEL_SMOOTHING
+from fairseq_headprune.errors import SettingsError
+from fairseq_headprune.study.compression.settings import DEFAULT_DISTILL_WEIGHT, WORD_DISTILLATION
 
 CRITERION_NAME = WORD_DISTILLATION
 

@@ -5,7 +5,7 @@ API (imported when first used); each ``run_*`` is what a command runs, given
 the settings of ``fairseq_headprune.study``.
 """
 
-from ..lazy_exports import lazy_attributes
+from fairseq_headprune.lazy_exports import lazy_attributes
 
 _LOADING = "fairseq_headprune.engine.checkpoints.loading"
 _ATTENTION = "fairseq_headprune.modules.masked_multihead_attention"
@@ -20,7 +20,7 @@ EXPORTS = {
     **{name: _FFN for name in ("ffn_layout", "set_ffn_mask", "current_ffn_mask", "ffn_mask_applied")},
     # checkpoints
     "shrink_checkpoint": "fairseq_headprune.engine.checkpoints.shrink",
-    "tune_mask": "fairseq_headprune.engine.methods.mask_tuning",
+    "tune_mask": "fairseq_headprune.engine.search.mask_tuning",
     # each command's work
     "run_importance": _PIPELINES + "importance",
     "run_ablation": _PIPELINES + "ablate",

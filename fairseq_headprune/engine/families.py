@@ -17,19 +17,23 @@ from typing import Dict, Optional, Sequence
 
 from fairseq.criterions.cross_entropy import CrossEntropyCriterion
 
-from ..constants import CLASSIFIER_FAMILY, LANGUAGE_MODEL_FAMILY, MODEL_FAMILIES, TRANSLATION_FAMILY
-from ..errors import HeadMaskError, SettingsError, StudyError
-from ..modules.masked_multihead_attention import current_head_mask, head_layout, set_head_mask
-from ..study.masks.head_mask import combine_masks, parse_head_mask
-from ..study.settings import ImportanceSettings, SweepSettings
-from .checkpoints.info import checkpoint_family
-from .checkpoints.loading import load_evaluation_model, load_generation_model, load_with_saved_task
-from .export.ctranslate2_spec import language_model_spec, translation_spec
-from .methods.example_importance import ExampleImportanceEstimator
-from .methods.tuning_guard import criterion_loss
-from .methods.translation_importance import ImportanceEstimator
-from .sweeps.scored_sweep import ScoredSplitSweep
-from .sweeps.translation_sweep import SplitSweep
+from fairseq_headprune.constants import CLASSIFIER_FAMILY, LANGUAGE_MODEL_FAMILY, MODEL_FAMILIES, TRANSLATION_FAMILY
+from fairseq_headprune.engine.checkpoints.info import checkpoint_family
+from fairseq_headprune.engine.checkpoints.loading import (
+    load_evaluation_model,
+    load_generation_model,
+    load_with_saved_task,
+)
+from fairseq_headprune.engine.export.ctranslate2_spec import language_model_spec, translation_spec
+from fairseq_headprune.engine.importance.examples import ExampleImportanceEstimator
+from fairseq_headprune.engine.importance.translation import ImportanceEstimator
+from fairseq_headprune.engine.search.tuning_guard import criterion_loss
+from fairseq_headprune.engine.sweeps.scored_sweep import ScoredSplitSweep
+from fairseq_headprune.engine.sweeps.translation_sweep import SplitSweep
+from fairseq_headprune.errors import HeadMaskError, SettingsError, StudyError
+from fairseq_headprune.modules.masked_multihead_attention import current_head_mask, head_layout, set_head_mask
+from fairseq_headprune.study.masks.head_mask import combine_masks, parse_head_mask
+from fairseq_headprune.study.settings import ImportanceSettings, SweepSettings
 
 
 class ModelFamily:

@@ -16,10 +16,10 @@ from typing import Callable, Dict, Iterator, Optional, Tuple
 import torch
 from torch import Tensor
 
-from ..constants import FFN_TYPES
-from ..errors import HeadMaskError
-from ..study.masks.ffn_mask import FfnLayout, FfnMask
-from .masked_multihead_attention import transformer_layers
+from fairseq_headprune.constants import FFN_TYPES
+from fairseq_headprune.errors import HeadMaskError
+from fairseq_headprune.modules.masked_multihead_attention import transformer_layers
+from fairseq_headprune.study.masks.ffn_mask import FfnLayout, FfnMask
 
 
 class NeuronMask:

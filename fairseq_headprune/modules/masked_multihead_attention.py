@@ -22,13 +22,13 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
+from fairseq.modules.multihead_attention import MultiheadAttention
 from torch import Tensor
 
-from fairseq.modules.multihead_attention import MultiheadAttention
-
-from ..study.masks.head_mask import HeadLayout, HeadMask
-from ..constants import ATTENTION_TYPES
-from ..errors import HeadMaskError
+from fairseq_headprune.constants import ATTENTION_TYPES
+from fairseq_headprune.errors import HeadMaskError
+from fairseq_headprune.modules.unit_weights import unit_index
+from fairseq_headprune.study.masks.head_mask import HeadLayout, HeadMask
 
 
 class MaskedMultiheadAttention(MultiheadAttention):
@@ -356,10 +356,7 @@ def masked_head_slices(model) -> List[Tuple[Tensor, int, Tensor]]:
         masked = (module.head_mask == 0).nonzero().flatten().tolist()
         if not masked:
             continue
-        device = module.out_proj.weight.device
-        index = torch.tensor(
-            [h * module.head_dim + i for h in masked for i in range(module.head_dim)], device=device
-        )
+        index = unit_index(masked, module.head_dim, device=module.out_proj.weight.device)
         for projection in (module.q_proj, module.k_proj, module.v_proj):
             slices.append((projection.weight, 0, index))
             if projection.bias is not None:

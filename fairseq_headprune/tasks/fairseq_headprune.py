@@ -6,20 +6,19 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
-from omegaconf import DictConfig, open_dict
-
 from fairseq import checkpoint_utils
 from fairseq.distributed import utils as distributed_utils
 from fairseq.logging import metrics
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
+from omegaconf import DictConfig, open_dict
 
-from .masking import FFN_MASK_HELP, HEAD_MASK_HELP, HeadMaskingMixin
-from ..constants import TRANSLATION_TASK
-from ..criterions.headprune_importance import fisher_blocks_from_meters, importance_from_meters
-from ..study.methods.importance_scores import ImportanceResult, write_importance_json, write_importance_tsv
-from .headprune_language_modeling import TASK_NAME as LM_TASK_NAME
-from .headprune_sentence_prediction import TASK_NAME as SENTENCE_TASK_NAME
+from fairseq_headprune.constants import TRANSLATION_TASK
+from fairseq_headprune.criterions.headprune_importance import fisher_blocks_from_meters, importance_from_meters
+from fairseq_headprune.study.importance.scores import ImportanceResult, write_importance_json, write_importance_tsv
+from fairseq_headprune.tasks.headprune_language_modeling import TASK_NAME as LM_TASK_NAME
+from fairseq_headprune.tasks.headprune_sentence_prediction import TASK_NAME as SENTENCE_TASK_NAME
+from fairseq_headprune.tasks.masking import FFN_MASK_HELP, HEAD_MASK_HELP, HeadMaskingMixin
 
 logger = logging.getLogger(__name__)
 

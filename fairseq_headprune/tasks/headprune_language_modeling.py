@@ -11,8 +11,8 @@ from typing import Optional
 from fairseq.tasks import register_task
 from fairseq.tasks.language_modeling import LanguageModelingConfig, LanguageModelingTask
 
-from .masking import FFN_MASK_HELP, HEAD_MASK_HELP, HeadMaskingMixin
-from ..constants import LANGUAGE_MODEL_TASK
+from fairseq_headprune.constants import LANGUAGE_MODEL_TASK
+from fairseq_headprune.tasks.masking import FFN_MASK_HELP, HEAD_MASK_HELP, HeadMaskingMixin
 
 TASK_NAME = LANGUAGE_MODEL_TASK
 

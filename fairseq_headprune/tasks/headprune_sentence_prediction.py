@@ -14,8 +14,8 @@ from typing import Optional
 from fairseq.tasks import register_task
 from fairseq.tasks.sentence_prediction import SentencePredictionConfig, SentencePredictionTask
 
-from .masking import FFN_MASK_HELP, HEAD_MASK_HELP, HeadMaskingMixin
-from ..constants import CLASSIFIER_TASK
+from fairseq_headprune.constants import CLASSIFIER_TASK
+from fairseq_headprune.tasks.masking import FFN_MASK_HELP, HEAD_MASK_HELP, HeadMaskingMixin
 
 TASK_NAME = CLASSIFIER_TASK
 

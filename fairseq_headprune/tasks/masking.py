@@ -10,8 +10,15 @@ import logging
 
 import torch
 
-from ..modules.masked_ffn import ffn_layout, install_ffn_masks, masked_neuron_slices, set_ffn_mask
-from ..modules.model_config import (
+from fairseq_headprune.errors import CheckpointError, HeadMaskError, HeadPruneError
+from fairseq_headprune.modules.masked_ffn import ffn_layout, install_ffn_masks, masked_neuron_slices, set_ffn_mask
+from fairseq_headprune.modules.masked_multihead_attention import (
+    head_layout,
+    install_masked_attention,
+    masked_head_slices,
+    set_head_mask,
+)
+from fairseq_headprune.modules.model_config import (
     FFN_MASK_KEY,
     HEAD_MASK_KEY,
     PRUNED_HEADS_KEY,
@@ -19,16 +26,9 @@ from ..modules.model_config import (
     config_value,
     record_config_value,
 )
-from ..study.masks.ffn_mask import NEURONS
-from ..modules.pruned_heads import rebuild_pruned, rebuild_pruned_neurons
-from ..errors import CheckpointError, HeadMaskError, HeadPruneError
-from ..modules.masked_multihead_attention import (
-    head_layout,
-    install_masked_attention,
-    masked_head_slices,
-    set_head_mask,
-)
-from ..study.masks.head_mask import (
+from fairseq_headprune.modules.pruned_heads import rebuild_pruned, rebuild_pruned_neurons
+from fairseq_headprune.study.masks.ffn_mask import NEURONS
+from fairseq_headprune.study.masks.head_mask import (
     HEADS,
     combine_masks,
     count_masked,

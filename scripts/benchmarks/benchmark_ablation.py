@@ -133,12 +133,13 @@ def in_process(args, generation, specs, measurements):
     from fairseq_headprune import cli
     from fairseq_headprune.engine.checkpoints.loading import load_generation_model
     from fairseq_headprune.engine.runners.batches import model_device
-    from fairseq_headprune.study.masks.head_mask import parse_head_mask
     from fairseq_headprune.engine.runners.translator import SplitTranslator
-    from fairseq_headprune.engine.methods.sharing_bound import ModuleTimes
     from fairseq_headprune.errors import HeadPruneError
     from fairseq_headprune.modules.masked_multihead_attention import head_layout
-    from fairseq_headprune.study.methods.ablation import single_head_configs
+    from fairseq_headprune.study.importance.ablation import single_head_configs
+    from fairseq_headprune.study.masks.head_mask import parse_head_mask
+
+    from sharing_bound_support import ModuleTimes
 
     cli.quiet_libraries()
     try:
@@ -206,7 +207,8 @@ def in_process(args, generation, specs, measurements):
         print(f"{args.configs_per_batch} configurations per batch, {label}: {per_configuration:.3f} s per "
               f"configuration, {per_configuration / serial:.2f}x the serial limit; same hypotheses as alone: {same}")
     best = rows["with encoder reuse"]["ratio"]
-    print(f"goal: at most {SERIAL_GOAL:g}x the serial limit: {'met' if best <= SERIAL_GOAL else 'NOT met'} ({best:.2f}x)")
+    print(f"goal: at most {SERIAL_GOAL:g}x the serial limit: "
+          f"{'met' if best <= SERIAL_GOAL else 'NOT met'} ({best:.2f}x)")
     measurements["in_process"] = {
         "device": str(device), "dtype": dtype, "threads": torch.get_num_threads(),
         "configs_per_batch": args.configs_per_batch, "configurations": len(masks),
@@ -219,7 +221,7 @@ def in_process(args, generation, specs, measurements):
 
 def report_sharing_bound(timer, masks, serial, rows):
     """Print and return what exact sharing could save at most, beside what batching saved."""
-    from fairseq_headprune.engine.methods.sharing_bound import sharing_bound
+    from sharing_bound_support import sharing_bound
 
     bound = sharing_bound(timer, masks, serial * len(masks))
     batching = 1 - rows["without encoder reuse"]["ratio"]
@@ -240,9 +242,9 @@ def shard_worker(args, generation):
 
     from fairseq_headprune import cli
     from fairseq_headprune.engine.checkpoints.loading import load_generation_model
-    from fairseq_headprune.study.masks.head_mask import parse_head_mask
     from fairseq_headprune.engine.runners.translator import SplitTranslator
     from fairseq_headprune.modules.masked_multihead_attention import head_layout
+    from fairseq_headprune.study.masks.head_mask import parse_head_mask
 
     cli.quiet_libraries()
     way, rank, ranks = args.shard_worker[0], int(args.shard_worker[1]), int(args.shard_worker[2])
@@ -315,7 +317,7 @@ def significance_time(args, work, specs):
     """Part 3: the significance step alone, on the stored sweep."""
     from fairseq_headprune.engine.runners.translator import ConfigResult
     from fairseq_headprune.engine.sweeps.resumable_sweep import load_config_result
-    from fairseq_headprune.study.methods.ablation import ConfigScores, compare_with_baseline
+    from fairseq_headprune.study.importance.ablation import ConfigScores, compare_with_baseline
     from fairseq_headprune.study.statistics.metrics import TOKENIZED_BLEU
     from fairseq_headprune.study.statistics.significance import SignificanceSettings
 

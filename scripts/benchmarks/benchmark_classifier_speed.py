@@ -27,7 +27,7 @@ import warnings
 
 import torch
 
-from fairseq_headprune.commands.benchmark_options import add_removal_arguments
+from removal_support import add_removal_arguments
 
 warnings.filterwarnings("ignore")  # fairseq/hydra deprecation notices; the table is the output
 
@@ -56,11 +56,11 @@ def main():
     from fairseq_headprune.constants import CLASSIFIER_FAMILY
     from fairseq_headprune.engine.checkpoints.shrink import checkpoint_parameters
     from fairseq_headprune.engine.families import family_named
-    from fairseq_headprune.engine.methods.removal_benchmark import (
-        environment_line, rate_cells, removal_systems, shrunk_checkpoint, write_measurements)
     from fairseq_headprune.engine.timing.isolated import machine_description, time_systems
     from fairseq_headprune.errors import HeadPruneError
     from fairseq_headprune.modules.masked_multihead_attention import head_layout
+
+    from removal_support import environment_line, rate_cells, removal_systems, shrunk_checkpoint, write_measurements
 
     try:  # the parent only reads the model's heads: every timed model runs in a process of its own
         _, _, model = family_named(CLASSIFIER_FAMILY).load(args.data, args.path, cpu=True)

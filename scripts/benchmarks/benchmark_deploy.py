@@ -14,7 +14,7 @@ references) and how many hypotheses equal the fairseq model's of the same
 weights; the device, threads and versions. The compressed model is
 ``--compressed CKPT`` (a shrunk checkpoint) or the checkpoint with
 ``--head-mask``/``--ffn-mask`` removed by ``fairseq-headprune shrink``.
-The measurement is the engine's (``engine/methods/deployment.py``), the one
+The measurement is the engine's (``engine/compression/deployment.py``), the one
 ``fairseq-headprune compress`` reports.
 
 usage: scripts/benchmarks/benchmark_deploy.py --data DATA_BIN --path CKPT
@@ -108,10 +108,10 @@ def main():
     torch.set_num_threads(args.threads)
 
     from fairseq_headprune import cli
-    from fairseq_headprune.engine.methods.deployment import deployment_environment, measure_speed
+    from fairseq_headprune.engine.compression.deployment import deployment_environment, measure_speed
     from fairseq_headprune.errors import HeadPruneError
-    from fairseq_headprune.study.methods.compression import DeploymentSettings
-    from fairseq_headprune.study.methods.decoding import DecodingOptions
+    from fairseq_headprune.study.compression.decoding import DecodingOptions
+    from fairseq_headprune.study.compression.settings import DeploymentSettings
 
     cli.quiet_libraries()
     work = args.work or tempfile.mkdtemp(prefix="benchmark-deploy-")

@@ -41,7 +41,7 @@ def time_forward_backward(model, criterion, samples):
 
 
 def time_importance(model, criterion, samples):
-    from fairseq_headprune.engine.methods.translation_importance import estimate_importance
+    from fairseq_headprune.engine.importance.translation import estimate_importance
 
     start = time.perf_counter()
     estimate_importance(model, criterion, samples, len(samples), progress=False)

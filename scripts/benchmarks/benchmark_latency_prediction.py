@@ -45,7 +45,8 @@ def main():
     parser.add_argument("--sequence-length", type=int, default=12, help="source tokens (default 12)")
     parser.add_argument("--target-length", type=int, default=6, help="tokens generated (default 6)")
     parser.add_argument("--beam", type=int, default=2, help="beam size (default 2)")
-    parser.add_argument("--repeats", type=int, default=40, help="rounds of the table and of the measurement (default 40)")
+    parser.add_argument("--repeats", type=int, default=40,
+                        help="rounds of the table and of the measurement (default 40)")
     parser.add_argument("--work", help="directory for the table and the exported models (default: a temporary one)")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
@@ -53,9 +54,9 @@ def main():
         parser.error("--sentences, --sequence-length, --target-length, --beam and --repeats must be positive")
 
     from fairseq_headprune.engine.timing.isolated import CTRANSLATE2, SystemSpec, time_systems
+    from fairseq_headprune.study.compression.decoding import DecodingOptions
     from fairseq_headprune.study.masks.ffn_mask import parse_ffn_mask
     from fairseq_headprune.study.masks.head_mask import parse_head_mask
-    from fairseq_headprune.study.methods.decoding import DecodingOptions
 
     work = args.work or tempfile.mkdtemp(prefix="benchmark-latency-prediction-")
     os.makedirs(work, exist_ok=True)

@@ -39,7 +39,7 @@ import warnings
 
 import torch
 
-from fairseq_headprune.commands.benchmark_options import add_removal_arguments
+from removal_support import add_removal_arguments
 
 warnings.filterwarnings("ignore")  # fairseq/hydra deprecation notices; the table is the output
 
@@ -75,11 +75,11 @@ def main():
     from fairseq_headprune.constants import LANGUAGE_MODEL_FAMILY
     from fairseq_headprune.engine.checkpoints.loading import load_evaluation_model
     from fairseq_headprune.engine.checkpoints.shrink import checkpoint_parameters
-    from fairseq_headprune.engine.methods.removal_benchmark import (
-        environment_line, rate_cells, removal_systems, shrunk_checkpoint, write_measurements)
     from fairseq_headprune.engine.timing.isolated import machine_description, time_systems
     from fairseq_headprune.errors import HeadPruneError
     from fairseq_headprune.modules.masked_multihead_attention import head_layout
+
+    from removal_support import environment_line, rate_cells, removal_systems, shrunk_checkpoint, write_measurements
 
     try:  # the parent only reads the model's heads: every timed model runs in a process of its own
         _, task, model = load_evaluation_model(LANGUAGE_MODEL_FAMILY, args.data, args.path, LM_OPTIONS, cpu=True)

@@ -45,9 +45,9 @@ def main():
 
     fairseq_headprune.registry.register_components()  # the task and criterion; torch's allow-list on import
     from fairseq_headprune.engine.runners.translator import translate_batches
-    from fairseq_headprune.study.masks.head_mask import parse_head_mask
     from fairseq_headprune.errors import HeadMaskError
     from fairseq_headprune.modules.masked_multihead_attention import head_layout, set_head_mask
+    from fairseq_headprune.study.masks.head_mask import parse_head_mask
 
     plain_task, plain_model = load(args.data, args.path, "translation")
     task, model = load(args.data, args.path, "fairseq-headprune")

@@ -91,7 +91,8 @@ def render() -> str:
         "eval-lm options such as `--beam`, `--batch-size`, `--max-tokens`).",
         "",
     ]
-    lines += [f"- [`{name}`](#fairseq-headprune-{name}): {' '.join(help_text.split())}" for name, _, help_text in commands]
+    lines += [f"- [`{name}`](#fairseq-headprune-{name}): {' '.join(help_text.split())}"
+              for name, _, help_text in commands]
     lines += ["", "## fairseq-headprune", "", "```", parser.format_help().rstrip(), "```", ""]
     wrappers = []
     for name, sub, help_text in commands:

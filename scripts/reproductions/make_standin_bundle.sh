@@ -52,7 +52,7 @@ if [[ ! -s "$out_dir/bundle/model.pt" ]]; then
     bash "$repo/scripts/train/train_demo.sh" "$work/bin" "$work/checkpoints" > "$work/train.log" 2>&1 \
     || { echo "training failed: see $work/train.log" >&2; exit 1; }
   cp "$work/bin/dict.en.txt" "$work/bin/dict.fr.txt" "$work/bpecodes" "$out_dir/bundle/"
-  python -c 'import sys; from fairseq_headprune.engine.checkpoints.legacy import write_legacy_checkpoint; write_legacy_checkpoint(sys.argv[1], sys.argv[2])' \
+  python "$(dirname "${BASH_SOURCE[0]}")/legacy_checkpoints.py" translation \
     "$work/checkpoints/checkpoint_last.pt" "$out_dir/bundle/model.pt.part"
   mv "$out_dir/bundle/model.pt.part" "$out_dir/bundle/model.pt"
 fi

@@ -80,7 +80,7 @@ if [[ ! -s "$out_dir/bundle/model.pt" ]]; then
     EXTRA_ARGS="--classification-head-name mnli --no-epoch-checkpoints" \
     bash "$repo/scripts/train/train_classifier.sh" "$out_dir/bin" "$work/checkpoints" > "$work/train.log" 2>&1 \
     || { echo "training failed: see $work/train.log" >&2; exit 1; }
-  python -c 'import sys; from fairseq_headprune.engine.checkpoints.legacy import write_legacy_roberta_checkpoint; write_legacy_roberta_checkpoint(sys.argv[1], sys.argv[2])' \
+  python "$(dirname "${BASH_SOURCE[0]}")/legacy_checkpoints.py" roberta \
     "$work/checkpoints/checkpoint_last.pt" "$out_dir/bundle/model.pt.part"
   mv "$out_dir/bundle/model.pt.part" "$out_dir/bundle/model.pt"
 fi

@@ -156,7 +156,8 @@ def main():
     parser.add_argument("--source-length", type=int, default=30, help="source BPE tokens per sentence (default: 30)")
     parser.add_argument("--target-length", type=int, default=33, help="target BPE tokens decoded (default: 33)")
     parser.add_argument("--beam", type=int, default=4, help="beam size (default: 4, as the paper's model)")
-    parser.add_argument("--batch-size", type=int, default=64, help="sentences per configuration in a batch (default: 64)")
+    parser.add_argument("--batch-size", type=int, default=64,
+                        help="sentences per configuration in a batch (default: 64)")
     parser.add_argument("--configs-per-batch", type=int, default=4, help="configurations per batch (default: 4)")
     parser.add_argument("--gpus", type=int, nargs="+", default=[1, 8], help="device counts to plan for (default: 1 8)")
     precision = parser.add_mutually_exclusive_group()
@@ -178,6 +179,7 @@ def main():
 
     register_components()
     from fairseq.models import ARCH_CONFIG_REGISTRY
+
     from fairseq_headprune import cli
 
     cli.quiet_libraries()
@@ -188,7 +190,8 @@ def main():
     dtype = torch.float16 if args.fp16 else torch.bfloat16 if args.bf16 else torch.float32
     if args.fp16 and device.type != "cuda":
         sys.exit("plan_wmt: error: --fp16 needs a GPU")
-    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({torch.get_num_threads()} threads)"
+    device_name = (torch.cuda.get_device_name(device) if device.type == "cuda"
+                   else f"cpu ({torch.get_num_threads()} threads)")
 
     measured_cfg, seconds = measure(args, device, dtype)
     planned_cfg = argparse.Namespace(arch=args.arch, encoder_attention_heads=args.heads,

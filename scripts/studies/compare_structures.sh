@@ -54,7 +54,7 @@ from fairseq_headprune import registry
 registry.register_components()
 from fairseq_headprune.constants import DEFAULT_SEQUENCE_LENGTH, FFN_TYPES
 from fairseq_headprune.engine.families import family_of_checkpoint
-from fairseq_headprune.engine.methods.model_costs import model_architecture, model_flops
+from fairseq_headprune.engine.search.model_costs import model_architecture, model_flops
 _, _, model = family_of_checkpoint(sys.argv[2]).load(sys.argv[1], sys.argv[2], cpu=True)
 flops = model_flops(model, model_architecture(model), DEFAULT_SEQUENCE_LENGTH)
 full = {ffn: sum(c[-1] for (t, _), c in flops.per_layer.items() if (t in FFN_TYPES) == ffn) for ffn in (False, True)}

@@ -1,18 +1,18 @@
 """The query, key and value in-projection weights of every attention layer of a checkpoint, read from its state dict.
 
-For the compensation analysis (``study.methods.compensation``, Budhraja et
+For the compensation analysis (``study.budhraja.compensation``, Budhraja et
 al. 2020, Figure 2), which compares two checkpoints of one architecture
 head by head without building either model.
 """
 
 from typing import Any, Dict, Optional
 
-from ...errors import CheckpointError
-from ...modules.model_config import HEAD_MASK_KEY, PRUNED_HEADS_KEY, config_value
-from ...study.masks.head_mask import HeadLayout
-from ...study.methods.compensation import InProjections
-from .info import load_checkpoint_state, model_config_object, state_head_layout
-from .state_dict import unpack_in_proj, module_prefixes
+from fairseq_headprune.engine.checkpoints.info import load_checkpoint_state, model_config_object, state_head_layout
+from fairseq_headprune.engine.checkpoints.state_dict import module_prefixes, unpack_in_proj
+from fairseq_headprune.errors import CheckpointError
+from fairseq_headprune.modules.model_config import HEAD_MASK_KEY, PRUNED_HEADS_KEY, config_value
+from fairseq_headprune.study.budhraja.compensation import InProjections
+from fairseq_headprune.study.masks.head_mask import HeadLayout
 
 
 def state_in_projections(state: Dict[str, Any], layout: HeadLayout, path: str) -> InProjections:

@@ -1,28 +1,26 @@
 """Read what a fairseq checkpoint says about its model, without building it."""
 
 import os
+import pickle
 import re
 from argparse import Namespace
 from typing import Any, Dict
 
 import torch
 
-from ...constants import CLASSIFIER_FAMILY, LANGUAGE_MODEL_FAMILY, TRANSLATION_FAMILY, TRANSLATION_TASK
-from ...errors import CheckpointError, first_line
-from ...study.budhraja.finetune_plan import TrainingHistory
-from ...study.masks.head_mask import HeadLayout
-from ...compat import torch_load  # noqa: F401  (allow-list for torch.load)
-
+from fairseq_headprune.compat import torch_load  # noqa: F401  (allow-list for torch.load)
+from fairseq_headprune.constants import CLASSIFIER_FAMILY, LANGUAGE_MODEL_FAMILY, TRANSLATION_FAMILY, TRANSLATION_TASK
+from fairseq_headprune.errors import CheckpointError, first_line, library_errors_as
+from fairseq_headprune.study.budhraja.finetune_plan import TrainingHistory
+from fairseq_headprune.study.masks.head_mask import HeadLayout
 
 
 def load_checkpoint_state(path: str) -> Dict[str, Any]:
     """``torch.load`` a fairseq checkpoint, with one-line errors for bad files."""
     if not os.path.isfile(path):
         raise CheckpointError(f"checkpoint not found: {path}")
-    try:
+    with library_errors_as(lambda error: CheckpointError(f"cannot read checkpoint {path}: {first_line(error)}")):
         state = torch.load(path, map_location="cpu")
-    except Exception as error:  # torch raises several types for files that are no checkpoint
-        raise CheckpointError(f"cannot read checkpoint {path}: {first_line(error)}") from error
     if not isinstance(state, dict) or "model" not in state:
         raise CheckpointError(f"{path} is not a fairseq checkpoint (no 'model' entry)")
     return state
@@ -91,7 +89,7 @@ def _read_lazily(path: str):
     """``torch.load`` memory-mapped where torch can, whole otherwise (old, non-zip files)."""
     try:
         return torch.load(path, map_location="cpu", mmap=True)
-    except Exception:  # noqa: BLE001  (torch says no in many ways; the full read below reports it)
+    except (RuntimeError, OSError, EOFError, pickle.UnpicklingError):  # not a zip file: the full read reports it
         return load_checkpoint_state(path)
 
 

@@ -14,12 +14,17 @@ from typing import Any, Dict, Iterator, List, Mapping
 import torch
 from fairseq.checkpoint_utils import prune_state_dict
 
-from ...errors import CheckpointError, HeadMaskError
-from ...modules.model_config import (
-    FFN_MASK_KEY, HEAD_MASK_KEY, PRUNED_HEADS_KEY, PRUNED_NEURONS_KEY, config_value, record_config_value,
+from fairseq_headprune.engine.checkpoints.info import model_config_object
+from fairseq_headprune.errors import CheckpointError, HeadMaskError
+from fairseq_headprune.modules.model_config import (
+    FFN_MASK_KEY,
+    HEAD_MASK_KEY,
+    PRUNED_HEADS_KEY,
+    PRUNED_NEURONS_KEY,
+    config_value,
+    record_config_value,
 )
-from ...study.masks.layer_drop import STACKS, kept_layers
-from .info import model_config_object
+from fairseq_headprune.study.masks.layer_drop import STACKS, kept_layers
 
 # encoder-decoder and decoder-only: (encoder|decoder).layers.N; RoBERTa: encoder.sentence_encoder.layers.N
 _LAYER_KEY = re.compile(r"(encoder|decoder)\.(?:sentence_encoder\.)?layers\.(\d+)\.")

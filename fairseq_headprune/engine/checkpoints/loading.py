@@ -16,13 +16,13 @@ import os
 from typing import Optional, Sequence
 
 import torch
-
-from ...constants import CLASSIFIER_FAMILY, CLASSIFIER_TASK, LANGUAGE_MODEL_TASK, TRANSLATION_TASK
-from ...errors import CheckpointError, HeadPruneError, StudyError, first_line
-from ...registry import register_components
-from .info import checkpoint_weights, classification_head_override
 from fairseq import checkpoint_utils, options, tasks, utils
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+from fairseq_headprune.constants import CLASSIFIER_FAMILY, CLASSIFIER_TASK, LANGUAGE_MODEL_TASK, TRANSLATION_TASK
+from fairseq_headprune.engine.checkpoints.info import checkpoint_weights, classification_head_override
+from fairseq_headprune.errors import CheckpointError, StudyError, first_line, library_errors_as
+from fairseq_headprune.registry import register_components
 
 
 def load_generation_model(data: str, checkpoint: str, fairseq_args: Sequence[str] = (), cpu: bool = False):
@@ -36,19 +36,12 @@ def load_generation_model(data: str, checkpoint: str, fairseq_args: Sequence[str
     cfg = _parse_options(options.get_generation_parser(), [data, "--task", TRANSLATION_TASK, "--path", checkpoint],
                          fairseq_args, cpu)
     utils.import_user_module(cfg.common)
-    try:
+    with library_errors_as(lambda error: StudyError(f"cannot set up the translation task on {data}: "
+                                                    f"{first_line(error)}")):
         task = tasks.setup_task(cfg.task)
-    except HeadPruneError:
-        raise
-    except Exception as error:  # fairseq raises bare Exceptions here
-        raise StudyError(f"cannot set up the translation task on {data}: {first_line(error)}") from error
     _check_dictionaries(checkpoint, data, task)
-    try:
+    with library_errors_as(lambda error: CheckpointError(f"cannot load checkpoint {checkpoint}: {first_line(error)}")):
         models, _ = checkpoint_utils.load_model_ensemble([checkpoint], arg_overrides={"data": data}, task=task)
-    except HeadPruneError:
-        raise
-    except Exception as error:  # torch.load and fairseq raise many types for files they cannot use
-        raise CheckpointError(f"cannot load checkpoint {checkpoint}: {first_line(error)}") from error
     return cfg, task, _ready(models[0], cpu)
 
 
@@ -73,20 +66,19 @@ def load_evaluation_model(family: str, data: str, checkpoint: str, fairseq_args:
     cfg = _parse_options(parser, argv, fairseq_args, cpu)
     if not classifier and cfg.eval_lm.context_window > 0:
         cfg.task.tokens_per_sample -= cfg.eval_lm.context_window  # as fairseq-eval-lm does
-    try:
-        if classifier:  # as fairseq-validate: the saved task settings, this data and mask
-            head = classification_head_override(checkpoint)
-            overrides = {"data": data, "task": task_name, "head_mask": cfg.task.head_mask, **head}
-            if head:  # the criterion built from these options scores that head too
-                cfg.criterion.classification_head_name = head["classification_head_name"]
+    if classifier:  # as fairseq-validate: the saved task settings, this data and mask
+        head = classification_head_override(checkpoint)
+        overrides = {"data": data, "task": task_name, "head_mask": cfg.task.head_mask, **head}
+        if head:  # the criterion built from these options scores that head too
+            cfg.criterion.classification_head_name = head["classification_head_name"]
+    cannot_load = lambda error: CheckpointError(  # noqa: E731
+        f"cannot load {checkpoint} with the data in {data}: {first_line(error)}")
+    with library_errors_as(cannot_load):
+        if classifier:
             models, _, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], arg_overrides=overrides)
         else:  # as fairseq-eval-lm: the task from the command line
             task = tasks.setup_task(cfg.task)
             models, _, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], task=task)
-    except HeadPruneError:
-        raise
-    except Exception as error:  # fairseq and torch raise assorted types
-        raise CheckpointError(f"cannot load {checkpoint} with the data in {data}: {first_line(error)}") from error
     return cfg, task, _ready(models[0], cpu)
 
 
@@ -106,14 +98,9 @@ def load_with_saved_task(family: str, data: str, checkpoint: str, head_mask: Opt
     if classifier:
         overrides.update(classification_head_override(checkpoint))
     kind = "classifier" if classifier else "language model"
-    try:
+    with library_errors_as(lambda error: CheckpointError(
+            f"cannot load {kind} {checkpoint} with the data in {data}: {first_line(error)}")):
         models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], arg_overrides=overrides)
-    except HeadPruneError:
-        raise
-    except Exception as error:  # fairseq and torch raise assorted types
-        raise CheckpointError(
-            f"cannot load {kind} {checkpoint} with the data in {data}: {first_line(error)}"
-        ) from error
     return cfg, task, _ready(models[0], cpu)
 
 

@@ -13,9 +13,23 @@ from typing import Dict, List, Optional
 
 import torch
 
-from ...errors import CheckpointError, HeadMaskError, SettingsError
-from ...constants import NO_MASK_SPEC
-from ...modules.model_config import (
+from fairseq_headprune.constants import NO_MASK_SPEC
+from fairseq_headprune.engine.checkpoints.info import (
+    load_checkpoint_state,
+    model_config_object,
+    state_ffn_layout,
+    state_head_layout,
+)
+from fairseq_headprune.engine.checkpoints.layers import drop_state_layers, state_depths
+from fairseq_headprune.engine.checkpoints.state_dict import (
+    fold_tuning_into_state,
+    shrink_ffn_state_dict,
+    shrink_state_dict,
+    state_ffn_parameter_counts,
+    state_parameter_counts,
+)
+from fairseq_headprune.errors import CheckpointError, HeadMaskError, SettingsError
+from fairseq_headprune.modules.model_config import (
     FFN_MASK_KEY,
     HEAD_MASK_KEY,
     PRUNED_HEADS_KEY,
@@ -23,21 +37,12 @@ from ...modules.model_config import (
     config_value,
     record_config_value,
 )
-from ...modules.pruned_heads import pruned_heads_of
-from ...study.masks.ffn_mask import ffn_mask_to_spec, parse_ffn_mask
-from ...study.masks.head_mask import combine_masks, count_masked, head_mask_to_spec, parse_head_mask
-from ...study.methods.least_squares_tuning import read_tuning
-from ...study.output.files import atomic_path
-from ...study.masks.layer_drop import layer_drop_to_spec, parse_layer_drop
-from .info import load_checkpoint_state, model_config_object, state_ffn_layout, state_head_layout
-from .layers import drop_state_layers, state_depths
-from .state_dict import (
-    fold_tuning_into_state,
-    shrink_ffn_state_dict,
-    shrink_state_dict,
-    state_ffn_parameter_counts,
-    state_parameter_counts,
-)
+from fairseq_headprune.modules.pruned_heads import pruned_heads_of
+from fairseq_headprune.study.masks.ffn_mask import ffn_mask_to_spec, parse_ffn_mask
+from fairseq_headprune.study.masks.head_mask import combine_masks, count_masked, head_mask_to_spec, parse_head_mask
+from fairseq_headprune.study.masks.layer_drop import layer_drop_to_spec, parse_layer_drop
+from fairseq_headprune.study.output.files import atomic_path
+from fairseq_headprune.study.search.tuning import read_tuning
 
 
 def parameter_report(before: Dict[str, int], after: Dict[str, int]) -> List[str]:
@@ -53,14 +58,14 @@ def parameter_report(before: Dict[str, int], after: Dict[str, int]) -> List[str]
 class ShrinkOutcome:
     """What ``shrink_checkpoint`` removed and how much smaller the model got."""
 
-    removed: int  # heads removed
-    total: int  # heads the model had
+    heads_pruned: int  # heads removed
+    heads_total: int  # heads the model had
     spec: str  # the removed heads, as recorded in the new checkpoint
     recorded: Optional[str]  # the mask the checkpoint had been fine-tuned with, removed too
     report: List[str]  # TSV lines: part, parameters before, after, fraction removed
-    removed_neurons: int = 0  # FFN neurons removed
-    total_neurons: int = 0
-    neuron_spec: Optional[str] = None  # the removed neurons, as recorded
+    neurons_pruned: int = 0  # FFN neurons removed
+    neurons_total: int = 0
+    ffn_spec: Optional[str] = None  # the removed neurons, as recorded
     recorded_neurons: Optional[str] = None  # the neuron mask it had been fine-tuned with, removed too
     dropped_layers: Optional[str] = None  # the whole layers removed (a layer-drop spec of the input's layers)
     depths: Optional[Dict[str, List[int]]] = None  # stack -> [layers before, after]
@@ -108,7 +113,8 @@ def shrink_checkpoint(path: str, out: str, spec: Optional[str], tuning_file: Opt
         drop_state_layers(state, dropped)
         after = state_depths(state)
         dropped_spec, drop_depths = layer_drop_to_spec(dropped), {s: [depths[s], after[s]] for s in depths}
-    for what, previous in (("heads", pruned_heads_of(config)), ("FFN neurons", config_value(config, PRUNED_NEURONS_KEY))):
+    for what, previous in (("heads", pruned_heads_of(config)),
+                           ("FFN neurons", config_value(config, PRUNED_NEURONS_KEY))):
         if previous:
             raise CheckpointError(
                 f"{path} already has {what} removed ({previous}); shrink the original checkpoint "
@@ -118,8 +124,8 @@ def shrink_checkpoint(path: str, out: str, spec: Optional[str], tuning_file: Opt
     neuron_layout = state_ffn_layout(state)
     before = state_parameter_counts(state["model"], layout)
     before.update(state_ffn_parameter_counts(state["model"], neuron_layout))
-    outcome = ShrinkOutcome(removed=0, total=sum(layers * heads for layers, heads in layout.values()), spec=NO_MASK_SPEC,
-                            recorded=None, report=[])
+    outcome = ShrinkOutcome(heads_pruned=0, heads_total=sum(layers * heads for layers, heads in layout.values()),
+                            spec=NO_MASK_SPEC, recorded=None, report=[])
     if drop_layers is not None:
         outcome.dropped_layers, outcome.depths = dropped_spec, drop_depths
         # the parts below count the layers that stay; the total counts the removed layers too
@@ -176,7 +182,7 @@ def _remove_heads(state, config, layout, spec, outcome: ShrinkOutcome) -> None:
         raise HeadMaskError(f"--head-mask {spec!r} removes no head")
     shrink_state_dict(state["model"], head_mask)
     outcome.spec = head_mask_to_spec(head_mask)
-    outcome.removed, outcome.recorded = count_masked(head_mask), recorded
+    outcome.heads_pruned, outcome.recorded = count_masked(head_mask), recorded
     record_config_value(config, PRUNED_HEADS_KEY, outcome.spec)
     if recorded:
         record_config_value(config, HEAD_MASK_KEY, None)
@@ -190,9 +196,9 @@ def _remove_neurons(state, config, ffn_layout, ffn_spec, outcome: ShrinkOutcome)
     if count_masked(ffn_mask) == 0:
         raise HeadMaskError(f"--ffn-mask {ffn_spec!r} removes no neuron")
     shrink_ffn_state_dict(state["model"], ffn_mask)
-    outcome.neuron_spec = ffn_mask_to_spec(ffn_mask)
-    outcome.removed_neurons, outcome.recorded_neurons = count_masked(ffn_mask), recorded
-    outcome.total_neurons = sum(layers * width for layers, width in ffn_layout.values())
-    record_config_value(config, PRUNED_NEURONS_KEY, outcome.neuron_spec)
+    outcome.ffn_spec = ffn_mask_to_spec(ffn_mask)
+    outcome.neurons_pruned, outcome.recorded_neurons = count_masked(ffn_mask), recorded
+    outcome.neurons_total = sum(layers * width for layers, width in ffn_layout.values())
+    record_config_value(config, PRUNED_NEURONS_KEY, outcome.ffn_spec)
     if recorded:
         record_config_value(config, FFN_MASK_KEY, None)

@@ -1,18 +1,19 @@
 """A fairseq Transformer's state dict changed in place: heads and FFN neurons sliced out, tuned scales folded in.
 
 Works on the tensors alone (no model, no dictionaries), for ``shrink`` and
-for counting parameters.
+for counting parameters; which rows and columns belong to a unit is
+``modules.unit_weights``'s, as for the built model and the export.
 """
 
 from typing import Dict
 
 import torch
 
-from ...errors import HeadMaskError
-from ...study.masks.ffn_mask import FfnMask
-from ...study.masks.head_mask import HeadMask
-from ...study.methods.least_squares_tuning import MaskTuning
-
+from fairseq_headprune.errors import HeadMaskError
+from fairseq_headprune.modules.unit_weights import folded_tuning, kept_units, unit_columns, unit_index, unit_rows
+from fairseq_headprune.study.masks.ffn_mask import FfnMask
+from fairseq_headprune.study.masks.head_mask import HeadMask
+from fairseq_headprune.study.search.tuning import MaskTuning
 
 _MODULE_PREFIXES = {
     "enc-enc": "encoder.layers.{}.self_attn.",
@@ -54,18 +55,14 @@ def shrink_state_dict(weights: Dict[str, torch.Tensor], head_mask: HeadMask) -> 
             width = weights[prefix + "q_proj.weight"].size(0)
             if width % heads:
                 raise HeadMaskError(f"{attention_type} layer {layer + 1}: width {width} is not {heads} heads")
-            head_dim = width // heads
-            rows = torch.tensor(
-                [h * head_dim + i for h in range(heads) if layer_mask[h] != 0 for i in range(head_dim)],
-                dtype=torch.long,
-            )
+            rows = unit_index(kept_units(layer_mask), width // heads)
             for name in ("q_proj.", "k_proj.", "v_proj."):
                 for kind in ("weight", "bias"):
                     key = prefix + name + kind
                     if key in weights:
-                        weights[key] = weights[key].index_select(0, rows).clone()
+                        weights[key] = unit_rows(weights[key], rows)
             key = prefix + "out_proj.weight"
-            weights[key] = weights[key].index_select(1, rows).clone()
+            weights[key] = unit_columns(weights[key], rows)
 
 
 def unique_parameter_count(tensors) -> int:
@@ -105,12 +102,11 @@ def fold_tuning_into_state(weights: Dict[str, torch.Tensor], tuning: MaskTuning)
             prefix = neuron_prefixes[layer_type].format(layer) + "fc2."
         else:
             prefix = attention_prefixes[layer_type].format(layer) + "out_proj."
-        weight = weights[prefix + "weight"]
-        units = len(values.scales)
-        columns = torch.tensor(values.scales, dtype=weight.dtype).repeat_interleave(weight.size(1) // units)
-        weights[prefix + "weight"] = weight * columns.unsqueeze(0)
-        if prefix + "bias" in weights:
-            weights[prefix + "bias"] = weights[prefix + "bias"] + torch.tensor(values.bias, dtype=weight.dtype)
+        weight, bias = folded_tuning(weights[prefix + "weight"], weights.get(prefix + "bias"), values.scales,
+                                     values.bias)
+        weights[prefix + "weight"] = weight
+        if bias is not None:
+            weights[prefix + "bias"] = bias
 
 
 def ffn_prefixes(weights: Dict[str, torch.Tensor]) -> Dict[str, str]:
@@ -128,11 +124,11 @@ def shrink_ffn_state_dict(weights: Dict[str, torch.Tensor], ffn_mask: FfnMask) -
     for ffn_type, mask in ffn_mask.items():
         for layer, layer_mask in enumerate(mask):
             prefix = prefixes[ffn_type].format(layer)
-            kept = (layer_mask != 0).nonzero().flatten()
+            kept = unit_index(kept_units(layer_mask))
             for key in (prefix + "fc1.weight", prefix + "fc1.bias"):
                 if key in weights:
-                    weights[key] = weights[key].index_select(0, kept).clone()
-            weights[prefix + "fc2.weight"] = weights[prefix + "fc2.weight"].index_select(1, kept).clone()
+                    weights[key] = unit_rows(weights[key], kept)
+            weights[prefix + "fc2.weight"] = unit_columns(weights[prefix + "fc2.weight"], kept)
 
 
 def state_ffn_parameter_counts(weights: Dict[str, torch.Tensor], layout) -> Dict[str, int]:

@@ -23,9 +23,10 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 import torch
 
-from ...errors import DependencyError, SettingsError
-from ...modules.masked_ffn import install_ffn_masks
-from ...modules.masked_multihead_attention import install_masked_attention
+from fairseq_headprune.errors import DependencyError, SettingsError
+from fairseq_headprune.modules.masked_ffn import install_ffn_masks
+from fairseq_headprune.modules.masked_multihead_attention import install_masked_attention
+from fairseq_headprune.modules.unit_weights import kept_units, scaled_columns, unit_columns, unit_index, unit_rows
 
 # fairseq's --activation-fn -> CTranslate2's activation, by name
 ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "gelu_accurate": "GELUTanh", "gelu_fast": "GELUTanh", "swish": "SWISH"}
@@ -81,20 +82,19 @@ def _attention_weights(module, num_heads: int):
     head_dim = module.head_dim
     kept = _kept_heads(module)
     width = module.out_proj.out_features
-    rows = [h * head_dim + i for h, _ in kept for i in range(head_dim)]
     padding = (num_heads - len(kept)) * head_dim
-    index = torch.tensor(rows, dtype=torch.long)
+    index = unit_index([head for head, _ in kept], head_dim)
 
     def projection(linear):
         weight = linear.weight.detach().float().cpu()
         bias = linear.bias.detach().float().cpu() if linear.bias is not None else torch.zeros(weight.size(0))
-        weight = torch.cat([weight.index_select(0, index), torch.zeros(padding, weight.size(1))])
-        bias = torch.cat([bias.index_select(0, index), torch.zeros(padding)])
+        weight = torch.cat([unit_rows(weight, index), torch.zeros(padding, weight.size(1))])
+        bias = torch.cat([unit_rows(bias, index), torch.zeros(padding)])
         return weight.numpy(), bias.numpy()
 
-    out_weight = module.out_proj.weight.detach().float().cpu().index_select(1, index)
-    scales = torch.tensor([scale for _, scale in kept for _ in range(head_dim)], dtype=torch.float32)
-    out_weight = torch.cat([out_weight * scales.unsqueeze(0), torch.zeros(width, padding)], dim=1)
+    out_weight = scaled_columns(unit_columns(module.out_proj.weight.detach().float().cpu(), index),
+                                [scale for _, scale in kept])
+    out_weight = torch.cat([out_weight, torch.zeros(width, padding)], dim=1)
     out_bias = module.out_proj.bias.detach().float().cpu() if module.out_proj.bias is not None else torch.zeros(width)
     return projection(module.q_proj), projection(module.k_proj), projection(module.v_proj), (
         out_weight.numpy(), out_bias.numpy())
@@ -129,10 +129,9 @@ def _set_ffn(spec, layer, neuron_mask) -> None:
     fc1_bias = layer.fc1.bias.detach().float().cpu() if layer.fc1.bias is not None else None
     if mask is not None:
         mask = mask.detach().float().cpu()
-        keep = (mask != 0).nonzero().flatten()
-        fc1_weight = fc1_weight.index_select(0, keep)
-        fc1_bias = None if fc1_bias is None else fc1_bias.index_select(0, keep)
-        fc2_weight = fc2_weight.index_select(1, keep) * mask.index_select(0, keep).unsqueeze(0)
+        keep = unit_index(kept_units(mask))
+        fc1_weight, fc1_bias = unit_rows(fc1_weight, keep), unit_rows(fc1_bias, keep)
+        fc2_weight = scaled_columns(unit_columns(fc2_weight, keep), mask.index_select(0, keep).tolist())
     if fc1_weight.size(0) == 0:  # CTranslate2 holds no empty weight: one zero neuron, whose output adds nothing
         fc1_weight, fc2_weight = torch.zeros(1, fc1_weight.size(1)), torch.zeros(fc2_weight.size(0), 1)
         fc1_bias = None if fc1_bias is None else torch.zeros(1)

@@ -1,6 +1,6 @@
 """The training split's sentence pairs as tokens, and a vocabulary map built from them for CTranslate2.
 
-``study.methods.vocabulary_map`` builds the map from token pairs; this reads
+``study.compression.vocabulary_map`` builds the map from token pairs; this reads
 them from fairseq's binarized splits (the dictionaries' own tokens, as the
 exported model's vocabularies hold them) and registers the written file on
 the model's spec (``ModelSpec.register_vocabulary_mapping``, saved as the
@@ -10,9 +10,13 @@ model's ``vmap.txt``).
 import os
 from typing import Dict, Iterator, Tuple
 
-from ...errors import StudyError
-from ...study.methods.vocabulary_map import VocabularyMap, build_vocabulary_map, vocabulary_map_coverage
-from ..runners.batches import dictionary_tokens, load_split
+from fairseq_headprune.engine.runners.batches import dictionary_tokens, load_split
+from fairseq_headprune.errors import StudyError
+from fairseq_headprune.study.compression.vocabulary_map import (
+    VocabularyMap,
+    build_vocabulary_map,
+    vocabulary_map_coverage,
+)
 
 VOCABULARY_MAP_FILE = "vmap.txt"
 

@@ -16,8 +16,12 @@ import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from ...errors import HeadMaskError, StudyError
-from ...study.methods.ablation import (
+from fairseq_headprune.engine.families import family_named
+from fairseq_headprune.engine.runtime.ranks import current_ranks
+from fairseq_headprune.engine.sweeps.translation_sweep import table_caption, write_result_rows
+from fairseq_headprune.errors import HeadMaskError, StudyError
+from fairseq_headprune.modules.masked_multihead_attention import current_head_mask, head_layout
+from fairseq_headprune.study.importance.ablation import (
     all_but_one_configs,
     baseline_config,
     best_heads,
@@ -26,15 +30,16 @@ from ...study.methods.ablation import (
     markdown_cross_domain,
     single_head_configs,
 )
-from ...study.output.tables import latex_best_table, latex_single_table, markdown_best_table, markdown_single_table
-from ...study.output.files import write_text
-from ...study.masks.head_mask import parse_head_mask
-from ...study.settings import AblationSettings
-from ..families import family_named
-from ..runtime.ranks import current_ranks
-from ..sweeps.translation_sweep import table_caption, write_result_rows
-from ...modules.masked_multihead_attention import current_head_mask, head_layout
-from ...study.output.plots import plot_cross_domain, plot_delta_heatmaps, plot_score_histogram
+from fairseq_headprune.study.importance.settings import AblationSettings
+from fairseq_headprune.study.masks.head_mask import parse_head_mask
+from fairseq_headprune.study.output.files import write_text
+from fairseq_headprune.study.output.plots import plot_cross_domain, plot_delta_heatmaps, plot_score_histogram
+from fairseq_headprune.study.output.tables import (
+    latex_best_table,
+    latex_single_table,
+    markdown_best_table,
+    markdown_single_table,
+)
 
 
 @dataclass
@@ -64,7 +69,7 @@ def run_ablation(settings: AblationSettings) -> Optional[AblationOutcome]:
         try:
             heads = parse_head_mask(settings.heads, layout)
         except HeadMaskError as error:
-            raise StudyError(f"--heads: {error}")
+            raise StudyError(f"--heads: {error}") from error
     types = [t for t in settings.types if t in layout]
     if settings.mode == "all-but-one":
         configs = [baseline_config()] + all_but_one_configs(layout, types)

@@ -2,9 +2,9 @@
 
 from typing import Optional
 
-from ...study.masks.head_mask import parse_head_mask
-from ...study.methods.compensation import Compensation, measure_compensation
-from ..checkpoints.in_projections import compared_checkpoints
+from fairseq_headprune.engine.checkpoints.in_projections import compared_checkpoints
+from fairseq_headprune.study.budhraja.compensation import Compensation, measure_compensation
+from fairseq_headprune.study.masks.head_mask import parse_head_mask
 
 
 def checkpoint_compensation(before: str, after: str, pruned_spec: Optional[str] = None) -> Compensation:

@@ -6,7 +6,8 @@ in ``NAME.partial`` and renamed when it is complete, with its record in
 ``NAME/stage.json``; a stage whose directory exists is not run again, so an
 interrupted run resumes where it stopped:
 
-- ``layers/``: optionally, whole layers removed first, those the validation loss misses least (``methods.layer_choice``);
+- ``layers/``: optionally, whole layers removed first, those the validation loss misses least
+  (``engine.compression.layer_choice``);
 - ``fisher/``: the masks' Fisher information on the validation split (``importance --importance-method fisher``);
 - ``search/``: the mask within the target, rearranged and tuned (``search --tune-masks``);
 - ``distill/``: optionally, the unpruned model's translations of the training sources (``methods.distillation``);
@@ -26,97 +27,73 @@ import json
 import math
 import os
 import shutil
-import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional
+from typing import Dict, List, Optional
 
 import torch
 
-from ...constants import CTRANSLATE2_ENGINE, FAIRSEQ_ENGINE
-from ...errors import SettingsError, StudyError
-from ...study.masks.ffn_mask import ffn_mask_to_spec
-from ...study.masks.head_mask import head_mask_to_spec
-from ...study.methods.ablation import BASELINE, HeadConfig, baseline_config
-from ...study.methods.compression import REPORT_FORMAT, STAGES, CompressSettings, speedup_prediction
-from ...study.methods.precision_choice import (
-    AUTO_QUANTIZATION, auto_candidates, choose_compute_type, only_float32_choice,
+from fairseq_headprune.constants import CTRANSLATE2_ENGINE, FAIRSEQ_ENGINE
+from fairseq_headprune.engine.checkpoints.shrink import checkpoint_parameters, shrink_checkpoint
+from fairseq_headprune.engine.compression.deployment import deployment_environment, measure_speed, time_compute_types
+from fairseq_headprune.engine.export.ctranslate2_spec import import_ctranslate2
+from fairseq_headprune.engine.families import family_named
+from fairseq_headprune.engine.finetuning import finetune_held, write_masked_start
+from fairseq_headprune.engine.pipelines.compress_stages import StageCallback, Stages, open_out_dir
+from fairseq_headprune.engine.pipelines.export import check_quantization, ctranslate2_device, run_export
+from fairseq_headprune.engine.pipelines.importance import importance_prefix, run_importance
+from fairseq_headprune.engine.pipelines.search import TUNING_FILE, run_latency, run_search
+from fairseq_headprune.engine.pipelines.shallow import (
+    CHECKPOINT,
+    DISTILLED_DATA,
+    check_layer_counts,
+    distill_stage,
+    layers_stage,
 )
-from ...study.output.compression_report import compression_report_markdown
-from ...study.output.files import file_sha256, first_difference, recorded_identity, write_json, write_text
-from ...study.settings import ExportSettings, LatencySettings
-from ..checkpoints.shrink import checkpoint_parameters, shrink_checkpoint
-from ..export.ctranslate2_spec import import_ctranslate2
-from ..families import family_named
-from ..methods.deployment import deployment_environment, measure_speed, time_compute_types
-from ..methods.finetune import finetune_held, write_masked_start
-from .export import check_quantization, ctranslate2_device, run_export
-from .importance import importance_prefix, run_importance
-from .search import TUNING_FILE, run_latency, run_search
-from .shallow import CHECKPOINT, DISTILLED_DATA, check_layer_counts, distill_stage, layers_stage
+from fairseq_headprune.errors import StudyError
+from fairseq_headprune.study.compression.precision import (
+    AUTO_QUANTIZATION,
+    auto_candidates,
+    choose_compute_type,
+    only_float32_choice,
+)
+from fairseq_headprune.study.compression.records import (
+    CompressReport,
+    EvaluationRecord,
+    ExportRecord,
+    FinetuneStageRecord,
+    FisherRecord,
+    SearchRecord,
+    ShrinkRecord,
+    SpeedRecord,
+    speedup_prediction,
+)
+from fairseq_headprune.study.compression.report import compression_report_markdown
+from fairseq_headprune.study.compression.settings import (
+    CompressSettings,
+    ExportSettings,
+)
+from fairseq_headprune.study.importance.ablation import BASELINE, HeadConfig, baseline_config
+from fairseq_headprune.study.masks.ffn_mask import ffn_mask_to_spec
+from fairseq_headprune.study.masks.head_mask import head_mask_to_spec
+from fairseq_headprune.study.output.files import (
+    file_sha256,
+    write_json,
+    write_text,
+)
+from fairseq_headprune.study.search.settings import LatencySettings
 
-RECORD = "compress.json"
 BEFORE_FINETUNE = "before.pt"  # in finetune/: the pruned model before fine-tuning, removed for real
-STAGE_RECORD = "stage.json"
 REPORT_JSON, REPORT_MARKDOWN = "report.json", "report.md"
-PARTIAL = ".partial"
 LATENCY_TABLE = "latency.json"  # in search/: the table compress measured when --latency-table was not given
-# on_stage(stage, status, seconds): status "running", "ran" or "kept"
-StageCallback = Callable[[str, str, Optional[float]], None]
 
 
 @dataclass
 class CompressOutcome:
     """What ``run_compress`` did and found; ``report`` is OUT/report.json."""
 
-    report: Dict[str, object]
+    report: CompressReport
     stages: Dict[str, str] = field(default_factory=dict)  # stage -> "ran" or "kept"
     files: List[str] = field(default_factory=list)
-
-
-class _Stages:
-    """The stage directories of one run: built in NAME.partial, renamed whole, skipped when present."""
-
-    def __init__(self, out_dir: str, on_stage: Optional[StageCallback]):
-        self.out_dir, self.on_stage, self.status = out_dir, on_stage, {}
-
-    def path(self, stage: str, *parts: str) -> str:
-        return os.path.join(self.out_dir, stage, *parts)
-
-    def record(self, stage: str) -> Optional[Dict[str, object]]:
-        path = self.path(stage, STAGE_RECORD)
-        if not os.path.isfile(path):
-            return None
-        with open(path, encoding="utf-8") as stream:
-            return json.load(stream)
-
-    def run(self, stage: str, build: Callable[[str], Dict[str, object]], resumable: bool = False) -> None:
-        """``build(work_dir)`` returns the stage's record; ``resumable``: a partial directory is kept (sweeps).
-
-        Once a stage has run, the stages after it run again too: what they hold was made from what it replaced.
-        """
-        redone = "ran" in self.status.values()
-        if os.path.isfile(self.path(stage, STAGE_RECORD)) and not redone:
-            self.status[stage] = "kept"
-            self._tell(stage, "kept", None)
-            return
-        work = self.path(stage) + PARTIAL
-        if os.path.isdir(work) and (redone or not resumable):
-            shutil.rmtree(work)
-        os.makedirs(work, exist_ok=True)
-        self._tell(stage, "running", None)
-        start = time.perf_counter()
-        record = build(work)
-        seconds = time.perf_counter() - start
-        write_json({**record, "stage": stage, "seconds": seconds}, os.path.join(work, STAGE_RECORD), indent=1)
-        if os.path.isdir(self.path(stage)):
-            shutil.rmtree(self.path(stage))  # made from an earlier stage's outputs that were just replaced
-        os.replace(work, self.path(stage))
-        self.status[stage] = "ran"
-        self._tell(stage, "ran", seconds)
-
-    def _tell(self, stage, status, seconds) -> None:
-        if self.on_stage is not None:
-            self.on_stage(stage, status, seconds)
 
 
 def run_compress(settings: CompressSettings, on_stage: Optional[StageCallback] = None) -> CompressOutcome:
@@ -130,8 +107,8 @@ def run_compress(settings: CompressSettings, on_stage: Optional[StageCallback] =
         check_quantization(settings.quantization, settings.evaluation.cpu)
     if settings.drop_layers:
         check_layer_counts(settings)
-    _open_out_dir(settings.out_dir, _identity(settings))
-    stages = _Stages(settings.out_dir, on_stage)
+    open_out_dir(settings.out_dir, _identity(settings))
+    stages = Stages(settings.out_dir, on_stage)
     if "layers" in settings.stages:
         stages.run("layers", lambda work: layers_stage(settings, work))
     stages.run("fisher", lambda work: _fisher(settings, stages, work))
@@ -147,7 +124,7 @@ def run_compress(settings: CompressSettings, on_stage: Optional[StageCallback] =
     stages.run("speed", lambda work: _speed(settings, stages, work))
     report = _report(settings, stages)
     files = [os.path.join(settings.out_dir, name) for name in (REPORT_JSON, REPORT_MARKDOWN)]
-    write_json(report, files[0], indent=1)
+    write_json(report.to_dict(), files[0], indent=1)
     write_text(compression_report_markdown(report), files[1])
     return CompressOutcome(report, dict(stages.status), files)
 
@@ -160,38 +137,22 @@ def _identity(settings: CompressSettings) -> Dict[str, object]:
     return identity
 
 
-def _open_out_dir(out_dir: str, identity: Dict[str, object]) -> None:
-    """Create the run's directory, or check that it holds this very run."""
-    record = os.path.join(out_dir, RECORD)
-    if os.path.isfile(record):
-        difference = first_difference(recorded_identity(record, "a compress record", "--out-dir"), identity)
-        finished = [stage for stage in STAGES if os.path.isfile(os.path.join(out_dir, stage, STAGE_RECORD))]
-        if difference is not None and finished:
-            raise StudyError(f"--out-dir {out_dir} holds a compress run of other settings ({difference}); "
-                             "use another --out-dir")
-        if difference is not None:  # a run that stopped before any stage finished: this one starts afresh
-            write_json({"identity": identity}, record, indent=1)
-        return
-    if os.path.isfile(out_dir) or (os.path.isdir(out_dir) and os.listdir(out_dir)):
-        raise SettingsError(f"--out-dir {out_dir} exists, is not empty and holds no compress run; nothing was written")
-    os.makedirs(out_dir, exist_ok=True)
-    write_json({"identity": identity}, record, indent=1)
-
-
 # ----------------------------------------------------------------------------- the stages
 
 
-def _base_checkpoint(settings: CompressSettings, stages: "_Stages") -> str:
+def _base_checkpoint(settings: CompressSettings, stages: Stages) -> str:
     """The model the search prunes: the unpruned checkpoint, or it without the layers ``layers/`` removed."""
     return stages.path("layers", CHECKPOINT) if "layers" in settings.stages else settings.checkpoint
 
 
-def _fisher(settings: CompressSettings, stages: "_Stages", work: str) -> Dict[str, object]:
+def _fisher(settings: CompressSettings, stages: Stages, work: str) -> FisherRecord:
     evaluation = settings.evaluation
     result = run_importance(settings.data, _base_checkpoint(settings, stages), settings.importance, work,
                             fairseq_args=evaluation.generation_args, cpu=evaluation.cpu, progress=evaluation.progress)
-    return {"file": os.path.basename(importance_prefix(work)) + ".json", "subsets": list(settings.importance.subsets),
-            "sentences": int(result.settings.get("sentences", result.count)), "neurons": settings.importance.neurons}
+    return FisherRecord(file=os.path.basename(importance_prefix(work)) + ".json",
+                        subsets=list(settings.importance.subsets),
+                        sentences=int(result.settings.get("sentences", result.count)),
+                        neurons=settings.importance.neurons)
 
 
 # the latency table's rounds per round of the speed stage: the table prices differences between variants, which need
@@ -199,7 +160,7 @@ def _fisher(settings: CompressSettings, stages: "_Stages", work: str) -> Dict[st
 TABLE_ROUNDS_PER_SPEED_ROUND = 4
 
 
-def _search(settings: CompressSettings, stages: _Stages, work: str) -> Dict[str, object]:
+def _search(settings: CompressSettings, stages: Stages, work: str) -> SearchRecord:
     evaluation, target = settings.evaluation, settings.target
     # a latency target for the exported model is priced by CTranslate2's own table, one head count per stack
     deployed = target.cost == "latency" and settings.export_format == CTRANSLATE2_ENGINE
@@ -223,31 +184,31 @@ def _search(settings: CompressSettings, stages: _Stages, work: str) -> Dict[str,
                                                fisher_file=stages.path("fisher", "importance.json"), **engine_options)
     layers = stages.record("layers") if "layers" in settings.stages else None
     if layers is not None:  # the target is a share of the unpruned model's cost, not of the shallower one's
-        budget = target.percent / 100.0 * layers["full_cost"]
+        budget = target.percent / 100.0 * layers.full_cost
         budget = math.floor(budget + 1e-9) if target.cost == "heads" else budget
-        search_settings = dataclasses.replace(search_settings, budget=repr(budget))
+        search_settings = dataclasses.replace(search_settings, budget=budget)
     outcome = run_search(search_settings)
     result = outcome.result
-    if not outcome.pruned and not outcome.pruned_neurons:
+    if not outcome.heads_pruned and not outcome.neurons_pruned:
         raise StudyError(f"--target {target.text} prunes nothing from this model; keep less")
-    return {
-        "target": target.text, "structure": target.structure, "cost": target.cost,
-        "budget": result.budget, "unit": result.unit, "mask_cost": result.cost, "full_cost": outcome.costs.full_cost(),
-        "heads_pruned": outcome.pruned, "heads_total": outcome.total_heads,
-        "spec": head_mask_to_spec(result.head_mask) if outcome.pruned else None,
-        "neurons_pruned": outcome.pruned_neurons, "neurons_total": outcome.total_neurons,
-        "ffn_spec": ffn_mask_to_spec(result.ffn_mask) if outcome.pruned_neurons else None,
-        "flops": outcome.flops, "decoding_flops": outcome.decoding,
-        "tuned": outcome.tuning is not None, "tuning_skipped": settings.tuning_skipped,
-        "tuning": None if outcome.tuning is None else {**outcome.tuning.summary(),
-                                                       "sentences": outcome.tuning.settings.get("sentences")},
-        "step_seconds": outcome.seconds,
-        "latency_table": None if latency_table is None else (
+    return SearchRecord(
+        target=target.text, structure=target.structure, cost=target.cost,
+        budget=result.budget, unit=result.unit, mask_cost=result.cost, full_cost=outcome.costs.full_cost(),
+        heads_pruned=outcome.heads_pruned, heads_total=outcome.heads_total,
+        spec=head_mask_to_spec(result.head_mask) if outcome.heads_pruned else None,
+        neurons_pruned=outcome.neurons_pruned, neurons_total=outcome.neurons_total,
+        ffn_spec=ffn_mask_to_spec(result.ffn_mask) if outcome.neurons_pruned else None,
+        flops=outcome.flops, decoding_flops=outcome.decoding,
+        tuned=outcome.tuning is not None, tuning_skipped=settings.tuning_skipped,
+        tuning=None if outcome.tuning is None else {**outcome.tuning.summary(),
+                                                    "sentences": outcome.tuning.settings.get("sentences")},
+        step_seconds=outcome.seconds,
+        latency_table=None if latency_table is None else (
             LATENCY_TABLE if settings.latency_table is None else os.path.abspath(latency_table)),
-        "latency_table_shape": _table_shape(latency_table),
-        "predicted_speedup": outcome.predicted_speedup,
-        "prediction_note": outcome.prediction_note,
-    }
+        latency_table_shape=_table_shape(latency_table),
+        predicted_speedup=outcome.predicted_speedup,
+        prediction_note=outcome.prediction_note,
+    )
 
 
 def _table_shape(path: Optional[str]) -> Optional[Dict[str, object]]:
@@ -258,21 +219,20 @@ def _table_shape(path: Optional[str]) -> Optional[Dict[str, object]]:
         return json.load(stream).get("settings")
 
 
-def _tuning_file(stages: _Stages) -> Optional[str]:
+def _tuning_file(stages: Stages) -> Optional[str]:
     path = stages.path("search", TUNING_FILE)
     return path if os.path.isfile(path) else None
 
 
-def _finetune(settings: CompressSettings, stages: _Stages, work: str) -> Dict[str, object]:
-
+def _finetune(settings: CompressSettings, stages: Stages, work: str) -> FinetuneStageRecord:
     search = stages.record("search")
     tuning_file = _tuning_file(stages)
     start = os.path.join(work, "start.pt")
-    write_masked_start(_base_checkpoint(settings, stages), start, search["spec"], search["ffn_spec"], tuning_file)
+    write_masked_start(_base_checkpoint(settings, stages), start, search.spec, search.ffn_spec, tuning_file)
     evaluation = settings.evaluation
     data = stages.path("distill", DISTILLED_DATA) if "distill" in settings.stages else settings.data
     # the model as it was before fine-tuning, removed for real: the evaluation scores it too
-    shrink_checkpoint(start, os.path.join(work, BEFORE_FINETUNE), search["spec"], None, search["ffn_spec"])
+    shrink_checkpoint(start, os.path.join(work, BEFORE_FINETUNE), search.spec, None, search.ffn_spec)
     teacher = settings.checkpoint if settings.distill == "word" else None
     outcome = finetune_held(start, data, os.path.join(work, "train"), settings.family, settings.finetune,
                             cpu=evaluation.cpu, progress=evaluation.progress, teacher=teacher,
@@ -280,40 +240,39 @@ def _finetune(settings: CompressSettings, stages: _Stages, work: str) -> Dict[st
     os.replace(outcome.checkpoint, os.path.join(work, CHECKPOINT))
     shutil.rmtree(os.path.join(work, "train"))
     os.remove(start)
-    return {"checkpoint": CHECKPOINT, "before": BEFORE_FINETUNE, "updates": outcome.updates,
-            "seconds_training": outcome.seconds, "lr": outcome.lr, "warmup_updates": outcome.warmup,
-            "lr_schedule": "fixed after a linear warm-up",
-            "train_subset": outcome.train_subset, "targets": "distilled" if data != settings.data else "references",
-            "word_distillation": None if teacher is None else {"teacher": os.path.abspath(teacher),
-                                                               "weight": settings.distill_weight},
-            "start": "tuned" if tuning_file is not None else "masked"}
+    return FinetuneStageRecord(
+        checkpoint=CHECKPOINT, before=BEFORE_FINETUNE, updates=outcome.updates, seconds_training=outcome.seconds,
+        lr=outcome.lr, warmup_updates=outcome.warmup, lr_schedule="fixed after a linear warm-up",
+        train_subset=outcome.train_subset, targets="distilled" if data != settings.data else "references",
+        word_distillation=None if teacher is None else {"teacher": os.path.abspath(teacher),
+                                                        "weight": settings.distill_weight},
+        start="tuned" if tuning_file is not None else "masked")
 
 
-def _shrink(settings: CompressSettings, stages: _Stages, work: str) -> Dict[str, object]:
+def _shrink(settings: CompressSettings, stages: Stages, work: str) -> ShrinkRecord:
     search = stages.record("search")
     out = os.path.join(work, CHECKPOINT)
     tuning_file = _tuning_file(stages)
     if "finetune" in settings.stages:  # the tuning is in its weights, the masks are recorded
         source = stages.path("finetune", CHECKPOINT)
-        outcome = shrink_checkpoint(source, out, search["spec"], None, search["ffn_spec"])
+        outcome = shrink_checkpoint(source, out, search.spec, None, search.ffn_spec)
     else:  # the search's model, its tuning folded in or its mask removed
         source = _base_checkpoint(settings, stages)
         if tuning_file is not None:
             outcome = shrink_checkpoint(source, out, None, tuning_file, None)
         else:
-            outcome = shrink_checkpoint(source, out, search["spec"], None, search["ffn_spec"])
+            outcome = shrink_checkpoint(source, out, search.spec, None, search.ffn_spec)
     write_text("\n".join(outcome.report) + "\n", os.path.join(work, "parameters.tsv"))
-    return {
-        "checkpoint": CHECKPOINT, "shrunk_from": os.path.abspath(source), "tuning_folded": tuning_file is not None,
-        "heads_removed": outcome.removed, "heads_total": outcome.total, "spec": outcome.spec,
-        "neurons_removed": outcome.removed_neurons, "neurons_total": outcome.total_neurons,
-        "neuron_spec": outcome.neuron_spec,
-        "parameters": {"unpruned": checkpoint_parameters(settings.checkpoint), "compressed": checkpoint_parameters(out)},
-        "report": outcome.report,
-    }
+    return ShrinkRecord(
+        checkpoint=CHECKPOINT, shrunk_from=os.path.abspath(source), tuning_folded=tuning_file is not None,
+        heads_pruned=outcome.heads_pruned, heads_total=outcome.heads_total, spec=outcome.spec,
+        neurons_pruned=outcome.neurons_pruned, neurons_total=outcome.neurons_total, ffn_spec=outcome.ffn_spec,
+        parameters={"unpruned": checkpoint_parameters(settings.checkpoint), "compressed": checkpoint_parameters(out)},
+        report=outcome.report,
+    )
 
 
-def _export(settings: CompressSettings, stages: _Stages, work: str) -> Dict[str, object]:
+def _export(settings: CompressSettings, stages: Stages, work: str) -> ExportRecord:
     evaluation = settings.evaluation
     models = {"compressed": stages.path("shrink", CHECKPOINT)}
     if family_named(settings.family).times_exported_models:  # the unpruned model exported: the speed's reference
@@ -321,16 +280,16 @@ def _export(settings: CompressSettings, stages: _Stages, work: str) -> Dict[str,
     quantization, choice = settings.quantization, None
     if quantization == AUTO_QUANTIZATION:
         quantization, choice = _choose_quantization(settings, models["compressed"], work)
-    record = {"format": settings.export_format, "quantization": None, "quantization_choice": choice, "models": {}}
+    record = ExportRecord(format=settings.export_format, quantization_choice=choice)
     for name, checkpoint in models.items():
         outcome = run_export(ExportSettings(
             data=settings.data, checkpoint=checkpoint, out_dir=os.path.join(work, name), format=settings.export_format,
             quantization=quantization, cpu=evaluation.cpu, fairseq_args=list(evaluation.generation_args),
             vocabulary_map=bool(settings.vocabulary_map),
         ))
-        record["quantization"] = outcome.quantization
-        record["models"][name] = {"dir": name, "num_heads": outcome.num_heads, "padded": outcome.padded,
-                                  "kept": outcome.kept, "vocabulary_map": outcome.vocabulary_map}
+        record.quantization = outcome.quantization
+        record.models[name] = {"dir": name, "num_heads": outcome.num_heads, "padded": outcome.padded,
+                               "kept": outcome.kept, "vocabulary_map": outcome.vocabulary_map}
     return record
 
 
@@ -356,13 +315,14 @@ def _choose_quantization(settings: CompressSettings, checkpoint: str, work: str)
     return choice["chosen"], choice
 
 
-def _evaluate(settings: CompressSettings, stages: _Stages, work: str) -> Dict[str, object]:
+def _evaluate(settings: CompressSettings, stages: Stages, work: str) -> EvaluationRecord:
     """Both models on the evaluation split, each in its own (resumable) sweep, compared by the paired test."""
     evaluation = settings.evaluation
     family = family_named(settings.family)
     sweeps, scores = {}, {}
     models = [("unpruned", settings.checkpoint), ("compressed", stages.path("shrink", CHECKPOINT))]
-    before = (stages.record("finetune") or {}).get("before") if "finetune" in settings.stages else None
+    finetuned = stages.record("finetune") if "finetune" in settings.stages else None
+    before = finetuned.before if finetuned is not None else None
     if before is not None:  # the same pruned model before fine-tuning: what the fine-tuning recovered
         models.append(("before_finetune", stages.path("finetune", before)))
     for weights, checkpoint in models:
@@ -377,68 +337,55 @@ def _evaluate(settings: CompressSettings, stages: _Stages, work: str) -> Dict[st
     baseline, rows = sweeps["unpruned"].compare({BASELINE: scores["unpruned"], "compressed": compressed},
                                                 [baseline_config(), HeadConfig("compressed", None)])
     metric, row = evaluation.metric, rows[0]
-    return {
-        "metric": metric.name, "label": metric.label, "description": metric.description,
-        "higher_is_better": metric.higher_is_better, "split": evaluation.gen_subset, "sentences": len(baseline.stats),
-        "unpruned": sweeps["unpruned"].baseline_score(baseline), "compressed": row[metric.column],
-        "delta": row["delta"], "p_value": row["p_value"], "significant": row["significant"],
-        "ci_low": row["ci_low"], "ci_high": row["ci_high"], "test": evaluation.test.to_dict(),
-        "before_finetune": (sweeps["before_finetune"].baseline_score(scores["before_finetune"])
-                            if "before_finetune" in sweeps else None),
-        **family.evaluation_record(scores),
-    }
+    return EvaluationRecord(
+        metric=metric.name, label=metric.label, description=metric.description,
+        higher_is_better=metric.higher_is_better, split=evaluation.gen_subset, sentences=len(baseline.stats),
+        unpruned=sweeps["unpruned"].baseline_score(baseline), compressed=row[metric.column],
+        delta=row["delta"], p_value=row["p_value"], significant=row["significant"],
+        ci_low=row["ci_low"], ci_high=row["ci_high"], test=evaluation.test.to_dict(),
+        before_finetune=(sweeps["before_finetune"].baseline_score(scores["before_finetune"])
+                         if "before_finetune" in sweeps else None),
+        extra=family.evaluation_record(scores),
+    )
 
 
-def _speed(settings: CompressSettings, stages: _Stages, work: str) -> Dict[str, object]:
+def _speed(settings: CompressSettings, stages: Stages, work: str) -> SpeedRecord:
     """Both models (and their exports) timed each in its own process, in the precision the evaluation
-    translates in (--fp16, --bf16)."""
+    translates in (``DeploymentSettings.precision``)."""
     evaluation, deployment = settings.evaluation, settings.deployment
     family = family_named(settings.family)
     device = torch.device("cuda" if torch.cuda.is_available() and not evaluation.cpu else "cpu")
-    arguments = list(evaluation.generation_args)
-    precision = "float16" if "--fp16" in arguments else "bfloat16" if "--bf16" in arguments else "float32"
+    arguments, precision = list(evaluation.generation_args), deployment.precision
     checkpoints = {"unpruned": settings.checkpoint, "compressed": stages.path("shrink", CHECKPOINT)}
     export = stages.record("export") if "export" in settings.stages else None
     exported = {} if export is None or not family.times_exported_models else {  # decoding is timed: translation
-        (name, export["quantization"]): stages.path("export", name) for name in ("unpruned", "compressed")
-        if name in export["models"]}
+        (name, export.quantization): stages.path("export", name) for name in ("unpruned", "compressed")
+        if name in export.models}
     rows, options, machine = measure_speed(family.name, checkpoints, exported, settings.data, evaluation.gen_subset,
                                            arguments, deployment, device, precision,
                                            vocabulary_mapped=("unpruned", "compressed") if settings.vocabulary_map
                                            else ())
     environment = {**deployment_environment(device, deployment.threads), **machine}
-    return {"split": evaluation.gen_subset, "environment": environment, "settings": deployment.to_dict(),
-            "unit": family.speed_unit, "decoding": None if options is None else options.to_dict(),
-            "rows": rows}
+    return SpeedRecord(split=evaluation.gen_subset, environment=environment, settings=deployment.to_dict(),
+                       unit=family.speed_unit, decoding=None if options is None else options.to_dict(), rows=rows)
 
 
 # ----------------------------------------------------------------------------- the report
 
 
-def _report(settings: CompressSettings, stages: _Stages) -> Dict[str, object]:
+def _report(settings: CompressSettings, stages: Stages) -> CompressReport:
     """OUT/report.json: the stages' records, the files to deploy and what each stage cost."""
     records = {stage: stages.record(stage) for stage in settings.stages}
     exported = records.get("export")
-    return {
-        "format": REPORT_FORMAT,
-        "checkpoint": os.path.abspath(settings.checkpoint),
-        "data": os.path.abspath(settings.data),
-        "family": settings.family,
-        "target": settings.target.text,
-        "layers": records.get("layers"),
-        "distill": records.get("distill"),
-        "fisher": records["fisher"],
-        "search": records["search"],
-        "finetune": records.get("finetune"),
-        "shrink": records["shrink"],
-        "export": exported,
-        "evaluation": records["evaluate"],
-        "speed": records["speed"],
-        "speedup_prediction": speedup_prediction(records["search"], records["speed"]),
-        "files": {
-            "checkpoint": os.path.abspath(stages.path("shrink", CHECKPOINT)),
-            "exported": None if exported is None else os.path.abspath(stages.path("export", "compressed")),
-        },
-        "stages": {stage: {"status": stages.status.get(stage), "seconds": (records[stage] or {}).get("seconds")}
-                   for stage in settings.stages},
-    }
+    return CompressReport(
+        checkpoint=os.path.abspath(settings.checkpoint), data=os.path.abspath(settings.data), family=settings.family,
+        target=settings.target.text, layers=records.get("layers"), distill=records.get("distill"),
+        fisher=records["fisher"], search=records["search"], finetune=records.get("finetune"),
+        shrink=records["shrink"], export=exported, evaluation=records["evaluate"], speed=records["speed"],
+        speedup_prediction=speedup_prediction(records["search"], records["speed"]),
+        files={"checkpoint": os.path.abspath(stages.path("shrink", CHECKPOINT)),
+               "exported": None if exported is None else os.path.abspath(stages.path("export", "compressed"))},
+        stages={stage: {"status": stages.status.get(stage),
+                        "seconds": None if records[stage] is None else records[stage].seconds}
+                for stage in settings.stages},
+    )

@@ -13,17 +13,16 @@ import json
 import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ...errors import StudyError
-from ...study.output.files import write_rows_tsv
-from ...study.methods.epoch_curves import epoch_checkpoints, markdown_dynamics, relative_rows
-from ...study.output.files import file_sha256, write_json, write_text
-from ...study.prune_settings import PruneSettings
-from ...study.settings import DynamicsSettings
-from ...study.output.plots import plot_dynamics
-from ..checkpoints.info import load_checkpoint_state, model_config, state_head_layout
-from ..runtime.ranks import current_ranks
-from .prune import run_prune
 from tqdm import tqdm
+
+from fairseq_headprune.engine.checkpoints.info import load_checkpoint_state, model_config, state_head_layout
+from fairseq_headprune.engine.pipelines.prune import run_prune
+from fairseq_headprune.engine.runtime.ranks import current_ranks
+from fairseq_headprune.errors import StudyError
+from fairseq_headprune.study.importance.dynamics import epoch_checkpoints, markdown_dynamics, relative_rows
+from fairseq_headprune.study.output.files import file_sha256, write_json, write_rows_tsv, write_text
+from fairseq_headprune.study.output.plots import plot_dynamics
+from fairseq_headprune.study.pruning.settings import DynamicsSettings, PruneSettings
 
 DONE = "done.json"
 

@@ -16,17 +16,17 @@ from typing import Dict, List, Optional
 
 import torch
 
-from ...errors import SettingsError
-from ...modules.masked_ffn import current_ffn_mask, ffn_layout, set_ffn_mask
-from ...modules.masked_multihead_attention import current_head_mask, head_layout, set_head_mask
-from ...study.masks.head_mask import combine_masks
-from ...study.methods.least_squares_tuning import read_tuning
-from ...study.settings import ExportSettings
-from ...constants import TRANSLATION_FAMILY
-from ..export.ctranslate2_spec import import_ctranslate2, save_spec
-from ..export.vocabulary_map import VOCABULARY_MAP_FILE, vocabulary_map_for
-from ..families import family_of_checkpoint
-from ..methods.mask_tuning import tuning_folded
+from fairseq_headprune.constants import TRANSLATION_FAMILY
+from fairseq_headprune.engine.export.ctranslate2_spec import import_ctranslate2, save_spec
+from fairseq_headprune.engine.export.vocabulary_map import VOCABULARY_MAP_FILE, vocabulary_map_for
+from fairseq_headprune.engine.families import family_of_checkpoint
+from fairseq_headprune.engine.search.mask_tuning import tuning_folded
+from fairseq_headprune.errors import SettingsError
+from fairseq_headprune.modules.masked_ffn import current_ffn_mask, ffn_layout, set_ffn_mask
+from fairseq_headprune.modules.masked_multihead_attention import current_head_mask, head_layout, set_head_mask
+from fairseq_headprune.study.compression.settings import ExportSettings
+from fairseq_headprune.study.masks.head_mask import combine_masks
+from fairseq_headprune.study.search.tuning import read_tuning
 
 
 @dataclass

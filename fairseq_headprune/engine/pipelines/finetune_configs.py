@@ -39,24 +39,25 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 import torch
 
-from ...errors import HeadPruneError, StudyError
-from ...study.masks.head_mask import HeadLayout, HeadMask, head_mask_to_spec
-from ...study.methods.budgets import Budget
-from ...study.budhraja.finetune_plan import finetune_epochs, plan_line
-from ...study.budhraja.records import CONTROL, CurvePoint, FinetuneRecord, TestAgainst
-from ...study.methods.ablation import BASELINE, ConfigScores, baseline_config, compare_with_baseline
-from ...study.methods.pruning import mask_name, pruned_at_level
-from ...study.output.files import write_json, write_text
-from ...study.budhraja.report import markdown_finetuned
-from ...study.output.plots import plot_compensation, plot_recovery_curves
-from ...study.prune_settings import FinetuneSettings, PruneSettings
-from ...modules.masked_multihead_attention import current_head_mask
-from ..families import family_named
-from ..methods.finetune import Stop, finetune_held, save_curve_checkpoint, write_masked_start
-from ..checkpoints.info import training_history
-from ..runtime.console import run_quietly
-from .compensation import checkpoint_compensation
-from ..runtime.ranks import alone, current_ranks
+from fairseq_headprune.engine.checkpoints.info import training_history
+from fairseq_headprune.engine.families import family_named
+from fairseq_headprune.engine.finetuning import Stop, finetune_held, save_curve_checkpoint, write_masked_start
+from fairseq_headprune.engine.pipelines.compensation import checkpoint_compensation
+from fairseq_headprune.engine.runtime.console import run_quietly
+from fairseq_headprune.engine.runtime.ranks import alone, current_ranks
+from fairseq_headprune.errors import HeadPruneError, StudyError
+from fairseq_headprune.modules.masked_multihead_attention import current_head_mask
+from fairseq_headprune.study.budhraja.budgets import Budget
+from fairseq_headprune.study.budhraja.finetune_plan import finetune_epochs, plan_line
+from fairseq_headprune.study.budhraja.records import CONTROL, CurvePoint, FinetuneRecord, TestAgainst
+from fairseq_headprune.study.budhraja.report import markdown_finetuned
+from fairseq_headprune.study.finetuning import FinetuneSettings
+from fairseq_headprune.study.importance.ablation import BASELINE, ConfigScores, baseline_config, compare_with_baseline
+from fairseq_headprune.study.masks.head_mask import HeadLayout, HeadMask, head_mask_to_spec
+from fairseq_headprune.study.output.files import write_json, write_text
+from fairseq_headprune.study.output.plots import plot_compensation, plot_recovery_curves
+from fairseq_headprune.study.pruning.curves import mask_name, pruned_at_level
+from fairseq_headprune.study.pruning.settings import PruneSettings
 
 FINETUNE_DIR, RESULTS, RECORD, CHECKPOINT, CURVE = "finetune", "results.json", "record.json", "checkpoint.pt", "curve"
 SAVES_PER_FINETUNE = 10  # checkpoint_last.pt this many times per fine-tune (resume points)
@@ -144,7 +145,8 @@ def _finetune_and_score(settings: PruneSettings, config: FinetuneConfig, work: s
     if not os.path.isfile(checkpoint):
         start = os.path.join(work, "start.pt")
         if not os.path.isfile(start):
-            write_masked_start(sweep_settings.checkpoint, start, None if config.head_mask is None else config.spec, None)
+            write_masked_start(sweep_settings.checkpoint, start,
+                               None if config.head_mask is None else config.spec, None)
         if stops:
             os.makedirs(curve_dir, exist_ok=True)
             point = _curve_checkpoint(curve_dir, (stops[0][0], 0))
@@ -218,12 +220,21 @@ def _whole_resume_point(train_dir: str) -> None:
     for candidate in [last] + saves:
         try:
             torch.load(candidate, map_location="cpu", weights_only=False)
-        except Exception:  # a cut file raises one of several types
+        except (EOFError, RuntimeError) as error:
+            if not cut_file(error):
+                raise
             continue
         if candidate != last:
             shutil.copyfile(candidate, last)
         return
     shutil.rmtree(train_dir)
+
+
+def cut_file(error: BaseException) -> bool:
+    """Whether ``torch.load``'s error says the file was cut off while being written: empty (EOFError), or a zip
+    archive without its end (what a killed save leaves); any other failure (memory, a bug) is not one."""
+    return isinstance(error, EOFError) or (
+        isinstance(error, RuntimeError) and "PytorchStreamReader failed reading zip archive" in str(error))
 
 
 def _save_interval(finetune: FinetuneSettings) -> int:

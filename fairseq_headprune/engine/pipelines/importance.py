@@ -9,13 +9,13 @@ from typing import Optional, Sequence
 
 import torch
 
-from ...modules.masked_multihead_attention import current_head_mask
-from ...study.methods.importance_scores import ImportanceResult, write_importance_json, write_importance_tsv
-from ...study.output.plots import plot_importance
-from ...study.settings import ImportanceSettings
-from ..families import family_of_checkpoint
-from ..methods.head_loss import single_head_loss_increase
-from ..runtime.ranks import current_ranks
+from fairseq_headprune.engine.families import family_of_checkpoint
+from fairseq_headprune.engine.importance.head_loss import single_head_loss_increase
+from fairseq_headprune.engine.runtime.ranks import current_ranks
+from fairseq_headprune.modules.masked_multihead_attention import current_head_mask
+from fairseq_headprune.study.importance.scores import ImportanceResult, write_importance_json, write_importance_tsv
+from fairseq_headprune.study.output.plots import plot_importance
+from fairseq_headprune.study.settings import ImportanceSettings
 
 
 def run_importance(

@@ -1,6 +1,6 @@
 """Pruning curves and random head budgets on a loaded model (Michel et al. 4.2, 5; Budhraja et al.).
 
-``run_prune`` decides every step's mask (``study.methods.pruning.plan_curves``; FFN
+``run_prune`` decides every step's mask (``study.pruning.curves.plan_curves``; FFN
 neurons and the joint search of heads and neurons in steps of FLOPs:
 ``study.structure_curves``), estimating importance where an order needs it
 (``ImportanceStore``, resumable), translates all distinct masks in one
@@ -16,33 +16,48 @@ import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
-from ...constants import ORDERS, SCOPES
-from ...errors import SettingsError, ResultFileError, StudyError
-from ...study.methods.ablation import BASELINE, HeadConfig, baseline_config
-from ...study.output.files import write_rows_tsv
-from ...study.output.files import write_json, write_text
-from ...study.methods.importance_scores import read_fisher_file, read_importance_file
-from ...study.methods.budgets import plan_budgets
-from ...study.methods.budhraja_configurations import requested_budgets
-from ...study.budhraja.records import FinetuneRecord
-from .finetune_configs import finetune_configurations, run_finetune_configs
-from ...study.methods.pruning import (
+from fairseq_headprune.constants import ORDERS, SCOPES
+from fairseq_headprune.engine.families import family_named
+from fairseq_headprune.engine.pipelines.finetune_configs import finetune_configurations, run_finetune_configs
+from fairseq_headprune.engine.runtime.ranks import current_ranks
+from fairseq_headprune.engine.search.mask_sources import (
+    FISHER_DIR,
+    FISHER_ORDERS,
+    ImportanceStore,
+    TuningStore,
+    method_costs,
+    read_gate_mask,
+)
+from fairseq_headprune.engine.search.model_costs import model_architecture, model_flops
+from fairseq_headprune.engine.sweeps.translation_sweep import table_caption, write_result_rows
+from fairseq_headprune.errors import ResultFileError, SettingsError, StudyError
+from fairseq_headprune.modules.masked_ffn import current_ffn_mask, ffn_layout
+from fairseq_headprune.modules.masked_multihead_attention import current_head_mask, head_layout
+from fairseq_headprune.study.budhraja.budgets import plan_budgets
+from fairseq_headprune.study.budhraja.configurations import requested_budgets
+from fairseq_headprune.study.budhraja.records import FinetuneRecord
+from fairseq_headprune.study.importance.ablation import BASELINE, HeadConfig, baseline_config
+from fairseq_headprune.study.importance.scores import read_fisher_file, read_importance_file
+from fairseq_headprune.study.output.files import write_json, write_rows_tsv, write_text
+from fairseq_headprune.study.output.plots import plot_pruning_by_type, plot_pruning_curves
+from fairseq_headprune.study.pruning.curves import (
     TUNED_SUFFIX,
     CurvePlan,
     CurveScores,
     PruneStep,
-    mask_name,
+    given_mask_steps,
     markdown_budgets,
     markdown_curves,
+    mask_name,
     plan_curves,
     pruning_mask,
     read_ablation_rows,
     summarize_budgets,
     summarize_curves,
-    given_mask_steps,
     tuned_steps,
 )
-from ...study.methods.structure_curves import (
+from fairseq_headprune.study.pruning.settings import PruneSettings
+from fairseq_headprune.study.pruning.structure_curves import (
     FLOPS_AXIS_TITLE,
     SHARED_COLUMNS,
     StructureScores,
@@ -52,16 +67,7 @@ from ...study.methods.structure_curves import (
     markdown_structure_curves,
     plan_structure_curves,
 )
-from ...study.prune_settings import PruneSettings
-from ...study.settings import SweepSettings
-from ...modules.masked_ffn import current_ffn_mask, ffn_layout
-from ...modules.masked_multihead_attention import current_head_mask, head_layout
-from ..families import family_named
-from ..methods.model_costs import model_architecture, model_flops
-from ..methods.mask_sources import FISHER_DIR, FISHER_ORDERS, ImportanceStore, TuningStore, method_costs, read_gate_mask
-from ..runtime.ranks import current_ranks
-from ..sweeps.translation_sweep import table_caption, write_result_rows
-from ...study.output.plots import plot_pruning_by_type, plot_pruning_curves
+from fairseq_headprune.study.settings import SweepSettings
 
 # neuron scores of the FFN curves: estimated with the heads', stored apart from head-only estimates
 NEURON_IMPORTANCE_DIR = "importance-ffn"

@@ -17,38 +17,42 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from ...constants import CTRANSLATE2_ENGINE, DEFAULT_SEQUENCE_LENGTH, FAIRSEQ_ENGINE
-from ...errors import ResultFileError, StudyError
-from ...modules.masked_ffn import current_ffn_mask, ffn_layout
-from ...modules.masked_multihead_attention import attention_modules, current_head_mask, head_layout
-from ...study.masks.ffn_mask import count_masked_neurons, ffn_mask_to_spec, write_ffn_mask_file
-from ...study.masks.head_mask import count_masked, head_mask_to_spec, write_mask_file
-from ...study.methods.importance_scores import ImportanceResult, read_fisher_file
-from ...study.methods.mask_search import SearchResult, search_mask
-from ...study.methods.least_squares_tuning import MaskTuning, write_tuning
-from ...study.methods.search_costs import (
-    LatencyTable,
+from fairseq_headprune.constants import CTRANSLATE2_ENGINE, DEFAULT_SEQUENCE_LENGTH, FAIRSEQ_ENGINE
+from fairseq_headprune.engine.families import family_named, family_of_checkpoint
+from fairseq_headprune.engine.pipelines.export import check_quantization
+from fairseq_headprune.engine.runners.batches import model_device, split_mean_lengths
+from fairseq_headprune.engine.search.ctranslate2_latency import measure_ctranslate2_latency_table
+from fairseq_headprune.engine.search.latency import measure_latency_table
+from fairseq_headprune.engine.search.mask_tuning import tune_mask, tuning_samples
+from fairseq_headprune.engine.search.model_costs import (
+    device_description,
+    model_architecture,
+    model_decoding_flops,
+    model_flops,
+    model_precision,
+)
+from fairseq_headprune.errors import ResultFileError, StudyError
+from fairseq_headprune.modules.masked_ffn import current_ffn_mask, ffn_layout
+from fairseq_headprune.modules.masked_multihead_attention import attention_modules, current_head_mask, head_layout
+from fairseq_headprune.study.importance.scores import ImportanceResult, read_fisher_file
+from fairseq_headprune.study.masks.ffn_mask import count_masked_neurons, ffn_mask_to_spec, write_ffn_mask_file
+from fairseq_headprune.study.masks.head_mask import count_masked, head_mask_to_spec, write_mask_file
+from fairseq_headprune.study.output.files import write_json
+from fairseq_headprune.study.search.costs import (
     CTRANSLATE2_TIED_TYPES,
     DecodingShape,
+    LatencyTable,
     LayerCosts,
-    output_projection_flops,
     head_count_costs,
+    output_projection_flops,
     parse_budget,
     predicted_speedup,
     read_latency_table,
     write_latency_table,
 )
-from ...study.output.files import write_json
-from ...study.settings import LatencySettings, SearchSettings
-from ..families import family_named, family_of_checkpoint
-from .export import check_quantization
-from ..methods.ctranslate2_latency import measure_ctranslate2_latency_table
-from ..methods.latency import measure_latency_table
-from ..methods.model_costs import (
-    device_description, model_architecture, model_decoding_flops, model_flops, model_precision,
-)
-from ..methods.mask_tuning import tune_mask, tuning_samples
-from ..runners.batches import model_device, split_mean_lengths
+from fairseq_headprune.study.search.mask_search import SearchResult, search_mask
+from fairseq_headprune.study.search.settings import LatencySettings, SearchSettings
+from fairseq_headprune.study.search.tuning import MaskTuning, write_tuning
 
 MASK_FILE = "mask.json"
 FFN_MASK_FILE = "ffn_mask.json"
@@ -89,14 +93,14 @@ class SearchOutcome:
 
     result: SearchResult
     costs: LayerCosts
-    total_heads: int
-    pruned: int
+    heads_total: int
+    heads_pruned: int
     fisher_source: str
     tuning: Optional[MaskTuning] = None
     seconds: Dict[str, float] = field(default_factory=dict)
     files: List[str] = field(default_factory=list)
-    total_neurons: int = 0
-    pruned_neurons: int = 0  # FFN neurons the search pruned (0 when it searched heads only)
+    neurons_total: int = 0
+    neurons_pruned: int = 0  # FFN neurons the search pruned (0 when it searched heads only)
     flops: Dict[str, object] = field(default_factory=dict)  # FLOPs per token of the attention and FFN layers kept
     predicted_speedup: Optional[float] = None  # the whole model's time over the masked one's, by the latency table
     prediction_note: Optional[str] = None  # why a table that timed the whole model predicts nothing
@@ -208,8 +212,8 @@ def run_search(settings: SearchSettings) -> SearchOutcome:
     total = sum(layers * heads for layers, heads in layout.values())
     outcome = SearchOutcome(result, costs, total, count_masked(result.head_mask), source, tuning, seconds)
     if result.ffn_mask is not None:
-        outcome.total_neurons = sum(int(m.numel()) for m in result.ffn_mask.values())
-        outcome.pruned_neurons = count_masked_neurons(result.ffn_mask)
+        outcome.neurons_total = sum(int(m.numel()) for m in result.ffn_mask.values())
+        outcome.neurons_pruned = count_masked_neurons(result.ffn_mask)
     architecture = model_architecture(model)
     flops = model_flops(model, architecture, settings.sequence_length)
     outcome.flops = {"kept": flops.cost_of(result.head_mask, result.ffn_mask), "full": flops.full_cost(),
@@ -260,11 +264,11 @@ def _write(settings: SearchSettings, outcome: SearchOutcome, fisher: ImportanceR
         "fisher": outcome.fisher_source,
         "fisher_sentences": fisher.settings.get("sentences", fisher.count),
         "spec": head_mask_to_spec(outcome.result.head_mask),
-        "pruned": outcome.pruned,
-        "total": outcome.total_heads,
+        "pruned": outcome.heads_pruned,
+        "total": outcome.heads_total,
         "ffn_spec": None if ffn_mask is None else ffn_mask_to_spec(ffn_mask),
-        "neurons_pruned": outcome.pruned_neurons if ffn_mask is not None else None,
-        "neurons_total": outcome.total_neurons if ffn_mask is not None else None,
+        "neurons_pruned": outcome.neurons_pruned if ffn_mask is not None else None,
+        "neurons_total": outcome.neurons_total if ffn_mask is not None else None,
         "flops": outcome.flops,
         "decoding_flops": outcome.decoding,
         "predicted_speedup": outcome.predicted_speedup,

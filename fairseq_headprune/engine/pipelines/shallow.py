@@ -8,20 +8,20 @@ fine-tuning learns from.
 """
 
 import os
-from typing import Dict
 
-from ...errors import SettingsError, StudyError
-from ...study.methods.compression import CompressSettings
-from ..checkpoints.info import load_checkpoint_state
-from ..checkpoints.layers import layers_removed, state_depths
-from ..checkpoints.shrink import checkpoint_parameters, shrink_checkpoint
-from ..families import family_named
-from ..methods.distillation import write_distilled_data
-from ..methods.layer_choice import choose_layers
-from ..methods.model_costs import model_architecture, model_flops
-from ..methods.tuning_guard import token_nll
-from ..runners.batches import collated_samples
-from .search import layer_costs, search_costs
+from fairseq_headprune.engine.checkpoints.info import load_checkpoint_state
+from fairseq_headprune.engine.checkpoints.layers import layers_removed, state_depths
+from fairseq_headprune.engine.checkpoints.shrink import checkpoint_parameters, shrink_checkpoint
+from fairseq_headprune.engine.compression.distillation import write_distilled_data
+from fairseq_headprune.engine.compression.layer_choice import choose_layers
+from fairseq_headprune.engine.families import family_named
+from fairseq_headprune.engine.pipelines.search import layer_costs, search_costs
+from fairseq_headprune.engine.runners.batches import collated_samples
+from fairseq_headprune.engine.search.model_costs import model_architecture, model_flops
+from fairseq_headprune.engine.search.tuning_guard import token_nll
+from fairseq_headprune.errors import SettingsError, StudyError
+from fairseq_headprune.study.compression.records import DistillRecord, LayersRecord
+from fairseq_headprune.study.compression.settings import CompressSettings
 
 CHECKPOINT = "checkpoint.pt"  # a stage's checkpoint, in its directory
 DISTILLED_DATA = "data"  # in distill/: the data directory with the teacher's training targets
@@ -40,7 +40,7 @@ def check_layer_counts(settings: CompressSettings) -> None:
                                 "at least one")
 
 
-def layers_stage(settings: CompressSettings, work: str) -> Dict[str, object]:
+def layers_stage(settings: CompressSettings, work: str) -> LayersRecord:
     """Whole layers removed, chosen by the validation loss (``layer_choice``); the target's cost of the unpruned
     model and of the shallower one, so that the search's budget stays a share of the unpruned model's."""
     evaluation = settings.evaluation
@@ -62,22 +62,23 @@ def layers_stage(settings: CompressSettings, work: str) -> Dict[str, object]:
         raise StudyError(f"--target {target.text}: removing layers {choice.spec} already keeps {kept / full:.1%} of "
                          f"the unpruned model's {target.cost} cost; ask for less or remove fewer layers")
     shrink_checkpoint(settings.checkpoint, os.path.join(work, CHECKPOINT), None, drop_layers=choice.spec)
-    return {"checkpoint": CHECKPOINT, "spec": choice.spec, "counts": dict(settings.drop_layers),
-            **choice.to_dict(), "subsets": list(settings.importance.subsets),
-            "sentences": sum(len(sample["id"]) for sample in samples),
-            "cost": settings.target.cost, "unit": costs.unit, "full_cost": full, "kept_cost": kept,
-            "flops_full": flops_full,
-            "parameters": {"unpruned": checkpoint_parameters(settings.checkpoint),
-                           "kept": checkpoint_parameters(os.path.join(work, CHECKPOINT))}}
+    return LayersRecord(checkpoint=CHECKPOINT, spec=choice.spec, counts=dict(settings.drop_layers),
+                        base_loss=choice.base_loss, steps=choice.steps, subsets=list(settings.importance.subsets),
+                        sentences=sum(len(sample["id"]) for sample in samples),
+                        cost=settings.target.cost, unit=costs.unit, full_cost=full, kept_cost=kept,
+                        flops_full=flops_full,
+                        parameters={"unpruned": checkpoint_parameters(settings.checkpoint),
+                                    "kept": checkpoint_parameters(os.path.join(work, CHECKPOINT))})
 
 
-def distill_stage(settings: CompressSettings, work: str) -> Dict[str, object]:
+def distill_stage(settings: CompressSettings, work: str) -> DistillRecord:
     """The unpruned model's beam outputs on the training sources, as the fine-tuning's data (``distillation``)."""
     evaluation = settings.evaluation
     cfg, task, model = family_named(settings.family).load(settings.data, settings.checkpoint,
                                                           evaluation.generation_args, cpu=evaluation.cpu)
     outcome = write_distilled_data(cfg, task, model, os.path.join(work, DISTILLED_DATA), split="train",
                                    progress=evaluation.progress)
-    return {"data": DISTILLED_DATA, "kind": settings.distill, "split": outcome.split, "sentences": outcome.sentences,
-            "target_tokens": outcome.target_tokens, "reference_tokens": outcome.reference_tokens,
-            "identical_to_reference": outcome.identical, "seconds_translating": outcome.seconds}
+    return DistillRecord(data=DISTILLED_DATA, kind=settings.distill, split=outcome.split,
+                         sentences=outcome.sentences, target_tokens=outcome.target_tokens,
+                         reference_tokens=outcome.reference_tokens, identical_to_reference=outcome.identical,
+                         seconds_translating=outcome.seconds)

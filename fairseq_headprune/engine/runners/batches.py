@@ -9,13 +9,12 @@ sharded study gets the same batches.
 import os
 from typing import Iterable, List, Optional, Sequence, Tuple
 
-import torch
-
-from ...errors import StudyError, first_line
 import numpy as np
+import torch
 from fairseq import utils
 from fairseq.data.data_utils import numpy_seed
 
+from fairseq_headprune.errors import StudyError, first_line, library_errors_as
 
 BATCHING_SEED = 1  # fairseq's default --seed
 
@@ -78,12 +77,13 @@ def dictionary_tokens(dictionary, ids) -> List[str]:
 def load_split(task, split: str) -> None:
     """Load ``split`` into ``task``, with one-line errors for missing or empty splits."""
     _check_split_not_empty(task, split)
-    try:
+    def unreadable(error: BaseException) -> StudyError:
+        if isinstance(error, FileNotFoundError):
+            return StudyError(f"split {split!r} not found in {task.cfg.data} ({first_line(error)})")
+        return StudyError(f"cannot read split {split!r} in {task.cfg.data}: {first_line(error)}")
+
+    with library_errors_as(unreadable):
         task.load_dataset(split, combine=False, epoch=1)
-    except FileNotFoundError as error:
-        raise StudyError(f"split {split!r} not found in {task.cfg.data} ({first_line(error)})") from error
-    except Exception as error:  # fairseq's dataset readers raise assorted types
-        raise StudyError(f"cannot read split {split!r} in {task.cfg.data}: {first_line(error)}") from error
 
 
 def _check_split_not_empty(task, split: str) -> None:

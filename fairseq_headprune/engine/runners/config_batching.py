@@ -14,8 +14,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from ...study.masks.head_mask import HeadMask
-from ...modules.masked_multihead_attention import attention_modules, head_mask_applied
+from fairseq_headprune.modules.masked_multihead_attention import attention_modules, head_mask_applied
+from fairseq_headprune.study.masks.head_mask import HeadMask
 
 
 def repeat_sample(sample: dict, count: int) -> dict:

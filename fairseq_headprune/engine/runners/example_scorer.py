@@ -26,17 +26,17 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
 import torch
-
-from ...constants import CLASSIFIER_FAMILY, LANGUAGE_MODEL_FAMILY
-from ...errors import StudyError
-from ...study.output.files import file_sha256
-from ...study.masks.head_mask import HeadMask, head_mask_to_spec
-from .config_batching import repeat_sample, row_masks
-from ...modules.masked_multihead_attention import head_mask_applied
-from .batches import iterate_samples, load_split, model_device, split_batches
 from fairseq import utils
 from fairseq.sequence_scorer import SequenceScorer
 from omegaconf import OmegaConf
+
+from fairseq_headprune.constants import CLASSIFIER_FAMILY, LANGUAGE_MODEL_FAMILY
+from fairseq_headprune.engine.runners.batches import iterate_samples, load_split, model_device, split_batches
+from fairseq_headprune.engine.runners.config_batching import repeat_sample, row_masks
+from fairseq_headprune.errors import StudyError
+from fairseq_headprune.modules.masked_multihead_attention import head_mask_applied
+from fairseq_headprune.study.masks.head_mask import HeadMask, head_mask_to_spec
+from fairseq_headprune.study.output.files import file_sha256
 
 # version of the stored results; part of every sweep's identity
 FORMAT_VERSION = 1

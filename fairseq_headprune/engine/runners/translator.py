@@ -26,21 +26,26 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
-
-from ...errors import StudyError
-from ...study.statistics.bleu_stats import fairseq_scorer, fairseq_sentence_stats, sacrebleu_stats
-from ...study.output.files import file_sha256, read_lines
-from ...study.masks.head_mask import HeadMask, head_mask_to_spec
-from ...study.statistics.metrics import SACREBLEU, TOKENIZED_BLEU
-from .config_batching import encoder_passes_shared, repeat_sample, row_masks, rows_follow_beam_search
-from ...modules.masked_multihead_attention import head_mask_applied
-from .batches import load_split
 from fairseq import utils
 from fairseq.dataclass.configs import GenerationConfig
 from fairseq.utils import strip_pad
 from fairseq_cli.generate import get_symbols_to_strip_from_output
 from omegaconf import OmegaConf
 from sacremoses import MosesDetokenizer
+
+from fairseq_headprune.engine.runners.batches import load_split
+from fairseq_headprune.engine.runners.config_batching import (
+    encoder_passes_shared,
+    repeat_sample,
+    row_masks,
+    rows_follow_beam_search,
+)
+from fairseq_headprune.errors import StudyError
+from fairseq_headprune.modules.masked_multihead_attention import head_mask_applied
+from fairseq_headprune.study.masks.head_mask import HeadMask, head_mask_to_spec
+from fairseq_headprune.study.output.files import file_sha256, read_lines
+from fairseq_headprune.study.statistics.bleu_stats import fairseq_scorer, fairseq_sentence_stats, sacrebleu_stats
+from fairseq_headprune.study.statistics.metrics import SACREBLEU, TOKENIZED_BLEU
 
 logger = logging.getLogger(__name__)
 

@@ -18,11 +18,12 @@ CPU processes or over GPUs (each rank on ``cuda:LOCAL_RANK``).
 import contextlib
 import datetime
 import os
-from typing import Iterator, Any, List, Optional
+from typing import Any, Iterator, List, Optional
 
-from ...errors import StudyError
 import torch
 import torch.distributed as dist
+
+from fairseq_headprune.errors import StudyError
 
 SHARDED_COMMANDS = ("ablate", "prune", "dynamics", "importance")
 COLLECTIVE_TIMEOUT = datetime.timedelta(days=7)

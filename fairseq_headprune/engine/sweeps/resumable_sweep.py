@@ -11,15 +11,20 @@ import json
 import os
 from typing import Dict, Optional, Sequence
 
-
-from ...errors import StudyError
-from ...study.methods.ablation import HeadConfig
-from ...study.output.files import first_difference, recorded_identity, remove_stale_temporaries, write_json
-from ...modules.masked_ffn import ffn_mask_applied
-from ...study.masks.head_mask import HeadMask, combine_masks
-from ..methods.mask_tuning import tuning_folded
-from ..runtime.ranks import current_ranks
 from tqdm import tqdm
+
+from fairseq_headprune.engine.runtime.ranks import current_ranks
+from fairseq_headprune.engine.search.mask_tuning import tuning_folded
+from fairseq_headprune.errors import StudyError
+from fairseq_headprune.modules.masked_ffn import ffn_mask_applied
+from fairseq_headprune.study.importance.ablation import HeadConfig
+from fairseq_headprune.study.masks.head_mask import HeadMask, combine_masks
+from fairseq_headprune.study.output.files import (
+    first_difference,
+    recorded_identity,
+    remove_stale_temporaries,
+    write_json,
+)
 
 MANIFEST = "sweep.json"
 CONFIG_DIR = "configs"

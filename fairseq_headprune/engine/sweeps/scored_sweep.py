@@ -12,12 +12,18 @@ same as ``SplitSweep``'s.
 import os
 from typing import Dict, List, Sequence, Tuple
 
-from ...study.methods.ablation import BASELINE, ConfigScores, HeadConfig, compare_with_baseline, metric_result_rows
-from ...study.masks.head_mask import HeadMask
-from ...study.settings import SweepSettings
-from ..runners.example_scorer import SplitScorer
-from .translation_sweep import SWEEPS_DIR, TEST_COLUMNS, check_out_dir
-from .resumable_sweep import run_sweep
+from fairseq_headprune.engine.runners.example_scorer import SplitScorer
+from fairseq_headprune.engine.sweeps.resumable_sweep import run_sweep
+from fairseq_headprune.engine.sweeps.translation_sweep import SWEEPS_DIR, TEST_COLUMNS, check_out_dir
+from fairseq_headprune.study.importance.ablation import (
+    BASELINE,
+    ConfigScores,
+    HeadConfig,
+    compare_with_baseline,
+    metric_result_rows,
+)
+from fairseq_headprune.study.masks.head_mask import HeadMask
+from fairseq_headprune.study.settings import SweepSettings
 
 
 class ScoredSplitSweep:

@@ -12,8 +12,10 @@ import json
 import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ...errors import StudyError
-from ...study.methods.ablation import (
+from fairseq_headprune.engine.runners.translator import ConfigResult, SplitTranslator
+from fairseq_headprune.engine.sweeps.resumable_sweep import run_sweep
+from fairseq_headprune.errors import StudyError
+from fairseq_headprune.study.importance.ablation import (
     BASELINE,
     ConfigScores,
     HeadConfig,
@@ -21,14 +23,9 @@ from ...study.methods.ablation import (
     reported_bleu,
     result_rows,
 )
-from ...study.output.files import write_rows_tsv
-from ...study.output.files import write_json
-from ...study.masks.head_mask import HeadMask
-from ...study.settings import SweepSettings
-from ...study.output.files import first_difference
-from ..runners.translator import ConfigResult
-from .resumable_sweep import run_sweep
-from ..runners.translator import SplitTranslator
+from fairseq_headprune.study.masks.head_mask import HeadMask
+from fairseq_headprune.study.output.files import first_difference, write_json, write_rows_tsv
+from fairseq_headprune.study.settings import SweepSettings
 
 SWEEPS_DIR = "sweeps"
 # a pruning step's columns: BLEU as reported, both BLEUs, and the test against the unpruned model

@@ -25,10 +25,11 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from ...errors import StudyError
-from ...study.methods.decoding import DecodingOptions
-from ...constants import (CTRANSLATE2_ENGINE as CTRANSLATE2, FAIRSEQ_ATTENTION, FAIRSEQ_ENGINE as FAIRSEQ,
-                           FUSED_ATTENTION)
+from fairseq_headprune.constants import CTRANSLATE2_ENGINE as CTRANSLATE2
+from fairseq_headprune.constants import FAIRSEQ_ENGINE as FAIRSEQ
+from fairseq_headprune.constants import FUSED_ATTENTION
+from fairseq_headprune.errors import StudyError
+from fairseq_headprune.study.compression.decoding import DecodingOptions
 
 # what CTranslate2 logs at load with CT2_VERBOSE=1 that says which kernels it runs
 _CTRANSLATE2_KERNEL_LINES = re.compile(r"(CPU: |Selected ISA|backend:|Use Intel MKL|CPU ISA)")
@@ -58,7 +59,8 @@ class SystemSpec:
     # their heads only) or FAIRSEQ_ATTENTION (fairseq's own unfused path, the reference the fused one is timed against)
     attention: str = FUSED_ATTENTION
     # fairseq language model: time continuing each sentence's first "prompt" tokens by "generate" tokens (greedy, or
-    # sampled from the "sampling_topk" likeliest, seeded by "seed") instead of scoring it (removal_benchmark)
+    # sampled from the "sampling_topk" likeliest, seeded by "seed") instead of scoring it
+    # (deployment.lm_continuation_system)
     continuation: Optional[Dict[str, object]] = None
 
     def to_dict(self) -> Dict[str, object]:
@@ -121,6 +123,8 @@ class _Worker:
             raise StudyError(f"timing {self.spec.name}: its process ended ({self._last_log_line()})")
         reply = json.loads(line)
         if "error" in reply:
+            if reply.get("bug"):  # the plugin's own failure: its traceback, not one line
+                raise RuntimeError(f"timing {self.spec.name} failed in the plugin:\n{reply['traceback']}")
             raise StudyError(f"timing {self.spec.name}: {reply['error']}")
         return reply
 
@@ -199,7 +203,8 @@ def _time_batch_size(workers: List[_Worker], batch_size: int, repeats: int,
     if batches is not None:  # given by the caller: its sentence ids and references
         passes.ids, passes.references = list(batches.get("ids", [])), batches.get("references")
     for worker in workers:  # the warm-up: untimed, and the outputs compared
-        reply = worker.ask({"batch_size": batch_size, "batches": batches if worker.spec.engine == CTRANSLATE2 else None})
+        reply = worker.ask({"batch_size": batch_size,
+                            "batches": batches if worker.spec.engine == CTRANSLATE2 else None})
         passes.outputs[worker.spec.name] = reply["outputs"]
         if "batches" in reply:
             if batches is None:

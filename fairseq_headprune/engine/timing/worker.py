@@ -22,10 +22,13 @@ import json
 import os
 import sys
 import time
+import traceback
 from typing import Dict, List, Optional
 
-from ...constants import CTRANSLATE2_ENGINE as CTRANSLATE2, FAIRSEQ_ATTENTION, FAIRSEQ_ENGINE as FAIRSEQ
-from ...study.methods.decoding import DecodingOptions
+from fairseq_headprune.constants import CTRANSLATE2_ENGINE as CTRANSLATE2
+from fairseq_headprune.constants import FAIRSEQ_ATTENTION
+from fairseq_headprune.errors import HeadPruneError, raised_by_the_plugin
+from fairseq_headprune.study.compression.decoding import DecodingOptions
 
 
 def _fairseq_translation(spec: Dict[str, object], options: Optional[DecodingOptions], threads: int):
@@ -33,8 +36,8 @@ def _fairseq_translation(spec: Dict[str, object], options: Optional[DecodingOpti
     evaluation's fairseq arguments set, which the worker reports so that CTranslate2 gets the same)."""
     import torch
 
-    from ..checkpoints.loading import load_generation_model
-    from ..methods.deployment import fairseq_translation_system, timed_batches
+    from fairseq_headprune.engine.checkpoints.loading import load_generation_model
+    from fairseq_headprune.engine.compression.deployment import fairseq_translation_system, timed_batches
 
     torch.set_num_threads(threads)
     cfg, task, model = load_generation_model(spec["data"], spec["model"], spec["generation_args"], cpu=spec["cpu"])
@@ -65,9 +68,8 @@ def _fairseq_scoring(spec: Dict[str, object], threads: int):
     split's sentences instead, given ``continuation``)."""
     import torch
 
-    from ..families import family_named
-    from ..methods.deployment import fairseq_scoring_system
-    from ..methods.removal_benchmark import lm_continuation_system
+    from fairseq_headprune.engine.compression.deployment import fairseq_scoring_system, lm_continuation_system
+    from fairseq_headprune.engine.families import family_named
 
     torch.set_num_threads(threads)
     family = family_named(spec["family"])
@@ -145,7 +147,7 @@ def _ctranslate2_decoding(spec: Dict[str, object], options: DecodingOptions, thr
 
 def _attention_path(spec: Dict[str, object]):
     """The attention kernel the system's layers run (``SystemSpec.attention``)."""
-    from ...modules.masked_multihead_attention import fused_attention_everywhere, unfused_attention
+    from fairseq_headprune.modules.masked_multihead_attention import fused_attention_everywhere, unfused_attention
 
     return unfused_attention() if spec.get("attention") == FAIRSEQ_ATTENTION else fused_attention_everywhere()
 
@@ -194,8 +196,10 @@ def serve(requests, replies) -> None:
             if request.get("quit"):
                 return
             send(run(request))
-    except Exception as error:  # the parent turns it into one line, naming the system
-        send({"error": f"{type(error).__name__}: {' '.join(str(error).split())}"})
+    except Exception as error:  # noqa: BLE001  (sent to the parent, which reports it: one line, or a bug's traceback)
+        send({"error": f"{type(error).__name__}: {' '.join(str(error).split())}",
+              "bug": raised_by_the_plugin(error) and not isinstance(error, HeadPruneError),
+              "traceback": traceback.format_exc()})
 
 
 def main(argv: Optional[List[str]] = None) -> None:

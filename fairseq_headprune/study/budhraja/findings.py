@@ -46,9 +46,9 @@ import re
 import statistics
 from typing import Callable, Dict, List, Optional, Sequence
 
-from ..methods.budgets import ONE_HEAD_PER_LAYER
-from ..output.finding import INCONCLUSIVE, Finding, verdict_of
-from .records import FinetuneRecord
+from fairseq_headprune.study.budhraja.budgets import ONE_HEAD_PER_LAYER
+from fairseq_headprune.study.budhraja.records import FinetuneRecord
+from fairseq_headprune.study.output.finding import INCONCLUSIVE, Finding, verdict_of
 
 Load = Callable[[str], Optional[object]]
 RESULTS = ("pruning/finetune/results.json",)
@@ -177,7 +177,8 @@ def _level_rows(members, control, evidence: Evidence, bert: bool, label: str, le
     what = ("one head kept per layer of each type" if one_head
             else f"{'half of' if bert else '60% of'} the heads pruned at random")
     paper = ("87%: −1.62 / −1.03 BLEU against the unpruned model" if one_head
-             else "50%: average accuracy drop under 1%" if bert else "60%: at most −0.15 BLEU against the unpruned model")
+             else "50%: average accuracy drop under 1%" if bert
+             else "60%: at most −0.15 BLEU against the unpruned model")
     rows = []
     for against, name in (("unpruned", "the unpruned model (the paper's baseline)"),
                           ("control", "the unpruned model fine-tuned alike (this project's stricter control)")):

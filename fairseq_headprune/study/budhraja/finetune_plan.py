@@ -10,9 +10,9 @@ its iterator stands at, and the training's wall-clock seconds).
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from ...errors import SettingsError
-from ..masks.head_mask import HeadLayout
-from ..methods.pruning import heads_in_scope, pruned_at_level, step_counts
+from fairseq_headprune.errors import SettingsError
+from fairseq_headprune.study.masks.head_mask import HeadLayout
+from fairseq_headprune.study.pruning.curves import heads_in_scope, pruned_at_level, step_counts
 
 
 @dataclass

@@ -4,7 +4,7 @@ every configuration before and after, its tests against both baselines, and the 
 import statistics
 from typing import Dict, List, Sequence, Tuple
 
-from .records import FinetuneRecord
+from fairseq_headprune.study.budhraja.records import FinetuneRecord
 
 FINETUNE_RESULTS = "pruning/finetune/results.json"
 

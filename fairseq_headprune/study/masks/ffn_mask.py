@@ -14,8 +14,8 @@ from typing import Dict, Tuple
 
 import torch
 
-from ...constants import FFN_TYPE_LETTERS, FFN_TYPES
-from .head_mask import (
+from fairseq_headprune.constants import FFN_TYPE_LETTERS, FFN_TYPES
+from fairseq_headprune.study.masks.head_mask import (
     MaskKind,
     count_masked,
     head_mask_to_spec,

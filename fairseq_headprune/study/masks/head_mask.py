@@ -27,9 +27,9 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import torch
 
-from ...constants import ATTENTION_TYPES, NO_MASK_SPEC, TYPE_LETTERS
-from ...errors import HeadMaskError
-from .ranges import RangeError, format_ranges, parse_ranges
+from fairseq_headprune.constants import ATTENTION_TYPES, NO_MASK_SPEC, TYPE_LETTERS
+from fairseq_headprune.errors import HeadMaskError
+from fairseq_headprune.study.masks.ranges import RangeError, format_ranges, parse_ranges
 
 _TYPE_ALIASES = {
     "e": "enc-enc",
@@ -103,8 +103,8 @@ def _parse_ranges(text: str, what: str, term: str) -> Optional[List[Tuple[int, i
         return parse_ranges(text)
     except RangeError as error:
         if error.kind == "empty range":
-            raise HeadMaskError(f"empty {what} range {error.item!r} in term {term!r}")
-        raise HeadMaskError(f"malformed {what} list {text!r} in term {term!r}")
+            raise HeadMaskError(f"empty {what} range {error.item!r} in term {term!r}") from error
+        raise HeadMaskError(f"malformed {what} list {text!r} in term {term!r}") from error
 
 
 def _parse_terms(spec: str, kind: MaskKind = HEADS) -> List[_Term]:
@@ -281,7 +281,7 @@ def read_mask_file(path: str, layout: HeadLayout, kind: MaskKind = HEADS) -> Hea
             with open(path) as handle:
                 content = json.load(handle)
         except json.JSONDecodeError as error:
-            raise HeadMaskError(f"head-mask file {path} is not valid JSON: {error}")
+            raise HeadMaskError(f"head-mask file {path} is not valid JSON: {error}") from error
         if isinstance(content, list) and all(isinstance(t, str) for t in content):
             return parse_head_mask(" ".join(content) or "", layout, kind)
         if isinstance(content, dict) and isinstance(content.get("spec"), str):

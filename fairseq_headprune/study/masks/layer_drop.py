@@ -15,8 +15,8 @@ Spec grammar (terms separated by whitespace or ``;``)::
 import re
 from typing import Dict, List, Mapping
 
-from ...errors import HeadMaskError
-from .ranges import RangeError, expand_ranges, format_ranges, parse_ranges
+from fairseq_headprune.errors import HeadMaskError
+from fairseq_headprune.study.masks.ranges import RangeError, expand_ranges, format_ranges, parse_ranges
 
 STACKS = ("encoder", "decoder")
 # a stack's layers to remove, 0-based, sorted

@@ -10,8 +10,7 @@ import os
 import tempfile
 from typing import Dict, Iterator, List, Optional, Sequence, TextIO
 
-from ...errors import ResultFileError, StudyError
-
+from fairseq_headprune.errors import ResultFileError, StudyError
 
 TEMPORARY_PREFIX = ".tmp-"
 
@@ -30,7 +29,8 @@ def atomic_path(path: str) -> Iterator[str]:
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     # ".tmp-NAME.XXXX.part": never matches the pattern of finished files (e.g. *.json)
-    handle, temporary = tempfile.mkstemp(dir=directory, prefix=f"{TEMPORARY_PREFIX}{os.path.basename(path)}.", suffix=".part")
+    handle, temporary = tempfile.mkstemp(dir=directory, prefix=f"{TEMPORARY_PREFIX}{os.path.basename(path)}.",
+                                         suffix=".part")
     os.close(handle)
     try:
         yield temporary
@@ -62,7 +62,7 @@ def read_json_of_format(path: str, file_format: str, option: str, description: s
         with open(path, encoding="utf-8") as stream:
             payload = json.load(stream)
     except (OSError, ValueError) as error:
-        raise ResultFileError(f"{option} {path} is not {description} ({error})")
+        raise ResultFileError(f"{option} {path} is not {description} ({error})") from error
     if not isinstance(payload, dict) or payload.get("format") != file_format:
         raise ResultFileError(f"{option} {path} is not {description} (no format {file_format!r})")
     return payload
@@ -79,9 +79,9 @@ def read_lines(path: str, what: str = "") -> List[str]:
         with open(path, encoding="utf-8") as stream:
             return [line.rstrip("\n") for line in stream]
     except OSError as error:
-        raise StudyError(f"cannot read {what}{path}: {error.strerror}")
+        raise StudyError(f"cannot read {what}{path}: {error.strerror}") from error
     except UnicodeDecodeError:
-        raise StudyError(f"{what}{path} is not UTF-8 text")
+        raise StudyError(f"{what}{path} is not UTF-8 text") from None
 
 
 def file_sha256(path: str) -> str:

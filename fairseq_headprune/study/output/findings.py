@@ -14,10 +14,10 @@ for language models, so an LM study has no findings table.
 
 from typing import Callable, Dict, List, Optional
 
-from ...constants import ATTENTION_TYPES, TYPE_TITLES
-from ..statistics.metrics import CLASSIFICATION_METRICS, Metric, metric_of_record
-from ..budhraja.findings import budhraja_findings, unjudged
-from .finding import Finding, verdict_of
+from fairseq_headprune.constants import ATTENTION_TYPES, TYPE_TITLES
+from fairseq_headprune.study.budhraja.findings import budhraja_findings, unjudged
+from fairseq_headprune.study.output.finding import Finding, verdict_of
+from fairseq_headprune.study.statistics.metrics import CLASSIFICATION_METRICS, Metric, metric_of_record
 
 Load = Callable[[str], Optional[dict]]
 
@@ -96,7 +96,8 @@ def _all_but_one(load: Load, study: _Study) -> List[Finding]:
     if baseline:
         kept = [r for r in rows if baseline + r["delta"] >= 0.9 * baseline]
         if study.bert:  # one attention type
-            finding, rule = "every layer can be reduced to one head (Table 3)", "more than half of the layers keep ≥ 90%"
+            finding, rule = ("every layer can be reduced to one head (Table 3)",
+                             "more than half of the layers keep ≥ 90%")
             verdict = len(kept) > len(rows) / 2
         else:
             finding = "most layers can be reduced to one head, but not the last Enc-Dec layer (Table 2)"
@@ -162,7 +163,8 @@ def _curves(load: Load, study: _Study) -> List[Finding]:
     levels = sorted({r["percent"] for r in rows if 0 < r["percent"] <= 70.5})
     orders = {r["order"] for r in rows}
     if "ablation" in orders and "importance" in orders and levels:
-        mean = {o: sum(curve_point(rows, o, p)[column] for p in levels) / len(levels) for o in ("importance", "ablation")}
+        mean = {o: sum(curve_point(rows, o, p)[column] for p in levels) / len(levels)
+                for o in ("importance", "ablation")}
         findings.append(Finding(
             "importance is a better pruning order than single-head ablation scores (Figure 3)",
             "importance as good, and far cheaper",
@@ -220,8 +222,8 @@ def _dynamics(load: Load, study: _Study) -> Optional[Finding]:
     return Finding(
         "unimportant heads emerge as training goes on (Figure 5)",
         "early epochs lose BLEU linearly with pruning; later ones keep it",
-        f"{first['percent']:.0f}% pruned: {100 * first['relative']:.0f}% of {study.label} kept at epoch {first['epoch']}, "
-        f"{100 * last['relative']:.0f}% at epoch {last['epoch']}",
+        f"{first['percent']:.0f}% pruned: {100 * first['relative']:.0f}% of {study.label} kept "
+        f"at epoch {first['epoch']}, {100 * last['relative']:.0f}% at epoch {last['epoch']}",
         "the last epoch keeps a larger share than the first scored one",
         verdict_of(last["relative"] > first["relative"]),
         f"{len({r['epoch'] for r in rows})} epoch checkpoints, each pruned by its own importance",

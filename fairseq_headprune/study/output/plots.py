@@ -2,15 +2,14 @@
 
 from typing import Dict, Optional
 
+import numpy as np
 import torch
 
-from ...constants import ATTENTION_TYPES, TYPE_TITLES
-from .files import atomic_path
-import numpy as np
-from ..methods.epoch_curves import dynamics_grid
-from ..methods.pruning import TUNED_SUFFIX, curve_orders, order_title
-from ..budhraja.report import recovery_curve_rows
-
+from fairseq_headprune.constants import ATTENTION_TYPES, TYPE_TITLES
+from fairseq_headprune.study.budhraja.report import recovery_curve_rows
+from fairseq_headprune.study.importance.dynamics import dynamics_grid
+from fairseq_headprune.study.output.files import atomic_path
+from fairseq_headprune.study.pruning.curves import TUNED_SUFFIX, curve_orders, order_title
 
 
 def _pyplot():
@@ -215,7 +214,8 @@ def plot_pruning_curves(summary, scope: str, baseline_bleu: float, path: str, yl
     for order in curve_orders(r["order"] for r in summary if r["scope"] == scope):
         points = [r for r in summary if r["scope"] == scope and r["order"] == order]
         if points:
-            label = order_title(order, metric_label) + (f" (mean ± std, {points[0]['draws']} draws)" if order == "random" else "")
+            label = order_title(order, metric_label) + (f" (mean ± std, {points[0]['draws']} draws)"
+                                                        if order == "random" else "")
             _curve(axis, points, label, column, **_order_style(order))
     axis.axhline(baseline_bleu, color="black", linestyle="--", linewidth=0.8, label="unpruned")
     if xlabel is None:

@@ -11,20 +11,19 @@ import os
 import re
 from typing import Dict
 
-from ...constants import ATTENTION_TYPES
-from ...errors import StudyError
-from .files import write_text
-from .finding import INCONCLUSIVE, NO, YES
-from .findings import curve_point, markdown_findings, paper_findings
-from ..statistics.metrics import metric_of_record
+from fairseq_headprune.constants import ATTENTION_TYPES
+from fairseq_headprune.errors import StudyError
+from fairseq_headprune.study.budhraja.report import section_finetune
+from fairseq_headprune.study.output.files import write_text
+from fairseq_headprune.study.output.finding import INCONCLUSIVE, NO, YES
+from fairseq_headprune.study.output.findings import curve_point, markdown_findings, paper_findings
+from fairseq_headprune.study.output.structures_report import section_structures
+from fairseq_headprune.study.pruning.comparison import describe_goal, goal_check, markdown_costs
+from fairseq_headprune.study.statistics.metrics import metric_of_record
 
 REPORT = "report.md"
 DEFAULT_TITLE = "fairseq-headprune study"
 
-
-from ..budhraja.report import section_finetune
-from .structures_report import section_structures
-from ..methods.comparison import describe_goal, goal_check, markdown_costs
 
 class _Study:
     def __init__(self, directory: str):
@@ -280,7 +279,8 @@ def _section_speed(study: _Study) -> str:
         f"sentences translated by the unpruned model, the model with those heads masked and the shrunk one "
         f"({payload['device']}, {payload['threads']} threads; median seconds; the shrunk checkpoints are in "
         f"shrink/).\n\n",
-        "| heads removed | batch | unpruned | masked | shrunk | speed-up | same output | parameters (before → after) |\n",
+        "| heads removed | batch | unpruned | masked | shrunk | speed-up | same output | "
+        "parameters (before → after) |\n",
         "|---:|---:|---:|---:|---:|---:|---|---|\n",
     ]
     for m in payload["measurements"]:
@@ -312,7 +312,8 @@ def _section_classifier_speed(study: _Study) -> str:
         f"({payload['device']}, {payload['threads']} threads; median examples per second of the repeats). "
         f"The paper's Table 4 (BERT-base, MNLI-matched, GTX 1080Ti): up to 17.5% faster with half of the heads "
         f"removed at large batches, little at batch 1.\n\n",
-        "| heads removed | batch | unpruned | masked | shrunk | speed-up | same labels | parameters (before → after) |\n",
+        "| heads removed | batch | unpruned | masked | shrunk | speed-up | same labels | "
+        "parameters (before → after) |\n",
         "|---:|---:|---:|---:|---:|---:|---|---|\n",
     ]
     for m in payload["measurements"]:
@@ -330,8 +331,8 @@ def _section_lm_speed(study: _Study) -> str:
     lines = [
         "## Removing heads for real\n\n",
         f"The least important heads removed from the checkpoint (`fairseq-headprune shrink`), then the same "
-        f"sentences scored (fairseq's SequenceScorer) and continued (fairseq's SequenceGenerator, as the mode says) by the "
-        f"unpruned model, the model with those heads masked and the shrunk one ({payload['device']}, "
+        f"sentences scored (fairseq's SequenceScorer) and continued (fairseq's SequenceGenerator, as the mode says) "
+        f"by the unpruned model, the model with those heads masked and the shrunk one ({payload['device']}, "
         f"{payload['threads']} threads; median tokens per second).\n\n",
         "| heads removed | mode | batch | unpruned | masked | shrunk | speed-up | same output | "
         "parameters (before → after) |\n",
@@ -429,7 +430,7 @@ def write_report(directory: str, title: str = DEFAULT_TITLE) -> str:
             try:
                 text = section(study)
             except (OSError, ValueError, KeyError, TypeError) as error:
-                raise StudyError(f"cannot read the results for {required} in {directory}: {error}")
+                raise StudyError(f"cannot read the results for {required} in {directory}: {error}") from error
             parts.append(text)
             found += bool(text)
     if not found:

@@ -10,7 +10,8 @@ import re
 
 
 def section_structures(study) -> str:
-    """Heads, FFN neurons or both against the share of the layers' FLOPs removed (scripts/studies/compare_structures.sh)."""
+    """Heads, FFN neurons or both against the share of the layers' FLOPs removed
+    (scripts/studies/compare_structures.sh)."""
     parts = ["## Heads, FFN neurons, or both: BLEU per share of the layers' FLOPs removed\n\n",
              "Kwon et al.'s (2022) Fisher search over heads only, FFN neurons only, and both together, each "
              "untuned and with mask tuning (least squares on validation sentences, a fit kept only if it lowers "

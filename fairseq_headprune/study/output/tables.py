@@ -7,7 +7,7 @@ as in the paper's tables.
 
 from typing import Dict, Optional, Sequence, Tuple
 
-from ...constants import ATTENTION_TYPES, TYPE_TITLES
+from fairseq_headprune.constants import ATTENTION_TYPES, TYPE_TITLES
 
 
 def _delta_cell(row: Optional[Dict[str, object]], latex: bool) -> str:

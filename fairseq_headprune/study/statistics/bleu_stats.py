@@ -140,7 +140,8 @@ def compare_mt_bleu_from_sums(sums: np.ndarray) -> np.ndarray:
         for n in range(ORDER):  # the same order of additions as compare-mt
             precision = np.where(totals[:, n] != 0, matches[:, n] / np.where(totals[:, n] != 0, totals[:, n], 1), 0.0)
             log_sum = log_sum + np.where(precision > 0, np.log(np.where(precision > 0, precision, 1)), 0.0) * 0.25
-        brevity = np.where(hyp_len != 0, np.minimum(1.0, np.exp(1.0 - ref_len / np.where(hyp_len != 0, hyp_len, 1))), 0.0)
+        brevity = np.where(hyp_len != 0, np.minimum(1.0, np.exp(1.0 - ref_len / np.where(hyp_len != 0, hyp_len, 1))),
+                           0.0)
     scores = 100.0 * brevity * np.exp(log_sum)
     return np.where(matches[:, 0] == 0, 0.0, scores)
 

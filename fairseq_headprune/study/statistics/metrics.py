@@ -20,9 +20,9 @@ from typing import Callable, Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from ...constants import BLEU_TESTS, CORRECTNESS_TESTS
-from ...errors import SettingsError
-from . import bleu_stats
+from fairseq_headprune.constants import BLEU_TESTS, CORRECTNESS_TESTS
+from fairseq_headprune.errors import SettingsError
+from fairseq_headprune.study.statistics import bleu_stats
 
 
 @dataclass(frozen=True)

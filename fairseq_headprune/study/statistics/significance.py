@@ -33,13 +33,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
-
-from ...constants import DEFAULT_ALPHA, DEFAULT_RESAMPLES, DEFAULT_SIGNIFICANCE_SEED, SIGNIFICANCE_TESTS
-from ...errors import SettingsError
-from .metrics import Metric
-from .bleu_stats import sacrebleu_metric
 from sacrebleu.significance import PairedTest
 
+from fairseq_headprune.constants import DEFAULT_ALPHA, DEFAULT_RESAMPLES, DEFAULT_SIGNIFICANCE_SEED, SIGNIFICANCE_TESTS
+from fairseq_headprune.errors import SettingsError
+from fairseq_headprune.study.statistics.bleu_stats import sacrebleu_metric
+from fairseq_headprune.study.statistics.metrics import Metric
 
 
 @dataclass

@@ -1,0 +1,218 @@
+"""Fine-tuning a pruned model with its structure held: fairseq-train in this process, on the plugin's task.
+
+The model trains as its checkpoint was trained (architecture, criterion,
+optimizer, batch size: the checkpoint's own saved configuration), on this
+data's training split, through the head-masking task of its family. It
+starts from ``write_masked_start``: the tuning (Kwon et al. 2022, section
+4.3) folded into the weights, the pruned heads and neurons masked and
+recorded in the model's config, as a checkpoint fine-tuned with
+``--head-mask``/``--ffn-mask`` records them. The task gets those masks as
+its options: the masked units' outputs are multiplied by 0 and their weights
+restored after every step (``tasks.masking``), so the structure the search
+chose is the one that trains, and the trained checkpoint records its masks
+and shrinks like any masked one. What changes from the saved configuration:
+the data and the task, ``--max-update N`` with no epoch limit, a constant
+learning rate after a linear warm-up (``FinetuneSettings``), no validation,
+one process, the optimizer, scheduler, meters and data loader reset
+(``--finetune-from-model``).
+"""
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+import torch
+from fairseq import checkpoint_utils
+from fairseq_cli import train
+from omegaconf import open_dict
+
+from fairseq_headprune.constants import (
+    CLASSIFIER_FAMILY,
+    CLASSIFIER_TASK,
+    DEFAULT_LABEL_SMOOTHING,
+    LANGUAGE_MODEL_FAMILY,
+    LANGUAGE_MODEL_TASK,
+    TRANSLATION_TASK,
+)
+from fairseq_headprune.engine.checkpoints.info import (
+    load_checkpoint_state,
+    model_config_object,
+    state_ffn_layout,
+    state_head_layout,
+)
+from fairseq_headprune.engine.checkpoints.state_dict import fold_tuning_into_state
+from fairseq_headprune.errors import CheckpointError, StudyError, first_line, library_errors_as
+from fairseq_headprune.modules.model_config import FFN_MASK_KEY, HEAD_MASK_KEY, config_value, record_config_value
+from fairseq_headprune.registry import register_components
+from fairseq_headprune.study.compression.settings import DEFAULT_DISTILL_WEIGHT, WORD_DISTILLATION
+from fairseq_headprune.study.finetuning import FinetuneSettings
+from fairseq_headprune.study.output.files import atomic_path
+from fairseq_headprune.study.search.tuning import read_tuning
+
+# the plugin's head-masking task of each family
+FAMILY_TASKS = {CLASSIFIER_FAMILY: CLASSIFIER_TASK, LANGUAGE_MODEL_FAMILY: LANGUAGE_MODEL_TASK}
+# ("update", U) or ("epoch", E): where a part of a fine-tune stops (FinetuneSettings.curve_stops)
+Stop = Tuple[str, int]
+
+
+@dataclass
+class FinetuneOutcome:
+    """What ``finetune_held`` trained."""
+
+    checkpoint: str  # the trained checkpoint (masks recorded)
+    updates: int
+    seconds: float
+    lr: float
+    warmup: int
+    train_subset: str
+
+
+def write_masked_start(checkpoint: str, out: str, head_spec: Optional[str], ffn_spec: Optional[str],
+                       tuning_file: Optional[str] = None) -> None:
+    """``checkpoint`` with the tuning's scales and corrections folded in and the pruned units masked and recorded."""
+    state = load_checkpoint_state(checkpoint)
+    config = model_config_object(state)
+    if config is None:
+        raise CheckpointError(f"{checkpoint} has no model config (neither cfg nor args)")
+    if tuning_file is not None:
+        tuning = read_tuning(tuning_file, state_head_layout(state), state_ffn_layout(state))
+        fold_tuning_into_state(state["model"], tuning)
+    for key, spec in ((HEAD_MASK_KEY, head_spec), (FFN_MASK_KEY, ffn_spec)):
+        if spec is not None:
+            record_config_value(config, key, spec)
+    state["last_optimizer_state"] = None  # fine-tuning resets the optimizer
+    with atomic_path(out) as temporary:
+        torch.save(state, temporary)
+
+
+def training_config(start: str, data: str, save_dir: str, family: str, settings: FinetuneSettings, cpu: bool,
+                    progress: bool, teacher: Optional[str] = None, distill_weight: float = DEFAULT_DISTILL_WEIGHT,
+                    stop: Optional[Stop] = None):
+    """fairseq's training config: the start checkpoint's own, with what the module docstring lists changed
+    (``teacher``: the criterion becomes word-level distillation from that checkpoint; ``stop``: train only up to
+    that update or epoch of the fine-tune, its learning rate and warm-up those of the whole fine-tune)."""
+
+    state = checkpoint_utils.load_checkpoint_to_cpu(start)
+    cfg = state["cfg"]
+    lr = settings.learning_rate(float(cfg.optimization.lr[0]))
+    warmup = settings.warmup_updates()
+    cpu = cpu or not torch.cuda.is_available()
+    with open_dict(cfg):
+        cfg.task._name = FAMILY_TASKS.get(family, TRANSLATION_TASK)
+        cfg.task.data = os.path.abspath(data)
+        # the start's recorded masks become the task's options: fairseq-train checks a dataclass model's
+        # config (transformer_lm) against its fields; the model built records them again
+        for key, option in ((HEAD_MASK_KEY, "head_mask"), (FFN_MASK_KEY, "ffn_mask")):
+            cfg.task[option] = config_value(cfg.model, key)
+            _forget(cfg.model, key)
+        checkpoint = cfg.checkpoint
+        checkpoint.save_dir = save_dir
+        checkpoint.finetune_from_model = os.path.abspath(start)
+        checkpoint.restore_file = "checkpoint_last.pt"
+        for flag in ("reset_optimizer", "reset_lr_scheduler", "reset_meters", "reset_dataloader", "no_save",
+                     "no_last_checkpoints"):
+            checkpoint[flag] = False
+        checkpoint.no_epoch_checkpoints = True
+        # resumable: checkpoint_last.pt with the optimizer every save_interval updates (fairseq reseeds each update
+        # from seed + updates, and restores the data iterator's position, so a resumed run continues the same run)
+        # (with --finetune-epochs, checkpoint_last.pt at each epoch's end is the resume point)
+        checkpoint.no_save_optimizer_state = not (settings.save_interval or settings.epochs)
+        checkpoint.save_interval_updates, checkpoint.keep_best_checkpoints = settings.save_interval, -1
+        checkpoint.keep_interval_updates = 2 if settings.save_interval else -1  # one whole if the last is cut
+        optimization = cfg.optimization
+        max_update, max_epoch = settings.updates, settings.epochs
+        if stop is not None:
+            max_update, max_epoch = (stop[1], 0) if stop[0] == "update" else (0, stop[1])
+        optimization.max_update, optimization.max_epoch, optimization.stop_time_hours = max_update, max_epoch, 0.0
+        optimization.lr = [lr]
+        if cfg.optimizer is not None and "lr" in cfg.optimizer:
+            cfg.optimizer.lr = [lr]
+        cfg.lr_scheduler = {"_name": "fixed", "force_anneal": None, "lr_shrink": 0.1, "warmup_updates": warmup,
+                            "lr": [lr]}
+        if teacher is not None:  # Kim & Rush's word-level distillation, the checkpoint's label smoothing kept
+            criterion = cfg.criterion
+            cfg.criterion = {
+                "_name": WORD_DISTILLATION, "distill_teacher": os.path.abspath(teacher),
+                "distill_weight": float(distill_weight),
+                "sentence_avg": bool(getattr(criterion, "sentence_avg", False)),
+                "label_smoothing": float(getattr(criterion, "label_smoothing", DEFAULT_LABEL_SMOOTHING) or 0.0),
+                "ignore_prefix_size": 0, "report_accuracy": False,
+            }
+        cfg.dataset.disable_validation = True
+        cfg.dataset.num_workers = 0
+        common = cfg.common
+        common.cpu, common.user_dir, common.log_file = cpu, None, None
+        common.tensorboard_logdir, common.wandb_project, common.azureml_logging = None, None, False
+        common.log_format = "tqdm" if progress else "none"
+        if cpu:
+            common.fp16 = common.bf16 = common.memory_efficient_fp16 = common.memory_efficient_bf16 = common.amp = False
+        distributed = cfg.distributed_training
+        distributed.distributed_world_size, distributed.distributed_num_procs, distributed.nprocs_per_node = 1, 1, 1
+        distributed.distributed_rank, distributed.device_id, distributed.distributed_init_method = 0, 0, None
+        distributed.ddp_backend = "pytorch_ddp"
+    return cfg, lr, warmup
+
+
+def _forget(model_cfg, key: str) -> None:
+    """A key removed from a model config (DictConfig or old-format Namespace)."""
+    if hasattr(model_cfg, "pop"):
+        model_cfg.pop(key, None)
+    elif hasattr(model_cfg, key):
+        delattr(model_cfg, key)
+
+
+def _clear_task_masks(path: str, out: Optional[str] = None, keep_optimizer: bool = True) -> None:
+    """The trained checkpoint's task options without the masks (its model config records them), in place or
+    into ``out`` (without the optimizer's state unless ``keep_optimizer``).
+
+    Classifiers are loaded with their saved task settings, which would apply
+    the masks again once ``shrink`` has removed the units.
+    """
+    state = load_checkpoint_state(path)
+    task = (state.get("cfg") or {}).get("task")
+    if task is not None:
+        for option in ("head_mask", "ffn_mask"):
+            if option in task:
+                task[option] = None
+    if not keep_optimizer:
+        state["last_optimizer_state"] = None
+    with atomic_path(out or path) as temporary:
+        torch.save(state, temporary)
+
+
+def save_curve_checkpoint(trained: str, out: str) -> None:
+    """A point of the recovery curve: ``trained`` (a fine-tune's last checkpoint, or its masked start) without the
+    optimizer's state and with the task's masks cleared, so that it loads and scores as the finished fine-tune
+    does (its model config records the masks)."""
+    _clear_task_masks(trained, out, keep_optimizer=False)
+
+
+def finetune_held(start: str, data: str, save_dir: str, family: str, settings: FinetuneSettings, cpu: bool = False,
+                  progress: bool = True, teacher: Optional[str] = None,
+                  distill_weight: float = DEFAULT_DISTILL_WEIGHT, stop: Optional[Stop] = None) -> FinetuneOutcome:
+    """Train ``start`` (``write_masked_start``) for ``settings.updates`` updates with its recorded masks held;
+    the last checkpoint in ``save_dir``. ``teacher``: towards that checkpoint's word distributions too
+    (``criterions.headprune_word_distillation``). ``stop``: only up to there; called again with a later stop (or
+    none), training continues from ``save_dir``'s last checkpoint as one uninterrupted fine-tune would."""
+    register_components()
+    cfg, lr, warmup = training_config(start, data, save_dir, family, settings, cpu, progress, teacher, distill_weight,
+                                      stop)
+    began = time.perf_counter()
+    def failed(error: BaseException) -> StudyError:
+        if isinstance(error, FileNotFoundError):  # fairseq's reader of a missing split
+            return StudyError(f"--finetune-updates: cannot train on {data} (split {cfg.dataset.train_subset!r}): "
+                              f"{first_line(error)}")
+        return StudyError(f"--finetune-updates: fairseq-train failed: {first_line(error)}")
+
+    with library_errors_as(failed):
+        train.main(cfg)
+    seconds = time.perf_counter() - began
+    trained = os.path.join(save_dir, "checkpoint_last.pt")
+    if not os.path.isfile(trained):
+        raise StudyError(f"--finetune-updates: fairseq-train wrote no checkpoint in {save_dir}")
+    if stop is None:
+        _clear_task_masks(trained)
+    history = load_checkpoint_state(trained).get("optimizer_history") or [{}]
+    return FinetuneOutcome(trained, int(history[-1].get("num_updates", 0)), seconds, lr, warmup,
+                           str(cfg.dataset.train_subset))

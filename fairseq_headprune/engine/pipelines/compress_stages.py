@@ -1,0 +1,85 @@
+"""``compress``'s stage directories: each built in ``NAME.partial`` and renamed when complete, its record in
+``NAME/stage.json``, skipped when present, so that an interrupted run resumes where it stopped; and the run's
+directory, which holds one run's settings (``compress.json``) and refuses another's."""
+
+import json
+import os
+import shutil
+import time
+from typing import Callable, Dict, Optional
+
+from fairseq_headprune.errors import SettingsError, StudyError
+from fairseq_headprune.study.compression.records import StageRecord, stage_record
+from fairseq_headprune.study.compression.settings import STAGES
+from fairseq_headprune.study.output.files import first_difference, recorded_identity, write_json
+
+RECORD = "compress.json"
+STAGE_RECORD = "stage.json"
+PARTIAL = ".partial"
+# on_stage(stage, status, seconds): status "running", "ran" or "kept"
+StageCallback = Callable[[str, str, Optional[float]], None]
+
+
+class Stages:
+    """The stage directories of one run: built in NAME.partial, renamed whole, skipped when present."""
+
+    def __init__(self, out_dir: str, on_stage: Optional[StageCallback]):
+        self.out_dir, self.on_stage, self.status = out_dir, on_stage, {}
+
+    def path(self, stage: str, *parts: str) -> str:
+        return os.path.join(self.out_dir, stage, *parts)
+
+    def record(self, stage: str) -> Optional[StageRecord]:
+        path = self.path(stage, STAGE_RECORD)
+        if not os.path.isfile(path):
+            return None
+        with open(path, encoding="utf-8") as stream:
+            return stage_record(stage, json.load(stream))
+
+    def run(self, stage: str, build: Callable[[str], StageRecord], resumable: bool = False) -> None:
+        """``build(work_dir)`` returns the stage's record; ``resumable``: a partial directory is kept (sweeps).
+
+        Once a stage has run, the stages after it run again too: what they hold was made from what it replaced.
+        """
+        redone = "ran" in self.status.values()
+        if os.path.isfile(self.path(stage, STAGE_RECORD)) and not redone:
+            self.status[stage] = "kept"
+            self._tell(stage, "kept", None)
+            return
+        work = self.path(stage) + PARTIAL
+        if os.path.isdir(work) and (redone or not resumable):
+            shutil.rmtree(work)
+        os.makedirs(work, exist_ok=True)
+        self._tell(stage, "running", None)
+        start = time.perf_counter()
+        record = build(work)
+        record.stage, record.seconds = stage, time.perf_counter() - start
+        seconds = record.seconds
+        write_json(record.to_dict(), os.path.join(work, STAGE_RECORD), indent=1)
+        if os.path.isdir(self.path(stage)):
+            shutil.rmtree(self.path(stage))  # made from an earlier stage's outputs that were just replaced
+        os.replace(work, self.path(stage))
+        self.status[stage] = "ran"
+        self._tell(stage, "ran", seconds)
+
+    def _tell(self, stage, status, seconds) -> None:
+        if self.on_stage is not None:
+            self.on_stage(stage, status, seconds)
+
+
+def open_out_dir(out_dir: str, identity: Dict[str, object]) -> None:
+    """Create the run's directory, or check that it holds this very run."""
+    record = os.path.join(out_dir, RECORD)
+    if os.path.isfile(record):
+        difference = first_difference(recorded_identity(record, "a compress record", "--out-dir"), identity)
+        finished = [stage for stage in STAGES if os.path.isfile(os.path.join(out_dir, stage, STAGE_RECORD))]
+        if difference is not None and finished:
+            raise StudyError(f"--out-dir {out_dir} holds a compress run of other settings ({difference}); "
+                             "use another --out-dir")
+        if difference is not None:  # a run that stopped before any stage finished: this one starts afresh
+            write_json({"identity": identity}, record, indent=1)
+        return
+    if os.path.isfile(out_dir) or (os.path.isdir(out_dir) and os.listdir(out_dir)):
+        raise SettingsError(f"--out-dir {out_dir} exists, is not empty and holds no compress run; nothing was written")
+    os.makedirs(out_dir, exist_ok=True)
+    write_json({"identity": identity}, record, indent=1)

@@ -1,0 +1,290 @@
+"""``compress``'s records: one dataclass per stage (``OUT/STAGE/stage.json``) and the report that gathers them
+(``OUT/report.json``), written and read by one ``to_dict``/``from_dict``, and read by the console, the Markdown
+report and the next stages alike.
+
+The names are the mask language's: ``spec`` and ``ffn_spec`` are head and FFN-neuron mask specs, ``heads_pruned``
+and ``neurons_pruned`` how many units they prune, ``*_total`` how many there were. Report format 2 gave the
+shrink stage these names (format 1 called them ``heads_removed``, ``neurons_removed``, ``neuron_spec``); records
+of either format are read.
+"""
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Dict, List, Optional, Type, TypeVar
+
+from fairseq_headprune.constants import CTRANSLATE2_ENGINE
+
+REPORT_FORMAT = "fairseq-headprune compress report 2"
+READABLE_FORMATS = ("fairseq-headprune compress report 1", REPORT_FORMAT)
+
+Record = TypeVar("Record", bound="StageRecord")
+
+
+@dataclass
+class StageRecord:
+    """What every stage records: its own fields, and ``stage`` and ``seconds`` (set when it finishes). Keys a
+    stage does not name (a family's extra scores) are kept in ``extra`` and written back as they were."""
+
+    RENAMED: ClassVar[Dict[str, str]] = {}  # an older format's key -> this one's
+
+    stage: str = ""
+    seconds: Optional[float] = None
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> Dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name not in ("stage", "seconds", "extra")}
+        data = {key: _plain(value) for key, value in data.items()}
+        data.update(self.extra)
+        if self.stage:
+            data.update(stage=self.stage, seconds=self.seconds)
+        return data
+
+    @classmethod
+    def from_dict(cls: Type[Record], data: Dict[str, Any]) -> Record:
+        known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        values: Dict[str, Any] = {"extra": {}}
+        for key, value in data.items():
+            key = cls.RENAMED.get(key, key)
+            if key in known:
+                values[key] = value
+            else:
+                values["extra"][key] = value
+        return cls(**values)
+
+
+def _plain(value: Any) -> Any:
+    return value.to_dict() if hasattr(value, "to_dict") else value
+
+
+@dataclass
+class LayersRecord(StageRecord):
+    """``layers/``: whole layers removed first, those the validation loss misses least."""
+
+    checkpoint: str = ""
+    spec: str = ""  # the layers removed, as ``decoder:2-3``
+    counts: Dict[str, int] = field(default_factory=dict)  # layers asked of each stack
+    base_loss: float = 0.0  # the validation loss with every layer
+    steps: List[Dict[str, Any]] = field(default_factory=list)  # each removal: stack, layer, loss
+    subsets: List[str] = field(default_factory=list)
+    sentences: int = 0
+    cost: str = ""
+    unit: str = ""
+    full_cost: float = 0.0
+    kept_cost: float = 0.0
+    flops_full: Optional[float] = None
+    parameters: Dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class DistillRecord(StageRecord):
+    """``distill/``: the unpruned model's translations of the training sources."""
+
+    data: str = ""
+    kind: str = ""
+    split: str = ""
+    sentences: int = 0
+    target_tokens: int = 0
+    reference_tokens: int = 0
+    identical_to_reference: int = 0
+    seconds_translating: float = 0.0
+
+
+@dataclass
+class FisherRecord(StageRecord):
+    """``fisher/``: the masks' Fisher information."""
+
+    file: str = ""
+    subsets: List[str] = field(default_factory=list)
+    sentences: int = 0
+    neurons: bool = False
+
+
+@dataclass
+class SearchRecord(StageRecord):
+    """``search/``: the mask within the target, rearranged and tuned."""
+
+    target: str = ""
+    structure: str = ""
+    cost: str = ""
+    budget: float = 0.0
+    unit: str = ""
+    mask_cost: float = 0.0
+    full_cost: float = 0.0
+    heads_pruned: int = 0
+    heads_total: int = 0
+    spec: Optional[str] = None
+    neurons_pruned: int = 0
+    neurons_total: int = 0
+    ffn_spec: Optional[str] = None
+    flops: Dict[str, Any] = field(default_factory=dict)
+    decoding_flops: Optional[Dict[str, Any]] = None
+    tuned: bool = False
+    tuning_skipped: Optional[str] = None
+    tuning: Optional[Dict[str, Any]] = None
+    step_seconds: Dict[str, Any] = field(default_factory=dict)
+    latency_table: Optional[str] = None
+    latency_table_shape: Optional[Dict[str, Any]] = None
+    predicted_speedup: Optional[float] = None
+    prediction_note: Optional[str] = None
+
+
+@dataclass
+class FinetuneStageRecord(StageRecord):
+    """``finetune/``: fairseq-train with the pruned units held."""
+
+    checkpoint: str = ""
+    before: str = ""  # the pruned model before fine-tuning, removed for real
+    updates: int = 0
+    seconds_training: float = 0.0
+    lr: float = 0.0
+    warmup_updates: int = 0
+    lr_schedule: str = ""
+    train_subset: str = ""
+    targets: str = ""  # references or distilled
+    word_distillation: Optional[Dict[str, Any]] = None
+    start: str = ""  # tuned or masked
+
+
+@dataclass
+class ShrinkRecord(StageRecord):
+    """``shrink/``: the pruned units removed for real, the tuning folded in."""
+
+    RENAMED: ClassVar[Dict[str, str]] = {"heads_removed": "heads_pruned", "neurons_removed": "neurons_pruned",
+                                         "neuron_spec": "ffn_spec"}
+
+    checkpoint: str = ""
+    shrunk_from: str = ""
+    tuning_folded: bool = False
+    heads_pruned: int = 0
+    heads_total: int = 0
+    spec: str = ""
+    neurons_pruned: int = 0
+    neurons_total: int = 0
+    ffn_spec: Optional[str] = None
+    parameters: Dict[str, int] = field(default_factory=dict)  # unpruned, compressed
+    report: List[str] = field(default_factory=list)
+
+
+@dataclass
+class ExportRecord(StageRecord):
+    """``export/``: CTranslate2 models of the compressed and the unpruned model."""
+
+    format: str = ""
+    quantization: Optional[str] = None
+    quantization_choice: Optional[Dict[str, Any]] = None
+    models: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass
+class EvaluationRecord(StageRecord):
+    """``evaluate/``: both models on the evaluation split, tested against each other (``extra``: the family's
+    other scores, e.g. both BLEUs of a translation model)."""
+
+    metric: str = ""
+    label: str = ""
+    description: str = ""
+    higher_is_better: bool = True
+    split: str = ""
+    sentences: int = 0
+    unpruned: float = 0.0
+    compressed: float = 0.0
+    delta: float = 0.0
+    p_value: float = 1.0
+    significant: bool = False
+    ci_low: Optional[float] = None
+    ci_high: Optional[float] = None
+    test: Dict[str, Any] = field(default_factory=dict)
+    before_finetune: Optional[float] = None
+
+
+@dataclass
+class SpeedRecord(StageRecord):
+    """``speed/``: both models (and their exports) timed, each in its own process."""
+
+    split: str = ""
+    environment: Dict[str, Any] = field(default_factory=dict)
+    settings: Dict[str, Any] = field(default_factory=dict)
+    unit: str = ""
+    decoding: Optional[Dict[str, Any]] = None
+    rows: List[Dict[str, Any]] = field(default_factory=list)
+
+
+STAGE_RECORDS: Dict[str, Type[StageRecord]] = {
+    "layers": LayersRecord, "distill": DistillRecord, "fisher": FisherRecord, "search": SearchRecord,
+    "finetune": FinetuneStageRecord, "shrink": ShrinkRecord, "export": ExportRecord, "evaluate": EvaluationRecord,
+    "speed": SpeedRecord,
+}
+
+
+def stage_record(stage: str, data: Dict[str, Any]) -> StageRecord:
+    """A stage's record read back from its ``stage.json``."""
+    return STAGE_RECORDS[stage].from_dict(data)
+
+
+def speedup_prediction(search: SearchRecord, speed: Optional[SpeedRecord]) -> Optional[Dict[str, Any]]:
+    """The search's predicted speed-up (a CTranslate2 latency table's) beside the one measured after export, at the
+    table's batch size: the exported compressed model against the exported unpruned one at the same precision.
+    ``relative_error`` is (predicted - measured) / measured; None when nothing was predicted or measured."""
+    predicted, shape = search.predicted_speedup, search.latency_table_shape or {}
+    if predicted is None or speed is None:
+        return None
+    batch_size = shape.get("batch_size")
+    measured = next((row["speedup_vs_ct2_unpruned_same_precision"] for row in speed.rows
+                     if row["batch_size"] == batch_size and row["engine"] == CTRANSLATE2_ENGINE
+                     and row["weights"] == "compressed"), None)
+    return {"predicted": predicted, "measured": measured, "batch_size": batch_size, "beam": shape.get("beam"),
+            "relative_error": None if not measured else (predicted - measured) / measured}
+
+
+@dataclass
+class CompressReport:
+    """``OUT/report.json``: the stages' records, the files to deploy and what each stage cost."""
+
+    checkpoint: str
+    data: str
+    family: str
+    target: str
+    fisher: FisherRecord
+    search: SearchRecord
+    shrink: ShrinkRecord
+    evaluation: EvaluationRecord
+    speed: SpeedRecord
+    layers: Optional[LayersRecord] = None
+    distill: Optional[DistillRecord] = None
+    finetune: Optional[FinetuneStageRecord] = None
+    export: Optional[ExportRecord] = None
+    speedup_prediction: Optional[Dict[str, Any]] = None
+    files: Dict[str, Optional[str]] = field(default_factory=dict)
+    stages: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    format: str = REPORT_FORMAT
+
+    # the report's keys in the order report.json has them, and the stage whose record each is
+    _ORDER: ClassVar = ("format", "checkpoint", "data", "family", "target", "layers", "distill", "fisher", "search",
+                        "finetune", "shrink", "export", "evaluation", "speed", "speedup_prediction", "files",
+                        "stages")
+    _STAGES: ClassVar = {"layers": "layers", "distill": "distill", "fisher": "fisher", "search": "search",
+                         "finetune": "finetune", "shrink": "shrink", "export": "export", "evaluation": "evaluate",
+                         "speed": "speed"}
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {key: _plain(getattr(self, key)) for key in self._ORDER}
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> "CompressReport":
+        if data.get("format") not in READABLE_FORMATS:
+            raise ValueError(f"not a compress report of a known format: {data.get('format')!r}")
+        values = {key: data.get(key) for key in cls._ORDER if key in data}
+        for key, stage in cls._STAGES.items():
+            if values.get(key) is not None:
+                values[key] = stage_record(stage, values[key])
+        values["format"] = REPORT_FORMAT
+        return cls(**values)
+
+    @property
+    def flops_kept_share(self) -> float:
+        """The attention and FFN layers' FLOPs per token the compressed model keeps, as a share of the unpruned
+        model's (layers removed first count as removed)."""
+        flops = self.search.flops
+        full = (self.layers.flops_full if self.layers is not None else None) or flops.get("full")
+        return flops["kept"] / full if full else float("nan")

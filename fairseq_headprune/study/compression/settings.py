@@ -1,0 +1,356 @@
+"""The ``compress`` command's plan as plain data: its target, its settings and its stages.
+
+From a checkpoint to a deployable model in one run, after Kwon et al. (2022,
+"A Fast Post-Training Pruning Framework for Transformers"): Fisher
+information of the masks on a validation split, the search for the mask that
+keeps the target, mask tuning by least squares, optionally a short
+fine-tuning with the pruned units held at zero, real removal (``shrink``),
+optionally export to CTranslate2, then the evaluation against the unpruned
+model (Koehn's paired bootstrap) and the decoding speed of both.
+
+A target states what the compressed model keeps, as ``search --budget``
+does: ``heads=50%`` keeps half of the heads (heads searched),
+``flops=50%`` half of the attention and FFN layers' FLOPs per token,
+``decoding-flops=50%`` half of their FLOPs per translated sentence in beam
+search (``search_costs.decoding_flops_costs``) and
+``latency=60%`` 60% of their latency from a table the latency command
+measured (heads and FFN neurons searched together).
+
+Whole layers can go first (``--drop-decoder-layers N``): the layers whose
+removal raises the validation loss least (``engine.compression.layer_choice``);
+the search then prunes heads and neurons of the shallower model until the
+target, still a share of the unpruned model's cost, is met. The fine-tuning
+can learn from the unpruned model's translations instead of the references
+(``--distill sequence``: sequence-level knowledge distillation, Kim & Rush
+2016), as a shallow decoder needs (Kasai et al. 2021).
+"""
+
+import dataclasses
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from fairseq_headprune.constants import (
+    CLASSIFIER_FAMILY,
+    CTRANSLATE2_ENGINE,
+    EXPORT_FORMATS,
+    MODEL_FAMILIES,
+    QUANTIZATIONS,
+    TRANSLATION_FAMILY,
+)
+from fairseq_headprune.errors import SettingsError
+from fairseq_headprune.study.compression.precision import AUTO_QUANTIZATION, DEFAULT_QUANTIZATION_TOLERANCE
+from fairseq_headprune.study.finetuning import FinetuneSettings
+from fairseq_headprune.study.search.settings import SearchSettings, TuningSettings
+from fairseq_headprune.study.settings import ImportanceSettings, SweepSettings, check_one_of, refuse
+
+# what a target can count, and how it is searched: (search --structure, search --cost)
+TARGET_SEARCH = {"heads": ("heads", "heads"), "flops": ("joint", "flops"),
+                 "decoding-flops": ("joint", "decoding-flops"), "latency": ("joint", "latency")}
+TARGET_KINDS = tuple(TARGET_SEARCH)
+# the stages of a run, in order; each writes one subdirectory of the output directory
+STAGES = ("layers", "fisher", "search", "distill", "finetune", "shrink", "export", "evaluate", "speed")
+# what --distill learns from (Kim & Rush 2016): the unpruned model's beam outputs on the training sources as the
+# targets (sequence), or its distribution over the vocabulary at every target position beside the reference (word)
+DISTILL_KINDS = ("sequence", "word")
+WORD_DISTILLATION = "headprune_word_distillation"  # the criterion of --distill word
+DEFAULT_DISTILL_WEIGHT = 0.5  # --distill word: the teacher's share of the loss
+# targets whose cost the engine prices for any depth (a latency table is timed on one model's layers)
+LAYER_DROP_TARGETS = ("heads", "flops", "decoding-flops")
+# fine-tuning updates compress runs on a translation model unless told otherwise: on the demo model (16,000
+# sentence pairs, 49 updates an epoch) a decoding-flops=50% mask translates at 10.45 BLEU before fine-tuning
+# and 63.18 after 200 updates (the unpruned model: 62.63), 3.2 minutes on 2 CPU cores; a shallower decoder
+# needs more (docs/removal-and-export.md). Classifiers and language models: none unless asked.
+DEFAULT_TRANSLATION_FINETUNE_UPDATES = 200
+# versions of the run record (OUT/compress.json) and of the report (OUT/report.json)
+COMPRESS_FORMAT = "fairseq-headprune compress 1"
+DEFAULT_SPEED_BATCH_SIZES = (1, 64)
+DEFAULT_SPEED_SENTENCES = 300
+DEFAULT_SPEED_REPEATS = 5
+PRECISIONS = ("float32", "float16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class CompressTarget:
+    """What the compressed model keeps: ``percent`` of the unpruned model's heads, FLOPs or latency."""
+
+    kind: str
+    percent: float
+
+    @property
+    def text(self) -> str:
+        return f"{self.kind}={self.percent:g}%"
+
+    @property
+    def structure(self) -> str:
+        """What the search prunes (``search --structure``)."""
+        return TARGET_SEARCH[self.kind][0]
+
+    @property
+    def cost(self) -> str:
+        """What the search's budget counts (``search --cost``)."""
+        return TARGET_SEARCH[self.kind][1]
+
+    @property
+    def budget(self) -> str:
+        """The search's ``--budget``."""
+        return f"{self.percent:g}%"
+
+
+def default_finetune_updates(family: str) -> int:
+    """The fine-tuning compress runs when ``--finetune-updates`` is not given (see
+    ``DEFAULT_TRANSLATION_FINETUNE_UPDATES``)."""
+    return DEFAULT_TRANSLATION_FINETUNE_UPDATES if family == TRANSLATION_FAMILY else 0
+
+
+def parse_target(text: str) -> CompressTarget:
+    """``KIND=P%``: KIND one of heads, flops, decoding-flops, latency; P the share kept, above 0 and below 100."""
+    kind, separator, amount = str(text).strip().partition("=")
+    kind, amount = kind.strip().lower(), amount.strip()
+    if not separator or not kind or not amount:
+        raise SettingsError(f"--target {text}: expected KIND=P% with KIND one of {', '.join(TARGET_KINDS)} "
+                            "(e.g. flops=50%: half of the FLOPs kept)")
+    if kind not in TARGET_SEARCH:
+        raise SettingsError(f"--target {text}: unknown target kind {kind!r} (expected {', '.join(TARGET_KINDS)})")
+    if not amount.endswith("%"):
+        raise SettingsError(f"--target {text}: the share kept is a percentage of the unpruned model (e.g. {kind}=50%)")
+    try:
+        percent = float(amount[:-1])
+    except ValueError:
+        raise SettingsError(f"--target {text}: {amount!r} is not a percentage") from None
+    if not math.isfinite(percent) or percent >= 100:
+        raise SettingsError(f"--target {text} keeps as much as the unpruned model has or more (at most 100%); "
+                            "nothing would be pruned")
+    if percent <= 0:
+        raise SettingsError(f"--target {text} keeps nothing; give a share above 0%")
+    return CompressTarget(kind, percent)
+
+
+@dataclass
+class DeploymentSettings:
+    """How decoding speed is measured: the same sentences at each batch size, repeats interleaved."""
+
+    batch_sizes: List[int] = field(default_factory=lambda: list(DEFAULT_SPEED_BATCH_SIZES))
+    sentences: Optional[int] = DEFAULT_SPEED_SENTENCES  # first N sentences of the split (None: all)
+    repeats: int = DEFAULT_SPEED_REPEATS
+    threads: Optional[int] = None  # CPU threads of both engines (None: torch's current setting)
+    option_prefix: str = "--speed-"  # how the batch sizes and sentences are named where these come from
+    precision: str = "float32"  # what fairseq translates in (float16, bfloat16: fairseq's --fp16, --bf16)
+
+    def __post_init__(self):
+        if not self.batch_sizes or any(b < 1 for b in self.batch_sizes):
+            raise SettingsError(f"{self.option_prefix}batch-sizes must be positive numbers, got {self.batch_sizes}")
+        check_one_of(self.precision, PRECISIONS, "the evaluation's precision")
+        for value, option in ((self.sentences, f"{self.option_prefix}sentences"), (self.repeats, "--repeats"),
+                              (self.threads, "--threads")):
+            if value is not None and value < 1:
+                raise SettingsError(f"{option} must be positive, got {value}")
+
+    def to_dict(self) -> Dict[str, object]:
+        return {"batch_sizes": list(self.batch_sizes), "sentences": self.sentences, "repeats": self.repeats,
+                "threads": self.threads}
+
+
+@dataclass
+class CompressSettings:
+    """``compress``: checkpoint to compressed (and exported) model, evaluated against the unpruned one.
+
+    ``evaluation`` holds the data, the split, the metric, the significance
+    test and fairseq's generation options; its checkpoint is the unpruned
+    model and its output directory the run's.
+    """
+
+    evaluation: SweepSettings
+    target: CompressTarget
+    importance: ImportanceSettings = field(
+        default_factory=lambda: ImportanceSettings(method="fisher", option_prefix="--importance-")
+    )
+    tuning: Optional[TuningSettings] = field(default_factory=TuningSettings)  # None: --no-tune
+    latency_table: Optional[str] = None
+    finetune: FinetuneSettings = field(default_factory=FinetuneSettings)
+    export_format: Optional[str] = None  # None: no export
+    quantization: Optional[str] = None  # None: float32; "auto": chosen by timing (precision_choice)
+    quantization_tolerance: float = DEFAULT_QUANTIZATION_TOLERANCE  # auto: BLEU a faster type may lose
+    deployment: DeploymentSettings = field(default_factory=DeploymentSettings)
+    tuning_skipped: Optional[str] = None  # why the tuning (on by default) does not run on this model
+    # one head count per stack (with export to CTranslate2: the decoder's types together); None: on exactly when
+    # exporting to CTranslate2, which pads every layer to its stack's largest head count
+    uniform: Optional[bool] = None
+    # translation exported to CTranslate2: a vocabulary map exported too and the compressed model timed with it
+    # (None: on exactly then)
+    vocabulary_map: Optional[bool] = None
+    drop_layers: Dict[str, int] = field(default_factory=dict)  # stack -> whole layers removed before the search
+    distill: Optional[str] = None  # None: fine-tune on the references; "sequence": on the unpruned model's outputs;
+    # "word": towards its word distributions too, with this share of the loss
+    distill_weight: float = DEFAULT_DISTILL_WEIGHT
+
+    def __post_init__(self):
+        family = self.evaluation.family
+        self.drop_layers = {stack: int(count) for stack, count in self.drop_layers.items() if count}
+        for stack, count in self.drop_layers.items():
+            if count < 0:
+                raise SettingsError(f"--drop-{stack}-layers must be 0 or more, got {count}")
+        if self.drop_layers and self.target.kind not in LAYER_DROP_TARGETS:
+            raise SettingsError(f"--drop-{next(iter(self.drop_layers))}-layers with --target {self.target.text}: "
+                                "a latency table is timed on the full model's layers; use "
+                                f"{' or '.join(k + '=' for k in LAYER_DROP_TARGETS)}")
+        if self.distill is not None:
+            if self.distill not in DISTILL_KINDS:
+                raise SettingsError(f"--distill {self.distill}: expected one of {', '.join(DISTILL_KINDS)}")
+            if family != TRANSLATION_FAMILY:
+                raise SettingsError("--distill sequence learns from the unpruned model's translations: "
+                                    "it goes with a translation model")
+            if not self.finetune.enabled:
+                raise SettingsError("--distill goes with fine-tuning (--finetune-updates N)")
+        if not 0.0 <= self.distill_weight <= 1.0:
+            raise SettingsError(f"--distill-weight must be between 0 and 1, got {self.distill_weight:g}")
+        if self.distill_weight != DEFAULT_DISTILL_WEIGHT and self.distill != "word":
+            raise SettingsError("--distill-weight is the teacher's share of the loss of --distill word")
+        if family not in MODEL_FAMILIES:
+            raise SettingsError(f"unknown model family {family!r} (expected {', '.join(MODEL_FAMILIES)})")
+        if self.uniform is None:
+            self.uniform = self.export_format == CTRANSLATE2_ENGINE
+        elif not self.uniform and self.target.kind == "latency" and self.export_format == CTRANSLATE2_ENGINE:
+            raise SettingsError("--no-uniform: a latency target for --export ctranslate2 is priced by a table of "
+                                "whole stacks, one head count per stack; leave out --no-uniform")
+        exported_translation = self.export_format == CTRANSLATE2_ENGINE and family == TRANSLATION_FAMILY
+        if self.vocabulary_map is None:
+            self.vocabulary_map = exported_translation
+        elif self.vocabulary_map and not exported_translation:
+            raise SettingsError("--vocabulary-map goes with a translation model exported to CTranslate2 "
+                                "(--export ctranslate2)")
+        if self.target.kind == "decoding-flops" and family != TRANSLATION_FAMILY:
+            raise SettingsError(f"--target {self.target.text} prices a translation model's beam search; this is a "
+                                f"{family.replace('_', ' ')}: use flops=")
+        if self.latency_table is not None and self.target.kind != "latency":
+            raise SettingsError("--latency-table goes with a latency target (--target latency=P%)")
+        if self.export_format is not None:
+            if self.export_format not in EXPORT_FORMATS:
+                raise SettingsError(f"--export {self.export_format}: expected one of {', '.join(EXPORT_FORMATS)}")
+            if family == CLASSIFIER_FAMILY:
+                raise SettingsError(f"--export {self.export_format}: a classifier cannot be exported to CTranslate2, "
+                                    "which runs translation models and generators (language models); "
+                                    "leave out --export")
+        if self.quantization is not None:
+            if self.export_format is None:
+                raise SettingsError("--quantization is the exported model's weight type: it goes with --export")
+            if self.quantization not in (*QUANTIZATIONS, AUTO_QUANTIZATION):
+                raise SettingsError(f"--quantization {self.quantization}: expected one of "
+                                    f"{', '.join((*QUANTIZATIONS, AUTO_QUANTIZATION))}")
+            if self.quantization == AUTO_QUANTIZATION and family != TRANSLATION_FAMILY:
+                raise SettingsError("--quantization auto chooses by the exported translation model's decoding speed "
+                                    "and BLEU; a language model's export is not timed: name a type")
+        if self.quantization_tolerance < 0:
+            raise SettingsError(f"--quantization-tolerance must be 0 or more BLEU points, got "
+                                f"{self.quantization_tolerance:g}")
+        if self.importance.method != "fisher":
+            raise SettingsError("the search ranks by Fisher scores: estimate them with the fisher method")
+        if self.target.structure != "heads":  # the joint search needs the neurons' scores too
+            self.importance = dataclasses.replace(self.importance, neurons=True)
+        if self.tuning is not None:
+            self.tuning.refuse_evaluation_split(self.evaluation.gen_subset)
+
+    def search_settings(self, checkpoint: str, work: str, **options) -> SearchSettings:
+        """The search of this run, on ``checkpoint`` (the unpruned model, or it without whole layers)."""
+        evaluation, target = self.evaluation, self.target
+        return SearchSettings(
+            data=self.data, checkpoint=checkpoint, out_dir=work, budget=target.budget, cost=target.cost,
+            importance=self.importance, tuning=self.tuning, family=self.family, cpu=evaluation.cpu,
+            progress=evaluation.progress, fairseq_args=list(evaluation.generation_args), structure=target.structure,
+            **options)
+
+    @property
+    def table_quantization(self) -> str:
+        """The compute type a CTranslate2 latency table is timed at: float32 when the type is chosen after the
+        search (``auto``)."""
+        return "float32" if self.quantization in (None, AUTO_QUANTIZATION) else self.quantization
+
+    @property
+    def data(self) -> str:
+        return self.evaluation.data
+
+    @property
+    def checkpoint(self) -> str:
+        return self.evaluation.checkpoint
+
+    @property
+    def out_dir(self) -> str:
+        return self.evaluation.out_dir
+
+    @property
+    def family(self) -> str:
+        return self.evaluation.family
+
+    @property
+    def stages(self) -> Tuple[str, ...]:
+        """The stages this run goes through."""
+        skipped = set()
+        if not self.finetune.updates:
+            skipped.add("finetune")
+        if not self.drop_layers:
+            skipped.add("layers")
+        if self.distill != "sequence" or "finetune" in skipped:
+            skipped.add("distill")
+        if self.export_format is None:
+            skipped.add("export")
+        return tuple(s for s in STAGES if s not in skipped)
+
+    def identity(self) -> Dict[str, object]:
+        """What makes two runs the same run, stage by stage (the checkpoint's and table's hashes come from the
+        engine)."""
+        evaluation = self.evaluation
+        importance = {k: v for k, v in dataclasses.asdict(self.importance).items() if k != "option_prefix"}
+        return {
+            "format": COMPRESS_FORMAT,
+            "family": self.family,
+            "data": os.path.abspath(self.data),
+            "checkpoint": os.path.abspath(self.checkpoint),
+            "fairseq_args": list(evaluation.generation_args),
+            "fisher": importance,
+            "search": {"target": self.target.text, "structure": self.target.structure, "cost": self.target.cost,
+                       "latency_table": os.path.abspath(self.latency_table) if self.latency_table else None,
+                       "tuning": None if self.tuning is None else dataclasses.asdict(self.tuning),
+                       "tuning_skipped": self.tuning_skipped, "uniform": self.uniform},
+            **({"layers": dict(self.drop_layers)} if self.drop_layers else {}),
+            "finetune": ({**dataclasses.asdict(self.finetune), **({"distill": self.distill} if self.distill else {}),
+                          **({"distill_weight": self.distill_weight} if self.distill == "word" else {})}
+                         if self.finetune.updates else None),
+            "export": None if self.export_format is None else {
+                "format": self.export_format, "quantization": self.quantization or "float32",
+                "vocabulary_map": self.vocabulary_map,
+                **({"quantization_tolerance": self.quantization_tolerance}
+                   if self.quantization == AUTO_QUANTIZATION else {})},
+            "evaluate": {"split": evaluation.gen_subset, **evaluation.metric_record(),
+                         "test": evaluation.test.to_dict()},
+            "speed": self.deployment.to_dict(),
+        }
+
+
+@dataclass
+class ExportSettings:
+    """What ``export`` writes: a deployable model of a masked, tuned or shrunk checkpoint."""
+
+    data: str
+    checkpoint: str
+    out_dir: str
+    format: str = "ctranslate2"
+    quantization: Optional[str] = None  # None: the weights' own type (float32)
+    head_mask: Optional[str] = None
+    ffn_mask: Optional[str] = None
+    tuning_file: Optional[str] = None
+    cpu: bool = False
+    fairseq_args: Sequence[str] = ()
+    vocabulary_map: bool = False  # translation: a vocabulary map from the training split, saved as vmap.txt
+    vocabulary_map_candidates: int = 20  # candidates per source token
+    vocabulary_map_common: int = 100  # the most frequent target tokens, always candidates
+
+    def __post_init__(self):
+        refuse(self.vocabulary_map_candidates < 1, "--vocabulary-map-candidates must be positive, got "
+                f"{self.vocabulary_map_candidates}")
+        refuse(self.vocabulary_map_common < 0, "--vocabulary-map-common must not be negative, got "
+                f"{self.vocabulary_map_common}")
+        if self.format not in EXPORT_FORMATS:
+            raise SettingsError(f"--format {self.format}: expected one of {', '.join(EXPORT_FORMATS)}")
+        if self.quantization is not None and self.quantization not in QUANTIZATIONS:
+            raise SettingsError(f"--quantization {self.quantization}: expected one of {', '.join(QUANTIZATIONS)}")

@@ -1,0 +1,154 @@
+"""Settings of the pruning curves: their levels and importance (``CurveSettings``), ``prune`` (Michel et al.'s
+curves, Budhraja et al.'s budgets, and their fine-tuning) and ``dynamics`` (the curve over training epochs).
+
+Validated where they are made; each check raises ``SettingsError`` naming the option.
+"""
+
+import glob
+import os
+from dataclasses import dataclass, field
+from typing import List, Optional, Tuple
+
+from fairseq_headprune.constants import (
+    DEFAULT_DRAWS,
+    DEFAULT_MAX_PERCENT,
+    DEFAULT_PRUNING_SEED,
+    DEFAULT_SEQUENCE_LENGTH,
+    DEFAULT_STEP_PERCENT,
+    ORDERS,
+    PRUNED_STRUCTURES,
+    SCOPES,
+    STRUCTURE_ORDERS,
+    X_AXES,
+)
+from fairseq_headprune.errors import SettingsError
+from fairseq_headprune.study.finetuning import FinetuneSettings
+from fairseq_headprune.study.search.settings import TuningSettings
+from fairseq_headprune.study.settings import ImportanceSettings, SweepSettings, check_one_of, check_positive, refuse
+
+
+@dataclass
+class CurveSettings:
+    """The pruning curve by importance: levels and how importance is estimated (prune, dynamics)."""
+
+    step_percent: float = DEFAULT_STEP_PERCENT
+    max_percent: float = DEFAULT_MAX_PERCENT
+    importance: ImportanceSettings = field(
+        default_factory=lambda: ImportanceSettings(option_prefix="--importance-")
+    )
+    raw_importance: bool = False  # rank by raw I_h, not normalised per layer (the paper normalises)
+
+
+@dataclass
+class DynamicsSettings:
+    """``dynamics``: the importance-order pruning curve at every epoch checkpoint (section 6)."""
+
+    sweep: SweepSettings  # its checkpoint is unused: every epoch's is swept in turn
+    checkpoints: str
+    curve: CurveSettings = field(default_factory=CurveSettings)
+    epochs: Optional[List[int]] = None  # None: every epoch found
+
+
+@dataclass
+class PruneSettings:
+    """``prune``: pruning curves (Michel et al. sections 4.2, 5) and random budgets (Budhraja et al.)."""
+
+    sweep: SweepSettings
+    curve: CurveSettings = field(default_factory=CurveSettings)
+    orders: List[str] = field(default_factory=lambda: ["importance"])
+    scopes: List[str] = field(default_factory=lambda: ["all"])
+    importance_file: Optional[str] = None  # importance.json to rank by, instead of estimating
+    ablation_file: Optional[str] = None  # single.json/.tsv of ablate --mode single
+    draws: int = DEFAULT_DRAWS
+    pruning_seed: int = DEFAULT_PRUNING_SEED
+    layer_budgets: List[str] = field(default_factory=list)
+    type_budgets: List[str] = field(default_factory=list)
+    random_levels: List[float] = field(default_factory=list)  # % of heads pruned at random, >= 1 head per layer kept
+    layer_strategies: List[str] = field(default_factory=list)  # whole layers pruned by position (top:K, middle:K ...)
+    budhraja_tables: List[int] = field(default_factory=list)  # every configuration of these tables of Budhraja et al.
+    fisher_file: Optional[str] = None  # Fisher scores and blocks for the fisher orders, instead of estimating
+    tuning: Optional[TuningSettings] = None  # --tune-masks: also every curve of tune_orders with tuned masks
+    tune_orders: List[str] = field(default_factory=list)
+    gate_masks: List[str] = field(default_factory=list)  # masks learned by headprune_gates: the gates order
+    structure: str = "heads"  # heads; ffn: FFN neurons by an order or searched; joint: heads and neurons searched
+    x_axis: Optional[str] = None  # units (heads or neurons pruned) or flops (layers' FLOPs removed); None: by structure
+    sequence_length: int = DEFAULT_SEQUENCE_LENGTH  # attended positions of the attention FLOPs (the flops axis)
+    # Budhraja et al.'s protocol: every budget's draws, and the curves' steps at these levels, fine-tuned
+    finetune: Optional[FinetuneSettings] = None
+    finetune_levels: List[float] = field(default_factory=list)  # % pruned: the curves' steps fine-tuned
+    config_shard: Tuple[int, int] = (1, 1)  # this process fine-tunes the I-th of K shares of the configurations
+
+    def __post_init__(self):
+        self._check_structure()
+        self._check_finetune()
+        if self.gate_masks and "gates" not in self.orders:
+            self.orders = list(self.orders) + ["gates"]
+        if "gates" in self.orders and not self.gate_masks:
+            raise SettingsError("--orders gates needs --gate-masks FILE... (mask --from-gates of trained gates)")
+        if "gates" in self.orders and self.scopes != ["all"]:
+            raise SettingsError("--gate-masks: learned masks cover every attention type; use --scopes all")
+        if self.tuning is not None:
+            self.tuning.refuse_evaluation_split(self.sweep.gen_subset)
+            unknown = [o for o in self.tune_orders if o not in self.orders]
+            if unknown:
+                raise SettingsError(f"--tune-orders {unknown[0]}: not one of --orders ({', '.join(self.orders)})")
+        for value, allowed, option in ((self.orders, ORDERS, "--orders"), (self.scopes, SCOPES, "--scopes")):
+            unknown = [v for v in value if v not in allowed]
+            if unknown:
+                raise SettingsError(f"{option}: unknown value {unknown[0]!r} (expected {', '.join(allowed)})")
+        if not (self.orders and self.scopes) and not self.has_budgets:
+            raise SettingsError("nothing to do: no --orders/--scopes and no --layer-budget/--type-budget/"
+                                "--random-level/--layer-strategy/--budhraja-tables")
+        for level in self.random_levels:
+            refuse(not 0 < level < 100, f"--random-level {level:g}: a share of the heads pruned, above 0 and below 100")
+        refuse(self.draws <= 0, f"--draws must be positive, got {self.draws}")
+        if "ablation" in self.orders and not self.ablation_file:
+            raise SettingsError("--orders ablation needs --ablation FILE (single.json of ablate --mode single)")
+
+    def _check_finetune(self) -> None:
+        index, count = self.config_shard
+        refuse(not 1 <= index <= count, f"--config-shard {index}/{count}: expected I/K with 1 <= I <= K")
+        enabled = self.finetune is not None and self.finetune.enabled
+        if not enabled:
+            refuse(bool(self.finetune_levels), "--finetune-levels goes with --finetune-updates/--finetune-epochs N")
+            refuse(count > 1, "--config-shard shares the fine-tuned configurations: add --finetune-updates N")
+            return
+        refuse(self.structure != "heads", "--finetune-updates: the study fine-tunes head configurations only")
+        # fairseq's binarized splits: translation train.SRC-TGT.SRC.bin, LMs train.bin, RoBERTa input0/train.bin
+        refuse(not glob.glob(os.path.join(self.sweep.data, "**", "train*.bin"), recursive=True),
+                f"--finetune-updates: {self.sweep.data} has no training split (train*.bin) to fine-tune on")
+        refuse(not (self.has_budgets or self.finetune_levels),
+                "--finetune-updates: nothing to fine-tune; add budgets (--random-level, --layer-strategy, "
+                "--budhraja-tables ...) or --finetune-levels P,... for the curves' steps")
+        for level in self.finetune_levels:
+            refuse(not 0 < level < 100, f"--finetune-levels {level:g}: a share of the heads pruned, above 0, below 100")
+        refuse(bool(self.finetune_levels) and not (self.orders and self.scopes),
+                "--finetune-levels fine-tunes the curves' steps: give --orders (e.g. importance)")
+
+    @property
+    def has_budgets(self) -> bool:
+        """Whether any of Budhraja et al.'s configurations is asked for."""
+        return bool(self.layer_budgets or self.type_budgets or self.random_levels or self.layer_strategies
+                    or self.budhraja_tables)
+
+    def _check_structure(self) -> None:
+        """FFN and joint curves: every FFN layer (scope all), their own orders, no head budgets, tuning or gates."""
+        check_one_of(self.structure, PRUNED_STRUCTURES, "--structure")
+        if self.x_axis is None:
+            self.x_axis = "flops" if self.structure == "joint" else "units"
+        check_one_of(self.x_axis, X_AXES, "--x-axis")
+        check_positive(self.sequence_length, "--sequence-length")
+        if self.structure == "heads":
+            return
+        what = f"--structure {self.structure}"
+        if self.x_axis == "units" and self.structure == "joint":
+            raise SettingsError(f"{what} prunes heads and neurons together: its x-axis is --x-axis flops")
+        unknown = [o for o in self.orders if o not in STRUCTURE_ORDERS[self.structure]]
+        if unknown:
+            raise SettingsError(f"--orders {unknown[0]}: not an order of {what} "
+                                f"({', '.join(STRUCTURE_ORDERS[self.structure])})")
+        for given, option in ((self.scopes != ["all"], "--scopes"), (self.layer_budgets, "--layer-budget"),
+                              (self.type_budgets, "--type-budget"), (self.random_levels, "--random-level"),
+                              (self.layer_strategies, "--layer-strategy"), (self.budhraja_tables, "--budhraja-tables"),
+                              (self.gate_masks, "--gate-masks")):
+            refuse(given, f"{option}: for head curves only; {what} prunes every FFN layer")
