@@ -10,6 +10,9 @@ model) and the bad inputs, each one line with nothing written.
 
 import json
 import os
+import signal
+import subprocess
+import time
 
 import pytest
 import torch
@@ -18,7 +21,7 @@ from test_sentence_prediction import classifier  # noqa: F401  (the fixture)
 
 import fairseq_headprune.compat.torch_load  # noqa: F401  (its allow-list lets torch.load read checkpoints)
 
-from conftest import run
+from conftest import REPO, run
 
 # small estimates and few timed sentences: the tests are about the path, not the numbers
 ESTIMATES = ["--importance-limit", "64", "--tune-limit", "64", "--cpu", "--no-progress"]
@@ -75,13 +78,19 @@ def test_a_run_writes_its_report(tiny_model, compressed):
                "ct2 unpruned float32 vmap", "ct2 compressed float32 vmap"]
     assert [(r["batch_size"], r["system"]) for r in rows] == [(b, s) for b in (1, 8) for s in systems]
     assert all(r["sentences"] == 8 and r["sentences_per_second"] > 0 and len(r["seconds"]) == 1 for r in rows)
-    for batch_size in (1, 8):  # the mapped compressed model against the plain and the mapped unpruned one
+    for batch_size in (1, 8):  # each compressed model like for like; against the stock conversion apart
         by_system = {r["system"]: r for r in rows if r["batch_size"] == batch_size}
-        mapped = by_system["ct2 compressed float32 vmap"]
-        for ratio, unpruned in (("speedup_vs_ct2_unpruned_same_precision", "ct2 unpruned float32"),
-                                ("speedup_vs_ct2_unpruned_vmap", "ct2 unpruned float32 vmap")):
-            assert mapped[ratio] == pytest.approx(by_system[unpruned]["seconds"][0] / mapped["seconds"][0])
-        assert by_system["ct2 unpruned float32 vmap"]["speedup_vs_ct2_unpruned_vmap"] is None
+        for system, unpruned in (("fairseq compressed", "fairseq unpruned"),
+                                 ("ct2 compressed float32", "ct2 unpruned float32"),
+                                 ("ct2 compressed float32 vmap", "ct2 unpruned float32 vmap")):
+            row = by_system[system]
+            assert row["speedup_like_for_like"] == pytest.approx(by_system[unpruned]["seconds"][0] / row["seconds"][0])
+        for system in ("ct2 compressed float32", "ct2 compressed float32 vmap"):
+            row = by_system[system]
+            assert row["speedup_vs_stock_conversion"] == pytest.approx(
+                by_system["ct2 unpruned float32"]["seconds"][0] / row["seconds"][0])
+        assert by_system["ct2 unpruned float32 vmap"]["speedup_like_for_like"] is None
+        assert by_system["fairseq compressed"]["speedup_vs_stock_conversion"] is None
     environment = report["speed"]["environment"]
     assert environment["device"].startswith("cpu") and environment["ctranslate2"] and environment["torch"]
     markdown = (out / "report.md").read_text()
@@ -171,11 +180,19 @@ def test_a_second_run_recomputes_nothing_and_a_lost_stage_is_redone_alone(tiny_m
         p: t for p, t in before.items() if "speed" not in p.parts}
 
 
-def test_fine_tuning_holds_the_pruned_heads(tiny_model, tmp_path):
-    out = tmp_path / "run"
-    result = compress(tiny_model["data"], tiny_model["checkpoint"], out, "--target", "heads=50%", "--no-tune",
-                      "--finetune-updates", "3", "--finetune-lr", "0.001", "--distill", "word", "--distill-weight",
-                      "0.4", *QUICKER, "--beam", "2", "--batch-size", "64")
+FINETUNED = ["--target", "heads=50%", "--no-tune", "--finetune-updates", "3", "--finetune-lr", "0.001", "--distill",
+             "word", "--distill-weight", "0.4", *QUICKER, "--beam", "2", "--batch-size", "64"]
+
+
+@pytest.fixture(scope="module")
+def finetuned(tiny_model, tmp_path_factory):
+    """A run that fine-tunes (3 updates of word-level distillation), uninterrupted."""
+    out = tmp_path_factory.mktemp("finetuned") / "run"
+    return out, compress(tiny_model["data"], tiny_model["checkpoint"], out, *FINETUNED)
+
+
+def test_fine_tuning_holds_the_pruned_heads(tiny_model, finetuned):
+    out, result = finetuned
     assert "finetune\tdone in" in result.stdout
     report = json.loads((out / "report.json").read_text())
     finetune = report["finetune"]
@@ -216,6 +233,29 @@ def test_fine_tuning_holds_the_pruned_heads(tiny_model, tmp_path):
     assert "| pruned, before fine-tuning |" in (out / "report.md").read_text()
 
 
+def test_a_killed_finetune_resumes_from_its_last_save_and_ends_with_the_same_weights(tiny_model, finetuned, tmp_path):
+    """Killed once the fine-tune has saved a resume point, then run again: it continues from that point (the
+    stages before it kept) and ends with the uninterrupted run's weights, bit for bit."""
+    out = tmp_path / "run"
+    command = ["fairseq-headprune", "compress", str(tiny_model["data"]), "--path", str(tiny_model["checkpoint"]),
+               "--out-dir", str(out), *FINETUNED]
+    process = subprocess.Popen(command, cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    resume = out / "finetune.partial" / "train" / "checkpoint_last.pt"
+    deadline = time.time() + 900
+    while not resume.exists() and process.poll() is None and time.time() < deadline:
+        time.sleep(0.1)
+    assert process.poll() is None, "the run ended before the fine-tune saved a resume point"
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    assert not (out / "finetune" / "stage.json").exists() and (out / "search" / "stage.json").exists()
+    resumed = run(command)
+    assert "search\tkept from an earlier run" in resumed.stdout and "finetune\tdone in" in resumed.stdout
+    reference, weights = (torch.load(path / "finetune" / "checkpoint.pt", map_location="cpu")["model"]
+                          for path in (finetuned[0], out))
+    assert sorted(reference) == sorted(weights) and all(torch.equal(reference[k], weights[k]) for k in reference)
+
+
 def test_a_latency_target_measures_its_table_and_reports_the_predicted_speedup(tiny_model, tmp_path):
     """Without --latency-table, the search prices heads and neurons by CTranslate2's beam search measured first (at
     the largest timed batch size); the report sets the table's prediction beside the speed measured after export."""
@@ -238,7 +278,7 @@ def test_a_latency_target_measures_its_table_and_reports_the_predicted_speedup(t
         return
     assert search["predicted_speedup"] == pytest.approx(whole / (whole - saved))
     prediction = report["speedup_prediction"]
-    measured = next(r["speedup_vs_ct2_unpruned_same_precision"] for r in report["speed"]["rows"]
+    measured = next(r["speedup_like_for_like"] for r in report["speed"]["rows"]
                     if r["system"] == f"ct2 compressed {chosen}")
     assert prediction["predicted"] == search["predicted_speedup"] and prediction["measured"] == measured
     assert f"predicted\tbatch 4\t{prediction['predicted']:.2f}x by the latency table" in result.stdout

@@ -299,7 +299,7 @@ def test_only_a_cut_save_counts_as_cut(tmp_path):
 
     import torch
 
-    from fairseq_headprune.engine.pipelines.finetune_configs import _whole_resume_point, cut_file
+    from fairseq_headprune.engine.finetuning import cut_file, resume_point
 
     train = tmp_path / "train"
     train.mkdir()
@@ -307,7 +307,7 @@ def test_only_a_cut_save_counts_as_cut(tmp_path):
     whole = (train / "checkpoint_1_2.pt").read_bytes()
     (train / "checkpoint_last.pt").write_bytes(whole[: len(whole) // 2])  # killed while saving
     os.utime(train / "checkpoint_1_2.pt", (1, 1))
-    _whole_resume_point(str(train))
+    resume_point(str(train))
     assert torch.load(train / "checkpoint_last.pt")["updates"] == 2
     for error, cut in ((EOFError("Ran out of input"), True),
                        (RuntimeError("PytorchStreamReader failed reading zip archive: failed finding central"), True),

@@ -98,10 +98,14 @@ def command_compress(args: argparse.Namespace) -> int:
     if choice is not None:
         print(f"quantization\tauto: {choice_summary(choice)}")
     unit = {"sentences": "sent/s"}.get(report.speed.unit, "examples/s")
-    for row in report.speed.rows:
-        speedup = row["speedup_vs_fairseq_unpruned"]
+    for row in report.speed.rows:  # the compressed models like for like; the unpruned against fairseq's
+        like, stock = row["speedup_like_for_like"], row["speedup_vs_stock_conversion"]
+        against = (f"{like:.2f}x like for like" if like is not None
+                   else f"{row['speedup_vs_fairseq_unpruned']:.2f}x fairseq unpruned")
+        if stock is not None and stock != like:
+            against += f"; {stock:.2f}x the stock conversion"
         print(f"speed\tbatch {row['batch_size']}\t{row['system']}\t{row['sentences_per_second']:.1f} {unit}\t"
-              f"{speedup:.2f}x")
+              f"{against}")
     prediction = report.speedup_prediction
     if prediction and prediction["measured"]:
         print(f"predicted\tbatch {prediction['batch_size']}\t{prediction['predicted']:.2f}x by the latency table, "

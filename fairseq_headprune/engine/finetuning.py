@@ -17,7 +17,10 @@ one process, the optimizer, scheduler, meters and data loader reset
 (``--finetune-from-model``).
 """
 
+import dataclasses
+import glob
 import os
+import shutil
 import time
 from dataclasses import dataclass
 from typing import Optional, Tuple
@@ -54,6 +57,7 @@ from fairseq_headprune.study.search.tuning import read_tuning
 FAMILY_TASKS = {CLASSIFIER_FAMILY: CLASSIFIER_TASK, LANGUAGE_MODEL_FAMILY: LANGUAGE_MODEL_TASK}
 # ("update", U) or ("epoch", E): where a part of a fine-tune stops (FinetuneSettings.curve_stops)
 Stop = Tuple[str, int]
+SAVES_PER_FINETUNE = 10  # checkpoint_last.pt this many times per fine-tune (resume points)
 
 
 @dataclass
@@ -186,6 +190,41 @@ def save_curve_checkpoint(trained: str, out: str) -> None:
     optimizer's state and with the task's masks cleared, so that it loads and scores as the finished fine-tune
     does (its model config records the masks)."""
     _clear_task_masks(trained, out, keep_optimizer=False)
+
+
+def resume_point(train_dir: str) -> None:
+    """fairseq writes checkpoints in place: a process killed while saving leaves a cut checkpoint_last.pt. Resume
+    from the newest whole one (fairseq keeps the last two interval saves), or start over if none is whole."""
+    last = os.path.join(train_dir, "checkpoint_last.pt")
+    if not os.path.isfile(last):
+        return
+    saves = sorted(glob.glob(os.path.join(train_dir, "checkpoint_*_*.pt")), key=os.path.getmtime, reverse=True)
+    for candidate in [last] + saves:
+        try:
+            torch.load(candidate, map_location="cpu", weights_only=False)
+        except (EOFError, RuntimeError) as error:
+            if not cut_file(error):
+                raise
+            continue
+        if candidate != last:
+            shutil.copyfile(candidate, last)
+        return
+    shutil.rmtree(train_dir)
+
+
+def cut_file(error: BaseException) -> bool:
+    """Whether ``torch.load``'s error says the file was cut off while being written: empty (EOFError), or a zip
+    archive without its end (what a killed save leaves); any other failure (memory, a bug) is not one."""
+    return isinstance(error, EOFError) or (
+        isinstance(error, RuntimeError) and "PytorchStreamReader failed reading zip archive" in str(error))
+
+
+def with_resume_points(finetune: FinetuneSettings) -> FinetuneSettings:
+    """The fine-tune saving a resume point (``checkpoint_last.pt`` with the optimizer) every tenth of its updates
+    (with epochs: each epoch's end, where fairseq saves anyway): a killed fine-tune continues from the last one
+    (``resume_point``) and ends with the weights of an uninterrupted one."""
+    interval = max(1, finetune.updates // SAVES_PER_FINETUNE) if finetune.updates else 0
+    return dataclasses.replace(finetune, save_interval=interval)
 
 
 def finetune_held(start: str, data: str, save_dir: str, family: str, settings: FinetuneSettings, cpu: bool = False,

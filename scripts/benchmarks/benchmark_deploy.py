@@ -4,12 +4,15 @@
 In one run, on the same sentences and the same batches (fairseq's own
 batching of the split), decodes with beam search at each batch size with:
 the unpruned model in fairseq, the compressed (shrunk) model in fairseq, the
-unpruned model exported to CTranslate2 (float32 and int8) and the compressed
-model exported to CTranslate2 (float32 and int8). Each system runs in its own
+unpruned model exported to CTranslate2 and the compressed model exported to
+CTranslate2 (at each of --quantizations, default float32 and int8; with
+--vocabulary-map, both exported models timed again with their maps). Each system runs in its own
 process, one pass at a time; the repeats rotate the order, so that the
 machine's drift falls on every system alike. Prints sentences/s and target tokens/s (median and min-max over the
-repeats), the speed-up against the unpruned model in fairseq and in
-CTranslate2 at the same precision, BLEU (tokenized, against the split's
+repeats), the speed-up against the unpruned model in fairseq, like for like
+(against the unpruned model in the same engine, compute type and map setting)
+and against the stock conversion (the unpruned model in CTranslate2 at the
+same compute type, without a map), BLEU (sacreBLEU on the split's tokens, against its
 references) and how many hypotheses equal the fairseq model's of the same
 weights; the device, threads and versions. The compressed model is
 ``--compressed CKPT`` (a shrunk checkpoint) or the checkpoint with
@@ -20,7 +23,7 @@ The measurement is the engine's (``engine/compression/deployment.py``), the one
 usage: scripts/benchmarks/benchmark_deploy.py --data DATA_BIN --path CKPT
            (--compressed SHRUNK.pt | --head-mask SPEC [--ffn-mask SPEC])
            [--subset test] [--sentences N] [--batch-sizes 1 64] [--beam 5] [--repeats 5]
-           [--threads 2] [--cuda] [--work DIR] [--json FILE]
+           [--quantizations float32 int8] [--vocabulary-map] [--threads 2] [--cuda] [--work DIR] [--json FILE]
 """
 
 import argparse
@@ -47,6 +50,10 @@ def parse_args():
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 64], help="(default: 1 64)")
     parser.add_argument("--beam", type=int, default=5, help="beam size (default 5)")
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds of every system (default 5)")
+    parser.add_argument("--quantizations", nargs="+", default=["float32", "int8"],
+                        help="CTranslate2 compute types to export and time (default: float32 int8)")
+    parser.add_argument("--vocabulary-map", action="store_true",
+                        help="also time both exported models with their vocabulary maps (export --vocabulary-map)")
     parser.add_argument("--threads", type=int, default=2, help="CPU threads of both engines (default 2)")
     parser.add_argument("--cuda", action="store_true", help="decode on the GPU")
     parser.add_argument("--work", help="directory for the shrunk and exported models (default: a temporary one)")
@@ -69,7 +76,7 @@ def headprune(*arguments):
 
 
 def prepare_models(args, work):
-    """The compressed checkpoint and the four CTranslate2 directories (made once; reused in --work)."""
+    """The compressed checkpoint and the CTranslate2 directories (made once; reused in --work)."""
     compressed = args.compressed
     if compressed is None:
         compressed = os.path.join(work, "compressed.pt")
@@ -79,11 +86,11 @@ def prepare_models(args, work):
             headprune("shrink", "--path", args.path, *masks, "--out", compressed)
     exported = {}
     for name, checkpoint in (("unpruned", args.path), ("compressed", compressed)):
-        for quantization in ("float32", "int8"):
-            out = os.path.join(work, f"ct2-{name}-{quantization}")
+        for quantization in args.quantizations:
+            out = os.path.join(work, f"ct2-{name}-{quantization}" + ("-vmap" if args.vocabulary_map else ""))
             if not os.path.exists(os.path.join(out, "model.bin")):
                 headprune("export", args.data, "--path", checkpoint, "--out-dir", out, "--quantization", quantization,
-                          *([] if args.cuda else ["--cpu"]))
+                          *(["--vocabulary-map"] if args.vocabulary_map else []), *([] if args.cuda else ["--cpu"]))
             exported[(name, quantization)] = out
     return compressed, exported
 
@@ -92,15 +99,15 @@ def print_table(rows, batch_size, subset, repeats):
     """The rows of one batch size, as one table."""
     batch_rows = [row for row in rows if row["batch_size"] == batch_size]
     print(f"\nbatch size {batch_size}: {batch_rows[0]['sentences']} sentences of {subset}, {repeats} repeats")
-    print(f"{'system':<26} {'sent/s':>16} {'tok/s':>8} {'vs fairseq':>10} {'vs ct2 same':>11} {'BLEU':>6} "
-          f"{'same hyps':>10}")
+    print(f"{'system':<28} {'sent/s':>16} {'tok/s':>8} {'vs fairseq':>10} {'like for like':>13} "
+          f"{'vs stock':>9} {'BLEU':>6} {'same hyps':>10}")
     for row in batch_rows:
-        vs_ct2, same = row["speedup_vs_ct2_unpruned_same_precision"], row["same_hypotheses"]
+        like, stock, same = row["speedup_like_for_like"], row["speedup_vs_stock_conversion"], row["same_hypotheses"]
         same = "" if same is None else f"{same}/{row['sentences']}"
-        print(f"{row['system']:<26} {row['sentences_per_second']:7.1f} ({row['sentences_per_second_min']:.1f}-"
+        print(f"{row['system']:<28} {row['sentences_per_second']:7.1f} ({row['sentences_per_second_min']:.1f}-"
               f"{row['sentences_per_second_max']:.1f}) {row['tokens_per_second']:8.0f} "
-              f"{row['speedup_vs_fairseq_unpruned']:9.2f}x {'' if vs_ct2 is None else f'{vs_ct2:10.2f}x':>11} "
-              f"{row['bleu']:6.2f} {same:>10}")
+              f"{row['speedup_vs_fairseq_unpruned']:9.2f}x {'' if like is None else f'{like:12.2f}x':>13} "
+              f"{'' if stock is None else f'{stock:8.2f}x':>9} {row['bleu']:6.2f} {same:>10}")
 
 
 def main():
@@ -125,7 +132,8 @@ def main():
         rows, _, machine = measure_speed("translation", {"unpruned": args.path, "compressed": compressed}, exported,
                                          args.data, args.subset, ["--beam", str(args.beam), "--lenpen", "1"],
                                          settings, device, options=options,
-                                         progress=lambda line: print(line, file=sys.stderr, flush=True))
+                                         progress=lambda line: print(line, file=sys.stderr, flush=True),
+                                         vocabulary_mapped=("unpruned", "compressed") if args.vocabulary_map else ())
     except HeadPruneError as error:
         sys.exit(f"benchmark_deploy: {error}")
     environment = {**deployment_environment(device, args.threads), **machine}

@@ -37,7 +37,7 @@ from fairseq_headprune.engine.checkpoints.shrink import checkpoint_parameters, s
 from fairseq_headprune.engine.compression.deployment import deployment_environment, measure_speed, time_compute_types
 from fairseq_headprune.engine.export.ctranslate2_spec import import_ctranslate2
 from fairseq_headprune.engine.families import family_named
-from fairseq_headprune.engine.finetuning import finetune_held, write_masked_start
+from fairseq_headprune.engine.finetuning import finetune_held, resume_point, with_resume_points, write_masked_start
 from fairseq_headprune.engine.pipelines.compress_stages import StageCallback, Stages, open_out_dir
 from fairseq_headprune.engine.pipelines.export import check_quantization, ctranslate2_device, run_export
 from fairseq_headprune.engine.pipelines.importance import importance_prefix, run_importance
@@ -116,7 +116,7 @@ def run_compress(settings: CompressSettings, on_stage: Optional[StageCallback] =
     if "distill" in settings.stages:
         stages.run("distill", lambda work: distill_stage(settings, work))
     if "finetune" in settings.stages:
-        stages.run("finetune", lambda work: _finetune(settings, stages, work))
+        stages.run("finetune", lambda work: _finetune(settings, stages, work), resumable=True)
     stages.run("shrink", lambda work: _shrink(settings, stages, work))
     if "export" in settings.stages:
         stages.run("export", lambda work: _export(settings, stages, work))
@@ -225,16 +225,21 @@ def _tuning_file(stages: Stages) -> Optional[str]:
 
 
 def _finetune(settings: CompressSettings, stages: Stages, work: str) -> FinetuneStageRecord:
+    """Resumable: the masked start and the model before fine-tuning are kept in the stage's partial directory, and
+    a killed fine-tune continues from its last resume point (every tenth of its updates)."""
     search = stages.record("search")
     tuning_file = _tuning_file(stages)
-    start = os.path.join(work, "start.pt")
-    write_masked_start(_base_checkpoint(settings, stages), start, search.spec, search.ffn_spec, tuning_file)
+    start, train_dir = os.path.join(work, "start.pt"), os.path.join(work, "train")
+    if not os.path.isfile(start):
+        write_masked_start(_base_checkpoint(settings, stages), start, search.spec, search.ffn_spec, tuning_file)
     evaluation = settings.evaluation
     data = stages.path("distill", DISTILLED_DATA) if "distill" in settings.stages else settings.data
-    # the model as it was before fine-tuning, removed for real: the evaluation scores it too
-    shrink_checkpoint(start, os.path.join(work, BEFORE_FINETUNE), search.spec, None, search.ffn_spec)
+    before = os.path.join(work, BEFORE_FINETUNE)
+    if not os.path.isfile(before):  # the model as it was before fine-tuning, removed for real: evaluated too
+        shrink_checkpoint(start, before, search.spec, None, search.ffn_spec)
     teacher = settings.checkpoint if settings.distill == "word" else None
-    outcome = finetune_held(start, data, os.path.join(work, "train"), settings.family, settings.finetune,
+    resume_point(train_dir)
+    outcome = finetune_held(start, data, train_dir, settings.family, with_resume_points(settings.finetune),
                             cpu=evaluation.cpu, progress=evaluation.progress, teacher=teacher,
                             distill_weight=settings.distill_weight)
     os.replace(outcome.checkpoint, os.path.join(work, CHECKPOINT))

@@ -27,7 +27,6 @@ process of its own, outside the ranks' process group.
 """
 
 import dataclasses
-import glob
 import json
 import multiprocessing
 import os
@@ -41,7 +40,14 @@ import torch
 
 from fairseq_headprune.engine.checkpoints.info import training_history
 from fairseq_headprune.engine.families import family_named
-from fairseq_headprune.engine.finetuning import Stop, finetune_held, save_curve_checkpoint, write_masked_start
+from fairseq_headprune.engine.finetuning import (
+    Stop,
+    finetune_held,
+    resume_point,
+    save_curve_checkpoint,
+    with_resume_points,
+    write_masked_start,
+)
 from fairseq_headprune.engine.pipelines.compensation import checkpoint_compensation
 from fairseq_headprune.engine.runtime.console import run_quietly
 from fairseq_headprune.engine.runtime.ranks import alone, current_ranks
@@ -60,7 +66,6 @@ from fairseq_headprune.study.pruning.curves import mask_name, pruned_at_level
 from fairseq_headprune.study.pruning.settings import PruneSettings
 
 FINETUNE_DIR, RESULTS, RECORD, CHECKPOINT, CURVE = "finetune", "results.json", "record.json", "checkpoint.pt", "curve"
-SAVES_PER_FINETUNE = 10  # checkpoint_last.pt this many times per fine-tune (resume points)
 
 
 @dataclass
@@ -152,9 +157,9 @@ def _finetune_and_score(settings: PruneSettings, config: FinetuneConfig, work: s
             point = _curve_checkpoint(curve_dir, (stops[0][0], 0))
             if not os.path.isfile(point):
                 save_curve_checkpoint(start, point)
-        finetune = dataclasses.replace(settings.finetune, save_interval=_save_interval(settings.finetune))
+        finetune = with_resume_points(settings.finetune)
         train_dir = os.path.join(work, "train")
-        _whole_resume_point(train_dir)
+        resume_point(train_dir)
         for stop in stops[:-1]:  # the curve's points on the way: train up to each, keep a copy
             point = _curve_checkpoint(curve_dir, stop)
             if not os.path.isfile(point):
@@ -208,38 +213,6 @@ def _curve_point(settings: PruneSettings, curve_dir: str, stop: Stop) -> CurvePo
     with open(scored) as stream:
         point = json.load(stream)
     return CurvePoint(point["stop"], point["at"], point["updates"], point["score"])
-
-
-def _whole_resume_point(train_dir: str) -> None:
-    """fairseq writes checkpoints in place: a process killed while saving leaves a cut checkpoint_last.pt. Resume
-    from the newest whole one (fairseq keeps the last two interval saves), or start over if none is whole."""
-    last = os.path.join(train_dir, "checkpoint_last.pt")
-    if not os.path.isfile(last):
-        return
-    saves = sorted(glob.glob(os.path.join(train_dir, "checkpoint_*_*.pt")), key=os.path.getmtime, reverse=True)
-    for candidate in [last] + saves:
-        try:
-            torch.load(candidate, map_location="cpu", weights_only=False)
-        except (EOFError, RuntimeError) as error:
-            if not cut_file(error):
-                raise
-            continue
-        if candidate != last:
-            shutil.copyfile(candidate, last)
-        return
-    shutil.rmtree(train_dir)
-
-
-def cut_file(error: BaseException) -> bool:
-    """Whether ``torch.load``'s error says the file was cut off while being written: empty (EOFError), or a zip
-    archive without its end (what a killed save leaves); any other failure (memory, a bug) is not one."""
-    return isinstance(error, EOFError) or (
-        isinstance(error, RuntimeError) and "PytorchStreamReader failed reading zip archive" in str(error))
-
-
-def _save_interval(finetune: FinetuneSettings) -> int:
-    """A resume point every tenth of the fine-tune (with epochs: each epoch's end, where fairseq saves anyway)."""
-    return max(1, finetune.updates // SAVES_PER_FINETUNE) if finetune.updates else 0
 
 
 def _metric_score(settings: PruneSettings, scores: ConfigScores) -> float:

@@ -4,7 +4,9 @@ report and the next stages alike.
 
 The names are the mask language's: ``spec`` and ``ffn_spec`` are head and FFN-neuron mask specs, ``heads_pruned``
 and ``neurons_pruned`` how many units they prune, ``*_total`` how many there were. Report format 2 gave the
-shrink stage these names (format 1 called them ``heads_removed``, ``neurons_removed``, ``neuron_spec``); records
+shrink stage these names (format 1 called them ``heads_removed``, ``neurons_removed``, ``neuron_spec``) and states
+every speed-up like for like (``speedup_like_for_like``: against the unpruned model in the same engine, compute
+type and vocabulary-map setting) and against the stock conversion apart (``speedup_vs_stock_conversion``); records
 of either format are read.
 """
 
@@ -15,6 +17,7 @@ from typing import Any, ClassVar, Dict, List, Optional, Type, TypeVar
 from fairseq_headprune.constants import CTRANSLATE2_ENGINE
 
 REPORT_FORMAT = "fairseq-headprune compress report 2"
+VMAP_SUFFIX = " vmap"  # a system timed with its vocabulary map
 READABLE_FORMATS = ("fairseq-headprune compress report 1", REPORT_FORMAT)
 
 Record = TypeVar("Record", bound="StageRecord")
@@ -209,6 +212,32 @@ class SpeedRecord(StageRecord):
     decoding: Optional[Dict[str, Any]] = None
     rows: List[Dict[str, Any]] = field(default_factory=list)
 
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> "SpeedRecord":
+        record = super().from_dict(data)
+        record.rows = [_row_of_format_2(row) for row in record.rows]
+        return record
+
+
+def _row_of_format_2(row: Dict[str, Any]) -> Dict[str, Any]:
+    """A speed row of report format 1 (``speedup_vs_ct2_unpruned_same_precision``: against the unpruned model
+    without a map; ``speedup_vs_ct2_unpruned_vmap``: a mapped model against the mapped unpruned one) in format 2's
+    names."""
+    if "speedup_like_for_like" in row:
+        return row
+    row = dict(row)
+    stock, mapped = row.pop("speedup_vs_ct2_unpruned_same_precision", None), row.pop("speedup_vs_ct2_unpruned_vmap",
+                                                                                       None)
+    ct2 = row.get("engine") == CTRANSLATE2_ENGINE
+    if row.get("weights") != "compressed":
+        like = None
+    elif not ct2:
+        like = row.get("speedup_vs_fairseq_unpruned")
+    else:
+        like = mapped if row.get("system", "").endswith(VMAP_SUFFIX) else stock
+    row.update(speedup_like_for_like=like, speedup_vs_stock_conversion=stock if ct2 else None)
+    return row
+
 
 STAGE_RECORDS: Dict[str, Type[StageRecord]] = {
     "layers": LayersRecord, "distill": DistillRecord, "fisher": FisherRecord, "search": SearchRecord,
@@ -230,9 +259,9 @@ def speedup_prediction(search: SearchRecord, speed: Optional[SpeedRecord]) -> Op
     if predicted is None or speed is None:
         return None
     batch_size = shape.get("batch_size")
-    measured = next((row["speedup_vs_ct2_unpruned_same_precision"] for row in speed.rows
+    measured = next((row["speedup_like_for_like"] for row in speed.rows  # the table is timed without a map
                      if row["batch_size"] == batch_size and row["engine"] == CTRANSLATE2_ENGINE
-                     and row["weights"] == "compressed"), None)
+                     and row["weights"] == "compressed" and not row["system"].endswith(VMAP_SUFFIX)), None)
     return {"predicted": predicted, "measured": measured, "batch_size": batch_size, "beam": shape.get("beam"),
             "relative_error": None if not measured else (predicted - measured) / measured}
 

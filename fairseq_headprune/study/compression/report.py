@@ -147,22 +147,23 @@ def _speed(report: CompressReport) -> List[str]:
     ]
     if translation and not any(row["engine"] == "ctranslate2" for row in speed.rows):
         lines += ["No CTranslate2 model was timed (run with `--export ctranslate2`).", ""]
+    headline = _like_for_like_line(speed.rows)
+    if headline:
+        lines += [headline, ""]
     lines += [
-        f"| batch | system | {unit}/s | tokens/s | vs fairseq unpruned | vs CTranslate2 unpruned | "
+        f"| batch | system | {unit}/s | tokens/s | vs fairseq unpruned | like for like | vs the stock conversion | "
         + ("BLEU | " if translation else "") + "same outputs |",
-        "|---:|---|---:|---:|---:|---:|" + ("---:|" if translation else "") + "---:|",
+        "|---:|---|---:|---:|---:|---:|---:|" + ("---:|" if translation else "") + "---:|",
     ]
     for row in speed.rows:
         same = ("" if row["same_hypotheses"] is None
                 else f"{row['same_hypotheses']}/{row['sentences']} as {row['same_hypotheses_as']}")
-        vs_ct2 = row["speedup_vs_ct2_unpruned_same_precision"]
-        vs_mapped = row.get("speedup_vs_ct2_unpruned_vmap")
+        like, stock = row["speedup_like_for_like"], row["speedup_vs_stock_conversion"]
         lines.append(
             f"| {row['batch_size']} | {row['system']} | {row['sentences_per_second']:.1f} "
             f"({row['sentences_per_second_min']:.1f}–{row['sentences_per_second_max']:.1f}) | "
             f"{row['tokens_per_second']:.0f} | {row['speedup_vs_fairseq_unpruned']:.2f}× | "
-            + ("" if vs_ct2 is None else f"{vs_ct2:.2f}×")
-            + ("" if vs_mapped is None else f" ({vs_mapped:.2f}× vs unpruned vmap)") + " | "
+            f"{'' if like is None else f'{like:.2f}×'} | {'' if stock is None else f'{stock:.2f}×'} | "
             + (f"{_number(row['bleu'])} | " if translation else "") + f"{same} |"
         )
     if translation:
@@ -174,6 +175,20 @@ def _speed(report: CompressReport) -> List[str]:
                       f"at batch {prediction['batch_size']} (beam {prediction['beam']}); measured here: "
                       f"{prediction['measured']:.2f}× ({100.0 * prediction['relative_error']:+.0f}%)."]
     return lines
+
+
+def _like_for_like_line(rows) -> str:
+    """The headline: each compressed model against the unpruned one in the same engine, compute type and map."""
+    compressed = [row for row in rows if row["weights"] == "compressed" and row["speedup_like_for_like"] is not None]
+    if not compressed:
+        return ""
+    by_system: dict = {}
+    for row in compressed:
+        by_system.setdefault(row["system"], []).append(f"{row['speedup_like_for_like']:.2f}× at batch "
+                                                       f"{row['batch_size']}")
+    return ("**Like for like** (against the unpruned model in the same engine, compute type and vocabulary-map "
+            "setting, the same beam): " + "; ".join(f"{system} {', '.join(values)}"
+                                                    for system, values in by_system.items()) + ".")
 
 
 def _quantization_choice(exported: Optional[ExportRecord]) -> List[str]:
