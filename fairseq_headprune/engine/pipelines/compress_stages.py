@@ -37,7 +37,8 @@ class Stages:
             return stage_record(stage, json.load(stream))
 
     def run(self, stage: str, build: Callable[[str], StageRecord], resumable: bool = False) -> None:
-        """``build(work_dir)`` returns the stage's record; ``resumable``: a partial directory is kept (sweeps, fine-tuning).
+        """``build(work_dir)`` returns the stage's record; ``resumable``: a partial directory is kept (sweeps,
+        fine-tuning).
 
         Once a stage has run, the stages after it run again too: what they hold was made from what it replaced.
         """
