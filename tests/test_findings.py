@@ -223,7 +223,7 @@ def test_the_bert_claims_judge_strategies_and_figure_2_on_tables_5_and_6():
     assert row_starting(rows, "no preference between pruning top and bottom").verdict == "no"  # K=3: +3.00 only
     assert row_starting(rows, "pruning alternate layers is better").verdict == "yes"  # 47.5 > 46, 43
     figure = row_starting(rows, "the unpruned heads of all layers compensate alike")
-    assert figure.verdict == "yes" and "8% (`odd`)" in figure.study  # the control's 50% is not a Table 5/6 one
+    assert figure.verdict == "yes" and "8% (`odd`)" in figure.study  # the control's 50% prunes no layer
     # the same records on a translation model: Figure 2 is shown per attention type, not judged
     for item in records:
         item["layer_spreads"] = {"enc-enc": 0.2, "dec-dec": 0.4}

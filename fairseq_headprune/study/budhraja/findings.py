@@ -27,7 +27,8 @@ Its claims, and how each is judged here (from ``finetune/results.json``):
 - Table 6 (BERT): pruning alternate (odd) layers is better than the top or the
   bottom half (consecutive layers).
 - Figure 2 (BERT, "for all experiments in Table 5 and 6"): the layers' mean
-  change of the unpruned heads' W_q, W_k, W_v differs by less than 10%.
+  change of the unpruned heads' W_q, W_k, W_v differs by less than 10%;
+  judged on every configuration that prunes whole layers (Tables 5 and 6's).
 
 The BERT claims are judged on encoder-only models only; on a translation
 model the same measurements are shown as extensions, not judged.
@@ -341,8 +342,8 @@ def compensation_findings(records: List[FinetuneRecord], bert: bool) -> List[Fin
     """Figure 2: judged on BERT's Table 5 and 6 configurations; on a translation model shown per attention type."""
     evidence = Evidence(records, bert)
     if bert:
-        spreads = [(r.label, r.layer_spread) for r in records
-                   if r.layer_spread is not None and {5, 6} & set(r.tables)]
+        spreads = [(r.label, r.layer_spread) for r in records  # whole layers pruned: Tables 5 and 6's kind
+                   if r.layer_spread is not None and r.kind == "layers"]
         if not spreads:
             return []
         largest = max(spreads, key=lambda item: item[1])
