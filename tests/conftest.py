@@ -10,8 +10,10 @@ import fcntl
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -54,6 +56,19 @@ def run(command, env=None, check=True, cwd=REPO):
             f"stdout:\n{result.stdout[-3000:]}\nstderr:\n{result.stderr[-3000:]}"
         )
     return result
+
+
+def kill_once_written(command, path, timeout=900):
+    """Start ``command`` in a session of its own and SIGKILL it (its children too) as soon as ``path`` exists: a run
+    killed mid-way, for the resumption tests; fails if the command ended first."""
+    process = subprocess.Popen([str(c) for c in command], cwd=REPO, start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + timeout
+    while not path.exists() and process.poll() is None and time.time() < deadline:
+        time.sleep(0.1)
+    assert process.poll() is None, f"{' '.join(map(str, command[:2]))} ended before {path} was written"
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
 
 
 def validate_loss(tiny_model, *extra):

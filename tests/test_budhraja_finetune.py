@@ -8,9 +8,6 @@ input columns zeroed; an uninterrupted, unsharded run against a killed-and-resum
 import json
 import os
 import re
-import signal
-import subprocess
-import time
 
 import numpy as np
 import pytest
@@ -20,7 +17,7 @@ import fairseq_headprune.compat.torch_load  # noqa: F401  (lets torch.load read 
 from fairseq_headprune.engine.checkpoints.info import checkpoint_head_layout
 from fairseq_headprune.study.masks.head_mask import parse_head_mask
 
-from conftest import REPO, USER_DIR, run, save_zeroed_checkpoint
+from conftest import USER_DIR, kill_once_written, run, save_zeroed_checkpoint
 
 UPDATES = 8  # a resume point after every update (a tenth of the fine-tune, at least one)
 CURVE = (3, 6)  # the recovery curve's points on the way (0 and UPDATES are always points)
@@ -132,15 +129,8 @@ def test_a_killed_finetune_resumes_and_equals_the_uninterrupted_sharded_run(tiny
     no curve): every record equals the sharded, uninterrupted run's, trained in parts, and so do the weights."""
     out_dir = tmp_path / "resumed"
     no_curve = ("--finetune-curve", "none")
-    process = subprocess.Popen(prune_command(tiny_model, out_dir, *no_curve), cwd=REPO, start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     resume_point = out_dir / "finetune" / "control" / "train" / "checkpoint_last.pt"
-    deadline = time.time() + 600
-    while not resume_point.exists() and process.poll() is None and time.time() < deadline:
-        time.sleep(0.1)
-    assert process.poll() is None, "the study ended before a resume point was saved"
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
+    kill_once_written(prune_command(tiny_model, out_dir, *no_curve), resume_point, timeout=600)
     # killed mid-fine-tune: a resume point (possibly cut while being written), no finished record
     assert resume_point.exists() and not (out_dir / "finetune" / "control" / "record.json").exists()
     run(prune_command(tiny_model, out_dir, *no_curve))

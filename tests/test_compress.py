@@ -10,9 +10,6 @@ model) and the bad inputs, each one line with nothing written.
 
 import json
 import os
-import signal
-import subprocess
-import time
 
 import pytest
 import torch
@@ -21,7 +18,7 @@ from test_sentence_prediction import classifier  # noqa: F401  (the fixture)
 
 import fairseq_headprune.compat.torch_load  # noqa: F401  (its allow-list lets torch.load read checkpoints)
 
-from conftest import REPO, run
+from conftest import kill_once_written, run
 
 # small estimates and few timed sentences: the tests are about the path, not the numbers
 ESTIMATES = ["--importance-limit", "64", "--tune-limit", "64", "--cpu", "--no-progress"]
@@ -239,15 +236,7 @@ def test_a_killed_finetune_resumes_from_its_last_save_and_ends_with_the_same_wei
     out = tmp_path / "run"
     command = ["fairseq-headprune", "compress", str(tiny_model["data"]), "--path", str(tiny_model["checkpoint"]),
                "--out-dir", str(out), *FINETUNED]
-    process = subprocess.Popen(command, cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-    resume = out / "finetune.partial" / "train" / "checkpoint_last.pt"
-    deadline = time.time() + 900
-    while not resume.exists() and process.poll() is None and time.time() < deadline:
-        time.sleep(0.1)
-    assert process.poll() is None, "the run ended before the fine-tune saved a resume point"
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
+    kill_once_written(command, out / "finetune.partial" / "train" / "checkpoint_last.pt")
     assert not (out / "finetune" / "stage.json").exists() and (out / "search" / "stage.json").exists()
     resumed = run(command)
     assert "search\tkept from an earlier run" in resumed.stdout and "finetune\tdone in" in resumed.stdout
