@@ -16,8 +16,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from fairseq_headprune.constants import FAIRSEQ_ATTENTION, FUSED_ATTENTION
 from fairseq_headprune.engine.checkpoints.shrink import shrink_checkpoint
-from fairseq_headprune.engine.timing.isolated import FAIRSEQ, FAIRSEQ_ATTENTION, FUSED_ATTENTION, SystemSpec
+from fairseq_headprune.engine.timing.isolated import FAIRSEQ, SystemSpec
 from fairseq_headprune.study.importance.scores import read_importance_file
 from fairseq_headprune.study.masks.head_mask import HeadLayout, HeadMask, full_mask, head_mask_to_spec
 from fairseq_headprune.study.output.files import write_json
