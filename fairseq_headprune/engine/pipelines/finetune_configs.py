@@ -266,7 +266,8 @@ def merge_records(settings: PruneSettings, configs: Sequence[FinetuneConfig], ou
         path = os.path.join(out, config.name, RECORD)
         if os.path.isfile(path):
             with open(path) as stream:
-                records.append(FinetuneRecord.from_dict(json.load(stream)))
+                records.append(_with_layer_spreads(FinetuneRecord.from_dict(json.load(stream)),
+                                                   os.path.join(out, config.name)))
     missing = len(configs) - len(records)
     control = next((r for r in records if r.is_control), None)
     if control is not None and len(records) > 1:
@@ -290,13 +291,23 @@ def merge_records(settings: PruneSettings, configs: Sequence[FinetuneConfig], ou
     return records
 
 
+def _with_layer_spreads(record: FinetuneRecord, work: str) -> FinetuneRecord:
+    """A record written before records held each attention type's layer spread gets it from its compensation.json."""
+    path = os.path.join(work, "compensation.json")
+    if not record.layer_spreads and os.path.isfile(path):
+        with open(path) as stream:
+            spreads = json.load(stream)["layer_spread"]["mean_abs_change"]
+        record.layer_spreads = {t: value for t, value in spreads.items() if t != "all"}
+    return record
+
+
 def _study_title(settings: PruneSettings, history) -> str:
     """What the curves' plot names: the model, the fine-tune's length and the draws."""
     epochs = finetune_epochs(settings.finetune.updates, history)
     length = settings.finetune.length() + (f" ({epochs:.1f} epochs)" if epochs and not settings.finetune.epochs else "")
-    return (f"{os.path.basename(os.path.dirname(os.path.abspath(settings.sweep.checkpoint)))}/"
-            f"{os.path.basename(settings.sweep.checkpoint)} (trained {history.describe()}); each configuration "
-            f"fine-tuned {length}; random budgets: {settings.draws} draws")
+    model = os.path.join(*os.path.abspath(settings.sweep.checkpoint).split(os.sep)[-3:])
+    return (f"{model} (trained {history.describe()}); each configuration fine-tuned {length}; random budgets: "
+            f"{settings.draws} draws")
 
 
 def _scores(record: FinetuneRecord) -> ConfigScores:

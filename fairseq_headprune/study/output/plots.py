@@ -71,7 +71,7 @@ def plot_head_heatmaps(
     figure.colorbar(image, ax=axes[0].tolist(), label=colorbar_label, shrink=0.9)
     if masked is not None and any(bool(m.any()) for m in masked.values()):
         title += "\n(grey, hatched: pruned heads, held at zero)"
-    figure.suptitle(title, y=1.04)
+    figure.suptitle(title, y=1.04 + 0.07 * title.count("\n"))
     save_figure(figure, path)
     plt.close(figure)
 
@@ -284,21 +284,34 @@ def plot_dynamics(rows, path: str, ylabel: str, label: str = "BLEU") -> None:
 
 def plot_recovery_curves(records, path: str, label: str, title: str) -> None:
     """The gap of each fine-tuned configuration to the control fine-tuned alike, against the updates done: one line
-    per budget (the mean over its draws, the band their spread), so that a reader sees whether it still closes."""
+    per budget (the mean over its draws, the band their spread); the right panel is the second half of the
+    fine-tune at a scale where the remaining gap shows, so that a reader sees whether it still closes."""
     plt = _pyplot()
-    figure, axis = plt.subplots(figsize=(7.5, 4.5))
-    for budget, points in recovery_curve_rows(records):  # FinetuneRecord
+    rows = recovery_curve_rows(records)  # FinetuneRecord
+    figure, (whole, late) = plt.subplots(1, 2, figsize=(12, 4.5))
+    end = max((p["updates"] for _, points in rows for p in points), default=0)
+    late_means = [p["mean"] for _, points in rows for p in points if p["updates"] >= end / 2]
+    for budget, points in rows:
         updates = [p["updates"] for p in points]
         means = np.array([p["mean"] for p in points])
         spreads = np.array([p["std"] for p in points])
-        (line,) = axis.plot(updates, means, marker="o", markersize=3, label=f"{budget} ({points[0]['draws']} draws)")
-        if any(spreads > 0):
-            axis.fill_between(updates, means - spreads, means + spreads, color=line.get_color(), alpha=0.15)
-    axis.axhline(0.0, color="black", linewidth=0.8)
-    axis.set_xlabel("fine-tuning updates")
-    axis.set_ylabel(f"{label} minus the fine-tuned control's")
-    axis.set_title(title, fontsize=8)
-    axis.legend(fontsize=7, loc="lower right")
-    axis.grid(alpha=0.3)
+        draws = points[0]["draws"]
+        for axis in (whole, late):
+            (line,) = axis.plot(updates, means, marker="o", markersize=3,
+                                label=f"{budget} ({draws} draw{'s' if draws != 1 else ''})")
+            if any(spreads > 0):
+                axis.fill_between(updates, means - spreads, means + spreads, color=line.get_color(), alpha=0.15)
+    for axis in (whole, late):
+        axis.axhline(0.0, color="black", linewidth=0.8)
+        axis.set_xlabel("fine-tuning updates")
+        axis.grid(alpha=0.3)
+    whole.set_ylabel(f"{label} minus the fine-tuned control's")
+    if late_means:
+        low, high = min(late_means), max(late_means)
+        late.set_xlim(end / 2 - 0.05 * end, end + 0.05 * end)
+        late.set_ylim(min(low, -1.0) - 1.0, max(high, 0.0) + 1.0)
+    late.set_title("the second half of the fine-tune", fontsize=8)
+    late.legend(fontsize=7, loc="lower right")
+    figure.suptitle(title, fontsize=8)
     save_figure(figure, path)
     plt.close(figure)
