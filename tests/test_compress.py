@@ -36,8 +36,9 @@ def compress(data, checkpoint, out, *options, check=True):
 
 
 def translation_run(tiny_model, out, *extra, check=True):
+    """The shared run's command (also timed and evaluated at beam 1)."""
     return compress(tiny_model["data"], tiny_model["checkpoint"], out, "--target", "flops=60%", "--export",
-                    "ctranslate2", *QUICK, *GENERATION, *extra, check=check)
+                    "ctranslate2", *QUICK, *GENERATION, "--speed-beams", "1", *extra, check=check)
 
 
 @pytest.fixture(scope="module")
@@ -132,11 +133,29 @@ def test_the_compressed_checkpoint_reloads_with_the_reported_bleu(tiny_model, co
     model_cfg = vars(torch.load(shrunk, map_location="cpu")["cfg"]["model"])
     assert model_cfg["headprune_pruned_heads"] == report["search"]["spec"]
     assert model_cfg["headprune_pruned_neurons"] == report["search"]["ffn_spec"]
+    at_beam_1 = report["evaluation"]["beams"][0]  # --speed-beams 1
     for checkpoint, key in ((shrunk, "compressed"), (tiny_model["checkpoint"], "unpruned")):
-        result = run(["fairseq-headprune", "generate", tiny_model["data"], "--path", checkpoint, "--gen-subset", "test",
-                      *GENERATION, "--required-batch-size-multiple", "1", "--cpu"])
-        line = next(line for line in result.stdout.splitlines() if "BLEU4 = " in line)
-        assert f"BLEU4 = {report['evaluation'][key]:.2f}," in line, (key, line)
+        for beam, scores in (("5", report["evaluation"]), ("1", at_beam_1)):
+            result = run(["fairseq-headprune", "generate", tiny_model["data"], "--path", checkpoint, "--gen-subset",
+                          "test", *GENERATION, "--beam", beam, "--required-batch-size-multiple", "1", "--cpu"])
+            line = next(line for line in result.stdout.splitlines() if "BLEU4 = " in line)
+            assert f"BLEU4 = {scores[key]:.2f}," in line, (key, beam, line)
+    assert at_beam_1["beam"] == 1
+    assert at_beam_1["delta"] == pytest.approx(at_beam_1["compressed"] - at_beam_1["unpruned"])
+    assert at_beam_1["delta_vs_run_beam"] == pytest.approx(at_beam_1["compressed"] - report["evaluation"]["unpruned"])
+    # the same systems timed at beam 1: like for like at that beam, and against the unpruned model at beam 5
+    run_rows = {(r["batch_size"], r["system"]): r for r in report["speed"]["rows"]}
+    beam_rows = {(r["batch_size"], r["system"]): r for r in report["speed"]["beam_rows"]}
+    assert sorted(beam_rows) == sorted(run_rows) and {r["beam"] for r in beam_rows.values()} == {1}
+    for (batch_size, system), row in beam_rows.items():
+        if row["weights"] == "compressed":
+            unpruned = system.replace("compressed", "unpruned")
+            assert row["speedup_like_for_like"] == pytest.approx(
+                beam_rows[(batch_size, unpruned)]["seconds"][0] / row["seconds"][0])
+            assert row["speedup_vs_run_beam"] == pytest.approx(
+                run_rows[(batch_size, unpruned)]["seconds"][0] / row["seconds"][0])
+    assert "## Beam sizes" in (out / "report.md").read_text()
+    assert f"beam 1\tBLEU unpruned {at_beam_1['unpruned']:.2f}" in compressed["stdout"]
 
 
 def test_the_exported_model_translates_as_the_compressed_fairseq_model(tiny_model, compressed):
@@ -388,6 +407,11 @@ def test_bad_inputs_are_one_line_and_write_nothing(tiny_model, classifier, compr
         (classifier["data"], classifier["checkpoint"], ["--target", "heads=50%", "--export", "ctranslate2",
                                                         "--out-dir", fresh],
          "--export ctranslate2: a classifier cannot be exported to CTranslate2"),
+        (data, checkpoint, ["--target", "heads=50%", "--speed-beams", "2", "0", "--out-dir", fresh],
+         "--speed-beams must be positive beam sizes, got [2, 0]"),
+        (classifier["data"], classifier["checkpoint"], ["--target", "heads=50%", "--speed-beams", "1",
+                                                        "--out-dir", fresh],
+         "--speed-beams: beam sizes are a translation model's; this checkpoint is a classifier"),
     ]
     for case_data, case_checkpoint, options, message in cases:  # in this process: the command line's own main
         try:

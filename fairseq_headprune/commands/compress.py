@@ -56,7 +56,8 @@ def compress_settings(args: argparse.Namespace) -> CompressSettings:
         drop_layers={"encoder": args.drop_encoder_layers, "decoder": args.drop_decoder_layers},
         distill=args.distill, distill_weight=args.distill_weight,
         deployment=DeploymentSettings(list(args.speed_batch_sizes), args.speed_sentences or None, args.repeats,
-                                      args.threads, precision=generation_precision(args.fairseq_args)),
+                                      args.threads, precision=generation_precision(args.fairseq_args),
+                                      beams=list(args.speed_beams)),
     )
 
 
@@ -94,6 +95,11 @@ def command_compress(args: argparse.Namespace) -> int:
           f"({evaluation.delta:+.2f}, p = {evaluation.p_value:.3g}) on {evaluation.split}"
           + ("" if evaluation.before_finetune is None else
              f"; {evaluation.before_finetune:.2f} before fine-tuning"))
+    run_beam = (report.speed.decoding or {}).get("beam")
+    for row in evaluation.beams:
+        print(f"beam {row['beam']}\t{evaluation.label} unpruned {row['unpruned']:.2f}, compressed "
+              f"{row['compressed']:.2f} ({row['delta']:+.2f}, p = {row['p_value']:.3g}); against the unpruned "
+              f"model at beam {run_beam}: {row['delta_vs_run_beam']:+.2f} (p = {row['p_value_vs_run_beam']:.3g})")
     choice = None if report.export is None else report.export.quantization_choice
     if choice is not None:
         print(f"quantization\tauto: {choice_summary(choice)}")
@@ -106,6 +112,12 @@ def command_compress(args: argparse.Namespace) -> int:
             against += f"; {stock:.2f}x the stock conversion"
         print(f"speed\tbatch {row['batch_size']}\t{row['system']}\t{row['sentences_per_second']:.1f} {unit}\t"
               f"{against}")
+    for row in report.speed.beam_rows:
+        if row["weights"] == "compressed":
+            like, run = row["speedup_like_for_like"], row["speedup_vs_run_beam"]
+            print(f"speed\tbatch {row['batch_size']}\tbeam {row['beam']}\t{row['system']}\t"
+                  f"{row['sentences_per_second']:.1f} {unit}\t{like:.2f}x like for like; {run:.2f}x the unpruned "
+                  f"model at beam {run_beam}")
     prediction = report.speedup_prediction
     if prediction and prediction["measured"]:
         print(f"predicted\tbatch {prediction['batch_size']}\t{prediction['predicted']:.2f}x by the latency table, "
@@ -223,6 +235,10 @@ def add_parser(commands) -> None:
     speed.add_argument("--repeats", type=int, default=DEFAULT_SPEED_REPEATS, metavar="N",
                        help="timed rounds after a warm-up: every system (each in its own process) decodes once "
                        f"per round, the order rotated round by round (default {DEFAULT_SPEED_REPEATS})")
+    speed.add_argument("--speed-beams", type=int, nargs="+", default=[], metavar="B",
+                       help="translation: also evaluate and time both models at these beam sizes (e.g. 1 2), the "
+                       "compressed one against the unpruned one at the same beam (like for like) and at --beam: "
+                       "after distillation a smaller beam may keep the BLEU (Kim & Rush 2016) (default: none)")
     speed.add_argument("--threads", type=int, metavar="N",
                        help="CPU threads of both engines while timing (default: torch's current setting)")
     add_importance_arguments(compress.add_argument_group("Fisher information"), method=False)

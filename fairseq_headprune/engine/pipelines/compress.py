@@ -27,6 +27,7 @@ import json
 import math
 import os
 import shutil
+import statistics
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
@@ -342,6 +343,8 @@ def _evaluate(settings: CompressSettings, stages: Stages, work: str) -> Evaluati
     baseline, rows = sweeps["unpruned"].compare({BASELINE: scores["unpruned"], "compressed": compressed},
                                                 [baseline_config(), HeadConfig("compressed", None)])
     metric, row = evaluation.metric, rows[0]
+    beams = [_at_beam(settings, family, beam, models[:2], sweeps["unpruned"], scores["unpruned"], work)
+             for beam in settings.deployment.beams]
     return EvaluationRecord(
         metric=metric.name, label=metric.label, description=metric.description,
         higher_is_better=metric.higher_is_better, split=evaluation.gen_subset, sentences=len(baseline.stats),
@@ -350,8 +353,33 @@ def _evaluate(settings: CompressSettings, stages: Stages, work: str) -> Evaluati
         ci_low=row["ci_low"], ci_high=row["ci_high"], test=evaluation.test.to_dict(),
         before_finetune=(sweeps["before_finetune"].baseline_score(scores["before_finetune"])
                          if "before_finetune" in sweeps else None),
-        extra=family.evaluation_record(scores),
+        beams=beams, extra=family.evaluation_record(scores),
     )
+
+
+def _at_beam(settings: CompressSettings, family, beam: int, models, run_sweep, run_unpruned,
+             work: str) -> Dict[str, object]:
+    """Both models evaluated at ``beam`` (their own resumable sweeps), the compressed one tested against the
+    unpruned one at that beam (like for like) and at the run's beam (what a smaller beam costs in deployment)."""
+    evaluation = settings.evaluation
+    arguments = [*evaluation.generation_args, "--beam", str(beam)]
+    sweeps, scores = {}, {}
+    for weights, checkpoint in models:
+        sweep_settings = dataclasses.replace(evaluation, checkpoint=checkpoint, generation_args=arguments,
+                                             out_dir=os.path.join(work, f"beam-{beam}", weights))
+        cfg, task, model = family.load(settings.data, checkpoint, arguments, cpu=evaluation.cpu)
+        sweeps[weights] = family.open_split_sweep(sweep_settings, cfg, task, model, evaluation.gen_subset,
+                                                  evaluation.gen_subset)
+        scores[weights] = sweeps[weights].run([baseline_config()], None)[BASELINE]
+    compressed = dataclasses.replace(scores["compressed"], name="compressed")
+    configs = [baseline_config(), HeadConfig("compressed", None)]
+    baseline, (same_beam,) = sweeps["unpruned"].compare({BASELINE: scores["unpruned"], "compressed": compressed},
+                                                        configs)
+    _, (run_beam,) = run_sweep.compare({BASELINE: run_unpruned, "compressed": compressed}, configs)
+    metric = evaluation.metric
+    return {"beam": beam, "unpruned": sweeps["unpruned"].baseline_score(baseline),
+            "compressed": same_beam[metric.column], "delta": same_beam["delta"], "p_value": same_beam["p_value"],
+            "delta_vs_run_beam": run_beam["delta"], "p_value_vs_run_beam": run_beam["p_value"]}
 
 
 def _speed(settings: CompressSettings, stages: Stages, work: str) -> SpeedRecord:
@@ -370,9 +398,28 @@ def _speed(settings: CompressSettings, stages: Stages, work: str) -> SpeedRecord
                                            arguments, deployment, device, precision,
                                            vocabulary_mapped=("unpruned", "compressed") if settings.vocabulary_map
                                            else ())
+    beam_rows = []
+    for beam in deployment.beams:  # the same systems at other beam sizes (translation: options are known)
+        at_beam, _, _ = measure_speed(family.name, checkpoints, exported, settings.data, evaluation.gen_subset,
+                                      arguments, deployment, device, precision,
+                                      options=dataclasses.replace(options, beam=beam),
+                                      vocabulary_mapped=("unpruned", "compressed") if settings.vocabulary_map
+                                      else ())
+        beam_rows += [dict(row, beam=beam, speedup_vs_run_beam=_against_run_beam(row, rows)) for row in at_beam]
     environment = {**deployment_environment(device, deployment.threads), **machine}
     return SpeedRecord(split=evaluation.gen_subset, environment=environment, settings=deployment.to_dict(),
-                       unit=family.speed_unit, decoding=None if options is None else options.to_dict(), rows=rows)
+                       unit=family.speed_unit, decoding=None if options is None else options.to_dict(), rows=rows,
+                       beam_rows=beam_rows)
+
+
+def _against_run_beam(row: Dict[str, object], run_rows: List[Dict[str, object]]) -> Optional[float]:
+    """A compressed system at another beam against the unpruned one in the same engine, compute type and map
+    setting at the run's beam, from the median seconds of both."""
+    if row["weights"] != "compressed":
+        return None
+    unpruned = row["system"].replace("compressed", "unpruned")
+    match = next((r for r in run_rows if r["system"] == unpruned and r["batch_size"] == row["batch_size"]), None)
+    return None if match is None else statistics.median(match["seconds"]) / statistics.median(row["seconds"])
 
 
 # ----------------------------------------------------------------------------- the report

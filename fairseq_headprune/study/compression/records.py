@@ -199,6 +199,9 @@ class EvaluationRecord(StageRecord):
     ci_high: Optional[float] = None
     test: Dict[str, Any] = field(default_factory=dict)
     before_finetune: Optional[float] = None
+    # --speed-beams: at each beam, both models' scores and the compressed model against the unpruned one at that
+    # beam (delta, p_value) and at the run's beam (delta_vs_run_beam, p_value_vs_run_beam)
+    beams: List[Dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -211,6 +214,9 @@ class SpeedRecord(StageRecord):
     unit: str = ""
     decoding: Optional[Dict[str, Any]] = None
     rows: List[Dict[str, Any]] = field(default_factory=list)
+    # --speed-beams: the same systems timed at other beam sizes (each row's "beam"), the compressed ones also
+    # against the unpruned model at the run's beam (speedup_vs_run_beam)
+    beam_rows: List[Dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "SpeedRecord":

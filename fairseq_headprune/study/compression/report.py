@@ -191,6 +191,36 @@ def _like_for_like_line(rows) -> str:
                                                     for system, values in by_system.items()) + ".")
 
 
+def _beams(report: CompressReport) -> List[str]:
+    """``--speed-beams``: the compressed model at other beam sizes, against the unpruned model at the same beam and
+    at the run's."""
+    evaluation, speed = report.evaluation, report.speed
+    if not evaluation.beams:
+        return []
+    run_beam = (speed.decoding or {}).get("beam")
+    label = evaluation.label
+    lines = ["", "## Beam sizes", "",
+             f"The compressed model decoded with other beam sizes than the run's ({run_beam}); each {label} tested "
+             f"against the unpruned model at the same beam and at beam {run_beam}.", "",
+             f"| beam | {label} unpruned | {label} compressed | Δ, same beam | p | "
+             f"Δ vs unpruned at beam {run_beam} | p |",
+             "|---:|---:|---:|---:|---:|---:|---:|"]
+    for row in evaluation.beams:
+        lines.append(f"| {row['beam']} | {_number(row['unpruned'])} | {_number(row['compressed'])} | "
+                     f"{row['delta']:+.2f} | {row['p_value']:.3g} | {row['delta_vs_run_beam']:+.2f} | "
+                     f"{row['p_value_vs_run_beam']:.3g} |")
+    compressed = [row for row in speed.beam_rows if row["weights"] == "compressed"]
+    if compressed:
+        lines += ["", f"| beam | batch | system | sentences/s | like for like (same beam) | vs unpruned at beam "
+                      f"{run_beam} |", "|---:|---:|---|---:|---:|---:|"]
+        for row in compressed:
+            like, run = row["speedup_like_for_like"], row["speedup_vs_run_beam"]
+            lines.append(f"| {row['beam']} | {row['batch_size']} | {row['system']} | "
+                         f"{row['sentences_per_second']:.1f} | {'' if like is None else f'{like:.2f}×'} | "
+                         f"{'' if run is None else f'{run:.2f}×'} |")
+    return lines
+
+
 def _quantization_choice(exported: Optional[ExportRecord]) -> List[str]:
     """``--quantization auto``: every compute type timed, its speed and BLEU, and the one kept."""
     choice = None if exported is None else exported.quantization_choice
@@ -231,6 +261,7 @@ def compression_report_markdown(report: CompressReport) -> str:
     if exported is not None:
         lines.append(f"- **{exported.format} model**: `{files['exported']}` ({exported.quantization}).")
     lines += _pruned_lines(report) + [""] + _quality(report) + [""] + _size(report) + [""] + _speed(report)
+    lines += _beams(report)
     lines += _quantization_choice(exported)
     lines += ["", "## Stages", "", "| stage | this run | seconds |", "|---|---|---:|"]
     for stage, status in report.stages.items():

@@ -137,11 +137,14 @@ class DeploymentSettings:
     threads: Optional[int] = None  # CPU threads of both engines (None: torch's current setting)
     option_prefix: str = "--speed-"  # how the batch sizes and sentences are named where these come from
     precision: str = "float32"  # what fairseq translates in (float16, bfloat16: fairseq's --fp16, --bf16)
+    beams: List[int] = field(default_factory=list)  # translation: also evaluated and timed at these beam sizes
 
     def __post_init__(self):
         if not self.batch_sizes or any(b < 1 for b in self.batch_sizes):
             raise SettingsError(f"{self.option_prefix}batch-sizes must be positive numbers, got {self.batch_sizes}")
         check_one_of(self.precision, PRECISIONS, "the evaluation's precision")
+        if any(beam < 1 for beam in self.beams):
+            raise SettingsError(f"--speed-beams must be positive beam sizes, got {self.beams}")
         for value, option in ((self.sentences, f"{self.option_prefix}sentences"), (self.repeats, "--repeats"),
                               (self.threads, "--threads")):
             if value is not None and value < 1:
@@ -149,7 +152,7 @@ class DeploymentSettings:
 
     def to_dict(self) -> Dict[str, object]:
         return {"batch_sizes": list(self.batch_sizes), "sentences": self.sentences, "repeats": self.repeats,
-                "threads": self.threads}
+                "threads": self.threads, **({"beams": list(self.beams)} if self.beams else {})}
 
 
 @dataclass
@@ -214,6 +217,9 @@ class CompressSettings:
         elif not self.uniform and self.target.kind == "latency" and self.export_format == CTRANSLATE2_ENGINE:
             raise SettingsError("--no-uniform: a latency target for --export ctranslate2 is priced by a table of "
                                 "whole stacks, one head count per stack; leave out --no-uniform")
+        if self.deployment.beams and family != TRANSLATION_FAMILY:
+            raise SettingsError("--speed-beams: beam sizes are a translation model's; this checkpoint is a "
+                                f"{family}")
         exported_translation = self.export_format == CTRANSLATE2_ENGINE and family == TRANSLATION_FAMILY
         if self.vocabulary_map is None:
             self.vocabulary_map = exported_translation
