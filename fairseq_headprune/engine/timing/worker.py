@@ -27,7 +27,7 @@ from typing import Dict, List, Optional
 
 from fairseq_headprune.constants import CTRANSLATE2_ENGINE as CTRANSLATE2
 from fairseq_headprune.constants import FAIRSEQ_ATTENTION
-from fairseq_headprune.errors import HeadPruneError, raised_by_the_plugin
+from fairseq_headprune.errors import CheckpointError, HeadPruneError, raised_by_the_plugin
 from fairseq_headprune.study.compression.decoding import DecodingOptions
 
 
@@ -110,8 +110,13 @@ def _ctranslate2_decoding(spec: Dict[str, object], options: DecodingOptions, thr
     device = "cuda" if spec["device"] == "cuda" and ctranslate2.get_cuda_device_count() > 0 else "cpu"
     generator = spec["family"] == "language_model"
     # the spec's precision is the compute type: a float32 directory is quantized as it loads (--quantization auto)
-    engine = (ctranslate2.Generator if generator else ctranslate2.Translator)(
-        spec["model"], device=device, compute_type=spec["precision"], intra_threads=threads, inter_threads=1)
+    try:
+        engine = (ctranslate2.Generator if generator else ctranslate2.Translator)(
+            spec["model"], device=device, compute_type=spec["precision"], intra_threads=threads, inter_threads=1)
+    except (RuntimeError, ValueError) as error:
+        # the engine's C++ errors have no Python frame of their own, so they would read as the plugin's bug:
+        # a directory it cannot load is input, reported in one line
+        raise CheckpointError(f"CTranslate2 cannot load {spec['model']}: {error}") from error
     # fairseq's --min-len 1 (its default) is CTranslate2's default too; a longer minimum is passed on
     lengths = {"min_decoding_length": options.min_len} if options.min_len > 1 else {}
     batches: Dict[int, Dict[str, List]] = {}
