@@ -230,6 +230,11 @@ def test_compress_removes_decoder_layers_and_fine_tunes_on_distilled_targets(tin
     assert compared[1] == 120 and compared[5] >= 100, compared
     markdown = (out / "report.md").read_text()
     assert "**Whole layers removed** first" in markdown and "sequence-level distillation" in markdown
+    # the size table starts from the shallower model, and the report says so with its count
+    kept = layers["parameters"]["kept"]
+    table_total = next(row for row in report["shrink"]["report"] if row.startswith("total")).split("\t")
+    assert int(table_total[1]) == kept < report["shrink"]["parameters"]["unpruned"] == layers["parameters"]["unpruned"]
+    assert f"took the model to {kept:,} parameters" in markdown
 
 
 @pytest.mark.parametrize("options, message", [

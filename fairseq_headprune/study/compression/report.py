@@ -110,11 +110,19 @@ def _size(report: CompressReport) -> List[str]:
     shrink = report.shrink
     parameters = shrink.parameters
     removed = 1.0 - parameters["compressed"] / parameters["unpruned"]
+    layers = report.layers
+    by_part = "By part:"
+    if layers is not None and layers.parameters.get("kept"):
+        # the shrink stage's table starts from the shallower model: say so, and what the layers took first
+        kept = layers.parameters["kept"]
+        by_part = (f"Removing `{layers.spec}` first took the model to {_count(kept)} parameters "
+                   f"({1.0 - kept / parameters['unpruned']:.1%} fewer); the table, by part, starts from that "
+                   f"shallower model and shows what the search removed from it:")
     lines = [
         "## Size",
         "",
         f"{_count(parameters['unpruned'])} parameters unpruned, {_count(parameters['compressed'])} compressed "
-        f"({removed:.1%} fewer; shared embeddings counted once). By part:",
+        f"({removed:.1%} fewer; shared embeddings counted once). {by_part}",
         "",
     ]
     rows = [line.split("\t") for line in shrink.report]
