@@ -109,7 +109,7 @@ def main():
                 ratios["speedup_shrunk_vs_fairseq_path"] = median["shrunk" + FAIRSEQ_PATH] / median["shrunk"]
                 same["masked_fairseq_path"] = outputs["masked"] == outputs["masked" + FAIRSEQ_PATH]
                 same["shrunk_fairseq_path"] = outputs["shrunk"] == outputs["shrunk" + FAIRSEQ_PATH]
-            print(f"      masked/unpruned {ratios['masked_vs_unpruned']:.2f}x (goal <= 1.05x); "
+            print(f"      masked/unpruned {ratios['masked_vs_unpruned']:.2f}x; "
                   f"shrunk faster than unpruned: {ratios['speedup_shrunk_vs_unpruned']:.2f}x in total time, "
                   f"{ratios['speedup_shrunk_vs_unpruned_per_token']:.2f}x per output token "
                   f"(output tokens: unpruned {tokens['unpruned']}, pruned {tokens['shrunk']}); "
