@@ -1,5 +1,8 @@
 """The report's verdicts on the papers' findings follow from the numbers, by the stated rules."""
 
+import numpy
+import pytest
+
 from fairseq_headprune.study.output.findings import markdown_findings, paper_findings
 
 
@@ -153,6 +156,26 @@ def test_table1_is_judged_against_the_unpruned_model_and_the_control_with_its_ev
     assert control.verdict == "no" and "-1.50 BLEU" in control.study  # 49.5 - 51: beyond 1 BLEU, curve flat
     assert unpruned.evidence == ("fine-tuned 500 updates = 10.2 epochs (the model trained 490 updates, 10 epochs; "
                                  "the paper: 30 epochs); 3 draws (the paper: 3)")
+    # the spread over draws is the sample standard deviation, as the budgets' console prints it
+    sample_std = f"std {numpy.std([49.5, 49.6, 49.4], ddof=1):.2f})"
+    assert sample_std == "std 0.10)" and sample_std in unpruned.study and sample_std in control.study
+
+
+def test_the_recovery_curve_table_gives_the_sample_standard_deviation_over_draws():
+    from fairseq_headprune.study.budhraja.records import FinetuneRecord
+    from fairseq_headprune.study.budhraja.report import recovery_curve_rows
+
+    finals = (49.5, 49.6, 49.4)
+    records = level_records(after=finals, curve=None)
+    for data, final in zip(records[1:], finals):
+        data["curve"] = points(40.0 + final - 49.5, final)
+        for point in data["curve"]:
+            point["gap_vs_control"] = point["score"] - 51.0
+    (budget, rows), = recovery_curve_rows([FinetuneRecord.from_dict(data) for data in records])
+    gaps = [final - 51.0 for final in finals]
+    assert budget == "60%" and rows[-1]["draws"] == 3
+    assert rows[-1]["mean"] == pytest.approx(numpy.mean(gaps)) and rows[-1]["std"] == pytest.approx(
+        numpy.std(gaps, ddof=1))
 
 
 def test_a_short_finetune_or_fewer_draws_than_the_paper_are_inconclusive():

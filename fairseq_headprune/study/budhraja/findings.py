@@ -67,7 +67,7 @@ def _mean(values: Sequence[float]) -> float:
 
 
 def _spread(members: Sequence[FinetuneRecord]) -> float:
-    return statistics.pstdev([r.score_after for r in members]) if len(members) > 1 else 0.0
+    return statistics.stdev([r.score_after for r in members]) if len(members) > 1 else 0.0
 
 
 class Evidence:

@@ -52,7 +52,7 @@ def recovery_curve_rows(records: Sequence[FinetuneRecord]) -> List[Tuple[str, Li
             if any(gap is None for gap in gaps):
                 continue
             points.append({"updates": point.updates, "mean": statistics.mean(gaps),
-                           "std": statistics.pstdev(gaps), "draws": len(gaps)})
+                           "std": statistics.stdev(gaps) if len(gaps) > 1 else 0.0, "draws": len(gaps)})
         if points:
             rows.append((budget, points))
     return rows
