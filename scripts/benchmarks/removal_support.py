@@ -17,7 +17,6 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 
 from fairseq_headprune.constants import FAIRSEQ_ATTENTION, FUSED_ATTENTION
-from fairseq_headprune.engine.checkpoints.shrink import shrink_checkpoint
 from fairseq_headprune.engine.timing.isolated import FAIRSEQ, SystemSpec
 from fairseq_headprune.study.importance.scores import read_importance_file
 from fairseq_headprune.study.masks.head_mask import HeadLayout, HeadMask, full_mask, head_mask_to_spec
@@ -42,6 +41,9 @@ def heads_to_remove(layout: HeadLayout, count: int, importance_file: Optional[st
 def shrunk_checkpoint(path: str, layout: HeadLayout, fraction: float, importance_file: Optional[str], seed: int,
                       workdir: str) -> Tuple[List[Head], HeadMask, str, str]:
     """The heads removed, their mask and spec, and the checkpoint ``shrink`` writes without them."""
+    # imported here: fairseq's import logs at INFO before the command has set its logging up
+    from fairseq_headprune.engine.checkpoints.shrink import shrink_checkpoint
+
     total = sum(layers * heads for layers, heads in layout.values())
     removed = heads_to_remove(layout, math.ceil(fraction * total), importance_file, seed)
     head_mask = full_mask(layout)
