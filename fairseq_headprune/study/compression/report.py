@@ -3,7 +3,7 @@
 from typing import List, Optional
 
 from fairseq_headprune.constants import TRANSLATION_FAMILY
-from fairseq_headprune.study.compression.records import CompressReport, ExportRecord
+from fairseq_headprune.study.compression.records import VMAP_SUFFIX, CompressReport, ExportRecord
 
 
 def _number(value: Optional[float], digits: int = 2) -> str:
@@ -158,6 +158,9 @@ def _speed(report: CompressReport) -> List[str]:
     headline = _like_for_like_line(speed.rows)
     if headline:
         lines += [headline, ""]
+    sources = _speed_sources(speed.rows)
+    if sources:
+        lines += sources + [""]
     lines += [
         f"| batch | system | {unit}/s | tokens/s | vs fairseq unpruned | like for like | vs the stock conversion | "
         + ("BLEU | " if translation else "") + "same outputs |",
@@ -197,6 +200,34 @@ def _like_for_like_line(rows) -> str:
     return ("**Like for like** (against the unpruned model in the same engine, compute type and vocabulary-map "
             "setting, the same beam): " + "; ".join(f"{system} {', '.join(values)}"
                                                     for system, values in by_system.items()) + ".")
+
+
+def _speed_sources(rows) -> List[str]:
+    """Where the speed-up over fairseq's unpruned model comes from, step by step, each factor a ratio of two
+    measured rows of one batch size: CTranslate2 (the unpruned model converted as it is), its vocabulary map (the
+    unpruned model with and without), and compressing (like for like, with the map); their product is the
+    compressed model with its map against fairseq's unpruned model."""
+    lines = []
+    for batch_size in sorted({row["batch_size"] for row in rows}):
+        at = {row["system"]: row for row in rows if row["batch_size"] == batch_size}
+        fairseq = at.get("fairseq unpruned")
+        for system, row in at.items():
+            if row["weights"] != "compressed" or row["engine"] != "ctranslate2" or not system.endswith(VMAP_SUFFIX):
+                continue
+            stock = at.get(f"ct2 unpruned {row['precision']}")
+            mapped = at.get(f"ct2 unpruned {row['precision']}{VMAP_SUFFIX}")
+            if fairseq is None or stock is None or mapped is None:
+                continue
+            engine = stock["sentences_per_second"] / fairseq["sentences_per_second"]
+            vocabulary_map = mapped["sentences_per_second"] / stock["sentences_per_second"]
+            compressing = row["sentences_per_second"] / mapped["sentences_per_second"]
+            lines.append(f"- batch {batch_size}, `{system}`: CTranslate2 {engine:.2f}× (the unpruned model converted "
+                         f"as it is) × its vocabulary map {vocabulary_map:.2f}× (the unpruned model with and without) "
+                         f"× compressing {compressing:.2f}× (like for like) = "
+                         f"{engine * vocabulary_map * compressing:.2f}× fairseq's unpruned model.")
+    if not lines:
+        return []
+    return ["**Where the speed-up comes from**, each factor the ratio of two rows below:", "", *lines]
 
 
 def _beams(report: CompressReport) -> List[str]:
