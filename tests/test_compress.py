@@ -10,6 +10,7 @@ model) and the bad inputs, each one line with nothing written.
 
 import json
 import os
+import statistics
 
 import pytest
 import torch
@@ -97,14 +98,14 @@ def test_a_run_writes_its_report(tiny_model, compressed):
         assert text in markdown, text
     assert (f"BLEU\tunpruned {evaluation['unpruned']:.2f}, compressed {evaluation['compressed']:.2f}"
             in compressed["stdout"])
-    # where the speed-up comes from: engine x map x compressing, each a ratio of two timed rows, whose product is
-    # the compressed model with its map against fairseq's unpruned model
+    # where the speed-up comes from: engine x map x compressing, each a ratio of two systems' timed seconds, whose
+    # product is the compressed model with its map against fairseq's unpruned model
     for batch_size in (1, 8):
-        by_system = {r["system"]: r["sentences_per_second"] for r in rows if r["batch_size"] == batch_size}
-        engine = by_system["ct2 unpruned float32"] / by_system["fairseq unpruned"]
-        vocabulary_map = by_system["ct2 unpruned float32 vmap"] / by_system["ct2 unpruned float32"]
-        compressing = by_system["ct2 compressed float32 vmap"] / by_system["ct2 unpruned float32 vmap"]
-        total = by_system["ct2 compressed float32 vmap"] / by_system["fairseq unpruned"]
+        seconds = {r["system"]: statistics.median(r["seconds"]) for r in rows if r["batch_size"] == batch_size}
+        engine = seconds["fairseq unpruned"] / seconds["ct2 unpruned float32"]
+        vocabulary_map = seconds["ct2 unpruned float32"] / seconds["ct2 unpruned float32 vmap"]
+        compressing = seconds["ct2 unpruned float32 vmap"] / seconds["ct2 compressed float32 vmap"]
+        total = seconds["fairseq unpruned"] / seconds["ct2 compressed float32 vmap"]
         assert (f"- batch {batch_size}, `ct2 compressed float32 vmap`: CTranslate2 {engine:.2f}× (the unpruned model "
                 f"converted as it is) × its vocabulary map {vocabulary_map:.2f}× (the unpruned model with and without) "
                 f"× compressing {compressing:.2f}× (like for like) = {total:.2f}× fairseq's unpruned model."

@@ -394,17 +394,14 @@ def _speed(settings: CompressSettings, stages: Stages, work: str) -> SpeedRecord
     exported = {} if export is None or not family.times_exported_models else {  # decoding is timed: translation
         (name, export.quantization): stages.path("export", name) for name in ("unpruned", "compressed")
         if name in export.models}
+    mapped = ("unpruned", "compressed") if settings.vocabulary_map else ()
     rows, options, machine = measure_speed(family.name, checkpoints, exported, settings.data, evaluation.gen_subset,
-                                           arguments, deployment, device, precision,
-                                           vocabulary_mapped=("unpruned", "compressed") if settings.vocabulary_map
-                                           else ())
+                                           arguments, deployment, device, precision, vocabulary_mapped=mapped)
     beam_rows = []
     for beam in deployment.beams:  # the same systems at other beam sizes (translation: options are known)
         at_beam, _, _ = measure_speed(family.name, checkpoints, exported, settings.data, evaluation.gen_subset,
                                       arguments, deployment, device, precision,
-                                      options=dataclasses.replace(options, beam=beam),
-                                      vocabulary_mapped=("unpruned", "compressed") if settings.vocabulary_map
-                                      else ())
+                                      options=dataclasses.replace(options, beam=beam), vocabulary_mapped=mapped)
         beam_rows += [dict(row, beam=beam, speedup_vs_run_beam=_against_run_beam(row, rows)) for row in at_beam]
     environment = {**deployment_environment(device, deployment.threads), **machine}
     return SpeedRecord(split=evaluation.gen_subset, environment=environment, settings=deployment.to_dict(),

@@ -50,6 +50,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 from fairseq_headprune.study.budhraja.budgets import ONE_HEAD_PER_LAYER
 from fairseq_headprune.study.budhraja.records import FinetuneRecord
 from fairseq_headprune.study.output.finding import INCONCLUSIVE, Finding, verdict_of
+from fairseq_headprune.study.pruning.curves import mean_and_std
 
 Load = Callable[[str], Optional[object]]
 RESULTS = ("pruning/finetune/results.json",)
@@ -67,7 +68,7 @@ def _mean(values: Sequence[float]) -> float:
 
 
 def _spread(members: Sequence[FinetuneRecord]) -> float:
-    return statistics.stdev([r.score_after for r in members]) if len(members) > 1 else 0.0
+    return mean_and_std([r.score_after for r in members])[1]
 
 
 class Evidence:

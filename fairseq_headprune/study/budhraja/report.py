@@ -1,10 +1,10 @@
 """The report's section on configurations fine-tuned after pruning (Budhraja et al. 2020's protocol): the table of
 every configuration before and after, its tests against both baselines, and the recovery curves' table."""
 
-import statistics
 from typing import Dict, List, Sequence, Tuple
 
 from fairseq_headprune.study.budhraja.records import FinetuneRecord
+from fairseq_headprune.study.pruning.curves import mean_and_std
 
 FINETUNE_RESULTS = "pruning/finetune/results.json"
 
@@ -51,8 +51,8 @@ def recovery_curve_rows(records: Sequence[FinetuneRecord]) -> List[Tuple[str, Li
             gaps = [m.curve[index].gap_vs_control for m in members if len(m.curve) > index]
             if any(gap is None for gap in gaps):
                 continue
-            points.append({"updates": point.updates, "mean": statistics.mean(gaps),
-                           "std": statistics.stdev(gaps) if len(gaps) > 1 else 0.0, "draws": len(gaps)})
+            mean, std = mean_and_std(gaps)
+            points.append({"updates": point.updates, "mean": mean, "std": std, "draws": len(gaps)})
         if points:
             rows.append((budget, points))
     return rows

@@ -203,28 +203,20 @@ def _like_for_like_line(rows) -> str:
 
 
 def _speed_sources(rows) -> List[str]:
-    """Where the speed-up over fairseq's unpruned model comes from, step by step, each factor a ratio of two
-    measured rows of one batch size: CTranslate2 (the unpruned model converted as it is), its vocabulary map (the
-    unpruned model with and without), and compressing (like for like, with the map); their product is the
-    compressed model with its map against fairseq's unpruned model."""
+    """Where the speed-up over fairseq's unpruned model comes from, step by step, for each compressed model timed
+    with its vocabulary map: CTranslate2 (the unpruned model converted as it is), its vocabulary map (the unpruned
+    model with and without), and compressing (like for like). Each factor is a quotient of the row's own speed-ups,
+    so their product is its speed-up over fairseq's unpruned model."""
     lines = []
-    for batch_size in sorted({row["batch_size"] for row in rows}):
-        at = {row["system"]: row for row in rows if row["batch_size"] == batch_size}
-        fairseq = at.get("fairseq unpruned")
-        for system, row in at.items():
-            if row["weights"] != "compressed" or row["engine"] != "ctranslate2" or not system.endswith(VMAP_SUFFIX):
-                continue
-            stock = at.get(f"ct2 unpruned {row['precision']}")
-            mapped = at.get(f"ct2 unpruned {row['precision']}{VMAP_SUFFIX}")
-            if fairseq is None or stock is None or mapped is None:
-                continue
-            engine = stock["sentences_per_second"] / fairseq["sentences_per_second"]
-            vocabulary_map = mapped["sentences_per_second"] / stock["sentences_per_second"]
-            compressing = row["sentences_per_second"] / mapped["sentences_per_second"]
-            lines.append(f"- batch {batch_size}, `{system}`: CTranslate2 {engine:.2f}× (the unpruned model converted "
-                         f"as it is) × its vocabulary map {vocabulary_map:.2f}× (the unpruned model with and without) "
-                         f"× compressing {compressing:.2f}× (like for like) = "
-                         f"{engine * vocabulary_map * compressing:.2f}× fairseq's unpruned model.")
+    for row in rows:
+        total, like, stock = (row["speedup_vs_fairseq_unpruned"], row["speedup_like_for_like"],
+                              row["speedup_vs_stock_conversion"])
+        if not row["system"].endswith(VMAP_SUFFIX) or None in (total, like, stock):
+            continue
+        lines.append(f"- batch {row['batch_size']}, `{row['system']}`: CTranslate2 {total / stock:.2f}× (the unpruned "
+                     f"model converted as it is) × its vocabulary map {stock / like:.2f}× (the unpruned model with "
+                     f"and without) × compressing {like:.2f}× (like for like) = {total:.2f}× fairseq's unpruned "
+                     f"model.")
     if not lines:
         return []
     return ["**Where the speed-up comes from**, each factor the ratio of two rows below:", "", *lines]
