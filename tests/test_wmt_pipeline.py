@@ -9,6 +9,7 @@ format and architecture at tiny dimensions.
 import json
 import os
 import re
+import subprocess
 
 import pytest
 
@@ -118,3 +119,48 @@ def test_offline_preparation_stops_on_a_missing_file(wmt_dir, tmp_path):
     result = run(["bash", REPO / "scripts" / "reproductions" / "prepare_wmt14_en_fr.sh", empty],
                  env={"OFFLINE": "1"}, check=False)
     assert result.returncode == 1 and "OFFLINE=1 and" in result.stderr and "is missing" in result.stderr
+
+
+def test_figures_3_and_4_and_the_report_in_the_users_own_environment(wmt_dir, tmp_path):
+    """wmt_pruning.sh with VENV=system (the python3 on PATH as it is, as on a GPU cluster): importance estimated
+    where missing, Figure 3's and Figure 4's curves on newstest2013, report.md; a curve's BLEU is
+    fairseq-generate's under the same mask."""
+    study = tmp_path / "wmt14"
+    result = run(["bash", REPO / "scripts" / "reproductions" / "wmt_pruning.sh", wmt_dir, study],
+                 env={"VENV": "system", "IMPORTANCE_SUBSETS": "mtnt", "MAX_TOKENS": "4000",
+                      "EXTRA_ARGS": "--no-progress"})
+    assert "precision fp32" in result.stderr  # no GPU: fp32 by default
+    with open(study / "importance" / "importance.json") as stream:
+        assert json.load(stream)["settings"]["subsets"] == ["mtnt"]
+    with open(study / "pruning" / "prune_steps.all.json") as stream:
+        steps = json.load(stream)
+    assert steps["settings"]["split"] == "newstest2013" and steps["settings"]["step_percent"] == 10.0
+    rows = [row for row in steps["rows"] if row["order"] == "importance"]
+    assert [row["pruned"] for row in rows][:3] == [0, 3, 5]  # 10% steps of 24 heads, rounded up
+    row = rows[2]
+    generated = run(["fairseq-generate", os.path.join(wmt_dir, "bin"), "--path",
+                     os.path.join(wmt_dir, "bundle", "model.pt"), "--user-dir", USER_DIR,
+                     "--task", "fairseq-headprune", "--gen-subset", "newstest2013", "--beam", "5",
+                     "--lenpen", "1", "--remove-bpe", "--max-tokens", "4000", "--head-mask", row["spec"],
+                     "--required-batch-size-multiple", "1"])
+    assert round(row["bleu"], 2) == float(re.search(r"BLEU4 = ([\d.]+)", generated.stdout).group(1))
+    for scope in ("enc-enc", "enc-dec", "dec-dec"):
+        with open(study / "pruning" / f"prune_steps.{scope}.json") as stream:
+            assert {row["scope"] for row in json.load(stream)["rows"]} == {scope}
+    report = (study / "report.md").read_text()
+    assert "prun" in report.lower() and "importance" in report.lower()
+
+
+def test_wmt_scripts_name_what_is_wrong_in_one_line(wmt_dir, tmp_path):
+    script = REPO / "scripts" / "reproductions" / "wmt_pruning.sh"
+    result = run(["bash", script, wmt_dir, tmp_path / "s"], env={"PRECISION": "fp16"}, check=False)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "PRECISION=fp16 needs a GPU, and torch sees none (PRECISION=fp32 on a CPU)")
+    # VENV=system with a python3 that cannot import the plugin: one line, exit 1
+    env = dict(os.environ, VENV="system", PATH="/usr/bin:/bin")
+    result = subprocess.run(["bash", str(script), wmt_dir, str(tmp_path / "s")], env=env, capture_output=True,
+                            text=True, cwd=REPO)
+    assert result.returncode == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("setup_env.sh: error: VENV=system, but ") and "cannot import fairseq_headprune" in line

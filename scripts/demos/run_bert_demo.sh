@@ -26,7 +26,7 @@ Seeded, on a fixed number of CPU threads with the CPU kernels' instruction set
 pinned, as scripts/demos/run_demo.sh: two runs on one machine print the same tables.
 
 environment:
-  VENV       virtual environment to use (default: REPO/.venv)
+  VENV       virtual environment (default: REPO/.venv); system: the python3 on PATH as it is
   THREADS    CPU threads for training and every study (default 2)
   RANKS      processes the sweeps are sharded over with torchrun (default 2; 1: no torchrun)
   LAYERS=6 HEADS=8 EMBED_DIM=128 FFN_DIM=256   the model

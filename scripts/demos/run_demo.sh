@@ -28,7 +28,7 @@ faster than one process on 2 threads); every configuration's translation is
 the one a single process makes.
 
 environment:
-  VENV       virtual environment to use (default: REPO/.venv)
+  VENV       virtual environment (default: REPO/.venv); system: the python3 on PATH as it is
   THREADS    CPU threads for training and every study (default 2)
   RANKS      processes the sweeps are sharded over with torchrun (default 2; 1: no torchrun)
   EPOCHS_STUDIED  epoch checkpoints of the training-dynamics study (default 3-5,7,10: epochs 1-2 translate nothing yet)

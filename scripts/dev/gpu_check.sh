@@ -36,12 +36,8 @@ USAGE
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 out_dir=${1:-$repo/results/gpu-check}
 demo_dir=${DEMO_DIR:-$repo/results/demo}
-if [[ ${VENV:-} == system ]]; then
-  python() { python3 "$@"; }
-else
-  # shellcheck disable=SC1091
-  source "$repo/scripts/dev/setup_env.sh"
-fi
+# shellcheck disable=SC1091  # VENV=system: the python3 on PATH as it is
+source "$repo/scripts/dev/setup_env.sh"
 steps=" ${STEPS:-tests ablation-fp32 ablation-fp16 ablation-bf16 speed} "
 wanted() { [[ $steps == *" $1 "* ]]; }
 cd "$repo"

@@ -16,7 +16,7 @@ per process at a time, so a file's module fixtures are built once); the trained
 models are built once per session and shared by every worker.
 
 environment:
-  VENV                  virtual environment to use (default: REPO/.venv)
+  VENV                  virtual environment (default: REPO/.venv); system: the python3 on PATH as it is
   HEADPRUNE_TEST_CACHE  directory to keep the tiny test models between runs
   TEST_WORKERS          test processes (default: 2; 0 runs everything in this one)
   OMP_NUM_THREADS       threads of each test process (default with workers: 1)

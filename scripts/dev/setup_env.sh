@@ -3,6 +3,9 @@
 # exact versions of constraints.txt. Run it, or source it to get the environment activated:
 #   source scripts/dev/setup_env.sh
 # Sourcing leaves your shell's options as they were.
+#
+# VENV=system uses the python3 on PATH as it is (a cluster's CUDA environment, a machine
+# without network): nothing is created or installed, fairseq-headprune must import there.
 
 _headprune_setup() (
   set -euo pipefail
@@ -25,7 +28,16 @@ _headprune_setup() (
   fi
 )
 
-_headprune_setup || { echo "setup_env.sh: installation failed" >&2; return 1 2>/dev/null || exit 1; }
-unset -f _headprune_setup
-# shellcheck disable=SC1091
-source "${VENV:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/.venv}/bin/activate"
+if [[ ${VENV:-} == system ]]; then
+  unset -f _headprune_setup
+  if ! python3 -c "import fairseq_headprune, fairseq" 2>/dev/null; then
+    echo "setup_env.sh: error: VENV=system, but $(command -v python3 || echo python3) cannot import fairseq_headprune and fairseq (pip install -e REPO[fairseq,ctranslate2] there, or leave VENV unset)" >&2
+    return 1 2>/dev/null || exit 1
+  fi
+  command -v python > /dev/null || python() { python3 "$@"; }
+else
+  _headprune_setup || { echo "setup_env.sh: installation failed" >&2; return 1 2>/dev/null || exit 1; }
+  unset -f _headprune_setup
+  # shellcheck disable=SC1091
+  source "${VENV:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/.venv}/bin/activate"
+fi

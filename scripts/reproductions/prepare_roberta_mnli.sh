@@ -25,7 +25,7 @@ The label dictionary is written in the order the released model's head predicts
 training labels, with which it was fine-tuned). Then: scripts/reproductions/study_roberta_mnli.sh.
 
 environment:
-  VENV          virtual environment to use (default: REPO/.venv)
+  VENV          virtual environment (default: REPO/.venv); system: the python3 on PATH as it is
   OFFLINE=1     never download: bundle/ and raw/MNLI/ must be in place (without
                 bundle/model.pt only the data is prepared)
   MODEL_URL     default: $default_model_url

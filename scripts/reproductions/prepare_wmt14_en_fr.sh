@@ -17,7 +17,7 @@ Test sets: newstest2009-2014 (sacreBLEU's wmt09-wmt13, wmt14/full) and mtnt (MTN
 See data/README.md for sources, sizes and which study uses what.
 
 environment:
-  VENV        virtual environment to use (default: REPO/.venv)
+  VENV        virtual environment (default: REPO/.venv); system: the python3 on PATH as it is
   OFFLINE=1   never download: every download must already be in place (bundle/ and raw/)
   BUNDLE_URL  default: $default_bundle_url
   MTNT_URL    default: $default_mtnt_url

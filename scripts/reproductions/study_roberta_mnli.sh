@@ -22,7 +22,7 @@ released model has no training checkpoints: the dynamics study needs a model you
 fine-tune yourself (prepare with TRAIN=1, then scripts/train/train_classifier.sh).
 
 environment:
-  VENV         virtual environment to use (default: REPO/.venv)
+  VENV         virtual environment (default: REPO/.venv); system: the python3 on PATH as it is
   THREADS      CPU threads (default 2); RANKS: processes the sweeps are sharded over
                with torchrun (default 1; on N GPUs: N, rank r on cuda:r)
   BATCH_SIZE   examples per batch in the sweeps (default 32)

@@ -16,10 +16,11 @@ resamples, p < 0.01. After each study the paper's figures are printed for
 comparison.
 
 environment:
-  VENV               virtual environment to use (default: REPO/.venv)
+  VENV               virtual environment (default: REPO/.venv); system: the python3 on PATH as it is
   MAX_TOKENS         tokens per batch (default: 8000; GPU-sized)
   CONFIGS_PER_BATCH  masked configurations translated together (default: 2)
   TEST               bootstrap (default) or compare-mt (the paper's tool)
+  PRECISION          fp16 (default on a GPU), bf16, or fp32 (default on a CPU)
   EXTRA_ARGS         further fairseq-headprune ablate / fairseq-generate options
 USAGE
 }
@@ -28,18 +29,16 @@ USAGE
 [[ $# -ge 2 ]] || { usage >&2; exit 2; }
 wmt_dir=$1 out_dir=$2; shift 2
 studies=${*:-single all-but-one appendix-a cross-domain}
-[[ -f "$wmt_dir/bundle/model.pt" ]] || { echo "no $wmt_dir/bundle/model.pt: run scripts/reproductions/prepare_wmt14_en_fr.sh $wmt_dir first" >&2; exit 1; }
-
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # shellcheck disable=SC1091
-source "$repo/scripts/dev/setup_env.sh"
+source "$repo/scripts/reproductions/wmt_common.sh"
 
 ablate() {  # OUT_SUBDIR [ablate options...]
   local dir=$1; shift
   # shellcheck disable=SC2086  # EXTRA_ARGS is a list of options
-  fairseq-headprune ablate "$wmt_dir/bin" --path "$wmt_dir/bundle/model.pt" --out-dir "$out_dir/$dir" \
+  fairseq-headprune ablate "$wmt_dir/bin" --path "$model" --out-dir "$out_dir/$dir" \
     --beam 5 --lenpen 1 --remove-bpe --max-tokens "${MAX_TOKENS:-8000}" \
-    --configs-per-batch "${CONFIGS_PER_BATCH:-2}" --test "${TEST:-bootstrap}" --samples 1000 "$@" ${EXTRA_ARGS:-}
+    --configs-per-batch "${CONFIGS_PER_BATCH:-2}" --test "${TEST:-bootstrap}" --samples 1000 "${precision_flags[@]}" "$@" ${EXTRA_ARGS:-}
 }
 
 for study in $studies; do

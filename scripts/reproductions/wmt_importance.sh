@@ -11,11 +11,13 @@ OUT_DIR   importance.json/.tsv/.png are written here
 
 The paper estimates I_h on newstest2009-2012 (sentence level, the training
 loss). Add --loss-ablation to EXTRA_ARGS to also measure each head's loss
-increase when masked alone (288 passes over the sets).
+increase when masked alone (288 passes over the sets). I_h is estimated in
+fp32 on any device (docs/importance.md).
 
 environment:
-  VENV        virtual environment to use (default: REPO/.venv)
+  VENV        virtual environment (default: REPO/.venv); system: the python3 on PATH as it is
   MAX_TOKENS  tokens per batch (default: 4000; GPU-sized)
+  IMPORTANCE_SUBSETS  the sets I_h is estimated on (default: newstest2009 ... newstest2012)
   EXTRA_ARGS  further fairseq-headprune importance options
 USAGE
 }
@@ -23,13 +25,12 @@ USAGE
 [[ ${1:-} == -h || ${1:-} == --help ]] && { usage; exit 0; }
 [[ $# -eq 2 ]] || { usage >&2; exit 2; }
 wmt_dir=$1 out_dir=$2
-[[ -f "$wmt_dir/bundle/model.pt" ]] || { echo "no $wmt_dir/bundle/model.pt: run scripts/reproductions/prepare_wmt14_en_fr.sh $wmt_dir first" >&2; exit 1; }
-
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # shellcheck disable=SC1091
-source "$repo/scripts/dev/setup_env.sh"
+source "$repo/scripts/reproductions/wmt_common.sh"
 
-# shellcheck disable=SC2086  # EXTRA_ARGS is a list of options
-fairseq-headprune importance "$wmt_dir/bin" --path "$wmt_dir/bundle/model.pt" \
-  --importance-subset newstest2009 newstest2010 newstest2011 newstest2012 --out-dir "$out_dir" \
+subsets=${IMPORTANCE_SUBSETS:-newstest2009 newstest2010 newstest2011 newstest2012}
+# shellcheck disable=SC2086  # EXTRA_ARGS and subsets are lists
+fairseq-headprune importance "$wmt_dir/bin" --path "$model" \
+  --importance-subset $subsets --out-dir "$out_dir" \
   --max-tokens "${MAX_TOKENS:-4000}" ${EXTRA_ARGS:-}

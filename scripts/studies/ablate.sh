@@ -13,7 +13,7 @@ OUT_DIR   results directory; an interrupted run continues where it stopped
 TYPE      enc-enc, enc-dec or dec-dec (default: all three)
 
 environment:
-  VENV            virtual environment to use (default: REPO/.venv)
+  VENV            virtual environment (default: REPO/.venv); system: the python3 on PATH as it is
   GEN_ARGS        fairseq-generate options (default: "--beam 5 --lenpen 1 --batch-size 128")
   BLEU            tokenized (default) or sacrebleu
   TEST            bootstrap (default), compare-mt, sacrebleu-bs or sacrebleu-ar

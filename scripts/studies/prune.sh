@@ -14,7 +14,7 @@ OUT_DIR   results directory; an interrupted run continues where it stopped. Run
           prune_curves.md then hold every scope.
 
 environment:
-  VENV               virtual environment to use (default: REPO/.venv)
+  VENV               virtual environment (default: REPO/.venv); system: the python3 on PATH as it is
   ORDERS             pruning orders (default: importance,iterative,random, plus
                      ablation when ABLATION is set)
   ABLATION           single.json of ablate --mode single (the paper's dashed lines)
