@@ -115,12 +115,13 @@ def main():
     torch.set_num_threads(args.threads)
 
     from fairseq_headprune import cli
+
+    cli.quiet_libraries()  # before fairseq is imported: its import logs notices the table does not need
     from fairseq_headprune.engine.compression.deployment import deployment_environment, measure_speed
     from fairseq_headprune.errors import HeadPruneError
     from fairseq_headprune.study.compression.decoding import DecodingOptions
     from fairseq_headprune.study.compression.settings import DeploymentSettings
 
-    cli.quiet_libraries()
     work = args.work or tempfile.mkdtemp(prefix="benchmark-deploy-")
     os.makedirs(work, exist_ok=True)
     compressed, exported = prepare_models(args, work)
