@@ -216,3 +216,15 @@ def test_finetuning_settings_name_the_option_to_correct(tmp_path):
     assert FinetuneSettings(updates=500).curve_stops() == [("update", u) for u in (40, 100, 200, 500)]
     assert FinetuneSettings(updates=300, curve=[250, 50]).curve_stops() == [("update", u) for u in (50, 250, 300)]
     assert FinetuneSettings(updates=300, curve=[]).curve_stops() == [] == FinetuneSettings().curve_stops()
+
+
+def test_the_fine_tuning_plan_states_each_configurations_time_at_the_checkpoints_speed():
+    """``prune``'s plan line: 40 updates at 0.192 s/update (600 s for 3,125 updates) are 8 s each, 13 of them 2 min;
+    600 updates at 1.86 s/update are 19 min each."""
+    from fairseq_headprune.study.budhraja.finetune_plan import TrainingHistory, plan_line
+
+    line = plan_line(25, 13, 40, 0, 2, TrainingHistory(3125, 5, 600.0))
+    assert line.startswith("fine-tuning 25 configurations, 40 updates (0.1 epochs) each, scored at 2 points")
+    assert line.endswith("about 8 s per configuration, 2 min for the 13 left to this process")
+    line = plan_line(31, 16, 600, 0, 0, TrainingHistory(490, 10, 490 * 1.86))
+    assert line.endswith("about 19 min per configuration, 5.0 h for the 16 left to this process")

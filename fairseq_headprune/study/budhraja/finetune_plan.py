@@ -43,7 +43,9 @@ def finetune_epochs(updates: int, history: Optional[TrainingHistory]) -> Optiona
 
 
 def _duration(seconds: float) -> str:
-    return f"{seconds / 3600:.1f} h" if seconds >= 5400 else f"{seconds / 60:.0f} min"
+    if seconds >= 5400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
 
 
 def plan_line(configurations: int, todo: int, updates: int, epochs: int, points: int,
