@@ -12,7 +12,7 @@ checkpoints (one per epoch) in checkpoints/, translations in generate/, head
 importance in importance/, ablation tables and figures in ablation/, pruning
 curves and random budgets in pruning/, the shrunk model and its speed in
 shrink/, training dynamics in dynamics/, the commands in commands/, and
-everything in report.md: Michel et al.'s studies, about 28 minutes on 2 cores.
+everything in report.md: Michel et al.'s studies, 22 to 28 minutes on 2 cores.
 What goes beyond the paper on the same model (Fisher search, mask tuning,
 learned gates, FFN neurons, the shrunk models' speed in CTranslate2) is
 scripts/demos/run_compression_demo.sh.  Finished steps are skipped, so an interrupted run
