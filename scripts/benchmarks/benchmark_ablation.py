@@ -131,6 +131,8 @@ def in_process(args, generation, specs, measurements):
     import torch
 
     from fairseq_headprune import cli
+
+    cli.quiet_libraries()  # before fairseq is imported: its import logs notices the measurements do not need
     from fairseq_headprune.engine.checkpoints.loading import load_generation_model
     from fairseq_headprune.engine.runners.batches import model_device
     from fairseq_headprune.engine.runners.translator import SplitTranslator
@@ -141,7 +143,6 @@ def in_process(args, generation, specs, measurements):
 
     from sharing_bound_support import ModuleTimes
 
-    cli.quiet_libraries()
     try:
         cfg, task, model = load_generation_model(args.data, args.path, generation, cpu=args.cpu)
         layout = head_layout(model)
