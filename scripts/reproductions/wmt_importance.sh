@@ -29,8 +29,5 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # shellcheck disable=SC1091
 source "$repo/scripts/reproductions/wmt_common.sh"
 
-subsets=${IMPORTANCE_SUBSETS:-newstest2009 newstest2010 newstest2011 newstest2012}
-# shellcheck disable=SC2086  # EXTRA_ARGS and subsets are lists
-fairseq-headprune importance "$wmt_dir/bin" --path "$model" \
-  --importance-subset $subsets --out-dir "$out_dir" \
-  --max-tokens "${MAX_TOKENS:-4000}" ${EXTRA_ARGS:-}
+# shellcheck disable=SC2086  # EXTRA_ARGS is a list of options
+estimate_importance "$out_dir" "${MAX_TOKENS:-4000}" ${EXTRA_ARGS:-}

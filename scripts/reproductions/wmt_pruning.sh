@@ -9,7 +9,7 @@ usage: $(basename "$0") WMT_DIR STUDY_DIR
 WMT_DIR    output of scripts/reproductions/prepare_wmt14_en_fr.sh (bundle/model.pt, bin/)
 STUDY_DIR  the study directory the other WMT scripts write to (e.g. results/wmt14):
            its importance/importance.json is estimated first where missing (as
-           wmt_importance.sh does, on newstest2009-2012); pruning curves go to
+           wmt_importance.sh does with its defaults); pruning curves go to
            STUDY_DIR/pruning, the report to STUDY_DIR/report.md. An interrupted
            run continues where it stopped.
 
@@ -41,8 +41,8 @@ source "$repo/scripts/reproductions/wmt_common.sh"
 
 importance="$study_dir/importance/importance.json"
 if [[ ! -f $importance ]]; then
-  echo "head importance on newstest2009-2012 (section 4.1):"
-  bash "$repo/scripts/reproductions/wmt_importance.sh" "$wmt_dir" "$study_dir/importance"
+  echo "head importance on $importance_subsets (section 4.1):"
+  estimate_importance "$study_dir/importance" 4000  # wmt_importance.sh's batch; MAX_TOKENS and EXTRA_ARGS are prune's
 fi
 ablation="$study_dir/ablation/single.json"
 if [[ -f $ablation ]]; then
