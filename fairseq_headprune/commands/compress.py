@@ -13,7 +13,7 @@ from fairseq_headprune.commands.common import (
     test_settings,
     tuning_settings,
 )
-from fairseq_headprune.constants import EXPORT_FORMATS, QUANTIZATIONS
+from fairseq_headprune.constants import CTRANSLATE2_ENGINE, EXPORT_FORMATS, QUANTIZATIONS
 from fairseq_headprune.study.compression.precision import (
     AUTO_CANDIDATES,
     AUTO_QUANTIZATION,
@@ -27,11 +27,13 @@ from fairseq_headprune.study.compression.settings import (
     DEFAULT_SPEED_SENTENCES,
     DEFAULT_TRANSLATION_FINETUNE_UPDATES,
     DISTILL_KINDS,
+    SPEEDUP_TARGET,
     CompressSettings,
     DeploymentSettings,
     default_finetune_updates,
     parse_target,
 )
+from fairseq_headprune.study.compression.speedup import DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_BLEU_LOSS
 from fairseq_headprune.study.finetuning import FINETUNE_LR_SHARE, FINETUNE_WARMUP_SHARE, FinetuneSettings
 from fairseq_headprune.study.settings import SweepSettings
 
@@ -40,6 +42,9 @@ def compress_settings(args: argparse.Namespace) -> CompressSettings:
     from fairseq_headprune.engine.checkpoints.info import checkpoint_family
 
     target = parse_target(args.target)  # a bad target is named before the checkpoint is read
+    export = args.export
+    if target.kind == SPEEDUP_TARGET and export is None:  # a speed-up is measured in CTranslate2
+        export = CTRANSLATE2_ENGINE
     evaluation = SweepSettings(
         data=args.data, checkpoint=args.path, out_dir=args.out_dir, gen_subset=args.gen_subset, bleu=args.bleu,
         test=test_settings(args), cpu=args.cpu, progress=not args.no_progress,
@@ -50,11 +55,12 @@ def compress_settings(args: argparse.Namespace) -> CompressSettings:
         tuning=tuning_settings(args), latency_table=args.latency_table,
         finetune=FinetuneSettings(default_finetune_updates(evaluation.family) if args.finetune_updates is None
                                   else args.finetune_updates, args.finetune_lr, args.finetune_warmup),
-        export_format=args.export, quantization=args.quantization, uniform=args.uniform,
+        export_format=export, quantization=args.quantization, uniform=args.uniform,
         quantization_tolerance=args.quantization_tolerance,
         vocabulary_map=args.vocabulary_map,
         drop_layers={"encoder": args.drop_encoder_layers, "decoder": args.drop_decoder_layers},
         distill=args.distill, distill_weight=args.distill_weight,
+        max_bleu_loss=args.max_bleu_loss, max_attempts=args.max_attempts, allow_beam=args.allow_beam,
         deployment=DeploymentSettings(list(args.speed_batch_sizes), args.speed_sentences or None, args.repeats,
                                       args.threads, precision=generation_precision(args.fairseq_args),
                                       beams=list(args.speed_beams)),
@@ -70,8 +76,43 @@ def _print_stage(stage: str, status: str, seconds) -> None:
         print(f"{stage}\tdone in {seconds:.1f} s", flush=True)
 
 
+def _print_attempt(number: int, text: str) -> None:
+    print(f"attempt {number}\t{text}", flush=True)
+
+
+def command_speedup(settings) -> int:
+    """``--target speedup=Nx``: the plan, each attempt and the result (``engine.pipelines.speedup``)."""
+    from fairseq_headprune.engine.pipelines.speedup import run_speedup
+
+    outcome = run_speedup(settings, on_stage=_print_stage, on_attempt=_print_attempt)
+    report = outcome.report
+    plan, result = report["plan"], report["result"]
+    batches = [str(b) for b in plan["batch_sizes"]]
+    chosen = plan["candidates"][plan["chosen"]]
+    print(f"plan\t{len(plan['candidates'])} shapes timed against the unpruned model with its vocabulary map; "
+          f"chosen: {chosen['name']} (" + ", ".join(f"{chosen['speedups'][b]:.2f}x at batch {b}" for b in batches)
+          + ")")
+    for step, speedups in plan["breakdown"].items():
+        print(f"bought\t{step}: " + ", ".join(f"{speedups[b]:.2f}x at batch {b}" for b in batches if b in speedups))
+    print(f"result\tattempt {result['attempt']}: "
+          + ", ".join(f"{result['speedups'][b]:.2f}x at batch {b}" for b in batches if b in result["speedups"])
+          + f" like for like; BLEU {result['delta']:+.2f} (p = {result['p_value']:.3g}); "
+          + ("within" if result["within_tolerance"] else "NOT within") + " the tolerance; target "
+          + ("reached" if result["reached_target"] else "NOT reached at every batch size"))
+    for batch, row in result["prediction"].items():
+        print(f"predicted\tbatch {batch}\t{row['planned']:.2f}x by the plan's timing of the shape, measured "
+              f"{row['measured']:.2f}x ({100.0 * row['relative_error']:+.0f}%)")
+    print(f"compressed\t{result['checkpoint']}")
+    print(f"exported\t{result['exported']}")
+    print("wrote\t" + " ".join(outcome.files))
+    sys.stdout.flush()
+    return 0
+
+
 def command_compress(args: argparse.Namespace) -> int:
     settings = compress_settings(args)  # before the engine (and fairseq) is imported: bad input fails fast
+    if settings.target.kind == SPEEDUP_TARGET:
+        return command_speedup(settings)
     from fairseq_headprune.engine.pipelines.compress import run_compress
 
     outcome = run_compress(settings, on_stage=_print_stage)
@@ -183,14 +224,29 @@ def add_parser(commands) -> None:
     compress.add_argument("data", metavar="DATA", help="fairseq-preprocess output directory")
     compress.add_argument("--path", required=True, metavar="CKPT", help="fairseq checkpoint (the unpruned model)")
     compress.add_argument(
-        "--target", required=True, metavar="KIND=P%",
+        "--target", required=True, metavar="KIND=P%|speedup=Nx",
         help="what the compressed model keeps, as a percentage of the unpruned model's: heads=50%% (half of the "
         "heads; heads searched), flops=50%% (half of the attention and FFN layers' FLOPs per token; heads and "
         "FFN neurons searched together), decoding-flops=50%% (translation: half of their FLOPs per translated "
         "sentence in beam search at fairseq's --beam and the valid split's mean lengths, where the decoder runs "
-        "once per generated token and beam row) or latency=60%% (of their latency, from --latency-table or a "
-        "table measured first)",
+        "once per generated token and beam row), latency=60%% (of their latency, from --latency-table or a "
+        "table measured first), or speedup=2x (translation: decoding twice as fast in CTranslate2 as the unpruned "
+        "model, both with the vocabulary map, at every --speed-batch-sizes: shapes of whole layers removed and "
+        "heads and neurons narrowed are exported and timed first (OUT/plan), the least change fast enough is "
+        "compressed (OUT/attempt-1), and where BLEU drops more than --max-bleu-loss the fine-tuning continues or "
+        "a shape that keeps more is tried; implies --export ctranslate2)",
     )
+    compress.add_argument("--max-bleu-loss", type=float, metavar="BLEU",
+                          help="with --target speedup: BLEU points the compressed model may lose against the "
+                          f"unpruned one (default {DEFAULT_MAX_BLEU_LOSS:g})")
+    compress.add_argument("--allow-beam", action="store_true",
+                          help="with --target speedup: the compressed model may decode at beam 1 or 2 (below "
+                          "fairseq's --beam), its speed and BLEU then judged against the unpruned model at --beam: "
+                          "after distillation a small beam may keep the BLEU (Kim & Rush 2016; default: the run's "
+                          "beam only)")
+    compress.add_argument("--max-attempts", type=int, default=DEFAULT_MAX_ATTEMPTS, metavar="N",
+                          help="with --target speedup: compressions tried at most, each a continued fine-tuning or a "
+                          f"shape that keeps more (default {DEFAULT_MAX_ATTEMPTS})")
     compress.add_argument("--out-dir", required=True, metavar="DIR",
                           help="the run's directory (new, empty, or this run's: resumed)")
     compress.add_argument("--gen-subset", default="test", metavar="SPLIT",

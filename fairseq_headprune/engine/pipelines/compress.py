@@ -27,7 +27,6 @@ import json
 import math
 import os
 import shutil
-import statistics
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
@@ -48,7 +47,10 @@ from fairseq_headprune.engine.pipelines.shallow import (
     DISTILLED_DATA,
     check_layer_counts,
     distill_stage,
+    layers_only_search,
+    layers_only_shrink,
     layers_stage,
+    prunes_units,
 )
 from fairseq_headprune.errors import StudyError
 from fairseq_headprune.study.compression.precision import (
@@ -66,6 +68,7 @@ from fairseq_headprune.study.compression.records import (
     SearchRecord,
     ShrinkRecord,
     SpeedRecord,
+    speedup_against_run_beam,
     speedup_prediction,
 )
 from fairseq_headprune.study.compression.report import compression_report_markdown
@@ -108,7 +111,7 @@ def run_compress(settings: CompressSettings, on_stage: Optional[StageCallback] =
         check_quantization(settings.quantization, settings.evaluation.cpu)
     if settings.drop_layers:
         check_layer_counts(settings)
-    open_out_dir(settings.out_dir, _identity(settings))
+    open_out_dir(settings.out_dir, run_identity(settings))
     stages = Stages(settings.out_dir, on_stage)
     if "layers" in settings.stages:
         stages.run("layers", lambda work: layers_stage(settings, work))
@@ -130,7 +133,8 @@ def run_compress(settings: CompressSettings, on_stage: Optional[StageCallback] =
     return CompressOutcome(report, dict(stages.status), files)
 
 
-def _identity(settings: CompressSettings) -> Dict[str, object]:
+def run_identity(settings: CompressSettings) -> Dict[str, object]:
+    """What ``OUT/compress.json`` records: the settings' identity with the checkpoint's (and table's) hash."""
     identity = settings.identity()
     identity["checkpoint_sha256"] = file_sha256(settings.checkpoint) if os.path.isfile(settings.checkpoint) else None
     if settings.latency_table and os.path.isfile(settings.latency_table):
@@ -188,6 +192,8 @@ def _search(settings: CompressSettings, stages: Stages, work: str) -> SearchReco
         budget = target.percent / 100.0 * layers.full_cost
         budget = math.floor(budget + 1e-9) if target.cost == "heads" else budget
         search_settings = dataclasses.replace(search_settings, budget=budget)
+        if settings.planned and budget >= layers.kept_cost * (1.0 - 1e-9):  # a speedup shape of layers alone
+            return layers_only_search(settings, _base_checkpoint(settings, stages), search_settings, layers)
     outcome = run_search(search_settings)
     result = outcome.result
     if not outcome.heads_pruned and not outcome.neurons_pruned:
@@ -229,15 +235,20 @@ def _finetune(settings: CompressSettings, stages: Stages, work: str) -> Finetune
     """Resumable: the masked start and the model before fine-tuning are kept in the stage's partial directory, and
     a killed fine-tune continues from its last resume point (every tenth of its updates)."""
     search = stages.record("search")
-    tuning_file = _tuning_file(stages)
+    # a continued fine-tuning starts from the earlier attempt's weights, the tuning already in them
+    tuning_file = None if settings.finetune_from else _tuning_file(stages)
     start, train_dir = os.path.join(work, "start.pt"), os.path.join(work, "train")
     if not os.path.isfile(start):
-        write_masked_start(_base_checkpoint(settings, stages), start, search.spec, search.ffn_spec, tuning_file)
+        write_masked_start(settings.finetune_from or _base_checkpoint(settings, stages), start, search.spec,
+                           search.ffn_spec, tuning_file)
     evaluation = settings.evaluation
     data = stages.path("distill", DISTILLED_DATA) if "distill" in settings.stages else settings.data
     before = os.path.join(work, BEFORE_FINETUNE)
     if not os.path.isfile(before):  # the model as it was before fine-tuning, removed for real: evaluated too
-        shrink_checkpoint(start, before, search.spec, None, search.ffn_spec)
+        if prunes_units(search):
+            shrink_checkpoint(start, before, search.spec, None, search.ffn_spec)
+        else:  # whole layers removed only: nothing more to remove
+            shutil.copyfile(start, before)
     teacher = settings.checkpoint if settings.distill == "word" else None
     resume_point(train_dir)
     outcome = finetune_held(start, data, train_dir, settings.family, with_resume_points(settings.finetune),
@@ -252,13 +263,17 @@ def _finetune(settings: CompressSettings, stages: Stages, work: str) -> Finetune
         train_subset=outcome.train_subset, targets="distilled" if data != settings.data else "references",
         word_distillation=None if teacher is None else {"teacher": os.path.abspath(teacher),
                                                         "weight": settings.distill_weight},
-        start="tuned" if tuning_file is not None else "masked")
+        start=("continued" if settings.finetune_from else "tuned" if tuning_file is not None else "masked"))
 
 
 def _shrink(settings: CompressSettings, stages: Stages, work: str) -> ShrinkRecord:
     search = stages.record("search")
     out = os.path.join(work, CHECKPOINT)
     tuning_file = _tuning_file(stages)
+    if not prunes_units(search):  # whole layers removed only: the (fine-tuned) shallower model as it is
+        source = stages.path("finetune", CHECKPOINT) if "finetune" in settings.stages else \
+            _base_checkpoint(settings, stages)
+        return layers_only_shrink(settings, source, out, search)
     if "finetune" in settings.stages:  # the tuning is in its weights, the masks are recorded
         source = stages.path("finetune", CHECKPOINT)
         outcome = shrink_checkpoint(source, out, search.spec, None, search.ffn_spec)
@@ -402,21 +417,11 @@ def _speed(settings: CompressSettings, stages: Stages, work: str) -> SpeedRecord
         at_beam, _, _ = measure_speed(family.name, checkpoints, exported, settings.data, evaluation.gen_subset,
                                       arguments, deployment, device, precision,
                                       options=dataclasses.replace(options, beam=beam), vocabulary_mapped=mapped)
-        beam_rows += [dict(row, beam=beam, speedup_vs_run_beam=_against_run_beam(row, rows)) for row in at_beam]
+        beam_rows += [dict(row, beam=beam, speedup_vs_run_beam=speedup_against_run_beam(row, rows)) for row in at_beam]
     environment = {**deployment_environment(device, deployment.threads), **machine}
     return SpeedRecord(split=evaluation.gen_subset, environment=environment, settings=deployment.to_dict(),
                        unit=family.speed_unit, decoding=None if options is None else options.to_dict(), rows=rows,
                        beam_rows=beam_rows)
-
-
-def _against_run_beam(row: Dict[str, object], run_rows: List[Dict[str, object]]) -> Optional[float]:
-    """A compressed system at another beam against the unpruned one in the same engine, compute type and map
-    setting at the run's beam, from the median seconds of both."""
-    if row["weights"] != "compressed":
-        return None
-    unpruned = row["system"].replace("compressed", "unpruned")
-    match = next((r for r in run_rows if r["system"] == unpruned and r["batch_size"] == row["batch_size"]), None)
-    return None if match is None else statistics.median(match["seconds"]) / statistics.median(row["seconds"])
 
 
 # ----------------------------------------------------------------------------- the report

@@ -8,6 +8,7 @@ fine-tuning learns from.
 """
 
 import os
+import shutil
 
 from fairseq_headprune.engine.checkpoints.info import load_checkpoint_state
 from fairseq_headprune.engine.checkpoints.layers import layers_removed, state_depths
@@ -20,8 +21,16 @@ from fairseq_headprune.engine.runners.batches import collated_samples
 from fairseq_headprune.engine.search.model_costs import model_architecture, model_flops
 from fairseq_headprune.engine.search.tuning_guard import token_nll
 from fairseq_headprune.errors import SettingsError, StudyError
-from fairseq_headprune.study.compression.records import DistillRecord, LayersRecord
+from fairseq_headprune.modules.masked_ffn import ffn_layout
+from fairseq_headprune.modules.masked_multihead_attention import head_layout
+from fairseq_headprune.study.compression.records import (
+    DistillRecord,
+    LayersRecord,
+    SearchRecord,
+    ShrinkRecord,
+)
 from fairseq_headprune.study.compression.settings import CompressSettings
+from fairseq_headprune.study.output.files import write_text
 
 CHECKPOINT = "checkpoint.pt"  # a stage's checkpoint, in its directory
 DISTILLED_DATA = "data"  # in distill/: the data directory with the teacher's training targets
@@ -58,7 +67,9 @@ def layers_stage(settings: CompressSettings, work: str) -> LayersRecord:
     with layers_removed(model, choice.dropped):
         kept = layer_costs(search_settings, model).full_cost()
     target = settings.target
-    if target.percent / 100.0 * full >= kept:
+    limit = target.percent / 100.0 * full
+    # a speedup plan's shape of layers alone asks for exactly what the layers keep (nothing searched)
+    if limit > kept * (1.0 + 1e-9) or (limit >= kept and not settings.planned):
         raise StudyError(f"--target {target.text}: removing layers {choice.spec} already keeps {kept / full:.1%} of "
                          f"the unpruned model's {target.cost} cost; ask for less or remove fewer layers")
     shrink_checkpoint(settings.checkpoint, os.path.join(work, CHECKPOINT), None, drop_layers=choice.spec)
@@ -82,3 +93,36 @@ def distill_stage(settings: CompressSettings, work: str) -> DistillRecord:
                          sentences=outcome.sentences, target_tokens=outcome.target_tokens,
                          reference_tokens=outcome.reference_tokens, identical_to_reference=outcome.identical,
                          seconds_translating=outcome.seconds)
+
+
+def prunes_units(search: SearchRecord) -> bool:
+    """Whether the search pruned any head or neuron (a speedup shape may remove whole layers only)."""
+    return bool(search.heads_pruned or search.neurons_pruned)
+
+
+def layers_only_search(settings: CompressSettings, base_checkpoint: str, search_settings,
+                       layers: LayersRecord) -> SearchRecord:
+    """The search's record for a speedup shape that removes whole layers and nothing else: no unit pruned."""
+    evaluation = settings.evaluation
+    _, _, model = family_named(settings.family).load(settings.data, base_checkpoint, evaluation.generation_args,
+                                                     cpu=evaluation.cpu)
+    flops = model_flops(model, model_architecture(model), search_settings.sequence_length).full_cost()
+    return SearchRecord(
+        target=settings.target.text, structure=settings.target.structure, cost=settings.target.cost,
+        budget=search_settings.budget, unit=layers.unit, mask_cost=layers.kept_cost, full_cost=layers.kept_cost,
+        heads_total=sum(count * heads for count, heads in head_layout(model).values()),
+        neurons_total=sum(count * width for count, width in ffn_layout(model).values()),
+        flops={"kept": flops, "full": flops, "unit": "FLOPs per token",
+               "sequence_length": search_settings.sequence_length},
+        tuning_skipped="whole layers removed only: no unit searched")
+
+
+def layers_only_shrink(settings: CompressSettings, source: str, out: str, search: SearchRecord) -> ShrinkRecord:
+    """``shrink/`` for a shape of whole layers alone: the (fine-tuned) shallower model as it is."""
+    shutil.copyfile(source, out)
+    write_text("no head or neuron pruned\n", os.path.join(os.path.dirname(out), "parameters.tsv"))
+    return ShrinkRecord(
+        checkpoint=os.path.basename(out), shrunk_from=os.path.abspath(source), tuning_folded=False, heads_pruned=0,
+        heads_total=search.heads_total, neurons_pruned=0, neurons_total=search.neurons_total,
+        parameters={"unpruned": checkpoint_parameters(settings.checkpoint), "compressed": checkpoint_parameters(out)},
+        report=[])

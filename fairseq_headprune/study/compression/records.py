@@ -11,6 +11,7 @@ of either format are read.
 """
 
 import dataclasses
+import statistics
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, List, Optional, Type, TypeVar
 
@@ -58,6 +59,26 @@ class StageRecord:
 
 def _plain(value: Any) -> Any:
     return value.to_dict() if hasattr(value, "to_dict") else value
+
+
+@dataclass
+class PlanRecord(StageRecord):
+    """``plan/`` of ``--target speedup=Nx``: the candidate shapes, their measured speed-ups like for like (each
+    exported with the vocabulary map against the unpruned model with its own map) and the one chosen
+    (``study.compression.speedup``)."""
+
+    factor: float = 0.0
+    batch_sizes: List[int] = field(default_factory=list)
+    quantization: str = "float32"
+    split: str = ""  # the sentences timed (the Fisher split's first ones, never the evaluation split)
+    sentences: int = 0
+    beam: int = 0
+    target_length: int = 0  # every candidate generates exactly this many tokens
+    repeats: int = 0
+    candidates: List[Dict[str, Any]] = field(default_factory=list)  # PlannedCandidate.to_dict, in timing order
+    chosen: int = 0  # index into candidates
+    map_gain: Dict[str, float] = field(default_factory=dict)  # batch size -> unpruned with map over without
+    environment: Dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -246,15 +267,25 @@ def _row_of_format_2(row: Dict[str, Any]) -> Dict[str, Any]:
 
 
 STAGE_RECORDS: Dict[str, Type[StageRecord]] = {
-    "layers": LayersRecord, "distill": DistillRecord, "fisher": FisherRecord, "search": SearchRecord,
-    "finetune": FinetuneStageRecord, "shrink": ShrinkRecord, "export": ExportRecord, "evaluate": EvaluationRecord,
-    "speed": SpeedRecord,
+    "plan": PlanRecord, "layers": LayersRecord, "distill": DistillRecord, "fisher": FisherRecord,
+    "search": SearchRecord, "finetune": FinetuneStageRecord, "shrink": ShrinkRecord, "export": ExportRecord,
+    "evaluate": EvaluationRecord, "speed": SpeedRecord,
 }
 
 
 def stage_record(stage: str, data: Dict[str, Any]) -> StageRecord:
     """A stage's record read back from its ``stage.json``."""
     return STAGE_RECORDS[stage].from_dict(data)
+
+
+def speedup_against_run_beam(row: Dict[str, object], run_rows: List[Dict[str, object]]) -> Optional[float]:
+    """A compressed system at another beam against the unpruned one in the same engine, compute type and map
+    setting at the run's beam, from the median seconds of both."""
+    if row["weights"] != "compressed":
+        return None
+    unpruned = row["system"].replace("compressed", "unpruned")
+    match = next((r for r in run_rows if r["system"] == unpruned and r["batch_size"] == row["batch_size"]), None)
+    return None if match is None else statistics.median(match["seconds"]) / statistics.median(row["seconds"])
 
 
 def speedup_prediction(search: SearchRecord, speed: Optional[SpeedRecord]) -> Optional[Dict[str, Any]]:

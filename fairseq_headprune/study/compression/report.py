@@ -1,6 +1,6 @@
 """``compress``'s OUT/report.md, written from OUT/report.json (every number read from the stages' records)."""
 
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 from fairseq_headprune.constants import TRANSLATION_FAMILY
 from fairseq_headprune.study.compression.records import VMAP_SUFFIX, CompressReport, ExportRecord
@@ -126,6 +126,8 @@ def _size(report: CompressReport) -> List[str]:
         "",
     ]
     rows = [line.split("\t") for line in shrink.report]
+    if not rows:  # whole layers removed only: the search removed nothing from the shallower model
+        return lines[:-2] + [lines[-2].replace(by_part, by_part.split(";")[0] + ".")]
     lines.append("| " + " | ".join(rows[0]) + " |")
     lines.append("|---|" + "---:|" * (len(rows[0]) - 1))
     lines += ["| " + " | ".join(row) + " |" for row in rows[1:]]
@@ -299,4 +301,51 @@ def compression_report_markdown(report: CompressReport) -> str:
         seconds = status["seconds"]
         lines.append(f"| {stage} | {'kept from an earlier run' if status['status'] == 'kept' else 'ran'} | "
                      f"{'' if seconds is None else f'{seconds:.1f}'} |")
+    return "\n".join(lines) + "\n"
+
+
+def speedup_report_markdown(report: Dict[str, Any]) -> str:
+    """OUT/report.md of ``compress --target speedup=Nx``: the shapes timed, what each step bought, every attempt
+    and the result (``engine.pipelines.speedup``)."""
+    plan, result, factor = report["plan"], report["result"], report["factor"]
+    batches = [str(b) for b in plan["batch_sizes"]]
+    lines = [f"# compress {report['target']}", "",
+             f"`{report['checkpoint']}`: decoding {factor:g}x as fast in CTranslate2 ({plan['quantization']}) as the "
+             f"unpruned model, both with the vocabulary map, losing at most {report['max_bleu_loss']:g} BLEU.", "",
+             "## Result", ""]
+    speed = ", ".join(f"{result['speedups'][b]:.2f}x at batch {b}" for b in batches if b in result["speedups"])
+    lines.append(f"Attempt {result['attempt']}: {speed} like for like; BLEU {result['delta']:+.2f} "
+                 f"(p = {result['p_value']:.3g}); "
+                 + ("within the tolerance" if result["within_tolerance"] else "**not** within the tolerance")
+                 + ("; the target speed-up reached." if result["reached_target"]
+                    else "; the target speed-up **not** reached at every batch size.")
+                 + f" Its own report: `{result['report']}`.")
+    prediction = result.get("prediction") or {}
+    if prediction:
+        timed = [f"{row['planned']:.2f}x at batch {b} ({100 * row['relative_error']:+.0f}% against the "
+                 f"{row['measured']:.2f}x measured)" for b, row in prediction.items()]
+        lines += ["", "The plan timed the shape (every layer narrowed alike) at " + ", ".join(timed) + "."]
+    lines += ["", "## The shapes timed", "",
+              f"Each shape exported with the vocabulary map and timed against the unpruned model with its own map, "
+              f"each in its own process, {plan['repeats']} rotated rounds, on the first {plan['sentences']} "
+              f"sentences of {plan['split']}, beam {plan['beam']}, exactly {plan['target_length']} tokens "
+              "generated. Decoding FLOPs: the attention and FFN layers', as a share of the unpruned model's.", "",
+              "| shape | decoding FLOPs kept | " + " | ".join(f"batch {b}" for b in batches) + " |",
+              "|---|---:|" + "---:|" * len(batches)]
+    for index, candidate in enumerate(plan["candidates"]):
+        mark = " **(chosen)**" if index == plan["chosen"] else ""
+        lines.append(f"| {candidate['name']}{mark} | {100.0 * candidate['flops_share']:.1f}% | "
+                     + " | ".join(f"{candidate['speedups'][b]:.2f}x" for b in batches) + " |")
+    lines += ["", "What each step bought (the plan's timing run; speed-ups multiply):", ""]
+    for step, speedups in plan["breakdown"].items():
+        lines.append(f"- {step}: " + ", ".join(f"{speedups[b]:.2f}x at batch {b}" for b in batches if b in speedups))
+    lines += ["", "## Attempts", "", "| attempt | shape | fine-tuning | BLEU change | p | "
+              + " | ".join(f"batch {b}" for b in batches) + " | then |",
+              "|---:|---|---|---:|---:|" + "---:|" * len(batches) + "---|"]
+    for attempt in report["attempts"]:
+        tuning = f"{attempt['finetune_updates']} updates" + (f", continuing {attempt['continued_from']}"
+                                                            if attempt["continued_from"] else "")
+        speeds = " | ".join(f"{attempt['speedups'][b]:.2f}x" if b in attempt["speedups"] else "" for b in batches)
+        lines.append(f"| {attempt['attempt']} | {attempt['shape']['name']} | {tuning} | {attempt['delta']:+.2f} | "
+                     f"{attempt['p_value']:.3g} | {speeds} | {attempt['decision']} |")
     return "\n".join(lines) + "\n"

@@ -14,7 +14,10 @@ does: ``heads=50%`` keeps half of the heads (heads searched),
 ``decoding-flops=50%`` half of their FLOPs per translated sentence in beam
 search (``search_costs.decoding_flops_costs``) and
 ``latency=60%`` 60% of their latency from a table the latency command
-measured (heads and FFN neurons searched together).
+measured (heads and FFN neurons searched together). ``speedup=2x`` asks for
+decoding twice as fast in CTranslate2 as the unpruned model, both with the
+vocabulary map: the shape is chosen from measured candidates and the BLEU
+kept within ``--max-bleu-loss`` (``study.compression.speedup``).
 
 Whole layers can go first (``--drop-decoder-layers N``): the layers whose
 removal raises the validation loss least (``engine.compression.layer_choice``);
@@ -41,16 +44,19 @@ from fairseq_headprune.constants import (
 )
 from fairseq_headprune.errors import SettingsError
 from fairseq_headprune.study.compression.precision import AUTO_QUANTIZATION, DEFAULT_QUANTIZATION_TOLERANCE
+from fairseq_headprune.study.compression.speedup import DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_BLEU_LOSS, parse_speedup
 from fairseq_headprune.study.finetuning import FinetuneSettings
 from fairseq_headprune.study.search.settings import SearchSettings, TuningSettings
 from fairseq_headprune.study.settings import ImportanceSettings, SweepSettings, check_one_of, refuse
 
 # what a target can count, and how it is searched: (search --structure, search --cost)
 TARGET_SEARCH = {"heads": ("heads", "heads"), "flops": ("joint", "flops"),
-                 "decoding-flops": ("joint", "decoding-flops"), "latency": ("joint", "latency")}
+                 "decoding-flops": ("joint", "decoding-flops"), "latency": ("joint", "latency"),
+                 "speedup": ("joint", "decoding-flops")}  # speedup: each attempt searches a decoding-FLOPs share
+SPEEDUP_TARGET = "speedup"
 TARGET_KINDS = tuple(TARGET_SEARCH)
 # the stages of a run, in order; each writes one subdirectory of the output directory
-STAGES = ("layers", "fisher", "search", "distill", "finetune", "shrink", "export", "evaluate", "speed")
+STAGES = ("plan", "layers", "fisher", "search", "distill", "finetune", "shrink", "export", "evaluate", "speed")
 # what --distill learns from (Kim & Rush 2016): the unpruned model's beam outputs on the training sources as the
 # targets (sequence), or its distribution over the vocabulary at every target position beside the reference (word)
 DISTILL_KINDS = ("sequence", "word")
@@ -73,14 +79,16 @@ PRECISIONS = ("float32", "float16", "bfloat16")
 
 @dataclass(frozen=True)
 class CompressTarget:
-    """What the compressed model keeps: ``percent`` of the unpruned model's heads, FLOPs or latency."""
+    """What the compressed model keeps: ``percent`` of the unpruned model's heads, FLOPs or latency; a speedup
+    target's ``factor`` (``percent``: the share of the decoding time kept, 100 / factor)."""
 
     kind: str
     percent: float
+    factor: Optional[float] = None
 
     @property
     def text(self) -> str:
-        return f"{self.kind}={self.percent:g}%"
+        return f"{self.kind}={self.factor:g}x" if self.kind == SPEEDUP_TARGET else f"{self.kind}={self.percent:g}%"
 
     @property
     def structure(self) -> str:
@@ -105,14 +113,18 @@ def default_finetune_updates(family: str) -> int:
 
 
 def parse_target(text: str) -> CompressTarget:
-    """``KIND=P%``: KIND one of heads, flops, decoding-flops, latency; P the share kept, above 0 and below 100."""
+    """``KIND=P%``: KIND one of heads, flops, decoding-flops, latency; P the share kept, above 0 and below 100.
+    ``speedup=Nx``: N above 1."""
     kind, separator, amount = str(text).strip().partition("=")
     kind, amount = kind.strip().lower(), amount.strip()
     if not separator or not kind or not amount:
         raise SettingsError(f"--target {text}: expected KIND=P% with KIND one of {', '.join(TARGET_KINDS)} "
-                            "(e.g. flops=50%: half of the FLOPs kept)")
+                            "(e.g. flops=50%: half of the FLOPs kept), or speedup=Nx")
     if kind not in TARGET_SEARCH:
         raise SettingsError(f"--target {text}: unknown target kind {kind!r} (expected {', '.join(TARGET_KINDS)})")
+    if kind == SPEEDUP_TARGET:
+        factor = parse_speedup(amount)
+        return CompressTarget(kind, 100.0 / factor, factor)
     if not amount.endswith("%"):
         raise SettingsError(f"--target {text}: the share kept is a percentage of the unpruned model (e.g. {kind}=50%)")
     try:
@@ -187,10 +199,18 @@ class CompressSettings:
     distill: Optional[str] = None  # None: fine-tune on the references; "sequence": on the unpruned model's outputs;
     # "word": towards its word distributions too, with this share of the loss
     distill_weight: float = DEFAULT_DISTILL_WEIGHT
+    # --target speedup: BLEU points the compressed model may lose (None: DEFAULT_MAX_BLEU_LOSS), and how many
+    # compressions it may try (a continued fine-tuning or a shape that keeps more)
+    max_bleu_loss: Optional[float] = None
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    allow_beam: bool = False  # --target speedup: the compressed model may decode at a smaller beam
+    planned: bool = False  # an attempt of a speedup plan: a shape with whole layers removed may prune nothing else
+    finetune_from: Optional[str] = None  # an attempt continuing an earlier one's fine-tuning: its weights
 
     def __post_init__(self):
         family = self.evaluation.family
         self.drop_layers = {stack: int(count) for stack, count in self.drop_layers.items() if count}
+        self._check_speedup()
         for stack, count in self.drop_layers.items():
             if count < 0:
                 raise SettingsError(f"--drop-{stack}-layers must be 0 or more, got {count}")
@@ -257,6 +277,46 @@ class CompressSettings:
         if self.tuning is not None:
             self.tuning.refuse_evaluation_split(self.evaluation.gen_subset)
 
+    def _check_speedup(self) -> None:
+        speedup = self.target.kind == SPEEDUP_TARGET
+        if not speedup:
+            if self.max_bleu_loss is not None or self.max_attempts != DEFAULT_MAX_ATTEMPTS or self.allow_beam:
+                raise SettingsError("--max-bleu-loss, --max-attempts and --allow-beam go with --target speedup=Nx")
+            return
+        if self.evaluation.family != TRANSLATION_FAMILY:
+            raise SettingsError(f"--target {self.target.text} is a translation model's decoding speed in CTranslate2; "
+                                f"this checkpoint is a {self.evaluation.family.replace('_', ' ')}")
+        if self.export_format != CTRANSLATE2_ENGINE:
+            raise SettingsError(f"--target {self.target.text} is measured in CTranslate2: use --export ctranslate2")
+        if self.drop_layers:
+            raise SettingsError(f"--target {self.target.text} chooses the layers to remove from measured shapes; "
+                                "leave out --drop-*-layers")
+        if self.latency_table is not None:
+            raise SettingsError(f"--target {self.target.text} times its candidates itself; leave out --latency-table")
+        if self.quantization == AUTO_QUANTIZATION:
+            raise SettingsError(f"--target {self.target.text} is measured at one compute type; name it "
+                                "(--quantization float32, int8 ...)")
+        if self.max_bleu_loss is None:
+            self.max_bleu_loss = DEFAULT_MAX_BLEU_LOSS
+        if self.max_bleu_loss < 0:
+            raise SettingsError(f"--max-bleu-loss must be 0 or more BLEU points, got {self.max_bleu_loss:g}")
+        if self.max_attempts < 1:
+            raise SettingsError(f"--max-attempts must be at least 1, got {self.max_attempts}")
+
+    def attempt(self, flops_share: float, drop_counts: Dict[str, int], out_dir: str,
+                finetune_from: Optional[str] = None, beam: Optional[int] = None) -> "CompressSettings":
+        """A speedup run's attempt: a compress run in ``out_dir`` removing ``drop_counts`` whole layers and
+        searching the heads and neurons within ``flops_share`` of the unpruned model's decoding FLOPs; a shape
+        for a smaller ``beam`` is also evaluated and timed there (``--speed-beams``)."""
+        deployment = self.deployment
+        if beam is not None and beam not in deployment.beams:
+            deployment = dataclasses.replace(deployment, beams=sorted([*deployment.beams, beam]))
+        return dataclasses.replace(
+            self, evaluation=dataclasses.replace(self.evaluation, out_dir=out_dir),
+            target=CompressTarget("decoding-flops", 100.0 * flops_share), drop_layers=dict(drop_counts),
+            max_bleu_loss=None, max_attempts=DEFAULT_MAX_ATTEMPTS, allow_beam=False, planned=True,
+            finetune_from=finetune_from, deployment=deployment)
+
     def search_settings(self, checkpoint: str, work: str, **options) -> SearchSettings:
         """The search of this run, on ``checkpoint`` (the unpruned model, or it without whole layers)."""
         evaluation, target = self.evaluation, self.target
@@ -291,7 +351,9 @@ class CompressSettings:
     @property
     def stages(self) -> Tuple[str, ...]:
         """The stages this run goes through."""
-        skipped = set()
+        if self.target.kind == SPEEDUP_TARGET:  # the attempts are compress runs of their own
+            return ("plan",)
+        skipped = {"plan"}
         if not self.finetune.updates:
             skipped.add("finetune")
         if not self.drop_layers:
@@ -320,8 +382,13 @@ class CompressSettings:
                        "tuning_skipped": self.tuning_skipped, "uniform": self.uniform},
             **({"layers": dict(self.drop_layers)} if self.drop_layers else {}),
             "finetune": ({**dataclasses.asdict(self.finetune), **({"distill": self.distill} if self.distill else {}),
-                          **({"distill_weight": self.distill_weight} if self.distill == "word" else {})}
+                          **({"distill_weight": self.distill_weight} if self.distill == "word" else {}),
+                          **({"continued_from": os.path.abspath(self.finetune_from)} if self.finetune_from else {})}
                          if self.finetune.updates else None),
+            **({"speedup": {"max_bleu_loss": self.max_bleu_loss, "max_attempts": self.max_attempts,
+                            "allow_beam": self.allow_beam}}
+               if self.target.kind == SPEEDUP_TARGET else {}),
+            **({"planned": True} if self.planned else {}),
             "export": None if self.export_format is None else {
                 "format": self.export_format, "quantization": self.quantization or "float32",
                 "vocabulary_map": self.vocabulary_map,

@@ -1,0 +1,301 @@
+"""``compress --target speedup=Nx``: measure candidate shapes in CTranslate2, compress to the least change fast
+enough, and keep the BLEU within the tolerance by continuing the fine-tuning or backing off
+(``study.compression.speedup``).
+
+The run's directory holds ``plan/`` (a stage as ``compress`` writes them:
+the candidates' measured speed-ups) and one ``attempt-N/`` per compression
+tried, each a whole ``compress`` run (decoding-FLOPs target, whole layers
+removed) that resumes as any does; OUT/report.json and OUT/report.md gather
+the plan, every attempt and the result.
+"""
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+import torch
+from tqdm import tqdm
+
+from fairseq_headprune.constants import CTRANSLATE2_ENGINE
+from fairseq_headprune.engine.checkpoints.layers import layers_removed, model_depths
+from fairseq_headprune.engine.export.ctranslate2_spec import save_spec
+from fairseq_headprune.engine.export.vocabulary_map import vocabulary_map_for
+from fairseq_headprune.engine.families import family_named
+from fairseq_headprune.engine.pipelines.compress import CompressOutcome, run_compress, run_identity
+from fairseq_headprune.engine.pipelines.compress_stages import STAGE_RECORD, StageCallback, Stages, open_out_dir
+from fairseq_headprune.engine.pipelines.export import ctranslate2_device
+from fairseq_headprune.engine.pipelines.search import layer_costs, search_costs
+from fairseq_headprune.engine.pipelines.shallow import CHECKPOINT
+from fairseq_headprune.engine.runners.batches import dictionary_tokens, load_split, split_mean_lengths
+from fairseq_headprune.engine.search.ctranslate2_latency import round_share
+from fairseq_headprune.engine.timing.isolated import CTRANSLATE2, SystemSpec, time_systems
+from fairseq_headprune.errors import StudyError
+from fairseq_headprune.modules.masked_ffn import ffn_layout, set_ffn_mask
+from fairseq_headprune.modules.masked_multihead_attention import head_layout, set_head_mask
+from fairseq_headprune.study.compression.decoding import DecodingOptions
+from fairseq_headprune.study.compression.records import PlanRecord
+from fairseq_headprune.study.compression.report import speedup_report_markdown
+from fairseq_headprune.study.compression.settings import CompressSettings, ExportSettings
+from fairseq_headprune.study.compression.speedup import (
+    ACCEPT,
+    BACK_OFF,
+    CONTINUE,
+    GIVE_UP,
+    SMALLER_BEAMS,
+    PlannedCandidate,
+    back_off,
+    candidate_ladder,
+    choose_candidate,
+    kept_units,
+    next_step,
+    speed_breakdown,
+)
+from fairseq_headprune.study.output.files import write_json, write_text
+
+PLAN_SENTENCES = 64  # sentences of the Fisher split each candidate decodes per timed pass
+REFERENCE, STOCK = "unpruned vmap", "unpruned"
+SPEEDUP_REPORT_FORMAT = "fairseq-headprune compress speedup 1"
+REPORT_JSON, REPORT_MARKDOWN = "report.json", "report.md"
+SEEDED_STAGES = ("layers", "fisher", "search", "distill")  # what a continued fine-tuning takes from its attempt
+
+
+@dataclass
+class SpeedupOutcome:
+    """What ``run_speedup`` did: the plan, each attempt's record and the one whose model is the result."""
+
+    report: Dict[str, object]
+    attempts: List[CompressOutcome] = field(default_factory=list)
+    files: List[str] = field(default_factory=list)
+
+
+def run_speedup(settings: CompressSettings, on_stage: Optional[StageCallback] = None,
+                on_attempt=None) -> SpeedupOutcome:
+    """Plan (or resume the plan), then compress attempt by attempt until one keeps the BLEU within the tolerance
+    or the attempts run out; ``on_attempt(number, text)`` hears what each attempt is and what followed it."""
+    if not os.path.isdir(settings.data):
+        raise StudyError(f"data directory not found: {settings.data}")
+    if not os.path.isfile(settings.checkpoint):
+        raise StudyError(f"checkpoint not found: {settings.checkpoint}")
+    open_out_dir(settings.out_dir, run_identity(settings))
+    stages = Stages(settings.out_dir, on_stage)
+    stages.run("plan", lambda work: plan_stage(settings, work))
+    plan = stages.record("plan")
+    planned = [PlannedCandidate.from_dict(c) for c in plan.candidates]
+    tell = on_attempt or (lambda number, text: None)
+    index, continued, previous = plan.chosen, False, None
+    attempts, outcomes, records = [], [], []
+    for number in range(1, settings.max_attempts + 1):
+        candidate = planned[index]
+        attempt_dir = os.path.join(settings.out_dir, f"attempt-{number}")
+        finetune_from = os.path.join(previous, "finetune", CHECKPOINT) if continued else None
+        attempt = settings.attempt(candidate.flops_share, candidate.candidate.drop_counts, attempt_dir,
+                                   finetune_from, candidate.candidate.beam)
+        if continued and not os.path.isdir(attempt_dir):
+            _seed_attempt(attempt, previous)
+        tell(number, f"{candidate.candidate.name} ({candidate.flops_share:.1%} of the decoding FLOPs kept)"
+             + (f", fine-tuning continued from attempt {number - 1}" if continued else ""))
+        outcome = run_compress(attempt, on_stage)
+        outcomes.append(outcome)
+        judged = _judged(outcome, candidate.candidate.beam)
+        loss = -judged["delta"]
+        decision = next_step(loss, settings.max_bleu_loss, continued, settings.finetune.enabled,
+                             settings.max_attempts - number)
+        following = None
+        if decision == BACK_OFF:
+            following = back_off(planned, index)
+            if following is None:
+                decision = GIVE_UP
+        records.append({"attempt": number, "dir": os.path.basename(attempt_dir), "shape": candidate.to_dict(),
+                        "continued_from": None if not continued else os.path.basename(previous),
+                        "finetune_updates": (outcome.report.finetune.updates if outcome.report.finetune else 0),
+                        **judged, "loss": loss, "speedups": _measured_speedups(outcome, candidate.candidate.beam),
+                        "decision": decision})
+        tell(number, f"{judged['metric']} {judged['delta']:+.2f} (tolerance -{settings.max_bleu_loss:g}): "
+             f"{decision}")
+        attempts.append(attempt_dir)
+        if decision in (ACCEPT, GIVE_UP):
+            break
+        if decision == CONTINUE:
+            continued, previous = True, attempt_dir
+        else:
+            index, continued, previous = following, False, None
+    report = _report(settings, plan, planned, records)
+    files = [os.path.join(settings.out_dir, name) for name in (REPORT_JSON, REPORT_MARKDOWN)]
+    write_json(report, files[0], indent=1)
+    write_text(speedup_report_markdown(report), files[1])
+    return SpeedupOutcome(report, outcomes, files)
+
+
+def _seed_attempt(attempt: CompressSettings, previous: str) -> None:
+    """A continued fine-tuning's attempt starts with the earlier attempt's layers, Fisher scores, search and
+    distilled data (hard links: nothing is copied), under its own record."""
+    open_out_dir(attempt.out_dir, run_identity(attempt))
+    for stage in SEEDED_STAGES:
+        source = os.path.join(previous, stage)
+        if os.path.isfile(os.path.join(source, STAGE_RECORD)):
+            shutil.copytree(source, os.path.join(attempt.out_dir, stage), copy_function=os.link)
+
+
+def _judged(outcome: CompressOutcome, beam: Optional[int]) -> Dict[str, object]:
+    """The BLEU an attempt is judged by: the compressed model at the shape's beam against the unpruned model at
+    the run's."""
+    evaluation = outcome.report.evaluation
+    if beam is None:
+        return {"metric": evaluation.label, "unpruned": evaluation.unpruned, "compressed": evaluation.compressed,
+                "delta": evaluation.delta, "p_value": evaluation.p_value}
+    row = next(r for r in evaluation.beams if r["beam"] == beam)
+    return {"metric": evaluation.label, "unpruned": evaluation.unpruned, "compressed": row["compressed"],
+            "delta": row["delta_vs_run_beam"], "p_value": row["p_value_vs_run_beam"]}
+
+
+def _measured_speedups(outcome: CompressOutcome, beam: Optional[int]) -> Dict[str, float]:
+    """The compressed model's speed-up like for like with the vocabulary map (CTranslate2), per batch size: at
+    the shape's beam against the unpruned model at the run's."""
+    speed = outcome.report.speed
+    rows = speed.rows if beam is None else [r for r in speed.beam_rows if r["beam"] == beam]
+    key = "speedup_like_for_like" if beam is None else "speedup_vs_run_beam"
+    return {str(row["batch_size"]): row[key] for row in rows
+            if row["weights"] == "compressed" and row["engine"] == CTRANSLATE2_ENGINE
+            and row["system"].endswith(" vmap") and row[key] is not None}
+
+
+# ----------------------------------------------------------------------------- the plan
+
+
+def plan_stage(settings: CompressSettings, work: str) -> PlanRecord:
+    """Export every candidate of ``candidate_ladder`` with the vocabulary map, time them all against the unpruned
+    model (with and without its map) in one rotated run on the Fisher split's first sentences, each generating
+    the split's mean target length, and choose (``choose_candidate``)."""
+    evaluation, deployment = settings.evaluation, settings.deployment
+    family = family_named(settings.family)
+    cfg, task, model = family.load(settings.data, settings.checkpoint, evaluation.generation_args, cpu=True)
+    search_settings, costs = search_costs(settings.search_settings(settings.checkpoint, work), cfg, task, model)
+    full = costs.full_cost()
+    split = settings.importance.subsets[0]
+    _, target_length = split_mean_lengths(task, split)
+    beam = int(cfg.generation.beam)
+    quantization = settings.table_quantization
+    depths = model_depths(model)
+    smaller = [b for b in SMALLER_BEAMS if b < beam] if settings.allow_beam else []
+    ladder = candidate_ladder(depths, beams=smaller)
+    planned: List[PlannedCandidate] = []
+    threads, device = torch.get_num_threads(), ctranslate2_device(evaluation.cpu)
+    progress = tqdm(total=len(ladder) + 1, desc="plan: exporting shapes", unit="shape",
+                    disable=not evaluation.progress, leave=False)
+    with tempfile.TemporaryDirectory(prefix="headprune-plan-") as directory:
+        vmap = os.path.join(directory, "vmap.txt")
+        vocabulary_map_for(task, ExportSettings.vocabulary_map_candidates, ExportSettings.vocabulary_map_common, vmap)
+        specs = []
+
+        def add(name: str, path: str, use_vmap: bool, at_beam: Optional[int] = None) -> None:
+            options = DecodingOptions.fixed_length(at_beam or beam, target_length).to_dict()
+            specs.append(SystemSpec(name, CTRANSLATE2, "variant", quantization, path, family=family.name,
+                                    threads=threads, device=device, options=options, use_vmap=use_vmap))
+
+        reference = os.path.join(directory, "unpruned")
+        _export_shape(family, cfg, task, model, 1.0, quantization, vmap, reference)
+        add(REFERENCE, reference, True)
+        add(STOCK, reference, False)
+        progress.update(1)
+        shapes: Dict[tuple, tuple] = {}  # (layers, width) -> its export and share: the smaller beams share them
+        for candidate in ladder:
+            shape = (candidate.dropped, candidate.width)
+            if shape not in shapes:
+                dropped = {stack: list(range(depths[stack] - count, depths[stack]))
+                           for stack, count in candidate.drop_counts.items()}
+                path = os.path.join(directory, f"shape-{len(shapes)}")
+                with layers_removed(model, dropped):
+                    kept = layer_costs(search_settings, model).cost_of(*_uniform_masks(model, candidate.width))
+                    _export_shape(family, cfg, task, model, candidate.width, quantization, vmap, path)
+                shapes[shape] = (path, kept / full)
+            path, share = shapes[shape]
+            planned.append(PlannedCandidate(candidate, share))
+            add(candidate.name, path, True, candidate.beam)
+            progress.update(1)
+        progress.close()
+        sentences = _plan_sentences(task, split, deployment.batch_sizes)
+        run = time_systems(specs, deployment.batch_sizes, deployment.repeats, sentences=sentences)
+    map_gain = {}
+    for passes in run.passes:
+        batch = str(passes.batch_size)
+        reference_seconds = passes.seconds[REFERENCE]
+        map_gain[batch] = round_share(passes.seconds[STOCK], reference_seconds)
+        for planned_candidate in planned:
+            share = round_share(passes.seconds[planned_candidate.candidate.name], reference_seconds)
+            planned_candidate.speedups[batch] = 1.0 / share
+    record = PlanRecord(factor=settings.target.factor, batch_sizes=list(deployment.batch_sizes),
+                        quantization=quantization, split=split, sentences=PLAN_SENTENCES, beam=beam,
+                        target_length=target_length, repeats=deployment.repeats,
+                        candidates=[p.to_dict() for p in planned], map_gain=map_gain, environment=run.environment)
+    record.chosen = choose_candidate(planned, settings.target.factor)
+    return record
+
+
+def _uniform_masks(model, width: float):
+    """Every layer keeping its first ``kept_units`` heads and neurons (the shape alone matters to the timing)."""
+    head_mask = {t: torch.ones(shape) for t, shape in head_layout(model).items()}
+    ffn_mask = {t: torch.ones(shape) for t, shape in ffn_layout(model).items()}
+    for masks in (head_mask, ffn_mask):
+        for mask in masks.values():
+            mask[:, kept_units(mask.shape[1], width):] = 0.0
+    return head_mask, ffn_mask
+
+
+def _export_shape(family, cfg, task, model, width: float, quantization: str, vmap: str, path: str) -> None:
+    """The model (its layers as they are now) narrowed uniformly to ``width``, exported with the vocabulary map."""
+    head_mask, ffn_mask = _uniform_masks(model, width)
+    try:
+        set_head_mask(model, head_mask)
+        set_ffn_mask(model, ffn_mask)
+        with torch.no_grad():
+            spec, _ = family.ctranslate2_spec(cfg, task, model)
+        spec.register_vocabulary_mapping(vmap)
+        save_spec(spec, quantization, path)
+    finally:
+        set_head_mask(model, None)
+        set_ffn_mask(model, None)
+
+
+def _plan_sentences(task, split: str, batch_sizes) -> Dict[int, Dict[str, list]]:
+    """The first ``PLAN_SENTENCES`` sources of ``split`` in CTranslate2's tokens, in batches of each size."""
+    load_split(task, split)
+    dataset = task.dataset(split)
+    count = min(PLAN_SENTENCES, len(dataset))
+    if count == 0:
+        raise StudyError(f"--target speedup: split {split!r} holds no sentence to time")
+    sources = [dictionary_tokens(task.source_dictionary, dataset[i]["source"].tolist()) for i in range(count)]
+    batches = {}
+    for size in batch_sizes:
+        grouped = [sources[start:start + size] for start in range(0, count, size)]
+        batches[size] = {"sources": grouped, "source_lengths": [max(len(s) for s in group) + 1 for group in grouped]}
+    return batches
+
+
+def _report(settings: CompressSettings, plan: PlanRecord, planned: List[PlannedCandidate],
+            records: List[Dict[str, object]]) -> Dict[str, object]:
+    accepted = next((r for r in records if r["decision"] == ACCEPT), None)
+    result = accepted or records[-1]
+    factor = settings.target.factor
+    reached = bool(result["speedups"]) and min(result["speedups"].values()) >= factor
+    attempt_dir = os.path.join(settings.out_dir, result["dir"])
+    # the shape's speed-up as the plan timed it (uniform narrowing, fixed length, the Fisher split) beside the one
+    # measured on the compressed model (its searched mask, its own translations of the evaluation split)
+    timed = next(p.speedups for p in planned if p.candidate.name == result["shape"]["name"])
+    prediction = {batch: {"planned": timed[batch], "measured": measured,
+                          "relative_error": (timed[batch] - measured) / measured}
+                  for batch, measured in result["speedups"].items() if batch in timed}
+    return {
+        "format": SPEEDUP_REPORT_FORMAT, "checkpoint": os.path.abspath(settings.checkpoint),
+        "target": settings.target.text, "factor": factor, "max_bleu_loss": settings.max_bleu_loss,
+        "plan": {**plan.to_dict(), "chosen_name": planned[plan.chosen].candidate.name,
+                 "breakdown": speed_breakdown(planned, plan.chosen, plan.map_gain)},
+        "attempts": records,
+        "result": {"attempt": result["attempt"], "within_tolerance": accepted is not None, "reached_target": reached,
+                   "speedups": result["speedups"], "delta": result["delta"], "p_value": result["p_value"],
+                   "prediction": prediction,
+                   "report": os.path.join(result["dir"], REPORT_MARKDOWN),
+                   "checkpoint": os.path.abspath(os.path.join(attempt_dir, "shrink", CHECKPOINT)),
+                   "exported": os.path.abspath(os.path.join(attempt_dir, "export", "compressed"))},
+    }

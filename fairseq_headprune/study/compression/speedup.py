@@ -1,0 +1,191 @@
+"""``compress --target speedup=Nx``: the structures tried, the one chosen, and what to do when BLEU is lost.
+
+A speed-up in CTranslate2 is not a FLOPs share: embeddings, the output layer
+over the vocabulary map's candidates and beam search cost what they cost
+whatever is pruned, and a narrowed layer saves less time than its FLOPs. So
+the plan measures instead of predicting: a ladder of candidate shapes (whole
+layers left out of each stack, then every remaining layer narrowed to a share
+of its heads and FFN neurons), each exported and timed in CTranslate2 with
+the vocabulary map against the unpruned model with its own map (like for
+like), in one rotated timing run, at every batch size asked. The chosen
+candidate is the one that keeps the most decoding FLOPs among those that
+reach the speed-up at every batch size: the least change that is fast
+enough (Kasai et al. 2021: a shallow decoder loses least when distilled;
+Kwon et al. 2022: heads and neurons chosen by Fisher information).
+
+An attempt compresses to the chosen shape (layers chosen by the validation
+loss, heads and neurons searched within the candidate's decoding-FLOPs
+share), fine-tunes and evaluates. Where it loses more than the tolerance,
+the next attempt first continues the fine-tuning from the attempt's weights,
+then backs off to the next candidate that keeps more FLOPs, which may be
+slower than asked: the report says so.
+
+With ``--allow-beam`` every shape is also timed at the smaller beams 1 and 2
+(sequence-level distillation lets a small beam approach beam search, Kim &
+Rush 2016), against the unpruned model at the run's beam; a shape is then
+preferred at the largest beam that is fast enough, and its BLEU is judged
+at that beam against the unpruned model at the run's.
+"""
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from fairseq_headprune.errors import SettingsError, StudyError
+
+# the shares of every remaining layer's heads and FFN neurons a candidate keeps (1.0: layers removed only)
+WIDTH_SHARES = (1.0, 0.75, 0.5, 0.25)
+SMALLER_BEAMS = (1, 2)  # --allow-beam: the beams a shape is also timed at, below the run's
+DEFAULT_MAX_BLEU_LOSS = 1.0
+DEFAULT_MAX_ATTEMPTS = 3
+CONTINUE, BACK_OFF, ACCEPT, GIVE_UP = "continue fine-tuning", "back off", "accept", "give up"
+
+
+def parse_speedup(text: str) -> float:
+    """``2x`` or ``2``: a factor above 1."""
+    amount = str(text).strip().lower()
+    amount = amount[:-1] if amount.endswith(("x", "×")) else amount
+    try:
+        factor = float(amount)
+    except ValueError:
+        raise SettingsError(f"--target speedup={text}: expected a factor such as 2x") from None
+    if not math.isfinite(factor) or factor <= 1.0:
+        raise SettingsError(f"--target speedup={text}: a speed-up is a factor above 1 (e.g. speedup=2x)")
+    return factor
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One shape: ``dropped`` whole layers of each stack, and every remaining layer keeping ``width`` of its
+    heads and neurons."""
+
+    dropped: Tuple[Tuple[str, int], ...]  # (stack, layers removed), stacks in a fixed order
+    width: float
+    beam: Optional[int] = None  # decoded at this smaller beam (None: the run's)
+
+    @property
+    def drop_counts(self) -> Dict[str, int]:
+        return {stack: count for stack, count in self.dropped if count}
+
+    @property
+    def name(self) -> str:
+        layers = ", ".join(f"{count} {stack} layer{'s' if count > 1 else ''}" for stack, count in self.dropped
+                           if count) or "no layer"
+        return f"{layers} removed, {self.width:.0%} width" + (f", beam {self.beam}" if self.beam else "")
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"dropped": dict(self.dropped), "width": self.width, "beam": self.beam}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Candidate":
+        return cls(tuple(sorted((str(k), int(v)) for k, v in data["dropped"].items())), float(data["width"]),
+                   data.get("beam"))
+
+
+def candidate_ladder(depths: Mapping[str, int], widths: Sequence[float] = WIDTH_SHARES,
+                     beams: Sequence[int] = ()) -> List[Candidate]:
+    """Every shape the plan times but the unpruned one: the decoder keeping 1 to all of its layers, the
+    encoder all or half of them, each at every width; at the run's beam and at each of ``beams``."""
+    decoder = depths.get("decoder", 0)
+    encoder = depths.get("encoder", 0)
+    encoder_drops = sorted({0, encoder // 2}) if encoder > 1 else [0]
+    ladder = []
+    for encoder_dropped in encoder_drops:
+        for decoder_dropped in range(max(decoder, 1)):
+            for width in widths:
+                dropped = tuple(sorted(((("decoder", decoder_dropped),) if decoder else ())
+                                       + ((("encoder", encoder_dropped),) if encoder else ())))
+                candidate = Candidate(dropped, float(width))
+                if candidate.drop_counts or width < 1.0:
+                    ladder += [candidate] + [Candidate(dropped, float(width), beam) for beam in beams]
+    return ladder
+
+
+def kept_units(total: int, width: float) -> int:
+    """The units a layer of ``total`` keeps at ``width``: at least one."""
+    return max(1, min(total, int(round(width * total))))
+
+
+@dataclass
+class PlannedCandidate:
+    """A candidate with what the plan found: its decoding-FLOPs share of the unpruned model's layers and its
+    measured speed-up over the unpruned model (with the map both) at each batch size."""
+
+    candidate: Candidate
+    flops_share: float
+    speedups: Dict[str, float] = field(default_factory=dict)  # batch size (as text) -> speed-up
+
+    def reaches(self, factor: float) -> bool:
+        return bool(self.speedups) and min(self.speedups.values()) >= factor
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {**self.candidate.to_dict(), "name": self.candidate.name, "flops_share": self.flops_share,
+                "speedups": dict(self.speedups)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "PlannedCandidate":
+        return cls(Candidate.from_dict(data), float(data["flops_share"]),
+                   {str(k): float(v) for k, v in data["speedups"].items()})
+
+
+def preference_order(planned: Sequence[PlannedCandidate]) -> List[int]:
+    """Indices from the least to the most change: most decoding FLOPs kept first (at the run's beam), then the
+    run's beam before smaller ones, then fewest layers removed, then the fastest."""
+    def change(i):
+        candidate = planned[i].candidate
+        return (-planned[i].flops_share, -(candidate.beam or math.inf), sum(candidate.drop_counts.values()),
+                -min(planned[i].speedups.values(), default=0.0))
+    return sorted(range(len(planned)), key=change)
+
+
+def choose_candidate(planned: Sequence[PlannedCandidate], factor: float) -> int:
+    """The least change that reaches ``factor`` at every batch size (``preference_order``); raises naming the
+    fastest candidate when none does."""
+    for index in preference_order(planned):
+        if planned[index].reaches(factor):
+            return index
+    fastest = max(planned, key=lambda p: min(p.speedups.values(), default=0.0))
+    slowest_batch = min(fastest.speedups, key=fastest.speedups.get)
+    raise StudyError(f"--target speedup={factor:g}x: the fastest shape tried ({fastest.candidate.name}) decodes "
+                     f"{fastest.speedups[slowest_batch]:.2f}x as fast as the unpruned model with its vocabulary map "
+                     f"at batch {slowest_batch}; ask for less (see plan/stage.json)")
+
+
+def back_off(planned: Sequence[PlannedCandidate], current: int) -> Optional[int]:
+    """The candidate just before ``current`` in ``preference_order`` (one that keeps more), or None."""
+    order = preference_order(planned)
+    position = order.index(current)
+    return order[position - 1] if position > 0 else None
+
+
+def next_step(bleu_loss: float, max_bleu_loss: float, continued: bool, can_finetune: bool,
+              attempts_left: int) -> str:
+    """What follows an attempt that lost ``bleu_loss`` points: accept it, continue its fine-tuning (once per
+    shape), back off to a shape that keeps more, or give up when no attempt is left."""
+    if bleu_loss <= max_bleu_loss:
+        return ACCEPT
+    if attempts_left <= 0:
+        return GIVE_UP
+    return CONTINUE if can_finetune and not continued else BACK_OFF
+
+
+def speed_breakdown(planned: Sequence[PlannedCandidate], chosen: int,
+                    map_gain: Mapping[str, float]) -> Dict[str, Dict[str, float]]:
+    """What each step bought at each batch size, from the plan's own timing run: the vocabulary map on the
+    unpruned model; the chosen candidate's layers removed at full width; its narrowing on top."""
+    candidate = planned[chosen].candidate
+    layers_only = next((p for p in planned if p.candidate.dropped == candidate.dropped and p.candidate.width == 1.0
+                        and p.candidate.beam is None), None)
+    steps: Dict[str, Dict[str, float]] = {"vocabulary map (unpruned model)": dict(map_gain)}
+    if candidate.drop_counts:
+        steps["layers removed"] = dict(layers_only.speedups) if layers_only is not None else {}
+    narrowed = next((p for p in planned if p.candidate.dropped == candidate.dropped
+                     and p.candidate.width == candidate.width and p.candidate.beam is None), None)
+    if candidate.width < 1.0 and narrowed is not None:
+        base = layers_only.speedups if layers_only is not None else {b: 1.0 for b in narrowed.speedups}
+        steps["heads and neurons narrowed"] = {b: narrowed.speedups[b] / base[b] for b in narrowed.speedups
+                                               if b in base}
+    if candidate.beam is not None and narrowed is not None:
+        steps[f"beam {candidate.beam}"] = {b: planned[chosen].speedups[b] / narrowed.speedups[b]
+                                           for b in planned[chosen].speedups if b in narrowed.speedups}
+    return steps
