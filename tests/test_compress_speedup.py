@@ -23,12 +23,15 @@ from fairseq_headprune.study.compression.speedup import (
     BACK_OFF,
     CONTINUE,
     GIVE_UP,
+    PRUNE_MORE,
     Candidate,
     PlannedCandidate,
     back_off,
+    best_attempt,
     candidate_ladder,
     choose_candidate,
     next_step,
+    prune_more,
     speed_breakdown,
 )
 
@@ -84,6 +87,12 @@ def test_the_choice_is_the_least_change_fast_enough_and_backing_off_keeps_more()
     assert choose_candidate(plan, 1.5) == 1  # the most FLOPs kept among those at >= 1.5x at both sizes
     assert choose_candidate(plan, 2.0) == 3  # 45% kept beats 42%
     assert back_off(plan, 3) == 1 and back_off(plan, 1) == 0 and back_off(plan, 0) is None
+    assert back_off(plan, 3, tried=[1]) == 0  # a shape tried already is not tried again
+    # shape 1 kept the BLEU but measured 1.5x / 1.55x where the plan said 1.6x / 1.7x: asked for 1.6x, the next
+    # shape must reach 1.6 x 1.6/1.5 at batch 1 and 1.6 x 1.7/1.55 at batch 64 by the plan
+    assert prune_more(plan, 1, 1.6, {"1": 1.5, "64": 1.55}) == 3  # the next in order: 2.4x and 2.2x by the plan
+    assert prune_more(plan, 1, 2.1, {"1": 1.5, "64": 1.55}) == 4  # 2.24x and 2.30x needed: shapes 3 and 2 miss
+    assert prune_more(plan, 4, 1.6, {"1": 3.0, "64": 3.0}) is None
     with pytest.raises(StudyError, match=r"3\.10x as fast .* at batch 64"):
         choose_candidate(plan, 4.0)
     steps = speed_breakdown(plan, 2, {"1": 1.3, "64": 1.2})
@@ -95,10 +104,18 @@ def test_the_choice_is_the_least_change_fast_enough_and_backing_off_keeps_more()
 
 def test_a_loss_beyond_the_tolerance_continues_the_fine_tuning_once_then_backs_off():
     assert next_step(0.4, 1.0, False, True, 2) == ACCEPT
+    assert next_step(0.4, 1.0, False, True, 2, fast_enough=False) == PRUNE_MORE
+    assert next_step(0.4, 1.0, False, True, 0, fast_enough=False) == GIVE_UP
     assert next_step(1.4, 1.0, False, True, 2) == CONTINUE
     assert next_step(1.4, 1.0, True, True, 1) == BACK_OFF
     assert next_step(1.4, 1.0, False, False, 1) == BACK_OFF  # nothing to continue without fine-tuning
     assert next_step(1.4, 1.0, False, True, 0) == GIVE_UP
+    records = [{"decision": PRUNE_MORE, "loss": 0.2, "speedups": {"1": 1.9}},
+               {"decision": BACK_OFF, "loss": 1.5, "speedups": {"1": 2.4}},
+               {"decision": GIVE_UP, "loss": 0.9, "speedups": {"1": 1.95}}]
+    assert best_attempt(records, 1.0) == 2  # the fastest within the tolerance
+    assert best_attempt(records, 0.1) == 0  # none within: the one that lost least
+    assert best_attempt([*records, {"decision": ACCEPT, "loss": 0.5, "speedups": {"1": 2.1}}], 1.0) == 3
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +170,7 @@ def test_a_loss_makes_the_next_attempt_continue_from_the_first_ones_weights(spee
     for attempt in report["attempts"]:  # every decision by the rule, with no loss allowed
         left = 2 - attempt["attempt"]
         continued = attempt["continued_from"] is not None
-        assert attempt["decision"] == next_step(attempt["loss"], 0.0, continued, True, left)
+        assert attempt["decision"] == next_step(attempt["loss"], 0.0, continued, True, left, attempt["fast_enough"])
     assert first["decision"] == CONTINUE
     second = report["attempts"][1]
     assert second["continued_from"] == "attempt-1" and second["shape"] == first["shape"]

@@ -43,13 +43,16 @@ from fairseq_headprune.study.compression.speedup import (
     BACK_OFF,
     CONTINUE,
     GIVE_UP,
+    PRUNE_MORE,
     SMALLER_BEAMS,
     PlannedCandidate,
     back_off,
+    best_attempt,
     candidate_ladder,
     choose_candidate,
     kept_units,
     next_step,
+    prune_more,
     speed_breakdown,
 )
 from fairseq_headprune.study.output.files import write_json, write_text
@@ -85,7 +88,7 @@ def run_speedup(settings: CompressSettings, on_stage: Optional[StageCallback] = 
     planned = [PlannedCandidate.from_dict(c) for c in plan.candidates]
     tell = on_attempt or (lambda number, text: None)
     index, continued, previous = plan.chosen, False, None
-    attempts, outcomes, records = [], [], []
+    attempts, outcomes, records, tried = [], [], [], []
     for number in range(1, settings.max_attempts + 1):
         candidate = planned[index]
         attempt_dir = os.path.join(settings.out_dir, f"attempt-{number}")
@@ -100,20 +103,26 @@ def run_speedup(settings: CompressSettings, on_stage: Optional[StageCallback] = 
         outcomes.append(outcome)
         judged = _judged(outcome, candidate.candidate.beam)
         loss = -judged["delta"]
+        measured = _measured_speedups(outcome, candidate.candidate.beam)
+        fast_enough = bool(measured) and min(measured.values()) >= settings.target.factor
+        tried.append(index)
         decision = next_step(loss, settings.max_bleu_loss, continued, settings.finetune.enabled,
-                             settings.max_attempts - number)
+                             settings.max_attempts - number, fast_enough)
         following = None
         if decision == BACK_OFF:
-            following = back_off(planned, index)
-            if following is None:
-                decision = GIVE_UP
+            following = back_off(planned, index, tried)
+        elif decision == PRUNE_MORE:
+            following = prune_more(planned, index, settings.target.factor, measured, tried)
+        if decision in (BACK_OFF, PRUNE_MORE) and following is None:
+            decision = GIVE_UP
         records.append({"attempt": number, "dir": os.path.basename(attempt_dir), "shape": candidate.to_dict(),
                         "continued_from": None if not continued else os.path.basename(previous),
                         "finetune_updates": (outcome.report.finetune.updates if outcome.report.finetune else 0),
-                        **judged, "loss": loss, "speedups": _measured_speedups(outcome, candidate.candidate.beam),
+                        **judged, "loss": loss, "speedups": measured, "fast_enough": fast_enough,
                         "decision": decision})
-        tell(number, f"{judged['metric']} {judged['delta']:+.2f} (tolerance -{settings.max_bleu_loss:g}): "
-             f"{decision}")
+        tell(number, f"{judged['metric']} {judged['delta']:+.2f} (tolerance -{settings.max_bleu_loss:g}), "
+             + ", ".join(f"{value:.2f}x at batch {batch}" for batch, value in measured.items())
+             + f" like for like: {decision}")
         attempts.append(attempt_dir)
         if decision in (ACCEPT, GIVE_UP):
             break
@@ -275,8 +284,7 @@ def _plan_sentences(task, split: str, batch_sizes) -> Dict[int, Dict[str, list]]
 
 def _report(settings: CompressSettings, plan: PlanRecord, planned: List[PlannedCandidate],
             records: List[Dict[str, object]]) -> Dict[str, object]:
-    accepted = next((r for r in records if r["decision"] == ACCEPT), None)
-    result = accepted or records[-1]
+    result = records[best_attempt(records, settings.max_bleu_loss)]
     factor = settings.target.factor
     reached = bool(result["speedups"]) and min(result["speedups"].values()) >= factor
     attempt_dir = os.path.join(settings.out_dir, result["dir"])
@@ -292,7 +300,8 @@ def _report(settings: CompressSettings, plan: PlanRecord, planned: List[PlannedC
         "plan": {**plan.to_dict(), "chosen_name": planned[plan.chosen].candidate.name,
                  "breakdown": speed_breakdown(planned, plan.chosen, plan.map_gain)},
         "attempts": records,
-        "result": {"attempt": result["attempt"], "within_tolerance": accepted is not None, "reached_target": reached,
+        "result": {"attempt": result["attempt"], "within_tolerance": result["loss"] <= settings.max_bleu_loss,
+                   "reached_target": reached,
                    "speedups": result["speedups"], "delta": result["delta"], "p_value": result["p_value"],
                    "prediction": prediction,
                    "report": os.path.join(result["dir"], REPORT_MARKDOWN),

@@ -18,7 +18,11 @@ loss, heads and neurons searched within the candidate's decoding-FLOPs
 share), fine-tunes and evaluates. Where it loses more than the tolerance,
 the next attempt first continues the fine-tuning from the attempt's weights,
 then backs off to the next candidate that keeps more FLOPs, which may be
-slower than asked: the report says so.
+slower than asked: the report says so. Where it keeps the BLEU but decodes
+slower than asked (the plan times a uniform shape at a fixed length; the
+compressed model has its searched mask and its own translations), the next
+attempt takes the next shape that the plan, corrected by that attempt's
+measured error, expects to be fast enough.
 
 With ``--allow-beam`` every shape is also timed at the smaller beams 1 and 2
 (sequence-level distillation lets a small beam approach beam search, Kim &
@@ -39,6 +43,7 @@ SMALLER_BEAMS = (1, 2)  # --allow-beam: the beams a shape is also timed at, belo
 DEFAULT_MAX_BLEU_LOSS = 1.0
 DEFAULT_MAX_ATTEMPTS = 3
 CONTINUE, BACK_OFF, ACCEPT, GIVE_UP = "continue fine-tuning", "back off", "accept", "give up"
+PRUNE_MORE = "prune more"  # within the tolerance but slower than asked: the next shape fast enough
 
 
 def parse_speedup(text: str) -> float:
@@ -151,22 +156,54 @@ def choose_candidate(planned: Sequence[PlannedCandidate], factor: float) -> int:
                      f"at batch {slowest_batch}; ask for less (see plan/stage.json)")
 
 
-def back_off(planned: Sequence[PlannedCandidate], current: int) -> Optional[int]:
-    """The candidate just before ``current`` in ``preference_order`` (one that keeps more), or None."""
+def back_off(planned: Sequence[PlannedCandidate], current: int, tried: Sequence[int] = ()) -> Optional[int]:
+    """The nearest candidate before ``current`` in ``preference_order`` (one that keeps more) not tried yet, or
+    None."""
     order = preference_order(planned)
-    position = order.index(current)
-    return order[position - 1] if position > 0 else None
+    earlier = [index for index in order[:order.index(current)] if index not in tried]
+    return earlier[-1] if earlier else None
+
+
+def prune_more(planned: Sequence[PlannedCandidate], current: int, factor: float, measured: Mapping[str, float],
+               tried: Sequence[int] = ()) -> Optional[int]:
+    """After ``current``, which kept the BLEU but was measured at ``measured`` (batch size -> speed-up): the first
+    later candidate in ``preference_order`` not tried yet that the plan expects fast enough once its timing is
+    corrected by ``current``'s error at each batch size (the plan's speed-up over the measured one, when above 1),
+    or None."""
+    timed = planned[current].speedups
+    needed = {batch: factor * max(1.0, timed[batch] / measured[batch]) for batch in timed if measured.get(batch)}
+    order = preference_order(planned)
+    for index in order[order.index(current) + 1:]:
+        speedups = planned[index].speedups
+        if index not in tried and all(speedups.get(batch, 0.0) >= need for batch, need in needed.items()):
+            return index
+    return None
 
 
 def next_step(bleu_loss: float, max_bleu_loss: float, continued: bool, can_finetune: bool,
-              attempts_left: int) -> str:
-    """What follows an attempt that lost ``bleu_loss`` points: accept it, continue its fine-tuning (once per
-    shape), back off to a shape that keeps more, or give up when no attempt is left."""
-    if bleu_loss <= max_bleu_loss:
+              attempts_left: int, fast_enough: bool = True) -> str:
+    """What follows an attempt that lost ``bleu_loss`` points and was (not) measured ``fast_enough``: accept it,
+    prune more, continue its fine-tuning (once per shape), back off to a shape that keeps more, or give up when
+    no attempt is left."""
+    if bleu_loss <= max_bleu_loss and fast_enough:
         return ACCEPT
     if attempts_left <= 0:
         return GIVE_UP
+    if bleu_loss <= max_bleu_loss:
+        return PRUNE_MORE
     return CONTINUE if can_finetune and not continued else BACK_OFF
+
+
+def best_attempt(records: Sequence[Mapping[str, Any]], max_bleu_loss: float) -> int:
+    """The attempt to deploy: the first accepted; else the fastest (at its slowest batch size) of those within
+    the tolerance; else the one that lost least."""
+    accepted = [i for i, r in enumerate(records) if r["decision"] == ACCEPT]
+    if accepted:
+        return accepted[0]
+    within = [i for i, r in enumerate(records) if r["loss"] <= max_bleu_loss]
+    if within:
+        return max(within, key=lambda i: min(records[i]["speedups"].values(), default=0.0))
+    return min(range(len(records)), key=lambda i: records[i]["loss"])
 
 
 def speed_breakdown(planned: Sequence[PlannedCandidate], chosen: int,
