@@ -385,8 +385,8 @@ class CompressSettings:
                           **({"distill_weight": self.distill_weight} if self.distill == "word" else {}),
                           **({"continued_from": os.path.abspath(self.finetune_from)} if self.finetune_from else {})}
                          if self.finetune.updates else None),
-            **({"speedup": {"max_bleu_loss": self.max_bleu_loss, "max_attempts": self.max_attempts,
-                            "allow_beam": self.allow_beam}}
+            # --max-attempts is left out: more attempts continue the same sequence, fewer stop it sooner
+            **({"speedup": {"max_bleu_loss": self.max_bleu_loss, "allow_beam": self.allow_beam}}
                if self.target.kind == SPEEDUP_TARGET else {}),
             **({"planned": True} if self.planned else {}),
             "export": None if self.export_format is None else {
