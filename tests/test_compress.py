@@ -283,7 +283,14 @@ def test_a_latency_target_measures_its_table_and_reports_the_predicted_speedup(t
     out = tmp_path / "run"
     result = compress(tiny_model["data"], tiny_model["checkpoint"], out, "--target", "latency=60%", "--export",
                       "ctranslate2", "--quantization", "auto", "--no-tune", "--no-vocabulary-map", *QUICKER,
-                      "--beam", "2", "--batch-size", "64")
+                      "--beam", "2", "--batch-size", "64", check=False)
+    if result.returncode != 0:  # a busy machine: no narrower variant of the tiny model timed faster than the whole
+        table = json.loads((out / "search.partial" / "latency.json").read_text())
+        prices = [*table["per_layer_ms"].values(), *table.get("ffn_layer_ms", {}).values()]
+        assert not any(any(layer) for layer in prices), result.stderr
+        assert result.returncode == 2 and "prices every layer at 0 ms" in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+        return
     report = json.loads((out / "report.json").read_text())
     assert_the_fastest_accurate_compute_type_is_exported(out, report, result.stdout)
     chosen = report["export"]["quantization"]

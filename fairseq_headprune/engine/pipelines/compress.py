@@ -197,6 +197,10 @@ def _search(settings: CompressSettings, stages: Stages, work: str) -> SearchReco
     outcome = run_search(search_settings)
     result = outcome.result
     if not outcome.heads_pruned and not outcome.neurons_pruned:
+        if target.cost == "latency" and outcome.costs.full_cost() <= 0.0:
+            raise StudyError(f"--target {target.text}: the latency table prices every layer at 0 ms (no narrower "
+                             "variant timed faster than the whole model: timing noise above what the layers cost); "
+                             "time more rounds (--repeats) on an idle machine, or use a flops target")
         raise StudyError(f"--target {target.text} prunes nothing from this model; keep less")
     return SearchRecord(
         target=target.text, structure=target.structure, cost=target.cost,
