@@ -20,7 +20,6 @@ from tqdm import tqdm
 
 from fairseq_headprune.constants import CTRANSLATE2_ENGINE
 from fairseq_headprune.engine.checkpoints.layers import layers_removed, model_depths
-from fairseq_headprune.engine.export.ctranslate2_spec import save_spec
 from fairseq_headprune.engine.export.vocabulary_map import vocabulary_map_for
 from fairseq_headprune.engine.families import family_named
 from fairseq_headprune.engine.pipelines.compress import CompressOutcome, run_compress, run_identity
@@ -29,7 +28,7 @@ from fairseq_headprune.engine.pipelines.export import ctranslate2_device
 from fairseq_headprune.engine.pipelines.search import layer_costs, search_costs
 from fairseq_headprune.engine.pipelines.shallow import CHECKPOINT
 from fairseq_headprune.engine.runners.batches import dictionary_tokens, load_split, split_mean_lengths
-from fairseq_headprune.engine.search.ctranslate2_latency import round_share
+from fairseq_headprune.engine.search.ctranslate2_latency import round_share, save_masked_spec
 from fairseq_headprune.engine.timing.isolated import CTRANSLATE2, SystemSpec, time_systems
 from fairseq_headprune.errors import StudyError
 from fairseq_headprune.modules.masked_ffn import ffn_layout, set_ffn_mask
@@ -88,7 +87,7 @@ def run_speedup(settings: CompressSettings, on_stage: Optional[StageCallback] = 
     planned = [PlannedCandidate.from_dict(c) for c in plan.candidates]
     tell = on_attempt or (lambda number, text: None)
     index, continued, previous = plan.chosen, False, None
-    attempts, outcomes, records, tried = [], [], [], []
+    outcomes, records, tried = [], [], []
     for number in range(1, settings.max_attempts + 1):
         candidate = planned[index]
         attempt_dir = os.path.join(settings.out_dir, f"attempt-{number}")
@@ -123,7 +122,6 @@ def run_speedup(settings: CompressSettings, on_stage: Optional[StageCallback] = 
         tell(number, f"{judged['metric']} {judged['delta']:+.2f} (tolerance -{settings.max_bleu_loss:g}), "
              + ", ".join(f"{value:.2f}x at batch {batch}" for batch, value in measured.items())
              + f" like for like: {decision}")
-        attempts.append(attempt_dir)
         if decision in (ACCEPT, GIVE_UP):
             break
         if decision == CONTINUE:
@@ -254,14 +252,8 @@ def _uniform_masks(model, width: float):
 
 def _export_shape(family, cfg, task, model, width: float, quantization: str, vmap: str, path: str) -> None:
     """The model (its layers as they are now) narrowed uniformly to ``width``, exported with the vocabulary map."""
-    head_mask, ffn_mask = _uniform_masks(model, width)
     try:
-        set_head_mask(model, head_mask)
-        set_ffn_mask(model, ffn_mask)
-        with torch.no_grad():
-            spec, _ = family.ctranslate2_spec(cfg, task, model)
-        spec.register_vocabulary_mapping(vmap)
-        save_spec(spec, quantization, path)
+        save_masked_spec(family, cfg, task, model, *_uniform_masks(model, width), quantization, path, vmap)
     finally:
         set_head_mask(model, None)
         set_ffn_mask(model, None)

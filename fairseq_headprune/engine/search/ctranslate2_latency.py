@@ -36,7 +36,7 @@ import math
 import os
 import statistics
 import tempfile
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 from tqdm import tqdm
@@ -161,10 +161,19 @@ def _export_variant(family, cfg, task, model, types: Sequence[str], kept: int, q
     ffn_mask = {t: torch.ones(shape) for t, shape in widths.items()}
     for layer_type in types:
         (head_mask if layer_type in layout else ffn_mask)[layer_type][:, kept:] = 0.0
+    save_masked_spec(family, cfg, task, model, head_mask, ffn_mask, quantization, path)
+
+
+def save_masked_spec(family, cfg, task, model, head_mask, ffn_mask, quantization: str, path: str,
+                     vocabulary_map: Optional[str] = None) -> None:
+    """Export ``model`` under these masks to CTranslate2 (with ``vocabulary_map``'s vmap.txt, if given); the
+    masks stay set (the callers clear them once they are done)."""
     set_head_mask(model, head_mask)
     set_ffn_mask(model, ffn_mask)
     with torch.no_grad():
         spec, _ = family.ctranslate2_spec(cfg, task, model)
+    if vocabulary_map is not None:
+        spec.register_vocabulary_mapping(vocabulary_map)
     save_spec(spec, quantization, path)
 
 
