@@ -279,12 +279,21 @@ def _quantization_choice(exported: Optional[ExportRecord]) -> List[str]:
     return lines
 
 
+def _readable_target(target: str) -> str:
+    """A target as a reader takes it: a speed-up attempt's computed share (``decoding-flops=41.1721%``) to one
+    decimal; the run's identity keeps the exact one."""
+    kind, _, value = target.partition("=")
+    if value.endswith("%") and "." in value:
+        return f"{kind}={float(value[:-1]):.1f}%"
+    return target
+
+
 def compression_report_markdown(report: CompressReport) -> str:
     """The report of one compress run, from its report.json."""
     files = report.files
     exported = report.export
     lines = [
-        f"# Compressed model: {report.target}",
+        f"# Compressed model: {_readable_target(report.target)}",
         "",
         f"`fairseq-headprune compress` of `{report.checkpoint}` on `{report.data}` ({report.family}).",
         "",
