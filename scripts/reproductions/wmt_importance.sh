@@ -26,6 +26,7 @@ USAGE
 [[ $# -eq 2 ]] || { usage >&2; exit 2; }
 wmt_dir=$1 out_dir=$2
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+PRECISION=fp32  # I_h is estimated in fp32 on any device, whatever PRECISION the other studies run at
 # shellcheck disable=SC1091
 source "$repo/scripts/reproductions/wmt_common.sh"
 
