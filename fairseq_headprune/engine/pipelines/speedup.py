@@ -13,7 +13,7 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 import torch
 from tqdm import tqdm
@@ -61,6 +61,7 @@ REFERENCE, STOCK = "unpruned vmap", "unpruned"
 SPEEDUP_REPORT_FORMAT = "fairseq-headprune compress speedup 1"
 REPORT_JSON, REPORT_MARKDOWN = "report.json", "report.md"
 SEEDED_STAGES = ("layers", "fisher", "search", "distill")  # what a continued fine-tuning takes from its attempt
+TEACHER_STAGES = ("distill",)  # what every later attempt takes from the first
 
 
 @dataclass
@@ -94,8 +95,11 @@ def run_speedup(settings: CompressSettings, on_stage: Optional[StageCallback] = 
         finetune_from = os.path.join(previous, "finetune", CHECKPOINT) if continued else None
         attempt = settings.attempt(candidate.flops_share, candidate.candidate.drop_counts, attempt_dir,
                                    finetune_from, candidate.candidate.beam)
-        if continued and not os.path.isdir(attempt_dir):
-            _seed_attempt(attempt, previous)
+        if not os.path.isdir(attempt_dir):
+            if continued:
+                _seed_attempt(attempt, previous, SEEDED_STAGES)
+            elif outcomes:  # the unpruned teacher's translations serve every shape
+                _seed_attempt(attempt, os.path.join(settings.out_dir, "attempt-1"), TEACHER_STAGES)
         tell(number, f"{candidate.candidate.name} ({candidate.flops_share:.1%} of the decoding FLOPs kept)"
              + (f", fine-tuning continued from attempt {number - 1}" if continued else ""))
         outcome = run_compress(attempt, on_stage)
@@ -135,11 +139,12 @@ def run_speedup(settings: CompressSettings, on_stage: Optional[StageCallback] = 
     return SpeedupOutcome(report, outcomes, files)
 
 
-def _seed_attempt(attempt: CompressSettings, previous: str) -> None:
-    """A continued fine-tuning's attempt starts with the earlier attempt's layers, Fisher scores, search and
-    distilled data (hard links: nothing is copied), under its own record."""
+def _seed_attempt(attempt: CompressSettings, previous: str, stages: Sequence[str]) -> None:
+    """An attempt starts with an earlier attempt's ``stages`` (hard links: nothing is copied), under its own
+    record: a continued fine-tuning takes its layers, Fisher scores, search and distilled data; any later
+    attempt, the distilled data (the unpruned model's translations do not depend on the shape)."""
     open_out_dir(attempt.out_dir, run_identity(attempt))
-    for stage in SEEDED_STAGES:
+    for stage in stages:
         source = os.path.join(previous, stage)
         if os.path.isfile(os.path.join(source, STAGE_RECORD)):
             shutil.copytree(source, os.path.join(attempt.out_dir, stage), copy_function=os.link)
