@@ -195,6 +195,27 @@ def test_a_loss_makes_the_next_attempt_continue_from_the_first_ones_weights(spee
     assert "## The shapes timed" in markdown and "**(chosen)**" in markdown
 
 
+def test_the_plan_benchmark_times_every_attempt_against_its_plan(speedup_run, tmp_path):
+    pytest.importorskip("ctranslate2")
+    out, report = speedup_run["out"], speedup_run["report"]
+    result = run(["python", "scripts/benchmarks/benchmark_speedup_plan.py", "--run", out, "--sentences", "4",
+                  "--repeats", "1", "--json", tmp_path / "plan.json"])
+    rows = json.loads((tmp_path / "plan.json").read_text())["results"]
+    expected = [(a["attempt"], size) for a in report["attempts"] for size in report["plan"]["batch_sizes"]]
+    assert [(r["attempt"], r["batch_size"]) for r in rows] == expected
+    for row in rows:  # the plan's figure for the attempt's shape, beside a measurement of the attempt's models
+        attempt = report["attempts"][row["attempt"] - 1]
+        assert row["planned"] == attempt["shape"]["speedups"][str(row["batch_size"])]
+        assert row["measured_by_compress"] == attempt["speedups"][str(row["batch_size"])]
+        assert row["measured"] == pytest.approx(
+            sorted(row["seconds"]["ct2 unpruned vmap"])[0] / sorted(row["seconds"]["ct2 compressed vmap"])[0])
+        assert row["relative_error"] == pytest.approx((row["planned"] - row["measured"]) / row["measured"])
+    assert "largest error of the plan" in result.stdout
+    failed = run(["python", "scripts/benchmarks/benchmark_speedup_plan.py", "--run", tmp_path], check=False)
+    lines = failed.stderr.strip().splitlines()
+    assert failed.returncode != 0 and len(lines) == 1 and "report.json does not exist" in lines[0], lines
+
+
 def test_bad_speedup_inputs_are_one_line(tiny_model, tmp_path):
     common = ["fairseq-headprune", "compress", tiny_model["data"], "--path", tiny_model["checkpoint"], "--cpu"]
     cases = [(["--target", "speedup=1x"], "a speed-up is a factor above 1"),
