@@ -34,6 +34,7 @@ from fairseq_headprune.study.compression.speedup import (
     prune_more,
     speed_breakdown,
 )
+from fairseq_headprune.study.finetuning import FINETUNE_LR_SHARE
 
 from conftest import run
 
@@ -125,7 +126,8 @@ def speedup_run(tiny_model, tmp_path_factory):
                   "--out-dir", out, "--target", "speedup=1.05x", "--max-bleu-loss", "0", "--max-attempts", "2",
                   "--finetune-updates", "4", *ESTIMATES, "--speed-sentences", "8", "--speed-batch-sizes", "1", "8",
                   "--repeats", "1", "--beam", "5", "--batch-size", "64"])
-    return {"out": out, "stdout": result.stdout, "report": json.loads((out / "report.json").read_text())}
+    return {"out": out, "stdout": result.stdout, "report": json.loads((out / "report.json").read_text()),
+            "checkpoint": tiny_model["checkpoint"]}
 
 
 def _layer_counts(state):
@@ -187,6 +189,11 @@ def test_a_loss_makes_the_next_attempt_continue_from_the_first_ones_weights(spee
     assert all(torch.equal(before[k], compressed[k]) for k in before)
     finetune = json.loads((out / "attempt-2" / "finetune" / "stage.json").read_text())
     assert finetune["start"] == "continued"
+    # at the learning rate of the fine-tuning it continues (the default share of the start checkpoint's rate
+    # would be a share of that fine-tuning's rate), which is the default share of the unpruned model's
+    first_finetune = json.loads((out / "attempt-1" / "finetune" / "stage.json").read_text())
+    trained = torch.load(speedup_run["checkpoint"], map_location="cpu", weights_only=False)["cfg"]
+    assert finetune["lr"] == first_finetune["lr"] == pytest.approx(FINETUNE_LR_SHARE * trained["optimization"]["lr"][0])
     result = report["result"]
     chosen = report["attempts"][best_attempt(report["attempts"], 0.0)]  # none within: the one that lost least
     assert result["attempt"] == chosen["attempt"] and result["delta"] == chosen["delta"]

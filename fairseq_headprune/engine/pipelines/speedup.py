@@ -93,8 +93,10 @@ def run_speedup(settings: CompressSettings, on_stage: Optional[StageCallback] = 
         candidate = planned[index]
         attempt_dir = os.path.join(settings.out_dir, f"attempt-{number}")
         finetune_from = os.path.join(previous, "finetune", CHECKPOINT) if continued else None
+        # a continued fine-tuning at the learning rate of the one it continues
+        finetune_lr = outcomes[-1].report.finetune.lr if continued else None
         attempt = settings.attempt(candidate.flops_share, candidate.candidate.drop_counts, attempt_dir,
-                                   finetune_from, candidate.candidate.beam)
+                                   finetune_from, candidate.candidate.beam, finetune_lr)
         if not os.path.isdir(attempt_dir):
             if continued:
                 _seed_attempt(attempt, previous, SEEDED_STAGES)

@@ -304,18 +304,22 @@ class CompressSettings:
             raise SettingsError(f"--max-attempts must be at least 1, got {self.max_attempts}")
 
     def attempt(self, flops_share: float, drop_counts: Dict[str, int], out_dir: str,
-                finetune_from: Optional[str] = None, beam: Optional[int] = None) -> "CompressSettings":
+                finetune_from: Optional[str] = None, beam: Optional[int] = None,
+                finetune_lr: Optional[float] = None) -> "CompressSettings":
         """A speedup run's attempt: a compress run in ``out_dir`` removing ``drop_counts`` whole layers and
         searching the heads and neurons within ``flops_share`` of the unpruned model's decoding FLOPs; a shape
-        for a smaller ``beam`` is also evaluated and timed there (``--speed-beams``)."""
+        for a smaller ``beam`` is also evaluated and timed there (``--speed-beams``). A continued fine-tuning
+        takes the attempt's ``finetune_lr``: its default, a share of the start checkpoint's learning rate, would
+        otherwise be a share of the fine-tuning's own."""
         deployment = self.deployment
+        finetune = self.finetune if finetune_lr is None else dataclasses.replace(self.finetune, lr=finetune_lr)
         if beam is not None and beam not in deployment.beams:
             deployment = dataclasses.replace(deployment, beams=sorted([*deployment.beams, beam]))
         return dataclasses.replace(
             self, evaluation=dataclasses.replace(self.evaluation, out_dir=out_dir),
             target=CompressTarget("decoding-flops", 100.0 * flops_share), drop_layers=dict(drop_counts),
             max_bleu_loss=None, max_attempts=DEFAULT_MAX_ATTEMPTS, allow_beam=False, planned=True,
-            finetune_from=finetune_from, deployment=deployment)
+            finetune_from=finetune_from, deployment=deployment, finetune=finetune)
 
     def search_settings(self, checkpoint: str, work: str, **options) -> SearchSettings:
         """The search of this run, on ``checkpoint`` (the unpruned model, or it without whole layers)."""
