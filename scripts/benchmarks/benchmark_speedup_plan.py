@@ -62,7 +62,8 @@ def main():
         fail("--repeats and --sentences must be positive")
     plan = report["plan"]
     batch_sizes = args.batch_sizes or plan["batch_sizes"]
-    results = []
+    results, environment = [], None
+    loaded = {}  # the attempts share the unpruned checkpoint, its data and decoding options: loaded once
     for attempt in report["attempts"]:
         directory = os.path.join(args.run, attempt["dir"])
         with open(os.path.join(directory, "compress.json"), encoding="utf-8") as stream:
@@ -76,16 +77,20 @@ def main():
         sentences = args.sentences or identity["speed"]["sentences"]
         split = identity["evaluate"]["split"]
         threads = args.threads or identity["speed"]["threads"] or torch.get_num_threads()
-        cfg, task, _ = load_generation_model(identity["data"], identity["checkpoint"], identity["fairseq_args"],
-                                             cpu=True)
-        options = DecodingOptions.of_generation(cfg.generation).to_dict()
-        inputs = ctranslate2_inputs(task, split, batch_sizes, sentences, torch.device("cpu"))
+        key = (identity["data"], identity["checkpoint"], tuple(identity["fairseq_args"]), split, sentences)
+        if key not in loaded:
+            cfg, task, _ = load_generation_model(identity["data"], identity["checkpoint"],
+                                                 identity["fairseq_args"], cpu=True)
+            loaded[key] = (DecodingOptions.of_generation(cfg.generation).to_dict(),
+                           ctranslate2_inputs(task, split, batch_sizes, sentences, torch.device("cpu")))
+        options, inputs = loaded[key]
         specs = [SystemSpec(f"ct2 {weights} vmap", CTRANSLATE2, weights, "float32", path, split=split,
                             threads=threads, options=options, use_vmap=True)
                  for weights, path in models.items()]
         print(f"attempt {attempt['attempt']}: {shape['name']}; {sentences} sentences of {split}, "
               f"{args.repeats} rounds, {threads} threads", flush=True)
         run = time_systems(specs, batch_sizes, args.repeats, sentences=inputs)
+        environment = run.environment
         for passes in run.passes:
             unpruned = statistics.median(passes.seconds["ct2 unpruned vmap"])
             compressed = statistics.median(passes.seconds["ct2 compressed vmap"])
@@ -109,7 +114,7 @@ def main():
     if args.json:
         with open(args.json, "w", encoding="utf-8") as stream:
             json.dump({"run": os.path.abspath(args.run), "batch_sizes": batch_sizes, "repeats": args.repeats,
-                       "environment": run.environment if report["attempts"] else None, "results": results},
+                       "environment": environment, "results": results},
                       stream, indent=1)
 
 
