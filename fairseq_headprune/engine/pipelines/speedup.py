@@ -91,7 +91,7 @@ def run_speedup(settings: CompressSettings, on_stage: Optional[StageCallback] = 
     outcomes, records, tried = [], [], []
     for number in range(1, settings.max_attempts + 1):
         candidate = planned[index]
-        attempt_dir = os.path.join(settings.out_dir, f"attempt-{number}")
+        attempt_dir = _attempt_dir(settings.out_dir, number)
         finetune_from = os.path.join(previous, "finetune", CHECKPOINT) if continued else None
         # a continued fine-tuning at the learning rate of the one it continues
         finetune_lr = outcomes[-1].report.finetune.lr if continued else None
@@ -101,7 +101,7 @@ def run_speedup(settings: CompressSettings, on_stage: Optional[StageCallback] = 
             if continued:
                 _seed_attempt(attempt, previous, SEEDED_STAGES)
             elif outcomes:  # the unpruned teacher's translations serve every shape
-                _seed_attempt(attempt, os.path.join(settings.out_dir, "attempt-1"), TEACHER_STAGES)
+                _seed_attempt(attempt, _attempt_dir(settings.out_dir, 1), TEACHER_STAGES)
         tell(number, f"{candidate.candidate.name} ({candidate.flops_share:.1%} of the decoding FLOPs kept)"
              + (f", fine-tuning continued from attempt {number - 1}" if continued else ""))
         outcome = run_compress(attempt, on_stage)
@@ -139,6 +139,10 @@ def run_speedup(settings: CompressSettings, on_stage: Optional[StageCallback] = 
     write_json(report, files[0], indent=1)
     write_text(speedup_report_markdown(report), files[1])
     return SpeedupOutcome(report, outcomes, files)
+
+
+def _attempt_dir(out_dir: str, number: int) -> str:
+    return os.path.join(out_dir, f"attempt-{number}")
 
 
 def _seed_attempt(attempt: CompressSettings, previous: str, stages: Sequence[str]) -> None:
