@@ -22,6 +22,8 @@ from fairseq_headprune.study.statistics.bleu_stats import compare_mt_stats, fair
 from fairseq_headprune.study.statistics.metrics import COMPARE_MT_BLEU, SACREBLEU, TOKENIZED_BLEU
 from fairseq_headprune.study.statistics.significance import (
     SignificanceSettings,
+    p_value_cell,
+    p_value_text,
     paired_bootstrap,
     resample_counts,
     resampled_scores,
@@ -154,6 +156,19 @@ def test_identical_system_is_never_significant():
     settings = SignificanceSettings(samples=200)
     result = paired_bootstrap(stats, stats.copy(), resample_counts(len(stats), settings), TOKENIZED_BLEU, settings)
     assert result.delta == 0 and result.p_value == 1.0 and not result.significant
+
+
+def test_a_bootstrap_with_no_resample_against_the_better_system_bounds_p_below_one_resample():
+    references = corpus(seed=3)
+    stats = fairseq_bleu_stats(references, corrupt(references, 0.3, 4))
+    perfect = fairseq_bleu_stats(references, references)
+    settings = SignificanceSettings(samples=1000)
+    result = paired_bootstrap(stats, perfect, resample_counts(len(stats), settings), TOKENIZED_BLEU, settings)
+    assert result.p_value == 0.0 and result.system_wins == 1.0  # better on every resample
+    assert p_value_text(result.p_value, settings.samples) == "p < 0.001"  # not "p = 0"
+    assert p_value_cell(result.p_value, settings.samples) == "< 0.001"
+    assert p_value_text(0.0292, 1000) == "p = 0.0292" and p_value_cell(0.5, 200) == "0.5"
+    assert p_value_text(0.0, 200) == "p < 0.005"
 
 
 @pytest.mark.parametrize(

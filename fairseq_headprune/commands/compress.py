@@ -36,6 +36,7 @@ from fairseq_headprune.study.compression.settings import (
 from fairseq_headprune.study.compression.speedup import DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_BLEU_LOSS
 from fairseq_headprune.study.finetuning import FINETUNE_LR_SHARE, FINETUNE_WARMUP_SHARE, FinetuneSettings
 from fairseq_headprune.study.settings import SweepSettings
+from fairseq_headprune.study.statistics.significance import p_value_text
 
 
 def compress_settings(args: argparse.Namespace) -> CompressSettings:
@@ -80,11 +81,15 @@ def _print_attempt(number: int, text: str) -> None:
     print(f"attempt {number}\t{text}", flush=True)
 
 
+def _print_warning(text: str) -> None:
+    print(f"warning\t{text}", flush=True)
+
+
 def command_speedup(settings) -> int:
     """``--target speedup=Nx``: the plan, each attempt and the result (``engine.pipelines.speedup``)."""
     from fairseq_headprune.engine.pipelines.speedup import run_speedup
 
-    outcome = run_speedup(settings, on_stage=_print_stage, on_attempt=_print_attempt)
+    outcome = run_speedup(settings, on_stage=_print_stage, on_attempt=_print_attempt, on_warning=_print_warning)
     report = outcome.report
     plan, result = report["plan"], report["result"]
     batches = [str(b) for b in plan["batch_sizes"]]
@@ -96,7 +101,7 @@ def command_speedup(settings) -> int:
         print(f"bought\t{step}: " + ", ".join(f"{speedups[b]:.2f}x at batch {b}" for b in batches if b in speedups))
     print(f"result\tattempt {result['attempt']}: "
           + ", ".join(f"{result['speedups'][b]:.2f}x at batch {b}" for b in batches if b in result["speedups"])
-          + f" like for like; BLEU {result['delta']:+.2f} (p = {result['p_value']:.3g}); "
+          + f" like for like; BLEU {result['delta']:+.2f} ({p_value_text(result['p_value'], result.get('samples'))}); "
           + ("within" if result["within_tolerance"] else "NOT within") + " the tolerance; target "
           + ("reached" if result["reached_target"] else "NOT reached at every batch size"))
     for batch, row in result["prediction"].items():
@@ -118,7 +123,7 @@ def command_compress(args: argparse.Namespace) -> int:
     outcome = run_compress(settings, on_stage=_print_stage)
     report = outcome.report
     search, evaluation, parameters = report.search, report.evaluation, report.shrink.parameters
-    layers = report.layers
+    layers, samples = report.layers, evaluation.test.get("samples")
     if layers is not None:
         print(f"layers\tremoved {layers.spec} (validation loss {layers.base_loss:.3f} -> "
               f"{layers.steps[-1]['loss']:.3f}); {layers.cost} cost kept "
@@ -133,14 +138,15 @@ def command_compress(args: argparse.Namespace) -> int:
     print(f"parameters\t{parameters['unpruned']} -> {parameters['compressed']} "
           f"({1.0 - parameters['compressed'] / parameters['unpruned']:.1%} fewer)")
     print(f"{evaluation.label}\tunpruned {evaluation.unpruned:.2f}, compressed {evaluation.compressed:.2f} "
-          f"({evaluation.delta:+.2f}, p = {evaluation.p_value:.3g}) on {evaluation.split}"
+          f"({evaluation.delta:+.2f}, {p_value_text(evaluation.p_value, samples)}) on {evaluation.split}"
           + ("" if evaluation.before_finetune is None else
              f"; {evaluation.before_finetune:.2f} before fine-tuning"))
     run_beam = (report.speed.decoding or {}).get("beam")
     for row in evaluation.beams:
         print(f"beam {row['beam']}\t{evaluation.label} unpruned {row['unpruned']:.2f}, compressed "
-              f"{row['compressed']:.2f} ({row['delta']:+.2f}, p = {row['p_value']:.3g}); against the unpruned "
-              f"model at beam {run_beam}: {row['delta_vs_run_beam']:+.2f} (p = {row['p_value_vs_run_beam']:.3g})")
+              f"{row['compressed']:.2f} ({row['delta']:+.2f}, {p_value_text(row['p_value'], samples)}); against the "
+              f"unpruned model at beam {run_beam}: {row['delta_vs_run_beam']:+.2f} "
+              f"({p_value_text(row['p_value_vs_run_beam'], samples)})")
     choice = None if report.export is None else report.export.quantization_choice
     if choice is not None:
         print(f"quantization\tauto: {choice_summary(choice)}")

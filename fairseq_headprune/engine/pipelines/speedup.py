@@ -49,8 +49,10 @@ from fairseq_headprune.study.compression.speedup import (
     best_attempt,
     candidate_ladder,
     choose_candidate,
+    disturbed_plan_text,
     kept_units,
     next_step,
+    out_of_order,
     prune_more,
     speed_breakdown,
 )
@@ -74,9 +76,10 @@ class SpeedupOutcome:
 
 
 def run_speedup(settings: CompressSettings, on_stage: Optional[StageCallback] = None,
-                on_attempt=None) -> SpeedupOutcome:
+                on_attempt=None, on_warning=None) -> SpeedupOutcome:
     """Plan (or resume the plan), then compress attempt by attempt until one keeps the BLEU within the tolerance
-    or the attempts run out; ``on_attempt(number, text)`` hears what each attempt is and what followed it."""
+    or the attempts run out; ``on_attempt(number, text)`` hears what each attempt is and what followed it,
+    ``on_warning(text)`` a plan whose timings contradict the shapes' order."""
     if not os.path.isdir(settings.data):
         raise StudyError(f"data directory not found: {settings.data}")
     if not os.path.isfile(settings.checkpoint):
@@ -86,6 +89,8 @@ def run_speedup(settings: CompressSettings, on_stage: Optional[StageCallback] = 
     stages.run("plan", lambda work: plan_stage(settings, work))
     plan = stages.record("plan")
     planned = [PlannedCandidate.from_dict(c) for c in plan.candidates]
+    if plan.out_of_order and on_warning is not None:
+        on_warning(disturbed_plan_text(plan.out_of_order, os.path.join(settings.out_dir, "plan")))
     tell = on_attempt or (lambda number, text: None)
     index, continued, previous = plan.chosen, False, None
     outcomes, records, tried = [], [], []
@@ -160,12 +165,13 @@ def _judged(outcome: CompressOutcome, beam: Optional[int]) -> Dict[str, object]:
     """The BLEU an attempt is judged by: the compressed model at the shape's beam against the unpruned model at
     the run's."""
     evaluation = outcome.report.evaluation
+    test = {"metric": evaluation.label, "unpruned": evaluation.unpruned, "samples": evaluation.test.get("samples")}
     if beam is None:
-        return {"metric": evaluation.label, "unpruned": evaluation.unpruned, "compressed": evaluation.compressed,
-                "delta": evaluation.delta, "p_value": evaluation.p_value}
+        return {**test, "compressed": evaluation.compressed, "delta": evaluation.delta,
+                "p_value": evaluation.p_value}
     row = next(r for r in evaluation.beams if r["beam"] == beam)
-    return {"metric": evaluation.label, "unpruned": evaluation.unpruned, "compressed": row["compressed"],
-            "delta": row["delta_vs_run_beam"], "p_value": row["p_value_vs_run_beam"]}
+    return {**test, "compressed": row["compressed"], "delta": row["delta_vs_run_beam"],
+            "p_value": row["p_value_vs_run_beam"]}
 
 
 def _measured_speedups(outcome: CompressOutcome, beam: Optional[int]) -> Dict[str, float]:
@@ -247,6 +253,7 @@ def plan_stage(settings: CompressSettings, work: str) -> PlanRecord:
                         quantization=quantization, split=split, sentences=PLAN_SENTENCES, beam=beam,
                         target_length=target_length, repeats=deployment.repeats,
                         candidates=[p.to_dict() for p in planned], map_gain=map_gain, environment=run.environment)
+    record.out_of_order = out_of_order(planned)
     record.chosen = choose_candidate(planned, settings.target.factor)
     return record
 
@@ -306,7 +313,7 @@ def _report(settings: CompressSettings, plan: PlanRecord, planned: List[PlannedC
         "result": {"attempt": result["attempt"], "within_tolerance": result["loss"] <= settings.max_bleu_loss,
                    "reached_target": reached,
                    "speedups": result["speedups"], "delta": result["delta"], "p_value": result["p_value"],
-                   "prediction": prediction,
+                   "samples": result.get("samples"), "prediction": prediction,
                    "report": os.path.join(result["dir"], REPORT_MARKDOWN),
                    "checkpoint": os.path.abspath(os.path.join(attempt_dir, "shrink", CHECKPOINT)),
                    "exported": os.path.abspath(os.path.join(attempt_dir, "export", "compressed"))},

@@ -4,6 +4,8 @@ from typing import Any, Dict, List, Optional
 
 from fairseq_headprune.constants import TRANSLATION_FAMILY
 from fairseq_headprune.study.compression.records import VMAP_SUFFIX, CompressReport, ExportRecord
+from fairseq_headprune.study.compression.speedup import disturbed_plan_text
+from fairseq_headprune.study.statistics.significance import p_value_cell, p_value_text
 
 
 def _number(value: Optional[float], digits: int = 2) -> str:
@@ -96,7 +98,7 @@ def _quality(report: CompressReport) -> List[str]:
            f"{evaluation.before_finetune - evaluation.unpruned:+.2f} | | |"]
           if evaluation.before_finetune is not None else []),
         f"| compressed | {_number(evaluation.compressed)} | {evaluation.delta:+.2f} | "
-        f"{evaluation.p_value:.3g} | "
+        f"{p_value_cell(evaluation.p_value, test.get('samples'))} | "
         + ("" if evaluation.ci_low is None else f"{evaluation.ci_low:.2f}–{evaluation.ci_high:.2f}")
         + " |",
         "",
@@ -231,7 +233,7 @@ def _beams(report: CompressReport) -> List[str]:
     if not evaluation.beams:
         return []
     run_beam = (speed.decoding or {}).get("beam")
-    label = evaluation.label
+    label, samples = evaluation.label, evaluation.test.get("samples")
     lines = ["", "## Beam sizes", "",
              f"The compressed model decoded with other beam sizes than the run's ({run_beam}); each {label} tested "
              f"against the unpruned model at the same beam and at beam {run_beam}.", "",
@@ -240,8 +242,8 @@ def _beams(report: CompressReport) -> List[str]:
              "|---:|---:|---:|---:|---:|---:|---:|"]
     for row in evaluation.beams:
         lines.append(f"| {row['beam']} | {_number(row['unpruned'])} | {_number(row['compressed'])} | "
-                     f"{row['delta']:+.2f} | {row['p_value']:.3g} | {row['delta_vs_run_beam']:+.2f} | "
-                     f"{row['p_value_vs_run_beam']:.3g} |")
+                     f"{row['delta']:+.2f} | {p_value_cell(row['p_value'], samples)} | "
+                     f"{row['delta_vs_run_beam']:+.2f} | {p_value_cell(row['p_value_vs_run_beam'], samples)} |")
     compressed = [row for row in speed.beam_rows if row["weights"] == "compressed"]
     if compressed:
         lines += ["", f"| beam | batch | system | sentences/s | like for like (same beam) | vs unpruned at beam "
@@ -324,7 +326,7 @@ def speedup_report_markdown(report: Dict[str, Any]) -> str:
              "## Result", ""]
     speed = ", ".join(f"{result['speedups'][b]:.2f}x at batch {b}" for b in batches if b in result["speedups"])
     lines.append(f"Attempt {result['attempt']}: {speed} like for like; BLEU {result['delta']:+.2f} "
-                 f"(p = {result['p_value']:.3g}); "
+                 f"({p_value_text(result['p_value'], result.get('samples'))}); "
                  + ("within the tolerance" if result["within_tolerance"] else "**not** within the tolerance")
                  + ("; the target speed-up reached." if result["reached_target"]
                     else "; the target speed-up **not** reached at every batch size.")
@@ -345,6 +347,8 @@ def speedup_report_markdown(report: Dict[str, Any]) -> str:
         mark = " **(chosen)**" if index == plan["chosen"] else ""
         lines.append(f"| {candidate['name']}{mark} | {100.0 * candidate['flops_share']:.1f}% | "
                      + " | ".join(f"{candidate['speedups'][b]:.2f}x" for b in batches) + " |")
+    if plan.get("out_of_order"):
+        lines += ["", "**Warning:** " + disturbed_plan_text(plan["out_of_order"], "plan/") + "."]
     lines += ["", "What each step bought (the plan's timing run; speed-ups multiply):", ""]
     for step, speedups in plan["breakdown"].items():
         lines.append(f"- {step}: " + ", ".join(f"{speedups[b]:.2f}x at batch {b}" for b in batches if b in speedups))
@@ -356,5 +360,5 @@ def speedup_report_markdown(report: Dict[str, Any]) -> str:
                                                             if attempt["continued_from"] else "")
         speeds = " | ".join(f"{attempt['speedups'][b]:.2f}x" if b in attempt["speedups"] else "" for b in batches)
         lines.append(f"| {attempt['attempt']} | {attempt['shape']['name']} | {tuning} | {attempt['delta']:+.2f} | "
-                     f"{attempt['p_value']:.3g} | {speeds} | {attempt['decision']} |")
+                     f"{p_value_cell(attempt['p_value'], attempt.get('samples'))} | {speeds} | {attempt['decision']} |")
     return "\n".join(lines) + "\n"

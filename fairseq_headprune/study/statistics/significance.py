@@ -88,6 +88,20 @@ class PairedResult:
         return asdict(self)
 
 
+def p_value_cell(p_value: float, samples: Optional[int] = None) -> str:
+    """A p-value for a table. A bootstrap in which no resample goes against the better system gives 0, which
+    bounds p below one resample's share (p < 1/resamples), not p = 0 (Koehn 2004)."""
+    if p_value == 0.0 and samples:
+        return f"< {1.0 / samples:.2g}"
+    return f"{p_value:.3g}"
+
+
+def p_value_text(p_value: float, samples: Optional[int] = None) -> str:
+    """``p = 0.292`` or ``p < 0.001``: a p-value for a sentence (``p_value_cell``)."""
+    cell = p_value_cell(p_value, samples)
+    return "p " + (cell if cell.startswith("<") else "= " + cell)
+
+
 def resample_counts(n_sentences: int, settings: SignificanceSettings) -> np.ndarray:
     """(resamples x sentences) matrix: how often each sentence is drawn in each resample."""
     if n_sentences <= 0:
