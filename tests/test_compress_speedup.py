@@ -30,8 +30,11 @@ from fairseq_headprune.study.compression.speedup import (
     best_attempt,
     candidate_ladder,
     choose_candidate,
+    disturbed_plan_text,
     next_step,
+    out_of_order,
     prune_more,
+    removes_at_least,
     speed_breakdown,
 )
 from fairseq_headprune.study.finetuning import FINETUNE_LR_SHARE
@@ -103,6 +106,30 @@ def test_the_choice_is_the_least_change_fast_enough_and_backing_off_keeps_more()
     assert narrowed["1"] * 1.5 == pytest.approx(2.1) and narrowed["64"] * 1.4 == pytest.approx(2.0)
 
 
+def test_a_plan_timed_against_the_shapes_order_is_named():
+    ordered = [planned({"decoder": 0}, 0.5, 0.50, 1.6, 1.7),
+               planned({"decoder": 1}, 1.0, 0.70, 1.4, 1.3),
+               planned({"decoder": 1}, 0.5, 0.35, 2.1, 2.0),
+               planned({"decoder": 2}, 0.5, 0.20, 2.0, 2.6)]  # 2.0 < 2.1 at batch 1: within the tolerance
+    assert removes_at_least(ordered[2].candidate, ordered[0].candidate)
+    assert removes_at_least(ordered[2].candidate, ordered[1].candidate)
+    assert not removes_at_least(ordered[1].candidate, ordered[0].candidate)  # fewer layers, but wider
+    assert not removes_at_least(ordered[0].candidate, ordered[0].candidate)
+    assert out_of_order(ordered) == []
+    # a disturbed timing: the shape with two layers removed timed at 1.2x, below 0.8 of the 1.6x and 2.1x of
+    # shapes that remove less, at batch 1 (the 1.4x of "1 decoder layer removed, 100% width": 0.86, within)
+    disturbed = [*ordered[:3], planned({"decoder": 2}, 0.5, 0.20, 1.2, 2.6)]
+    pairs = out_of_order(disturbed)
+    assert [(p["larger"], p["batch"]) for p in pairs] == [("1 decoder layer removed, 50% width", "1"),
+                                                          ("no layer removed, 50% width", "1")]
+    assert pairs[0]["ratio"] == pytest.approx(1.2 / 2.1) and pairs[1]["ratio"] == pytest.approx(1.2 / 1.6)
+    # another beam is another decoding: not compared
+    smaller_beam = Candidate(disturbed[3].candidate.dropped, 0.5, beam=1)
+    assert not removes_at_least(smaller_beam, disturbed[0].candidate)
+    text = disturbed_plan_text(pairs, "OUT/plan")
+    assert text.startswith("2 pairs of shapes") and "0.57 of the speed-up" in text and "OUT/plan" in text
+
+
 def test_a_loss_beyond_the_tolerance_continues_the_fine_tuning_once_then_backs_off():
     assert next_step(0.4, 1.0, False, True, 2) == ACCEPT
     assert next_step(0.4, 1.0, False, True, 2, fast_enough=False) == PRUNE_MORE
@@ -163,6 +190,10 @@ def test_the_plan_times_every_shape_and_the_attempt_has_the_chosen_one(tiny_mode
         assert f"{stack}/layer_{layers}/".encode() not in model_bin
     assert config is not None
     assert "plan\t" in speedup_run["stdout"] and "attempt 1\t" in speedup_run["stdout"]
+    # a plan timed against the shapes' order says so, before any attempt, and only then
+    candidates = [PlannedCandidate.from_dict(c) for c in plan["candidates"]]
+    assert plan["out_of_order"] == out_of_order(candidates)
+    assert ("warning\t" in speedup_run["stdout"]) == bool(plan["out_of_order"])
 
 
 def test_a_loss_makes_the_next_attempt_continue_from_the_first_ones_weights(speedup_run):

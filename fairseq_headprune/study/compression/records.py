@@ -78,6 +78,7 @@ class PlanRecord(StageRecord):
     candidates: List[Dict[str, Any]] = field(default_factory=list)  # PlannedCandidate.to_dict, in timing order
     chosen: int = 0  # index into candidates
     map_gain: Dict[str, float] = field(default_factory=dict)  # batch size -> unpruned with map over without
+    out_of_order: List[Dict[str, Any]] = field(default_factory=list)  # speedup.out_of_order: a disturbed timing
     environment: Dict[str, Any] = field(default_factory=dict)
 
 

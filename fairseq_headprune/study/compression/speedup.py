@@ -43,6 +43,7 @@ SMALLER_BEAMS = (1, 2)  # --allow-beam: the beams a shape is also timed at, belo
 DEFAULT_MAX_BLEU_LOSS = 1.0
 DEFAULT_MAX_ATTEMPTS = 3
 CONTINUE, BACK_OFF, ACCEPT, GIVE_UP = "continue fine-tuning", "back off", "accept", "give up"
+ORDER_TOLERANCE = 0.8  # a shape that removes more, timed below this share of the speed of one that removes less
 PRUNE_MORE = "prune more"  # within the tolerance but slower than asked: the next shape fast enough
 
 
@@ -131,6 +132,43 @@ class PlannedCandidate:
     def from_dict(cls, data: Mapping[str, Any]) -> "PlannedCandidate":
         return cls(Candidate.from_dict(data), float(data["flops_share"]),
                    {str(k): float(v) for k, v in data["speedups"].items()})
+
+
+def removes_at_least(smaller: Candidate, larger: Candidate) -> bool:
+    """Whether ``smaller`` removes at least the layers of ``larger`` in every stack, at no greater width and the
+    same beam: it does less work, so it cannot decode more slowly."""
+    counts, other = smaller.drop_counts, larger.drop_counts
+    return (smaller != larger and smaller.beam == larger.beam and smaller.width <= larger.width
+            and all(counts.get(stack, 0) >= count for stack, count in other.items()))
+
+
+def out_of_order(planned: Sequence[PlannedCandidate],
+                 tolerance: float = ORDER_TOLERANCE) -> List[Dict[str, Any]]:
+    """The pairs of shapes the plan timed against their order: one that removes at least what another removes
+    (``removes_at_least``) timed at below ``tolerance`` of the other's speed-up, worst first. Such pairs mean
+    the timing was disturbed (another process on the cores, too few repeats), and a choice made from it is
+    not to be trusted."""
+    found = []
+    for smaller in planned:
+        for larger in planned:
+            if not removes_at_least(smaller.candidate, larger.candidate):
+                continue
+            for batch, speedup in smaller.speedups.items():
+                ratio = speedup / larger.speedups[batch]
+                if ratio < tolerance:
+                    found.append({"smaller": smaller.candidate.name, "larger": larger.candidate.name,
+                                  "batch": batch, "ratio": ratio})
+    return sorted(found, key=lambda pair: pair["ratio"])
+
+
+def disturbed_plan_text(pairs: Sequence[Mapping[str, Any]], plan_dir: str) -> str:
+    """What a user reads of ``out_of_order`` pairs, and what to do about them."""
+    worst = pairs[0]
+    return (f"{len(pairs)} pair{'s' if len(pairs) > 1 else ''} of shapes timed against their order; the worst: "
+            f"{worst['smaller']} at {worst['ratio']:.2f} of the speed-up of {worst['larger']} at batch "
+            f"{worst['batch']}, though it removes more. The timing was disturbed (another process on the cores?) "
+            f"and the shape chosen from it may be wrong: remove {plan_dir} and run again with the cores to "
+            "itself, or with more --repeats")
 
 
 def preference_order(planned: Sequence[PlannedCandidate]) -> List[int]:
