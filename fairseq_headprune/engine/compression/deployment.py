@@ -18,6 +18,7 @@ tokens/s, outputs (labels, losses) compared between the two models.
 """
 
 import copy
+import dataclasses
 import os
 import platform
 import statistics
@@ -198,12 +199,16 @@ def speed_rows(systems: Sequence[DecodingSystem], seconds: Dict[str, List[float]
 def measure_speed(family: str, checkpoints: Dict[str, str], exported: Dict[Tuple[str, str], str], data: str,
                   split: str, generation_args: Sequence[str], settings: DeploymentSettings, device: torch.device,
                   precision: str = "float32", options: Optional[DecodingOptions] = None,
-                  progress: Optional[Callable[[str], None]] = None, vocabulary_mapped: Sequence[str] = ()
+                  progress: Optional[Callable[[str], None]] = None, vocabulary_mapped: Sequence[str] = (),
+                  run_beam_options: Optional[DecodingOptions] = None
                   ) -> Tuple[List[Dict[str, object]], Optional[DecodingOptions], Dict[str, object]]:
     """Rows of every batch size, the decoding options and the machine: the fairseq ``checkpoints`` (weights ->
     path) and the CTranslate2 directories ``exported`` ((weights, precision) -> path), each system in its own
     process (``engine.timing.isolated``). ``options`` None: the checkpoint's own, as ``generation_args`` set them.
-    The exported models of ``vocabulary_mapped`` weights are timed again with their vocabulary map."""
+    The exported models of ``vocabulary_mapped`` weights are timed again with their vocabulary map.
+    ``run_beam_options`` (``options`` at another beam than the run's): the unpruned systems are timed in the same
+    rotation at the run's beam too, and each compressed row gets ``speedup_vs_run_beam`` against its unpruned
+    counterpart there, a ratio from one run (the machine drifts between runs)."""
     threads = settings.threads or torch.get_num_threads()
     on_gpu = device.type == "cuda"
     common = dict(family=family, data=data, split=split, sentences=settings.sentences, threads=threads,
@@ -217,11 +222,23 @@ def measure_speed(family: str, checkpoints: Dict[str, str], exported: Dict[Tuple
                          use_vmap=True, **common)
               for (weights, quantization), path in exported.items()
               if weights in vocabulary_mapped and os.path.isfile(os.path.join(path, "vmap.txt"))]
-    run = time_systems(specs, settings.batch_sizes, settings.repeats, progress)
+    at_run_beam = {} if run_beam_options is None else {
+        spec.name: dataclasses.replace(spec, name=f"{spec.name} at the run's beam", options=run_beam_options.to_dict())
+        for spec in specs if spec.weights == UNPRUNED}
+    run = time_systems([*specs, *at_run_beam.values()], settings.batch_sizes, settings.repeats, progress)
     rows = []
     for passes in run.passes:
-        rows += speed_rows(specs, passes.seconds, passes.outputs, passes.batch_size, passes.references,
-                           passes.input_tokens)
+        batch_rows = speed_rows(specs, passes.seconds, passes.outputs, passes.batch_size, passes.references,
+                                passes.input_tokens)
+        for row in batch_rows if at_run_beam else ():
+            reference = at_run_beam.get(str(row["system"]).replace(COMPRESSED, UNPRUNED))
+            if row["weights"] != COMPRESSED or reference is None:
+                row["speedup_vs_run_beam"] = None
+                continue
+            row["run_beam_seconds"] = passes.seconds[reference.name]  # the unpruned counterpart's, in this run
+            row["speedup_vs_run_beam"] = (statistics.median(row["run_beam_seconds"])
+                                          / statistics.median(passes.seconds[row["system"]]))
+        rows += batch_rows
     return rows, run.options, run.environment
 
 

@@ -68,7 +68,6 @@ from fairseq_headprune.study.compression.records import (
     SearchRecord,
     ShrinkRecord,
     SpeedRecord,
-    speedup_against_run_beam,
     speedup_prediction,
 )
 from fairseq_headprune.study.compression.report import compression_report_markdown
@@ -420,8 +419,9 @@ def _speed(settings: CompressSettings, stages: Stages, work: str) -> SpeedRecord
     for beam in deployment.beams:  # the same systems at other beam sizes (translation: options are known)
         at_beam, _, _ = measure_speed(family.name, checkpoints, exported, settings.data, evaluation.gen_subset,
                                       arguments, deployment, device, precision,
-                                      options=dataclasses.replace(options, beam=beam), vocabulary_mapped=mapped)
-        beam_rows += [dict(row, beam=beam, speedup_vs_run_beam=speedup_against_run_beam(row, rows)) for row in at_beam]
+                                      options=dataclasses.replace(options, beam=beam), vocabulary_mapped=mapped,
+                                      run_beam_options=options)
+        beam_rows += [dict(row, beam=beam) for row in at_beam]
     environment = {**deployment_environment(device, deployment.threads), **machine}
     return SpeedRecord(split=evaluation.gen_subset, environment=environment, settings=deployment.to_dict(),
                        unit=family.speed_unit, decoding=None if options is None else options.to_dict(), rows=rows,

@@ -174,10 +174,13 @@ def time_systems(specs: Sequence[SystemSpec], batch_sizes: Sequence[int], repeat
                 worker = _Worker(spec, log_dir)
                 workers.append(worker)
                 if spec.engine == FAIRSEQ and worker.ready.get("options") is not None:
+                    # the run's options are the first fairseq system's; another may differ only where it was
+                    # given its own (a beam timed against the run's beam in the same rotation)
                     theirs = DecodingOptions.from_dict(worker.ready["options"])
-                    if options is not None and theirs != options:
+                    if options is None:
+                        options = theirs
+                    elif theirs != options and spec.options is None:
                         raise StudyError(f"timing: {spec.name} decodes with {theirs}, {specs[0].name} with {options}")
-                    options = theirs
                 if progress is not None:
                     progress(f"loaded {spec.name} (process {worker.ready['pid']})")
             passes = [_time_batch_size(workers, batch_size, repeats, progress, (sentences or {}).get(batch_size))

@@ -11,7 +11,6 @@ of either format are read.
 """
 
 import dataclasses
-import statistics
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, List, Optional, Type, TypeVar
 
@@ -277,16 +276,6 @@ STAGE_RECORDS: Dict[str, Type[StageRecord]] = {
 def stage_record(stage: str, data: Dict[str, Any]) -> StageRecord:
     """A stage's record read back from its ``stage.json``."""
     return STAGE_RECORDS[stage].from_dict(data)
-
-
-def speedup_against_run_beam(row: Dict[str, object], run_rows: List[Dict[str, object]]) -> Optional[float]:
-    """A compressed system at another beam against the unpruned one in the same engine, compute type and map
-    setting at the run's beam, from the median seconds of both."""
-    if row["weights"] != "compressed":
-        return None
-    unpruned = row["system"].replace("compressed", "unpruned")
-    match = next((r for r in run_rows if r["system"] == unpruned and r["batch_size"] == row["batch_size"]), None)
-    return None if match is None else statistics.median(match["seconds"]) / statistics.median(row["seconds"])
 
 
 def speedup_prediction(search: SearchRecord, speed: Optional[SpeedRecord]) -> Optional[Dict[str, Any]]:
