@@ -254,6 +254,26 @@ def test_the_plan_benchmark_times_every_attempt_against_its_plan(speedup_run, tm
     assert failed.returncode != 0 and len(lines) == 1 and "report.json does not exist" in lines[0], lines
 
 
+def test_a_speedup_target_distills_word_level_unless_told_otherwise(tiny_model, tmp_path):
+    from fairseq_headprune.cli import build_parser
+    from fairseq_headprune.commands.compress import compress_settings
+
+    def settings(*options):
+        args, extra = build_parser().parse_known_args(["compress", str(tiny_model["data"]), "--path",
+                                                       str(tiny_model["checkpoint"]), "--out-dir",
+                                                       str(tmp_path / "out"), *options])
+        args.fairseq_args = extra
+        return compress_settings(args)
+
+    assert settings("--target", "speedup=2x").distill == "word"
+    assert settings("--target", "speedup=2x", "--distill", "sequence").distill == "sequence"
+    assert settings("--target", "speedup=2x", "--distill", "none").distill is None
+    assert settings("--target", "speedup=2x", "--finetune-updates", "0").distill is None  # nothing to distil into
+    assert settings("--target", "decoding-flops=50%").distill is None
+    assert settings("--target", "decoding-flops=50%", "--distill", "word").distill == "word"
+    assert not (tmp_path / "out").exists()
+
+
 def test_bad_speedup_inputs_are_one_line(tiny_model, tmp_path):
     common = ["fairseq-headprune", "compress", tiny_model["data"], "--path", tiny_model["checkpoint"], "--cpu"]
     cases = [(["--target", "speedup=1x"], "a speed-up is a factor above 1"),

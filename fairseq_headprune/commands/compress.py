@@ -27,9 +27,11 @@ from fairseq_headprune.study.compression.settings import (
     DEFAULT_SPEED_SENTENCES,
     DEFAULT_TRANSLATION_FINETUNE_UPDATES,
     DISTILL_KINDS,
+    NO_DISTILL,
     SPEEDUP_TARGET,
     CompressSettings,
     DeploymentSettings,
+    default_distill,
     default_finetune_updates,
     parse_target,
 )
@@ -51,16 +53,18 @@ def compress_settings(args: argparse.Namespace) -> CompressSettings:
         test=test_settings(args), cpu=args.cpu, progress=not args.no_progress,
         generation_args=list(args.fairseq_args), family=checkpoint_family(args.path), metric_name=args.metric,
     )
+    finetune = FinetuneSettings(default_finetune_updates(evaluation.family) if args.finetune_updates is None
+                                else args.finetune_updates, args.finetune_lr, args.finetune_warmup)
+    distill = (default_distill(target.kind, finetune.updates) if args.distill is None
+               else None if args.distill == NO_DISTILL else args.distill)
     return CompressSettings(
         evaluation=evaluation, target=target, importance=importance_settings(args, method="fisher"),
-        tuning=tuning_settings(args), latency_table=args.latency_table,
-        finetune=FinetuneSettings(default_finetune_updates(evaluation.family) if args.finetune_updates is None
-                                  else args.finetune_updates, args.finetune_lr, args.finetune_warmup),
+        tuning=tuning_settings(args), latency_table=args.latency_table, finetune=finetune,
         export_format=export, quantization=args.quantization, uniform=args.uniform,
         quantization_tolerance=args.quantization_tolerance,
         vocabulary_map=args.vocabulary_map,
         drop_layers={"encoder": args.drop_encoder_layers, "decoder": args.drop_decoder_layers},
-        distill=args.distill, distill_weight=args.distill_weight,
+        distill=distill, distill_weight=args.distill_weight,
         max_bleu_loss=args.max_bleu_loss, max_attempts=args.max_attempts, allow_beam=args.allow_beam,
         deployment=DeploymentSettings(list(args.speed_batch_sizes), args.speed_sentences or None, args.repeats,
                                       args.threads, precision=generation_precision(args.fairseq_args),
@@ -188,11 +192,12 @@ def _add_model_arguments(parser) -> None:
         "BLEU without it, 0 for classifiers and language models)",
     )
     finetune.add_argument(
-        "--distill", choices=DISTILL_KINDS,
+        "--distill", choices=(*DISTILL_KINDS, NO_DISTILL),
         help="learn from the unpruned model (Kim & Rush 2016): sequence: fine-tune on its own beam translations of "
         "the training sources instead of the references (translated once, with the generation options given, into "
         "OUT/distill/data); word: towards its distribution over the vocabulary at every target position beside the "
-        "references (--distill-weight)",
+        "references (--distill-weight; the unpruned model runs beside the one fine-tuned); none: on the references "
+        "alone (default: word with --target speedup=Nx, none otherwise)",
     )
     finetune.add_argument("--distill-weight", type=float, default=DEFAULT_DISTILL_WEIGHT, metavar="W",
                           help="with --distill word: the teacher's share of the loss, the rest the label-smoothed "
