@@ -10,10 +10,11 @@ the attempt's two exported CTranslate2 models, the unpruned one and the
 compressed one, both with their vocabulary map, on the run's evaluation split
 (its first ``--sentences``, the run's own beam and length settings, free
 decoding; a shape at a smaller beam, ``--allow-beam``, the compressed model
-at it against the unpruned model at the run's beam), each in a process of its own, in ``--repeats`` rotated rounds
-(fairseq-headprune's timing module, the one ``compress`` measures with). The
-measured speed-up is the ratio of the two median pass times; the plan's
-error is (planned - measured) / measured. Run it on an idle machine.
+at it against the unpruned model at the run's beam), each in a process of
+its own, in ``--repeats`` rotated rounds (fairseq-headprune's timing
+module, the one ``compress`` measures with). The measured speed-up is the
+ratio of the two median pass times; the plan's error is (planned -
+measured) / measured. Run it on an idle machine.
 
 usage: scripts/benchmarks/benchmark_speedup_plan.py --run OUT [--sentences 150] [--repeats 10]
            [--batch-sizes 1 64] [--threads 2] [--json FILE]
