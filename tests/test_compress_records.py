@@ -61,15 +61,20 @@ def test_a_report_of_format_1_is_read_with_format_2s_names():
     # a family's extra scores are kept under their own keys, the stage's time after them
     assert written["evaluation"]["bleu_sacrebleu"] == {"unpruned": 48.0}
     assert list(written["evaluation"])[-2:] == ["stage", "seconds"]
-    rows = {r["system"]: r for r in report.speed.rows}
+    rows = {r.system: r for r in report.speed.rows}
     # the mapped compressed model like for like is against the mapped unpruned one; the stock conversion apart
-    assert rows["ct2 compressed float32 vmap"]["speedup_like_for_like"] == 4.0
-    assert rows["ct2 compressed float32 vmap"]["speedup_vs_stock_conversion"] == 5.0
-    assert rows["ct2 compressed float32"]["speedup_like_for_like"] == 2.0
-    assert rows["ct2 unpruned float32"]["speedup_like_for_like"] is None
+    assert rows["ct2 compressed float32 vmap"].speedup_like_for_like == 4.0
+    assert rows["ct2 compressed float32 vmap"].speedup_vs_stock_conversion == 5.0
+    assert rows["ct2 compressed float32"].speedup_like_for_like == 2.0
+    assert rows["ct2 unpruned float32"].speedup_like_for_like is None
+    # rows written before vocabulary_mapped was a field say it by their name
+    assert [r.system for r in report.speed.rows if r.vocabulary_mapped] == ["ct2 unpruned float32 vmap",
+                                                                              "ct2 compressed float32 vmap"]
     assert report.flops_kept_share == pytest.approx(0.5)
     # the latency table's prediction is set beside the unmapped compressed model's like-for-like speed-up
-    assert speedup_prediction(report.search, report.speed)["measured"] == 2.0
+    prediction = speedup_prediction(report.search, report.speed)
+    assert (prediction.predicted, prediction.measured) == (1.8, 2.0)
+    assert prediction.relative_error == pytest.approx(-0.1)
 
 
 def test_records_round_trip_and_unknown_formats_are_refused():
@@ -80,3 +85,75 @@ def test_records_round_trip_and_unknown_formats_are_refused():
     assert isinstance(record, ShrinkRecord) and record.to_dict() == report.to_dict()["shrink"]
     with pytest.raises(ValueError, match="not a compress report of a known format"):
         CompressReport.from_dict(dict(report_of_format_1(), format="something else"))
+
+
+def test_speed_rows_beams_and_predictions_round_trip():
+    from fairseq_headprune.study.compression.records import BeamResult, Prediction
+    from fairseq_headprune.study.compression.speed import SpeedRow, compressed_speedups, paired_speedup
+
+    at_run_beam = SpeedRow(batch_size=64, system="ct2 compressed float32 vmap", engine="ctranslate2",
+                           weights="compressed", precision="float32", seconds=[1.0, 2.0, 1.5], sentences=8,
+                           speedup_like_for_like=2.5, vocabulary_mapped=True)
+    at_beam_1 = SpeedRow(batch_size=1, system="ct2 compressed float32 vmap", engine="ctranslate2",
+                         weights="compressed", precision="float32", seconds=[0.5], vocabulary_mapped=True, beam=1,
+                         run_beam_seconds=[2.0], speedup_vs_run_beam=4.0)
+    for row in (at_run_beam, at_beam_1):
+        assert SpeedRow.from_dict(row.to_dict()) == row
+    assert "beam" not in at_run_beam.to_dict() and at_beam_1.to_dict()["beam"] == 1
+    assert compressed_speedups([at_run_beam]) == {"64": 2.5}
+    assert compressed_speedups([at_beam_1], against_run_beam=True) == {"1": 4.0}
+    assert compressed_speedups([at_run_beam], vocabulary_mapped=False) == {}
+    beam = BeamResult(1, 50.0, 49.0, -1.0, 0.2, -0.5, 0.4)
+    assert BeamResult.from_dict(beam.to_dict()) == beam
+    prediction = Prediction(2.2, 2.0, 64, 5)
+    assert Prediction.from_dict(prediction.to_dict()) == prediction
+    # the speed-up report's older name for the prediction
+    assert Prediction.from_dict({"planned": 2.2, "measured": 2.0}).predicted == 2.2
+    # the one estimator: the median over rounds of the paired ratio, not a ratio of medians
+    assert paired_speedup([2.0, 4.0, 3.0], [1.0, 1.0, 3.0]) == 2.0
+    with pytest.raises(ValueError, match="one pass of each system per round"):
+        paired_speedup([1.0, 2.0], [1.0])
+
+
+def speedup_report():
+    from fairseq_headprune.study.compression.records import PlanRecord, Prediction
+    from fairseq_headprune.study.compression.speedup import Candidate, PlannedCandidate, out_of_order
+    from fairseq_headprune.study.compression.speedup_records import AttemptRecord, SpeedupReport, SpeedupResult
+
+    candidates = [PlannedCandidate(Candidate((("decoder", 1), ("encoder", 0)), 1.0), 0.7, {"1": 1.6, "64": 1.5}),
+                  PlannedCandidate(Candidate((("decoder", 1), ("encoder", 0)), 0.5), 0.4, {"1": 2.3, "64": 2.1}),
+                  PlannedCandidate(Candidate((("decoder", 2), ("encoder", 0)), 0.5), 0.2, {"1": 1.5, "64": 2.9})]
+    plan = PlanRecord(factor=2.0, batch_sizes=[1, 64], split="valid", sentences=64, beam=5, target_length=20,
+                      repeats=5, candidates=candidates, chosen=1, map_gain={"1": 1.2, "64": 1.1},
+                      out_of_order=out_of_order(candidates), stage="plan", seconds=12.0)
+    attempt = AttemptRecord(attempt=1, dir="attempt-1", shape=candidates[1], continued_from=None,
+                            finetune_updates=200, metric="BLEU", unpruned=40.0, compressed=39.5, delta=-0.5,
+                            p_value=0.2, samples=1000, speedups={"1": 2.2, "64": 2.05}, decision="accept")
+    result = SpeedupResult(attempt=1, speedups=dict(attempt.speedups), delta=-0.5, p_value=0.2, samples=1000,
+                           prediction={"1": Prediction(2.3, 2.2)}, report="attempt-1/report.md",
+                           checkpoint="/o/attempt-1/shrink/checkpoint.pt", exported="/o/attempt-1/export/compressed")
+    return SpeedupReport(checkpoint="/c.pt", target="speedup=2x", factor=2.0, max_bleu_loss=1.0, plan=plan,
+                         attempts=[attempt], result=result)
+
+
+def test_a_speedup_report_round_trips_and_derives_what_it_does_not_store():
+    from fairseq_headprune.study.compression.speedup_records import SpeedupReport
+
+    report = speedup_report()
+    written = report.to_dict()
+    again = SpeedupReport.from_dict(written)
+    assert again == report and again.to_dict() == written
+    assert report.plan.out_of_order and written["plan"]["out_of_order"][0]["smaller"] == report.plan.out_of_order[0].smaller
+    # one test of fast enough and within the tolerance, derived, not stored twice
+    assert (written["result"]["reached_target"], written["result"]["within_tolerance"]) == (True, True)
+    assert "loss" not in written["attempts"][0] and "fast_enough" not in written["attempts"][0]
+    assert written["plan"]["chosen_name"] == "1 decoder layer removed, 50% width"
+    assert written["plan"]["breakdown"]["layers removed"] == {"1": 1.6, "64": 1.5}
+    # a report of format 1: its derived keys ignored, its prediction's old name read
+    old = dict(written, format="fairseq-headprune compress speedup 1")
+    old["attempts"] = [dict(written["attempts"][0], loss=0.5, fast_enough=True)]
+    old["result"] = dict(written["result"], prediction={"1": {"planned": 2.3, "measured": 2.2,
+                                                              "relative_error": 0.045}})
+    assert SpeedupReport.from_dict(old) == report
+    with pytest.raises(ValueError, match="not a speed-up report"):
+        SpeedupReport.from_dict(dict(written, format="fairseq-headprune compress report 2"))

@@ -19,23 +19,27 @@ import fairseq_headprune.compat.torch_load  # noqa: F401  (its allow-list lets t
 from fairseq_headprune.errors import SettingsError, StudyError
 from fairseq_headprune.study.compression.settings import parse_target
 from fairseq_headprune.study.compression.speedup import (
+    Candidate,
+    PlannedCandidate,
+    back_off,
+    candidate_ladder,
+    choose_candidate,
+    disturbed_plan_text,
+    out_of_order,
+    prune_more,
+    reaches,
+    removes_at_least,
+    speed_breakdown,
+)
+from fairseq_headprune.study.compression.speedup_search import (
     ACCEPT,
     BACK_OFF,
     CONTINUE,
     GIVE_UP,
     PRUNE_MORE,
-    Candidate,
-    PlannedCandidate,
-    back_off,
+    AttemptResult,
     best_attempt,
-    candidate_ladder,
-    choose_candidate,
-    disturbed_plan_text,
     next_step,
-    out_of_order,
-    prune_more,
-    removes_at_least,
-    speed_breakdown,
 )
 from fairseq_headprune.study.finetuning import FINETUNE_LR_SHARE
 
@@ -120,9 +124,9 @@ def test_a_plan_timed_against_the_shapes_order_is_named():
     # shapes that remove less, at batch 1 (the 1.4x of "1 decoder layer removed, 100% width": 0.86, within)
     disturbed = [*ordered[:3], planned({"decoder": 2}, 0.5, 0.20, 1.2, 2.6)]
     pairs = out_of_order(disturbed)
-    assert [(p["larger"], p["batch"]) for p in pairs] == [("1 decoder layer removed, 50% width", "1"),
-                                                          ("no layer removed, 50% width", "1")]
-    assert pairs[0]["ratio"] == pytest.approx(1.2 / 2.1) and pairs[1]["ratio"] == pytest.approx(1.2 / 1.6)
+    assert [(p.larger, p.batch) for p in pairs] == [("1 decoder layer removed, 50% width", "1"),
+                                                    ("no layer removed, 50% width", "1")]
+    assert pairs[0].ratio == pytest.approx(1.2 / 2.1) and pairs[1].ratio == pytest.approx(1.2 / 1.6)
     # another beam is another decoding: not compared
     smaller_beam = Candidate(disturbed[3].candidate.dropped, 0.5, beam=1)
     assert not removes_at_least(smaller_beam, disturbed[0].candidate)
@@ -138,12 +142,11 @@ def test_a_loss_beyond_the_tolerance_continues_the_fine_tuning_once_then_backs_o
     assert next_step(1.4, 1.0, True, True, 1) == BACK_OFF
     assert next_step(1.4, 1.0, False, False, 1) == BACK_OFF  # nothing to continue without fine-tuning
     assert next_step(1.4, 1.0, False, True, 0) == GIVE_UP
-    records = [{"decision": PRUNE_MORE, "loss": 0.2, "speedups": {"1": 1.9}},
-               {"decision": BACK_OFF, "loss": 1.5, "speedups": {"1": 2.4}},
-               {"decision": GIVE_UP, "loss": 0.9, "speedups": {"1": 1.95}}]
-    assert best_attempt(records, 1.0) == 2  # the fastest within the tolerance
-    assert best_attempt(records, 0.1) == 0  # none within: the one that lost least
-    assert best_attempt([*records, {"decision": ACCEPT, "loss": 0.5, "speedups": {"1": 2.1}}], 1.0) == 3
+    decisions = [PRUNE_MORE, BACK_OFF, GIVE_UP]
+    results = [AttemptResult(-0.2, {"1": 1.9}), AttemptResult(-1.5, {"1": 2.4}), AttemptResult(-0.9, {"1": 1.95})]
+    assert best_attempt(decisions, results, 1.0) == 2  # the fastest within the tolerance
+    assert best_attempt(decisions, results, 0.1) == 0  # none within: the one that lost least
+    assert best_attempt([*decisions, ACCEPT], [*results, AttemptResult(-0.5, {"1": 2.1})], 1.0) == 3
 
 
 @pytest.fixture(scope="module")
@@ -192,18 +195,19 @@ def test_the_plan_times_every_shape_and_the_attempt_has_the_chosen_one(tiny_mode
     assert "plan\t" in speedup_run["stdout"] and "attempt 1\t" in speedup_run["stdout"]
     # a plan timed against the shapes' order says so, before any attempt, and only then
     candidates = [PlannedCandidate.from_dict(c) for c in plan["candidates"]]
-    assert plan["out_of_order"] == out_of_order(candidates)
+    assert plan["out_of_order"] == [pair.to_dict() for pair in out_of_order(candidates)]
     assert ("warning\t" in speedup_run["stdout"]) == bool(plan["out_of_order"])
 
 
 def test_a_loss_makes_the_next_attempt_continue_from_the_first_ones_weights(speedup_run):
     out, report = speedup_run["out"], speedup_run["report"]
     first = report["attempts"][0]
-    assert first["loss"] > 0, "the tiny model loses BLEU at this shape; the test needs it to"
+    assert first["delta"] < 0, "the tiny model loses BLEU at this shape; the test needs it to"
     for attempt in report["attempts"]:  # every decision by the rule, with no loss allowed
         left = 2 - attempt["attempt"]
         continued = attempt["continued_from"] is not None
-        assert attempt["decision"] == next_step(attempt["loss"], 0.0, continued, True, left, attempt["fast_enough"])
+        fast_enough = reaches(attempt["speedups"], report["factor"])
+        assert attempt["decision"] == next_step(-attempt["delta"], 0.0, continued, True, left, fast_enough)
     assert first["decision"] == CONTINUE
     second = report["attempts"][1]
     assert second["continued_from"] == "attempt-1" and second["shape"] == first["shape"]
@@ -226,9 +230,11 @@ def test_a_loss_makes_the_next_attempt_continue_from_the_first_ones_weights(spee
     trained = torch.load(speedup_run["checkpoint"], map_location="cpu", weights_only=False)["cfg"]
     assert finetune["lr"] == first_finetune["lr"] == pytest.approx(FINETUNE_LR_SHARE * trained["optimization"]["lr"][0])
     result = report["result"]
-    chosen = report["attempts"][best_attempt(report["attempts"], 0.0)]  # none within: the one that lost least
+    attempts = report["attempts"]
+    chosen = attempts[best_attempt([a["decision"] for a in attempts],  # none within: the one that lost least
+                                   [AttemptResult(a["delta"], a["speedups"]) for a in attempts], 0.0)]
     assert result["attempt"] == chosen["attempt"] and result["delta"] == chosen["delta"]
-    assert result["within_tolerance"] == (chosen["loss"] <= 0.0)
+    assert result["within_tolerance"] == (chosen["delta"] >= 0.0)
     markdown = (out / "report.md").read_text()
     assert "## The shapes timed" in markdown and "**(chosen)**" in markdown
 
@@ -243,11 +249,11 @@ def test_the_plan_benchmark_times_every_attempt_against_its_plan(speedup_run, tm
     assert [(r["attempt"], r["batch_size"]) for r in rows] == expected
     for row in rows:  # the plan's figure for the attempt's shape, beside a measurement of the attempt's models
         attempt = report["attempts"][row["attempt"] - 1]
-        assert row["planned"] == attempt["shape"]["speedups"][str(row["batch_size"])]
+        assert row["predicted"] == attempt["shape"]["speedups"][str(row["batch_size"])]
         assert row["measured_by_compress"] == attempt["speedups"][str(row["batch_size"])]
         assert row["measured"] == pytest.approx(
             sorted(row["seconds"]["ct2 unpruned vmap"])[0] / sorted(row["seconds"]["ct2 compressed vmap"])[0])
-        assert row["relative_error"] == pytest.approx((row["planned"] - row["measured"]) / row["measured"])
+        assert row["relative_error"] == pytest.approx((row["predicted"] - row["measured"]) / row["measured"])
     assert "largest error of the plan" in result.stdout
     failed = run(["python", "scripts/benchmarks/benchmark_speedup_plan.py", "--run", tmp_path], check=False)
     lines = failed.stderr.strip().splitlines()

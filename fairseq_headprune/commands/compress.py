@@ -95,24 +95,24 @@ def command_speedup(settings) -> int:
 
     outcome = run_speedup(settings, on_stage=_print_stage, on_attempt=_print_attempt, on_warning=_print_warning)
     report = outcome.report
-    plan, result = report["plan"], report["result"]
-    batches = [str(b) for b in plan["batch_sizes"]]
-    chosen = plan["candidates"][plan["chosen"]]
-    print(f"plan\t{len(plan['candidates'])} shapes timed against the unpruned model with its vocabulary map; "
-          f"chosen: {chosen['name']} (" + ", ".join(f"{chosen['speedups'][b]:.2f}x at batch {b}" for b in batches)
+    plan, result = report.plan, report.result
+    batches = [str(b) for b in plan.batch_sizes]
+    chosen = report.chosen
+    print(f"plan\t{len(plan.candidates)} shapes timed against the unpruned model with its vocabulary map; "
+          f"chosen: {chosen.candidate.name} (" + ", ".join(f"{chosen.speedups[b]:.2f}x at batch {b}" for b in batches)
           + ")")
-    for step, speedups in plan["breakdown"].items():
+    for step, speedups in report.breakdown.items():
         print(f"bought\t{step}: " + ", ".join(f"{speedups[b]:.2f}x at batch {b}" for b in batches if b in speedups))
-    print(f"result\tattempt {result['attempt']}: "
-          + ", ".join(f"{result['speedups'][b]:.2f}x at batch {b}" for b in batches if b in result["speedups"])
-          + f" like for like; BLEU {result['delta']:+.2f} ({p_value_text(result['p_value'], result.get('samples'))}); "
-          + ("within" if result["within_tolerance"] else "NOT within") + " the tolerance; target "
-          + ("reached" if result["reached_target"] else "NOT reached at every batch size"))
-    for batch, row in result["prediction"].items():
-        print(f"predicted\tbatch {batch}\t{row['planned']:.2f}x by the plan's timing of the shape, measured "
-              f"{row['measured']:.2f}x ({100.0 * row['relative_error']:+.0f}%)")
-    print(f"compressed\t{result['checkpoint']}")
-    print(f"exported\t{result['exported']}")
+    print(f"result\tattempt {result.attempt}: "
+          + ", ".join(f"{result.speedups[b]:.2f}x at batch {b}" for b in batches if b in result.speedups)
+          + f" like for like; BLEU {result.delta:+.2f} ({p_value_text(result.p_value, result.samples)}); "
+          + ("within" if report.within_tolerance else "NOT within") + " the tolerance; target "
+          + ("reached" if report.reached_target else "NOT reached at every batch size"))
+    for batch, row in result.prediction.items():
+        print(f"predicted\tbatch {batch}\t{row.predicted:.2f}x by the plan's timing of the shape, measured "
+              f"{row.measured:.2f}x ({100.0 * row.relative_error:+.0f}%)")
+    print(f"compressed\t{result.checkpoint}")
+    print(f"exported\t{result.exported}")
     print("wrote\t" + " ".join(outcome.files))
     sys.stdout.flush()
     return 0
@@ -147,32 +147,32 @@ def command_compress(args: argparse.Namespace) -> int:
              f"; {evaluation.before_finetune:.2f} before fine-tuning"))
     run_beam = (report.speed.decoding or {}).get("beam")
     for row in evaluation.beams:
-        print(f"beam {row['beam']}\t{evaluation.label} unpruned {row['unpruned']:.2f}, compressed "
-              f"{row['compressed']:.2f} ({row['delta']:+.2f}, {p_value_text(row['p_value'], samples)}); against the "
-              f"unpruned model at beam {run_beam}: {row['delta_vs_run_beam']:+.2f} "
-              f"({p_value_text(row['p_value_vs_run_beam'], samples)})")
+        print(f"beam {row.beam}\t{evaluation.label} unpruned {row.unpruned:.2f}, compressed "
+              f"{row.compressed:.2f} ({row.delta:+.2f}, {p_value_text(row.p_value, samples)}); against the "
+              f"unpruned model at beam {run_beam}: {row.delta_vs_run_beam:+.2f} "
+              f"({p_value_text(row.p_value_vs_run_beam, samples)})")
     choice = None if report.export is None else report.export.quantization_choice
     if choice is not None:
         print(f"quantization\tauto: {choice_summary(choice)}")
     unit = {"sentences": "sent/s"}.get(report.speed.unit, "examples/s")
     for row in report.speed.rows:  # the compressed models like for like; the unpruned against fairseq's
-        like, stock = row["speedup_like_for_like"], row["speedup_vs_stock_conversion"]
+        like, stock = row.speedup_like_for_like, row.speedup_vs_stock_conversion
         against = (f"{like:.2f}x like for like" if like is not None
-                   else f"{row['speedup_vs_fairseq_unpruned']:.2f}x fairseq unpruned")
+                   else f"{row.speedup_vs_fairseq_unpruned:.2f}x fairseq unpruned")
         if stock is not None and stock != like:
             against += f"; {stock:.2f}x the stock conversion"
-        print(f"speed\tbatch {row['batch_size']}\t{row['system']}\t{row['sentences_per_second']:.1f} {unit}\t"
+        print(f"speed\tbatch {row.batch_size}\t{row.system}\t{row.sentences_per_second:.1f} {unit}\t"
               f"{against}")
     for row in report.speed.beam_rows:
-        if row["weights"] == "compressed":
-            like, run = row["speedup_like_for_like"], row["speedup_vs_run_beam"]
-            print(f"speed\tbatch {row['batch_size']}\tbeam {row['beam']}\t{row['system']}\t"
-                  f"{row['sentences_per_second']:.1f} {unit}\t{like:.2f}x like for like; {run:.2f}x the unpruned "
+        if row.compressed:
+            like, run = row.speedup_like_for_like, row.speedup_vs_run_beam
+            print(f"speed\tbatch {row.batch_size}\tbeam {row.beam}\t{row.system}\t"
+                  f"{row.sentences_per_second:.1f} {unit}\t{like:.2f}x like for like; {run:.2f}x the unpruned "
                   f"model at beam {run_beam}")
     prediction = report.speedup_prediction
-    if prediction and prediction["measured"]:
-        print(f"predicted\tbatch {prediction['batch_size']}\t{prediction['predicted']:.2f}x by the latency table, "
-              f"measured {prediction['measured']:.2f}x ({100.0 * prediction['relative_error']:+.0f}%)")
+    if prediction and prediction.measured:
+        print(f"predicted\tbatch {prediction.batch_size}\t{prediction.predicted:.2f}x by the latency table, "
+              f"measured {prediction.measured:.2f}x ({100.0 * prediction.relative_error:+.0f}%)")
     print(f"compressed\t{report.files['checkpoint']}")
     if report.files["exported"]:
         print(f"exported\t{report.files['exported']}")

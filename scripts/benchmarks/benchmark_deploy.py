@@ -97,17 +97,17 @@ def prepare_models(args, work):
 
 def print_table(rows, batch_size, subset, repeats):
     """The rows of one batch size, as one table."""
-    batch_rows = [row for row in rows if row["batch_size"] == batch_size]
-    print(f"\nbatch size {batch_size}: {batch_rows[0]['sentences']} sentences of {subset}, {repeats} repeats")
+    batch_rows = [row for row in rows if row.batch_size == batch_size]
+    print(f"\nbatch size {batch_size}: {batch_rows[0].sentences} sentences of {subset}, {repeats} repeats")
     print(f"{'system':<28} {'sent/s':>16} {'tok/s':>8} {'vs fairseq':>10} {'like for like':>13} "
           f"{'vs stock':>9} {'BLEU':>6} {'same hyps':>10}")
     for row in batch_rows:
-        like, stock, same = row["speedup_like_for_like"], row["speedup_vs_stock_conversion"], row["same_hypotheses"]
-        same = "" if same is None else f"{same}/{row['sentences']}"
-        print(f"{row['system']:<28} {row['sentences_per_second']:7.1f} ({row['sentences_per_second_min']:.1f}-"
-              f"{row['sentences_per_second_max']:.1f}) {row['tokens_per_second']:8.0f} "
-              f"{row['speedup_vs_fairseq_unpruned']:9.2f}x {'' if like is None else f'{like:12.2f}x':>13} "
-              f"{'' if stock is None else f'{stock:8.2f}x':>9} {row['bleu']:6.2f} {same:>10}")
+        like, stock, same = row.speedup_like_for_like, row.speedup_vs_stock_conversion, row.same_hypotheses
+        same = "" if same is None else f"{same}/{row.sentences}"
+        print(f"{row.system:<28} {row.sentences_per_second:7.1f} ({row.sentences_per_second_min:.1f}-"
+              f"{row.sentences_per_second_max:.1f}) {row.tokens_per_second:8.0f} "
+              f"{row.speedup_vs_fairseq_unpruned:9.2f}x {'' if like is None else f'{like:12.2f}x':>13} "
+              f"{'' if stock is None else f'{stock:8.2f}x':>9} {row.bleu:6.2f} {same:>10}")
 
 
 def main():
@@ -150,7 +150,8 @@ def main():
         with open(args.json, "w", encoding="utf-8") as stream:
             json.dump({**environment, "device": device.type, "device_description": environment["device"],
                        "threads": args.threads, "beam": args.beam, "path": os.path.abspath(args.path),
-                       "compressed": os.path.abspath(compressed), "rows": rows}, stream, indent=1)
+                       "compressed": os.path.abspath(compressed), "rows": [row.to_dict() for row in rows]},
+                      stream, indent=1)
 
 
 if __name__ == "__main__":

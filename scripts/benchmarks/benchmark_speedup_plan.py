@@ -12,9 +12,10 @@ compressed one, both with their vocabulary map, on the run's evaluation split
 decoding; a shape at a smaller beam, ``--allow-beam``, the compressed model
 at it against the unpruned model at the run's beam), each in a process of
 its own, in ``--repeats`` rotated rounds (fairseq-headprune's timing
-module, the one ``compress`` measures with). The measured speed-up is the
-ratio of the two median pass times; the plan's error is (planned -
-measured) / measured. Run it on an idle machine.
+module, the one ``compress`` measures with). The measured speed-up is
+``compress``'s own estimator (the median over the rounds of the two pass
+times' ratio); the plan's error is (predicted - measured) / measured. Run it
+on an idle machine.
 
 usage: scripts/benchmarks/benchmark_speedup_plan.py --run OUT [--sentences 150] [--repeats 10]
            [--batch-sizes 1 64] [--threads 2] [--json FILE]
@@ -23,7 +24,6 @@ usage: scripts/benchmarks/benchmark_speedup_plan.py --run OUT [--sentences 150] 
 import argparse
 import json
 import os
-import statistics
 import sys
 
 
@@ -48,6 +48,9 @@ def main():
     from fairseq_headprune.engine.compression.deployment import ctranslate2_inputs
     from fairseq_headprune.engine.timing.isolated import CTRANSLATE2, SystemSpec, time_systems
     from fairseq_headprune.study.compression.decoding import DecodingOptions
+    from fairseq_headprune.study.compression.records import Prediction
+    from fairseq_headprune.study.compression.speed import paired_speedup
+    from fairseq_headprune.study.compression.speedup_records import SpeedupReport
 
     def fail(message):
         sys.exit(f"benchmark_speedup_plan: {message}")
@@ -57,23 +60,23 @@ def main():
         fail(f"{report_file} does not exist: --run takes the output directory of a finished "
              "compress --target speedup=Nx")
     with open(report_file, encoding="utf-8") as stream:
-        report = json.load(stream)
-    if report.get("format") != "fairseq-headprune compress speedup 1":
-        fail(f"{report_file} is not a speed-up run's report")
+        try:
+            report = SpeedupReport.from_dict(json.load(stream))
+        except (ValueError, KeyError) as error:
+            fail(f"{report_file} is not a speed-up run's report ({error})")
     if args.repeats < 1 or (args.sentences is not None and args.sentences < 1):
         fail("--repeats and --sentences must be positive")
-    plan = report["plan"]
-    batch_sizes = args.batch_sizes or plan["batch_sizes"]
+    batch_sizes = args.batch_sizes or report.plan.batch_sizes
     results, environment = [], None
     loaded = {}  # the attempts share the unpruned checkpoint, its data and decoding options: loaded once
-    for attempt in report["attempts"]:
-        directory = os.path.join(args.run, attempt["dir"])
+    for attempt in report.attempts:
+        directory = os.path.join(args.run, attempt.dir)
         with open(os.path.join(directory, "compress.json"), encoding="utf-8") as stream:
             identity = json.load(stream)["identity"]
         models = {weights: os.path.join(directory, "export", weights) for weights in ("unpruned", "compressed")}
         if not all(os.path.isfile(os.path.join(path, "vmap.txt")) for path in models.values()):
             fail(f"{directory}/export holds no two models with vocabulary maps (is the attempt finished?)")
-        shape = attempt["shape"]
+        shape = attempt.shape
         sentences = args.sentences or identity["speed"]["sentences"]
         split = identity["evaluate"]["split"]
         threads = args.threads or identity["speed"]["threads"] or torch.get_num_threads()
@@ -85,29 +88,28 @@ def main():
                            ctranslate2_inputs(task, split, batch_sizes, sentences, torch.device("cpu")))
         options, inputs = loaded[key]
         # a shape at a smaller beam (--allow-beam) decodes at it, against the unpruned model at the run's beam
-        beams = {"unpruned": options["beam"], "compressed": shape.get("beam") or options["beam"]}
+        beams = {"unpruned": options["beam"], "compressed": shape.candidate.beam or options["beam"]}
         specs = [SystemSpec(f"ct2 {weights} vmap", CTRANSLATE2, weights, "float32", path, split=split,
                             threads=threads, options={**options, "beam": beams[weights]}, use_vmap=True)
                  for weights, path in models.items()]
-        print(f"attempt {attempt['attempt']}: {shape['name']}; {sentences} sentences of {split}, "
+        print(f"attempt {attempt.attempt}: {shape.candidate.name}; {sentences} sentences of {split}, "
               f"{args.repeats} rounds, {threads} threads", flush=True)
         run = time_systems(specs, batch_sizes, args.repeats, sentences=inputs)
         environment = run.environment
         for passes in run.passes:
-            unpruned = statistics.median(passes.seconds["ct2 unpruned vmap"])
-            compressed = statistics.median(passes.seconds["ct2 compressed vmap"])
-            measured = unpruned / compressed
-            planned = shape["speedups"].get(str(passes.batch_size))
-            by_compress = attempt.get("speedups", {}).get(str(passes.batch_size))
-            error = None if planned is None else (planned - measured) / measured
-            results.append({"attempt": attempt["attempt"], "shape": shape["name"], "batch_size": passes.batch_size,
-                            "planned": planned, "measured_by_compress": by_compress, "measured": measured,
+            measured = paired_speedup(passes.seconds["ct2 unpruned vmap"], passes.seconds["ct2 compressed vmap"])
+            predicted = shape.speedups.get(str(passes.batch_size))
+            by_compress = attempt.speedups.get(str(passes.batch_size))
+            error = None if predicted is None else Prediction(predicted, measured).relative_error
+            results.append({"attempt": attempt.attempt, "shape": shape.candidate.name,
+                            "batch_size": passes.batch_size, "predicted": predicted,
+                            "measured_by_compress": by_compress, "measured": measured,
                             "relative_error": error, "seconds": passes.seconds})
             line = f"  batch {passes.batch_size}: measured {measured:.2f}x"
             if by_compress is not None:
                 line += f" (compress measured {by_compress:.2f}x)"
-            if planned is not None:
-                line += f", planned {planned:.2f}x ({100.0 * error:+.0f}%)"
+            if predicted is not None:
+                line += f", planned {predicted:.2f}x ({100.0 * error:+.0f}%)"
             print(line, flush=True)
     errors = [abs(r["relative_error"]) for r in results if r["relative_error"] is not None]
     if errors:

@@ -41,6 +41,7 @@ from fairseq_headprune.errors import StudyError
 from fairseq_headprune.study.compression.decoding import DecodingOptions, rate_summary
 from fairseq_headprune.study.compression.precision import CandidateTiming
 from fairseq_headprune.study.compression.settings import DeploymentSettings
+from fairseq_headprune.study.compression.speed import SpeedRow, paired_speedup
 from fairseq_headprune.version import __version__
 
 UNPRUNED, COMPRESSED = "unpruned", "compressed"
@@ -142,7 +143,7 @@ def _counterpart(systems: Sequence[DecodingSystem], engine: str, weights: str, p
 
 def speed_rows(systems: Sequence[DecodingSystem], seconds: Dict[str, List[float]], outputs: Dict[str, List[str]],
                batch_size: int, references: Optional[Sequence[str]] = None,
-               input_tokens: Optional[int] = None) -> List[Dict[str, object]]:
+               input_tokens: Optional[int] = None) -> List[SpeedRow]:
     """One row per system: rates, speed-ups, BLEU (with ``references``) and outputs equal to its counterpart's.
 
     Tokens are the outputs' tokens and </s> (translation), or ``input_tokens`` (scored models).
@@ -150,49 +151,44 @@ def speed_rows(systems: Sequence[DecodingSystem], seconds: Dict[str, List[float]
     compressed fairseq model, the unpruned one. The compressed model's speed-up is stated like for like
     (``speedup_like_for_like``: against the unpruned model in the same engine, compute type and vocabulary-map
     setting; the beam is the run's) and, for CTranslate2, against the stock conversion separately
-    (``speedup_vs_stock_conversion``: the unpruned model converted as it is, the same compute type, no map).
+    (``speedup_vs_stock_conversion``: the unpruned model converted as it is, the same compute type, no map); every
+    speed-up is ``paired_speedup`` of the two systems' passes.
     """
 
     reference = _counterpart(systems, FAIRSEQ, UNPRUNED)
-    base = statistics.median(seconds[reference.name]) if reference is not None else None
     rows = []
     for system in systems:
         median = statistics.median(seconds[system.name])
         count = len(outputs[system.name])
         tokens = input_tokens if input_tokens is not None else sum(len(o.split()) + 1 for o in outputs[system.name])
+        mapped = bool(getattr(system, "use_vmap", False))
         if system.engine == CTRANSLATE2:
             same_as = _counterpart(systems, FAIRSEQ, system.weights)
         else:
             same_as = reference if system.weights == COMPRESSED else None
         same = None if same_as is None else sum(a == b for a, b in zip(outputs[system.name], outputs[same_as.name]))
         compressed = system.weights == COMPRESSED
-        like = (_counterpart(systems, system.engine, UNPRUNED, system.precision,
-                             vocabulary_mapped=bool(getattr(system, "use_vmap", False))) if compressed else None)
+        like = (_counterpart(systems, system.engine, UNPRUNED, system.precision, vocabulary_mapped=mapped)
+                if compressed else None)
         stock = _counterpart(systems, CTRANSLATE2, UNPRUNED, system.precision) if (
             compressed and system.engine == CTRANSLATE2) else None
+
+        def against(other) -> Optional[float]:
+            return None if other is None else paired_speedup(seconds[other.name], seconds[system.name])
+
         rates = rate_summary(count, seconds[system.name])
-        rows.append({
-            "batch_size": batch_size,
-            "system": system.name,
-            "engine": system.engine,
-            "weights": system.weights,
-            "precision": system.precision,
-            "seconds": seconds[system.name],
-            "sentences": count,
-            "sentences_per_second": rates["median"],
-            "sentences_per_second_min": rates["min"],
-            "sentences_per_second_max": rates["max"],
-            "sentences_per_second_iqr": rates["iqr"],
-            "tokens_per_second": tokens / median,
-            "speedup_vs_fairseq_unpruned": None if base is None else base / median,
-            "speedup_like_for_like": None if like is None else statistics.median(seconds[like.name]) / median,
-            "speedup_vs_stock_conversion": None if stock is None else statistics.median(seconds[stock.name]) / median,
-            "bleu": (None if references is None else
-                     sacrebleu.corpus_bleu(outputs[system.name], [list(references)], tokenize="none",
-                                           force=True).score),
-            "same_hypotheses_as": None if same_as is None else same_as.name,
-            "same_hypotheses": same,
-        })
+        rows.append(SpeedRow(
+            batch_size=batch_size, system=system.name, engine=system.engine, weights=system.weights,
+            precision=system.precision, seconds=list(seconds[system.name]), sentences=count,
+            sentences_per_second=rates["median"], sentences_per_second_min=rates["min"],
+            sentences_per_second_max=rates["max"], sentences_per_second_iqr=rates["iqr"],
+            tokens_per_second=tokens / median, speedup_vs_fairseq_unpruned=against(reference),
+            speedup_like_for_like=against(like), speedup_vs_stock_conversion=against(stock),
+            bleu=(None if references is None else
+                  sacrebleu.corpus_bleu(outputs[system.name], [list(references)], tokenize="none", force=True).score),
+            same_hypotheses_as=None if same_as is None else same_as.name, same_hypotheses=same,
+            vocabulary_mapped=mapped,
+        ))
     return rows
 
 
@@ -201,7 +197,7 @@ def measure_speed(family: str, checkpoints: Dict[str, str], exported: Dict[Tuple
                   precision: str = "float32", options: Optional[DecodingOptions] = None,
                   progress: Optional[Callable[[str], None]] = None, vocabulary_mapped: Sequence[str] = (),
                   run_beam_options: Optional[DecodingOptions] = None
-                  ) -> Tuple[List[Dict[str, object]], Optional[DecodingOptions], Dict[str, object]]:
+                  ) -> Tuple[List[SpeedRow], Optional[DecodingOptions], Dict[str, object]]:
     """Rows of every batch size, the decoding options and the machine: the fairseq ``checkpoints`` (weights ->
     path) and the CTranslate2 directories ``exported`` ((weights, precision) -> path), each system in its own
     process (``engine.timing.isolated``). ``options`` None: the checkpoint's own, as ``generation_args`` set them.
@@ -231,13 +227,10 @@ def measure_speed(family: str, checkpoints: Dict[str, str], exported: Dict[Tuple
         batch_rows = speed_rows(specs, passes.seconds, passes.outputs, passes.batch_size, passes.references,
                                 passes.input_tokens)
         for row in batch_rows if at_run_beam else ():
-            reference = at_run_beam.get(str(row["system"]).replace(COMPRESSED, UNPRUNED))
-            if row["weights"] != COMPRESSED or reference is None:
-                row["speedup_vs_run_beam"] = None
-                continue
-            row["run_beam_seconds"] = passes.seconds[reference.name]  # the unpruned counterpart's, in this run
-            row["speedup_vs_run_beam"] = (statistics.median(row["run_beam_seconds"])
-                                          / statistics.median(passes.seconds[row["system"]]))
+            reference = at_run_beam.get(row.system.replace(COMPRESSED, UNPRUNED))
+            if row.compressed and reference is not None:  # the unpruned counterpart's passes, in this run
+                row.run_beam_seconds = passes.seconds[reference.name]
+                row.speedup_vs_run_beam = paired_speedup(row.run_beam_seconds, row.seconds)
         rows += batch_rows
     return rows, run.options, run.environment
 
@@ -271,8 +264,8 @@ def time_compute_types(model_dir: str, compute_types: Sequence[str], data: str, 
             row = speed_rows([DecodingSystem(spec.name, CTRANSLATE2, COMPRESSED, spec.precision, None)],
                              passes.seconds, passes.outputs, passes.batch_size, passes.references)[0]
             seconds[passes.batch_size] = statistics.median(passes.seconds[spec.name])
-            rates[passes.batch_size] = row["sentences_per_second"]
-            bleu.append(row["bleu"])
+            rates[passes.batch_size] = row.sentences_per_second
+            bleu.append(row.bleu)
         # every batch size decodes the same sentences; beam search may still differ by batch (padding), so the mean
         timings.append(CandidateTiming(spec.precision, seconds, rates, sum(bleu) / len(bleu)))
     return timings

@@ -34,10 +34,11 @@ import torch
 
 from fairseq_headprune.constants import CTRANSLATE2_ENGINE, FAIRSEQ_ENGINE
 from fairseq_headprune.engine.checkpoints.shrink import checkpoint_parameters, shrink_checkpoint
-from fairseq_headprune.engine.compression.deployment import deployment_environment, measure_speed, time_compute_types
+from fairseq_headprune.engine.compression.deployment import time_compute_types
 from fairseq_headprune.engine.export.ctranslate2_spec import import_ctranslate2
 from fairseq_headprune.engine.families import family_named
 from fairseq_headprune.engine.finetuning import finetune_held, resume_point, with_resume_points, write_masked_start
+from fairseq_headprune.engine.pipelines.compress_measures import evaluate_stage, speed_stage
 from fairseq_headprune.engine.pipelines.compress_stages import StageCallback, Stages, open_out_dir
 from fairseq_headprune.engine.pipelines.export import check_quantization, ctranslate2_device, run_export
 from fairseq_headprune.engine.pipelines.importance import importance_prefix, run_importance
@@ -61,13 +62,11 @@ from fairseq_headprune.study.compression.precision import (
 )
 from fairseq_headprune.study.compression.records import (
     CompressReport,
-    EvaluationRecord,
     ExportRecord,
     FinetuneStageRecord,
     FisherRecord,
     SearchRecord,
     ShrinkRecord,
-    SpeedRecord,
     speedup_prediction,
 )
 from fairseq_headprune.study.compression.report import compression_report_markdown
@@ -75,7 +74,6 @@ from fairseq_headprune.study.compression.settings import (
     CompressSettings,
     ExportSettings,
 )
-from fairseq_headprune.study.importance.ablation import BASELINE, HeadConfig, baseline_config
 from fairseq_headprune.study.masks.ffn_mask import ffn_mask_to_spec
 from fairseq_headprune.study.masks.head_mask import head_mask_to_spec
 from fairseq_headprune.study.output.files import (
@@ -123,8 +121,8 @@ def run_compress(settings: CompressSettings, on_stage: Optional[StageCallback] =
     stages.run("shrink", lambda work: _shrink(settings, stages, work))
     if "export" in settings.stages:
         stages.run("export", lambda work: _export(settings, stages, work))
-    stages.run("evaluate", lambda work: _evaluate(settings, stages, work), resumable=True)
-    stages.run("speed", lambda work: _speed(settings, stages, work))
+    stages.run("evaluate", lambda work: evaluate_stage(settings, stages, work), resumable=True)
+    stages.run("speed", lambda work: speed_stage(settings, stages, work))
     report = _report(settings, stages)
     files = [os.path.join(settings.out_dir, name) for name in (REPORT_JSON, REPORT_MARKDOWN)]
     write_json(report.to_dict(), files[0], indent=1)
@@ -337,95 +335,6 @@ def _choose_quantization(settings: CompressSettings, checkpoint: str, work: str)
     choice = choose_compute_type(timings, settings.quantization_tolerance)
     choice.update(split=evaluation.gen_subset, sentences=settings.deployment.sentences, vocabulary_map=False)
     return choice["chosen"], choice
-
-
-def _evaluate(settings: CompressSettings, stages: Stages, work: str) -> EvaluationRecord:
-    """Both models on the evaluation split, each in its own (resumable) sweep, compared by the paired test."""
-    evaluation = settings.evaluation
-    family = family_named(settings.family)
-    sweeps, scores = {}, {}
-    models = [("unpruned", settings.checkpoint), ("compressed", stages.path("shrink", CHECKPOINT))]
-    finetuned = stages.record("finetune") if "finetune" in settings.stages else None
-    before = finetuned.before if finetuned is not None else None
-    if before is not None:  # the same pruned model before fine-tuning: what the fine-tuning recovered
-        models.append(("before_finetune", stages.path("finetune", before)))
-    for weights, checkpoint in models:
-        sweep_settings = dataclasses.replace(evaluation, checkpoint=checkpoint, out_dir=os.path.join(work, weights))
-        cfg, task, model = family.load(settings.data, checkpoint, sweep_settings.generation_args, cpu=evaluation.cpu)
-        sweep = family.open_split_sweep(sweep_settings, cfg, task, model, evaluation.gen_subset,
-                                        evaluation.gen_subset)
-        sweeps[weights], scores[weights] = sweep, sweep.run([baseline_config()], None)[BASELINE]
-    if len(scores["unpruned"].stats) != len(scores["compressed"].stats):
-        raise StudyError(f"the two models were scored on different sentences of {evaluation.gen_subset}")
-    compressed = dataclasses.replace(scores["compressed"], name="compressed")
-    baseline, rows = sweeps["unpruned"].compare({BASELINE: scores["unpruned"], "compressed": compressed},
-                                                [baseline_config(), HeadConfig("compressed", None)])
-    metric, row = evaluation.metric, rows[0]
-    beams = [_at_beam(settings, family, beam, models[:2], sweeps["unpruned"], scores["unpruned"], work)
-             for beam in settings.deployment.beams]
-    return EvaluationRecord(
-        metric=metric.name, label=metric.label, description=metric.description,
-        higher_is_better=metric.higher_is_better, split=evaluation.gen_subset, sentences=len(baseline.stats),
-        unpruned=sweeps["unpruned"].baseline_score(baseline), compressed=row[metric.column],
-        delta=row["delta"], p_value=row["p_value"], significant=row["significant"],
-        ci_low=row["ci_low"], ci_high=row["ci_high"], test=evaluation.test.to_dict(),
-        before_finetune=(sweeps["before_finetune"].baseline_score(scores["before_finetune"])
-                         if "before_finetune" in sweeps else None),
-        beams=beams, extra=family.evaluation_record(scores),
-    )
-
-
-def _at_beam(settings: CompressSettings, family, beam: int, models, run_sweep, run_unpruned,
-             work: str) -> Dict[str, object]:
-    """Both models evaluated at ``beam`` (their own resumable sweeps), the compressed one tested against the
-    unpruned one at that beam (like for like) and at the run's beam (what a smaller beam costs in deployment)."""
-    evaluation = settings.evaluation
-    arguments = [*evaluation.generation_args, "--beam", str(beam)]
-    sweeps, scores = {}, {}
-    for weights, checkpoint in models:
-        sweep_settings = dataclasses.replace(evaluation, checkpoint=checkpoint, generation_args=arguments,
-                                             out_dir=os.path.join(work, f"beam-{beam}", weights))
-        cfg, task, model = family.load(settings.data, checkpoint, arguments, cpu=evaluation.cpu)
-        sweeps[weights] = family.open_split_sweep(sweep_settings, cfg, task, model, evaluation.gen_subset,
-                                                  evaluation.gen_subset)
-        scores[weights] = sweeps[weights].run([baseline_config()], None)[BASELINE]
-    compressed = dataclasses.replace(scores["compressed"], name="compressed")
-    configs = [baseline_config(), HeadConfig("compressed", None)]
-    baseline, (same_beam,) = sweeps["unpruned"].compare({BASELINE: scores["unpruned"], "compressed": compressed},
-                                                        configs)
-    _, (run_beam,) = run_sweep.compare({BASELINE: run_unpruned, "compressed": compressed}, configs)
-    metric = evaluation.metric
-    return {"beam": beam, "unpruned": sweeps["unpruned"].baseline_score(baseline),
-            "compressed": same_beam[metric.column], "delta": same_beam["delta"], "p_value": same_beam["p_value"],
-            "delta_vs_run_beam": run_beam["delta"], "p_value_vs_run_beam": run_beam["p_value"]}
-
-
-def _speed(settings: CompressSettings, stages: Stages, work: str) -> SpeedRecord:
-    """Both models (and their exports) timed each in its own process, in the precision the evaluation
-    translates in (``DeploymentSettings.precision``)."""
-    evaluation, deployment = settings.evaluation, settings.deployment
-    family = family_named(settings.family)
-    device = torch.device("cuda" if torch.cuda.is_available() and not evaluation.cpu else "cpu")
-    arguments, precision = list(evaluation.generation_args), deployment.precision
-    checkpoints = {"unpruned": settings.checkpoint, "compressed": stages.path("shrink", CHECKPOINT)}
-    export = stages.record("export") if "export" in settings.stages else None
-    exported = {} if export is None or not family.times_exported_models else {  # decoding is timed: translation
-        (name, export.quantization): stages.path("export", name) for name in ("unpruned", "compressed")
-        if name in export.models}
-    mapped = ("unpruned", "compressed") if settings.vocabulary_map else ()
-    rows, options, machine = measure_speed(family.name, checkpoints, exported, settings.data, evaluation.gen_subset,
-                                           arguments, deployment, device, precision, vocabulary_mapped=mapped)
-    beam_rows = []
-    for beam in deployment.beams:  # the same systems at other beam sizes (translation: options are known)
-        at_beam, _, _ = measure_speed(family.name, checkpoints, exported, settings.data, evaluation.gen_subset,
-                                      arguments, deployment, device, precision,
-                                      options=dataclasses.replace(options, beam=beam), vocabulary_mapped=mapped,
-                                      run_beam_options=options)
-        beam_rows += [dict(row, beam=beam) for row in at_beam]
-    environment = {**deployment_environment(device, deployment.threads), **machine}
-    return SpeedRecord(split=evaluation.gen_subset, environment=environment, settings=deployment.to_dict(),
-                       unit=family.speed_unit, decoding=None if options is None else options.to_dict(), rows=rows,
-                       beam_rows=beam_rows)
 
 
 # ----------------------------------------------------------------------------- the report

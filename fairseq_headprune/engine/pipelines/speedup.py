@@ -18,7 +18,6 @@ from typing import Dict, List, Optional, Sequence
 import torch
 from tqdm import tqdm
 
-from fairseq_headprune.constants import CTRANSLATE2_ENGINE
 from fairseq_headprune.engine.checkpoints.layers import layers_removed, model_depths
 from fairseq_headprune.engine.export.vocabulary_map import vocabulary_map_for
 from fairseq_headprune.engine.families import family_named
@@ -28,39 +27,31 @@ from fairseq_headprune.engine.pipelines.export import ctranslate2_device
 from fairseq_headprune.engine.pipelines.search import layer_costs, search_costs
 from fairseq_headprune.engine.pipelines.shallow import CHECKPOINT
 from fairseq_headprune.engine.runners.batches import dictionary_tokens, load_split, split_mean_lengths
-from fairseq_headprune.engine.search.ctranslate2_latency import round_share, save_masked_spec
+from fairseq_headprune.engine.search.ctranslate2_latency import save_masked_spec
 from fairseq_headprune.engine.timing.isolated import CTRANSLATE2, SystemSpec, time_systems
 from fairseq_headprune.errors import StudyError
 from fairseq_headprune.modules.masked_ffn import ffn_layout, set_ffn_mask
 from fairseq_headprune.modules.masked_multihead_attention import head_layout, set_head_mask
 from fairseq_headprune.study.compression.decoding import DecodingOptions
-from fairseq_headprune.study.compression.records import PlanRecord
-from fairseq_headprune.study.compression.report import speedup_report_markdown
+from fairseq_headprune.study.compression.records import PlanRecord, Prediction
 from fairseq_headprune.study.compression.settings import CompressSettings, ExportSettings
+from fairseq_headprune.study.compression.speed import compressed_speedups, paired_speedup
 from fairseq_headprune.study.compression.speedup import (
-    ACCEPT,
-    BACK_OFF,
-    CONTINUE,
-    GIVE_UP,
-    PRUNE_MORE,
     SMALLER_BEAMS,
     PlannedCandidate,
-    back_off,
-    best_attempt,
     candidate_ladder,
     choose_candidate,
     disturbed_plan_text,
-    kept_units,
-    next_step,
+    kept_count,
     out_of_order,
-    prune_more,
-    speed_breakdown,
 )
+from fairseq_headprune.study.compression.speedup_records import AttemptRecord, SpeedupReport, SpeedupResult
+from fairseq_headprune.study.compression.speedup_report import speedup_report_markdown
+from fairseq_headprune.study.compression.speedup_search import AttemptPlan, AttemptResult, SpeedupSearch
 from fairseq_headprune.study.output.files import write_json, write_text
 
 PLAN_SENTENCES = 64  # sentences of the Fisher split each candidate decodes per timed pass
 REFERENCE, STOCK = "unpruned vmap", "unpruned"
-SPEEDUP_REPORT_FORMAT = "fairseq-headprune compress speedup 1"
 REPORT_JSON, REPORT_MARKDOWN = "report.json", "report.md"
 SEEDED_STAGES = ("layers", "fisher", "search", "distill")  # what a continued fine-tuning takes from its attempt
 TEACHER_STAGES = ("distill",)  # what every later attempt takes from the first
@@ -68,18 +59,18 @@ TEACHER_STAGES = ("distill",)  # what every later attempt takes from the first
 
 @dataclass
 class SpeedupOutcome:
-    """What ``run_speedup`` did: the plan, each attempt's record and the one whose model is the result."""
+    """What ``run_speedup`` did: its report, each attempt's compress outcome and the files written."""
 
-    report: Dict[str, object]
+    report: SpeedupReport
     attempts: List[CompressOutcome] = field(default_factory=list)
     files: List[str] = field(default_factory=list)
 
 
 def run_speedup(settings: CompressSettings, on_stage: Optional[StageCallback] = None,
                 on_attempt=None, on_warning=None) -> SpeedupOutcome:
-    """Plan (or resume the plan), then compress attempt by attempt until one keeps the BLEU within the tolerance
-    or the attempts run out; ``on_attempt(number, text)`` hears what each attempt is and what followed it,
-    ``on_warning(text)`` a plan whose timings contradict the shapes' order."""
+    """Plan (or resume the plan), then run the attempts ``SpeedupSearch`` asks for, one compress run each, handing
+    it every attempt's result, until it accepts one or gives up; ``on_attempt(number, text)`` hears what each
+    attempt is and what followed it, ``on_warning(text)`` a plan whose timings contradict the shapes' order."""
     if not os.path.isdir(settings.data):
         raise StudyError(f"data directory not found: {settings.data}")
     if not os.path.isfile(settings.checkpoint):
@@ -88,60 +79,53 @@ def run_speedup(settings: CompressSettings, on_stage: Optional[StageCallback] = 
     stages = Stages(settings.out_dir, on_stage)
     stages.run("plan", lambda work: plan_stage(settings, work))
     plan = stages.record("plan")
-    planned = [PlannedCandidate.from_dict(c) for c in plan.candidates]
+    planned = plan.candidates
     if plan.out_of_order and on_warning is not None:
         on_warning(disturbed_plan_text(plan.out_of_order, os.path.join(settings.out_dir, "plan")))
     tell = on_attempt or (lambda number, text: None)
-    index, continued, previous = plan.chosen, False, None
-    outcomes, records, tried = [], [], []
-    for number in range(1, settings.max_attempts + 1):
-        candidate = planned[index]
+    search = SpeedupSearch(planned, plan.chosen, settings.target.factor, settings.max_bleu_loss,
+                           settings.max_attempts, settings.finetune.enabled)
+    outcomes: List[CompressOutcome] = []
+    records: List[AttemptRecord] = []
+    attempt: Optional[AttemptPlan] = search.first()
+    while attempt is not None:
+        number = len(outcomes) + 1
+        candidate = planned[attempt.shape]
         attempt_dir = _attempt_dir(settings.out_dir, number)
-        finetune_from = os.path.join(previous, "finetune", CHECKPOINT) if continued else None
+        previous = None if attempt.continues is None else _attempt_dir(settings.out_dir, attempt.continues)
+        finetune_from = None if previous is None else os.path.join(previous, "finetune", CHECKPOINT)
         # a continued fine-tuning at the learning rate of the one it continues
-        finetune_lr = outcomes[-1].report.finetune.lr if continued else None
-        attempt = settings.attempt(candidate.flops_share, candidate.candidate.drop_counts, attempt_dir,
-                                   finetune_from, candidate.candidate.beam, finetune_lr)
+        finetune_lr = None if previous is None else outcomes[attempt.continues - 1].report.finetune.lr
+        attempt_settings = settings.attempt(candidate.flops_share, candidate.candidate.drop_counts, attempt_dir,
+                                            finetune_from, candidate.candidate.beam, finetune_lr)
         if not os.path.isdir(attempt_dir):
-            if continued:
-                _seed_attempt(attempt, previous, SEEDED_STAGES)
+            if previous is not None:
+                _seed_attempt(attempt_settings, previous, SEEDED_STAGES)
             elif outcomes:  # the unpruned teacher's translations serve every shape
-                _seed_attempt(attempt, _attempt_dir(settings.out_dir, 1), TEACHER_STAGES)
+                _seed_attempt(attempt_settings, _attempt_dir(settings.out_dir, 1), TEACHER_STAGES)
         tell(number, f"{candidate.candidate.name} ({candidate.flops_share:.1%} of the decoding FLOPs kept)"
-             + (f", fine-tuning continued from attempt {number - 1}" if continued else ""))
-        outcome = run_compress(attempt, on_stage)
+             + (f", fine-tuning continued from attempt {attempt.continues}" if previous is not None else ""))
+        outcome = run_compress(attempt_settings, on_stage)
         outcomes.append(outcome)
         judged = _judged(outcome, candidate.candidate.beam)
-        loss = -judged["delta"]
-        measured = _measured_speedups(outcome, candidate.candidate.beam)
-        fast_enough = bool(measured) and min(measured.values()) >= settings.target.factor
-        tried.append(index)
-        decision = next_step(loss, settings.max_bleu_loss, continued, settings.finetune.enabled,
-                             settings.max_attempts - number, fast_enough)
-        following = None
-        if decision == BACK_OFF:
-            following = back_off(planned, index, tried)
-        elif decision == PRUNE_MORE:
-            following = prune_more(planned, index, settings.target.factor, measured, tried)
-        if decision in (BACK_OFF, PRUNE_MORE) and following is None:
-            decision = GIVE_UP
-        records.append({"attempt": number, "dir": os.path.basename(attempt_dir), "shape": candidate.to_dict(),
-                        "continued_from": None if not continued else os.path.basename(previous),
-                        "finetune_updates": (outcome.report.finetune.updates if outcome.report.finetune else 0),
-                        **judged, "loss": loss, "speedups": measured, "fast_enough": fast_enough,
-                        "decision": decision})
-        tell(number, f"{judged['metric']} {judged['delta']:+.2f} (tolerance -{settings.max_bleu_loss:g}), "
-             + ", ".join(f"{value:.2f}x at batch {batch}" for batch, value in measured.items())
-             + f" like for like: {decision}")
-        if decision in (ACCEPT, GIVE_UP):
-            break
-        if decision == CONTINUE:
-            continued, previous = True, attempt_dir
-        else:
-            index, continued, previous = following, False, None
-    report = _report(settings, plan, planned, records)
+        speedups = _measured_speedups(outcome, candidate.candidate.beam)
+        step = search.decide(AttemptResult(judged.delta, speedups))
+        records.append(AttemptRecord(
+            attempt=number, dir=os.path.basename(attempt_dir), shape=candidate,
+            continued_from=None if previous is None else os.path.basename(previous),
+            finetune_updates=outcome.report.finetune.updates if outcome.report.finetune else 0,
+            metric=judged.metric, unpruned=judged.unpruned, compressed=judged.compressed, delta=judged.delta,
+            p_value=judged.p_value, samples=judged.samples, speedups=speedups, decision=step.decision))
+        tell(number, f"{judged.metric} {judged.delta:+.2f} (tolerance -{settings.max_bleu_loss:g}), "
+             + ", ".join(f"{value:.2f}x at batch {batch}" for batch, value in speedups.items())
+             + f" like for like: {step.decision}")
+        attempt = step.next
+    report = SpeedupReport(checkpoint=os.path.abspath(settings.checkpoint), target=settings.target.text,
+                           factor=settings.target.factor, max_bleu_loss=settings.max_bleu_loss, plan=plan,
+                           attempts=records)
+    report.result = _result(settings, report, records[search.best()])
     files = [os.path.join(settings.out_dir, name) for name in (REPORT_JSON, REPORT_MARKDOWN)]
-    write_json(report, files[0], indent=1)
+    write_json(report.to_dict(), files[0], indent=1)
     write_text(speedup_report_markdown(report), files[1])
     return SpeedupOutcome(report, outcomes, files)
 
@@ -161,28 +145,39 @@ def _seed_attempt(attempt: CompressSettings, previous: str, stages: Sequence[str
             shutil.copytree(source, os.path.join(attempt.out_dir, stage), copy_function=os.link)
 
 
-def _judged(outcome: CompressOutcome, beam: Optional[int]) -> Dict[str, object]:
-    """The BLEU an attempt is judged by: the compressed model at the shape's beam against the unpruned model at
+@dataclass(frozen=True)
+class _Judged:
+    """The score an attempt is judged by: the compressed model at the shape's beam against the unpruned model at
     the run's."""
+
+    metric: str
+    unpruned: float
+    compressed: float
+    delta: float
+    p_value: float
+    samples: Optional[int]
+
+
+def _judged(outcome: CompressOutcome, beam: Optional[int]) -> _Judged:
     evaluation = outcome.report.evaluation
-    test = {"metric": evaluation.label, "unpruned": evaluation.unpruned, "samples": evaluation.test.get("samples")}
+    samples = evaluation.test.get("samples")
     if beam is None:
-        return {**test, "compressed": evaluation.compressed, "delta": evaluation.delta,
-                "p_value": evaluation.p_value}
-    row = next(r for r in evaluation.beams if r["beam"] == beam)
-    return {**test, "compressed": row["compressed"], "delta": row["delta_vs_run_beam"],
-            "p_value": row["p_value_vs_run_beam"]}
+        return _Judged(evaluation.label, evaluation.unpruned, evaluation.compressed, evaluation.delta,
+                       evaluation.p_value, samples)
+    row = next((r for r in evaluation.beams if r.beam == beam), None)
+    if row is None:
+        raise StudyError(f"an attempt at beam {beam} was not evaluated at that beam (--speed-beams)")
+    return _Judged(evaluation.label, evaluation.unpruned, row.compressed, row.delta_vs_run_beam,
+                   row.p_value_vs_run_beam, samples)
 
 
 def _measured_speedups(outcome: CompressOutcome, beam: Optional[int]) -> Dict[str, float]:
     """The compressed model's speed-up like for like with the vocabulary map (CTranslate2), per batch size: at
     the shape's beam against the unpruned model at the run's."""
     speed = outcome.report.speed
-    rows = speed.rows if beam is None else [r for r in speed.beam_rows if r["beam"] == beam]
-    key = "speedup_like_for_like" if beam is None else "speedup_vs_run_beam"
-    return {str(row["batch_size"]): row[key] for row in rows
-            if row["weights"] == "compressed" and row["engine"] == CTRANSLATE2_ENGINE
-            and row["system"].endswith(" vmap") and row[key] is not None}
+    if beam is None:
+        return compressed_speedups(speed.rows)
+    return compressed_speedups([row for row in speed.beam_rows if row.beam == beam], against_run_beam=True)
 
 
 # ----------------------------------------------------------------------------- the plan
@@ -245,14 +240,14 @@ def plan_stage(settings: CompressSettings, work: str) -> PlanRecord:
     for passes in run.passes:
         batch = str(passes.batch_size)
         reference_seconds = passes.seconds[REFERENCE]
-        map_gain[batch] = round_share(passes.seconds[STOCK], reference_seconds)
+        map_gain[batch] = paired_speedup(passes.seconds[STOCK], reference_seconds)  # the map's own speed-up
         for planned_candidate in planned:
-            share = round_share(passes.seconds[planned_candidate.candidate.name], reference_seconds)
-            planned_candidate.speedups[batch] = 1.0 / share
+            planned_candidate.speedups[batch] = paired_speedup(reference_seconds,
+                                                               passes.seconds[planned_candidate.candidate.name])
     record = PlanRecord(factor=settings.target.factor, batch_sizes=list(deployment.batch_sizes),
                         quantization=quantization, split=split, sentences=PLAN_SENTENCES, beam=beam,
                         target_length=target_length, repeats=deployment.repeats,
-                        candidates=[p.to_dict() for p in planned], map_gain=map_gain, environment=run.environment)
+                        candidates=planned, map_gain=map_gain, environment=run.environment)
     record.out_of_order = out_of_order(planned)
     record.chosen = choose_candidate(planned, settings.target.factor)
     return record
@@ -264,7 +259,7 @@ def _uniform_masks(model, width: float):
     ffn_mask = {t: torch.ones(shape) for t, shape in ffn_layout(model).items()}
     for masks in (head_mask, ffn_mask):
         for mask in masks.values():
-            mask[:, kept_units(mask.shape[1], width):] = 0.0
+            mask[:, kept_count(mask.shape[1], width):] = 0.0
     return head_mask, ffn_mask
 
 
@@ -292,29 +287,15 @@ def _plan_sentences(task, split: str, batch_sizes) -> Dict[int, Dict[str, list]]
     return batches
 
 
-def _report(settings: CompressSettings, plan: PlanRecord, planned: List[PlannedCandidate],
-            records: List[Dict[str, object]]) -> Dict[str, object]:
-    result = records[best_attempt(records, settings.max_bleu_loss)]
-    factor = settings.target.factor
-    reached = bool(result["speedups"]) and min(result["speedups"].values()) >= factor
-    attempt_dir = os.path.join(settings.out_dir, result["dir"])
-    # the shape's speed-up as the plan timed it (uniform narrowing, fixed length, the Fisher split) beside the one
-    # measured on the compressed model (its searched mask, its own translations of the evaluation split)
-    timed = next(p.speedups for p in planned if p.candidate.name == result["shape"]["name"])
-    prediction = {batch: {"planned": timed[batch], "measured": measured,
-                          "relative_error": (timed[batch] - measured) / measured}
-                  for batch, measured in result["speedups"].items() if batch in timed}
-    return {
-        "format": SPEEDUP_REPORT_FORMAT, "checkpoint": os.path.abspath(settings.checkpoint),
-        "target": settings.target.text, "factor": factor, "max_bleu_loss": settings.max_bleu_loss,
-        "plan": {**plan.to_dict(), "chosen_name": planned[plan.chosen].candidate.name,
-                 "breakdown": speed_breakdown(planned, plan.chosen, plan.map_gain)},
-        "attempts": records,
-        "result": {"attempt": result["attempt"], "within_tolerance": result["loss"] <= settings.max_bleu_loss,
-                   "reached_target": reached,
-                   "speedups": result["speedups"], "delta": result["delta"], "p_value": result["p_value"],
-                   "samples": result.get("samples"), "prediction": prediction,
-                   "report": os.path.join(result["dir"], REPORT_MARKDOWN),
-                   "checkpoint": os.path.abspath(os.path.join(attempt_dir, "shrink", CHECKPOINT)),
-                   "exported": os.path.abspath(os.path.join(attempt_dir, "export", "compressed"))},
-    }
+def _result(settings: CompressSettings, report: SpeedupReport, chosen: AttemptRecord) -> SpeedupResult:
+    """The attempt deployed, with the plan's timing of its shape (uniform narrowing, fixed length, the Fisher
+    split) beside the speed-up measured on the compressed model (its searched mask, its own translations)."""
+    attempt_dir = os.path.join(settings.out_dir, chosen.dir)
+    timed = next(p.speedups for p in report.plan.candidates if p.candidate == chosen.shape.candidate)
+    prediction = {batch: Prediction(timed[batch], measured) for batch, measured in chosen.speedups.items()
+                  if batch in timed}
+    return SpeedupResult(
+        attempt=chosen.attempt, speedups=dict(chosen.speedups), delta=chosen.delta, p_value=chosen.p_value,
+        samples=chosen.samples, prediction=prediction, report=os.path.join(chosen.dir, REPORT_MARKDOWN),
+        checkpoint=os.path.abspath(os.path.join(attempt_dir, "shrink", CHECKPOINT)),
+        exported=os.path.abspath(os.path.join(attempt_dir, "export", "compressed")))

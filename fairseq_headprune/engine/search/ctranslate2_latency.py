@@ -50,6 +50,7 @@ from fairseq_headprune.engine.timing.isolated import CTRANSLATE2, SystemSpec, ti
 from fairseq_headprune.modules.masked_ffn import ffn_layout, set_ffn_mask
 from fairseq_headprune.modules.masked_multihead_attention import head_layout, set_head_mask
 from fairseq_headprune.study.compression.decoding import DecodingOptions
+from fairseq_headprune.study.compression.speed import round_share
 from fairseq_headprune.study.search.costs import Block, LatencyTable
 from fairseq_headprune.study.search.settings import LatencySettings
 
@@ -175,13 +176,6 @@ def save_masked_spec(family, cfg, task, model, head_mask, ffn_mask, quantization
     if vocabulary_map is not None:
         spec.register_vocabulary_mapping(vocabulary_map)
     save_spec(spec, quantization, path)
-
-
-def round_share(seconds: Sequence[float], whole_seconds: Sequence[float]) -> float:
-    """A system's time as a share of the whole model's: the median over the rounds of the ratio of their passes
-    in that round (``engine.timing.isolated`` runs every system once a round, one after another), so that the
-    machine's drift from one round to the next cancels."""
-    return statistics.median(mine / whole for mine, whole in zip(seconds, whole_seconds))
 
 
 def measured_counts(units: int) -> List[int]:

@@ -12,12 +12,12 @@ of either format are read.
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Dict, List, Optional, Type, TypeVar
+from typing import Any, ClassVar, Dict, List, Mapping, Optional, Type, TypeVar
 
-from fairseq_headprune.constants import CTRANSLATE2_ENGINE
+from fairseq_headprune.study.compression.speed import SpeedRow
+from fairseq_headprune.study.compression.speedup import DisorderedPair, PlannedCandidate
 
 REPORT_FORMAT = "fairseq-headprune compress report 2"
-VMAP_SUFFIX = " vmap"  # a system timed with its vocabulary map
 READABLE_FORMATS = ("fairseq-headprune compress report 1", REPORT_FORMAT)
 
 Record = TypeVar("Record", bound="StageRecord")
@@ -57,7 +57,61 @@ class StageRecord:
 
 
 def _plain(value: Any) -> Any:
-    return value.to_dict() if hasattr(value, "to_dict") else value
+    """A record's field as JSON holds it: records (also inside lists and dicts) by their ``to_dict``."""
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    return value
+
+
+@dataclass
+class BeamResult:
+    """``--speed-beams``: both models' scores at one beam, the compressed one tested against the unpruned one at
+    that beam (``delta``, ``p_value``) and at the run's beam (``delta_vs_run_beam``, ``p_value_vs_run_beam``)."""
+
+    beam: int
+    unpruned: float
+    compressed: float
+    delta: float
+    p_value: float
+    delta_vs_run_beam: float
+    p_value_vs_run_beam: float
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "BeamResult":
+        return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls)})
+
+
+@dataclass
+class Prediction:
+    """A speed-up predicted before compressing (a latency table's, or the speed-up plan's timing of the shape)
+    beside the one measured on the compressed model; ``relative_error`` is (predicted - measured) / measured."""
+
+    predicted: float
+    measured: Optional[float]
+    batch_size: Optional[int] = None
+    beam: Optional[int] = None
+
+    RENAMED: ClassVar[Dict[str, str]] = {"planned": "predicted"}  # the speed-up report's older name
+
+    @property
+    def relative_error(self) -> Optional[float]:
+        return None if not self.measured else (self.predicted - self.measured) / self.measured
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"predicted": self.predicted, "measured": self.measured, "batch_size": self.batch_size,
+                "beam": self.beam, "relative_error": self.relative_error}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Prediction":
+        values = {cls.RENAMED.get(key, key): value for key, value in data.items()}
+        return cls(values["predicted"], values.get("measured"), values.get("batch_size"), values.get("beam"))
 
 
 @dataclass
@@ -74,11 +128,18 @@ class PlanRecord(StageRecord):
     beam: int = 0
     target_length: int = 0  # every candidate generates exactly this many tokens
     repeats: int = 0
-    candidates: List[Dict[str, Any]] = field(default_factory=list)  # PlannedCandidate.to_dict, in timing order
+    candidates: List[PlannedCandidate] = field(default_factory=list)  # in timing order
     chosen: int = 0  # index into candidates
     map_gain: Dict[str, float] = field(default_factory=dict)  # batch size -> unpruned with map over without
-    out_of_order: List[Dict[str, Any]] = field(default_factory=list)  # speedup.out_of_order: a disturbed timing
+    out_of_order: List[DisorderedPair] = field(default_factory=list)  # speedup.out_of_order: a disturbed timing
     environment: Dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> "PlanRecord":
+        record = super().from_dict(data)
+        record.candidates = [PlannedCandidate.from_dict(c) for c in record.candidates]
+        record.out_of_order = [DisorderedPair.from_dict(pair) for pair in record.out_of_order]
+        return record
 
 
 @dataclass
@@ -220,9 +281,13 @@ class EvaluationRecord(StageRecord):
     ci_high: Optional[float] = None
     test: Dict[str, Any] = field(default_factory=dict)
     before_finetune: Optional[float] = None
-    # --speed-beams: at each beam, both models' scores and the compressed model against the unpruned one at that
-    # beam (delta, p_value) and at the run's beam (delta_vs_run_beam, p_value_vs_run_beam)
-    beams: List[Dict[str, Any]] = field(default_factory=list)
+    beams: List[BeamResult] = field(default_factory=list)  # --speed-beams
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> "EvaluationRecord":
+        record = super().from_dict(data)
+        record.beams = [BeamResult.from_dict(row) for row in record.beams]
+        return record
 
 
 @dataclass
@@ -234,36 +299,17 @@ class SpeedRecord(StageRecord):
     settings: Dict[str, Any] = field(default_factory=dict)
     unit: str = ""
     decoding: Optional[Dict[str, Any]] = None
-    rows: List[Dict[str, Any]] = field(default_factory=list)
-    # --speed-beams: the same systems timed at other beam sizes (each row's "beam"), the compressed ones also
+    rows: List[SpeedRow] = field(default_factory=list)
+    # --speed-beams: the same systems timed at other beam sizes (each row's beam), the compressed ones also
     # against the unpruned model at the run's beam (speedup_vs_run_beam)
-    beam_rows: List[Dict[str, Any]] = field(default_factory=list)
+    beam_rows: List[SpeedRow] = field(default_factory=list)
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "SpeedRecord":
         record = super().from_dict(data)
-        record.rows = [_row_of_format_2(row) for row in record.rows]
+        record.rows = [SpeedRow.from_dict(row) for row in record.rows]
+        record.beam_rows = [SpeedRow.from_dict(row) for row in record.beam_rows]
         return record
-
-
-def _row_of_format_2(row: Dict[str, Any]) -> Dict[str, Any]:
-    """A speed row of report format 1 (``speedup_vs_ct2_unpruned_same_precision``: against the unpruned model
-    without a map; ``speedup_vs_ct2_unpruned_vmap``: a mapped model against the mapped unpruned one) in format 2's
-    names."""
-    if "speedup_like_for_like" in row:
-        return row
-    row = dict(row)
-    stock, mapped = row.pop("speedup_vs_ct2_unpruned_same_precision", None), row.pop("speedup_vs_ct2_unpruned_vmap",
-                                                                                       None)
-    ct2 = row.get("engine") == CTRANSLATE2_ENGINE
-    if row.get("weights") != "compressed":
-        like = None
-    elif not ct2:
-        like = row.get("speedup_vs_fairseq_unpruned")
-    else:
-        like = mapped if row.get("system", "").endswith(VMAP_SUFFIX) else stock
-    row.update(speedup_like_for_like=like, speedup_vs_stock_conversion=stock if ct2 else None)
-    return row
 
 
 STAGE_RECORDS: Dict[str, Type[StageRecord]] = {
@@ -278,19 +324,18 @@ def stage_record(stage: str, data: Dict[str, Any]) -> StageRecord:
     return STAGE_RECORDS[stage].from_dict(data)
 
 
-def speedup_prediction(search: SearchRecord, speed: Optional[SpeedRecord]) -> Optional[Dict[str, Any]]:
+def speedup_prediction(search: SearchRecord, speed: Optional[SpeedRecord]) -> Optional[Prediction]:
     """The search's predicted speed-up (a CTranslate2 latency table's) beside the one measured after export, at the
-    table's batch size: the exported compressed model against the exported unpruned one at the same precision.
-    ``relative_error`` is (predicted - measured) / measured; None when nothing was predicted or measured."""
+    table's batch size: the exported compressed model against the exported unpruned one at the same precision
+    (the table is timed without a map); None when nothing was predicted."""
     predicted, shape = search.predicted_speedup, search.latency_table_shape or {}
     if predicted is None or speed is None:
         return None
     batch_size = shape.get("batch_size")
-    measured = next((row["speedup_like_for_like"] for row in speed.rows  # the table is timed without a map
-                     if row["batch_size"] == batch_size and row["engine"] == CTRANSLATE2_ENGINE
-                     and row["weights"] == "compressed" and not row["system"].endswith(VMAP_SUFFIX)), None)
-    return {"predicted": predicted, "measured": measured, "batch_size": batch_size, "beam": shape.get("beam"),
-            "relative_error": None if not measured else (predicted - measured) / measured}
+    measured = next((row.speedup_like_for_like for row in speed.rows
+                     if row.batch_size == batch_size and row.ctranslate2 and row.compressed
+                     and not row.vocabulary_mapped), None)
+    return Prediction(predicted, measured, batch_size, shape.get("beam"))
 
 
 @dataclass
@@ -310,7 +355,7 @@ class CompressReport:
     distill: Optional[DistillRecord] = None
     finetune: Optional[FinetuneStageRecord] = None
     export: Optional[ExportRecord] = None
-    speedup_prediction: Optional[Dict[str, Any]] = None
+    speedup_prediction: Optional[Prediction] = None
     files: Dict[str, Optional[str]] = field(default_factory=dict)
     stages: Dict[str, Dict[str, Any]] = field(default_factory=dict)
     format: str = REPORT_FORMAT
@@ -334,6 +379,8 @@ class CompressReport:
         for key, stage in cls._STAGES.items():
             if values.get(key) is not None:
                 values[key] = stage_record(stage, values[key])
+        if values.get("speedup_prediction") is not None:
+            values["speedup_prediction"] = Prediction.from_dict(values["speedup_prediction"])
         values["format"] = REPORT_FORMAT
         return cls(**values)
 

@@ -1,11 +1,10 @@
 """``compress``'s OUT/report.md, written from OUT/report.json (every number read from the stages' records)."""
 
-from typing import Any, Dict, List, Optional
+from typing import List, Optional
 
 from fairseq_headprune.constants import TRANSLATION_FAMILY
-from fairseq_headprune.study.compression.records import VMAP_SUFFIX, CompressReport, ExportRecord
-from fairseq_headprune.study.compression.speedup import disturbed_plan_text
-from fairseq_headprune.study.statistics.significance import p_value_cell, p_value_text
+from fairseq_headprune.study.compression.records import CompressReport, ExportRecord
+from fairseq_headprune.study.statistics.significance import p_value_cell
 
 
 def _number(value: Optional[float], digits: int = 2) -> str:
@@ -157,7 +156,7 @@ def _speed(report: CompressReport) -> List[str]:
            if environment.get("ctranslate2_kernels") else ""),
         "",
     ]
-    if translation and not any(row["engine"] == "ctranslate2" for row in speed.rows):
+    if translation and not any(row.ctranslate2 for row in speed.rows):
         lines += ["No CTranslate2 model was timed (run with `--export ctranslate2`).", ""]
     headline = _like_for_like_line(speed.rows)
     if headline:
@@ -171,36 +170,36 @@ def _speed(report: CompressReport) -> List[str]:
         "|---:|---|---:|---:|---:|---:|---:|" + ("---:|" if translation else "") + "---:|",
     ]
     for row in speed.rows:
-        same = ("" if row["same_hypotheses"] is None
-                else f"{row['same_hypotheses']}/{row['sentences']} as {row['same_hypotheses_as']}")
-        like, stock = row["speedup_like_for_like"], row["speedup_vs_stock_conversion"]
+        same = ("" if row.same_hypotheses is None
+                else f"{row.same_hypotheses}/{row.sentences} as {row.same_hypotheses_as}")
+        like, stock = row.speedup_like_for_like, row.speedup_vs_stock_conversion
         lines.append(
-            f"| {row['batch_size']} | {row['system']} | {row['sentences_per_second']:.1f} "
-            f"({row['sentences_per_second_min']:.1f}–{row['sentences_per_second_max']:.1f}) | "
-            f"{row['tokens_per_second']:.0f} | {row['speedup_vs_fairseq_unpruned']:.2f}× | "
+            f"| {row.batch_size} | {row.system} | {row.sentences_per_second:.1f} "
+            f"({row.sentences_per_second_min:.1f}–{row.sentences_per_second_max:.1f}) | "
+            f"{row.tokens_per_second:.0f} | {row.speedup_vs_fairseq_unpruned:.2f}× | "
             f"{'' if like is None else f'{like:.2f}×'} | {'' if stock is None else f'{stock:.2f}×'} | "
-            + (f"{_number(row['bleu'])} | " if translation else "") + f"{same} |"
+            + (f"{_number(row.bleu)} | " if translation else "") + f"{same} |"
         )
     if translation:
         lines += ["", "BLEU here is sacreBLEU on the timed sentences' tokens (no tokenization); the evaluation "
                       "above is the reference."]
     prediction = report.speedup_prediction
-    if prediction and prediction["measured"]:
-        lines += ["", f"The search's latency table predicted {prediction['predicted']:.2f}× for the exported model "
-                      f"at batch {prediction['batch_size']} (beam {prediction['beam']}); measured here: "
-                      f"{prediction['measured']:.2f}× ({100.0 * prediction['relative_error']:+.0f}%)."]
+    if prediction and prediction.measured:
+        lines += ["", f"The search's latency table predicted {prediction.predicted:.2f}× for the exported model "
+                      f"at batch {prediction.batch_size} (beam {prediction.beam}); measured here: "
+                      f"{prediction.measured:.2f}× ({100.0 * prediction.relative_error:+.0f}%)."]
     return lines
 
 
 def _like_for_like_line(rows) -> str:
     """The headline: each compressed model against the unpruned one in the same engine, compute type and map."""
-    compressed = [row for row in rows if row["weights"] == "compressed" and row["speedup_like_for_like"] is not None]
+    compressed = [row for row in rows if row.compressed and row.speedup_like_for_like is not None]
     if not compressed:
         return ""
     by_system: dict = {}
     for row in compressed:
-        by_system.setdefault(row["system"], []).append(f"{row['speedup_like_for_like']:.2f}× at batch "
-                                                       f"{row['batch_size']}")
+        by_system.setdefault(row.system, []).append(f"{row.speedup_like_for_like:.2f}× at batch "
+                                                       f"{row.batch_size}")
     return ("**Like for like** (against the unpruned model in the same engine, compute type and vocabulary-map "
             "setting, the same beam): " + "; ".join(f"{system} {', '.join(values)}"
                                                     for system, values in by_system.items()) + ".")
@@ -213,11 +212,11 @@ def _speed_sources(rows) -> List[str]:
     so their product is its speed-up over fairseq's unpruned model."""
     lines = []
     for row in rows:
-        total, like, stock = (row["speedup_vs_fairseq_unpruned"], row["speedup_like_for_like"],
-                              row["speedup_vs_stock_conversion"])
-        if not row["system"].endswith(VMAP_SUFFIX) or None in (total, like, stock):
+        total, like, stock = (row.speedup_vs_fairseq_unpruned, row.speedup_like_for_like,
+                              row.speedup_vs_stock_conversion)
+        if not row.vocabulary_mapped or None in (total, like, stock):
             continue
-        lines.append(f"- batch {row['batch_size']}, `{row['system']}`: CTranslate2 {total / stock:.2f}× (the unpruned "
+        lines.append(f"- batch {row.batch_size}, `{row.system}`: CTranslate2 {total / stock:.2f}× (the unpruned "
                      f"model converted as it is) × its vocabulary map {stock / like:.2f}× (the unpruned model with "
                      f"and without) × compressing {like:.2f}× (like for like) = {total:.2f}× fairseq's unpruned "
                      f"model.")
@@ -241,17 +240,17 @@ def _beams(report: CompressReport) -> List[str]:
              f"Δ vs unpruned at beam {run_beam} | p |",
              "|---:|---:|---:|---:|---:|---:|---:|"]
     for row in evaluation.beams:
-        lines.append(f"| {row['beam']} | {_number(row['unpruned'])} | {_number(row['compressed'])} | "
-                     f"{row['delta']:+.2f} | {p_value_cell(row['p_value'], samples)} | "
-                     f"{row['delta_vs_run_beam']:+.2f} | {p_value_cell(row['p_value_vs_run_beam'], samples)} |")
-    compressed = [row for row in speed.beam_rows if row["weights"] == "compressed"]
+        lines.append(f"| {row.beam} | {_number(row.unpruned)} | {_number(row.compressed)} | "
+                     f"{row.delta:+.2f} | {p_value_cell(row.p_value, samples)} | "
+                     f"{row.delta_vs_run_beam:+.2f} | {p_value_cell(row.p_value_vs_run_beam, samples)} |")
+    compressed = [row for row in speed.beam_rows if row.compressed]
     if compressed:
         lines += ["", f"| beam | batch | system | sentences/s | like for like (same beam) | vs unpruned at beam "
                       f"{run_beam} |", "|---:|---:|---|---:|---:|---:|"]
         for row in compressed:
-            like, run = row["speedup_like_for_like"], row["speedup_vs_run_beam"]
-            lines.append(f"| {row['beam']} | {row['batch_size']} | {row['system']} | "
-                         f"{row['sentences_per_second']:.1f} | {'' if like is None else f'{like:.2f}×'} | "
+            like, run = row.speedup_like_for_like, row.speedup_vs_run_beam
+            lines.append(f"| {row.beam} | {row.batch_size} | {row.system} | "
+                         f"{row.sentences_per_second:.1f} | {'' if like is None else f'{like:.2f}×'} | "
                          f"{'' if run is None else f'{run:.2f}×'} |")
     return lines
 
@@ -312,53 +311,4 @@ def compression_report_markdown(report: CompressReport) -> str:
         seconds = status["seconds"]
         lines.append(f"| {stage} | {'kept from an earlier run' if status['status'] == 'kept' else 'ran'} | "
                      f"{'' if seconds is None else f'{seconds:.1f}'} |")
-    return "\n".join(lines) + "\n"
-
-
-def speedup_report_markdown(report: Dict[str, Any]) -> str:
-    """OUT/report.md of ``compress --target speedup=Nx``: the shapes timed, what each step bought, every attempt
-    and the result (``engine.pipelines.speedup``)."""
-    plan, result, factor = report["plan"], report["result"], report["factor"]
-    batches = [str(b) for b in plan["batch_sizes"]]
-    lines = [f"# compress {report['target']}", "",
-             f"`{report['checkpoint']}`: decoding {factor:g}x as fast in CTranslate2 ({plan['quantization']}) as the "
-             f"unpruned model, both with the vocabulary map, losing at most {report['max_bleu_loss']:g} BLEU.", "",
-             "## Result", ""]
-    speed = ", ".join(f"{result['speedups'][b]:.2f}x at batch {b}" for b in batches if b in result["speedups"])
-    lines.append(f"Attempt {result['attempt']}: {speed} like for like; BLEU {result['delta']:+.2f} "
-                 f"({p_value_text(result['p_value'], result.get('samples'))}); "
-                 + ("within the tolerance" if result["within_tolerance"] else "**not** within the tolerance")
-                 + ("; the target speed-up reached." if result["reached_target"]
-                    else "; the target speed-up **not** reached at every batch size.")
-                 + f" Its own report: `{result['report']}`.")
-    prediction = result.get("prediction") or {}
-    if prediction:
-        timed = [f"{row['planned']:.2f}x at batch {b} ({100 * row['relative_error']:+.0f}% against the "
-                 f"{row['measured']:.2f}x measured)" for b, row in prediction.items()]
-        lines += ["", "The plan timed the shape (every layer narrowed alike) at " + ", ".join(timed) + "."]
-    lines += ["", "## The shapes timed", "",
-              f"Each shape exported with the vocabulary map and timed against the unpruned model with its own map, "
-              f"each in its own process, {plan['repeats']} rotated rounds, on the first {plan['sentences']} "
-              f"sentences of {plan['split']}, beam {plan['beam']}, exactly {plan['target_length']} tokens "
-              "generated. Decoding FLOPs: the attention and FFN layers', as a share of the unpruned model's.", "",
-              "| shape | decoding FLOPs kept | " + " | ".join(f"batch {b}" for b in batches) + " |",
-              "|---|---:|" + "---:|" * len(batches)]
-    for index, candidate in enumerate(plan["candidates"]):
-        mark = " **(chosen)**" if index == plan["chosen"] else ""
-        lines.append(f"| {candidate['name']}{mark} | {100.0 * candidate['flops_share']:.1f}% | "
-                     + " | ".join(f"{candidate['speedups'][b]:.2f}x" for b in batches) + " |")
-    if plan.get("out_of_order"):
-        lines += ["", "**Warning:** " + disturbed_plan_text(plan["out_of_order"], "plan/") + "."]
-    lines += ["", "What each step bought (the plan's timing run; speed-ups multiply):", ""]
-    for step, speedups in plan["breakdown"].items():
-        lines.append(f"- {step}: " + ", ".join(f"{speedups[b]:.2f}x at batch {b}" for b in batches if b in speedups))
-    lines += ["", "## Attempts", "", "| attempt | shape | fine-tuning | BLEU change | p | "
-              + " | ".join(f"batch {b}" for b in batches) + " | then |",
-              "|---:|---|---|---:|---:|" + "---:|" * len(batches) + "---|"]
-    for attempt in report["attempts"]:
-        tuning = f"{attempt['finetune_updates']} updates" + (f", continuing {attempt['continued_from']}"
-                                                            if attempt["continued_from"] else "")
-        speeds = " | ".join(f"{attempt['speedups'][b]:.2f}x" if b in attempt["speedups"] else "" for b in batches)
-        lines.append(f"| {attempt['attempt']} | {attempt['shape']['name']} | {tuning} | {attempt['delta']:+.2f} | "
-                     f"{p_value_cell(attempt['p_value'], attempt.get('samples'))} | {speeds} | {attempt['decision']} |")
     return "\n".join(lines) + "\n"

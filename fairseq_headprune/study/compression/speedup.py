@@ -42,9 +42,7 @@ WIDTH_SHARES = (1.0, 0.75, 0.5, 0.25)
 SMALLER_BEAMS = (1, 2)  # --allow-beam: the beams a shape is also timed at, below the run's
 DEFAULT_MAX_BLEU_LOSS = 1.0
 DEFAULT_MAX_ATTEMPTS = 3
-CONTINUE, BACK_OFF, ACCEPT, GIVE_UP = "continue fine-tuning", "back off", "accept", "give up"
 ORDER_TOLERANCE = 0.8  # a shape that removes more, timed below this share of the speed of one that removes less
-PRUNE_MORE = "prune more"  # within the tolerance but slower than asked: the next shape fast enough
 
 
 def parse_speedup(text: str) -> float:
@@ -107,9 +105,14 @@ def candidate_ladder(depths: Mapping[str, int], widths: Sequence[float] = WIDTH_
     return ladder
 
 
-def kept_units(total: int, width: float) -> int:
-    """The units a layer of ``total`` keeps at ``width``: at least one."""
+def kept_count(total: int, width: float) -> int:
+    """How many units a layer of ``total`` keeps at ``width``: at least one."""
     return max(1, min(total, int(round(width * total))))
+
+
+def reaches(speedups: Mapping[str, float], factor: float) -> bool:
+    """Whether speed-ups (batch size -> factor) reach ``factor`` at every batch size: the one test of fast enough."""
+    return bool(speedups) and min(speedups.values()) >= factor
 
 
 @dataclass
@@ -122,7 +125,7 @@ class PlannedCandidate:
     speedups: Dict[str, float] = field(default_factory=dict)  # batch size (as text) -> speed-up
 
     def reaches(self, factor: float) -> bool:
-        return bool(self.speedups) and min(self.speedups.values()) >= factor
+        return reaches(self.speedups, factor)
 
     def to_dict(self) -> Dict[str, Any]:
         return {**self.candidate.to_dict(), "name": self.candidate.name, "flops_share": self.flops_share,
@@ -142,8 +145,26 @@ def removes_at_least(smaller: Candidate, larger: Candidate) -> bool:
             and all(counts.get(stack, 0) >= count for stack, count in other.items()))
 
 
+@dataclass(frozen=True)
+class DisorderedPair:
+    """Two shapes the plan timed against their order: ``smaller`` removes at least what ``larger`` removes, yet was
+    timed at ``ratio`` of its speed-up at ``batch``."""
+
+    smaller: str
+    larger: str
+    batch: str
+    ratio: float
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"smaller": self.smaller, "larger": self.larger, "batch": self.batch, "ratio": self.ratio}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "DisorderedPair":
+        return cls(str(data["smaller"]), str(data["larger"]), str(data["batch"]), float(data["ratio"]))
+
+
 def out_of_order(planned: Sequence[PlannedCandidate],
-                 tolerance: float = ORDER_TOLERANCE) -> List[Dict[str, Any]]:
+                 tolerance: float = ORDER_TOLERANCE) -> List[DisorderedPair]:
     """The pairs of shapes the plan timed against their order: one that removes at least what another removes
     (``removes_at_least``) timed at below ``tolerance`` of the other's speed-up, worst first. Such pairs mean
     the timing was disturbed (another process on the cores, too few repeats), and a choice made from it is
@@ -156,17 +177,16 @@ def out_of_order(planned: Sequence[PlannedCandidate],
             for batch, speedup in smaller.speedups.items():
                 ratio = speedup / larger.speedups[batch]
                 if ratio < tolerance:
-                    found.append({"smaller": smaller.candidate.name, "larger": larger.candidate.name,
-                                  "batch": batch, "ratio": ratio})
-    return sorted(found, key=lambda pair: pair["ratio"])
+                    found.append(DisorderedPair(smaller.candidate.name, larger.candidate.name, batch, ratio))
+    return sorted(found, key=lambda pair: pair.ratio)
 
 
-def disturbed_plan_text(pairs: Sequence[Mapping[str, Any]], plan_dir: str) -> str:
+def disturbed_plan_text(pairs: Sequence[DisorderedPair], plan_dir: str) -> str:
     """What a user reads of ``out_of_order`` pairs, and what to do about them."""
     worst = pairs[0]
     return (f"{len(pairs)} pair{'s' if len(pairs) > 1 else ''} of shapes timed against their order; the worst: "
-            f"{worst['smaller']} at {worst['ratio']:.2f} of the speed-up of {worst['larger']} at batch "
-            f"{worst['batch']}, though it removes more. The timing was disturbed (another process on the cores?) "
+            f"{worst.smaller} at {worst.ratio:.2f} of the speed-up of {worst.larger} at batch "
+            f"{worst.batch}, though it removes more. The timing was disturbed (another process on the cores?) "
             f"and the shape chosen from it may be wrong: remove {plan_dir} and run again with the cores to "
             "itself, or with more --repeats")
 
@@ -216,32 +236,6 @@ def prune_more(planned: Sequence[PlannedCandidate], current: int, factor: float,
         if index not in tried and all(speedups.get(batch, 0.0) >= need for batch, need in needed.items()):
             return index
     return None
-
-
-def next_step(bleu_loss: float, max_bleu_loss: float, continued: bool, can_finetune: bool,
-              attempts_left: int, fast_enough: bool = True) -> str:
-    """What follows an attempt that lost ``bleu_loss`` points and was (not) measured ``fast_enough``: accept it,
-    prune more, continue its fine-tuning (once per shape), back off to a shape that keeps more, or give up when
-    no attempt is left."""
-    if bleu_loss <= max_bleu_loss and fast_enough:
-        return ACCEPT
-    if attempts_left <= 0:
-        return GIVE_UP
-    if bleu_loss <= max_bleu_loss:
-        return PRUNE_MORE
-    return CONTINUE if can_finetune and not continued else BACK_OFF
-
-
-def best_attempt(records: Sequence[Mapping[str, Any]], max_bleu_loss: float) -> int:
-    """The attempt to deploy: the first accepted; else the fastest (at its slowest batch size) of those within
-    the tolerance; else the one that lost least."""
-    accepted = [i for i, r in enumerate(records) if r["decision"] == ACCEPT]
-    if accepted:
-        return accepted[0]
-    within = [i for i, r in enumerate(records) if r["loss"] <= max_bleu_loss]
-    if within:
-        return max(within, key=lambda i: min(records[i]["speedups"].values(), default=0.0))
-    return min(range(len(records)), key=lambda i: records[i]["loss"])
 
 
 def speed_breakdown(planned: Sequence[PlannedCandidate], chosen: int,

@@ -8,6 +8,8 @@ read from the result files (``study`` is the report's view of the directory).
 import os
 import re
 
+from fairseq_headprune.study.compression.speed import SpeedRow
+
 
 def section_structures(study) -> str:
     """Heads, FFN neurons or both against the share of the layers' FLOPs removed
@@ -26,7 +28,7 @@ def section_structures(study) -> str:
         for structure in ("heads", "ffn", "joint"):
             if study.exists("structures", level, structure, "speed.json"):
                 payload = study.json("structures", level, structure, "speed.json")
-                rows += [(structure, payload, r) for r in payload["rows"]]
+                rows += [(structure, payload, SpeedRow.from_dict(r)) for r in payload["rows"]]
         if not rows:
             continue
         payload = rows[0][1]
@@ -37,11 +39,11 @@ def section_structures(study) -> str:
         parts.append("| structure | batch | system | sent/s | vs fairseq unpruned | vs unpruned, like for like "
                      "| BLEU | same hypotheses |\n|---|---:|---|---:|---:|---:|---:|---:|\n")
         for structure, _, r in rows:
-            vs_ct2 = r.get("speedup_like_for_like", r.get("speedup_vs_ct2_unpruned_same_precision"))
-            same = "" if r.get("same_hypotheses") is None else f"{r['same_hypotheses']}/{r['sentences']}"
-            parts.append(f"| {structure} | {r['batch_size']} | {r['system']} | {r['sentences_per_second']:.1f} | "
-                         f"{r['speedup_vs_fairseq_unpruned']:.2f}x | {'' if vs_ct2 is None else f'{vs_ct2:.2f}x'} | "
-                         f"{r['bleu']:.2f} | {same} |\n")
+            vs_ct2 = r.speedup_like_for_like
+            same = "" if r.same_hypotheses is None else f"{r.same_hypotheses}/{r.sentences}"
+            parts.append(f"| {structure} | {r.batch_size} | {r.system} | {r.sentences_per_second:.1f} | "
+                         f"{r.speedup_vs_fairseq_unpruned:.2f}x | {'' if vs_ct2 is None else f'{vs_ct2:.2f}x'} | "
+                         f"{r.bleu:.2f} | {same} |\n")
         parts.append("\n")
     for directory in sorted(d for d in os.listdir(study.path("structures")) if d.startswith("finetune-")):
         if study.exists("structures", directory, "report.md"):

@@ -1,0 +1,134 @@
+"""The attempts of ``compress --target speedup=Nx`` as a plain state machine.
+
+The engine runs what it is told (an attempt: a shape compressed, fine-tuned,
+evaluated and timed) and hands the result back; ``SpeedupSearch`` keeps the
+state (which shapes were tried, whether the last fine-tuning was continued)
+and decides what follows, by the rules of ``study.compression.speedup``:
+
+- within the tolerance and fast enough at every batch size: accept;
+- no attempt left: give up (the result is ``best_attempt``);
+- within the tolerance but slower than asked: prune more (the next shape that
+  the plan, corrected by the measured error, expects fast enough);
+- beyond the tolerance: continue the fine-tuning once per shape, then back off
+  to the nearest shape that keeps more;
+- a back-off or prune-more with no shape left gives up.
+"""
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence
+
+from fairseq_headprune.study.compression.speedup import PlannedCandidate, back_off, prune_more, reaches
+
+CONTINUE, BACK_OFF, ACCEPT, GIVE_UP = "continue fine-tuning", "back off", "accept", "give up"
+PRUNE_MORE = "prune more"  # within the tolerance but slower than asked: the next shape fast enough
+DECISIONS = (ACCEPT, CONTINUE, BACK_OFF, PRUNE_MORE, GIVE_UP)
+
+
+@dataclass(frozen=True)
+class AttemptPlan:
+    """What the engine is to run next: the plan's shape ``shape`` (an index into its candidates), its fine-tuning
+    continued from attempt ``continues`` (a number from 1) or started afresh (None)."""
+
+    shape: int
+    continues: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class AttemptResult:
+    """What an attempt measured, as the decisions read it: the change of the score against the unpruned model
+    (``delta``, higher is better) and the compressed model's speed-ups per batch size (as text)."""
+
+    delta: float
+    speedups: Dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Step:
+    """What follows an attempt: the decision, and the attempt to run next (None after accept and give up)."""
+
+    decision: str
+    next: Optional[AttemptPlan] = None
+
+
+def next_step(bleu_loss: float, max_bleu_loss: float, continued: bool, can_finetune: bool,
+              attempts_left: int, fast_enough: bool = True) -> str:
+    """What follows an attempt that lost ``bleu_loss`` points and was (not) measured ``fast_enough``: accept it,
+    prune more, continue its fine-tuning (once per shape), back off to a shape that keeps more, or give up when
+    no attempt is left."""
+    if bleu_loss <= max_bleu_loss and fast_enough:
+        return ACCEPT
+    if attempts_left <= 0:
+        return GIVE_UP
+    if bleu_loss <= max_bleu_loss:
+        return PRUNE_MORE
+    return CONTINUE if can_finetune and not continued else BACK_OFF
+
+
+def best_attempt(decisions: Sequence[str], results: Sequence[AttemptResult], max_bleu_loss: float) -> int:
+    """The attempt to deploy (an index): the first accepted; else the fastest (at its slowest batch size) of those
+    within the tolerance; else the one that lost least."""
+    accepted = [i for i, decision in enumerate(decisions) if decision == ACCEPT]
+    if accepted:
+        return accepted[0]
+    within = [i for i, result in enumerate(results) if -result.delta <= max_bleu_loss]
+    if within:
+        return max(within, key=lambda i: min(results[i].speedups.values(), default=0.0))
+    return max(range(len(results)), key=lambda i: (results[i].delta, -i))
+
+
+class SpeedupSearch:
+    """The attempts' state and rules (see the module): ``first()``, then ``decide(result)`` after each attempt
+    until it returns a step with nothing next; ``best()`` is the attempt to deploy."""
+
+    def __init__(self, planned: Sequence[PlannedCandidate], chosen: int, factor: float, max_bleu_loss: float,
+                 max_attempts: int, can_finetune: bool):
+        if max_attempts < 1:
+            raise ValueError(f"a speed-up search needs at least one attempt, got {max_attempts}")
+        self.planned, self.chosen, self.factor = list(planned), chosen, factor
+        self.max_bleu_loss, self.max_attempts, self.can_finetune = max_bleu_loss, max_attempts, can_finetune
+        self.attempts: List[AttemptPlan] = []  # what was run, in order
+        self.results: List[AttemptResult] = []
+        self.decisions: List[str] = []
+
+    def first(self) -> AttemptPlan:
+        return self._run(AttemptPlan(self.chosen))
+
+    def _run(self, attempt: AttemptPlan) -> AttemptPlan:
+        if len(self.attempts) != len(self.results):
+            raise ValueError("an attempt was planned before the last one's result was decided on")
+        self.attempts.append(attempt)
+        return attempt
+
+    @property
+    def tried(self) -> List[int]:
+        return [attempt.shape for attempt in self.attempts]
+
+    def decide(self, result: AttemptResult) -> Step:
+        """The step after the last attempt planned, from its ``result``."""
+        if len(self.results) != len(self.attempts) - 1:
+            raise ValueError("decide() follows first() or a step with an attempt to run")
+        current = self.attempts[-1]
+        self.results.append(result)
+        number = len(self.attempts)
+        decision = next_step(-result.delta, self.max_bleu_loss, current.continues is not None, self.can_finetune,
+                             self.max_attempts - number, reaches(result.speedups, self.factor))
+        following: Optional[AttemptPlan] = None
+        if decision == CONTINUE:
+            following = AttemptPlan(current.shape, continues=number)
+        elif decision in (BACK_OFF, PRUNE_MORE):
+            shape = (back_off(self.planned, current.shape, self.tried) if decision == BACK_OFF else
+                     prune_more(self.planned, current.shape, self.factor, result.speedups, self.tried))
+            if shape is None:
+                decision = GIVE_UP
+            else:
+                following = AttemptPlan(shape)
+        self.decisions.append(decision)
+        if following is not None:
+            self._run(following)
+        return Step(decision, following)
+
+    def best(self) -> int:
+        """The attempt to deploy, an index into the attempts decided on."""
+        if not self.results:
+            raise ValueError("no attempt has been decided on")
+        return best_attempt(self.decisions, self.results, self.max_bleu_loss)
