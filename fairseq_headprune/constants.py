@@ -45,8 +45,9 @@ DEFAULT_CORPUS_SEED = 1
 DEFAULT_STEP_PERCENT = 10.0
 DEFAULT_MAX_PERCENT = 90.0
 DEFAULT_DRAWS = 3
-# masked configurations translated together in one batch
+# masked configurations translated together in one batch (the CPU's; on a GPU chosen for the device)
 DEFAULT_CONFIGS_PER_BATCH = 4
+FAIRSEQ_GENERATE_MAX_TOKENS = 12000  # fairseq-generate's batching when neither --batch-size nor --max-tokens is given
 
 # pruning: which heads a curve may prune (all types together, or one), and in which order
 SCOPES = ("all",) + ATTENTION_TYPES

@@ -92,9 +92,11 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
         "for --bleu sacrebleu (default: the data's target side, detokenized)",
     )
     parser.add_argument(
-        "--configs-per-batch", type=int, default=DEFAULT_CONFIGS_PER_BATCH, metavar="K",
-        help="translate K masked configurations together, each batch repeated K times "
-        f"(default {DEFAULT_CONFIGS_PER_BATCH}; memory grows like a K times larger batch; 1: one at a time)",
+        "--configs-per-batch", type=int, metavar="K",
+        help="translate K masked configurations together, each batch repeated K times (memory grows like a K "
+        f"times larger batch; 1: one at a time). Default: {DEFAULT_CONFIGS_PER_BATCH} on the CPU; on a GPU, K and "
+        "the sentences per batch (unless --batch-size or --max-tokens is given) are chosen from its free memory "
+        "and the model's size, and stated on the console",
     )
     parser.add_argument(
         "--no-encoder-reuse", action="store_true",
@@ -146,7 +148,8 @@ def add_importance_arguments(parser, method: bool = True, batch_size: bool = Fal
     add("max-tokens", "--max-tokens", type=int, metavar="N", help="tokens per batch")
     if batch_size:
         add("batch-size", "--batch-size", type=int, metavar="N",
-            help="sentences per batch (default 64 when --importance-max-tokens is not given)")
+            help="sentences per batch (default: 64 on the CPU; on a GPU chosen from its free memory and the "
+            "model's size, and stated; 64 at --importance-granularity batch; none with --importance-max-tokens)")
         if aliases:
             parser.add_argument("--max-sentences", dest="importance_batch_size", type=int, help=argparse.SUPPRESS)
     add("granularity", "--granularity", choices=GRANULARITIES, default=DEFAULT_GRANULARITY,

@@ -113,13 +113,16 @@ class SweepSettings:
     test: SignificanceSettings = field(default_factory=SignificanceSettings)
     detokenize: str = "auto"  # how output becomes text for sacreBLEU
     references: Optional[str] = None  # raw references of gen_subset, for sacreBLEU
-    configs_per_batch: int = DEFAULT_CONFIGS_PER_BATCH
+    # None: left open, the engine decides (the CPU's default, or what the GPU's free memory takes)
+    configs_per_batch: Optional[int] = None
     share_encoder: bool = True  # one encoder pass for configurations batched together that mask no Enc-Enc head
     cpu: bool = False
     progress: bool = True
     generation_args: List[str] = field(default_factory=list)  # passed to fairseq-generate's parser
     family: str = TRANSLATION_FAMILY
     metric_name: Optional[str] = None  # classifiers: a key of CLASSIFICATION_METRICS (default accuracy)
+    # configs_per_batch chosen for the device: a batch of configurations that runs out of its memory is split
+    configs_per_batch_chosen: bool = False
 
     def __post_init__(self):
         if self.family not in MODEL_FAMILIES:
@@ -127,7 +130,7 @@ class SweepSettings:
         self._check_family_options()
         check_one_of(self.bleu, BLEU_METRICS, "--bleu")
         check_one_of(self.detokenize, DETOKENIZERS, "--sacrebleu-detokenize")
-        refuse(self.configs_per_batch <= 0, f"--configs-per-batch must be positive, got {self.configs_per_batch}")
+        check_positive(self.configs_per_batch, "--configs-per-batch")
         self.metric.for_test(self.test.test)  # the test must apply to the metric: say so before any work
         if self.references and self.bleu != "sacrebleu":
             raise SettingsError("--references (raw reference text) is used by --bleu sacrebleu only")
@@ -149,6 +152,11 @@ class SweepSettings:
             raise SettingsError(f"--metric must be one of {', '.join(CLASSIFICATION_METRICS)} for a classifier")
         if self.family == LANGUAGE_MODEL_FAMILY and self.metric_name not in (None, PERPLEXITY.name):
             raise SettingsError(f"--metric {self.metric_name}: a language model is scored by perplexity (ppl)")
+
+    @property
+    def batch_configs(self) -> int:
+        """Configurations translated together: as given or chosen, else the default."""
+        return self.configs_per_batch or DEFAULT_CONFIGS_PER_BATCH
 
     @property
     def metric(self) -> Metric:

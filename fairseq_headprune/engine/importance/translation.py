@@ -19,6 +19,7 @@ from fairseq_headprune.criterions.headprune_importance import (
     neuron_importance_from_meters,
 )
 from fairseq_headprune.engine.runners.batches import iterate_samples, model_device, split_batches
+from fairseq_headprune.engine.runners.device_batching import importance_batching
 from fairseq_headprune.engine.runtime.progress import progress_bar
 from fairseq_headprune.engine.runtime.ranks import current_ranks
 from fairseq_headprune.errors import StudyError
@@ -112,6 +113,7 @@ class ImportanceEstimator:
 
     def __init__(self, task, model, settings: ImportanceSettings):
         self.model = model
+        settings = importance_batching(settings, task, model)  # on a GPU, the batch that fills it (stated)
         self.layout = head_layout(model)
         self.criterion = HeadPruneImportanceCriterion(
             task,

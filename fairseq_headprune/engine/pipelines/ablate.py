@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from fairseq_headprune.engine.families import family_named
+from fairseq_headprune.engine.runners.device_batching import sweep_batching
 from fairseq_headprune.engine.runtime.ranks import current_ranks
 from fairseq_headprune.engine.sweeps.translation_sweep import table_caption, write_result_rows
 from fairseq_headprune.errors import HeadMaskError, StudyError
@@ -84,6 +85,8 @@ def run_ablation(settings: AblationSettings) -> Optional[AblationOutcome]:
     current_ranks().require_work_for_each(len(configs), "configurations")
     os.makedirs(sweep_settings.out_dir, exist_ok=True)
     out = sweep_settings.out_dir
+    # on a GPU, what fills it (stated on the console); later loads take the batch size from the settings
+    sweep_settings = sweep_batching(sweep_settings, cfg, task, model, sweep_settings.gen_subset, len(configs) - 1)
 
     split = sweep_settings.gen_subset
     sweep = family.open_split_sweep(sweep_settings, cfg, task, model, split, split, sweep_settings.references)

@@ -19,6 +19,7 @@ from typing import Dict, List, Optional, Sequence
 from fairseq_headprune.constants import ORDERS, SCOPES
 from fairseq_headprune.engine.families import family_named
 from fairseq_headprune.engine.pipelines.finetune_configs import finetune_configurations, run_finetune_configs
+from fairseq_headprune.engine.runners.device_batching import sweep_batching
 from fairseq_headprune.engine.runtime.ranks import current_ranks
 from fairseq_headprune.engine.search.mask_sources import (
     FISHER_DIR,
@@ -140,6 +141,7 @@ def run_prune(settings: PruneSettings) -> Optional[PruneOutcome]:
     for head_mask in [mask for _, _, mask in budget_draws]:
         configs.setdefault(mask_name(head_mask), HeadConfig(mask_name(head_mask), head_mask))
     split = sweep_settings.gen_subset
+    sweep_settings = sweep_batching(sweep_settings, cfg, task, model, split, len(configs) - 1)  # GPU: fill it
     sweep = family.open_split_sweep(sweep_settings, cfg, task, model, split, split, sweep_settings.references)
     translated = sweep.run(list(configs.values()), base_mask)
     ranks = current_ranks()

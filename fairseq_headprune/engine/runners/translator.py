@@ -33,6 +33,7 @@ from fairseq_cli.generate import get_symbols_to_strip_from_output
 from omegaconf import OmegaConf
 from sacremoses import MosesDetokenizer
 
+from fairseq_headprune.constants import FAIRSEQ_GENERATE_MAX_TOKENS
 from fairseq_headprune.engine.runners.batches import load_split
 from fairseq_headprune.engine.runners.config_batching import (
     encoder_passes_shared,
@@ -171,7 +172,7 @@ class SplitTranslator:
         cfg, task = self.cfg, self.task
         max_tokens, batch_size = cfg.dataset.max_tokens, cfg.dataset.batch_size
         if max_tokens is None and batch_size is None:
-            max_tokens = 12000  # fairseq-generate's default
+            max_tokens = FAIRSEQ_GENERATE_MAX_TOKENS
         iterator = task.get_batch_iterator(
             dataset=task.dataset(self.split),
             max_tokens=max_tokens,

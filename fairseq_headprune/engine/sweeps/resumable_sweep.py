@@ -11,6 +11,7 @@ import json
 import os
 from typing import Dict, Optional, Sequence
 
+import torch
 from tqdm import tqdm
 
 from fairseq_headprune.engine.runtime.ranks import current_ranks
@@ -68,6 +69,7 @@ def run_sweep(
     base_mask: Optional[HeadMask] = None,
     progress: bool = True,
     configs_per_batch: int = 1,
+    split_on_memory_error: bool = False,
 ) -> Dict[str, object]:
     """Every configuration's result, translating (or scoring) only those not stored yet.
 
@@ -79,6 +81,10 @@ def run_sweep(
     decides what is left to do; the batches of configurations are then
     dealt out round robin, each rank storing its own, and every rank reads
     the others' results back once all are done.
+
+    ``split_on_memory_error`` (``configs_per_batch`` was chosen for the device): a batch of configurations that
+    runs out of the GPU's memory is split in halves and tried again, and so is every later one as large; otherwise
+    running out is a one-line error that names the options to lower.
     """
 
 
@@ -112,12 +118,27 @@ def run_sweep(
         total=len(stored) + sum(len(chunk) for chunk in chunks), initial=len(stored), desc=f"{runner.split}",
         unit="config", disable=not progress, leave=False, dynamic_ncols=True,
     )
+    limit = size
     try:
-        for chunk in chunks:
-            tuned, ffn_mask = chunk[0].tuning, chunk[0].ffn_mask
-            with contextlib.nullcontext() if tuned is None else tuning_folded(runner.model, tuned), \
-                    contextlib.nullcontext() if ffn_mask is None else ffn_mask_applied(runner.model, ffn_mask):
-                outputs = runner.run_many([combine_masks(base_mask, c.head_mask) for c in chunk])
+        while chunks:
+            chunk = chunks.pop(0)
+            if len(chunk) > limit:  # a smaller batch of configurations fitted the device's memory
+                chunks[:0] = [chunk[i:i + limit] for i in range(0, len(chunk), limit)]
+                continue
+            try:
+                outputs = _run_chunk(runner, chunk, base_mask)
+            except torch.cuda.OutOfMemoryError as error:
+                if not split_on_memory_error or len(chunk) == 1:
+                    raise StudyError(
+                        f"out of GPU memory running {len(chunk)} configuration(s) together: give a smaller "
+                        "--configs-per-batch, --batch-size or --max-tokens"
+                    ) from error
+                torch.cuda.empty_cache()
+                limit = (len(chunk) + 1) // 2
+                tqdm.write(f"device batching: out of GPU memory with {len(chunk)} configurations per batch; "
+                           f"continuing with {limit}")
+                chunks.insert(0, chunk)
+                continue
             for config, output in zip(chunk, outputs):
                 result = result_type(name=config.name, spec=config.spec, labels=config.labels, **vars(output))
                 write_json(result.to_dict(), config_path(out_dir, config.name))
@@ -130,3 +151,11 @@ def run_sweep(
         if config.name not in results:
             results[config.name] = load_config_result(out_dir, config.name, result_type)
     return {config.name: results[config.name] for config in configs}
+
+
+def _run_chunk(runner, chunk: Sequence[HeadConfig], base_mask: Optional[HeadMask]):
+    """The runner's outputs for configurations run together (a tuned or FFN-masked one alone, its weights set)."""
+    tuned, ffn_mask = chunk[0].tuning, chunk[0].ffn_mask
+    with contextlib.nullcontext() if tuned is None else tuning_folded(runner.model, tuned), \
+            contextlib.nullcontext() if ffn_mask is None else ffn_mask_applied(runner.model, ffn_mask):
+        return runner.run_many([combine_masks(base_mask, c.head_mask) for c in chunk])

@@ -43,7 +43,7 @@ class ScoredSplitSweep:
         check_out_dir(self.settings.out_dir, identity)
         results = run_sweep(
             self.scorer, configs, self.directory, identity, base_mask,
-            progress=self.settings.progress, configs_per_batch=self.settings.configs_per_batch,
+            progress=self.settings.progress, configs_per_batch=self.settings.batch_configs,
         )
         test_metric = self.settings.test_metric
         return {

@@ -53,7 +53,8 @@ class SplitSweep:
         check_out_dir(self.settings.out_dir, identity)
         results = run_sweep(
             self.translator, configs, self.directory, identity, base_mask,
-            progress=self.settings.progress, configs_per_batch=self.settings.configs_per_batch,
+            progress=self.settings.progress, configs_per_batch=self.settings.batch_configs,
+            split_on_memory_error=self.settings.configs_per_batch_chosen,
         )
         return {name: self._scores(result) for name, result in results.items()}
 
