@@ -5,9 +5,17 @@ set -euo pipefail
 
 usage() {
   cat <<USAGE
-usage: $(basename "$0") [OUT_DIR]
+usage: $(basename "$0") [--quick] [OUT_DIR]
 
-When a GPU is present, runs on it:
+--quick (or STEPS=quick): only the equivalence checks, in a few minutes, on the
+test suite's tiny model prepared beforehand on any machine (the CPU is enough:
+bash scripts/dev/prepare_gpu_check.sh CACHE_DIR) and read from CACHE:
+scripts/dev/device_check.py, masked = zeroed for the three attention types in
+fp32 and fp16 (logits, and the sweep's batched translations), importance
+against the CPU's, a fine-tune step with heads held against the CPU's. The GPU
+trains nothing. DEVICE=cpu runs the same checks on the CPU path.
+
+Otherwise, when a GPU is present, runs on it:
   1. the tests whose commands take the GPU when one is present: masked
      fairseq-generate/validate/train against stock fairseq, ablate's
      hypotheses against fairseq-generate --head-mask, encoder reuse against
@@ -24,23 +32,51 @@ environment:
   VENV        virtual environment to use (default: REPO/.venv); "system": the
               python3 on PATH as it is, nothing installed (a machine with no
               network, with fairseq and this package already importable)
-  STEPS       which steps to run, of: tests ablation-fp32 ablation-fp16
-              ablation-bf16 speed (default: all, in that order)
+  STEPS       which steps to run, of: quick tests ablation-fp32 ablation-fp16
+              ablation-bf16 speed (default: all but quick, in that order)
+  CACHE       --quick: the prepared tiny model (default: \$HEADPRUNE_TEST_CACHE, else
+              REPO/results/gpu-check/cache)
+  DEVICE      --quick: cuda (default) or cpu
   DEMO_DIR    a finished demo (scripts/demos/run_demo.sh) to benchmark (default: REPO/results/demo)
   BATCH_SIZE  sentences per batch in the ablation benchmark (default: 128)
   CONFIGS     configurations per batch in the ablation benchmark (default: 8)
 USAGE
 }
 [[ ${1:-} == -h || ${1:-} == --help ]] && { usage; exit 0; }
+steps=${STEPS:-tests ablation-fp32 ablation-fp16 ablation-bf16 speed}
+if [[ ${1:-} == --quick ]]; then
+  steps=quick
+  shift
+fi
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 out_dir=${1:-$repo/results/gpu-check}
 demo_dir=${DEMO_DIR:-$repo/results/demo}
+device=${DEVICE:-cuda}
 # shellcheck disable=SC1091  # VENV=system: the python3 on PATH as it is
 source "$repo/scripts/dev/setup_env.sh"
-steps=" ${STEPS:-tests ablation-fp32 ablation-fp16 ablation-bf16 speed} "
+steps=" $steps "
 wanted() { [[ $steps == *" $1 "* ]]; }
 cd "$repo"
+if [[ $steps == *" quick "* && $steps != " quick " ]]; then
+  echo "$(basename "$0"): error: STEPS=quick runs alone (the checks on the prepared tiny model)" >&2
+  exit 2
+fi
+if [[ $steps == " quick " ]]; then
+  cache=${CACHE:-${HEADPRUNE_TEST_CACHE:-$repo/results/gpu-check/cache}}
+  if [[ $device == cuda ]] && ! python -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+    echo "no GPU visible to torch $(python -c 'import torch; print(torch.__version__)'): nothing to check (DEVICE=cpu checks the CPU path)"
+    exit 0
+  fi
+  mkdir -p "$out_dir"
+  exec > >(tee "$out_dir/quick_check.log") 2>&1
+  [[ $device == cuda ]] && { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true; }
+  start=$(date +%s)
+  status=0
+  python scripts/dev/device_check.py --cache "$cache" --device "$device" --json "$out_dir/quick_check.json" || status=$?
+  echo "quick check: $(( $(date +%s) - start )) s in all; wrote $out_dir/quick_check.log and quick_check.json"
+  exit "$status"
+fi
 if ! python -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then
   echo "no GPU visible to torch $(python -c 'import torch; print(torch.__version__)'): nothing to check"
   exit 0
