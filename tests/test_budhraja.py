@@ -228,3 +228,28 @@ def test_the_fine_tuning_plan_states_each_configurations_time_at_the_checkpoints
     assert line.endswith("about 8 s per configuration, 2 min for the 13 left to this process")
     line = plan_line(31, 16, 600, 0, 0, TrainingHistory(490, 10, 490 * 1.86))
     assert line.endswith("about 19 min per configuration, 5.0 h for the 16 left to this process")
+
+
+def test_the_papers_figures_are_the_differences_its_tables_print():
+    """Budhraja et al. print each Table 1-3 row's difference from the baseline in brackets: the figures the findings
+    compare with are those, and the BERT figures the mean of the four tasks' changes, computed by hand here."""
+    from fairseq_headprune.study.budhraja import paper_figures as paper
+
+    brackets = {25: (0.50, 0.24), 35: (0.20, -0.01), 50: (0.29, 0.07), 55: (-0.09, 0.29), 60: (-0.15, -0.07),
+                75: (-0.87, -0.46), 81: (-1.12, -1.15), 87: (-1.62, -1.03)}  # Table 1, EN-RU and EN-DE
+    assert {level: paper.table1_figure(level) for level in brackets} == brackets
+    kept, pruned = (0.53, 0.08, -0.08, -0.10, -0.61), (0.34, 0.48, 0.26, -0.31, -0.74)  # Table 2's brackets
+    assert list(paper.table2_gaps().values()) == [round(k - p, 2) for k, p in zip(kept, pruned)]
+    assert paper.table2_largest_gap() == 0.40  # 40%: 29.17 against 29.57
+    # Table 3's brackets: (-0.13, -0.09, +0.04), (-0.61, -0.31, -0.61), (-1.14, -1.13, -1.05), (-1.85, -2.14, -1.26)
+    assert paper.table3_best() == {48: ("DS", 0.13), 60: ("ED", 0.30), 75: ("DS", 0.08), 82: ("DS", 0.59)}
+    # Table 4 at 50%: MNLI-M 83.02 - 83.69; the mean of -0.67, -0.32, -1.62, -0.88 ("under 1%")
+    assert paper.table4_figure(50) == (-0.67, -0.87)
+    # Table 5, top minus bottom, mean of the tasks: 2 of 4 K each way, as the paper says
+    signs = [paper.layers_difference(("top", k), ("bottom", k))[1] > 0 for k in (1, 3, 6, 8)]
+    assert signs.count(True) == 2
+    # middle minus top+bottom: worse in 14 of the 16 task cases
+    cases = [m - t for k in (2, 4, 6, 8)
+             for m, t in zip(paper.LAYERS[("middle", k)], paper.LAYERS[("top+bottom", k)])]
+    assert sum(c < 0 for c in cases) == 14
+    assert paper.paper_level(61.1, [25, 50, 60, 75]) == 60 and paper.paper_level(67.0, [60, 75]) is None

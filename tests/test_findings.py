@@ -1,27 +1,47 @@
-"""The report's verdicts on the papers' findings follow from the numbers, by the stated rules."""
+"""The report's verdicts on the papers' findings follow from the numbers: each an estimate with its 95% interval
+beside the paper's figure, consistent where the interval reaches the paper's side of it, differs where it lies
+wholly on the other, inconclusive where the run is too short or too narrow to tell (hand-made result files; the
+intervals recomputed here with scipy)."""
+
+import math
 
 import numpy
 import pytest
+from scipy import stats
 
 from fairseq_headprune.study.output.findings import markdown_findings, paper_findings
 
+RESAMPLED = {"test": "bootstrap", "samples": 1000, "seed": 12345, "sample_ratio": 1.0, "alpha": 0.01}
+
 
 def curve(order, points, std=0.0, draws=1):
-    return [{"order": order, "percent": p, "bleu": b, "bleu_std": std, "draws": draws} for p, b in points]
+    return [{"order": order, "percent": p, "bleu": b, "delta": b - 50.0, "bleu_std": std, "draws": draws}
+            for p, b in points]
 
 
-def study(importance_at_50=40.0, random_at_50=20.0, random_std=3.0, enc_dec_last=5.0, r=0.8):
+def steps(order, points, half=1.0):
+    """prune_steps rows: each step's BLEU with its bootstrap interval (± ``half``)."""
+    return [{"order": order, "percent": p, "bleu": b, "delta": b - 50.0, "ci_low": b - half, "ci_high": b + half}
+            for p, b in points]
+
+
+def study(importance_at_20=49.0, importance_at_50=40.0, random_at_50=20.0, random_std=3.0, enc_dec_last=5.0,
+          r=0.8, heads=24, significant_heads=2):
+    importance = [(0, 50.0), (20, importance_at_20), (50, importance_at_50)]
+    ablation = [(0, 50.0), (20, 45.0), (50, 30.0)]
     return {
         "ablation/single.json": {"rows": [
-            {"attention_type": "enc-enc", "layer": 1, "head": h, "delta": -0.1 * h, "significant": h > 6}
-            for h in range(1, 9)]},
-        "ablation/cross_domain.json": {"settings": {"pearson_r": r}},
+            {"attention_type": "enc-enc", "layer": 1, "head": h, "delta": -0.1 * h,
+             "significant": h <= significant_heads} for h in range(1, 9)]},
+        "ablation/cross_domain.json": {"settings": {"pearson_r": r}, "rows": [{}] * heads},
         "pruning/prune_curves.all.json": {"settings": {"baseline_bleu": 50.0}, "rows":
-            curve("importance", [(0, 50.0), (20, 49.0), (50, importance_at_50)])
-            + curve("ablation", [(0, 50.0), (20, 45.0), (50, 30.0)])
+            curve("importance", importance) + curve("ablation", ablation)
             + curve("random", [(0, 50.0), (20, 44.0), (50, random_at_50)], std=random_std, draws=3)},
+        "pruning/prune_steps.all.json": {"rows": steps("importance", importance) + steps("ablation", ablation)},
         "pruning/prune_curves.enc-enc.json": {"rows": curve("importance", [(0, 50.0), (90, 45.0)])},
         "pruning/prune_curves.enc-dec.json": {"rows": curve("importance", [(0, 50.0), (90, enc_dec_last)])},
+        "pruning/prune_steps.enc-enc.json": {"rows": steps("importance", [(0, 50.0), (90, 45.0)])},
+        "pruning/prune_steps.enc-dec.json": {"rows": steps("importance", [(0, 50.0), (90, enc_dec_last)])},
     }
 
 
@@ -30,27 +50,58 @@ def verdicts(payloads):
     return {row.finding.split(" (")[0]: row.verdict for row in rows}, rows
 
 
-def test_verdicts_follow_the_numbers():
+def row_of(rows, start):
+    return next(row for row in rows if row.finding.startswith(start))
+
+
+def test_michel_verdicts_follow_the_intervals_and_the_papers_figures():
     found, rows = verdicts(study())
-    assert found["masking one head at a time rarely hurts significantly"] == "yes"  # 2 of 8 significant
-    assert found["a head's effect correlates across domains"] == "yes"
-    assert found["a share of the heads can be pruned with little loss"] == "yes"  # 49 >= 0.95 * 50
-    assert found["importance is a better pruning order than single-head ablation scores"] == "yes"
+    # 2 of 8 heads significantly worse: Wilson [7%, 59%] reaches the paper's 8 of 96 (8%)
+    single = row_of(rows, "masking one head at a time")
+    wilson = stats.binomtest(2, 8).proportion_ci(method="wilson")
+    assert f"25% [{wilson.low:.0%}, {wilson.high:.0%}]" in single.study and single.verdict == "consistent"
+    # r = 0.8 over 24 heads with Fisher's z interval, which is scipy's for data of any r
+    cross = row_of(rows, "a head's effect correlates")
+    assert "Pearson r = +0.80 [+0.59, +0.91]" in cross.study and cross.verdict == "consistent"
+    x = numpy.random.default_rng(0).normal(size=24)
+    y = 0.8 * x + numpy.random.default_rng(1).normal(size=24) * 0.5
+    reference = stats.pearsonr(x, y)
+    fisher = reference.confidence_interval()
+    from fairseq_headprune.study.statistics.intervals import correlation_interval
+
+    mine = correlation_interval(reference.statistic, 24)
+    assert (mine.low, mine.high) == pytest.approx((fisher.low, fisher.high))
+    # 20% by importance: 49 with its interval ±1, the change -1.00 [-2.00, +0.00] reaches 0: no loss the test sees
+    share = row_of(rows, "a share of the heads")
+    assert "-1.00 BLEU [-2.00, +0.00]" in share.study and share.verdict == "consistent"
+    # importance minus ablation: (4 + 10) / 2 = +7.00, half-widths of both added
+    order = row_of(rows, "importance is a better pruning order")
+    assert "+7.00 BLEU [+5.00, +9.00]" in order.study and order.verdict == "consistent"
+    assert row_of(rows, "Enc-Dec attention is the most sensitive").verdict == "consistent"  # 5 - 45 [-42, -38]
     # random against importance is this project's comparison, neither paper's claim: shown, not judged
-    extension = next(row for row in rows if row.finding.startswith("random against importance-ordered pruning"))
+    extension = row_of(rows, "random against importance-ordered pruning")
     assert extension.verdict is None and "this project's comparison" in extension.finding
-    assert found["Enc-Dec attention is the most sensitive to pruning"] == "yes"
     # findings without result files are left out, not guessed
     assert not any("training" in row.finding or "budget" in row.finding for row in rows)
     table = markdown_findings(rows)
-    assert table.count("\n") == len(rows) + 2 and "not judged" in table
-    assert "random within about 1 BLEU" not in table  # not a claim of the paper
+    assert table.count("\n") == len(rows) + 2 and "not judged" in table and "| consistent with the paper |" in table
+    assert "| the paper's figure | this study: estimate [95% interval] |" in table
 
 
-def test_the_other_numbers_give_the_other_verdicts():
-    found, _ = verdicts(study(importance_at_50=21.0, enc_dec_last=48.0, r=0.3))
-    assert found["Enc-Dec attention is the most sensitive to pruning"] == "no"
-    assert found["a head's effect correlates across domains"] == "no"
+def test_the_other_numbers_differ_and_missing_intervals_are_inconclusive():
+    payloads = study(importance_at_20=45.0, enc_dec_last=48.0, r=-0.9, heads=30, significant_heads=7)
+    found, rows = verdicts(payloads)
+    assert found["masking one head at a time rarely hurts significantly"] == "differs"  # 7 of 8: Wilson from 53%
+    assert found["a head's effect correlates across domains"] == "differs"  # r = -0.9: the interval below 0
+    assert found["a share of the heads can be pruned with little loss"] == "differs"  # -5 [-6, -4]
+    assert found["Enc-Dec attention is the most sensitive to pruning"] == "differs"  # 48 - 45: [+1, +5]
+    # no step rows (no interval) and too few heads for r's interval: inconclusive, saying why
+    del payloads["pruning/prune_steps.all.json"]
+    payloads["ablation/cross_domain.json"]["rows"] = [{}] * 3
+    _, rows = verdicts(payloads)
+    for start in ("a share of the heads", "a head's effect correlates"):
+        row = row_of(rows, start)
+        assert row.verdict == "inconclusive" and "no 95% interval to decide by" in row.rule
 
 
 def test_a_classifier_is_held_to_the_bert_findings_and_an_lm_to_none():
@@ -60,14 +111,31 @@ def test_a_classifier_is_held_to_the_bert_findings_and_an_lm_to_none():
     curves["settings"] = {"metric": "accuracy", "baseline_accuracy": 50.0}
     for row in curves["rows"]:
         row["accuracy"], row["accuracy_std"] = row.pop("bleu"), row.pop("bleu_std")
-    curves["rows"].append({"order": "importance", "percent": 40, "accuracy": 47.0, "accuracy_std": 0.0, "draws": 1})
+    curves["rows"].append({"order": "importance", "percent": 40, "accuracy": 47.0, "accuracy_std": 0.0, "draws": 1,
+                           "delta": -3.0})
+    payloads["pruning/prune_steps.all.json"]["rows"].append(
+        {"order": "importance", "percent": 40, "delta": -3.0, "delta_low": -4.5, "delta_high": -1.5})
     found, rows = verdicts(payloads)
-    share = next(row for row in rows if row.finding.startswith("a share of the heads"))
+    share = row_of(rows, "a share of the heads")
     assert share.paper == "40% of the heads pruned by importance with no noticeable loss"
-    assert share.study == "40% pruned by importance: accuracy 47.00 (94% of 50.00)" and share.verdict == "no"
-    assert "most of the 144 heads" in next(row for row in rows if row.finding.startswith("masking one head")).paper
+    # the paired bootstrap's own interval of the difference is preferred to the configuration's interval
+    assert "-3.00 accuracy [-4.50, -1.50]" in share.study and share.verdict == "differs"
+    assert "most of the 144 heads" in row_of(rows, "masking one head").paper
     curves["settings"] = {"metric": "ppl", "baseline_ppl": 50.0}
     assert paper_findings(payloads.get) == []
+
+
+def test_the_speed_finding_has_a_t_interval_on_the_log_times_of_its_rounds():
+    from fairseq_headprune.study.output.findings import speedup_interval
+
+    unpruned, shrunk = [1.00, 1.02, 1.05], [0.80, 0.82, 0.86]
+    measurement = {"speedup_shrunk_vs_unpruned": 1.02 / 0.82, "seconds": {"unpruned": unpruned, "shrunk": shrunk}}
+    estimate = speedup_interval(measurement)
+    logs_u, logs_s = numpy.log(unpruned), numpy.log(shrunk)
+    half = stats.t.ppf(0.975, 2) * math.sqrt(logs_u.var(ddof=1) / 3 + logs_s.var(ddof=1) / 3)
+    difference = logs_u.mean() - logs_s.mean()
+    assert (estimate.low, estimate.high) == pytest.approx((math.exp(difference - half), math.exp(difference + half)))
+    assert speedup_interval({"speedup_shrunk_vs_unpruned": 1.3}).has_interval is False  # one round: none
 
 
 def write(path, payload):
@@ -104,19 +172,28 @@ def test_the_report_reads_the_speed_benchmark_and_the_comparison_of_pruning_meth
     goal = goal_check(rows, 50.0)
     assert goal["loss_tuned"] == 8.0 and goal["loss_reference"] == 20.0 and goal["levels_worse"] == [70.8]
     assert goal["levels_compared"] == [11.1, 50.0, 70.8]  # 0% and 90% are outside 10-70%
+    # one timing round gives no interval: the speed finding cannot be decided
+    assert "0 consistent, 0 differ, 1 inconclusive" in text
+
+
+# ----------------------------------------------------------------------------- Budhraja et al.
 
 
 def record(name, label, kind, percent, after, before=10.0, budget=None, tables=(), level=None, arm="", curve=None,
-           against_unpruned=None, spread=None, spreads=None, updates=500, trained=490, epochs=10):
-    """One record of finetune/results.json, tested against the unpruned model scoring 50 and the control 51."""
+           spread=None, spreads=None, updates=500, trained=490, epochs=10, half=0.5, unpruned=50.0, control=51.0):
+    """One record of finetune/results.json, tested against the unpruned model (``unpruned``) and the control
+    (``control``), each test's paired-bootstrap interval ± ``half``."""
     data = {"name": name, "label": label, "kind": kind, "percent": percent, "budget": budget or label, "spec": "x",
             "score_before": before, "score_after": after, "metric": "bleu", "finetune": f"{updates} updates",
             "updates": updates, "trained_updates": trained, "trained_epochs": epochs, "tables": list(tables),
             "paper_level": level, "arm": arm, "layer_spread": spread, "layer_spreads": spreads or {},
-            "curve": curve or []}
-    data.update(delta_vs_unpruned=after - 50.0, p_value_vs_unpruned=0.5, significant_vs_unpruned=False)
-    if name != "control":
-        data.update(delta_vs_control=after - 51.0, p_value_vs_control=0.5, significant_vs_control=False)
+            "curve": curve or [], "significance": RESAMPLED}
+    against = {"unpruned": unpruned} if name == "control" else {"unpruned": unpruned, "control": control}
+    for baseline, score in against.items():
+        delta = after - score
+        data.update({f"delta_vs_{baseline}": delta, f"p_value_vs_{baseline}": 0.0 if abs(delta) > 3 else 0.5,
+                     f"significant_vs_{baseline}": abs(delta) > 3, f"delta_low_vs_{baseline}": delta - half,
+                     f"delta_high_vs_{baseline}": delta + half})
     return data
 
 
@@ -127,11 +204,11 @@ def points(*scores, end=500):
             for i, s in enumerate(scores)]
 
 
-def level_records(after=(49.5, 49.6, 49.4), updates=500, curve=None, percent=61.1):
+def level_records(after=(49.9, 50.0, 49.8), updates=500, curve=None, percent=61.1, level=60):
     control = record("control", "unpruned (control)", "control", 0.0, 51.0, before=50.0, updates=updates,
                      curve=points(50.0, 51.0, 51.0, 51.0, 51.0, end=updates))
-    draws = [record(f"l{i}", f"60% draw {i + 1}", "level", percent, score, budget="60%", tables=(1,), level=60,
-                    updates=updates, curve=curve) for i, score in enumerate(after)]
+    draws = [record(f"l{i}", f"{level}% draw {i + 1}", "level", percent, score, budget=f"{level}%", tables=(1,),
+                    level=level, updates=updates, curve=curve) for i, score in enumerate(after)]
     return [control, *draws]
 
 
@@ -146,19 +223,75 @@ def row_starting(rows, start):
     return next(row for name, row in rows.items() if name.startswith(start))
 
 
-def test_table1_is_judged_against_the_unpruned_model_and_the_control_with_its_evidence():
+def expected_interval(deltas, half):
+    """The wider of scipy's t interval over the draws and the draws' mean bootstrap interval (± ``half``)."""
+    mean = numpy.mean(deltas)
+    low, high = stats.t.interval(0.95, len(deltas) - 1, loc=mean, scale=stats.sem(deltas))
+    return min(low, mean - half), max(high, mean + half)
+
+
+TABLE1_60 = "60% of the heads pruned at random, fine-tuned, cost no more than in the paper"
+
+
+def test_table1_states_the_estimate_its_interval_and_the_papers_figure_and_is_consistent_where_it_reaches_it():
     rows = judged(level_records())
-    unpruned = row_starting(rows, "60% of the heads pruned at random, fine-tuned, lose little against the unpruned "
-                                  "model (the paper's baseline)")
-    control = row_starting(rows, "60% of the heads pruned at random, fine-tuned, lose little against the unpruned "
-                                 "model fine-tuned alike")
-    assert unpruned.verdict == "yes" and "-0.50 BLEU (mean of 3 draws" in unpruned.study  # 49.5 - 50
-    assert control.verdict == "no" and "-1.50 BLEU" in control.study  # 49.5 - 51: beyond 1 BLEU, curve flat
-    assert unpruned.evidence == ("fine-tuned 500 updates = 10.2 epochs (the model trained 490 updates, 10 epochs; "
-                                 "the paper: 30 epochs); 3 draws (the paper: 3)")
-    # the spread over draws is the sample standard deviation, as the budgets' console prints it
-    sample_std = f"std {numpy.std([49.5, 49.6, 49.4], ddof=1):.2f})"
-    assert sample_std == "std 0.10)" and sample_std in unpruned.study and sample_std in control.study
+    row = row_starting(rows, TABLE1_60)
+    low, high = expected_interval([-0.1, 0.0, -0.2], 0.5)
+    assert f"-0.10 BLEU [{low:+.2f}, {high:+.2f}] against the unpruned model" in row.study
+    assert row.paper.startswith("60%: -0.15 (EN-RU), -0.07 (EN-DE) BLEU against the unpruned model")
+    assert "reaches -0.15 BLEU or above" in row.rule and row.verdict == "consistent"
+    # the strength line: the length against the model's own and the paper's, the draws, the test
+    assert row.evidence.startswith("fine-tuned 500 updates = 10.2 epochs, 0.34 of the paper's 30 (the model trained "
+                                   "490 updates, 10 epochs); 3 draws (the paper: 3); paired bootstrap, 1000 resamples")
+    # the fine-tuned control is this project's comparison: shown beside, not what the verdict rests on
+    assert "this project's control, not the paper's; not judged): -1.10 BLEU [" in row.study
+    assert not any("fine-tuned alike" in name for name in rows)
+    # the sample standard deviation over draws, as the budgets' console prints it
+    assert f"std {numpy.std([49.9, 50.0, 49.8], ddof=1):.2f})" in row.study
+
+
+def test_table1_differs_where_the_interval_lies_below_the_papers_figure():
+    row = row_starting(judged(level_records(after=(48.0, 48.1, 47.9))), TABLE1_60)
+    low, high = expected_interval([-2.0, -1.9, -2.1], 0.5)
+    assert high < -0.15 and f"[{low:+.2f}, {high:+.2f}]" in row.study and row.verdict == "differs"
+    # a draw's p of 0 is written as below one resample's share
+    assert "p < 0.001, < 0.001, < 0.001" not in row.study and "p 0.5, 0.5, 0.5" in row.study
+    far = row_starting(judged(level_records(after=(45.0, 45.1, 44.9))), TABLE1_60)
+    assert "p < 0.001, < 0.001, < 0.001" in far.study
+
+
+def test_a_short_finetune_fewer_draws_or_a_gap_still_closing_are_inconclusive():
+    short = row_starting(judged(level_records(after=(48.0, 48.1, 47.9), updates=40)), TABLE1_60)
+    assert short.verdict == "inconclusive" and "under half of the model's own 490" in short.rule
+    one = row_starting(judged(level_records(after=(45.0,))), TABLE1_60)
+    assert one.verdict == "inconclusive" and "1 draw, the paper averages 3" in one.rule
+    # the interval misses -0.15 by 1.35; the mean score rose 8 over the second half: as long again could reach it
+    closing = points(10.0, 30.0, 40.0, 45.0, 48.0)
+    row = row_starting(judged(level_records(after=(48.0, 48.0, 48.0), curve=closing)), TABLE1_60)
+    assert row.verdict == "inconclusive" and "still closing: the difference moved 8.00" in row.rule
+    flat = points(10.0, 47.0, 48.0, 48.0, 48.0)
+    assert row_starting(judged(level_records(after=(48.0, 48.0, 48.0), curve=flat)), TABLE1_60).verdict == "differs"
+
+
+def test_each_table1_level_and_one_head_per_layer_has_the_papers_own_figure():
+    # a --random-level 75 without a paper level is matched to the paper's 75% row (-0.87 / -0.46)
+    records = level_records(after=(49.4, 49.2, 49.3), percent=75.0, level=None)
+    row = row_starting(judged(records), "75% of the heads pruned at random")
+    assert row.paper.startswith("75%: -0.87 (EN-RU), -0.46 (EN-DE)") and "less than 1 BLEU" in row.paper
+    assert row.verdict == "consistent"
+    one = [record(f"o{i}", f"one head draw {i}", "level", 87.5, 47.0, budget="one", tables=(1,), level=87,
+                  arm="one head per layer of each type") for i in range(3)]
+    row = row_starting(judged(level_records()[:1] + one), "one head kept per layer of each type")
+    assert row.paper.startswith("one head per layer (87%): -1.62 (EN-RU), -1.03 (EN-DE)")
+    assert row.verdict == "differs"  # -3.00 [-3.50, -2.50] below -1.62
+
+
+def test_table4_is_judged_against_the_mean_of_the_papers_four_tasks():
+    records = [record("control", "unpruned (control)", "control", 0.0, 51.0, before=50.0)] + [
+        record(f"b{i}", f"50% draw {i}", "level", 50.0, 49.5, budget="50%", tables=(4,), level=50) for i in range(3)]
+    row = row_starting(judged(records, bert=True), "50% of the heads pruned at random")
+    assert "Table 4" in row.finding and row.paper.startswith("50%: -0.87 (the mean of its 4 tasks; MNLI-M -0.67)")
+    assert "-0.50 accuracy [-1.00, +0.00]" in row.study and row.verdict == "consistent"
 
 
 def test_the_recovery_curve_table_gives_the_sample_standard_deviation_over_draws():
@@ -178,91 +311,149 @@ def test_the_recovery_curve_table_gives_the_sample_standard_deviation_over_draws
         numpy.std(gaps, ddof=1))
 
 
-def test_a_short_finetune_or_fewer_draws_than_the_paper_are_inconclusive():
-    short = row_starting(judged(level_records(updates=40)), "60% of the heads pruned at random, fine-tuned, lose "
-                                                            "little against the unpruned model fine-tuned alike")
-    assert short.verdict == "inconclusive" and "under half of the model's own 490" in short.rule
-    one = row_starting(judged(level_records(after=(45.0,))), "60% of the heads")
-    assert one.verdict == "inconclusive" and "1 draw, the paper averages 3" in one.rule
+def table2(level, kept, pruned, draws=3):
+    return [record(f"{arm[0]}{level}.{d}", f"{arm} {level} draw {d}", "per-layer", level, score + 0.05 * d,
+                   budget=f"{arm} {level}", tables=(2,), level=level, arm=f"important layers {arm}")
+            for arm, score in (("kept", kept), ("pruned", pruned)) for d in range(draws)]
 
 
-def test_a_no_whose_gap_still_closes_is_inconclusive():
-    closing = points(10.0, 30.0, 40.0, 44.0, 48.0)  # gap to the control: -21 at 250 updates, -3 at 500
-    rows = judged(level_records(after=(48.0, 48.0, 48.0), curve=closing))
-    control = row_starting(rows, "60% of the heads pruned at random, fine-tuned, lose little against the unpruned "
-                                 "model fine-tuned alike")
-    assert control.verdict == "inconclusive" and "still closing" in control.rule
-    flat = points(10.0, 47.0, 48.0, 48.0, 48.0)
-    rows = judged(level_records(after=(48.0, 48.0, 48.0), curve=flat))
-    assert row_starting(rows, "60% of the heads pruned at random, fine-tuned, lose little against the unpruned "
-                              "model fine-tuned alike").verdict == "no"
+def table3(level, es, ed, ds, draws=3):
+    return [record(f"{arm}{level}.{d}", f"({arm} {level}) draw {d}", "per-type", level, score + 0.05 * d,
+                   budget=f"({arm} {level})", tables=(3,), level=level, arm=f"fewest in {arm}")
+            for arm, score in (("ES", es), ("ED", ed), ("DS", ds)) for d in range(draws)]
 
 
-def test_tables_2_and_3_are_judged_within_each_table():
-    def table2(level, kept, pruned):
-        return [record(f"k{level}", f"kept {level}", "per-layer", level, kept, tables=(2,), level=level,
-                       arm="important layers kept"),
-                record(f"p{level}", f"pruned {level}", "per-layer", level, pruned, tables=(2,), level=level,
-                       arm="important layers pruned")]
-
-    def table3(level, es, ed, ds):
-        return [record(f"{arm}{level}", f"({arm} {level})", "per-type", level, score, tables=(3,), level=level,
-                       arm=f"fewest in {arm}") for arm, score in (("ES", es), ("ED", ed), ("DS", ds))]
-
-    control = record("control", "unpruned (control)", "control", 0.0, 51.0, before=50.0)
-    # two budgets of 48% by rounding (a Table 2 and a Table 3 one) are never compared with each other
-    similar = [control, *table2(25, 49.0, 48.5), *table2(50, 47.0, 46.6), *table3(48, 40.0, 47.0, 46.0),
-               *table3(60, 45.0, 40.0, 44.5)]
-    rows = judged(similar)
-    assert row_starting(rows, "keeping or pruning the layers called important").verdict == "inconclusive"  # 1 draw
-    table_2 = row_starting(rows, "keeping or pruning the layers called important")
-    assert "25% +0.50, 50% +0.40" in table_2.study
-    table_3 = row_starting(rows, "no consistent preference between per-type budgets")
-    assert "48% ED, 60% ES" in table_3.study and "fewest in ES at none" in table_3.paper
-    assert "within max(1 BLEU, twice the larger std over draws)" in table_2.rule
-    # three draws of every budget: judged; fewest-in-DS best at both levels by far is a consistent preference
-    drawn = [control] + [dict(item, name=f"{item['name']}.{draw}", label=f"{item['label']} draw {draw}",
-                              budget=item["label"])
-                         for item in [*table2(25, 49.0, 48.5), *table3(48, 40.0, 41.0, 46.0),
-                                      *table3(60, 38.0, 37.0, 44.5)] for draw in (1, 2, 3)]
-    rows = judged(drawn)
-    assert row_starting(rows, "keeping or pruning the layers called important").verdict == "yes"
-    assert row_starting(rows, "no consistent preference between per-type budgets").verdict == "no"
+CONTROL = record("control", "unpruned (control)", "control", 0.0, 51.0, before=50.0)
 
 
-def test_the_bert_claims_judge_strategies_and_figure_2_on_tables_5_and_6():
-    def strategy(label, score, tables=(5,), spread=0.05):
-        return record(label, label, "layers", 33.3, score, tables=tables, spread=spread, updates=3750, trained=3750,
-                      epochs=6)
+def test_table2_is_consistent_where_every_level_overlaps_the_papers_largest_difference():
+    similar = [CONTROL] + [item for level in (25, 40, 50, 60, 75) for item in table2(level, 49.0, 48.5)]
+    row = row_starting(judged(similar), "keeping or pruning the layers called important")
+    # +0.50 with both sides' half-widths added: [-0.50, +1.50] overlaps ±0.40
+    assert "25% +0.50 [-0.50, +1.50]" in row.study and row.verdict == "consistent"
+    assert "overlaps ±0.40 BLEU (the paper's largest difference)" in row.rule
+    assert row.paper.startswith("kept minus pruned: 25% +0.19, 40% -0.40, 50% -0.34, 60% +0.21, 75% +0.13 BLEU")
+    apart = [CONTROL] + [item for level in (25, 40, 50, 60, 75)
+                         for item in table2(level, 49.0, 49.0 - 3 * (level == 50))]
+    row = row_starting(judged(apart), "keeping or pruning the layers called important")
+    assert "50% +3.00 [+2.00, +4.00] (differs)" in row.study and row.verdict == "differs"
+    # two of the paper's five levels: too narrow to call it consistent
+    narrow = row_starting(judged([CONTROL, *table2(25, 49.0, 48.5), *table2(50, 47.0, 46.6)]),
+                          "keeping or pruning the layers called important")
+    assert narrow.verdict == "inconclusive" and "2 of the paper's 5 levels" in narrow.rule
+    one = row_starting(judged([CONTROL] + [item for level in (25, 40, 50, 60, 75)
+                                           for item in table2(level, 49.0, 48.5, draws=1)]),
+                       "keeping or pruning the layers called important")
+    assert one.verdict == "inconclusive" and "1 draw" in one.rule
 
-    control = record("control", "unpruned (control)", "control", 0.0, 51.0, before=50.0, updates=3750,
-                     trained=3750, epochs=6, spread=0.5)
-    records = [control, strategy("middle:2", 45.0), strategy("top+bottom:2", 47.0), strategy("middle:4", 40.0),
-               strategy("top+bottom:4", 44.0), strategy("top:3", 46.0, (5, 6)), strategy("bottom:3", 43.0, (5, 6)),
-               strategy("odd", 47.5, (6,), spread=0.08), strategy("even", 44.0, (6,))]
+
+def test_table3_differs_only_for_one_configuration_clearly_best_at_every_level():
+    levels = (48, 60, 75, 82)
+    alternating = [CONTROL] + [item for level, best in zip(levels, ("ES", "DS", "ES", "ED"))
+                               for item in table3(level, *[46.0 + 4 * (arm == best) for arm in ("ES", "ED", "DS")])]
+    row = row_starting(judged(alternating), "no consistent preference between per-type budgets")
+    assert "48% ES +4.00 [+3.00, +5.00]" in row.study and row.verdict == "consistent"
+    assert "fewest in DS best at 3 of 4" not in row.paper and "48% DS +0.13, 60% ED +0.30" in row.paper
+    always_ds = [CONTROL] + [item for level in levels for item in table3(level, 40.0, 41.0, 46.0)]
+    assert row_starting(judged(always_ds), "no consistent preference").verdict == "differs"
+    close = [CONTROL] + [item for level in levels for item in table3(level, 45.5, 45.0, 46.0)]
+    assert row_starting(judged(close), "no consistent preference").verdict == "consistent"  # +0.50 [-0.50, +1.50]
+    two = [CONTROL] + [item for level in (48, 60) for item in table3(level, 40.0, 41.0, 46.0)]
+    row = row_starting(judged(two), "no consistent preference")
+    assert row.verdict == "inconclusive" and "2 of the paper's 4 levels" in row.rule
+
+
+def strategy(label, score, tables=(5,), spread=0.05, half=0.5):
+    """A whole-layer strategy of a 6-layer classifier: K layers pruned are K/6 of the heads."""
+    count = 3 if label in ("odd", "even") else int(label.split(":")[-1])
+    return record(label, label, "layers", 100.0 * count / 6, score, tables=tables, spread=spread, updates=3750,
+                  trained=3750, epochs=6, half=half)
+
+
+def bert_control(spread=0.05):
+    return record("control", "unpruned (control)", "control", 0.0, 51.0, before=50.0, updates=3750, trained=3750,
+                  epochs=6, spread=spread)
+
+
+def test_table5_middle_against_top_and_bottom_is_judged_pair_by_pair_against_the_same_share_of_layers():
+    records = [bert_control(), strategy("middle:2", 45.0), strategy("top+bottom:2", 47.0),
+               strategy("middle:3", 44.0), strategy("top+bottom:3", 46.0),
+               strategy("middle:4", 40.0), strategy("top+bottom:4", 44.0)]
+    row = row_starting(judged(records, bert=True), "pruning the middle layers hurts more")
+    # K=2 of 6 layers is the paper's K=4 of 12: -1.60 there; -2.00 [-3.00, -1.00] reaches it
+    assert "K=2 of 6 as K=4 of 12: -1.60" in row.paper and "K=2: -2.00 [-3.00, -1.00]" in row.study
+    assert row.verdict == "consistent"
+    reversed_ = [bert_control(), strategy("middle:2", 47.0), strategy("top+bottom:2", 45.0),
+                 strategy("middle:3", 46.0), strategy("top+bottom:3", 44.0),
+                 strategy("middle:4", 44.0), strategy("top+bottom:4", 40.0)]
+    assert row_starting(judged(reversed_, bert=True), "pruning the middle layers").verdict == "differs"
+    two = [item for item in reversed_ if not item["label"].endswith(":3")]
+    row = row_starting(judged(two, bert=True), "pruning the middle layers")
+    assert row.verdict == "inconclusive" and "2 of the 3 pairs of Table 5 at 6 layers" in row.rule
+
+
+def test_table5_top_against_bottom_differs_only_for_a_preference_at_every_k():
+    def pairs(*gaps):
+        return [bert_control()] + [item for k, gap in zip((1, 2, 3, 4), gaps)
+                                   for item in (strategy(f"top:{k}", 45.0 + gap), strategy(f"bottom:{k}", 45.0))]
+
+    assert row_starting(judged(pairs(2.0, -2.0, 2.0, -2.0), bert=True), "no preference between pruning top").verdict \
+        == "consistent"
+    one_way = row_starting(judged(pairs(2.0, 3.0, 2.5, 2.0), bert=True), "no preference between pruning top")
+    assert one_way.verdict == "differs" and "2 of 4 cases each way" in one_way.paper
+    narrow = row_starting(judged(pairs(2.0, -2.0), bert=True), "no preference between pruning top")
+    assert narrow.verdict == "inconclusive" and "2 of the 4 pairs" in narrow.rule
+
+
+def test_table6_and_figure2_against_the_papers_figures_and_the_controls_own_spread():
+    from fairseq_headprune.study.budhraja.layer_strategies import paper_strategies
+
+    labels = [s.label for s in paper_strategies(6, (5, 6))]
+    scores = {label: 45.0 for label in labels}
+    scores.update({"odd": 48.0, "top:3": 46.0, "bottom:3": 45.0})
+    records = [bert_control()] + [strategy(label, score, tables=(6,) if label in ("odd", "even", "top:3", "bottom:3")
+                                           else (5,), spread=0.04) for label, score in scores.items()]
     rows = judged(records, bert=True)
-    middle = row_starting(rows, "pruning the middle layers hurts more")
-    assert middle.verdict == "yes" and "middle worse in 2 of 2 pairs" in middle.study
-    assert row_starting(rows, "no preference between pruning top and bottom").verdict == "no"  # K=3: +3.00 only
-    assert row_starting(rows, "pruning alternate layers is better").verdict == "yes"  # 47.5 > 46, 43
+    table6 = row_starting(rows, "pruning alternate layers is better")
+    # odd minus top 3: +2.00 [+1.00, +3.00] reaches the paper's +1.49; minus bottom 3: +3.00 reaches +1.75
+    assert "minus top 6 +1.49" in table6.paper and "minus bottom 6 +1.75" in table6.paper
+    assert "minus top:3 +2.00 [+1.00, +3.00]" in table6.study and table6.verdict == "consistent"
     figure = row_starting(rows, "the unpruned heads of all layers compensate alike")
-    assert figure.verdict == "yes" and "8% (`odd`)" in figure.study  # the control's 50% prunes no layer
-    # the same records on a translation model: Figure 2 is shown per attention type, not judged
+    assert figure.verdict == "consistent"
+    assert "the unpruned control fine-tuned alike (the reference): 5%" in figure.study
+    records[1]["layer_spread"] = 0.25
+    assert row_starting(judged(records, bert=True), "the unpruned heads").verdict == "differs"
+    # the control's own spread over 10%: the measure cannot tell (the demo's 11%)
+    records[0]["layer_spread"] = 0.11
+    row = row_starting(judged(records, bert=True), "the unpruned heads")
+    assert row.verdict == "inconclusive" and "the unpruned control's own spread, 11%, reaches the paper's 10%" in \
+        row.rule
+    # Table 5's configurations alone: the paper pools Tables 5 and 6
+    records[0]["layer_spread"] = 0.05
+    table5_only = [r for r in records if r["name"] == "control" or 5 in r["tables"]]
+    row = row_starting(judged(table5_only, bert=True), "the unpruned heads")
+    assert row.verdict == "inconclusive" and f"of the {len(labels)} configurations of Tables 5 and 6" in row.rule
+    worse_odd = [dict(r, score_after=43.0, delta_vs_unpruned=-7.0, delta_low_vs_unpruned=-7.5,
+                      delta_high_vs_unpruned=-6.5) if r["name"] == "odd" else r for r in records]
+    assert row_starting(judged(worse_odd, bert=True), "pruning alternate layers").verdict == "differs"
+    # on a translation model the same measurement is an extension: shown per type, the control's beside it
     for item in records:
         item["layer_spreads"] = {"enc-enc": 0.2, "dec-dec": 0.4}
     extension = row_starting(judged(records), "the layers of each attention type compensate alike")
     assert extension.verdict is None and "enc-enc 20%, dec-dec 40%" in extension.study
+    assert "the unpruned control fine-tuned alike: enc-enc 20%" in extension.study
 
 
 def test_importance_against_random_after_finetuning_is_an_extension_not_a_verdict():
-    records = level_records(percent=50.0) + [
+    records = level_records(after=(49.5, 49.6, 49.4), percent=50.0, level=50) + [
         record("imp", "all importance 50%", "curve step", 50.0, 50.5, before=47.9, budget="all importance 50%")]
     extension = row_starting(judged(records), "50% pruned by importance against at random, fine-tuned alike")
     assert extension.verdict is None and "importance 50.50, random 49.50" in extension.study
+    assert "this project's comparison; the paper makes none" in extension.finding
 
 
 def test_the_findings_table_shows_every_verdict_and_its_evidence():
     rows = list(judged(level_records(updates=40)).values())
     table = markdown_findings(rows)
-    assert "| protocol and evidence |" in table and "| inconclusive |" in table
+    assert "| protocol and strength of the evidence |" in table and "| inconclusive |" in table
     assert table.count("\n") == len(rows) + 2

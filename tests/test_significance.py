@@ -4,9 +4,11 @@ compare-mt and sacreBLEU are called directly; no expected number is typed in.
 """
 
 import random
+import re
 
 import numpy as np
 import pytest
+from scipy import stats as scipy_stats
 
 from fairseq_headprune.study.importance.ablation import (
     ConfigScores,
@@ -169,6 +171,65 @@ def test_a_bootstrap_with_no_resample_against_the_better_system_bounds_p_below_o
     assert p_value_cell(result.p_value, settings.samples) == "< 0.001"
     assert p_value_text(0.0292, 1000) == "p = 0.0292" and p_value_cell(0.5, 200) == "0.5"
     assert p_value_text(0.0, 200) == "p < 0.005"
+
+
+def test_the_bootstrap_and_the_t_test_give_the_95_percent_interval_of_the_difference():
+    """The bootstrap's interval: the 2.5 and 97.5 percentiles of the resampled differences, each resample's
+    accuracies computed here from the drawn indices; the t-test's: scipy's ``ttest_rel`` interval."""
+    from fairseq_headprune.study.statistics.metrics import ACCURACY
+    from fairseq_headprune.study.statistics.significance import paired_t_test
+
+    rng = np.random.default_rng(5)
+    baseline = np.stack([(rng.random(400) < 0.7).astype(float), np.ones(400)], axis=1)  # [correct, examples]
+    system = np.stack([(rng.random(400) < 0.6).astype(float), np.ones(400)], axis=1)
+    settings = SignificanceSettings(samples=500, seed=9)
+    result = paired_bootstrap(baseline, system, resample_counts(400, settings), ACCURACY, settings)
+    drawn = np.random.default_rng(9).integers(0, 400, size=(500, 400))  # the draws resample_counts documents
+    differences = np.sort(100 * (system[drawn, 0].mean(axis=1) - baseline[drawn, 0].mean(axis=1)))
+    assert (result.delta_low, result.delta_high) == pytest.approx((differences[12], differences[487]))
+    assert result.delta_low < result.delta < result.delta_high
+    t_result = paired_t_test(baseline[:, 0], system[:, 0], SignificanceSettings(test="t-test"))
+    reference = scipy_stats.ttest_rel(100 * system[:, 0], 100 * baseline[:, 0]).confidence_interval()
+    assert (t_result.delta_low, t_result.delta_high) == pytest.approx((reference.low, reference.high))
+
+
+def test_the_commands_print_a_bootstrap_p_of_0_through_the_one_formatter(capsys, tmp_path):
+    """``prune``'s fine-tuned lines, ``ablate``'s summary, the Budhraja table and ``significance``'s column print
+    a p-value of 0 from N resamples as ``p < 1/N``, never ``p = 0``."""
+    from types import SimpleNamespace
+
+    from fairseq_headprune import cli
+    from fairseq_headprune.commands.ablate import print_single
+    from fairseq_headprune.commands.prune import print_finetuned
+    from fairseq_headprune.study.budhraja.records import FinetuneRecord, TestAgainst
+    from fairseq_headprune.study.budhraja.report import markdown_finetuned
+
+    references = corpus(seed=3, sentences=60)
+    stats = fairseq_bleu_stats(references, corrupt(references, 0.3, 4))
+    perfect = fairseq_bleu_stats(references, references)
+    settings = SignificanceSettings(samples=1000)
+    result = paired_bootstrap(stats, perfect, resample_counts(len(stats), settings), TOKENIZED_BLEU, settings)
+    assert result.p_value == 0.0
+    record = FinetuneRecord("l0", "60% draw 1", "x", 20.0, 40.0, "bleu", "500 updates",
+                            tests={"control": TestAgainst(result.delta, result.p_value, True)},
+                            significance=settings.to_dict())
+    print_finetuned(SimpleNamespace(finetune_records=[record], finetune_results="results.json"), "BLEU",
+                    settings.resamples)
+    rows = [{"config": "single.enc-dec.L1.H1", "delta": result.delta, "p_value": result.p_value, "significant": True},
+            {"config": "single.enc-dec.L1.H2", "delta": 0.1, "p_value": 0.5, "significant": False}]
+    sweep = SimpleNamespace(test=settings, metric=TOKENIZED_BLEU)
+    print_single(SimpleNamespace(rows=rows, baseline_score=40.0, written=["single"]), SimpleNamespace(sweep=sweep))
+    printed = capsys.readouterr().out
+    assert printed.count("p < 0.001") == 2 and "(p = 0.5)" in printed
+    assert not re.search(r"p = 0(\.0+)?(?![.\d])", printed)
+    table = markdown_finetuned([record])
+    assert "| < 0.001 |" in table and "| 0.000 |" not in table
+    for name, lines in (("ref", references), ("base", corrupt(references, 0.3, 4)), ("sys", references)):
+        (tmp_path / name).write_text("\n".join(lines) + "\n")
+    assert cli.main(["significance", *(str(tmp_path / n) for n in ("ref", "base", "sys"))]) == 0
+    assert "< 0.001  yes" in capsys.readouterr().out
+    # a t-test's p is not a resampled share: no bound from resamples
+    assert SignificanceSettings(test="t-test").resamples is None and settings.resamples == 1000
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ from fairseq_headprune.constants import ABLATION_MODES
 from fairseq_headprune.study.importance.ablation import ablation_summary
 from fairseq_headprune.study.importance.settings import AblationSettings
 from fairseq_headprune.study.settings import parse_types
+from fairseq_headprune.study.statistics.significance import p_value_text
 
 
 def settings_from(args: argparse.Namespace) -> AblationSettings:
@@ -19,6 +20,19 @@ def settings_from(args: argparse.Namespace) -> AblationSettings:
     )
 
 
+def print_single(outcome, settings: AblationSettings) -> None:
+    """The single-head sweep's summary: how many heads change the score significantly, the largest change each way
+    (a bootstrap's p of 0 as ``p < 1/resamples``)."""
+    test, metric = settings.sweep.test, settings.sweep.metric
+    significant, worst, best = ablation_summary(outcome.rows, metric.higher_is_better)
+    print(f"baseline {metric.label} {outcome.baseline_score:.2f}; {len(outcome.rows)} heads masked one at a time; "
+          f"{significant} significant at p < {test.alpha:g}")
+    worse, better = ("largest drop", "largest gain") if metric.higher_is_better else ("largest rise", "largest fall")
+    print(f"{worse}  {worst['delta']:+.2f}  {worst['config']} ({p_value_text(worst['p_value'], test.resamples)})")
+    print(f"{better}  {best['delta']:+.2f}  {best['config']} ({p_value_text(best['p_value'], test.resamples)})")
+    print(f"wrote\t{outcome.written[0]}")
+
+
 def command_ablate(args: argparse.Namespace) -> int:
     settings = settings_from(args)  # before the engine (and fairseq) is imported: bad input fails fast
     from fairseq_headprune.engine.pipelines.ablate import run_ablation
@@ -26,8 +40,7 @@ def command_ablate(args: argparse.Namespace) -> int:
     outcome = run_ablation(settings)
     if outcome is None:  # a rank other than 0 of a sharded sweep
         return 0
-    alpha, metric = settings.sweep.test.alpha, settings.sweep.metric
-    label = metric.label
+    label = settings.sweep.metric.label
     if settings.mode == "all-but-one":
         print(f"baseline {label} {outcome.baseline_score:.2f} on {outcome.split}; "
               f"best Δ{label} per layer when one head is kept:")
@@ -39,13 +52,7 @@ def command_ablate(args: argparse.Namespace) -> int:
             print(line)
         print(f"wrote\t{outcome.written[0]}")
         return 0
-    significant, worst, best = ablation_summary(outcome.rows, metric.higher_is_better)
-    print(f"baseline {label} {outcome.baseline_score:.2f}; {len(outcome.rows)} heads masked one at a time; "
-          f"{significant} significant at p < {alpha:g}")
-    worse, better = ("largest drop", "largest gain") if metric.higher_is_better else ("largest rise", "largest fall")
-    print(f"{worse}  {worst['delta']:+.2f}  {worst['config']} (p = {worst['p_value']:.3g})")
-    print(f"{better}  {best['delta']:+.2f}  {best['config']} (p = {best['p_value']:.3g})")
-    print(f"wrote\t{outcome.written[0]}")
+    print_single(outcome, settings)
     if outcome.pearson is not None:
         r, p = outcome.pearson
         print(f"cross-domain: Pearson r = {r:.3f} (p = {p:.3g}) between Δ{label} on {outcome.split} "

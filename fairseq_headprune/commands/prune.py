@@ -1,6 +1,7 @@
 """``fairseq-headprune prune``: pruning curves and random head budgets."""
 
 import argparse
+from typing import Optional
 
 from fairseq_headprune.commands.common import (
     add_curve_arguments,
@@ -33,6 +34,7 @@ from fairseq_headprune.study.finetuning import (
 from fairseq_headprune.study.pruning.curves import curve_orders
 from fairseq_headprune.study.pruning.settings import PruneSettings
 from fairseq_headprune.study.settings import parse_choices
+from fairseq_headprune.study.statistics.significance import p_value_text
 
 
 def settings_from(args: argparse.Namespace) -> PruneSettings:
@@ -115,8 +117,9 @@ def parse_config_shard(text: str):
     return int(parts[0]), int(parts[1])
 
 
-def print_finetuned(outcome, label: str) -> None:
-    """Each fine-tuned configuration's score without and with fine-tuning, and against the fine-tuned control."""
+def print_finetuned(outcome, label: str, resamples: Optional[int]) -> None:
+    """Each fine-tuned configuration's score without and with fine-tuning, and against the fine-tuned control (a
+    bootstrap's p of 0 as ``p < 1/resamples``)."""
     records = outcome.finetune_records
     print(f"fine-tuned with the pruned heads held at zero ({records[0].finetune} each; Budhraja et al.'s "
           f"protocol), {label} without -> with fine-tuning:")
@@ -124,7 +127,8 @@ def print_finetuned(outcome, label: str) -> None:
         against = ""
         control = record.tests.get("control")
         if control is not None:
-            against = f"  ({control.delta:+.2f} vs the fine-tuned unpruned model, p = {control.p_value:.3f})"
+            against = (f"  ({control.delta:+.2f} vs the fine-tuned unpruned model, "
+                       f"{p_value_text(control.p_value, resamples)})")
         print(f"  {record.label:<28} {record.score_before:6.2f} -> {record.score_after:6.2f}{against}")
     if records[0].missing_configurations:
         print(f"  {records[0].missing_configurations} configurations are another shard's and not done yet")
@@ -165,7 +169,7 @@ def command_prune(args: argparse.Namespace) -> int:
                   f"  ({row['delta']:+.2f}; {row['significant']} of {row['draws']} draws significant){note}")
         print(f"wrote\t{outcome.budget_files}")
     if outcome.finetune_records:
-        print_finetuned(outcome, label)
+        print_finetuned(outcome, label, settings.sweep.test.resamples)
     return 0
 
 

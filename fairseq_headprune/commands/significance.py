@@ -14,6 +14,7 @@ from fairseq_headprune.study.importance.ablation import (
 )
 from fairseq_headprune.study.output.files import read_lines, write_json
 from fairseq_headprune.study.statistics.metrics import BLEU_METRICS, CLASSIFICATION_METRICS, LANGUAGE_MODEL_METRICS
+from fairseq_headprune.study.statistics.significance import p_value_cell
 
 
 def command_significance(args: argparse.Namespace) -> int:
@@ -52,7 +53,7 @@ def command_significance(args: argparse.Namespace) -> int:
         interval = "" if row["ci_low"] is None else f"[{row['ci_low']:.2f}, {row['ci_high']:.2f}]"
         print(
             f"{path[-32:]:<32} {row['bleu']:>7.2f} {interval:>17} {row['delta']:>+7.2f} "
-            f"{row['p_value']:>8.4f}  {'yes' if row['significant'] else 'no'}"
+            f"{p_value_cell(row['p_value'], settings.resamples):>8}  {'yes' if row['significant'] else 'no'}"
         )
     if args.json:
         write_json(
@@ -94,7 +95,7 @@ def _classification_significance(args: argparse.Namespace) -> int:
     rows = []
     for path, value, result in zip(files[1:], values[1:], results):
         print(f"{path[-32:]:<32} {value:>8.2f} {value - values[0]:>+7.2f} "
-              f"{result.p_value:>8.4f}  {'yes' if result.significant else 'no'}")
+              f"{p_value_cell(result.p_value, settings.resamples):>8}  {'yes' if result.significant else 'no'}")
         rows.append({"system": path, metric.column: value, "delta": value - values[0],
                      "p_value": result.p_value, "significant": result.significant, **result.extra})
     if args.json:
@@ -137,7 +138,7 @@ def _perplexity_significance(args: argparse.Namespace) -> int:
     for path, system, value, result in zip(files[1:], systems[1:], values[1:], results):
         interval = f"[{result.ci_low:.3f}, {result.ci_high:.3f}]"
         print(f"{path[-32:]:<32} {value:>9.3f} {interval:>19} {value - values[0]:>+8.3f} "
-              f"{result.p_value:>8.4f}  {'yes' if result.significant else 'no'}")
+              f"{p_value_cell(result.p_value, settings.resamples):>8}  {'yes' if result.significant else 'no'}")
         rows.append({"system": path, metric.column: value, "delta": value - values[0],
                      "loss": float(system.stats[:, 0].sum() / tokens.sum()),
                      "ci_low": result.ci_low, "ci_high": result.ci_high,

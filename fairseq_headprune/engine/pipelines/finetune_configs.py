@@ -323,7 +323,9 @@ def _test_against(settings: PruneSettings, baseline: ConfigScores, records: List
     results = compare_with_baseline(baseline, [_scores(r) for r in records], sweep.test, sweep.test_metric)
     for record, result in zip(records, results):
         record.tests[against] = TestAgainst(record.score_after - _metric_score(settings, baseline), result.p_value,
-                                            bool(result.p_value < sweep.test.alpha))
+                                            bool(result.p_value < sweep.test.alpha), result.delta_low,
+                                            result.delta_high)
+        record.significance = sweep.test.to_dict()
 
 
 def _curve_gaps(record: FinetuneRecord, control: FinetuneRecord) -> None:

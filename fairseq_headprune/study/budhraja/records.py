@@ -10,6 +10,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
+from fairseq_headprune.constants import CORRECTNESS_TESTS
+
 CONTROL = "control"  # the unpruned model fine-tuned alike
 AGAINST = ("control", "unpruned")  # what each configuration is tested against: the fine-tuned control, the plain model
 DETAIL = ("stats", "hypotheses")  # kept in record.json for the tests, left out of results.json
@@ -28,11 +30,14 @@ class CurvePoint:
 
 @dataclass
 class TestAgainst:
-    """A fine-tuned configuration's paired test against a baseline."""
+    """A fine-tuned configuration's paired test against a baseline, with the 95% interval of the difference (the
+    paired bootstrap's percentiles; None where the test gives none)."""
 
     delta: float
     p_value: float
     significant: bool
+    low: Optional[float] = None
+    high: Optional[float] = None
 
 
 @dataclass
@@ -63,6 +68,7 @@ class FinetuneRecord:
     warmup_updates: Optional[int] = None
     curve: List[CurvePoint] = field(default_factory=list)
     tests: Dict[str, TestAgainst] = field(default_factory=dict)  # AGAINST -> its test
+    significance: Dict[str, object] = field(default_factory=dict)  # the tests' settings (SignificanceSettings)
     trained_updates: Optional[int] = None  # the study's checkpoint's own training
     trained_epochs: Optional[int] = None
     missing_configurations: int = 0  # > 0: another shard has not finished (merged again after it)
@@ -72,6 +78,11 @@ class FinetuneRecord:
     @property
     def is_control(self) -> bool:
         return self.name == CONTROL
+
+    @property
+    def resamples(self) -> Optional[int]:
+        """What a p-value of 0 is bounded by (``p < 1/resamples``); None: unknown, or a test that does not resample."""
+        return None if self.significance.get("test") in CORRECTNESS_TESTS else self.significance.get("samples")
 
     @property
     def group(self) -> str:
@@ -86,6 +97,8 @@ class FinetuneRecord:
             data[f"delta_vs_{against}"] = test["delta"]
             data[f"p_value_vs_{against}"] = test["p_value"]
             data[f"significant_vs_{against}"] = test["significant"]
+            if test["low"] is not None:
+                data[f"delta_low_vs_{against}"], data[f"delta_high_vs_{against}"] = test["low"], test["high"]
         for key in DETAIL:
             if not detail or data[key] is None:
                 data.pop(key)
@@ -96,6 +109,7 @@ class FinetuneRecord:
         values = {f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data and f.name != "tests"}
         values["curve"] = [CurvePoint(**point) for point in data.get("curve") or []]
         values["tests"] = {against: TestAgainst(data[f"delta_vs_{against}"], data[f"p_value_vs_{against}"],
-                                                data[f"significant_vs_{against}"])
+                                                data[f"significant_vs_{against}"], data.get(f"delta_low_vs_{against}"),
+                                                data.get(f"delta_high_vs_{against}"))
                            for against in AGAINST if f"delta_vs_{against}" in data}
         return cls(**values)

@@ -5,17 +5,22 @@ from typing import Dict, List, Sequence, Tuple
 
 from fairseq_headprune.study.budhraja.records import FinetuneRecord
 from fairseq_headprune.study.pruning.curves import mean_and_std
+from fairseq_headprune.study.statistics.significance import p_value_cell
 
 FINETUNE_RESULTS = "pruning/finetune/results.json"
 
 
 def _tested(record: FinetuneRecord, against: str) -> Tuple[str, str]:
-    """The delta and p-value cells of a record's test against ``control`` or ``unpruned`` (bold: significant)."""
+    """The delta (with its 95% interval) and p-value cells of a record's test against ``control`` or ``unpruned``
+    (bold: significant; a bootstrap's p of 0 as ``< 1/resamples``)."""
     test = record.tests.get(against)
     if test is None:
         return "", ""
     delta = f"{test.delta:+.2f}"
-    return (f"**{delta}**" if test.significant else delta), f"{test.p_value:.3f}"
+    delta = f"**{delta}**" if test.significant else delta
+    if test.low is not None:
+        delta += f" [{test.low:+.2f}, {test.high:+.2f}]"
+    return delta, p_value_cell(test.p_value, record.resamples)
 
 
 def markdown_finetuned(records: Sequence[FinetuneRecord], label: str = "BLEU") -> str:
@@ -85,8 +90,9 @@ def section_finetune(study) -> str:
         "## Fine-tuned after pruning (Budhraja et al.'s protocol)\n\n"
         f"Every configuration fine-tuned {records[0].finetune} from the checkpoint with its pruned heads held at "
         "zero (the checkpoint's optimizer, criterion and batch size), then scored again; the unpruned model "
-        "fine-tuned alike is the control, and each configuration is tested against it and against the unpruned "
-        "model without fine-tuning, the paper's baseline (bold: significant). "
+        "fine-tuned alike is the control (this project's: the paper has none), and each configuration is tested "
+        "against it and against the unpruned model without fine-tuning, the paper's baseline (bold: significant; "
+        "in brackets the test's 95% interval of the difference). "
         "The layer spread is the largest relative difference between two layers' mean change of the unpruned "
         "heads' W_q, W_k, W_v (Figure 2; the paper: below 10%)"
         + (f"; {missing} configurations of another shard are not done yet" if missing else "") + ".\n\n"

@@ -76,6 +76,8 @@ def relative_rows(epoch: int, checkpoint: str, unpruned: float, curve: Sequence[
                 "relative": point[column] / unpruned if unpruned > 0 else float("nan"),
                 "p_value": point.get("p_value"),
                 "significant": point.get("significant"),
+                "ci_low": point.get("ci_low"),  # the pruned model's bootstrap interval, in the metric
+                "ci_high": point.get("ci_high"),
             }
         )
     return rows

@@ -15,7 +15,7 @@ from fairseq_headprune.constants import ATTENTION_TYPES
 from fairseq_headprune.errors import StudyError
 from fairseq_headprune.study.budhraja.report import section_finetune
 from fairseq_headprune.study.output.files import write_text
-from fairseq_headprune.study.output.finding import INCONCLUSIVE, NO, YES
+from fairseq_headprune.study.output.finding import CONSISTENT, DIFFERS, INCONCLUSIVE
 from fairseq_headprune.study.output.findings import curve_point, markdown_findings, paper_findings
 from fairseq_headprune.study.output.structures_report import section_structures
 from fairseq_headprune.study.pruning.comparison import describe_goal, goal_check, markdown_costs
@@ -379,15 +379,18 @@ def _section_findings(study: _Study) -> str:
     rows = paper_findings(lambda relative: study.json(relative) if study.exists(relative) else None)
     if not rows:
         return ""
-    counts = {verdict: sum(1 for row in rows if row.verdict == verdict) for verdict in (YES, NO, INCONCLUSIVE)}
-    judged = counts[YES] + counts[NO]
+    counts = {verdict: sum(1 for row in rows if row.verdict == verdict)
+              for verdict in (CONSISTENT, DIFFERS, INCONCLUSIVE)}
     shown = sum(1 for row in rows if not row.judged)
     return (
         "## What reproduces\n\n"
-        "Each finding of the papers, checked against this study's numbers by the rule in the fifth column, with the "
-        f"protocol and evidence it rests on: {counts[YES]} of {judged} judged reproduce"
-        + (f"; {counts[INCONCLUSIVE]} inconclusive (the evidence falls short of the paper's: the rule says why)"
-           if counts[INCONCLUSIVE] else "")
+        "Each finding of the papers: the paper's own figure, this study's estimate with its 95% interval, the "
+        "protocol and the strength of the evidence, and the verdict that follows by the rule in the fifth column "
+        "(consistent with the paper where the interval contains the paper's figure or lies on the side the paper "
+        f"claims, differs where it lies wholly on the other side): {counts[CONSISTENT]} consistent, "
+        f"{counts[DIFFERS]} differ"
+        + (f", {counts[INCONCLUSIVE]} inconclusive (the run too short or too narrow to tell, or no interval: the "
+           "rule says why)" if counts[INCONCLUSIVE] else "")
         + (f"; {shown} shown, not judged (another protocol than the paper's, or this project's own comparison)"
            if shown else "")
         + ".\n\n" + markdown_findings(rows) + "\n"

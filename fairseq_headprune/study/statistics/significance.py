@@ -21,6 +21,10 @@ t-test Michel et al. (2019, section 3.2) use for BERT (two-sided), and
 the two systems disagree on); the bootstrap resamples accuracy or Matthews
 correlation like BLEU.
 
+Each result carries the 95% interval of the difference: the 2.5 and 97.5
+percentiles of the resampled differences (the bootstrap), Student's t
+interval of the mean paired difference (the t-test, McNemar's).
+
 Resamples are drawn once per sweep as a (resamples x sentences) count matrix,
 so every configuration is compared on the same resamples, and resampled
 statistics are one matrix product.
@@ -35,7 +39,13 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 from sacrebleu.significance import PairedTest
 
-from fairseq_headprune.constants import DEFAULT_ALPHA, DEFAULT_RESAMPLES, DEFAULT_SIGNIFICANCE_SEED, SIGNIFICANCE_TESTS
+from fairseq_headprune.constants import (
+    CORRECTNESS_TESTS,
+    DEFAULT_ALPHA,
+    DEFAULT_RESAMPLES,
+    DEFAULT_SIGNIFICANCE_SEED,
+    SIGNIFICANCE_TESTS,
+)
 from fairseq_headprune.errors import SettingsError
 from fairseq_headprune.study.statistics.bleu_stats import sacrebleu_metric
 from fairseq_headprune.study.statistics.metrics import Metric
@@ -63,6 +73,12 @@ class SignificanceSettings:
         if not 0.0 < self.sample_ratio <= 1.0:
             raise SettingsError(f"--sample-ratio: the sample ratio must be in (0, 1], got {self.sample_ratio}")
 
+    @property
+    def resamples(self) -> Optional[int]:
+        """The resamples a p-value of 0 is bounded by (``p < 1/resamples``); None for a test that does not resample
+        (the t-test, McNemar's)."""
+        return None if self.test in CORRECTNESS_TESTS else self.samples
+
     def to_dict(self) -> Dict[str, object]:
         return asdict(self)
 
@@ -82,6 +98,8 @@ class PairedResult:
     mean: Optional[float] = None  # system BLEU over resamples
     ci_low: Optional[float] = None  # 95% interval of the system's resampled BLEU
     ci_high: Optional[float] = None
+    delta_low: Optional[float] = None  # 95% interval of the difference (bootstrap percentiles; the t-test's interval)
+    delta_high: Optional[float] = None
     extra: Dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> Dict[str, object]:
@@ -162,6 +180,7 @@ def paired_bootstrap(
     ordered = np.sort(system_resampled)
     low_index = int(len(ordered) * 0.025)
     high_index = min(int(len(ordered) * 0.975), len(ordered) - 1)
+    differences = np.sort(system_resampled - baseline_resampled)
     return PairedResult(
         score=score,
         baseline_score=baseline_score,
@@ -174,6 +193,8 @@ def paired_bootstrap(
         mean=float(np.mean(system_resampled)),
         ci_low=float(ordered[low_index]),
         ci_high=float(ordered[high_index]),
+        delta_low=float(differences[low_index]),
+        delta_high=float(differences[high_index]),
     )
 
 
@@ -230,9 +251,18 @@ def sacrebleu_paired_tests(
 
 def _correctness_result(baseline_correct, system_correct, p_value: float, settings: SignificanceSettings,
                         extra: Dict[str, float]) -> PairedResult:
+    """The result in accuracy points, with the t interval of the mean paired difference (none for one example)."""
+    from scipy.stats import t
+
     score, baseline_score = 100.0 * float(np.mean(system_correct)), 100.0 * float(np.mean(baseline_correct))
+    differences = 100.0 * (system_correct - baseline_correct)
+    low = high = None
+    if len(differences) > 1:
+        half = float(t.ppf(0.975, len(differences) - 1) * differences.std(ddof=1) / math.sqrt(len(differences)))
+        low, high = float(differences.mean()) - half, float(differences.mean()) + half
     return PairedResult(score=score, baseline_score=baseline_score, delta=score - baseline_score,
-                        p_value=p_value, significant=p_value < settings.alpha, extra=extra)
+                        p_value=p_value, significant=p_value < settings.alpha, delta_low=low, delta_high=high,
+                        extra=extra)
 
 
 def _correctness(baseline_correct, system_correct):
