@@ -141,3 +141,165 @@ def test_every_figure_in_the_readmes_prose_is_in_the_docs_page_it_links():
             if not any(_stands_in(figure, page) for page in pages):
                 stray.append(f"{figure}  (in: {lines[0][:70]}...; looked in {', '.join(linked) or 'every page'})")
     assert not stray, "README figures found in no docs page they link:\n" + "\n".join(sorted(stray))
+
+
+# ----------------------------------------------------------------------------- a README a newcomer reads
+
+# Temporary: rewritten with issue 61's results. The README's compress and `--target speedup` paragraphs and their
+# consoles (from "A smaller, faster model, one command" up to "Which heads matter") are being rewritten with new
+# results; the README checks below skip them until then. Whoever rewrites them removes this allow-list.
+README_REWRITTEN_WITH_ISSUE_61 = ("**A smaller, faster model, one command.**", "**Which heads matter")
+SENTENCE_WORDS = 40  # the longest prose sentence the README may hold
+ABBREVIATIONS = ("e.g.", "i.e.", "et al.", "vs.", "cf.")
+# terms a newcomer meets that need a definition: (what a use looks like, what the defining sentence looks like);
+# the README's first use of each must be its definition
+GLOSSARY = {
+    "ξ (a head's mask variable)": (r"ξ|xi_h", r"mask variable ξ"),
+    "I_h (importance)": (r"\bI_h\b", r"importance I_h"),
+    "spec": (r"\bspecs?\b", r"named by a spec"),
+    "paired bootstrap": (r"paired bootstrap", r"paired bootstrap \("),
+    "a budget triple such as (15,6,15)": (r"\(\d+,\s?\d+,\s?\d+\)", r"triple such as `\(\d+,\d+,\d+\)`"),
+    "a per-layer budget such as 642 246 642": (r"`\d{3} \d{3} \d{3}`", r"per-layer budget such as `\d{3} \d{3} \d{3}`"),
+    "the control": (r"\bthe control\b", r"\(the control\)"),
+    "vocabulary map": (r"vocabulary[- ]map", r"vocabulary map \("),
+    "like for like": (r"like[- ]for[- ]like", r"[Ll]ike for like \("),
+    "stock conversion": (r"stock conversion", r"stock conversion \("),
+    "decoding FLOPs": (r"decoding[- ]flops", r"decoding FLOPs \("),
+    "gettext models": (r"gettext", r"gettext (?:catalogs|message)"),
+}
+
+
+def _readme_text(path: Path = REPO / "README.md") -> str:
+    """The README without the paragraphs of the temporary allow-list above."""
+    text = path.read_text(encoding="utf-8")
+    start, end = README_REWRITTEN_WITH_ISSUE_61
+    if start in text and end in text:
+        text = text[:text.index(start)] + text[text.index(end):]
+    return text
+
+
+def _prose_pieces(text: str):
+    """The README's prose: each paragraph or list item, without tables, headings, images and code blocks."""
+    text = re.sub(r"```.*?```", "\n\n", text, flags=re.S)
+    for block in re.split(r"\n\s*\n", text):
+        lines = [line for line in block.splitlines()
+                 if line.strip() and not line.lstrip().startswith(("|", "#", "![", "<!--"))]
+        item: list = []
+        for line in lines:
+            if re.match(r"\s*(?:[-*]|\d+\.)\s", line) and item:
+                yield " ".join(item)
+                item = []
+            item.append(line.strip())
+        if item:
+            yield " ".join(item)
+
+
+def long_sentences(text: str, limit: int = SENTENCE_WORDS):
+    """Prose sentences of more than ``limit`` words (inline code and a link count as one word each)."""
+    found = []
+    for piece in _prose_pieces(text):
+        piece = re.sub(r"`[^`]*`", "CODE", piece)
+        piece = re.sub(r"\]\([^)]*\)", "]", piece)
+        for abbreviation in ABBREVIATIONS:
+            piece = piece.replace(abbreviation, abbreviation.replace(".", "·"))
+        for sentence in re.split(r"(?<=[.!?])\s+(?=[A-Z(*\[\"])", piece):
+            if len(sentence.split()) > limit:
+                found.append(f"{len(sentence.split())} words: {sentence[:90]}...")
+    return found
+
+
+def undefined_terms(text: str, glossary=GLOSSARY):
+    """Glossary terms whose first use (prose, commands or consoles) comes before their definition, or that are
+    used and never defined."""
+    found, text = [], re.sub(r"\s+", " ", text)
+    for term, (use, definition) in glossary.items():
+        first = re.search(use, text, flags=re.I)
+        if first is None:
+            continue
+        defined = re.search(definition, text)
+        if defined is None:
+            found.append(f"{term}: used ({text[max(0, first.start() - 30):first.end() + 30]!r}), never defined")
+        elif first.start() < defined.start():
+            found.append(f"{term}: used before its definition: {text[max(0, first.start() - 40):first.end() + 40]!r}")
+    return found
+
+
+VERSION = re.compile(r"fairseq-headprune \d+\.\d+\.\d+")
+# Temporary: rewritten with issue 61's results. These pages' compress, speed-up and benchmark consoles are being
+# rerun; each rerun console is pasted with its version line, and whoever pastes it removes its entry here.
+CONSOLES_REWRITTEN_WITH_ISSUE_61 = {
+    ("benchmarks.md", "predicted 1.30x, measured 1.65x (-21%), median over 40 rounds"),
+    ("benchmarks.md", "attempt 1: 1 encoder layer removed, 75% width, beam 1; 150 sentences of test, 10 rounds, 2"),
+    ("benchmarks.md", "in one process: device cuda:0 (NVIDIA H100 80GB HBM3), fp16, threads 16, torch 2.11.0+cu13"),
+    ("removal-and-export.md", "enc-ffn\tmean 0.0005451\tper layer 1: 0.000441, 2: 0.000575, 3: 0.00062\t0 of 768"),
+    ("removal-and-export.md", "removed\t10 of 72 heads: E:1:1-4 A:3:keep=1-2"),
+    ("removal-and-export.md", "heads kept\tenc-enc\t3 8 8"),
+    ("removal-and-export.md", "pruned\t33 of 72 heads, 0 of 1536 FFN neurons; FLOPs kept 71.2%"),
+    ("removal-and-export.md", "pruned\t18 of 72 heads, 544 of 3072 FFN neurons; FLOPs kept 79.0%"),
+    ("removal-and-export.md", "layers\tremoved decoder:2 (validation loss 2.065 -> 2.762); decoding-flops cost kept 7"),
+    ("removal-and-export.md", "layers\tremoved decoder:2-3 (validation loss 2.065 -> 6.789); decoding-flops cost kep"),
+    ("removal-and-export.md", "attempt 1\t1 encoder layer removed, 75% width, beam 1 (72.1% of the decoding FLOPs k"),
+    ("removal-and-export.md", "attempt 1\t2 decoder layers removed, 75% width (30.6% of the decoding FLOPs kept)"),
+}
+
+
+def consoles_without_version(page: Path):
+    """The first line of each pasted console (a ``` block with no language: program output) that names no
+    ``fairseq-headprune X.Y.Z``, neither in itself nor in what introduces it (the prose and commands since the
+    previous console or heading). A block that is not program output says its language (```text)."""
+    pieces, current, language, in_code = [], [], "", False
+    for line in page.read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            if in_code:
+                pieces.append(("console" if not language else "code", current))
+            elif current:
+                pieces.append(("prose", current))
+            current, language, in_code = [], line[3:].strip(), not in_code
+        elif not in_code and line.startswith("#"):
+            if current:
+                pieces.append(("prose", current))
+            pieces.append(("heading", [line]))
+            current = []
+        else:
+            current.append(line)
+    missing = []
+    for index, (kind, lines) in enumerate(pieces):
+        if kind != "console":
+            continue
+        shown = VERSION.search(" ".join(lines)) is not None
+        back = index - 1
+        while not shown and back >= 0 and pieces[back][0] not in ("console", "heading"):
+            shown = VERSION.search(" ".join(line.strip() for line in pieces[back][1])) is not None
+            back -= 1
+        first = next((line for line in lines if line.strip()), "")
+        allowed = any(page.name == name and first.startswith(start) for name, start in CONSOLES_REWRITTEN_WITH_ISSUE_61)
+        if not shown and not allowed:
+            missing.append(f"{page.name}: {first[:80]!r}")
+    return missing
+
+
+def test_no_readme_sentence_runs_over_40_words():
+    assert long_sentences(_readme_text()) == []
+
+
+def test_every_glossary_term_of_the_readme_is_defined_where_it_is_first_used():
+    assert undefined_terms(_readme_text()) == []
+
+
+@pytest.mark.parametrize("page", [p for p in sorted((REPO / "docs").glob("*.md")) if p.name != "cli.md"],
+                         ids=lambda p: p.name)  # cli.md is generated: its first line names the version
+def test_every_pasted_console_in_docs_carries_its_version(page):
+    assert consoles_without_version(page) == []
+
+
+def test_the_doc_checks_fail_on_planted_cases(tmp_path):
+    """Each check finds what it is for: a long sentence, a term used before its definition, a console without a
+    version line."""
+    long = "This sentence " + "goes on " * 20 + "and ends here."
+    assert long_sentences(f"Short. {long} Short again.") and not long_sentences("A short one. Another one.")
+    assert undefined_terms("Use the vocabulary map. The vocabulary map (a shortlist) helps.")
+    assert not undefined_terms("The vocabulary map (a shortlist) helps. Use the vocabulary map.")
+    page = tmp_path / "page.md"
+    page.write_text("# A\n\nWhat it printed:\n\n```\nBLEU 1.00\n```\n\n"
+                    "# B\n\nWhat it printed (fairseq-headprune 0.3.0):\n\n```bash\ncmd\n```\n\n```\nBLEU 2.00\n```\n")
+    assert consoles_without_version(page) == ["page.md: 'BLEU 1.00'"]

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Budhraja et al. (2020)'s central claims at a fine-tuning length that can judge them: random pruning at
 # Table 1's levels (and Table 4's 50%, Table 5's middle against top+bottom on the BERT side), each configuration
-# fine-tuned about as long as the model's own training and scored along the way (the recovery curves).
+# fine-tuned as long as the translation model's own training (10 epochs; the paper's 30) or 3 epochs of the BERT-side
+# classifier's 5 (the paper's 10), and scored along the way (the recovery curves).
 set -euo pipefail
 
 usage() {
@@ -26,10 +27,12 @@ processes; on several machines give each CONFIG_SHARD=I/K with the same OUT_DIR 
 
 environment:
   DEMO_DIR=results/demo  BERT_DEMO_DIR=results/bert-demo   where the trained demo models are (or go)
-  UPDATES=500          fine-tuning updates per translation configuration (the demo model trained 490: 10 epochs)
+  UPDATES=500          fine-tuning updates per translation configuration: 10 epochs, as the demo model trained
+                       (490 updates; the paper fine-tunes 30)
   CURVE=25,50,100,150,200,250,300,350,400,450   its recovery curve's points (0 and UPDATES are always points)
-  BERT_UPDATES=3750    per BERT-side configuration (the classifier trained 3750: 6 epochs of 625)
-  BERT_CURVE=125,250,625,1250,1875,2500,3125   its curve's points
+  BERT_UPDATES=1875    per BERT-side configuration: 3 epochs of 625 (its best checkpoint trained 3125, 5 epochs;
+                       the paper fine-tunes 10)
+  BERT_CURVE=125,250,625,1250   its curve's points
   DRAWS=3              random draws per random level (the paper: 3)
   STRATEGY_K=2,4       Table 5's K: middle:K against top+bottom:K (K even keeps top+bottom balanced)
   SIDES="translation bert"   which models to study
@@ -83,11 +86,11 @@ for side in $sides; do
       strategy_k=${STRATEGY_K:-2,4}
       for k in ${strategy_k//,/ }; do strategies+=(--layer-strategy "middle:$k" --layer-strategy "top+bottom:$k"); done
       echo "Budhraja et al. Tables 4 and 5 at length on the BERT-side demo model (random 50%, $draws draws;" \
-        "middle against top+bottom; the control), each fine-tuned ${BERT_UPDATES:-3750} updates:"
+        "middle against top+bottom; the control), each fine-tuned ${BERT_UPDATES:-1875} updates:"
       record finetune-bert sweep prune "$bert_dir/data/bin/nli" --path "$bert_dir/checkpoints/checkpoint_best.pt" \
         --gen-subset test --out-dir "$out_dir/bert/pruning" --orders none \
         --random-level 50 --draws "$draws" "${strategies[@]}" \
-        --finetune-updates "${BERT_UPDATES:-3750}" --finetune-curve "${BERT_CURVE:-125,250,625,1250,1875,2500,3125}" \
+        --finetune-updates "${BERT_UPDATES:-1875}" --finetune-curve "${BERT_CURVE:-125,250,625,1250}" \
         --config-shard "$shard" --batch-size 64 --no-progress | grep --line-buffered -vE "^wrote"
       mkdir -p "$out_dir/bert/commands"
       cp "$out_dir/commands/finetune-bert.sh" "$out_dir/bert/commands/finetune.sh"
