@@ -104,6 +104,51 @@ def test_the_other_numbers_differ_and_missing_intervals_are_inconclusive():
         assert row.verdict == "inconclusive" and "no 95% interval to decide by" in row.rule
 
 
+def best_rows(deltas, selected_significant=()):
+    """all_but_one_best.json's rows: per layer the best head's change with its paired-bootstrap interval (±1)."""
+    layers = [("enc-enc", 1), ("enc-enc", 2), ("enc-dec", 1), ("enc-dec", 2), ("dec-dec", 1)]
+    return [{"attention_type": t, "layer": layer, "head": 1, "delta": d, "delta_low": d - 1, "delta_high": d + 1,
+             "selected_head": 1, "selected_delta": d, "selected_significant": i in selected_significant}
+            for i, ((t, layer), d) in enumerate(zip(layers, deltas))]
+
+
+def test_all_but_one_and_the_held_out_choice_against_the_papers_figures():
+    settings = {"baseline_bleu": 50.0, "select_subset": "valid"}
+    # every layer reaches -1.55 but the last Enc-Dec layer, which loses more than the paper's -13.56
+    payloads = {"ablation/all_but_one_best.json": {"settings": settings,
+                                                   "rows": best_rows([-0.5, -1.0, -0.2, -20.0, -2.0], (3,))}}
+    _, rows = verdicts(payloads)
+    layers = row_of(rows, "most layers can be reduced to one head")
+    assert layers.verdict == "consistent" and "the last Enc-Dec layer (layer 2): -20.00 BLEU [-21.00, -19.00]" in \
+        layers.study
+    # 4 of 5 layers without a significant change with the head chosen on valid: Wilson reaches the paper's 50%
+    assert row_of(rows, "the head chosen on held-out data").verdict == "consistent"
+    payloads["ablation/all_but_one_best.json"]["rows"] = best_rows([-0.5, -4.0, -0.2, -20.0, -2.0], (0, 1, 2, 4))
+    _, rows = verdicts(payloads)
+    assert row_of(rows, "most layers can be reduced").verdict == "differs"  # -4.00 [-5.00, -3.00] below -1.55
+    held_out = row_of(rows, "the head chosen on held-out data")  # 1 of 5: Wilson [4%, 62%] reaches 50%
+    wilson = stats.binomtest(1, 5).proportion_ci(method="wilson")
+    assert f"20% [{wilson.low:.0%}, {wilson.high:.0%}]" in held_out.study and held_out.verdict == "consistent"
+    # BERT's figure is 100% of the layers: 1 of 5 lies below it
+    payloads["ablation/all_but_one_best.json"]["settings"] = {"metric": "accuracy", "baseline_accuracy": 50.0,
+                                                              "select_subset": "valid"}
+    _, rows = verdicts(payloads)
+    assert row_of(rows, "the head chosen on held-out data").verdict == "differs"
+
+
+def test_the_dynamics_finding_compares_the_first_and_last_epochs_share_with_their_intervals():
+    def epoch_row(epoch, bleu, half=1.0):
+        return {"epoch": epoch, "level": 5, "percent": 50.0, "relative": bleu / 50.0, "unpruned_bleu": 50.0,
+                "bleu": bleu, "ci_low": bleu - half, "ci_high": bleu + half}
+
+    payloads = {"dynamics/dynamics.json": {"settings": {"baseline_bleu": 50.0},
+                                           "rows": [epoch_row(1, 15.0), epoch_row(10, 40.0)]}}
+    row = row_of(verdicts(payloads)[1], "unimportant heads emerge")
+    assert "+50.00 points [+46.00, +54.00]" in row.study and row.verdict == "consistent"
+    payloads["dynamics/dynamics.json"]["rows"] = [epoch_row(1, 40.0), epoch_row(10, 15.0)]
+    assert row_of(verdicts(payloads)[1], "unimportant heads emerge").verdict == "differs"
+
+
 def test_a_classifier_is_held_to_the_bert_findings_and_an_lm_to_none():
     """The metric recorded in the result files decides: accuracy -> BERT's statements at 40%; perplexity -> none."""
     payloads = study()
