@@ -1,10 +1,11 @@
 """How many configurations and sentences one batch takes on a GPU: a rule from numbers to a choice.
 
 On the CPU the studies keep their defaults (4 configurations per batch, fairseq's
-own batching of the split; importance 64 sentences a batch), measured best there
-(``scripts/benchmarks/benchmark_batching.py``, docs/benchmarks.md). On a GPU those
-leave the device idle: a 145-configuration sweep of a 6+6-layer model took 122.6 s
-on an H100 with them, 54.0 s with 32 configurations of 256 sentences (issue 64).
+own batching of the split; importance 64 sentences a batch), measured there
+(``scripts/benchmarks/benchmark_batching.py``, docs/benchmarks.md). On a GPU a
+batch that size leaves the device idle: a 145-configuration sweep of a 6+6-layer
+model took 122.6 s on an H100 with 4 configurations of 64 sentences a batch, 54.0 s
+with 32 of 256 (issue 64).
 So on a GPU the engine measures the free memory at start and the model's shape and
 hands the numbers to this rule, which plans ``MEMORY_SHARE`` of the free memory
 for the rows of one batch, up to ceilings beyond which nothing was measured. What
@@ -25,7 +26,7 @@ from typing import Optional
 
 from fairseq_headprune.constants import DEFAULT_CONFIGS_PER_BATCH
 
-MEMORY_SHARE = 0.8  # of the free memory, planned for one batch's rows (the estimate assumes every row lives to the end)
+MEMORY_SHARE = 0.9  # of the free memory, planned for one batch's rows (a worst case: every row lives to the end)
 SWEEP_ROW_CEILING = 32 * 256 * 5  # beam rows of one batch: issue 64's largest point on an H100, beyond it unmeasured
 BATCH_CEILING = 256  # sentences per batch, at most
 CONFIGS_CEILING = 64  # configurations per batch, at most: a batch is what a killed sweep loses, and a shard's unit
