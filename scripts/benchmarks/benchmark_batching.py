@@ -2,17 +2,19 @@
 """Seconds per configuration of an ablation sweep with the default batching, with a grid of --configs-per-batch x
 sentences per batch, and in the authors' loop (one stock fairseq-generate process per configuration).
 
-Every sweep system is one `fairseq-headprune ablate` of the same configurations (the
-single-head sweep of the first --configurations heads, or of --heads), in a fresh
-process of its own: `defaults` gives no batching option (on a GPU the sweep chooses
-both for the device and says so; on the CPU it keeps 4 configurations per batch and
-fairseq's batching), each grid point gives both. A sweep's seconds per configuration
-are those its stored configurations record (their translation; the process's
-start-up and model loading are paid once per sweep whatever the batching, and are
-shown apart as wall seconds). The authors' loop is timed on --generate-configurations
-of the configurations, each a stock `fairseq-generate --head-mask SPEC` process, wall
-time with its start-up, as their scripts pay it. The systems run one at a time, in
---rounds rounds, each round starting one system later (drift falls on all alike).
+Every sweep system is a process of its own, started once (imports and CUDA set-up paid
+once), that runs `fairseq-headprune ablate` of the same configurations (the
+single-head sweep of the first --configurations heads, or of --heads) into a fresh
+directory each round and gives its cached GPU memory back after each: `defaults`
+gives no batching option (on a GPU the sweep chooses both for the device and says
+so; on the CPU it keeps 4 configurations per batch and fairseq's batching), each grid
+point gives both. A sweep's seconds per configuration are those its stored
+configurations record (their translation; loading the model is paid once per sweep
+whatever the batching, and shows in the wall seconds). The authors' loop is timed on
+--generate-configurations of the configurations, each a stock `fairseq-generate
+--head-mask SPEC` process, wall time with its start-up, as their scripts pay it. One
+system runs at a time (the others wait, idle), in --rounds rounds, each round
+starting one system later, so that drift falls on all alike.
 
 Prints the device and versions, a table (median and range over the rounds), the
 share of the best grid point's speed the defaults reach, and on a GPU each sweep's
@@ -25,7 +27,10 @@ usage: scripts/benchmarks/benchmark_batching.py --data DATA_BIN --path CKPT [--s
 """
 
 import argparse
+import contextlib
+import gc
 import glob
+import io
 import json
 import os
 import shutil
@@ -49,14 +54,24 @@ AUTHORS = "authors' loop"
 warnings.filterwarnings("ignore")
 
 
-def worker(argv):
-    """One sweep in this process (``fairseq-headprune ARGV``), then its peak GPU memory as a JSON line."""
+def worker():
+    """One system: for each request line (the ablate command's arguments, JSON), the sweep run in this process,
+    answered by one JSON line: its exit status, console and peak GPU memory."""
     from fairseq_headprune.cli import main
 
-    status = main(argv)
-    peak = torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None
-    print(json.dumps({"peak_bytes": peak}), flush=True)
-    sys.exit(status)
+    answer, cuda = sys.stdout, torch.cuda.is_available()
+    for line in sys.stdin:
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        console = io.StringIO()
+        with contextlib.redirect_stdout(console):
+            status = main(json.loads(line))
+        peak = torch.cuda.max_memory_allocated() if cuda else None
+        gc.collect()
+        if cuda:
+            torch.cuda.empty_cache()  # the next system measures the free memory
+        answer.write(json.dumps({"status": status, "console": console.getvalue(), "peak_bytes": peak}) + "\n")
+        answer.flush()
 
 
 def run(command):
@@ -80,26 +95,49 @@ def sweep_seconds(out_dir, subset):
 
 
 class Systems:
-    """The systems' commands, and what each measured."""
+    """The systems' worker processes and commands, and what each measured."""
 
     def __init__(self, args, generation, heads, specs, work):
         self.args, self.generation, self.heads, self.specs, self.work = args, generation, heads, specs, work
         self.seconds, self.walls, self.peaks, self.stated = {}, {}, {}, []
+        self.rows, self.workers = {}, {}
 
-    def sweep(self, name, configs_per_batch, batch_size, round_index):
+    def start(self):
+        """Every sweep system's process, started together (each waits for its first request)."""
+        env = dict(os.environ, PATH=BIN_DIR + os.pathsep + os.environ.get("PATH", ""))
+        for name in self.rows:
+            if name != AUTHORS:
+                log = open(os.path.join(self.work, f"{name.replace(' ', '_')}.log"), "w", encoding="utf-8")
+                self.workers[name] = subprocess.Popen(
+                    [sys.executable, os.path.abspath(__file__), "--worker"], stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE, stderr=log, text=True, env=env)
+
+    def stop(self):
+        for process in self.workers.values():
+            process.stdin.close()
+            process.wait()
+
+    def sweep(self, name, round_index):
         out_dir = os.path.join(self.work, f"{name.replace(' ', '_')}.{round_index}")
-        command = [sys.executable, os.path.abspath(__file__), "--worker", "--", "ablate", self.args.data,
-                   "--path", self.args.path, "--gen-subset", self.args.subset, "--out-dir", out_dir,
-                   "--no-progress", "--heads", self.heads, *self.generation]
-        if configs_per_batch is not None:
+        command = ["ablate", self.args.data, "--path", self.args.path, "--gen-subset", self.args.subset,
+                   "--out-dir", out_dir, "--no-progress", "--heads", self.heads, *self.generation]
+        configs_per_batch, batch_size = self.rows[name]
+        if name != "defaults":
             command += ["--configs-per-batch", str(configs_per_batch)]
-        if batch_size not in (None, FAIRSEQ_BATCHING):
-            command += ["--batch-size", str(batch_size)]
+            command += [] if batch_size == FAIRSEQ_BATCHING else ["--batch-size", str(batch_size)]
         command += ["--cpu"] if self.args.cpu else []
-        stdout, wall = run(command)
-        lines = stdout.strip().splitlines()
-        self.stated += [line for line in lines if line.startswith("device batching:") and name == "defaults"]
-        self.peaks.setdefault(name, []).append(json.loads(lines[-1])["peak_bytes"])
+        process = self.workers[name]
+        started = time.perf_counter()
+        process.stdin.write(json.dumps(command) + "\n")
+        process.stdin.flush()
+        answer = process.stdout.readline()
+        wall = time.perf_counter() - started
+        if not answer or json.loads(answer)["status"] != 0:
+            sys.exit(f"benchmark_batching: error: the {name} sweep failed (see {self.work}, kept)")
+        answer = json.loads(answer)
+        self.stated += [line for line in answer["console"].splitlines()
+                        if line.startswith("device batching:") and name == "defaults"]
+        self.peaks.setdefault(name, []).append(answer["peak_bytes"])
         self.record(name, sweep_seconds(out_dir, self.args.subset), wall)
         shutil.rmtree(out_dir, ignore_errors=True)
 
@@ -177,8 +215,9 @@ def report(systems, grid, count, gpu):
 
 
 def main():
-    if sys.argv[1:2] == ["--worker"]:
-        worker(sys.argv[3:])
+    if sys.argv[1:] == ["--worker"]:
+        worker()
+        return
     argv = sys.argv[1:]
     split = argv.index("--") if "--" in argv else len(argv)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -208,7 +247,7 @@ def main():
     heads, specs = configurations(args)
     work = tempfile.mkdtemp(prefix="benchmark_batching.")
     systems = Systems(args, generation, heads, specs, work)
-    systems.rows = {"defaults": ("default", "default")}
+    systems.rows["defaults"] = ("default", "default")
     grid = []
     for configs_per_batch in sorted(k for k in set(args.configs_grid) if k <= len(specs)):
         for batch_size in args.batch_grid:
@@ -219,21 +258,19 @@ def main():
     gpu = torch.cuda.is_available() and not args.cpu
     print(device_line(args, generation))
     print(f"{args.path}, {args.subset}, {len(specs)} configurations ({heads}), {' '.join(generation)}; "
-          f"{args.rounds} rounds, one system at a time, each sweep in a process of its own, rotated; the authors' "
+          f"{args.rounds} rounds, one system at a time, each in a process of its own, rotated; the authors' "
           f"loop on {min(len(specs), args.generate_configurations)} configurations", flush=True)
     names = list(systems.rows)
-    try:
-        for round_index in range(args.rounds):
-            for name in names[round_index % len(names):] + names[:round_index % len(names)]:
-                if name == AUTHORS:
-                    systems.authors_loop()
-                else:
-                    configs_per_batch, batch_size = systems.rows[name]
-                    systems.sweep(name, None if name == "defaults" else configs_per_batch,
-                                  None if name == "defaults" else batch_size, round_index)
-        summary = report(systems, grid, len(specs), gpu)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    systems.start()
+    for round_index in range(args.rounds):
+        for name in names[round_index % len(names):] + names[:round_index % len(names)]:
+            if name == AUTHORS:
+                systems.authors_loop()
+            else:
+                systems.sweep(name, round_index)
+    systems.stop()
+    summary = report(systems, grid, len(specs), gpu)
+    shutil.rmtree(work, ignore_errors=True)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as stream:
             json.dump({"command": sys.argv, "device": device_line(args, generation), "seconds": systems.seconds,

@@ -24,7 +24,11 @@ Otherwise, when a GPU is present, runs on it:
      tests/test_encoder_reuse.py, tests/test_masked_attention.py);
   2. scripts/benchmarks/benchmark_ablation.py in fp32 and fp16 (processes and in one
      process) and bf16 (in one process), on the demo model;
-  3. scripts/benchmarks/benchmark_speed.py (unpruned / masked / shrunk at 50%).
+  3. scripts/benchmarks/benchmark_speed.py (unpruned / masked / shrunk at 50%);
+  4. scripts/benchmarks/benchmark_batching.py in fp16: the default batching
+     (chosen for the device) against a grid of configurations x sentences per
+     batch and the authors' loop, on BATCHING_CONFIGURATIONS (24) of the demo
+     model's configurations.
 Measurements go to OUT_DIR (default: results/gpu-check) as JSON, the console
 output to OUT_DIR/gpu_check.log. Without a GPU it says so and exits 0.
 
@@ -33,7 +37,8 @@ environment:
               python3 on PATH as it is, nothing installed (a machine with no
               network, with fairseq and this package already importable)
   STEPS       which steps to run, of: quick tests ablation-fp32 ablation-fp16
-              ablation-bf16 speed (default: all but quick, in that order)
+              ablation-bf16 speed batching (default: all but quick, in that
+              order); e.g. STEPS="quick batching" for issue 64's figures
   CACHE       --quick: the prepared tiny model (default: \$HEADPRUNE_TEST_CACHE, else
               REPO/results/gpu-check/cache)
   DEVICE      --quick: cuda (default) or cpu
@@ -43,7 +48,7 @@ environment:
 USAGE
 }
 [[ ${1:-} == -h || ${1:-} == --help ]] && { usage; exit 0; }
-steps=${STEPS:-tests ablation-fp32 ablation-fp16 ablation-bf16 speed}
+steps=${STEPS:-tests ablation-fp32 ablation-fp16 ablation-bf16 speed batching}
 if [[ ${1:-} == --quick ]]; then
   steps=quick
   shift
@@ -58,24 +63,21 @@ source "$repo/scripts/dev/setup_env.sh"
 steps=" $steps "
 wanted() { [[ $steps == *" $1 "* ]]; }
 cd "$repo"
-if [[ $steps == *" quick "* && $steps != " quick " ]]; then
-  echo "$(basename "$0"): error: STEPS=quick runs alone (the checks on the prepared tiny model)" >&2
-  exit 2
-fi
-if [[ $steps == " quick " ]]; then
+if wanted quick; then
   cache=${CACHE:-${HEADPRUNE_TEST_CACHE:-$repo/results/gpu-check/cache}}
   if [[ $device == cuda ]] && ! python -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then
     echo "no GPU visible to torch $(python -c 'import torch; print(torch.__version__)'): nothing to check (DEVICE=cpu checks the CPU path)"
     exit 0
   fi
   mkdir -p "$out_dir"
-  exec > >(tee "$out_dir/quick_check.log") 2>&1
   [[ $device == cuda ]] && { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true; }
   start=$(date +%s)
   status=0
-  python scripts/dev/device_check.py --cache "$cache" --device "$device" --json "$out_dir/quick_check.json" || status=$?
-  echo "quick check: $(( $(date +%s) - start )) s in all; wrote $out_dir/quick_check.log and quick_check.json"
-  exit "$status"
+  python scripts/dev/device_check.py --cache "$cache" --device "$device" --json "$out_dir/quick_check.json" \
+    2>&1 | tee "$out_dir/quick_check.log" || status=$?
+  echo "quick check: $(( $(date +%s) - start )) s in all; wrote $out_dir/quick_check.log and quick_check.json" \
+    | tee -a "$out_dir/quick_check.log"
+  [[ $steps == " quick " || $status != 0 ]] && exit "$status"
 fi
 if ! python -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then
   echo "no GPU visible to torch $(python -c 'import torch; print(torch.__version__)'): nothing to check"
@@ -116,5 +118,13 @@ if wanted speed; then
   python scripts/benchmarks/benchmark_speed.py --data "$data" --path "$checkpoint" \
     --importance "$demo_dir/importance/importance.json" --fractions 0.5 --batch-sizes 1 4 16 64 \
     --json "$out_dir/speed.json"
+fi
+if wanted batching; then
+  echo "== batching: the defaults (chosen for the device) against a grid and the authors' loop, fp16"
+  configurations=${BATCHING_CONFIGURATIONS:-24}
+  python scripts/benchmarks/benchmark_batching.py --data "$data" --path "$checkpoint" \
+    --configurations "$configurations" --configs-grid 4 $((configurations / 2)) "$configurations" \
+    --batch-grid 64 256 --rounds 2 --generate-configurations 2 --json "$out_dir/batching-fp16.json" \
+    -- --beam 5 --lenpen 1 --fp16
 fi
 echo "wrote $out_dir: gpu_check.log and the JSON of each step run ($steps)"
