@@ -234,6 +234,23 @@ def test_a_started_sweep_keeps_its_batches(loaded_sweep, tmp_path):
     assert on_cpu.generation_args[-2:] == ["--batch-size", "37"]
 
 
+def test_importance_on_a_gpu_takes_a_batch_that_fills_it(loaded_sweep, capsys):
+    from fairseq_headprune.engine.runners.device_batching import importance_batching
+    from fairseq_headprune.study.settings import ImportanceSettings
+
+    _, _, task, model = loaded_sweep()
+    gpu = lambda model: H100_FREE  # noqa: E731
+    chosen = importance_batching(ImportanceSettings(subsets=["valid"], limit=150), task, model, free_memory=gpu)
+    assert chosen.max_sentences == 150  # the 150 sentences asked for, in one batch
+    assert capsys.readouterr().out.startswith("device batching: 150 sentences per importance batch; chosen for cpu")
+    for kept in (ImportanceSettings(subsets=["valid"], max_sentences=8), ImportanceSettings(subsets=["valid"],
+                 max_tokens=500), ImportanceSettings(subsets=["valid"], granularity="batch")):
+        assert importance_batching(kept, task, model, free_memory=gpu) == kept
+    cpu = ImportanceSettings(subsets=["valid"])
+    assert importance_batching(cpu, task, model, free_memory=lambda model: None) == cpu
+    assert capsys.readouterr().out == ""
+
+
 # ----------------------------------------------------------------------------- running out of device memory
 
 

@@ -14,7 +14,9 @@ whatever the batching, and shows in the wall seconds). The authors' loop is time
 --generate-configurations of the configurations, each a stock `fairseq-generate
 --head-mask SPEC` process, wall time with its start-up, as their scripts pay it. One
 system runs at a time (the others wait, idle), in --rounds rounds, each round
-starting one system later, so that drift falls on all alike.
+starting one system later, so that drift falls on all alike. On a GPU the idle
+systems' CUDA contexts (a few hundred MB each) count as used when the defaults
+measure the free memory.
 
 Prints the device and versions, a table (median and range over the rounds), the
 share of the best grid point's speed the defaults reach, and on a GPU each sweep's
