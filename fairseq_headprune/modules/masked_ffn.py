@@ -19,6 +19,7 @@ from torch import Tensor
 from fairseq_headprune.constants import FFN_TYPES
 from fairseq_headprune.errors import HeadMaskError
 from fairseq_headprune.modules.masked_multihead_attention import transformer_layers
+from fairseq_headprune.modules.unit_weights import NEURON_PARAMETERS, masked_unit_slices
 from fairseq_headprune.study.masks.ffn_mask import FfnLayout, FfnMask
 
 
@@ -62,8 +63,9 @@ def ffn_layers(model) -> Dict[Tuple[str, int], torch.nn.Module]:
     layers = {}
     for ffn_type, stack in zip(FFN_TYPES, (encoder_layers, decoder_layers)):
         for index, layer in enumerate(stack):
-            if not isinstance(getattr(layer, "fc2", None), torch.nn.Linear):
-                raise HeadMaskError(f"{ffn_type} layer {index + 1} is a {type(layer).__name__} without an fc2")
+            output = NEURON_PARAMETERS.output_projection  # the linear whose input the mask scales: fc2
+            if not isinstance(getattr(layer, output, None), torch.nn.Linear):
+                raise HeadMaskError(f"{ffn_type} layer {index + 1} is a {type(layer).__name__} without an {output}")
             layers[(ffn_type, index)] = layer
     return layers
 
@@ -72,11 +74,12 @@ def install_ffn_masks(model) -> Dict[Tuple[str, int], NeuronMask]:
     """Give every FFN's ``fc2`` its neuron-mask hook (once); returns the hooks by key."""
     hooks = {}
     for key, layer in ffn_layers(model).items():
-        hook = getattr(layer.fc2, "neuron_mask", None)
+        fc2 = NEURON_PARAMETERS.output_linear(layer)
+        hook = getattr(fc2, "neuron_mask", None)
         if hook is None:
             hook = NeuronMask(*key)
-            layer.fc2.neuron_mask = hook
-            layer.fc2.register_forward_pre_hook(hook)
+            fc2.neuron_mask = hook
+            fc2.register_forward_pre_hook(hook)
         hooks[key] = hook
     return hooks
 
@@ -85,7 +88,7 @@ def ffn_layout(model) -> FfnLayout:
     """Layers and hidden units per FFN type (every layer of a type as wide as the others)."""
     widths: Dict[str, list] = {}
     for (ffn_type, _), layer in sorted(ffn_layers(model).items()):
-        widths.setdefault(ffn_type, []).append(layer.fc2.in_features)
+        widths.setdefault(ffn_type, []).append(NEURON_PARAMETERS.output_linear(layer).in_features)
     layout = {}
     for ffn_type in FFN_TYPES:
         if ffn_type in widths:
@@ -134,19 +137,8 @@ def current_ffn_mask(model) -> Optional[FfnMask]:
 
 
 def masked_neuron_slices(model):
-    """(parameter, dimension, indices) of every masked neuron's own weights: its fc1 row and bias, its fc2 column."""
-    slices = []
+    """(parameter, dimension, indices) of every masked neuron's own weights (``unit_weights.NEURON_PARAMETERS``:
+    its fc1 row and bias, its fc2 column)."""
     blocks = ffn_layers(model)
-    for key, hook in install_ffn_masks(model).items():
-        if hook.mask is None or hook.mask.dim() != 1:
-            continue
-        masked = (hook.mask == 0).nonzero().flatten()
-        if masked.numel() == 0:
-            continue
-        block = blocks[key]
-        index = masked.to(block.fc1.weight.device)
-        slices.append((block.fc1.weight, 0, index))
-        if block.fc1.bias is not None:
-            slices.append((block.fc1.bias, 0, index))
-        slices.append((block.fc2.weight, 1, index))
-    return slices
+    return [held for key, hook in install_ffn_masks(model).items()
+            for held in masked_unit_slices(blocks[key], NEURON_PARAMETERS, hook.mask)]

@@ -27,7 +27,7 @@ from torch import Tensor
 
 from fairseq_headprune.constants import ATTENTION_TYPES
 from fairseq_headprune.errors import HeadMaskError
-from fairseq_headprune.modules.unit_weights import unit_index
+from fairseq_headprune.modules.unit_weights import HEAD_PARAMETERS, masked_unit_slices
 from fairseq_headprune.study.masks.head_mask import HeadLayout, HeadMask
 
 
@@ -68,7 +68,7 @@ class MaskedMultiheadAttention(MultiheadAttention):
             module.__class__ = cls
             module.head_mask = None
             module.head_output_hook = None
-            module._scale_hook = module.out_proj.register_forward_pre_hook(
+            module._scale_hook = HEAD_PARAMETERS.output_linear(module).register_forward_pre_hook(
                 module._scale_heads
             )
         module.attention_type = attention_type
@@ -345,21 +345,9 @@ def current_head_mask(model) -> Optional[HeadMask]:
 def masked_head_slices(model) -> List[Tuple[Tensor, int, Tensor]]:
     """(parameter, dimension, indices) of every masked head's own weights.
 
-    A masked head owns its rows of the query, key and value projections
-    (weights and biases) and its columns of the output projection.
+    What a head owns is ``unit_weights.HEAD_PARAMETERS``: its rows of the
+    query, key and value projections (weights and biases) and its columns
+    of the output projection.
     """
-
-    slices = []
-    for module in install_masked_attention(model).values():
-        if module.head_mask is None or module.head_mask.dim() != 1 or module.num_heads == 0:
-            continue
-        masked = (module.head_mask == 0).nonzero().flatten().tolist()
-        if not masked:
-            continue
-        index = unit_index(masked, module.head_dim, device=module.out_proj.weight.device)
-        for projection in (module.q_proj, module.k_proj, module.v_proj):
-            slices.append((projection.weight, 0, index))
-            if projection.bias is not None:
-                slices.append((projection.bias, 0, index))
-        slices.append((module.out_proj.weight, 1, index))
-    return slices
+    return [held for module in install_masked_attention(model).values() if module.num_heads
+            for held in masked_unit_slices(module, HEAD_PARAMETERS, module.head_mask)]

@@ -1,25 +1,24 @@
 """Heads and FFN neurons removed for real from a built model: narrower projections (Michel et al. section 4.3).
 
-A removed head loses its rows of the query, key and value projections and
-its columns of the output projection; a layer that keeps no head keeps only
-the output bias, so the residual path is unchanged. Which rows and
-columns a unit owns is ``unit_weights``'s, as for the state dict and the
-export. The tasks call
-``rebuild_pruned`` so that a shrunk checkpoint's model gets its shapes back
-before fairseq loads the weights. A removed FFN neuron loses its row of
-``fc1`` (weight and bias) and its column of ``fc2``; an FFN with none left
-outputs ``fc2``'s bias (``rebuild_pruned_neurons``).
+A removed head loses the tensors ``unit_weights.HEAD_PARAMETERS`` says it
+owns (its rows of the query, key and value projections, its columns of the
+output projection); a removed FFN neuron those of ``NEURON_PARAMETERS`` (its
+row of ``fc1``, weight and bias, and its column of ``fc2``). The narrowing is
+``unit_weights.narrow_block``, the slicing the state dict and the export use
+too. A layer that keeps no head keeps only the output bias, so the residual
+path is unchanged; an FFN with no neuron left outputs ``fc2``'s bias. The
+tasks call ``rebuild_pruned`` and ``rebuild_pruned_neurons`` so that a
+shrunk checkpoint's model gets its shapes back before fairseq loads the
+weights.
 """
 
 from typing import Dict, List, Optional
-
-import torch
 
 from fairseq_headprune.errors import HeadMaskError
 from fairseq_headprune.modules.masked_ffn import ffn_layers, ffn_layout
 from fairseq_headprune.modules.masked_multihead_attention import head_layout, install_masked_attention
 from fairseq_headprune.modules.model_config import PRUNED_HEADS_KEY, PRUNED_NEURONS_KEY, config_value
-from fairseq_headprune.modules.unit_weights import kept_units, unit_columns, unit_index, unit_rows
+from fairseq_headprune.modules.unit_weights import HEAD_PARAMETERS, NEURON_PARAMETERS, kept_units, narrow_block
 from fairseq_headprune.study.masks.ffn_mask import FfnMask, parse_ffn_mask
 from fairseq_headprune.study.masks.head_mask import HeadMask, parse_head_mask
 
@@ -34,17 +33,9 @@ def shrink_attention(module, keep: List[int]) -> None:
     """Keep only the heads ``keep`` (0-based, original numbering) of one module; with none, only the output bias."""
     if list(keep) == list(range(module.num_heads)):
         return
-    index = unit_index(keep, module.head_dim, device=module.q_proj.weight.device)
-    with torch.no_grad():
-        for projection in (module.q_proj, module.k_proj, module.v_proj):
-            projection.weight = torch.nn.Parameter(unit_rows(projection.weight.detach(), index))
-            if projection.bias is not None:
-                projection.bias = torch.nn.Parameter(unit_rows(projection.bias.detach(), index))
-            projection.out_features = len(index)
-        module.out_proj.weight = torch.nn.Parameter(unit_columns(module.out_proj.weight.detach(), index))
+    narrow_block(module, HEAD_PARAMETERS, keep)
     module.num_heads = len(keep)
     module.embed_dim = module.head_dim * len(keep)
-    module.out_proj.in_features = module.out_proj.weight.size(1)
     # the query keeps the model's width while q/k/v are narrower
     module._set_skip_embed_dim_check()
 
@@ -79,13 +70,7 @@ def shrink_ffn(layer, keep: List[int]) -> None:
     """Keep only the hidden units ``keep`` (0-based) of one layer's FFN: fc1's rows, fc2's columns."""
     if list(keep) == list(range(layer.fc1.out_features)):
         return
-    index = unit_index(keep, device=layer.fc1.weight.device)
-    with torch.no_grad():
-        layer.fc1.weight = torch.nn.Parameter(unit_rows(layer.fc1.weight.detach(), index))
-        if layer.fc1.bias is not None:
-            layer.fc1.bias = torch.nn.Parameter(unit_rows(layer.fc1.bias.detach(), index))
-        layer.fc2.weight = torch.nn.Parameter(unit_columns(layer.fc2.weight.detach(), index))
-    layer.fc1.out_features = layer.fc2.in_features = len(keep)
+    narrow_block(layer, NEURON_PARAMETERS, keep)
 
 
 def shrink_ffn_model(model, ffn_mask: FfnMask) -> Dict[str, List[int]]:

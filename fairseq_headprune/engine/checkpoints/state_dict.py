@@ -1,16 +1,25 @@
 """A fairseq Transformer's state dict changed in place: heads and FFN neurons sliced out, tuned scales folded in.
 
 Works on the tensors alone (no model, no dictionaries), for ``shrink`` and
-for counting parameters; which rows and columns belong to a unit is
-``modules.unit_weights``'s, as for the built model and the export.
+for counting parameters. Which tensors a unit owns (``HEAD_PARAMETERS``,
+``NEURON_PARAMETERS``: their names are the keys after a layer's prefix) and
+how they are sliced is ``modules.unit_weights``'s, as for the built model,
+the masked modules and the export; this module knows only the prefixes.
 """
 
 from typing import Dict
 
 import torch
 
-from fairseq_headprune.errors import HeadMaskError
-from fairseq_headprune.modules.unit_weights import folded_tuning, kept_units, unit_columns, unit_index, unit_rows
+from fairseq_headprune.modules.unit_weights import (
+    HEAD_PARAMETERS,
+    NEURON_PARAMETERS,
+    UnitParameters,
+    folded_tuning,
+    kept_units,
+    owned_tensors,
+    unit_index,
+)
 from fairseq_headprune.study.masks.ffn_mask import FfnMask
 from fairseq_headprune.study.masks.head_mask import HeadMask
 from fairseq_headprune.study.search.tuning import MaskTuning
@@ -44,25 +53,24 @@ def unpack_in_proj(weights: Dict[str, torch.Tensor], prefix: str) -> None:
                 weights[prefix + name + kind] = part.clone()
 
 
+def shrink_units_state(weights: Dict[str, torch.Tensor], masks: Dict[str, torch.Tensor], prefixes: Dict[str, str],
+                       owner: UnitParameters) -> None:
+    """Slice the masked units out of a state dict, in place: in each layer of each type in ``masks``, the
+    tensors ``owner`` says a unit owns (keys after the layer's ``prefixes``), narrowed to the kept units."""
+    for unit_type, mask in masks.items():
+        for layer, layer_mask in enumerate(mask):
+            prefix = prefixes[unit_type].format(layer)
+            unpack_in_proj(weights, prefix)  # an old checkpoint's packed q, k, v (an FFN has none)
+            input_rows = weights[prefix + owner.input_projections[0] + ".weight"].size(0)
+            width = owner.width_in_state(input_rows, layer_mask.numel(), f"{unit_type} layer {layer + 1}")
+            index = unit_index(kept_units(layer_mask), width)
+            narrowed = owned_tensors(lambda name: weights.get(prefix + name), owner, index)
+            weights.update({prefix + name: tensor for name, tensor in narrowed.items()})
+
+
 def shrink_state_dict(weights: Dict[str, torch.Tensor], head_mask: HeadMask) -> None:
     """Slice the masked heads out of a fairseq Transformer state dict, in place."""
-    prefixes = module_prefixes(weights)
-    for attention_type, mask in head_mask.items():
-        for layer, layer_mask in enumerate(mask):
-            prefix = prefixes[attention_type].format(layer)
-            unpack_in_proj(weights, prefix)
-            heads = layer_mask.numel()
-            width = weights[prefix + "q_proj.weight"].size(0)
-            if width % heads:
-                raise HeadMaskError(f"{attention_type} layer {layer + 1}: width {width} is not {heads} heads")
-            rows = unit_index(kept_units(layer_mask), width // heads)
-            for name in ("q_proj.", "k_proj.", "v_proj."):
-                for kind in ("weight", "bias"):
-                    key = prefix + name + kind
-                    if key in weights:
-                        weights[key] = unit_rows(weights[key], rows)
-            key = prefix + "out_proj.weight"
-            weights[key] = unit_columns(weights[key], rows)
+    shrink_units_state(weights, head_mask, module_prefixes(weights), HEAD_PARAMETERS)
 
 
 def unique_parameter_count(tensors) -> int:
@@ -99,9 +107,9 @@ def fold_tuning_into_state(weights: Dict[str, torch.Tensor], tuning: MaskTuning)
     attention_prefixes, neuron_prefixes = module_prefixes(weights), ffn_prefixes(weights)
     for (layer_type, layer), values in tuning.layers.items():
         if layer_type in neuron_prefixes:
-            prefix = neuron_prefixes[layer_type].format(layer) + "fc2."
+            prefix = neuron_prefixes[layer_type].format(layer) + NEURON_PARAMETERS.output_projection + "."
         else:
-            prefix = attention_prefixes[layer_type].format(layer) + "out_proj."
+            prefix = attention_prefixes[layer_type].format(layer) + HEAD_PARAMETERS.output_projection + "."
         weight, bias = folded_tuning(weights[prefix + "weight"], weights.get(prefix + "bias"), values.scales,
                                      values.bias)
         weights[prefix + "weight"] = weight
@@ -120,22 +128,15 @@ def ffn_prefixes(weights: Dict[str, torch.Tensor]) -> Dict[str, str]:
 
 def shrink_ffn_state_dict(weights: Dict[str, torch.Tensor], ffn_mask: FfnMask) -> None:
     """Slice the masked neurons out of a state dict, in place: their fc1 rows and biases, their fc2 columns."""
-    prefixes = ffn_prefixes(weights)
-    for ffn_type, mask in ffn_mask.items():
-        for layer, layer_mask in enumerate(mask):
-            prefix = prefixes[ffn_type].format(layer)
-            kept = unit_index(kept_units(layer_mask))
-            for key in (prefix + "fc1.weight", prefix + "fc1.bias"):
-                if key in weights:
-                    weights[key] = unit_rows(weights[key], kept)
-            weights[prefix + "fc2.weight"] = unit_columns(weights[prefix + "fc2.weight"], kept)
+    shrink_units_state(weights, ffn_mask, ffn_prefixes(weights), NEURON_PARAMETERS)
 
 
 def state_ffn_parameter_counts(weights: Dict[str, torch.Tensor], layout) -> Dict[str, int]:
     """FFN parameters (fc1 and fc2) per FFN type, from a state dict."""
     prefixes = ffn_prefixes(weights)
+    linears = NEURON_PARAMETERS.input_projections + (NEURON_PARAMETERS.output_projection,)
     counts = {}
     for ffn_type, (layers, _) in layout.items():
-        starts = tuple(prefixes[ffn_type].format(layer) + name for layer in range(layers) for name in ("fc1.", "fc2."))
+        starts = tuple(prefixes[ffn_type].format(layer) + linear + "." for layer in range(layers) for linear in linears)
         counts[ffn_type] = sum(tensor.numel() for key, tensor in weights.items() if key.startswith(starts))
     return counts

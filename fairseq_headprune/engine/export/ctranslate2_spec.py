@@ -9,7 +9,10 @@ up to the stack's largest kept count, with the head size stated explicitly.
 A masked head is left out as a removed one is; a head's mask value other than
 0 or 1 (a tuned scale) scales its output-projection columns. FFN widths are
 read from the weights, so masked neurons are simply left out (an FFN layer
-without neurons keeps one zero neuron: its output is ``fc2``'s bias).
+without neurons keeps one zero neuron: its output is ``fc2``'s bias). The
+tensors a kept head or neuron owns, and their slicing and scaling, are
+``modules.unit_weights``'s (``HEAD_PARAMETERS``, ``NEURON_PARAMETERS``), as
+for the shrink and the state dict.
 
 This builds CTranslate2's documented spec objects (``ctranslate2.specs``)
 from the fairseq modules; the stock ``ct2-fairseq-converter`` rebuilds the
@@ -26,7 +29,15 @@ import torch
 from fairseq_headprune.errors import DependencyError, SettingsError
 from fairseq_headprune.modules.masked_ffn import install_ffn_masks
 from fairseq_headprune.modules.masked_multihead_attention import install_masked_attention
-from fairseq_headprune.modules.unit_weights import kept_units, scaled_columns, unit_columns, unit_index, unit_rows
+from fairseq_headprune.modules.unit_weights import (
+    HEAD_PARAMETERS,
+    NEURON_PARAMETERS,
+    block_tensor,
+    kept_unit_scales,
+    owned_tensors,
+    scaled_columns,
+    unit_index,
+)
 
 # fairseq's --activation-fn -> CTranslate2's activation, by name
 ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "gelu_accurate": "GELUTanh", "gelu_fast": "GELUTanh", "swish": "SWISH"}
@@ -73,31 +84,43 @@ def _kept_heads(module) -> List[Tuple[int, float]]:
     mask = module.head_mask
     if mask is not None and mask.dim() != 1:
         raise SettingsError("a model holding per-sentence masks cannot be exported")
-    return [(head, 1.0 if mask is None else float(mask[head])) for head in range(module.num_heads)
-            if mask is None or float(mask[head]) != 0.0]
+    return kept_unit_scales(mask, module.num_heads)
+
+
+def _kept_weights(block, owner, kept: List[Tuple[int, float]]):
+    """What the ``kept`` units (unit, scale) of ``owner`` (``HEAD_PARAMETERS`` or ``NEURON_PARAMETERS``) own
+    in ``block``, as float32 on the CPU: (weight, bias) rows of each input projection in ``owner``'s order (bias
+    None where it has none), and the output projection's columns multiplied by the units' scales."""
+    index = unit_index([unit for unit, _ in kept], owner.width(block))
+
+    def cpu_tensor(name):
+        tensor = block_tensor(block, name)
+        return None if tensor is None else tensor.detach().float().cpu()
+
+    weights = owned_tensors(cpu_tensor, owner, index)
+    inputs = [(weights[linear + ".weight"], weights.get(linear + ".bias")) for linear in owner.input_projections]
+    output = scaled_columns(weights[owner.output_projection + ".weight"], [scale for _, scale in kept])
+    return inputs, output
 
 
 def _attention_weights(module, num_heads: int):
     """(q, k, v, out) weights and biases of the kept heads, zero-padded to ``num_heads`` heads."""
-    head_dim = module.head_dim
     kept = _kept_heads(module)
-    width = module.out_proj.out_features
-    padding = (num_heads - len(kept)) * head_dim
-    index = unit_index([head for head, _ in kept], head_dim)
+    inputs, out_weight = _kept_weights(module, HEAD_PARAMETERS, kept)
+    padding = (num_heads - len(kept)) * module.head_dim
 
-    def projection(linear):
-        weight = linear.weight.detach().float().cpu()
-        bias = linear.bias.detach().float().cpu() if linear.bias is not None else torch.zeros(weight.size(0))
-        weight = torch.cat([unit_rows(weight, index), torch.zeros(padding, weight.size(1))])
-        bias = torch.cat([unit_rows(bias, index), torch.zeros(padding)])
+    def projection(weight, bias):
+        bias = torch.zeros(weight.size(0)) if bias is None else bias
+        weight = torch.cat([weight, torch.zeros(padding, weight.size(1))])
+        bias = torch.cat([bias, torch.zeros(padding)])
         return weight.numpy(), bias.numpy()
 
-    out_weight = scaled_columns(unit_columns(module.out_proj.weight.detach().float().cpu(), index),
-                                [scale for _, scale in kept])
+    out_proj = HEAD_PARAMETERS.output_linear(module)
+    width = out_proj.out_features
     out_weight = torch.cat([out_weight, torch.zeros(width, padding)], dim=1)
-    out_bias = module.out_proj.bias.detach().float().cpu() if module.out_proj.bias is not None else torch.zeros(width)
-    return projection(module.q_proj), projection(module.k_proj), projection(module.v_proj), (
-        out_weight.numpy(), out_bias.numpy())
+    out_bias = out_proj.bias.detach().float().cpu() if out_proj.bias is not None else torch.zeros(width)
+    query, key, value = (projection(weight, bias) for weight, bias in inputs)
+    return query, key, value, (out_weight.numpy(), out_bias.numpy())
 
 
 def _set_linear(spec, weight: np.ndarray, bias: Optional[np.ndarray]) -> None:
@@ -124,19 +147,15 @@ def _set_attention(spec, module, num_heads: int, self_attention: bool) -> None:
 def _set_ffn(spec, layer, neuron_mask) -> None:
     """fc1 and fc2 with the masked neurons left out (a mask value other than 1 scales the neuron)."""
     _set_layer_norm(spec.layer_norm, layer.final_layer_norm)
-    mask = neuron_mask.mask
-    fc1_weight, fc2_weight = layer.fc1.weight.detach().float().cpu(), layer.fc2.weight.detach().float().cpu()
-    fc1_bias = layer.fc1.bias.detach().float().cpu() if layer.fc1.bias is not None else None
-    if mask is not None:
-        mask = mask.detach().float().cpu()
-        keep = unit_index(kept_units(mask))
-        fc1_weight, fc1_bias = unit_rows(fc1_weight, keep), unit_rows(fc1_bias, keep)
-        fc2_weight = scaled_columns(unit_columns(fc2_weight, keep), mask.index_select(0, keep).tolist())
+    mask = None if neuron_mask.mask is None else neuron_mask.mask.detach().float().cpu()
+    fc2 = NEURON_PARAMETERS.output_linear(layer)
+    kept = kept_unit_scales(mask, fc2.in_features)
+    [(fc1_weight, fc1_bias)], fc2_weight = _kept_weights(layer, NEURON_PARAMETERS, kept)
     if fc1_weight.size(0) == 0:  # CTranslate2 holds no empty weight: one zero neuron, whose output adds nothing
         fc1_weight, fc2_weight = torch.zeros(1, fc1_weight.size(1)), torch.zeros(fc2_weight.size(0), 1)
         fc1_bias = None if fc1_bias is None else torch.zeros(1)
     _set_linear(spec.linear_0, fc1_weight.numpy(), None if fc1_bias is None else fc1_bias.numpy())
-    _set_linear(spec.linear_1, fc2_weight.numpy(), _numpy(layer.fc2.bias) if layer.fc2.bias is not None else None)
+    _set_linear(spec.linear_1, fc2_weight.numpy(), _numpy(fc2.bias) if fc2.bias is not None else None)
 
 
 def _set_input_layers(spec, module) -> None:

@@ -41,7 +41,14 @@ from fairseq_headprune.modules.masked_multihead_attention import (
     install_masked_attention,
     transformer_layers,
 )
-from fairseq_headprune.modules.unit_weights import folded_tuning, kept_units, unit_columns, unit_index
+from fairseq_headprune.modules.unit_weights import (
+    HEAD_PARAMETERS,
+    NEURON_PARAMETERS,
+    folded_tuning,
+    kept_units,
+    unit_columns,
+    unit_index,
+)
 from fairseq_headprune.study.masks.ffn_mask import FfnMask
 from fairseq_headprune.study.masks.head_mask import HeadMask, full_mask
 from fairseq_headprune.study.search.settings import TuningSettings
@@ -87,8 +94,9 @@ def head_contributions(module, head_outputs: torch.Tensor, heads: Optional[Seque
 
 def _output_projections(model) -> Dict[Layer, torch.nn.Linear]:
     """The projection each sub-layer's units are columns of: ``out_proj`` (heads), ``fc2`` (neurons)."""
-    projections = {key: module.out_proj for key, module in install_masked_attention(model).items()}
-    projections.update({key: layer.fc2 for key, layer in ffn_layers(model).items()})
+    attention, blocks = install_masked_attention(model), ffn_layers(model)
+    projections = {key: HEAD_PARAMETERS.output_linear(module) for key, module in attention.items()}
+    projections.update({key: NEURON_PARAMETERS.output_linear(layer) for key, layer in blocks.items()})
     return projections
 
 
@@ -342,7 +350,8 @@ class _LayerwiseTuner:
         attention, index = self.modules.get(key), key[1]
         unit_mask = self.masks[key[0]][index]
         kept = list(kept_units(unit_mask))
-        projection = attention.out_proj if attention is not None else self.blocks[key].fc2
+        projection = (HEAD_PARAMETERS.output_linear(attention) if attention is not None
+                      else NEURON_PARAMETERS.output_linear(self.blocks[key]))
         bias = projection.bias.detach() if projection.bias is not None else torch.zeros(projection.out_features)
         sums = TuningSums.zeros(len(kept), projection.out_features)
         probe = _UnitProbe(attention if attention is not None else self.neuron_hooks[key])
