@@ -437,6 +437,42 @@ def test_table5_middle_against_top_and_bottom_is_judged_pair_by_pair_against_the
     assert row.verdict == "inconclusive" and "2 of the 3 pairs of Table 5 at 6 layers" in row.rule
 
 
+def test_table5_follows_the_pairs_direct_test_where_it_disagrees_with_the_two_tests_against_the_unpruned_model():
+    """Each side of a pair is 0.50 from the other and ±2.00 wide against the unpruned model: the half-widths added
+    give -0.50 [-4.50, +3.50], which reaches every pair's figure (K=2, 3, 4 of 6 as K=4, 6, 8 of 12: -1.60, -1.88,
+    -1.11), so consistent; tested against each other on the same examples the difference is -0.50 [-0.80, -0.20],
+    which excludes them all: the verdict follows the direct test and differs."""
+    def pair(count, direct=None):
+        middle = strategy(f"middle:{count}", 46.0, half=2.0)
+        if direct is not None:
+            middle["paired"] = {f"top+bottom:{count}": direct}
+        return [middle, strategy(f"top+bottom:{count}", 46.5, half=2.0)]
+
+    separate = [bert_control()] + [item for count in (2, 3, 4) for item in pair(count)]
+    row = row_starting(judged(separate, bert=True), "pruning the middle layers hurts more")
+    assert "K=2: -0.50 [-4.50, +3.50] (46.00 vs 46.50)" in row.study and row.verdict == "consistent"
+    assert "half-widths added" in row.evidence
+    test = {"delta": -0.5, "p_value": 0.0, "significant": True, "low": -0.8, "high": -0.2}
+    direct = [bert_control()] + [item for count in (2, 3, 4) for item in pair(count, test)]
+    row = row_starting(judged(direct, bert=True), "pruning the middle layers hurts more")
+    assert "K=2: -0.50 [-0.80, -0.20], p < 0.001 (46.00 vs 46.50)" in row.study
+    assert "K=3 of 6 as K=6 of 12: -1.88" in row.paper and row.verdict == "differs"
+    assert "95% interval: the paired test of the two configurations against each other" in row.evidence
+    assert "half-widths" not in row.evidence
+    # the report's table of pairs, from the records as results.json holds them (and writes them back)
+    from fairseq_headprune.study.budhraja.records import FinetuneRecord
+    from fairseq_headprune.study.budhraja.report import markdown_finetuned
+
+    records = [FinetuneRecord.from_dict(FinetuneRecord.from_dict(item).to_dict()) for item in direct]
+    assert "| `middle:2` minus `top+bottom:2` | **-0.50** [-0.80, -0.20] | < 0.001 |" in markdown_finetuned(
+        records, "accuracy")
+    # one pair tested directly, two not: each pair's own interval, and the evidence says which
+    mixed = [bert_control()] + pair(2, test) + pair(3) + pair(4)
+    row = row_starting(judged(mixed, bert=True), "pruning the middle layers hurts more")
+    assert "for 1 of the 3 pairs; for the others the two configurations' paired-bootstrap half-widths" in row.evidence
+    assert row.verdict == "consistent"  # K=2 differs, K=3 and K=4 consistent: most pairs
+
+
 def test_table5_top_against_bottom_differs_only_for_a_preference_at_every_k():
     def pairs(*gaps):
         return [bert_control()] + [item for k, gap in zip((1, 2, 3, 4), gaps)

@@ -8,7 +8,9 @@ interval is the wider of the two (``study.statistics.intervals``). Two
 configurations (Table 2's kept and pruned, Table 5's middle and top+bottom)
 were each tested against the same baseline, not against each other: their
 difference gets the sum of the two sides' bootstrap half-widths, the
-interval of the difference whatever the two sides' correlation.
+interval of the difference whatever the two sides' correlation. Where the
+two were also tested against each other (one fine-tune a side, the pairs of
+``pairs.within_pairs``), that direct paired test's interval is the one.
 """
 
 import re
@@ -116,6 +118,23 @@ def pair_difference(first: Sequence[FinetuneRecord], second: Sequence[FinetuneRe
     parts = ([over_draws.method] if over_draws.has_interval else []) + (["both sides' bootstrap half-widths added"]
                                                                          if within else [])
     return widest(difference, over_draws, within, method=" and ".join(parts) or "no interval")
+
+
+DIRECT = "the paired test of the two against each other"
+
+
+def direct_difference(first: FinetuneRecord, second: FinetuneRecord) -> Optional[Estimate]:
+    """first - second after fine-tuning by the paired test of the two against each other on the same examples
+    (``first.paired``, written by ``prune`` for the pairs of ``pairs.within_pairs``); None where it did not run."""
+    test = first.paired.get(second.label)
+    if test is None or test.low is None:
+        return None
+    return Estimate(test.delta, test.low, test.high, DIRECT)
+
+
+def pair_estimate(first: FinetuneRecord, second: FinetuneRecord) -> Estimate:
+    """One fine-tune a side: the direct paired test where it ran, else the two tests' half-widths added."""
+    return direct_difference(first, second) or pair_difference([first], [second])
 
 
 def _mean_curve(members: Sequence[FinetuneRecord]) -> Dict[int, float]:

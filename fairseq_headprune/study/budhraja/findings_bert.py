@@ -19,6 +19,11 @@ the paper's row for the K nearest K * 12 / L.
   fine-tune per configuration); the unpruned control fine-tuned alike is the
   reference: where its own spread reaches 10%, the measure cannot tell.
 
+A pair's interval (Tables 5 and 6) is the paired test of its two
+configurations against each other, where ``prune`` ran it (``pairs``), else
+the two tests against the unpruned model combined (``evidence.pair_estimate``);
+the verdict follows it.
+
 On a translation model the same measurement is shown per attention type, as
 an extension, not judged.
 """
@@ -26,7 +31,7 @@ an extension, not judged.
 import statistics
 from typing import Dict, List, Optional
 
-from fairseq_headprune.study.budhraja.evidence import Evidence, pair_difference
+from fairseq_headprune.study.budhraja.evidence import Evidence, direct_difference, pair_estimate
 from fairseq_headprune.study.budhraja.layer_strategies import paper_strategies
 from fairseq_headprune.study.budhraja.paper_figures import (
     FIGURE2_SPREAD,
@@ -46,9 +51,29 @@ from fairseq_headprune.study.output.finding import (
     judged_row,
     most,
 )
+from fairseq_headprune.study.statistics.significance import p_value_text
 
-INTERVAL = ("95% interval: the two configurations' paired-bootstrap half-widths added (each was tested against the "
-            "unpruned model, not against the other)")
+HALF_WIDTHS = ("two configurations' paired-bootstrap half-widths added (each was tested against the unpruned model, "
+               "not against the other)")
+INTERVAL = "95% interval: the " + HALF_WIDTHS
+DIRECT_INTERVAL = "95% interval: the paired test of the two configurations against each other on the same examples"
+
+
+def _interval_text(pairs) -> str:
+    """What the pairs' intervals are: the direct paired test, the half-widths added, or which pairs have which."""
+    direct = sum(1 for first, second in pairs if direct_difference(first, second) is not None)
+    if direct == len(pairs):
+        return DIRECT_INTERVAL
+    if not direct:
+        return INTERVAL
+    return f"{DIRECT_INTERVAL} for {direct} of the {len(pairs)} pairs; for the others the {HALF_WIDTHS}"
+
+
+def _pair_cell(first: FinetuneRecord, second: FinetuneRecord, evidence: Evidence):
+    """The pair's estimate and its text: ``-2.00 [-2.40, -1.60], p < 0.001`` (p: the direct test's, where it ran)."""
+    estimate = pair_estimate(first, second)
+    test = first.paired.get(second.label) if direct_difference(first, second) is not None else None
+    return estimate, estimate.text() + (f", {p_value_text(test.p_value, evidence.resamples)}" if test else "")
 
 
 def _strategy_pairs(scores: Dict[str, FinetuneRecord], first: str, second: str):
@@ -86,9 +111,9 @@ def table5_findings(records: List[FinetuneRecord], label: str) -> List[Finding]:
         for count, middle, ends in pairs:
             paper = _paper_count("middle", count, depth)
             claim = Claim(layers_difference(("middle", paper), ("top+bottom", paper))[1], AT_MOST)
-            estimate = pair_difference([middle], [ends])
+            estimate, text = _pair_cell(middle, ends, evidence)
             outcomes.append(claim.judge(estimate))
-            cells.append(f"K={count}: {estimate.text()} ({middle.score_after:.2f} vs {ends.score_after:.2f})")
+            cells.append(f"K={count}: {text} ({middle.score_after:.2f} vs {ends.score_after:.2f})")
             paper_cells.append(f"K={count} of {depth} as K={paper} of 12: {claim.figure:+.2f}")
         expected = _pairs_expected("middle", depth)
         shortfall = evidence.shortfall(None) or (f"{len(pairs)} of the {expected} pairs of Table 5 at {depth} layers"
@@ -100,11 +125,13 @@ def table5_findings(records: List[FinetuneRecord], label: str) -> List[Finding]:
             f"middle minus top+bottom pruned: {', '.join(cells)} {label}",
             "in most pairs the 95% interval reaches the paper's difference at the same share of layers or below "
             "(the middle at least as much worse)",
-            most(outcomes), shortfall, evidence.describe() + "; one fine-tune per configuration; " + INTERVAL))
+            most(outcomes), shortfall, evidence.describe() + "; one fine-tune per configuration; "
+            + _interval_text([(middle, ends) for _, middle, ends in pairs])))
     pairs = _strategy_pairs(scores, "top", "bottom")
     if pairs:
         depth = _depth(pairs[0][0], pairs[0][1])
-        estimates = [pair_difference([top], [bottom]) for _, top, bottom in pairs]
+        cells = [_pair_cell(top, bottom, evidence) for _, top, bottom in pairs]
+        estimates = [estimate for estimate, _ in cells]
         if not all(e.has_interval for e in estimates):
             outcome = None
         else:
@@ -118,10 +145,11 @@ def table5_findings(records: List[FinetuneRecord], label: str) -> List[Finding]:
             "no preference between pruning top and bottom layers (Budhraja et al. Table 5)",
             f"top minus bottom pruned (the mean of its 4 tasks, 12 layers): {', '.join(paper_cells)} points: 2 of 4 "
             "cases each way",
-            "top minus bottom pruned: " + ", ".join(f"K={k}: {e.text()}" for (k, _, _), e in zip(pairs, estimates))
+            "top minus bottom pruned: " + ", ".join(f"K={k}: {text}" for (k, _, _), (_, text) in zip(pairs, cells))
             + f" {label}",
             "differs where every pair's 95% interval lies on the same side of 0 (a preference)",
-            outcome, shortfall, evidence.describe() + "; one fine-tune per configuration; " + INTERVAL))
+            outcome, shortfall, evidence.describe() + "; one fine-tune per configuration; "
+            + _interval_text([(top, bottom) for _, top, bottom in pairs])))
     return findings
 
 
@@ -137,9 +165,9 @@ def table6_finding(records: List[FinetuneRecord], label: str) -> Optional[Findin
     for half in halves:
         name = half.label.split(":")[0]
         claim = Claim(layers_difference(("odd", 6), (name, 6))[1], AT_LEAST)
-        estimate = pair_difference([odd], [half])
+        estimate, text = _pair_cell(odd, half, evidence)
         outcomes.append(claim.judge(estimate))
-        cells.append(f"minus {half.label} {estimate.text()}")
+        cells.append(f"minus {half.label} {text}")
         paper_cells.append(f"minus {name} 6 {claim.figure:+.2f}")
     return judged_row(
         "pruning alternate layers is better than pruning consecutive ones (Budhraja et al. Table 6)",
@@ -147,7 +175,7 @@ def table6_finding(records: List[FinetuneRecord], label: str) -> Optional[Findin
         f"odd {odd.score_after:.2f}: {', '.join(cells)} {label}",
         "both 95% intervals reach the paper's differences or above (odd at least as much better)",
         every(outcomes), evidence.shortfall(None),
-        evidence.describe() + "; one fine-tune per configuration; " + INTERVAL)
+        evidence.describe() + "; one fine-tune per configuration; " + _interval_text([(odd, h) for h in halves]))
 
 
 def compensation_findings(records: List[FinetuneRecord], bert: bool) -> List[Finding]:

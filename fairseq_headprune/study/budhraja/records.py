@@ -68,6 +68,9 @@ class FinetuneRecord:
     warmup_updates: Optional[int] = None
     curve: List[CurvePoint] = field(default_factory=list)
     tests: Dict[str, TestAgainst] = field(default_factory=dict)  # AGAINST -> its test
+    # the paired test against the other configuration of its pair (Table 5's middle:K and top+bottom:K ...), keyed by
+    # that one's label: this configuration's score minus that one's, on the same examples (``pairs.within_pairs``)
+    paired: Dict[str, TestAgainst] = field(default_factory=dict)
     significance: Dict[str, object] = field(default_factory=dict)  # the tests' settings (SignificanceSettings)
     trained_updates: Optional[int] = None  # the study's checkpoint's own training
     trained_epochs: Optional[int] = None
@@ -108,6 +111,7 @@ class FinetuneRecord:
     def from_dict(cls, data: Dict[str, object]) -> "FinetuneRecord":
         values = {f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data and f.name != "tests"}
         values["curve"] = [CurvePoint(**point) for point in data.get("curve") or []]
+        values["paired"] = {other: TestAgainst(**test) for other, test in (data.get("paired") or {}).items()}
         values["tests"] = {against: TestAgainst(data[f"delta_vs_{against}"], data[f"p_value_vs_{against}"],
                                                 data[f"significant_vs_{against}"], data.get(f"delta_low_vs_{against}"),
                                                 data.get(f"delta_high_vs_{against}"))

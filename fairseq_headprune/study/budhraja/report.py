@@ -38,8 +38,26 @@ def markdown_finetuned(records: Sequence[FinetuneRecord], label: str = "BLEU") -
             f"| `{record.label}` | {record.note or record.kind} | {record.percent:.1f} "
             f"| {record.score_before:.2f} | {record.score_after:.2f} | " + " | ".join(cells)
             + f" | {'' if spread is None else format(spread, '.0%')} |\n")
+    pairs = markdown_pairs(records)
     curves = markdown_recovery_curves(records, label)
-    return "".join(lines) + ("\n" + curves if curves else "")
+    return "".join(lines) + ("\n" + pairs if pairs else "") + ("\n" + curves if curves else "")
+
+
+def markdown_pairs(records: Sequence[FinetuneRecord]) -> str:
+    """The pairs the paper sets side by side, each tested against the other directly (``FinetuneRecord.paired``)."""
+    rows = []
+    for record in records:
+        for other, test in record.paired.items():
+            delta = f"**{test.delta:+.2f}**" if test.significant else f"{test.delta:+.2f}"
+            if test.low is not None:
+                delta += f" [{test.low:+.2f}, {test.high:+.2f}]"
+            p_value = p_value_cell(test.p_value, record.resamples)
+            rows.append(f"| `{record.label}` minus `{other}` | {delta} | {p_value} |\n")
+    if not rows:
+        return ""
+    return ("The pairs the paper sets side by side (Tables 5 and 6), each tested against the other on the same "
+            "examples (bold: significant; in brackets the test's 95% interval of the difference):\n\n"
+            "| pair | Δ fine-tuned | p |\n|---|---:|---:|\n" + "".join(rows))
 
 
 def recovery_curve_rows(records: Sequence[FinetuneRecord]) -> List[Tuple[str, List[Dict[str, object]]]]:
