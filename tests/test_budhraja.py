@@ -152,6 +152,79 @@ def test_paper_budgets_refuse_translation_tables_on_an_encoder_and_parse_table_l
     assert len(plan_budgets(bert, BERT, seed=1, draws=3)) == 9 * 3 + sum(b.kind == "layers" for b in bert)
 
 
+def test_the_tables_draws_leave_the_hand_given_levels_and_their_masks_as_they_were(tmp_path):
+    """The long study's grid: Table 1's 50, 60, 75% by hand with 3 draws, the rest of Tables 1-3 with 1. The levels
+    given by hand keep their draws and masks (a finished run's configurations are found again) and take the table's
+    place; the others get one draw each."""
+    from fairseq_headprune.study.budhraja.configurations import requested_budgets
+    from fairseq_headprune.study.finetuning import FinetuneSettings
+    from fairseq_headprune.study.pruning.settings import PruneSettings
+    from fairseq_headprune.study.settings import SweepSettings
+
+    (tmp_path / "train.en-fr.en.bin").write_bytes(b"")
+
+    def study(**options):
+        return PruneSettings(SweepSettings(str(tmp_path), "c", "o"), orders=[], draws=3,
+                             finetune=FinetuneSettings(updates=10), **options)
+
+    grid = study(random_levels=[50.0, 60.0, 75.0], budhraja_tables=[1, 2, 3], budhraja_draws=1)
+    drawn = plan_budgets(requested_budgets(grid, DEMO), DEMO, seed=1, draws=grid.draws)
+    counts = {}
+    for budget, _, _ in drawn:
+        counts[budget.label] = counts.get(budget.label, 0) + 1
+    assert [counts[level] for level in ("50%", "60%", "75%")] == [3, 3, 3]
+    assert counts["25%"] == counts["one head per layer"] == 1 and len(counts) == 8 + 10 + 12
+    assert len(drawn) == 3 * 3 + 5 + 10 + 12
+    fifty = next(budget for budget, _, _ in drawn if budget.label == "50%")
+    assert fifty.note == "Table 1, 50% pruned"  # the table's place, on the hand-given level
+    before = plan_budgets(requested_budgets(study(random_levels=[50.0, 60.0, 75.0]), DEMO), DEMO, seed=1, draws=3)
+    masks = {(b.label, d): m for b, d, m in drawn}
+    assert all(torch.equal(masks[(b.label, d)][t], m[t]) for b, d, m in before for t in m)
+    with pytest.raises(SettingsError, match="--budhraja-draws goes with --budhraja-tables"):
+        study(random_levels=[50.0], budhraja_draws=1)
+
+
+def test_the_pairs_tested_against_each_other_are_the_papers_side_by_side():
+    from fairseq_headprune.study.budhraja.pairs import within_pairs
+    from fairseq_headprune.study.budhraja.records import FinetuneRecord
+
+    def layers(label, tables=(5,)):
+        return FinetuneRecord(label, label, "x", 0.0, 0.0, "accuracy", "2 updates", kind="layers", tables=list(tables))
+
+    records = [layers(label) for label in ("middle:2", "top+bottom:2", "middle:4", "top:1", "bottom:1", "top:2",
+                                           "enc-enc:middle:2", "enc-enc:top+bottom:2", "dec-dec:middle:2")]
+    records += [layers("odd", (6,)), layers("even", (6,)), layers("top:3", (5, 6)), layers("bottom:3", (5, 6)),
+                layers("enc-enc:top:3", (6,))]
+    records.append(FinetuneRecord("control", "unpruned (control)", "none", 0.0, 0.0, "accuracy", "2 updates"))
+    pairs = {(first.label, second.label) for first, second in within_pairs(records)}
+    assert pairs == {("middle:2", "top+bottom:2"), ("top:1", "bottom:1"), ("enc-enc:middle:2", "enc-enc:top+bottom:2"),
+                     ("top:3", "bottom:3"), ("odd", "top:3"), ("odd", "bottom:3")}
+
+
+def test_the_plan_lists_the_configurations_by_table_and_what_is_finished():
+    from fairseq_headprune.study.budhraja.finetune_plan import (
+        PlannedConfiguration,
+        TrainingHistory,
+        plan_line,
+        plan_text,
+    )
+
+    planned = [PlannedConfiguration("unpruned (control)", "the control", True, 600.0)]
+    planned += [PlannedConfiguration("50%", "Table 1", draw < 2, 900.0 if draw < 2 else None) for draw in range(3)]
+    planned += [PlannedConfiguration("25%", "Table 1"), PlannedConfiguration("864 468 864", "Table 2")]
+    line = plan_line(len(planned), 4, 500, 0, 12, TrainingHistory(490, 10, 490 * 1.86), "left, one at a time")
+    text = plan_text(planned, line)
+    assert text.splitlines() == [
+        "the fine-tuning plan (nothing is run): 6 configurations, 3 finished",
+        "  the control (1, 1 finished): unpruned (control)",
+        "  Table 1 (4, 2 finished): 50% ×3, 25%",
+        "  Table 2 (1, 0 finished): 864 468 864",
+        line,
+        "the 3 finished took a median 15 min each as they ran (their record.json; processes that ran at once shared "
+        "the cores)"]
+    assert line.endswith("about 16 min per configuration, 62 min for the 4 left, one at a time")
+
+
 def test_compensation_equals_a_direct_per_head_computation():
     generator = torch.Generator().manual_seed(0)
     layout = {"enc-enc": (2, 4), "enc-dec": (2, 4), "dec-dec": (2, 4)}

@@ -23,6 +23,7 @@ from fairseq_headprune.constants import (
     X_AXES,
 )
 from fairseq_headprune.errors import SettingsError
+from fairseq_headprune.study.budhraja.budgets import draws_text
 from fairseq_headprune.study.budhraja.configurations import parse_tables, requested_budgets
 from fairseq_headprune.study.budhraja.finetune_plan import check_finetune_levels
 from fairseq_headprune.study.finetuning import (
@@ -74,6 +75,7 @@ def _settings(args: argparse.Namespace) -> PruneSettings:
         random_levels=list(args.random_level or []),
         layer_strategies=list(args.layer_strategy or []),
         budhraja_tables=parse_tables(args.budhraja_tables) if args.budhraja_tables else [],
+        budhraja_draws=args.budhraja_draws,
         fisher_file=args.fisher,
         tuning=tuning_settings(args),
         tune_orders=tune_orders,
@@ -130,6 +132,12 @@ def print_finetuned(outcome, label: str, resamples: Optional[int]) -> None:
             against = (f"  ({control.delta:+.2f} vs the fine-tuned unpruned model, "
                        f"{p_value_text(control.p_value, resamples)})")
         print(f"  {record.label:<28} {record.score_before:6.2f} -> {record.score_after:6.2f}{against}")
+    pairs = [(record, other, test) for record in records for other, test in record.paired.items()]
+    if pairs:
+        print("the pairs the paper sets side by side, tested against each other (first minus second):")
+    for record, other, test in pairs:
+        interval = f" [{test.low:+.2f}, {test.high:+.2f}]" if test.low is not None else ""
+        print(f"  {record.label} minus {other}: {test.delta:+.2f}{interval}, {p_value_text(test.p_value, resamples)}")
     if records[0].missing_configurations:
         print(f"  {records[0].missing_configurations} configurations are another shard's and not done yet")
     print(f"wrote\t{outcome.finetune_results}")
@@ -137,6 +145,13 @@ def print_finetuned(outcome, label: str, resamples: Optional[int]) -> None:
 
 def command_prune(args: argparse.Namespace) -> int:
     settings = settings_from(args)  # before the engine (and fairseq) is imported: bad input fails fast
+    if args.finetune_plan:
+        if settings.finetune is None or not settings.finetune.enabled:
+            raise SettingsError("--finetune-plan plans the fine-tunes: add --finetune-updates/--finetune-epochs N")
+        from fairseq_headprune.engine.pipelines.finetune_plan import finetune_plan
+
+        print(finetune_plan(settings))
+        return 0
     from fairseq_headprune.engine.pipelines.prune import run_prune
 
     outcome = run_prune(settings)
@@ -161,7 +176,9 @@ def command_prune(args: argparse.Namespace) -> int:
                 for order, c in costs.items() if c["seconds"]))
         print(f"wrote\t{settings.sweep.out_dir}: " + " ".join(outcome.curve_files))
     if outcome.budget_summary:
-        print(f"random heads within budgets (heads kept), {settings.draws} draws each:")
+        drawn = [row["draws"] for row in outcome.budget_summary if row["kind"] != "layers"]
+        print(f"random heads within budgets (heads kept), {draws_text(drawn or [settings.draws])}"
+              + (" each:" if len(set(drawn)) <= 1 else ":"))
         for row in outcome.budget_summary:
             note = f"  [{row['note']}]" if row.get("note") else ""
             print(f"  {row['budget']:<24} {row['percent']:5.1f}% pruned  {label} {row[column]:.2f} "
@@ -303,6 +320,12 @@ def _add_budget_arguments(prune) -> None:
         "heads (docs/pruning.md): 1 random levels 25-81%% and one head per layer; 2 important layers kept or "
         "pruned; 3 per-type budgets; 4 BERT's levels 10-90%%; 5, 6 layer strategies; comma-separated or 'all'",
     )
+    prune.add_argument(
+        "--budhraja-draws", type=int, metavar="N",
+        help="random draws of each --budhraja-tables configuration (default: --draws); one also given by "
+        "--random-level, --layer-budget or --type-budget keeps --draws (e.g. Table 1's 50%% with 3 draws, its "
+        "other levels with 1)",
+    )
 
 
 def _add_finetune_arguments(prune) -> None:
@@ -333,6 +356,10 @@ def _add_finetune_arguments(prune) -> None:
                        "with --finetune-epochs, every epoch's end)")
     group.add_argument("--finetune-levels", metavar="P,...",
                        help="also fine-tune every curve's step at these %% of heads pruned (e.g. 50,60)")
+    group.add_argument("--finetune-plan", action="store_true",
+                       help="print the fine-tuning plan and exit, scoring and fine-tuning nothing: the configurations "
+                       "by where they come from, how many are finished in OUT, and what the rest cost at the "
+                       "checkpoint's training speed")
     group.add_argument("--config-shard", default="1/1", metavar="I/K",
                        help="fine-tune only the I-th of K shares of the configurations (a Slurm array task: "
                        "I=$SLURM_ARRAY_TASK_ID+1); every share writes to the same OUT, and the last to finish "

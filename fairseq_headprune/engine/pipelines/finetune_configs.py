@@ -19,6 +19,10 @@ Layout of ``OUT/finetune/``::
     NAME/eval/              the sweep that scored it
     NAME/record.json        this configuration's record, written last: a finished configuration
 
+Where the paper sets two configurations side by side (Table 5's middle:K and
+top+bottom:K ...: ``study.budhraja.pairs``), the merge also tests the two
+against each other directly, on their per-sentence statistics.
+
 Resumable at two levels: a configuration with ``record.json`` is never
 redone, and one killed mid-training resumes from ``train/checkpoint_last.pt``.
 Sharded: the configurations are dealt over ``--config-shard I/K`` processes,
@@ -53,8 +57,9 @@ from fairseq_headprune.engine.runtime.console import run_quietly
 from fairseq_headprune.engine.runtime.ranks import alone, current_ranks
 from fairseq_headprune.errors import HeadPruneError, StudyError
 from fairseq_headprune.modules.masked_multihead_attention import current_head_mask
-from fairseq_headprune.study.budhraja.budgets import Budget
+from fairseq_headprune.study.budhraja.budgets import Budget, draws_text
 from fairseq_headprune.study.budhraja.finetune_plan import finetune_epochs, plan_line
+from fairseq_headprune.study.budhraja.pairs import within_pairs
 from fairseq_headprune.study.budhraja.records import CONTROL, CurvePoint, FinetuneRecord, TestAgainst
 from fairseq_headprune.study.budhraja.report import markdown_finetuned
 from fairseq_headprune.study.finetuning import FinetuneSettings
@@ -274,6 +279,7 @@ def merge_records(settings: PruneSettings, configs: Sequence[FinetuneConfig], ou
         _test_against(settings, _scores(control), [r for r in records if r is not control], "control")
     if unpruned is not None and records:
         _test_against(settings, unpruned, records, "unpruned")
+    _test_pairs(settings, records)
     if control is not None:
         for record in records:
             _curve_gaps(record, control)
@@ -287,7 +293,7 @@ def merge_records(settings: PruneSettings, configs: Sequence[FinetuneConfig], ou
         write_text(markdown_finetuned(records, settings.sweep.metric.label), os.path.join(out, "results.md"))
         if any(len(r.curve) > 1 for r in records):
             plot_recovery_curves(records, os.path.join(out, "curves.png"), settings.sweep.metric.label,
-                                 _study_title(settings, history))
+                                 _study_title(settings, history, records))
     return records
 
 
@@ -301,13 +307,14 @@ def _with_layer_spreads(record: FinetuneRecord, work: str) -> FinetuneRecord:
     return record
 
 
-def _study_title(settings: PruneSettings, history) -> str:
+def _study_title(settings: PruneSettings, history, records: Sequence[FinetuneRecord]) -> str:
     """What the curves' plot names: the model, the fine-tune's length and the draws."""
     epochs = finetune_epochs(settings.finetune.updates, history)
     length = settings.finetune.length() + (f" ({epochs:.1f} epochs)" if epochs and not settings.finetune.epochs else "")
     model = os.path.join(*os.path.abspath(settings.sweep.checkpoint).split(os.sep)[-3:])
-    return (f"{model} (trained {history.describe()}); each configuration fine-tuned {length}; random budgets: "
-            f"{settings.draws} draws")
+    drawn = [r.group for r in records if r.draw is not None and r.kind != "curve step"]
+    return (f"{model} (trained {history.describe()}); each configuration fine-tuned {length}"
+            + (f"; random budgets: {draws_text([drawn.count(g) for g in set(drawn)])}" if drawn else ""))
 
 
 def _scores(record: FinetuneRecord) -> ConfigScores:
@@ -326,6 +333,17 @@ def _test_against(settings: PruneSettings, baseline: ConfigScores, records: List
                                             bool(result.p_value < sweep.test.alpha), result.delta_low,
                                             result.delta_high)
         record.significance = sweep.test.to_dict()
+
+
+def _test_pairs(settings: PruneSettings, records: List[FinetuneRecord]) -> None:
+    """The study's paired test of each pair the paper sets side by side (``within_pairs``: Table 5's middle:K and
+    top+bottom:K, top:K and bottom:K; Table 6's odd and the halves), the first against the second directly."""
+    sweep = settings.sweep
+    for first, second in within_pairs(records):
+        result = compare_with_baseline(_scores(second), [_scores(first)], sweep.test, sweep.test_metric)[0]
+        first.paired[second.label] = TestAgainst(first.score_after - second.score_after, result.p_value,
+                                                 bool(result.p_value < sweep.test.alpha), result.delta_low,
+                                                 result.delta_high)
 
 
 def _curve_gaps(record: FinetuneRecord, control: FinetuneRecord) -> None:

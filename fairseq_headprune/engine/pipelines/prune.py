@@ -34,7 +34,7 @@ from fairseq_headprune.engine.sweeps.translation_sweep import table_caption, wri
 from fairseq_headprune.errors import ResultFileError, SettingsError, StudyError
 from fairseq_headprune.modules.masked_ffn import current_ffn_mask, ffn_layout
 from fairseq_headprune.modules.masked_multihead_attention import current_head_mask, head_layout
-from fairseq_headprune.study.budhraja.budgets import plan_budgets
+from fairseq_headprune.study.budhraja.budgets import draws_text, plan_budgets
 from fairseq_headprune.study.budhraja.configurations import requested_budgets
 from fairseq_headprune.study.budhraja.records import FinetuneRecord
 from fairseq_headprune.study.importance.ablation import BASELINE, HeadConfig, baseline_config
@@ -324,6 +324,7 @@ def _study_record(settings: PruneSettings, store, fisher_store, tuning_store, st
         "step_percent": settings.curve.step_percent,
         "max_percent": settings.curve.max_percent,
         "draws": settings.draws,
+        "budhraja_draws": settings.budhraja_draws,
         "pruning_seed": settings.pruning_seed,
         "importance": os.path.abspath(settings.importance_file) if settings.importance_file else (
             None if store is None else os.path.abspath(store.directory)
@@ -433,8 +434,9 @@ def _write_budgets(settings: PruneSettings, layout, budget_draws, by_config, rec
     write_rows_tsv(summary, os.path.join(out, "budgets_summary.tsv"))
     write_json({"settings": record, "rows": summary}, os.path.join(out, "budgets_summary.json"), indent=1)
     caption = table_caption(
-        settings.sweep, f"Heads kept at random within each budget (mean ± std over {settings.draws} draws; "
-        "whole-layer strategies: one fixed mask)",
+        settings.sweep, "Heads kept at random within each budget (mean ± std over "
+        + draws_text([row["draws"] for row in summary if row["kind"] != "layers"] or [settings.draws])
+        + "; whole-layer strategies: one fixed mask)",
         settings.sweep.gen_subset,
     )
     write_text(markdown_budgets(summary, outcome.baseline_score, caption, metric.column, metric.label),

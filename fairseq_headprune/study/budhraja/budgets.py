@@ -49,6 +49,7 @@ class Budget:
     tables: Tuple[int, ...] = ()
     paper_level: Optional[float] = None
     arm: str = ""
+    draws: Optional[int] = None  # random draws of this budget (None: the study's --draws)
 
     @property
     def note(self) -> str:
@@ -223,7 +224,21 @@ def _level_mask(budget: Budget, layout: HeadLayout, rng: np.random.Generator) ->
     return head_mask
 
 
+def budget_draws(budget: Budget, draws: int) -> int:
+    """How many draws a budget gets: its own count, else the study's ``draws``; one for a whole-layer strategy."""
+    return (budget.draws or draws) if budget.random else 1
+
+
+def draws_text(counts: Sequence[int]) -> str:
+    """The random budgets' draws in a caption: ``3 draws``, or ``1 to 3 draws (each row's)`` where they differ."""
+    counts = sorted(set(counts)) or [0]
+    if len(counts) == 1:
+        return f"{counts[0]} draw{'s' if counts[0] != 1 else ''}"
+    return f"{counts[0]} to {counts[-1]} draws (each row's)"
+
+
 def plan_budgets(budgets: Sequence[Budget], layout: HeadLayout, seed: int, draws: int):
-    """(budget, draw, mask) for every draw of every budget (one for a whole-layer strategy)."""
+    """(budget, draw, mask) for every draw of every budget (``budget_draws``). A draw's mask depends on the seed,
+    the draw and the budget's label only: a budget keeps its draws when others are added."""
     return [(budget, draw, budget_mask(budget, layout, seed, draw))
-            for budget in budgets for draw in range(1, (draws if budget.random else 1) + 1)]
+            for budget in budgets for draw in range(1, budget_draws(budget, draws) + 1)]

@@ -215,13 +215,21 @@ def _group(counts: Sequence[int]) -> str:
 
 def requested_budgets(settings, layout: HeadLayout) -> List[Budget]:
     """The configurations a ``PruneSettings`` asks for, in the order given, each once (by label); a budget the
-    model cannot take is a ``HeadMaskError`` (checked by the command before fairseq is imported)."""
+    model cannot take is a ``HeadMaskError`` (checked by the command before fairseq is imported).
+
+    A table's configuration also given by hand (``--random-level 50`` and Table 1's 50%) is the hand-given one,
+    with its draws (``--draws``) and the table's place; the tables' others take ``budhraja_draws`` (None:
+    ``--draws``)."""
     budgets = [parse_layer_budget(text, layout) for text in settings.layer_budgets]
     budgets += [parse_type_budget(text, layout) for text in settings.type_budgets]
     budgets += [level_budget(level, layout) for level in settings.random_levels]
     budgets += [strategy_budget(text, layout) for text in settings.layer_strategies]
-    budgets += paper_budgets(settings.budhraja_tables, layout) if settings.budhraja_tables else []
+    tables = paper_budgets(settings.budhraja_tables, layout) if settings.budhraja_tables else []
+    for budget in tables:
+        budget.draws = settings.budhraja_draws
     unique: Dict[str, Budget] = {}
-    for budget in budgets:
-        unique.setdefault(budget.label, budget)
+    for budget in budgets + tables:
+        kept = unique.setdefault(budget.label, budget)
+        if kept is not budget and budget.tables and not kept.tables:  # given by hand and in a table: the table's row
+            kept.tables, kept.paper_level, kept.arm = budget.tables, budget.paper_level, budget.arm
     return list(unique.values())

@@ -7,8 +7,9 @@ training, which the checkpoint records (fairseq's ``num_updates``, the epoch
 its iterator stands at, and the training's wall-clock seconds).
 """
 
+import statistics
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from fairseq_headprune.errors import SettingsError
 from fairseq_headprune.study.masks.head_mask import HeadLayout
@@ -49,7 +50,7 @@ def _duration(seconds: float) -> str:
 
 
 def plan_line(configurations: int, todo: int, updates: int, epochs: int, points: int,
-              history: Optional[TrainingHistory]) -> str:
+              history: Optional[TrainingHistory], left: str = "left to this process") -> str:
     """The line ``prune`` prints before fine-tuning: how many, how long each, and the time it will take."""
     if epochs:
         length = f"{epochs} epochs"
@@ -64,10 +65,12 @@ def plan_line(configurations: int, todo: int, updates: int, epochs: int, points:
             + (f", scored at {points} points of the recovery curve" if points else "")
             + (f"; the checkpoint trained {history.describe()}" if history else ""))
     per_update = history.seconds_per_update if history else None
-    if per_update and total_updates:
+    if not todo:
+        line += "; none left"
+    elif per_update and total_updates:
         each = per_update * total_updates
         line += (f"; at its training speed ({per_update:.2f} s/update) about {_duration(each)} per configuration, "
-                 f"{_duration(each * todo)} for the {todo} left to this process")
+                 f"{_duration(each * todo)} for the {todo} {left}")
     return line
 
 
@@ -84,3 +87,36 @@ def check_finetune_levels(levels: Sequence[float], scopes: Sequence[str], layout
                     f"--finetune-levels {level:g}: no step of the {scope} curves prunes {pruned_at_level(level, total)}"
                     f" of {total} heads ({level:g}%, rounded up); give --step-percent S with {level:g} a multiple of S"
                     f" (and --max-percent at least {level:g})")
+
+
+@dataclass
+class PlannedConfiguration:
+    """One configuration of a fine-tuning plan: what its draws share (a budget's label, a curve's order and level),
+    where it comes from (``Table 1``, ``the curves' steps``, ``the control``) and whether it is finished."""
+
+    group: str
+    source: str
+    finished: bool = False
+    seconds: Optional[float] = None  # what a finished one took (its record's seconds)
+
+
+def plan_text(planned: Sequence[PlannedConfiguration], line: str, share: Optional[str] = None) -> str:
+    """The plan ``prune --finetune-plan`` prints: the configurations by where they come from (each budget's draws
+    as ``×N``), how many are finished, the time line (``plan_line``) and what the finished ones took."""
+    by_source: Dict[str, Dict[str, List[PlannedConfiguration]]] = {}
+    for item in planned:
+        by_source.setdefault(item.source, {}).setdefault(item.group, []).append(item)
+    done = [item for item in planned if item.finished]
+    lines = [f"the fine-tuning plan (nothing is run): {len(planned)} configurations, {len(done)} finished"
+             + (f"; this process's share {share}" if share else "")]
+    for source, groups in by_source.items():
+        members = [item for group in groups.values() for item in group]
+        lines.append(f"  {source} ({len(members)}, {sum(item.finished for item in members)} finished): "
+                     + ", ".join(group + (f" ×{len(items)}" if len(items) > 1 else "") for group, items in
+                                 groups.items()))
+    lines.append(line)
+    timed = [item.seconds for item in done if item.seconds]
+    if timed:
+        lines.append(f"the {len(timed)} finished took a median {_duration(statistics.median(timed))} each as they ran "
+                     "(their record.json; processes that ran at once shared the cores)")
+    return "\n".join(lines)

@@ -66,6 +66,7 @@ class PruneSettings:
     random_levels: List[float] = field(default_factory=list)  # % of heads pruned at random, >= 1 head per layer kept
     layer_strategies: List[str] = field(default_factory=list)  # whole layers pruned by position (top:K, middle:K ...)
     budhraja_tables: List[int] = field(default_factory=list)  # every configuration of these tables of Budhraja et al.
+    budhraja_draws: Optional[int] = None  # draws of the tables' random configurations not given by hand (None: draws)
     fisher_file: Optional[str] = None  # Fisher scores and blocks for the fisher orders, instead of estimating
     tuning: Optional[TuningSettings] = None  # --tune-masks: also every curve of tune_orders with tuned masks
     tune_orders: List[str] = field(default_factory=list)
@@ -102,6 +103,9 @@ class PruneSettings:
         for level in self.random_levels:
             refuse(not 0 < level < 100, f"--random-level {level:g}: a share of the heads pruned, above 0 and below 100")
         refuse(self.draws <= 0, f"--draws must be positive, got {self.draws}")
+        if self.budhraja_draws is not None:
+            refuse(self.budhraja_draws <= 0, f"--budhraja-draws must be positive, got {self.budhraja_draws}")
+            refuse(not self.budhraja_tables, "--budhraja-draws goes with --budhraja-tables")
         if "ablation" in self.orders and not self.ablation_file:
             raise SettingsError("--orders ablation needs --ablation FILE (single.json of ablate --mode single)")
 
