@@ -197,7 +197,7 @@ TRAINING_FIXTURES = {"tiny_model", "tiny_lm", "classifier", "mnli_dir", "wmt_dir
 LONGEST_FIRST = ("test_compress.py", "test_roberta_mnli_pipeline.py", "test_layer_drop.py", "test_wmt_pipeline.py",
                  "test_joint_search.py",
                  "test_prune_cli.py", "test_ablate_cli.py", "test_ffn_mask.py", "test_budhraja_finetune.py",
-                 "test_language_model.py", "test_sharding.py", "test_sentence_prediction.py",
+                 "test_budhraja_long.py", "test_language_model.py", "test_sharding.py", "test_sentence_prediction.py",
                  "test_checkpoint_compat.py", "test_fairseq_cli.py", "test_export.py", "test_deployment_timing.py")
 
 
