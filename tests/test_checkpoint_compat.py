@@ -4,9 +4,11 @@ import argparse
 import fractions
 import pickle
 
+import numpy
 import pytest
 import torch
 
+from fairseq_headprune.compat.torch_load import NUMPY_ARRAY_GLOBALS
 from fairseq_headprune.engine.checkpoints.info import checkpoint_head_layout
 from fairseq_headprune.errors import CheckpointError
 
@@ -46,12 +48,17 @@ def test_the_allow_list_stays_narrow(tmp_path):
 
 
 def test_the_plugin_allows_exactly_its_list(tmp_path):
-    """In a fresh interpreter: importing the plugin adds argparse.Namespace to torch's
-    safe globals and nothing else; a Namespace checkpoint then loads with weights_only,
-    and one that pickles another object is still refused."""
+    """In a fresh interpreter: importing the plugin adds argparse.Namespace and numpy's rebuilding of arrays of
+    numbers to torch's safe globals and nothing else; a Namespace checkpoint and one whose meters hold numpy arrays
+    (fairseq-train with --eval-bleu) then load with weights_only, and one that pickles another object, also inside
+    a numpy array of objects, is still refused."""
     namespace_path, evil_path = tmp_path / "namespace.pt", tmp_path / "evil.pt"
+    meters_path, evil_array_path = tmp_path / "meters.pt", tmp_path / "evil_array.pt"
     torch.save({"model": {}, "args": argparse.Namespace(arch="transformer")}, namespace_path)
     torch.save({"model": {}, "payload": fractions.Fraction(1, 3)}, evil_path)
+    torch.save({"model": {}, "extra_state": {"metrics": {"_bleu_counts": numpy.array([3, 2, 1, 0]),
+                                                         "_bleu_len": numpy.array([4.5])}}}, meters_path)
+    torch.save({"model": {}, "payload": numpy.array([fractions.Fraction(1, 3)], dtype=object)}, evil_array_path)
     script = f"""
 import pickle, torch
 before = set(torch.serialization.get_safe_globals())
@@ -64,20 +71,29 @@ import fairseq_headprune
 from fairseq_headprune.compat.torch_load import FAIRSEQ_CHECKPOINT_GLOBALS
 added = set(torch.serialization.get_safe_globals()) - before
 print("added", sorted(g.__module__ + "." + g.__qualname__ for g in added))
-print("list", [g.__module__ + "." + g.__qualname__ for g in FAIRSEQ_CHECKPOINT_GLOBALS])
+print("list", sorted(g.__module__ + "." + g.__qualname__ for g in FAIRSEQ_CHECKPOINT_GLOBALS))
 print("arch", torch.load({str(namespace_path)!r})["args"].arch)
-try:
-    torch.load({str(evil_path)!r})
-    print("evil loaded")
-except pickle.UnpicklingError:
-    print("evil refused")
+print("counts", torch.load({str(meters_path)!r})["extra_state"]["metrics"]["_bleu_counts"].tolist())
+for path in ({str(evil_path)!r}, {str(evil_array_path)!r}):
+    try:
+        torch.load(path)
+        print("evil loaded")
+    except pickle.UnpicklingError:
+        print("evil refused")
 """
     lines = run(["python", "-c", script]).stdout.splitlines()
+    numpy_globals = sorted(g.__module__ + "." + g.__qualname__ for g in NUMPY_ARRAY_GLOBALS)
+    assert numpy_globals[:1] == ["numpy._core.multiarray._reconstruct"] or "numpy.core.multiarray._reconstruct" in (
+        numpy_globals)
+    assert {"numpy.ndarray", "numpy.dtype", "numpy.dtypes.Int64DType"} <= set(numpy_globals)
+    listed = str(sorted(["argparse.Namespace", *numpy_globals]))
     assert lines == [
         "namespace refused before the plugin",
-        "added ['argparse.Namespace']",
-        "list ['argparse.Namespace']",
+        f"added {listed}",
+        f"list {listed}",
         "arch transformer",
+        "counts [3, 2, 1, 0]",
+        "evil refused",
         "evil refused",
     ]
 
