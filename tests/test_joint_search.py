@@ -21,10 +21,10 @@ from fairseq_headprune.errors import ResultFileError, SettingsError
 from fairseq_headprune.study.search.costs import (
     LatencyTable,
     LayerCosts,
+    SearchBudget,
     ffn_flops_costs,
     flops_costs,
     merge_costs,
-    parse_budget,
     read_latency_table,
     write_latency_table,
 )
@@ -282,7 +282,7 @@ def test_flops_of_heads_and_neurons_add_up_as_computed_by_hand():
     ffn_mask = {"enc-ffn": torch.tensor([[1.0, 0.0, 1.0]])}
     assert costs.cost_of(head_mask, ffn_mask) == 88 + 2 * 16 == 120
     assert costs.cost_of(head_mask) == 88 + 3 * 16  # no neuron mask: every neuron kept
-    assert parse_budget("50%", costs) == 112
+    assert SearchBudget.parse("50%").resolve(costs) == 112
     # 112 FLOPs kept: one head and one neuron (104), or no head and every neuron (48): the scores decide
     heads = {"enc-enc": torch.tensor([[0.9, 0.1]], dtype=torch.float64)}
     neurons = {"enc-ffn": torch.tensor([[0.3, 0.05, 0.2]], dtype=torch.float64)}
@@ -296,7 +296,8 @@ def test_an_ffn_only_search_keeps_every_head_and_the_neurons_of_largest_fisher_s
     heads, neurons = random_scores(50)
     costs = ffn_flops_costs(NEURONS, {"enc-ffn": 8})
     assert costs.unit == "FFN FLOPs per token"
-    result = search_mask(heads, None, costs, parse_budget("50%", costs), rearranged=False, neurons=neurons,
+    result = search_mask(heads, None, costs, SearchBudget.parse("50%").resolve(costs), rearranged=False,
+                         neurons=neurons,
                          neuron_step=1)
     assert all(bool((m == 1).all()) for m in result.head_mask.values())
     flat = neurons["enc-ffn"].reshape(-1)
@@ -315,7 +316,7 @@ def test_large_integer_costs_are_divided_by_their_divisor_and_stay_exact():
     generator = torch.Generator().manual_seed(0)
     heads = {"enc-enc": torch.rand(2, 16, generator=generator, dtype=torch.float64)}
     neurons = {"enc-ffn": torch.rand(2, 4096, generator=generator, dtype=torch.float64) / 100}
-    budget = parse_budget("40%", costs)
+    budget = SearchBudget.parse("40%").resolve(costs)
     result = fisher_search(heads, costs, budget, neurons)
     assert result.cost <= budget and result.details["neuron_step"] == 32  # 4096 / 128 counts per layer
     assert all(k % 32 == 0 for k in result.kept_neurons.values())
@@ -408,7 +409,7 @@ def test_a_joint_search_writes_masks_that_fairseq_generate_applies_as_search_jso
     assert record["neurons_pruned"] == sum(int((m == 0).sum()) for m in ffn_mask.values())
     assert record["result"]["kept_neurons"] == {f"{t}:{layer + 1}": int(ffn_mask[t][layer].sum())
                                                 for t in ffn_layout for layer in range(2)}
-    assert 0 < record["neurons_pruned"] < 512 and 0 < record["pruned"] < 48  # both structures pruned here
+    assert 0 < record["neurons_pruned"] < 512 and 0 < record["heads_pruned"] < 48  # both structures pruned here
     assert f"pruned {record['neurons_pruned']} of 512 FFN neurons: {record['ffn_spec']}" in result.stdout
     assert f"pruned {record['pruned']} of 48 heads" in result.stdout
     # the FLOPs kept, counted by torch's FlopCounterMode on the narrowed layers (32 positions)
@@ -453,14 +454,14 @@ def test_an_ffn_search_keeps_every_head_and_uniform_keeps_one_head_count_per_typ
     search(tiny_model, tmp_path / "ffn", "--fisher", neuron_fisher, "--structure", "ffn", "--cost", "flops",
            "--budget", "50%")
     record = json.loads((tmp_path / "ffn" / "search.json").read_text())
-    assert record["spec"] == "none" and record["pruned"] == 0
+    assert record["spec"] == "none" and record["heads_pruned"] == 0
     assert record["full_cost"] == 256 * 512 and record["result"]["cost"] <= 256 * 256  # 256 of 512 neurons kept
     assert record["neurons_pruned"] >= 256
     search(tiny_model, tmp_path / "uniform", "--fisher", neuron_fisher, "--structure", "joint", "--cost", "flops",
            "--budget", "50%", "--uniform", "--neuron-step", "16")
     record = json.loads((tmp_path / "uniform" / "search.json").read_text())
     head_mask = parse_head_mask(record["spec"], {t: (2, 8) for t in ("enc-enc", "enc-dec", "dec-dec")})
-    assert record["pruned"] > 0 and all(m.sum(dim=1)[0] == m.sum(dim=1)[1] for m in head_mask.values())
+    assert record["heads_pruned"] > 0 and all(m.sum(dim=1)[0] == m.sum(dim=1)[1] for m in head_mask.values())
     assert all(k % 16 == 0 for k in record["result"]["kept_neurons"].values())
     assert record["result"]["uniform"] and record["uniform"]
     # the decoder's self- and cross-attention at one count too: exported to CTranslate2 without padding
@@ -469,7 +470,7 @@ def test_an_ffn_search_keeps_every_head_and_uniform_keeps_one_head_count_per_typ
     record = json.loads((tmp_path / "tied" / "search.json").read_text())
     head_mask = parse_head_mask(record["spec"], {t: (2, 8) for t in ("enc-enc", "enc-dec", "dec-dec")})
     decoder = {int(count) for t in ("enc-dec", "dec-dec") for count in head_mask[t].sum(dim=1)}
-    assert record["pruned"] > 0 and len(decoder) == 1, record["spec"]
+    assert record["heads_pruned"] > 0 and len(decoder) == 1, record["spec"]
     refused = search(tiny_model, tmp_path / "refused", "--fisher", neuron_fisher, "--structure", "joint", "--cost",
                      "flops", "--budget", "40%", "--tie-decoder-heads", check=False)
     assert refused.returncode == 2 and refused.stderr.strip().endswith("--tie-decoder-heads goes with --uniform")

@@ -9,9 +9,9 @@ from fairseq_headprune.errors import ResultFileError, SettingsError
 from fairseq_headprune.study.search.costs import (
     LatencyTable,
     LayerCosts,
+    SearchBudget,
     flops_costs,
     head_count_costs,
-    parse_budget,
     read_latency_table,
     write_latency_table,
 )
@@ -141,16 +141,22 @@ def test_search_mask_reports_both_estimates_and_rearranged_masks_keep_the_layer_
 
 def test_budgets_parse_numbers_and_percentages_and_refuse_more_than_the_model():
     costs = head_count_costs(LAYOUT)
-    assert parse_budget("6", costs) == 6
-    assert parse_budget("50%", costs) == 6
-    assert parse_budget("40%", costs) == 4  # 4.8 heads: the whole heads it allows
+    assert SearchBudget.parse("6").resolve(costs) == 6
+    assert SearchBudget.parse("50%").resolve(costs) == 6
+    assert SearchBudget.parse("40%").resolve(costs) == 4  # 4.8 heads: the whole heads it allows
     for text, message in (("13", "more than the unpruned model costs"), ("-1", "non-negative"),
                           ("half", "a number or a percentage"), ("2.5", "whole")):
         with pytest.raises(SettingsError, match=message):
-            parse_budget(text, costs)
+            SearchBudget.parse(text).resolve(costs)
     flops = flops_costs(LAYOUT, {"enc-enc": (64, 16), "dec-dec": (64, 16)}, 10)
     assert flops.full_cost() == 12 * (8 * 64 * 16 + 4 * 10 * 16)
-    assert parse_budget("50%", flops) == pytest.approx(flops.full_cost() / 2)
+    assert SearchBudget.parse("50%").resolve(flops) == pytest.approx(flops.full_cost() / 2)
+    # a budget already in the costs' unit (compress after removing whole layers: a share of the unpruned model's
+    # cost as an amount): a fraction of a head is the whole heads within it, a number of FLOPs as it is
+    assert SearchBudget(amount=4.0).resolve(costs) == 4 and SearchBudget.parse(6).text == "6"
+    assert SearchBudget(amount=1000.5).resolve(flops) == 1000.5
+    with pytest.raises(SettingsError, match="an amount or a percentage"):
+        SearchBudget()
 
 
 def test_latency_tables_are_refused_for_another_model_or_device(tmp_path):
@@ -168,3 +174,13 @@ def test_latency_tables_are_refused_for_another_model_or_device(tmp_path):
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(ResultFileError, match="not a latency table"):
         read_latency_table(str(tmp_path / "bad.json"), architecture, "cpu: test")
+
+
+def test_search_json_is_a_record_and_older_files_are_read_under_its_names():
+    from fairseq_headprune.study.search.records import SearchFile
+
+    record = SearchFile(checkpoint="/c.pt", budget="50%", cost="heads", structure="heads", full_cost=48.0,
+                        spec="E:1:1-4", heads_pruned=4, heads_total=48, result={"cost": 44.0})
+    assert SearchFile.from_dict(record.to_dict()) == record
+    older = {key: value for key, value in record.to_dict().items() if key not in ("heads_pruned", "heads_total")}
+    assert SearchFile.from_dict({**older, "pruned": 4, "total": 48}) == record

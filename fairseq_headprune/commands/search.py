@@ -18,6 +18,7 @@ from fairseq_headprune.constants import (
 )
 from fairseq_headprune.study.masks.ffn_mask import ffn_mask_to_spec
 from fairseq_headprune.study.masks.head_mask import head_mask_to_spec, layer_name
+from fairseq_headprune.study.search.costs import SearchBudget
 from fairseq_headprune.study.search.settings import LatencySettings, SearchSettings
 
 
@@ -25,7 +26,8 @@ def search_settings(args: argparse.Namespace) -> SearchSettings:
     from fairseq_headprune.engine.checkpoints.info import checkpoint_family
 
     return SearchSettings(
-        data=args.data, checkpoint=args.path, out_dir=args.out_dir, budget=args.budget, cost=args.cost,
+        data=args.data, checkpoint=args.path, out_dir=args.out_dir, budget=SearchBudget.parse(args.budget),
+        cost=args.cost,
         latency_table=args.latency_table, sequence_length=args.sequence_length, fisher_file=args.fisher,
         importance=importance_settings(args, method="fisher"),
         rearrange=not args.no_rearrange, tuning=tuning_settings(args), family=checkpoint_family(args.path),
@@ -45,7 +47,7 @@ def command_search(args: argparse.Namespace) -> int:
     outcome = run_search(settings)
     result = outcome.result
     print(f"Fisher information: {outcome.fisher_source}")
-    print(f"budget {settings.budget} = {result.budget:g} {result.unit} of {outcome.costs.full_cost():g}; "
+    print(f"budget {settings.budget.text} = {result.budget:g} {result.unit} of {outcome.costs.full_cost():g}; "
           f"the mask costs {result.cost:g} {result.unit}")
     print(f"pruned {outcome.heads_pruned} of {outcome.heads_total} heads: {head_mask_to_spec(result.head_mask)}")
     if result.ffn_mask is not None:

@@ -45,12 +45,12 @@ from fairseq_headprune.study.search.costs import (
     LayerCosts,
     head_count_costs,
     output_projection_flops,
-    parse_budget,
     predicted_speedup,
     read_latency_table,
     write_latency_table,
 )
 from fairseq_headprune.study.search.mask_search import SearchResult, search_mask
+from fairseq_headprune.study.search.records import SearchFile
 from fairseq_headprune.study.search.settings import LatencySettings, SearchSettings
 from fairseq_headprune.study.search.tuning import MaskTuning, write_tuning
 
@@ -193,7 +193,7 @@ def run_search(settings: SearchSettings) -> SearchOutcome:
     layout = head_layout(model)
     settings, costs = search_costs(settings, cfg, task, model)  # a wrong latency table fails before any work
     costs.check_uniform(settings.uniform)
-    budget = parse_budget(settings.budget, costs)
+    budget = settings.budget.resolve(costs)
     seconds: Dict[str, float] = {}
     fisher, source = _fisher(settings, family, cfg, task, model, seconds)
     start = time.perf_counter()
@@ -252,31 +252,20 @@ def _write(settings: SearchSettings, outcome: SearchOutcome, fisher: ImportanceR
         tuning_path = os.path.join(settings.out_dir, TUNING_FILE)
         write_tuning(outcome.tuning, tuning_path)
         outcome.files.append(tuning_path)
-    record = {
-        "checkpoint": os.path.abspath(settings.checkpoint),
-        "budget": settings.budget,
-        "cost": settings.cost,
-        "structure": settings.structure,
-        "uniform": settings.uniform,
-        "latency_table": os.path.abspath(settings.latency_table) if settings.latency_table else None,
-        "sequence_length": settings.sequence_length if settings.cost == "flops" else None,
-        "full_cost": outcome.costs.full_cost(),
-        "fisher": outcome.fisher_source,
-        "fisher_sentences": fisher.settings.get("sentences", fisher.count),
-        "spec": head_mask_to_spec(outcome.result.head_mask),
-        "pruned": outcome.heads_pruned,
-        "total": outcome.heads_total,
-        "ffn_spec": None if ffn_mask is None else ffn_mask_to_spec(ffn_mask),
-        "neurons_pruned": outcome.neurons_pruned if ffn_mask is not None else None,
-        "neurons_total": outcome.neurons_total if ffn_mask is not None else None,
-        "flops": outcome.flops,
-        "decoding_flops": outcome.decoding,
-        "predicted_speedup": outcome.predicted_speedup,
-        "prediction_note": outcome.prediction_note,
-        "seconds": outcome.seconds,
-        "result": outcome.result.to_dict(),
-        "tuning": None if outcome.tuning is None else outcome.tuning.summary(),
-    }
+    record = SearchFile(
+        checkpoint=os.path.abspath(settings.checkpoint), budget=settings.budget.text, cost=settings.cost,
+        structure=settings.structure, uniform=settings.uniform,
+        latency_table=os.path.abspath(settings.latency_table) if settings.latency_table else None,
+        sequence_length=settings.sequence_length if settings.cost == "flops" else None,
+        full_cost=outcome.costs.full_cost(), fisher=outcome.fisher_source,
+        fisher_sentences=fisher.settings.get("sentences", fisher.count),
+        spec=head_mask_to_spec(outcome.result.head_mask), heads_pruned=outcome.heads_pruned,
+        heads_total=outcome.heads_total, ffn_spec=None if ffn_mask is None else ffn_mask_to_spec(ffn_mask),
+        neurons_pruned=outcome.neurons_pruned if ffn_mask is not None else None,
+        neurons_total=outcome.neurons_total if ffn_mask is not None else None,
+        flops=outcome.flops, decoding_flops=outcome.decoding, predicted_speedup=outcome.predicted_speedup,
+        prediction_note=outcome.prediction_note, seconds=outcome.seconds, result=outcome.result.to_dict(),
+        tuning=None if outcome.tuning is None else outcome.tuning.summary())
     search_path = os.path.join(settings.out_dir, SEARCH_FILE)
-    write_json(record, search_path, indent=1)
+    write_json(record.to_dict(), search_path, indent=1)
     outcome.files.append(search_path)

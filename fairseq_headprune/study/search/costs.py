@@ -233,30 +233,52 @@ def decoding_flops_costs(layout: HeadLayout, dims: Dict[str, Tuple[int, int]], f
     return LayerCosts("decoding-flops", per_layer)
 
 
-def parse_budget(text: Union[str, float], costs: LayerCosts) -> float:
-    """A budget in the costs' unit: ``N`` (heads, FLOPs or ms, given as a number or its text) or ``P%`` of the
-    unpruned model's cost."""
-    full = costs.full_cost()
-    if isinstance(text, (int, float)):
-        value = float(text)
-    else:
-        stripped = text.strip()
+@dataclass(frozen=True)
+class SearchBudget:
+    """What a search may keep: ``amount`` in the costs' unit (heads, FLOPs per token, ms), or ``percent`` of the
+    unpruned model's cost. Parsed once from the command line (``parse``), resolved against a model's costs by the
+    engine (``resolve``)."""
+
+    amount: Optional[float] = None
+    percent: Optional[float] = None
+
+    def __post_init__(self):
+        if (self.amount is None) == (self.percent is None):
+            raise SettingsError("a search budget is an amount or a percentage, one of the two")
+        value = self.amount if self.amount is not None else self.percent
+        if not math.isfinite(value) or value < 0:
+            raise SettingsError(f"the budget must be non-negative, got {self.text}")
+
+    @classmethod
+    def parse(cls, text: Union[str, float]) -> "SearchBudget":
+        """``N`` (a number, or its text) or ``P%``."""
+        if isinstance(text, (int, float)):
+            return cls(amount=float(text))
+        stripped = str(text).strip()
+        percent = stripped.endswith("%")
         try:
-            value = float(stripped[:-1]) * full / 100.0 if stripped.endswith("%") else float(stripped)
+            value = float(stripped[:-1] if percent else stripped)
         except ValueError:
-            raise SettingsError(f"--budget: expected a number or a percentage, got {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise SettingsError(f"--budget must be non-negative, got {text!r}")
-    if value > full * (1 + 1e-9):
-        raise SettingsError(
-            f"--budget {text} is more than the unpruned model costs ({full:g} {costs.unit}); "
-            "nothing would be pruned"
-        )
-    if costs.kind == "heads":
-        if not stripped.endswith("%") and value != int(value):
-            raise SettingsError(f"--budget: a number of heads must be whole, got {text!r}")
-        value = float(math.floor(value + 1e-9))  # a percentage of the heads: the whole heads it allows
-    return value
+            raise SettingsError(f"the budget: expected a number or a percentage, got {text!r}") from None
+        return cls(percent=value) if percent else cls(amount=value)
+
+    @property
+    def text(self) -> str:
+        return f"{self.percent:g}%" if self.percent is not None else f"{self.amount:g}"
+
+    def resolve(self, costs: LayerCosts) -> float:
+        """The budget in the costs' unit; a number of heads must be whole, a percentage of them allows the whole heads
+        within it."""
+        full = costs.full_cost()
+        value = self.amount if self.amount is not None else self.percent * full / 100.0
+        if value > full * (1 + 1e-9):
+            raise SettingsError(f"the budget {self.text} is more than the unpruned model costs ({full:g} "
+                                f"{costs.unit}); nothing would be pruned")
+        if costs.kind == "heads":
+            if self.amount is not None and value != int(value):
+                raise SettingsError(f"the budget: a number of heads must be whole, got {self.text}")
+            value = float(math.floor(value + 1e-9))
+        return value
 
 
 # ----------------------------------------------------------------------------- latency tables

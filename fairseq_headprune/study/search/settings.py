@@ -1,7 +1,7 @@
 """Settings of Kwon et al.'s search, mask tuning and the latency tables, validated where they are made."""
 
 from dataclasses import dataclass, field, replace
-from typing import List, Optional, Union
+from typing import List, Optional
 
 from fairseq_headprune.constants import (
     COST_KINDS,
@@ -19,6 +19,7 @@ from fairseq_headprune.constants import (
     TUNE_LAYERS,
 )
 from fairseq_headprune.errors import SettingsError
+from fairseq_headprune.study.search.costs import SearchBudget
 from fairseq_headprune.study.settings import ImportanceSettings, check_one_of, check_positive, refuse
 
 
@@ -65,7 +66,7 @@ class SearchSettings:
     data: str
     checkpoint: str
     out_dir: str
-    budget: Union[str, float]  # a number (heads, FLOPs per token, ms) or "P%" of the unpruned model's cost
+    budget: SearchBudget  # an amount (heads, FLOPs per token, ms) or a percentage of the unpruned model's cost
     cost: str = "heads"
     latency_table: Optional[str] = None
     sequence_length: int = DEFAULT_SEQUENCE_LENGTH  # the FLOPs cost's attended positions
