@@ -118,20 +118,34 @@ def test_speed_rows_beams_and_predictions_round_trip():
 def speedup_report():
     from fairseq_headprune.study.compression.records import PlanRecord, Prediction
     from fairseq_headprune.study.compression.speedup import Candidate, PlannedCandidate, out_of_order
-    from fairseq_headprune.study.compression.speedup_records import AttemptRecord, SpeedupReport, SpeedupResult
+    from fairseq_headprune.study.compression.speedup_records import (
+        AttemptRecord,
+        FinetuneSummary,
+        ScoreChange,
+        SpeedupReport,
+        SpeedupResult,
+    )
+    from fairseq_headprune.study.masks.layer_drop import LayerChoice
 
-    candidates = [PlannedCandidate(Candidate((("decoder", 1), ("encoder", 0)), 1.0), 0.7, {"1": 1.6, "64": 1.5}),
-                  PlannedCandidate(Candidate((("decoder", 1), ("encoder", 0)), 0.5), 0.4, {"1": 2.3, "64": 2.1}),
-                  PlannedCandidate(Candidate((("decoder", 2), ("encoder", 0)), 0.5), 0.2, {"1": 1.5, "64": 2.9})]
-    plan = PlanRecord(factor=2.0, batch_sizes=[1, 64], split="valid", sentences=64, beam=5, target_length=20,
-                      repeats=5, candidates=candidates, chosen=1, map_gain={"1": 1.2, "64": 1.1},
-                      out_of_order=out_of_order(candidates), stage="plan", seconds=12.0)
+    candidates = [PlannedCandidate(Candidate((("decoder", 1), ("encoder", 0)), 1.0), 0.7, {"1": 1.6, "64": 1.5}, 0.4),
+                  PlannedCandidate(Candidate((("decoder", 1), ("encoder", 0)), 0.5), 0.4, {"1": 2.3, "64": 2.1}, 0.9),
+                  PlannedCandidate(Candidate((("decoder", 2), ("encoder", 0)), 0.5), 0.2, {"1": 1.5, "64": 2.9}, 3.1)]
+    choice = LayerChoice({"decoder": [2]}, 2.1, [{"stack": "decoder", "layer": 3, "loss": 2.5, "candidates": {}}])
+    plan = PlanRecord(factor=2.0, margin=0.1, batch_sizes=[1, 64], split="valid", sentences=64, beam=5,
+                      target_length=20, repeats=5, candidates=candidates, chosen=1, map_gain={"1": 1.2, "64": 1.1},
+                      out_of_order=out_of_order(candidates), decision_subset="valid", reference=41.0,
+                      generation={"beam": 5, "lenpen": 1.0}, remove_bpe="subword_nmt", base_loss=2.1,
+                      damage_sentences=500, layer_choices={"1 decoder layer": choice}, stage="plan", seconds=12.0)
+    decided = ScoreChange("valid", "BLEU", 41.0, 40.6, -0.4, 0.2, 1000, 3.0)
     attempt = AttemptRecord(attempt=1, dir="attempt-1", shape=candidates[1], continued_from=None,
-                            finetune_updates=200, metric="BLEU", unpruned=40.0, compressed=39.5, delta=-0.5,
-                            p_value=0.2, samples=1000, speedups={"1": 2.2, "64": 2.05}, decision="accept")
-    result = SpeedupResult(attempt=1, speedups=dict(attempt.speedups), delta=-0.5, p_value=0.2, samples=1000,
-                           prediction={"1": Prediction(2.3, 2.2)}, report="attempt-1/report.md",
-                           checkpoint="/o/attempt-1/shrink/checkpoint.pt", exported="/o/attempt-1/export/compressed")
+                            finetune=FinetuneSummary(400, "reached", 400, [{"updates": 200, "bleu": 38.0},
+                                                                             {"updates": 400, "bleu": 40.7}]),
+                            score=decided, speedups={"1": 2.2, "64": 2.05}, decision="accept")
+    result = SpeedupResult(attempt=1, decided=decided, reported=ScoreChange("test", "BLEU", 40.0, 39.5, -0.5, 0.25,
+                                                                            1000, 2.5),
+                           speedups={"1": 2.25, "64": 2.0}, prediction={"1": Prediction(2.3, 2.25)},
+                           report="result/report.md", checkpoint="/o/result/shrink/checkpoint.pt",
+                           exported="/o/result/export/compressed")
     return SpeedupReport(checkpoint="/c.pt", target="speedup=2x", factor=2.0, max_bleu_loss=1.0, plan=plan,
                          attempts=[attempt], result=result)
 
@@ -143,17 +157,41 @@ def test_a_speedup_report_round_trips_and_derives_what_it_does_not_store():
     written = report.to_dict()
     again = SpeedupReport.from_dict(written)
     assert again == report and again.to_dict() == written
-    assert report.plan.out_of_order and written["plan"]["out_of_order"][0]["smaller"] == report.plan.out_of_order[0].smaller
-    # one test of fast enough and within the tolerance, derived, not stored twice
-    assert (written["result"]["reached_target"], written["result"]["within_tolerance"]) == (True, True)
+    assert report.plan.out_of_order
+    assert written["plan"]["out_of_order"][0]["smaller"] == report.plan.out_of_order[0].smaller
+    assert again.plan.layer_choices["1 decoder layer"].dropped == {"decoder": [2]}
+    # one test of fast enough and within the tolerance, derived, not stored twice; on both splits
+    result = written["result"]
+    assert (result["reached_target"], result["within_tolerance"], result["within_tolerance_reported"]) == (
+        True, True, True)
     assert "loss" not in written["attempts"][0] and "fast_enough" not in written["attempts"][0]
     assert written["plan"]["chosen_name"] == "1 decoder layer removed, 50% width"
     assert written["plan"]["breakdown"]["layers removed"] == {"1": 1.6, "64": 1.5}
-    # a report of format 1: its derived keys ignored, its prediction's old name read
-    old = dict(written, format="fairseq-headprune compress speedup 1")
-    old["attempts"] = [dict(written["attempts"][0], loss=0.5, fast_enough=True)]
-    old["result"] = dict(written["result"], prediction={"1": {"planned": 2.3, "measured": 2.2,
-                                                              "relative_error": 0.045}})
-    assert SpeedupReport.from_dict(old) == report
+
+
+def test_a_speedup_report_of_format_1_is_read_as_decided_and_reported_on_its_test_split():
+    from fairseq_headprune.study.compression.speedup_records import SpeedupReport
+
+    written = speedup_report().to_dict()
+    plan = {key: value for key, value in written["plan"].items()
+            if key in ("factor", "batch_sizes", "quantization", "split", "sentences", "beam", "target_length",
+                       "repeats", "candidates", "chosen", "map_gain", "out_of_order", "environment", "stage",
+                       "seconds")}
+    old = {"format": "fairseq-headprune compress speedup 1", "checkpoint": "/c.pt", "target": "speedup=2x",
+           "factor": 2.0, "max_bleu_loss": 1.0, "plan": plan,
+           "attempts": [{"attempt": 1, "dir": "attempt-1", "shape": written["attempts"][0]["shape"],
+                         "continued_from": None, "finetune_updates": 800, "metric": "BLEU", "unpruned": 40.0,
+                         "samples": 1000, "compressed": 39.5, "delta": -0.5, "p_value": 0.25, "loss": 0.5,
+                         "speedups": {"1": 2.2, "64": 2.05}, "fast_enough": True, "decision": "accept"}],
+           "result": {"attempt": 1, "within_tolerance": True, "reached_target": True,
+                      "speedups": {"1": 2.2, "64": 2.05}, "delta": -0.5, "p_value": 0.25, "samples": 1000,
+                      "prediction": {"1": {"planned": 2.3, "measured": 2.2, "relative_error": 0.045}},
+                      "report": "attempt-1/report.md", "checkpoint": "/c", "exported": "/e"}}
+    report = SpeedupReport.from_dict(old)
+    attempt = report.attempts[0]
+    assert (attempt.score.split, attempt.score.delta, attempt.finetune.updates) == ("test", -0.5, 800)
+    assert report.result.decided == report.result.reported and report.result.reported.split == "test"
+    assert report.result.prediction["1"].predicted == 2.3 and report.within_tolerance and report.reached_target
+    assert report.plan.reference is None and report.plan.layer_choices == {}  # format 1 measured neither
     with pytest.raises(ValueError, match="not a speed-up report"):
         SpeedupReport.from_dict(dict(written, format="fairseq-headprune compress report 2"))

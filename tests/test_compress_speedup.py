@@ -1,39 +1,37 @@
-"""``compress --target speedup=Nx``: measured shapes, the least change fast enough, and what follows a BLEU loss.
+"""``compress --target speedup=Nx`` on the tiny translation model: the plan, the attempts and the result.
 
-The plain logic (the ladder of shapes, the choice, back-off and the next
-step) against hand-made plans; then one run on the tiny translation model
-with no BLEU loss allowed, so that the first attempt's loss makes the second
-continue its fine-tuning: the plan's chosen shape is what the attempt
-removed (layer counts of the compressed checkpoint and of the CTranslate2
-model), the continued fine-tuning starts from the first attempt's weights,
-and the report states every attempt's decision by the rule.
+One run with no BLEU loss allowed and a fine-tuning that cannot stop gaining
+within its ceiling, so that the first attempt's loss makes the second continue
+its fine-tuning: the plan's chosen shape is the least damaged fast enough and
+what the attempt removed (the plan's layers; layer counts of the compressed
+checkpoint and of the CTranslate2 model), every decision reads the validation
+split by the rule, the continued fine-tuning starts from the first attempt's
+weights, and the test split is translated once, for the result. A second run
+decides on a split where validation and test disagree (constructed), and a
+third is killed in its fine-tuning and resumed to the same weights.
+(The plain logic: tests/test_speedup_search.py.)
 """
 
 import json
 import os
+import shutil
 
 import pytest
 import torch
 
 import fairseq_headprune.compat.torch_load  # noqa: F401  (its allow-list lets torch.load read checkpoints)
-from fairseq_headprune.errors import SettingsError, StudyError
-from fairseq_headprune.study.compression.settings import parse_target
+from fairseq_headprune.study.compression.settings import SPEEDUP_LR_SHARE, STOP_SHARE_OF_TOLERANCE
 from fairseq_headprune.study.compression.speedup import (
-    Candidate,
+    PLAN_MARGIN,
     PlannedCandidate,
-    back_off,
     candidate_ladder,
-    choose_candidate,
-    disturbed_plan_text,
+    damage_order,
     out_of_order,
     prune_more,
     reaches,
-    removes_at_least,
-    speed_breakdown,
 )
 from fairseq_headprune.study.compression.speedup_search import (
     ACCEPT,
-    BACK_OFF,
     CONTINUE,
     GIVE_UP,
     PRUNE_MORE,
@@ -41,121 +39,26 @@ from fairseq_headprune.study.compression.speedup_search import (
     best_attempt,
     next_step,
 )
-from fairseq_headprune.study.finetuning import FINETUNE_LR_SHARE
+from fairseq_headprune.study.finetuning import UPDATE_CEILING
 
-from conftest import run
+from conftest import kill_once_written, run
 
 ESTIMATES = ["--importance-limit", "64", "--tune-limit", "64", "--cpu", "--no-progress"]
+# no BLEU loss allowed, and a fine-tuning of 4 updates validated after each, never stopping before its ceiling
+SPEEDUP = ["--target", "speedup=1.05x", "--max-bleu-loss", "0", "--max-attempts", "2", "--finetune-updates", "4",
+           "--finetune-patience", "10", *ESTIMATES, "--speed-sentences", "8", "--speed-batch-sizes", "1", "8",
+           "--repeats", "1", "--beam", "5", "--batch-size", "64"]
 
 
-def planned(dropped, width, share, *speedups):
-    return PlannedCandidate(Candidate(tuple(sorted(dropped.items())), width), share,
-                            {str(b): s for b, s in zip((1, 64), speedups)})
-
-
-def test_a_speedup_target_is_a_factor_above_one():
-    target = parse_target("speedup=2x")
-    assert (target.kind, target.factor, target.percent, target.text) == ("speedup", 2.0, 50.0, "speedup=2x")
-    assert parse_target("speedup=1.5").factor == 1.5
-    for bad in ("speedup=1x", "speedup=0.5x", "speedup=fast", "speedup=nanx"):
-        with pytest.raises(SettingsError, match="speedup"):
-            parse_target(bad)
-
-
-def test_the_ladder_holds_every_shape_but_the_unpruned_one():
-    ladder = candidate_ladder({"encoder": 6, "decoder": 6}, widths=(1.0, 0.5))
-    # decoder keeping 6 to 1 layers, encoder all or half, two widths, less the unpruned shape
-    assert len(ladder) == 6 * 2 * 2 - 1 and len(set(ladder)) == len(ladder)
-    assert Candidate((("decoder", 0), ("encoder", 0)), 1.0) not in ladder
-    assert max(c.drop_counts.get("decoder", 0) for c in ladder) == 5
-    assert {c.drop_counts.get("encoder", 0) for c in ladder} == {0, 3}
-
-
-def test_with_smaller_beams_a_shape_is_preferred_at_the_largest_beam_fast_enough():
-    ladder = candidate_ladder({"encoder": 2, "decoder": 2}, widths=(1.0, 0.5), beams=(1, 2))
-    assert len(ladder) == 3 * (2 * 2 * 2 - 1) and {c.beam for c in ladder} == {None, 1, 2}
-    half = Candidate((("decoder", 0), ("encoder", 0)), 0.5)
-    plan = [PlannedCandidate(half, 0.5, {"1": 1.4}),
-            PlannedCandidate(Candidate(half.dropped, 0.5, 2), 0.5, {"1": 1.9}),
-            PlannedCandidate(Candidate(half.dropped, 0.5, 1), 0.5, {"1": 2.6}),
-            PlannedCandidate(Candidate((("decoder", 1), ("encoder", 0)), 0.5), 0.3, {"1": 2.2})]
-    assert choose_candidate(plan, 1.8) == 1  # the same shape at beam 2 before beam 1 and before more pruning
-    assert choose_candidate(plan, 2.0) == 2  # the shape keeps more at beam 1 than a shallower one at beam 5
-    assert plan[2].candidate.name.endswith("beam 1")
-    steps = speed_breakdown(plan, 2, {"1": 1.2})
-    assert steps["beam 1"]["1"] == pytest.approx(2.6 / 1.4)
-
-
-def test_the_choice_is_the_least_change_fast_enough_and_backing_off_keeps_more():
-    plan = [planned({"decoder": 1}, 1.0, 0.83, 1.5, 1.4),  # fast enough at batch 1 only
-            planned({"decoder": 0}, 0.5, 0.50, 1.6, 1.7),
-            planned({"decoder": 1}, 0.5, 0.42, 2.1, 2.0),
-            planned({"decoder": 2}, 0.75, 0.45, 2.4, 2.2),
-            planned({"decoder": 2}, 0.25, 0.10, 3.5, 3.1)]
-    assert choose_candidate(plan, 1.5) == 1  # the most FLOPs kept among those at >= 1.5x at both sizes
-    assert choose_candidate(plan, 2.0) == 3  # 45% kept beats 42%
-    assert back_off(plan, 3) == 1 and back_off(plan, 1) == 0 and back_off(plan, 0) is None
-    assert back_off(plan, 3, tried=[1]) == 0  # a shape tried already is not tried again
-    # shape 1 kept the BLEU but measured 1.5x / 1.55x where the plan said 1.6x / 1.7x: asked for 1.6x, the next
-    # shape must reach 1.6 x 1.6/1.5 at batch 1 and 1.6 x 1.7/1.55 at batch 64 by the plan
-    assert prune_more(plan, 1, 1.6, {"1": 1.5, "64": 1.55}) == 3  # the next in order: 2.4x and 2.2x by the plan
-    assert prune_more(plan, 1, 2.1, {"1": 1.5, "64": 1.55}) == 4  # 2.24x and 2.30x needed: shapes 3 and 2 miss
-    assert prune_more(plan, 4, 1.6, {"1": 3.0, "64": 3.0}) is None
-    with pytest.raises(StudyError, match=r"3\.10x as fast .* at batch 64"):
-        choose_candidate(plan, 4.0)
-    steps = speed_breakdown(plan, 2, {"1": 1.3, "64": 1.2})
-    assert steps["vocabulary map (unpruned model)"] == {"1": 1.3, "64": 1.2}
-    assert steps["layers removed"] == {"1": 1.5, "64": 1.4}
-    narrowed = steps["heads and neurons narrowed"]
-    assert narrowed["1"] * 1.5 == pytest.approx(2.1) and narrowed["64"] * 1.4 == pytest.approx(2.0)
-
-
-def test_a_plan_timed_against_the_shapes_order_is_named():
-    ordered = [planned({"decoder": 0}, 0.5, 0.50, 1.6, 1.7),
-               planned({"decoder": 1}, 1.0, 0.70, 1.4, 1.3),
-               planned({"decoder": 1}, 0.5, 0.35, 2.1, 2.0),
-               planned({"decoder": 2}, 0.5, 0.20, 2.0, 2.6)]  # 2.0 < 2.1 at batch 1: within the tolerance
-    assert removes_at_least(ordered[2].candidate, ordered[0].candidate)
-    assert removes_at_least(ordered[2].candidate, ordered[1].candidate)
-    assert not removes_at_least(ordered[1].candidate, ordered[0].candidate)  # fewer layers, but wider
-    assert not removes_at_least(ordered[0].candidate, ordered[0].candidate)
-    assert out_of_order(ordered) == []
-    # a disturbed timing: the shape with two layers removed timed at 1.2x, below 0.8 of the 1.6x and 2.1x of
-    # shapes that remove less, at batch 1 (the 1.4x of "1 decoder layer removed, 100% width": 0.86, within)
-    disturbed = [*ordered[:3], planned({"decoder": 2}, 0.5, 0.20, 1.2, 2.6)]
-    pairs = out_of_order(disturbed)
-    assert [(p.larger, p.batch) for p in pairs] == [("1 decoder layer removed, 50% width", "1"),
-                                                    ("no layer removed, 50% width", "1")]
-    assert pairs[0].ratio == pytest.approx(1.2 / 2.1) and pairs[1].ratio == pytest.approx(1.2 / 1.6)
-    # another beam is another decoding: not compared
-    smaller_beam = Candidate(disturbed[3].candidate.dropped, 0.5, beam=1)
-    assert not removes_at_least(smaller_beam, disturbed[0].candidate)
-    text = disturbed_plan_text(pairs, "OUT/plan")
-    assert text.startswith("2 pairs of shapes") and "0.57 of the speed-up" in text and "OUT/plan" in text
-
-
-def test_a_loss_beyond_the_tolerance_continues_the_fine_tuning_once_then_backs_off():
-    assert next_step(0.4, 1.0, False, True, 2) == ACCEPT
-    assert next_step(0.4, 1.0, False, True, 2, fast_enough=False) == PRUNE_MORE
-    assert next_step(0.4, 1.0, False, True, 0, fast_enough=False) == GIVE_UP
-    assert next_step(1.4, 1.0, False, True, 2) == CONTINUE
-    assert next_step(1.4, 1.0, True, True, 1) == BACK_OFF
-    assert next_step(1.4, 1.0, False, False, 1) == BACK_OFF  # nothing to continue without fine-tuning
-    assert next_step(1.4, 1.0, False, True, 0) == GIVE_UP
-    decisions = [PRUNE_MORE, BACK_OFF, GIVE_UP]
-    results = [AttemptResult(-0.2, {"1": 1.9}), AttemptResult(-1.5, {"1": 2.4}), AttemptResult(-0.9, {"1": 1.95})]
-    assert best_attempt(decisions, results, 1.0) == 2  # the fastest within the tolerance
-    assert best_attempt(decisions, results, 0.1) == 0  # none within: the one that lost least
-    assert best_attempt([*decisions, ACCEPT], [*results, AttemptResult(-0.5, {"1": 2.1})], 1.0) == 3
+def speedup_command(tiny_model, out, *options):
+    return ["fairseq-headprune", "compress", str(tiny_model["data"]), "--path", str(tiny_model["checkpoint"]),
+            "--out-dir", str(out), *SPEEDUP, *options]
 
 
 @pytest.fixture(scope="module")
 def speedup_run(tiny_model, tmp_path_factory):
     out = tmp_path_factory.mktemp("speedup") / "run"
-    result = run(["fairseq-headprune", "compress", tiny_model["data"], "--path", tiny_model["checkpoint"],
-                  "--out-dir", out, "--target", "speedup=1.05x", "--max-bleu-loss", "0", "--max-attempts", "2",
-                  "--finetune-updates", "4", *ESTIMATES, "--speed-sentences", "8", "--speed-batch-sizes", "1", "8",
-                  "--repeats", "1", "--beam", "5", "--batch-size", "64"])
+    result = run(speedup_command(tiny_model, out))
     return {"out": out, "stdout": result.stdout, "report": json.loads((out / "report.json").read_text()),
             "checkpoint": tiny_model["checkpoint"]}
 
@@ -169,45 +72,73 @@ def _layer_counts(state):
     return {stack: len(layers) for stack, layers in counts.items()}
 
 
-def test_the_plan_times_every_shape_and_the_attempt_has_the_chosen_one(tiny_model, speedup_run):
+def _stage(out, stage):
+    return json.loads((out / stage / "stage.json").read_text())
+
+
+def test_the_plan_times_and_damages_every_shape_and_the_attempt_has_the_least_damaged_fast_enough(tiny_model,
+                                                                                                speedup_run):
     out, report = speedup_run["out"], speedup_run["report"]
     plan = report["plan"]
     ladder = candidate_ladder({"encoder": 2, "decoder": 2})
     assert len(plan["candidates"]) == len(ladder)
     assert all(set(c["speedups"]) == {"1", "8"} and min(c["speedups"].values()) > 0 for c in plan["candidates"])
-    chosen = plan["candidates"][plan["chosen"]]
-    assert min(chosen["speedups"].values()) >= 1.05
-    # no shape that keeps more decoding FLOPs reached the target at both batch sizes
-    assert not [c for c in plan["candidates"]
-                if c["flops_share"] > chosen["flops_share"] and min(c["speedups"].values()) >= 1.05]
+    candidates = [PlannedCandidate.from_dict(c) for c in plan["candidates"]]
+    assert all(c.damage is not None for c in candidates)
+    # a shape of whole layers alone is damaged by exactly the loss its layer choice measured
+    for candidate in candidates:
+        if candidate.candidate.width == 1.0:
+            choice = plan["layer_choices"][candidate.candidate.layers_name]
+            loss = choice["steps"][-1]["loss"] if choice["steps"] else choice["base_loss"]
+            assert candidate.damage == pytest.approx(loss - plan["base_loss"])
+    # the choice by its stated rule: the least damaged at 1.05x plus the margin at both sizes, else at 1.05x
+    chosen = candidates[plan["chosen"]]
+    need = 1.05 * (1 + PLAN_MARGIN) if any(c.reaches(1.05 * (1 + PLAN_MARGIN)) for c in candidates) else 1.05
+    assert chosen.reaches(need)
+    assert next(i for i in damage_order(candidates) if candidates[i].reaches(need)) == plan["chosen"]
     first = report["attempts"][0]
-    assert first["shape"]["name"] == chosen["name"]
+    assert first["shape"]["name"] == chosen.candidate.name
+    # the attempt removed the plan's layers, and nothing was chosen again
+    layers = _stage(out / "attempt-1", "layers") if chosen.candidate.drop_counts else None
+    if layers is not None:
+        assert layers["spec"] == plan["layer_choices"][chosen.candidate.layers_name]["spec"]
+        assert layers["chosen_by"] == "plan"
     state = torch.load(out / "attempt-1" / "shrink" / "checkpoint.pt", map_location="cpu")["model"]
     full = _layer_counts(torch.load(tiny_model["checkpoint"], map_location="cpu")["model"])
-    expected = {stack: full[stack] - chosen["dropped"].get(stack, 0) for stack in full}
+    expected = {stack: full[stack] - chosen.candidate.drop_counts.get(stack, 0) for stack in full}
     assert _layer_counts(state) == expected
-    config = json.loads((out / "attempt-1" / "export" / "compressed" / "config.json").read_text())
     model_bin = (out / "attempt-1" / "export" / "compressed" / "model.bin").read_bytes()
-    for stack, layers in expected.items():  # CTranslate2's model holds exactly the layers kept
-        assert f"{stack}/layer_{layers - 1}/".encode() in model_bin
-        assert f"{stack}/layer_{layers}/".encode() not in model_bin
-    assert config is not None
+    for stack, count in expected.items():  # CTranslate2's model holds exactly the layers kept
+        assert f"{stack}/layer_{count - 1}/".encode() in model_bin
+        assert f"{stack}/layer_{count}/".encode() not in model_bin
     assert "plan\t" in speedup_run["stdout"] and "attempt 1\t" in speedup_run["stdout"]
     # a plan timed against the shapes' order says so, before any attempt, and only then
-    candidates = [PlannedCandidate.from_dict(c) for c in plan["candidates"]]
     assert plan["out_of_order"] == [pair.to_dict() for pair in out_of_order(candidates)]
     assert ("warning\t" in speedup_run["stdout"]) == bool(plan["out_of_order"])
+    markdown = (out / "report.md").read_text()
+    assert "## The shapes timed" in markdown and "**(chosen)**" in markdown and "| damage |" in markdown
 
 
-def test_a_loss_makes_the_next_attempt_continue_from_the_first_ones_weights(speedup_run):
+def test_every_decision_reads_validation_and_a_loss_continues_from_the_first_attempts_weights(speedup_run):
     out, report = speedup_run["out"], speedup_run["report"]
     first = report["attempts"][0]
-    assert first["delta"] < 0, "the tiny model loses BLEU at this shape; the test needs it to"
-    for attempt in report["attempts"]:  # every decision by the rule, with no loss allowed
+    assert first["score"]["split"] == "valid"
+    assert first["score"]["delta"] < 0, "the tiny model loses BLEU at this shape; the test needs it to"
+    for attempt in report["attempts"]:  # every decision by the rule, on validation, with no loss allowed
         left = 2 - attempt["attempt"]
-        continued = attempt["continued_from"] is not None
+        can_continue = attempt["continued_from"] is None and attempt["finetune"]["stopped"] == UPDATE_CEILING
         fast_enough = reaches(attempt["speedups"], report["factor"])
-        assert attempt["decision"] == next_step(-attempt["delta"], 0.0, continued, True, left, fast_enough)
+        assert attempt["decision"] == next_step(-attempt["score"]["delta"], 0.0, can_continue, left, fast_enough)
+        evaluation = _stage(out / attempt["dir"], "evaluate")
+        assert (evaluation["split"], evaluation["delta"]) == ("valid", attempt["score"]["delta"])
+        assert _stage(out / attempt["dir"], "speed")["split"] == "valid"
+    # the fine-tuning validated after every update, stopped at its ceiling, and kept its best checkpoint
+    finetune = _stage(out / "attempt-1", "finetune")
+    assert [p["updates"] for p in finetune["curve"]] == [1, 2, 3, 4] and finetune["stopped"] == UPDATE_CEILING
+    scores = [p["bleu"] for p in finetune["curve"]]
+    assert finetune["kept_updates"] == finetune["curve"][len(scores) - 1 - scores[::-1].index(max(scores))]["updates"]
+    assert finetune["until"]["target"] == pytest.approx(report["plan"]["reference"]
+                                                       - STOP_SHARE_OF_TOLERANCE * 0.0)
     assert first["decision"] == CONTINUE
     second = report["attempts"][1]
     assert second["continued_from"] == "attempt-1" and second["shape"] == first["shape"]
@@ -222,21 +153,38 @@ def test_a_loss_makes_the_next_attempt_continue_from_the_first_ones_weights(spee
     compressed = torch.load(out / "attempt-1" / "shrink" / "checkpoint.pt", map_location="cpu")["model"]
     assert before.keys() == compressed.keys()
     assert all(torch.equal(before[k], compressed[k]) for k in before)
-    finetune = json.loads((out / "attempt-2" / "finetune" / "stage.json").read_text())
-    assert finetune["start"] == "continued"
+    second_finetune = _stage(out / "attempt-2", "finetune")
+    assert second_finetune["start"] == "continued"
     # at the learning rate of the fine-tuning it continues (the default share of the start checkpoint's rate
-    # would be a share of that fine-tuning's rate), which is the default share of the unpruned model's
-    first_finetune = json.loads((out / "attempt-1" / "finetune" / "stage.json").read_text())
+    # would be a share of that fine-tuning's rate): half of the unpruned model's peak rate
     trained = torch.load(speedup_run["checkpoint"], map_location="cpu", weights_only=False)["cfg"]
-    assert finetune["lr"] == first_finetune["lr"] == pytest.approx(FINETUNE_LR_SHARE * trained["optimization"]["lr"][0])
-    result = report["result"]
-    attempts = report["attempts"]
+    assert second_finetune["lr"] == finetune["lr"] == pytest.approx(
+        SPEEDUP_LR_SHARE * trained["optimization"]["lr"][0])
+
+
+def test_the_result_is_the_best_attempt_on_validation_translated_once_on_test(speedup_run):
+    out, report = speedup_run["out"], speedup_run["report"]
+    attempts, result = report["attempts"], report["result"]
     chosen = attempts[best_attempt([a["decision"] for a in attempts],  # none within: the one that lost least
-                                   [AttemptResult(a["delta"], a["speedups"]) for a in attempts], 0.0)]
-    assert result["attempt"] == chosen["attempt"] and result["delta"] == chosen["delta"]
-    assert result["within_tolerance"] == (chosen["delta"] >= 0.0)
+                                   [AttemptResult(a["score"]["delta"], a["speedups"]) for a in attempts], 0.0)]
+    assert result["attempt"] == chosen["attempt"] and result["decided"] == chosen["score"]
+    assert result["within_tolerance"] == (chosen["score"]["delta"] >= 0.0)
+    # the result's evaluation and timing: on test, in result/, the attempt's other stages linked, not recomputed
+    evaluation = _stage(out / "result", "evaluate")
+    assert evaluation["split"] == result["reported"]["split"] == "test"
+    assert (evaluation["unpruned"], evaluation["compressed"], evaluation["delta"]) == (
+        result["reported"]["unpruned"], result["reported"]["compressed"], result["reported"]["delta"])
+    for stage in ("search", "finetune", "shrink", "export"):
+        assert os.stat(out / "result" / stage / "stage.json").st_ino == os.stat(
+            out / chosen["dir"] / stage / "stage.json").st_ino
+    # test is translated in result/ alone: once per model (unpruned, compressed, before fine-tuning)
+    test_sweeps = sorted(str(path.relative_to(out)) for path in out.rglob("*") if path.is_dir()
+                         and (path / "sweep.json").exists()
+                         and json.loads((path / "sweep.json").read_text())["identity"]["split"] == "test")
+    assert test_sweeps and all(path.startswith("result/") for path in test_sweeps), test_sweeps
+    assert f"result\tattempt {result['attempt']} on test" in speedup_run["stdout"]
     markdown = (out / "report.md").read_text()
-    assert "## The shapes timed" in markdown and "**(chosen)**" in markdown
+    assert "Every decision read valid; test was translated once" in markdown and "## Recovery" in markdown
 
 
 def test_the_plan_benchmark_times_every_attempt_against_its_plan(speedup_run, tmp_path):
@@ -271,7 +219,19 @@ def test_a_speedup_target_distills_word_level_unless_told_otherwise(tiny_model, 
         args.fairseq_args = extra
         return compress_settings(args)
 
-    assert settings("--target", "speedup=2x").distill == "word"
+    speedup = settings("--target", "speedup=2x")
+    assert speedup.distill == "word"
+    # fine-tuned until enough on the decision split, at most as many updates as the checkpoint trained, at half
+    # its peak learning rate; the other targets a fixed length at a tenth of it
+    trained = torch.load(tiny_model["checkpoint"], map_location="cpu", weights_only=False)
+    assert speedup.finetune.updates == trained["optimizer_history"][-1]["num_updates"]
+    assert speedup.finetune.until.subset == "valid" and speedup.finetune.until.patience == 3
+    assert speedup.finetune.learning_rate(0.002) == pytest.approx(0.001)
+    flops = settings("--target", "decoding-flops=50%")
+    assert flops.finetune.until is None and flops.finetune.learning_rate(0.002) == pytest.approx(0.0002)
+    shifted = settings("--target", "speedup=2x", "--gen-subset", "test1", "--finetune-minutes", "5")
+    assert (shifted.decision_subset, shifted.evaluation.gen_subset, shifted.finetune.until.minutes) == (
+        "valid", "test1", 5)
     assert settings("--target", "speedup=2x", "--distill", "sequence").distill == "sequence"
     assert settings("--target", "speedup=2x", "--distill", "none").distill is None
     assert settings("--target", "speedup=2x", "--finetune-updates", "0").distill is None  # nothing to distil into
@@ -286,7 +246,12 @@ def test_bad_speedup_inputs_are_one_line(tiny_model, tmp_path):
              (["--target", "speedup=2x", "--drop-decoder-layers", "1"], "leave out --drop-*-layers"),
              (["--target", "flops=50%", "--max-bleu-loss", "1"], "go with --target speedup"),
              (["--target", "flops=50%", "--allow-beam"], "go with --target speedup"),
-             (["--target", "speedup=2x", "--quantization", "auto"], "name it")]
+             (["--target", "speedup=2x", "--quantization", "auto"], "name it"),
+             (["--target", "speedup=2x", "--decision-subset", "test"], "the split the result is reported on"),
+             (["--target", "speedup=2x", "--decision-subset", "test1"], "never on a test split"),
+             (["--target", "flops=50%", "--decision-subset", "valid1"], "go with --target speedup"),
+             (["--target", "flops=50%", "--finetune-patience", "3"], "goes with --target speedup"),
+             (["--target", "speedup=2x", "--finetune-patience", "0"], "--finetune-patience must be at least 1")]
     for index, (options, message) in enumerate(cases):
         out = tmp_path / f"out{index}"
         result = run([*common, "--out-dir", out, *options], check=False)
@@ -311,7 +276,10 @@ def test_a_shape_of_whole_layers_alone_searches_nothing_and_keeps_the_other_weig
     args.fairseq_args = extra
     settings = compress_settings(args)
     # the share of the decoding FLOPs the encoder's other layer keeps at full width: what the plan would price
-    layers_only = settings.attempt(0.99, {"encoder": 1}, str(tmp_path / "probe"))
+    from fairseq_headprune.study.masks.layer_drop import LayerChoice
+
+    second_encoder_layer = LayerChoice({"encoder": [1]}, 0.0)
+    layers_only = settings.attempt(0.99, second_encoder_layer, str(tmp_path / "probe"))
     from fairseq_headprune.engine.checkpoints.layers import layers_removed
     from fairseq_headprune.engine.families import family_named
     from fairseq_headprune.engine.pipelines.search import layer_costs, search_costs
@@ -322,10 +290,11 @@ def test_a_shape_of_whole_layers_alone_searches_nothing_and_keeps_the_other_weig
                                           model)
     with layers_removed(model, {"encoder": [1]}):
         share = layer_costs(search_settings, model).full_cost() / costs.full_cost()
-    outcome = run_compress(settings.attempt(share, {"encoder": 1}, str(tmp_path / "attempt")))
+    outcome = run_compress(settings.attempt(share, second_encoder_layer, str(tmp_path / "attempt")))
     report = outcome.report
     assert report.search.heads_pruned == 0 and report.search.neurons_pruned == 0 and report.search.spec is None
-    dropped = int(report.layers.spec.split(":")[1]) - 1  # the encoder layer removed, 0-based
+    assert (report.layers.spec, report.layers.chosen_by) == ("encoder:2", "plan")
+    dropped = 1  # the encoder layer removed, 0-based
     original = torch.load(tiny_model["checkpoint"], map_location="cpu")["model"]
     compressed = torch.load(tmp_path / "attempt" / "shrink" / "checkpoint.pt", map_location="cpu")["model"]
     kept = [layer for layer in range(2) if layer != dropped]
@@ -335,3 +304,75 @@ def test_a_shape_of_whole_layers_alone_searches_nothing_and_keeps_the_other_weig
             parts[2] = str(kept[int(parts[2])])
         assert torch.equal(value, original[".".join(parts)]), key
     assert _layer_counts(compressed) == {"encoder": 1, "decoder": 2}
+
+
+@pytest.fixture(scope="module")
+def disagreeing_data(tiny_model, tmp_path_factory):
+    """The tiny model's data with one more split, valid1: the test sources, each reference replaced by a word no
+    model here writes, so that every model scores 0 BLEU on it: a decision split on which no shape loses."""
+    root = tmp_path_factory.mktemp("disagreeing")
+    raw = root / "raw"
+    raw.mkdir()
+    shutil.copy(tiny_model["raw"] / "test.en", raw / "noise.en")
+    lines = (tiny_model["raw"] / "test.fr").read_text().splitlines()
+    (raw / "noise.fr").write_text("".join("nonword\n" for _ in lines))
+    made = root / "made"
+    run(["fairseq-preprocess", "--source-lang", "en", "--target-lang", "fr", "--validpref",
+         f"{tiny_model['raw'] / 'test'},{raw / 'noise'}", "--srcdict", tiny_model["data"] / "dict.en.txt",
+         "--tgtdict", tiny_model["data"] / "dict.fr.txt", "--destdir", made, "--workers", "1"])
+    data = root / "bin"
+    data.mkdir()
+    for path in tiny_model["data"].iterdir():
+        os.symlink(path, data / path.name)
+    for path in made.glob("valid1.*"):
+        shutil.copy(path, data / path.name)
+    return data
+
+
+def test_decisions_follow_validation_where_it_disagrees_with_test(tiny_model, disagreeing_data, tmp_path):
+    """On valid1 every model scores 0 BLEU, so no attempt loses anything there; on test the first attempt loses
+    (the run above shows it): the decision is the one within the tolerance (accept or prune more), never the
+    continued fine-tuning a loss on test would bring, and the test split is translated only for the result."""
+    out = tmp_path / "run"
+    command = ["fairseq-headprune", "compress", str(disagreeing_data), "--path", str(tiny_model["checkpoint"]),
+               "--out-dir", str(out), *SPEEDUP, "--decision-subset", "valid1"]
+    run(command)
+    report = json.loads((out / "report.json").read_text())
+    attempt = report["attempts"][0]
+    assert attempt["score"]["split"] == "valid1" and attempt["score"]["delta"] == 0.0
+    # decided on valid1: within the tolerance (no loss allowed there, none made): accepted, or, measured too slow, a
+    # faster shape tried if the plan has one; a loss on test would have continued its fine-tuning
+    candidates = [PlannedCandidate.from_dict(c) for c in report["plan"]["candidates"]]
+    chosen = report["plan"]["chosen"]
+    faster = prune_more(candidates, chosen, 1.05, attempt["speedups"], [chosen])
+    assert attempt["decision"] == (ACCEPT if reaches(attempt["speedups"], 1.05) else
+                                   PRUNE_MORE if faster is not None else GIVE_UP)
+    result = report["result"]
+    assert result["decided"]["split"] == "valid1" and result["reported"]["split"] == "test"
+    if result["attempt"] == 1:  # the disagreement itself: within on valid1, a loss on test
+        assert result["reported"]["delta"] < 0
+        assert result["within_tolerance"] and not result["within_tolerance_reported"]
+    # the fine-tuning's target was the unpruned model's 0 BLEU: reached at the first validation
+    assert attempt["finetune"]["stopped"] == "reached" and attempt["finetune"]["updates"] == 1
+    for directory in ("attempt-1", "result"):
+        assert _stage(out / directory, "evaluate")["split"] == ("test" if directory == "result" else "valid1")
+
+
+def test_a_killed_speedup_run_resumes_its_fine_tuning_to_the_same_weights(tiny_model, speedup_run, tmp_path):
+    """Killed once the first attempt's fine-tuning has validated and saved, then run again with the same plan: the
+    fine-tuning resumes from its last save and ends with the uninterrupted run's weights and curve."""
+    out = tmp_path / "run"
+    out.mkdir()
+    # the same plan (its timing is the machine's): the uninterrupted run's, and its record of the run
+    shutil.copytree(speedup_run["out"] / "plan", out / "plan")
+    shutil.copy(speedup_run["out"] / "compress.json", out / "compress.json")
+    command = speedup_command(tiny_model, out, "--max-attempts", "1")
+    kill_once_written(command, out / "attempt-1" / "finetune.partial" / "train" / "validations.json")
+    assert not (out / "attempt-1" / "finetune" / "stage.json").exists()
+    run(command)
+    reference = torch.load(speedup_run["out"] / "attempt-1" / "finetune" / "checkpoint.pt", map_location="cpu")
+    resumed = torch.load(out / "attempt-1" / "finetune" / "checkpoint.pt", map_location="cpu")
+    assert sorted(reference["model"]) == sorted(resumed["model"])
+    assert all(torch.equal(reference["model"][k], resumed["model"][k]) for k in reference["model"])
+    assert _stage(out / "attempt-1", "finetune")["curve"] == _stage(speedup_run["out"] / "attempt-1",
+                                                                    "finetune")["curve"]

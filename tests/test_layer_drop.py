@@ -302,3 +302,18 @@ def test_word_distillation_is_fairseqs_loss_interpolated_with_the_teachers_cross
     assert float(loss) == pytest.approx(0.7 * float(reference) + 0.3 * float(distilled), rel=1e-5)
     assert sample_size == sample["ntokens"] and float(distilled) > float(logged["nll_loss"]) * 0.1
     assert not any(name.startswith("_teacher") for name, _ in criterion.named_parameters())
+
+
+def test_a_heads_target_after_whole_layers_searches_the_whole_heads_within_its_share(tiny_model, tmp_path):
+    """``--target heads=P% --drop-decoder-layers 1`` through the real parser: the share is of the unpruned model's
+    heads, the shallower model keeps the whole heads within it (a budget resolved once, not re-parsed)."""
+    from test_compress import GENERATION, QUICKER, compress
+
+    out = tmp_path / "run"
+    compress(tiny_model["data"], tiny_model["checkpoint"], out, "--target", "heads=40%", "--drop-decoder-layers",
+             "1", "--no-tune", *QUICKER, *GENERATION)
+    report = json.loads((out / "report.json").read_text())
+    layers, search = report["layers"], report["search"]
+    assert layers["full_cost"] == 48 and layers["kept_cost"] == 32  # 2 + 2 layers of 8 heads; one decoder layer
+    assert search["budget"] == 19  # 40% of 48 heads: 19.2, the whole heads within it
+    assert search["mask_cost"] <= 19 and search["heads_total"] - search["heads_pruned"] == search["mask_cost"]

@@ -14,6 +14,13 @@ from fairseq_headprune.commands.common import (
     tuning_settings,
 )
 from fairseq_headprune.constants import CTRANSLATE2_ENGINE, EXPORT_FORMATS, QUANTIZATIONS
+from fairseq_headprune.errors import SettingsError
+from fairseq_headprune.study.compression.deployment_settings import (
+    DEFAULT_SPEED_BATCH_SIZES,
+    DEFAULT_SPEED_REPEATS,
+    DEFAULT_SPEED_SENTENCES,
+    DeploymentSettings,
+)
 from fairseq_headprune.study.compression.precision import (
     AUTO_CANDIDATES,
     AUTO_QUANTIZATION,
@@ -21,22 +28,28 @@ from fairseq_headprune.study.compression.precision import (
     choice_summary,
 )
 from fairseq_headprune.study.compression.settings import (
+    DEFAULT_DECISION_SUBSET,
     DEFAULT_DISTILL_WEIGHT,
-    DEFAULT_SPEED_BATCH_SIZES,
-    DEFAULT_SPEED_REPEATS,
-    DEFAULT_SPEED_SENTENCES,
     DEFAULT_TRANSLATION_FINETUNE_UPDATES,
     DISTILL_KINDS,
     NO_DISTILL,
+    SPEEDUP_LR_SHARE,
     SPEEDUP_TARGET,
+    STOP_SHARE_OF_TOLERANCE,
     CompressSettings,
-    DeploymentSettings,
     default_distill,
     default_finetune_updates,
     parse_target,
 )
 from fairseq_headprune.study.compression.speedup import DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_BLEU_LOSS
-from fairseq_headprune.study.finetuning import FINETUNE_LR_SHARE, FINETUNE_WARMUP_SHARE, FinetuneSettings
+from fairseq_headprune.study.finetuning import (
+    DEFAULT_PATIENCE,
+    FINETUNE_LR_SHARE,
+    FINETUNE_WARMUP_SHARE,
+    VALIDATIONS_PER_FINETUNE,
+    FinetuneSettings,
+    FinetuneStop,
+)
 from fairseq_headprune.study.settings import SweepSettings
 from fairseq_headprune.study.statistics.significance import p_value_text
 
@@ -53,8 +66,7 @@ def compress_settings(args: argparse.Namespace) -> CompressSettings:
         test=test_settings(args), cpu=args.cpu, progress=not args.no_progress,
         generation_args=list(args.fairseq_args), family=checkpoint_family(args.path), metric_name=args.metric,
     )
-    finetune = FinetuneSettings(default_finetune_updates(evaluation.family) if args.finetune_updates is None
-                                else args.finetune_updates, args.finetune_lr, args.finetune_warmup)
+    finetune = _finetune_settings(args, target.kind == SPEEDUP_TARGET, evaluation.family)
     distill = (default_distill(target.kind, finetune.updates) if args.distill is None
                else None if args.distill == NO_DISTILL else args.distill)
     return CompressSettings(
@@ -66,10 +78,37 @@ def compress_settings(args: argparse.Namespace) -> CompressSettings:
         drop_layers={"encoder": args.drop_encoder_layers, "decoder": args.drop_decoder_layers},
         distill=distill, distill_weight=args.distill_weight,
         max_bleu_loss=args.max_bleu_loss, max_attempts=args.max_attempts, allow_beam=args.allow_beam,
+        decision_subset=args.decision_subset,
         deployment=DeploymentSettings(list(args.speed_batch_sizes), args.speed_sentences or None, args.repeats,
                                       args.threads, precision=generation_precision(args.fairseq_args),
                                       beams=list(args.speed_beams)),
     )
+
+
+def _finetune_settings(args: argparse.Namespace, speedup: bool, family: str) -> FinetuneSettings:
+    """The fine-tuning: with --target speedup until enough on the decision split (``FinetuneStop``), under a ceiling
+    of as many updates as the checkpoint trained, at ``SPEEDUP_LR_SHARE`` of its peak learning rate; otherwise a
+    fixed length (``default_finetune_updates``)."""
+    from fairseq_headprune.engine.checkpoints.info import training_history
+
+    stop_options = {"--finetune-minutes": args.finetune_minutes, "--finetune-patience": args.finetune_patience,
+                    "--finetune-valid-interval": args.finetune_valid_interval}
+    given = [option for option, value in stop_options.items() if value is not None]
+    if given and not speedup:
+        raise SettingsError(f"{given[0]} goes with --target speedup=Nx, whose fine-tuning stops once it is enough")
+    updates = args.finetune_updates
+    if updates is None:
+        updates = training_history(args.path).updates if speedup else default_finetune_updates(family)
+        if speedup and not updates:
+            raise SettingsError(f"{args.path} does not say how many updates it was trained for; give the fine-tuning "
+                                "a ceiling (--finetune-updates N)")
+    until = None
+    if speedup and updates:
+        patience = DEFAULT_PATIENCE if args.finetune_patience is None else args.finetune_patience
+        until = FinetuneStop(subset=args.decision_subset, interval=args.finetune_valid_interval, patience=patience,
+                             minutes=args.finetune_minutes)
+    return FinetuneSettings(updates, args.finetune_lr, args.finetune_warmup, until=until,
+                            lr_share=SPEEDUP_LR_SHARE if speedup else FINETUNE_LR_SHARE)
 
 
 def _print_stage(stage: str, status: str, seconds) -> None:
@@ -98,14 +137,19 @@ def command_speedup(settings) -> int:
     plan, result = report.plan, report.result
     batches = [str(b) for b in plan.batch_sizes]
     chosen = report.chosen
-    print(f"plan\t{len(plan.candidates)} shapes timed against the unpruned model with its vocabulary map; "
-          f"chosen: {chosen.candidate.name} (" + ", ".join(f"{chosen.speedups[b]:.2f}x at batch {b}" for b in batches)
-          + ")")
+    print(f"plan\t{len(plan.candidates)} shapes timed against the unpruned model with its vocabulary map, their "
+          f"damage measured on {plan.split}; chosen: {chosen.candidate.name} ("
+          + ", ".join(f"{chosen.speedups[b]:.2f}x at batch {b}" for b in batches)
+          + ("" if chosen.damage is None else f"; damage +{chosen.damage:.3f} loss") + ")")
     for step, speedups in report.breakdown.items():
         print(f"bought\t{step}: " + ", ".join(f"{speedups[b]:.2f}x at batch {b}" for b in batches if b in speedups))
-    print(f"result\tattempt {result.attempt}: "
+    decided, reported = result.decided, result.reported
+    print(f"result\tattempt {result.attempt} on {reported.split}: "
           + ", ".join(f"{result.speedups[b]:.2f}x at batch {b}" for b in batches if b in result.speedups)
-          + f" like for like; BLEU {result.delta:+.2f} ({p_value_text(result.p_value, result.samples)}); "
+          + f" like for like; {reported.metric} {reported.unpruned:.2f} -> {reported.compressed:.2f} "
+          f"({reported.delta:+.2f}, {p_value_text(reported.p_value, reported.samples)})"
+          + ("" if reported.before_finetune is None else f", {reported.before_finetune:.2f} before fine-tuning")
+          + f"; decided on {decided.split}: {decided.delta:+.2f} ({p_value_text(decided.p_value, decided.samples)}), "
           + ("within" if report.within_tolerance else "NOT within") + " the tolerance; target "
           + ("reached" if report.reached_target else "NOT reached at every batch size"))
     for batch, row in result.prediction.items():
@@ -181,16 +225,51 @@ def command_compress(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_speedup_arguments(parser) -> None:
+    """What --target speedup=Nx takes beside the fine-tuning's own options."""
+    parser.add_argument("--max-bleu-loss", type=float, metavar="BLEU",
+                          help="with --target speedup: BLEU points the compressed model may lose against the "
+                          f"unpruned one (default {DEFAULT_MAX_BLEU_LOSS:g})")
+    parser.add_argument("--allow-beam", action="store_true",
+                          help="with --target speedup: the compressed model may decode at beam 1 or 2 (below "
+                          "fairseq's --beam), its speed and BLEU then judged against the unpruned model at --beam: "
+                          "after distillation a small beam may keep the BLEU (Kim & Rush 2016; default: the run's "
+                          "beam only)")
+    parser.add_argument("--decision-subset", default=DEFAULT_DECISION_SUBSET, metavar="SPLIT",
+                          help="with --target speedup: the split every decision reads (each attempt's BLEU against "
+                          "the unpruned model's, its speed, when its fine-tuning stops); --gen-subset is "
+                          f"translated once, for the result (default: {DEFAULT_DECISION_SUBSET}, which the Fisher "
+                          "scores and mask tuning also read: give a split of your own to keep them apart)")
+    parser.add_argument("--max-attempts", type=int, default=DEFAULT_MAX_ATTEMPTS, metavar="N",
+                          help="with --target speedup: compressions tried at most, each a continued fine-tuning or a "
+                          f"shape that keeps more (default {DEFAULT_MAX_ATTEMPTS})")
+
+
 def _add_model_arguments(parser) -> None:
     """What changes the model beyond the search: fine-tuning (and its targets), whole layers removed."""
     finetune = parser.add_argument_group("fine-tuning with the pruned units held at zero (fairseq-train)")
     finetune.add_argument(
         "--finetune-updates", type=int, metavar="N",
         help="fine-tune the tuned, masked model for N updates on the training split before removal, with the "
-        "checkpoint's own architecture, criterion, optimizer and batch size; 0: none (default: "
-        f"{DEFAULT_TRANSLATION_FINETUNE_UPDATES} for a translation model, whose pruned masks can lose most of their "
-        "BLEU without it, 0 for classifiers and language models)",
+        "checkpoint's own architecture, criterion, optimizer and batch size; with --target speedup, at most N: it "
+        "stops earlier once it is enough (--finetune-patience); 0: none (default: as many updates as the checkpoint "
+        f"trained with --target speedup, {DEFAULT_TRANSLATION_FINETUNE_UPDATES} otherwise for a translation model, "
+        "whose pruned masks can lose most of their BLEU without it, 0 for classifiers and language models)",
     )
+    finetune.add_argument(
+        "--finetune-patience", type=int, metavar="P",
+        help="with --target speedup: the fine-tuning validates with fairseq's BLEU on --decision-subset, keeps the "
+        "best checkpoint, and stops once within half the tolerance of the unpruned model's score there "
+        f"({STOP_SHARE_OF_TOLERANCE:g} x --max-bleu-loss), or after P validations without a gain (fairseq's "
+        f"--patience; default {DEFAULT_PATIENCE})")
+    finetune.add_argument(
+        "--finetune-valid-interval", type=int, metavar="N",
+        help="with --target speedup: updates between the fine-tuning's validations (default: "
+        f"--finetune-updates / {VALIDATIONS_PER_FINETUNE})")
+    finetune.add_argument(
+        "--finetune-minutes", type=float, metavar="M",
+        help="with --target speedup: also stop the fine-tuning after M minutes of training (fairseq's "
+        "--stop-time-hours; default: no limit but --finetune-updates)")
     finetune.add_argument(
         "--distill", choices=(*DISTILL_KINDS, NO_DISTILL),
         help="learn from the unpruned model (Kim & Rush 2016): sequence: fine-tune on its own beam translations of "
@@ -203,7 +282,8 @@ def _add_model_arguments(parser) -> None:
                           help="with --distill word: the teacher's share of the loss, the rest the label-smoothed "
                           f"cross-entropy of the references (default {DEFAULT_DISTILL_WEIGHT:g})")
     finetune.add_argument("--finetune-lr", type=float, metavar="LR",
-                          help=f"its constant learning rate (default: {FINETUNE_LR_SHARE:g} of the checkpoint's)")
+                          help=f"its constant learning rate (default: {SPEEDUP_LR_SHARE:g} of the checkpoint's peak "
+                          f"rate with --target speedup, {FINETUNE_LR_SHARE:g} of it otherwise)")
     finetune.add_argument("--finetune-warmup", type=int, metavar="N",
                           help=f"linear warm-up updates (default: {100 * FINETUNE_WARMUP_SHARE:g}%% of the updates)")
     layers = parser.add_argument_group("whole layers")
@@ -220,8 +300,8 @@ def _add_model_arguments(parser) -> None:
 def add_parser(commands) -> None:
     compress = commands.add_parser(
         "compress",
-        help="checkpoint to smaller model in one command: Fisher search within a target, tuning, optional "
-        "fine-tuning, removal, export to CTranslate2, evaluated against the unpruned model (Kwon et al. 2022)",
+        help="checkpoint to smaller model in one command: Fisher search within a target or a speed-up, tuning, "
+        "optional fine-tuning, removal, export to CTranslate2, evaluated against the unpruned model (Kwon et al. 2022)",
         description="Estimate the masks' Fisher information on a validation split, search the heads (and FFN "
         "neurons) to keep within --target, tune the kept units by least squares, optionally fine-tune with the "
         "pruned units held at zero, remove them for real (OUT/shrink/checkpoint.pt), optionally export to "
@@ -243,21 +323,13 @@ def add_parser(commands) -> None:
         "once per generated token and beam row), latency=60%% (of their latency, from --latency-table or a "
         "table measured first), or speedup=2x (translation: decoding twice as fast in CTranslate2 as the unpruned "
         "model, both with the vocabulary map, at every --speed-batch-sizes: shapes of whole layers removed and "
-        "heads and neurons narrowed are exported and timed first (OUT/plan), the least change fast enough is "
-        "compressed (OUT/attempt-1), and where BLEU drops more than --max-bleu-loss the fine-tuning continues or "
-        "a shape that keeps more is tried; implies --export ctranslate2)",
+        "heads and neurons narrowed are exported, timed and their damage before fine-tuning measured first "
+        "(OUT/plan), the least damaged shape fast enough is compressed and fine-tuned until it is enough "
+        "(OUT/attempt-1), and where the BLEU on --decision-subset drops more than --max-bleu-loss the fine-tuning "
+        "continues or a less damaged shape is tried; the result is evaluated and timed on --gen-subset once "
+        "(OUT/result); implies --export ctranslate2)",
     )
-    compress.add_argument("--max-bleu-loss", type=float, metavar="BLEU",
-                          help="with --target speedup: BLEU points the compressed model may lose against the "
-                          f"unpruned one (default {DEFAULT_MAX_BLEU_LOSS:g})")
-    compress.add_argument("--allow-beam", action="store_true",
-                          help="with --target speedup: the compressed model may decode at beam 1 or 2 (below "
-                          "fairseq's --beam), its speed and BLEU then judged against the unpruned model at --beam: "
-                          "after distillation a small beam may keep the BLEU (Kim & Rush 2016; default: the run's "
-                          "beam only)")
-    compress.add_argument("--max-attempts", type=int, default=DEFAULT_MAX_ATTEMPTS, metavar="N",
-                          help="with --target speedup: compressions tried at most, each a continued fine-tuning or a "
-                          f"shape that keeps more (default {DEFAULT_MAX_ATTEMPTS})")
+    _add_speedup_arguments(compress)
     compress.add_argument("--out-dir", required=True, metavar="DIR",
                           help="the run's directory (new, empty, or this run's: resumed)")
     compress.add_argument("--gen-subset", default="test", metavar="SPLIT",

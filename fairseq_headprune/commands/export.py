@@ -4,7 +4,7 @@ import argparse
 
 from fairseq_headprune.commands.common import add_device_arguments
 from fairseq_headprune.constants import EXPORT_FORMATS, QUANTIZATIONS
-from fairseq_headprune.study.compression.settings import ExportSettings
+from fairseq_headprune.study.compression.deployment_settings import ExportSettings
 
 
 def command_export(args: argparse.Namespace) -> int:

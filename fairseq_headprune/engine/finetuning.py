@@ -15,15 +15,25 @@ the data and the task, ``--max-update N`` with no epoch limit, a constant
 learning rate after a linear warm-up (``FinetuneSettings``), no validation,
 one process, the optimizer, scheduler, meters and data loader reset
 (``--finetune-from-model``).
+
+Fine-tuning until it is enough (``FinetuneStop``) turns fairseq's own
+validation on instead: ``--eval-bleu`` on the stop's split every interval,
+``--best-checkpoint-metric bleu --maximize-best-checkpoint-metric`` (the
+checkpoint kept is the best one on validation), ``--patience`` and
+``--stop-time-hours``; two hooks on fairseq-train's loop, set for the run and
+taken off after it (``validation_hooks``), record every validation (the
+recovery curve, ``CURVE_FILE``) and stop once the target is reached.
 """
 
+import contextlib
 import dataclasses
 import glob
+import json
 import os
 import shutil
 import time
-from dataclasses import dataclass
-from typing import Optional, Tuple
+from dataclasses import dataclass, field
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import torch
 from fairseq import checkpoint_utils
@@ -49,8 +59,8 @@ from fairseq_headprune.errors import CheckpointError, StudyError, first_line, li
 from fairseq_headprune.modules.model_config import FFN_MASK_KEY, HEAD_MASK_KEY, config_value, record_config_value
 from fairseq_headprune.registry import register_components
 from fairseq_headprune.study.compression.settings import DEFAULT_DISTILL_WEIGHT, WORD_DISTILLATION
-from fairseq_headprune.study.finetuning import FinetuneSettings
-from fairseq_headprune.study.output.files import atomic_path
+from fairseq_headprune.study.finetuning import FinetuneSettings, FinetuneStop, patience_state, stop_reason
+from fairseq_headprune.study.output.files import atomic_path, write_json
 from fairseq_headprune.study.search.tuning import read_tuning
 
 # the plugin's head-masking task of each family
@@ -58,6 +68,8 @@ FAMILY_TASKS = {CLASSIFIER_FAMILY: CLASSIFIER_TASK, LANGUAGE_MODEL_FAMILY: LANGU
 # ("update", U) or ("epoch", E): where a part of a fine-tune stops (FinetuneSettings.curve_stops)
 Stop = Tuple[str, int]
 SAVES_PER_FINETUNE = 10  # checkpoint_last.pt this many times per fine-tune (resume points)
+CURVE_FILE = "validations.json"  # in the save directory of a fine-tune until enough: every validation, in order
+NEVER = 10 ** 9  # an epoch interval never reached: validation at update intervals only
 
 
 @dataclass
@@ -70,6 +82,11 @@ class FinetuneOutcome:
     lr: float
     warmup: int
     train_subset: str
+    # fine-tuning until enough: every validation ({updates, bleu}), why it stopped, the update count of the
+    # checkpoint kept (the best on validation)
+    curve: List[Dict[str, float]] = field(default_factory=list)
+    stopped: Optional[str] = None
+    kept_updates: Optional[int] = None
 
 
 def write_masked_start(checkpoint: str, out: str, head_spec: Optional[str], ffn_spec: Optional[str],
@@ -144,6 +161,8 @@ def training_config(start: str, data: str, save_dir: str, family: str, settings:
                 "ignore_prefix_size": 0, "report_accuracy": False,
             }
         cfg.dataset.disable_validation = True
+        if settings.until is not None:
+            _validate_until_enough(cfg, settings.until, settings.until.validation_interval(settings.updates))
         cfg.dataset.num_workers = 0
         common = cfg.common
         common.cpu, common.user_dir, common.log_file = cpu, None, None
@@ -156,6 +175,67 @@ def training_config(start: str, data: str, save_dir: str, family: str, settings:
         distributed.distributed_rank, distributed.device_id, distributed.distributed_init_method = 0, 0, None
         distributed.ddp_backend = "pytorch_ddp"
     return cfg, lr, warmup
+
+
+def _validate_until_enough(cfg, until: FinetuneStop, interval: int) -> None:
+    """fairseq's own validation, every ``interval`` updates (and a resume point at each), by BLEU: the best
+    checkpoint kept, --patience, --stop-time-hours (``FinetuneStop``)."""
+    dataset, checkpoint, task = cfg.dataset, cfg.checkpoint, cfg.task
+    dataset.disable_validation, dataset.valid_subset = False, until.subset
+    dataset.ignore_unused_valid_subsets = True  # the data's other validation splits (valid1 ...) are not for this
+    dataset.validate_interval_updates, dataset.validate_interval, dataset.validate_after_updates = interval, NEVER, 0
+    checkpoint.save_interval_updates, checkpoint.keep_interval_updates = interval, 2
+    checkpoint.no_save_optimizer_state = False
+    checkpoint.best_checkpoint_metric, checkpoint.maximize_best_checkpoint_metric = "bleu", True
+    checkpoint.patience = until.patience
+    task.eval_bleu, task.eval_bleu_args = True, json.dumps(until.generation)
+    task.eval_bleu_detok, task.eval_bleu_detok_args, task.eval_tokenized_bleu = "space", "{}", True
+    task.eval_bleu_remove_bpe, task.eval_bleu_print_samples = until.remove_bpe, False
+    cfg.optimization.stop_time_hours = 0.0 if until.minutes is None else until.minutes / 60.0
+
+
+@contextlib.contextmanager
+def validation_hooks(until: FinetuneStop, save_dir: str) -> Iterator[List[Dict[str, float]]]:
+    """Hooks on fairseq-train's loop for fine-tuning until enough, taken off when the run ends: each validation is
+    appended to the curve (yielded, and kept in ``save_dir/CURVE_FILE``), and the stop check also stops once the
+    target is reached. fairseq keeps its --patience state and its best score on two functions of its own; a run
+    that resumes gets them from the curve and the checkpoint it resumes from, a new run starts them afresh."""
+    curve_file = os.path.join(save_dir, CURVE_FILE)
+    last = os.path.join(save_dir, "checkpoint_last.pt")
+    resumed = _updates_of(last) if os.path.isfile(last) else None
+    curve: List[Dict[str, float]] = []
+    if resumed is not None and os.path.isfile(curve_file):  # validations after the resume point are done again
+        with open(curve_file, encoding="utf-8") as stream:
+            curve = [point for point in json.load(stream) if point["updates"] <= resumed]
+    if resumed is None and hasattr(checkpoint_utils.save_checkpoint, "best"):
+        del checkpoint_utils.save_checkpoint.best  # an earlier fine-tune's best, in this process
+    validate, should_stop_early = train.validate, train.should_stop_early
+
+    def validating(cfg, trainer, task, epoch_itr, subsets):
+        # fairseq's BLEU is a numpy scalar: as a float, the best score it saves in its checkpoints loads anywhere
+        losses = [None if loss is None else float(loss) for loss in validate(cfg, trainer, task, epoch_itr, subsets)]
+        curve.append({"updates": trainer.get_num_updates(), "bleu": losses[0]})
+        write_json(curve, curve_file)
+        return losses
+
+    def stopping(cfg, valid_loss) -> bool:
+        if valid_loss is not None and until.target is not None and valid_loss >= until.target:
+            return True
+        return should_stop_early(cfg, valid_loss)  # fairseq's rule; it keeps its state on ``stopping``
+
+    best, since = patience_state(curve)
+    if best is not None:
+        stopping.best, stopping.num_runs = best, since
+    train.validate, train.should_stop_early = validating, stopping
+    try:
+        yield curve
+    finally:
+        train.validate, train.should_stop_early = validate, should_stop_early
+
+
+def _updates_of(checkpoint: str) -> int:
+    history = load_checkpoint_state(checkpoint).get("optimizer_history") or [{}]
+    return int(history[-1].get("num_updates", 0))
 
 
 def _forget(model_cfg, key: str) -> None:
@@ -244,14 +324,22 @@ def finetune_held(start: str, data: str, save_dir: str, family: str, settings: F
                               f"{first_line(error)}")
         return StudyError(f"--finetune-updates: fairseq-train failed: {first_line(error)}")
 
-    with library_errors_as(failed):
+    until = settings.until
+    with library_errors_as(failed), (validation_hooks(until, save_dir) if until is not None
+                                     else contextlib.nullcontext([])) as curve:
         train.main(cfg)
     seconds = time.perf_counter() - began
     trained = os.path.join(save_dir, "checkpoint_last.pt")
     if not os.path.isfile(trained):
         raise StudyError(f"--finetune-updates: fairseq-train wrote no checkpoint in {save_dir}")
+    updates = _updates_of(trained)
+    outcome = FinetuneOutcome(trained, updates, seconds, lr, warmup, str(cfg.dataset.train_subset))
+    if until is not None and curve:  # the best checkpoint on validation is the fine-tune's result
+        scores = [point["bleu"] for point in curve]
+        outcome.curve, outcome.stopped = list(curve), stop_reason(curve, until, updates, settings.updates)
+        # fairseq keeps the last of equal bests
+        outcome.kept_updates = curve[len(scores) - 1 - scores[::-1].index(max(scores))]["updates"]
+        outcome.checkpoint = os.path.join(save_dir, "checkpoint_best.pt")
     if stop is None:
-        _clear_task_masks(trained)
-    history = load_checkpoint_state(trained).get("optimizer_history") or [{}]
-    return FinetuneOutcome(trained, int(history[-1].get("num_updates", 0)), seconds, lr, warmup,
-                           str(cfg.dataset.train_subset))
+        _clear_task_masks(outcome.checkpoint)
+    return outcome

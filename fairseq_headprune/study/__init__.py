@@ -26,7 +26,8 @@ EXPORTS = {
     **{name: _STUDY + "pruning.settings" for name in ("CurveSettings", "DynamicsSettings", "PruneSettings")},
     "FinetuneSettings": _STUDY + "finetuning",
     **{name: _STUDY + "search.settings" for name in ("TuningSettings", "SearchSettings", "LatencySettings")},
-    **{name: _STUDY + "compression.settings" for name in ("ExportSettings", "CompressSettings", "parse_target")},
+    **{name: _STUDY + "compression.settings" for name in ("CompressSettings", "parse_target")},
+    "ExportSettings": _STUDY + "compression.deployment_settings",
     # Michel et al.: importance
     **{name: _STUDY + "importance.scores" for name in ("ImportanceResult", "read_importance_file",
                                                         "read_fisher_file", "normalize_per_layer")},

@@ -1,8 +1,10 @@
 """Fine-tuning with the pruned units held at zero: its length, learning rate and recovery curve (``prune``'s
-configurations after Budhraja et al., and ``compress``)."""
+configurations after Budhraja et al., and ``compress``), and the rule that stops it once it is enough
+(``FinetuneStop``: ``compress --target speedup``)."""
 
-from dataclasses import dataclass
-from typing import List, Optional, Tuple
+import math
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from fairseq_headprune.errors import SettingsError
 from fairseq_headprune.study.settings import refuse
@@ -11,10 +13,75 @@ FINETUNE_LR_SHARE = 0.1  # default fine-tuning learning rate: this share of the 
 
 
 FINETUNE_WARMUP_SHARE = 0.1  # default warm-up: this share of the updates
+VALIDATIONS_PER_FINETUNE = 10  # a fine-tune until enough validates this many times over its ceiling by default
+DEFAULT_PATIENCE = 3  # ... and stops after this many validations without a gain (fairseq's --patience)
+# stop reasons of a fine-tune until enough
+REACHED, PLATEAU, UPDATE_CEILING, TIME_CEILING = "reached", "no gain", "update ceiling", "time ceiling"
 
 
 # the recovery curve's default points (updates), those below the fine-tune's length; its end is always a point
 DEFAULT_CURVE_UPDATES = (40, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000)
+
+
+@dataclass
+class FinetuneStop:
+    """Fine-tuning until it is enough: fairseq-train validates on ``subset`` every ``interval`` updates with
+    fairseq's BLEU (``--eval-bleu`` with ``generation``: beam, length penalty, length limits; ``remove_bpe``) and
+    keeps the best checkpoint; it stops once the validation BLEU reaches ``target``, after ``patience``
+    validations without a gain (fairseq's ``--patience``), or at the ceiling (``FinetuneSettings.updates``, or
+    ``minutes`` of training: fairseq's ``--stop-time-hours``)."""
+
+    subset: str = "valid"
+    interval: Optional[int] = None  # None: the ceiling over VALIDATIONS_PER_FINETUNE
+    patience: int = DEFAULT_PATIENCE
+    target: Optional[float] = None  # None: only the patience and the ceiling stop it
+    minutes: Optional[float] = None
+    generation: Dict[str, Any] = field(default_factory=dict)
+    remove_bpe: Optional[str] = None
+
+    def __post_init__(self):
+        refuse(self.interval is not None and self.interval < 1,
+               f"--finetune-valid-interval must be positive, got {self.interval}")
+        refuse(self.patience < 1, f"--finetune-patience must be at least 1, got {self.patience}")
+        refuse(self.minutes is not None and not (math.isfinite(self.minutes) and self.minutes > 0),
+               f"--finetune-minutes must be a positive number, got {self.minutes}")
+
+    def validation_interval(self, ceiling: int) -> int:
+        return self.interval or max(1, int(round(ceiling / VALIDATIONS_PER_FINETUNE)))
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"subset": self.subset, "interval": self.interval, "patience": self.patience, "target": self.target,
+                "minutes": self.minutes, "generation": dict(self.generation), "remove_bpe": self.remove_bpe}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "FinetuneStop":
+        return cls(**{key: data[key] for key in ("subset", "interval", "patience", "target", "minutes",
+                                                  "generation", "remove_bpe") if key in data})
+
+
+def stop_reason(curve: Sequence[Mapping[str, Any]], stop: FinetuneStop, updates: int, ceiling: int) -> str:
+    """Why a fine-tune until enough ended, from its validations (``updates``, ``bleu``; in order) and the updates it
+    made: it reached the target, had ``patience`` validations without a gain, or hit a ceiling."""
+    scores = [point["bleu"] for point in curve if point.get("bleu") is not None]
+    if stop.target is not None and scores and scores[-1] >= stop.target:
+        return REACHED
+    if len(scores) > stop.patience and max(scores[-stop.patience:]) <= max(scores[:-stop.patience]):
+        return PLATEAU
+    return UPDATE_CEILING if updates >= ceiling else TIME_CEILING
+
+
+def patience_state(curve: Sequence[Mapping[str, Any]]) -> Tuple[Optional[float], int]:
+    """fairseq's --patience state after these validations: the best score and the validations since it."""
+    best, since = None, 0
+    for point in curve:
+        score = point.get("bleu")
+        if score is None:
+            continue
+        if best is None or score > best:
+            best, since = score, 0
+        else:
+            since += 1
+    return best, since
 
 
 @dataclass
@@ -29,6 +96,8 @@ class FinetuneSettings:
     # the recovery curve: updates after which the fine-tune is scored (None: DEFAULT_CURVE_UPDATES below its
     # length; []: no curve); with epochs, every epoch's end
     curve: Optional[List[int]] = None
+    until: Optional[FinetuneStop] = None  # fine-tune until enough: ``updates`` is then the ceiling
+    lr_share: float = FINETUNE_LR_SHARE  # the learning rate, when not given: this share of the checkpoint's peak
 
     def __post_init__(self):
         if self.updates < 0 or self.epochs < 0:
@@ -38,6 +107,10 @@ class FinetuneSettings:
             raise SettingsError("give --finetune-updates N or --finetune-epochs N, not both")
         self._check_rate()
         self._check_curve()
+        refuse(self.until is not None and (not self.updates or bool(self.curve)),
+               "fine-tuning until enough needs a ceiling in updates (--finetune-updates N) and no --finetune-curve")
+        refuse(not 0 < self.lr_share, f"the learning rate's share of the checkpoint's must be positive, got "
+               f"{self.lr_share:g}")
 
     @property
     def enabled(self) -> bool:
@@ -74,7 +147,7 @@ class FinetuneSettings:
         return [("update", u) for u in sorted(set(points))] + [("update", self.updates)]
 
     def learning_rate(self, checkpoint_lr: float) -> float:
-        return self.lr if self.lr is not None else FINETUNE_LR_SHARE * checkpoint_lr
+        return self.lr if self.lr is not None else self.lr_share * checkpoint_lr
 
     def warmup_updates(self) -> int:
         return self.warmup if self.warmup is not None else int(FINETUNE_WARMUP_SHARE * self.updates)

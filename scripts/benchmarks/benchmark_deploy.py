@@ -120,7 +120,7 @@ def main():
     from fairseq_headprune.engine.compression.deployment import deployment_environment, measure_speed
     from fairseq_headprune.errors import HeadPruneError
     from fairseq_headprune.study.compression.decoding import DecodingOptions
-    from fairseq_headprune.study.compression.settings import DeploymentSettings
+    from fairseq_headprune.study.compression.deployment_settings import DeploymentSettings
 
     work = args.work or tempfile.mkdtemp(prefix="benchmark-deploy-")
     os.makedirs(work, exist_ok=True)

@@ -39,8 +39,8 @@ from fairseq_headprune.engine.search.model_costs import device_description
 from fairseq_headprune.engine.timing.isolated import CTRANSLATE2, FAIRSEQ, SystemSpec, time_systems
 from fairseq_headprune.errors import StudyError
 from fairseq_headprune.study.compression.decoding import DecodingOptions, rate_summary
+from fairseq_headprune.study.compression.deployment_settings import DeploymentSettings
 from fairseq_headprune.study.compression.precision import CandidateTiming
-from fairseq_headprune.study.compression.settings import DeploymentSettings
 from fairseq_headprune.study.compression.speed import SpeedRow, paired_speedup
 from fairseq_headprune.version import __version__
 

@@ -10,38 +10,32 @@ raises the loss least goes first, and the next is chosen with it removed
 distilled from the unpruned model).
 """
 
-from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Sequence
+from typing import Dict, FrozenSet, List, Mapping, MutableMapping, Optional, Sequence, Tuple
 
 from fairseq_headprune.engine.checkpoints.layers import layers_removed, model_depths
 from fairseq_headprune.engine.runtime.progress import progress_bar
 from fairseq_headprune.engine.search.tuning_guard import LossFunction, mean_loss
 from fairseq_headprune.errors import StudyError
-from fairseq_headprune.study.masks.layer_drop import LayerDrop, layer_drop_to_spec
+from fairseq_headprune.study.masks.layer_drop import LayerChoice
 
-
-@dataclass
-class LayerChoice:
-    """What ``choose_layers`` removed, and the loss it measured at every step."""
-
-    dropped: LayerDrop
-    base_loss: float  # with every layer
-    # per step: the stack and layer (1-based, numbered in the full model) removed, the loss after it, and the loss
-    # each candidate gave
-    steps: List[Dict[str, object]] = field(default_factory=list)
-
-    @property
-    def spec(self) -> str:
-        return layer_drop_to_spec(self.dropped)
-
-    def to_dict(self) -> Dict[str, object]:
-        return {"spec": self.spec, "base_loss": self.base_loss, "steps": self.steps}
+# the losses measured so far, by the layers left out: several choices on one model share them
+LossCache = MutableMapping[FrozenSet[Tuple[str, int]], float]
 
 
 def choose_layers(model, loss: LossFunction, samples: Sequence[dict], counts: Mapping[str, int],
-                  progress: bool = True) -> LayerChoice:
+                  progress: bool = True, cache: Optional[LossCache] = None) -> LayerChoice:
     """Remove ``counts[stack]`` layers of each stack, one at a time, the one whose removal raises ``loss`` on
-    ``samples`` least first."""
+    ``samples`` least first. ``cache``: the losses of earlier choices on the same model and samples, read and
+    added to (a loss depends only on the layers left out)."""
+    cache = {} if cache is None else cache
+
+    def loss_without(dropped: Mapping[str, List[int]]) -> float:
+        key = frozenset((stack, layer) for stack, layers in dropped.items() for layer in layers)
+        if key not in cache:
+            with layers_removed(model, dropped):
+                cache[key] = mean_loss(model, loss, samples)
+        return cache[key]
+
     depths = model_depths(model)
     for stack, count in counts.items():
         if stack not in depths:
@@ -50,7 +44,7 @@ def choose_layers(model, loss: LossFunction, samples: Sequence[dict], counts: Ma
             raise StudyError(f"cannot remove {count} of the {stack}'s {depths[stack]} layers; it keeps at least one")
     dropped: Dict[str, List[int]] = {stack: [] for stack, count in counts.items() if count > 0}
     model.eval()
-    choice = LayerChoice(dropped, mean_loss(model, loss, samples))
+    choice = LayerChoice(dropped, loss_without({}))
     total = sum(counts.values())
     with progress_bar(None, passes_left(depths, counts, dropped), "loss without each layer", progress) as bar:
         for _ in range(total):
@@ -64,8 +58,7 @@ def choose_layers(model, loss: LossFunction, samples: Sequence[dict], counts: Ma
                     if layer in layers:
                         continue
                     trial = {s: sorted(v + [layer]) if s == stack else v for s, v in dropped.items()}
-                    with layers_removed(model, trial):
-                        candidates[(stack, layer)] = mean_loss(model, loss, samples)
+                    candidates[(stack, layer)] = loss_without(trial)
                     bar.update(1)
             (stack, layer), value = min(candidates.items(), key=lambda item: (item[1], item[0]))
             dropped[stack] = sorted(dropped[stack] + [layer])

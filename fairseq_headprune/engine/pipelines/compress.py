@@ -54,6 +54,7 @@ from fairseq_headprune.engine.pipelines.shallow import (
     prunes_units,
 )
 from fairseq_headprune.errors import StudyError
+from fairseq_headprune.study.compression.deployment_settings import ExportSettings
 from fairseq_headprune.study.compression.precision import (
     AUTO_QUANTIZATION,
     auto_candidates,
@@ -70,10 +71,7 @@ from fairseq_headprune.study.compression.records import (
     speedup_prediction,
 )
 from fairseq_headprune.study.compression.report import compression_report_markdown
-from fairseq_headprune.study.compression.settings import (
-    CompressSettings,
-    ExportSettings,
-)
+from fairseq_headprune.study.compression.settings import CompressSettings
 from fairseq_headprune.study.masks.ffn_mask import ffn_mask_to_spec
 from fairseq_headprune.study.masks.head_mask import head_mask_to_spec
 from fairseq_headprune.study.output.files import (
@@ -81,6 +79,7 @@ from fairseq_headprune.study.output.files import (
     write_json,
     write_text,
 )
+from fairseq_headprune.study.search.costs import SearchBudget
 from fairseq_headprune.study.search.settings import LatencySettings
 
 BEFORE_FINETUNE = "before.pt"  # in finetune/: the pruned model before fine-tuning, removed for real
@@ -186,10 +185,11 @@ def _search(settings: CompressSettings, stages: Stages, work: str) -> SearchReco
                                                fisher_file=stages.path("fisher", "importance.json"), **engine_options)
     layers = stages.record("layers") if "layers" in settings.stages else None
     if layers is not None:  # the target is a share of the unpruned model's cost, not of the shallower one's
-        budget = target.percent / 100.0 * layers.full_cost
-        budget = math.floor(budget + 1e-9) if target.cost == "heads" else budget
+        budget = SearchBudget(amount=target.percent / 100.0 * layers.full_cost)
+        if target.cost == "heads":  # the whole heads within the share
+            budget = SearchBudget(amount=math.floor(budget.amount + 1e-9))
         search_settings = dataclasses.replace(search_settings, budget=budget)
-        if settings.planned and budget >= layers.kept_cost * (1.0 - 1e-9):  # a speedup shape of layers alone
+        if settings.planned and budget.amount >= layers.kept_cost * (1.0 - 1e-9):  # a speedup shape of layers alone
             return layers_only_search(settings, _base_checkpoint(settings, stages), search_settings, layers)
     outcome = run_search(search_settings)
     result = outcome.result
@@ -258,8 +258,12 @@ def _finetune(settings: CompressSettings, stages: Stages, work: str) -> Finetune
     os.replace(outcome.checkpoint, os.path.join(work, CHECKPOINT))
     shutil.rmtree(os.path.join(work, "train"))
     os.remove(start)
+    until = settings.finetune.until
     return FinetuneStageRecord(
         checkpoint=CHECKPOINT, before=BEFORE_FINETUNE, updates=outcome.updates, seconds_training=outcome.seconds,
+        until=None if until is None else {**until.to_dict(), "ceiling": settings.finetune.updates,
+                                          "interval": until.validation_interval(settings.finetune.updates)},
+        curve=outcome.curve, stopped=outcome.stopped, kept_updates=outcome.kept_updates,
         lr=outcome.lr, warmup_updates=outcome.warmup, lr_schedule="fixed after a linear warm-up",
         train_subset=outcome.train_subset, targets="distilled" if data != settings.data else "references",
         word_distillation=None if teacher is None else {"teacher": os.path.abspath(teacher),

@@ -106,3 +106,14 @@ def speed_stage(settings: CompressSettings, stages: Stages, work: str) -> SpeedR
     return SpeedRecord(split=evaluation.gen_subset, environment=environment, settings=deployment.to_dict(),
                        unit=family.speed_unit, decoding=None if options is None else options.to_dict(), rows=rows,
                        beam_rows=beam_rows)
+
+
+def split_score(settings: CompressSettings, checkpoint: str, split: str, out_dir: str) -> float:
+    """One model's score on ``split`` (BLEU, accuracy, perplexity), translated or scored by the studies' resumable
+    sweep in ``out_dir`` with the run's generation options."""
+    evaluation = settings.evaluation
+    family = family_named(settings.family)
+    sweep_settings = dataclasses.replace(evaluation, checkpoint=checkpoint, out_dir=out_dir, gen_subset=split)
+    cfg, task, model = family.load(settings.data, checkpoint, sweep_settings.generation_args, cpu=evaluation.cpu)
+    sweep = family.open_split_sweep(sweep_settings, cfg, task, model, split, split)
+    return sweep.baseline_score(sweep.run([baseline_config()], None)[BASELINE])

@@ -24,7 +24,7 @@ from fairseq_headprune.engine.search.mask_tuning import tuning_folded
 from fairseq_headprune.errors import SettingsError
 from fairseq_headprune.modules.masked_ffn import current_ffn_mask, ffn_layout, set_ffn_mask
 from fairseq_headprune.modules.masked_multihead_attention import current_head_mask, head_layout, set_head_mask
-from fairseq_headprune.study.compression.settings import ExportSettings
+from fairseq_headprune.study.compression.deployment_settings import ExportSettings
 from fairseq_headprune.study.masks.head_mask import combine_masks
 from fairseq_headprune.study.search.tuning import read_tuning
 

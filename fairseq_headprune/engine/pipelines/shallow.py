@@ -50,8 +50,9 @@ def check_layer_counts(settings: CompressSettings) -> None:
 
 
 def layers_stage(settings: CompressSettings, work: str) -> LayersRecord:
-    """Whole layers removed, chosen by the validation loss (``layer_choice``); the target's cost of the unpruned
-    model and of the shallower one, so that the search's budget stays a share of the unpruned model's."""
+    """Whole layers removed, chosen by the validation loss (``layer_choice``), or as a speed-up plan chose them
+    (``settings.layer_choice``, measured on the same sentences); the target's cost of the unpruned model and of the
+    shallower one, so that the search's budget stays a share of the unpruned model's."""
     evaluation = settings.evaluation
     family = family_named(settings.family)
     cfg, task, model = family.load(settings.data, settings.checkpoint, evaluation.generation_args, cpu=evaluation.cpu)
@@ -59,8 +60,10 @@ def layers_stage(settings: CompressSettings, work: str) -> LayersRecord:
                                None if settings.importance.max_tokens else 64, settings.importance.limit)
     if not samples:
         raise StudyError(f"--drop-*-layers: {' '.join(settings.importance.subsets)} holds no sentence")
-    loss = family.tuning_loss(cfg, task) or token_nll(task.target_dictionary.pad())  # as mask tuning's guard
-    choice = choose_layers(model, loss, samples, settings.drop_layers, progress=evaluation.progress)
+    choice = settings.layer_choice
+    if choice is None:
+        loss = family.tuning_loss(cfg, task) or token_nll(task.target_dictionary.pad())  # as mask tuning's guard
+        choice = choose_layers(model, loss, samples, settings.drop_layers, progress=evaluation.progress)
     search_settings, costs = search_costs(settings.search_settings(settings.checkpoint, work), cfg, task, model)
     full = costs.full_cost()
     flops_full = model_flops(model, model_architecture(model), search_settings.sequence_length).full_cost()
@@ -74,6 +77,7 @@ def layers_stage(settings: CompressSettings, work: str) -> LayersRecord:
                          f"the unpruned model's {target.cost} cost; ask for less or remove fewer layers")
     shrink_checkpoint(settings.checkpoint, os.path.join(work, CHECKPOINT), None, drop_layers=choice.spec)
     return LayersRecord(checkpoint=CHECKPOINT, spec=choice.spec, counts=dict(settings.drop_layers),
+                        chosen_by="loss" if settings.layer_choice is None else "plan",
                         base_loss=choice.base_loss, steps=choice.steps, subsets=list(settings.importance.subsets),
                         sentences=sum(len(sample["id"]) for sample in samples),
                         cost=settings.target.cost, unit=costs.unit, full_cost=full, kept_cost=kept,
@@ -109,7 +113,7 @@ def layers_only_search(settings: CompressSettings, base_checkpoint: str, search_
     flops = model_flops(model, model_architecture(model), search_settings.sequence_length).full_cost()
     return SearchRecord(
         target=settings.target.text, structure=settings.target.structure, cost=settings.target.cost,
-        budget=search_settings.budget, unit=layers.unit, mask_cost=layers.kept_cost, full_cost=layers.kept_cost,
+        budget=search_settings.budget.amount, unit=layers.unit, mask_cost=layers.kept_cost, full_cost=layers.kept_cost,
         heads_total=sum(count * heads for count, heads in head_layout(model).values()),
         neurons_total=sum(count * width for count, width in ffn_layout(model).values()),
         flops={"kept": flops, "full": flops, "unit": "FLOPs per token",

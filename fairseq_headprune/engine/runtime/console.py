@@ -21,6 +21,8 @@ def quiet_libraries() -> None:
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"fairseq(\.|$)")
     for name in ("fairseq", "fairseq_cli", "fairseq_headprune", "hydra", "matplotlib", "PIL"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    # fairseq's --eval-bleu scores tokenized text on purpose; sacreBLEU warns that it looks tokenized
+    logging.getLogger("sacrebleu").setLevel(logging.ERROR)
 
 
 def run_quietly(module: str, function: str, *arguments) -> None:

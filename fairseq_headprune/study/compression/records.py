@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Dict, List, Mapping, Optional, Type, TypeVar
 
 from fairseq_headprune.study.compression.speed import SpeedRow
 from fairseq_headprune.study.compression.speedup import DisorderedPair, PlannedCandidate
+from fairseq_headprune.study.masks.layer_drop import LayerChoice
 
 REPORT_FORMAT = "fairseq-headprune compress report 2"
 READABLE_FORMATS = ("fairseq-headprune compress report 1", REPORT_FORMAT)
@@ -117,10 +118,20 @@ class Prediction:
 @dataclass
 class PlanRecord(StageRecord):
     """``plan/`` of ``--target speedup=Nx``: the candidate shapes, their measured speed-ups like for like (each
-    exported with the vocabulary map against the unpruned model with its own map) and the one chosen
-    (``study.compression.speedup``)."""
+    exported with the vocabulary map against the unpruned model with its own map), their damage before
+    fine-tuning and the one chosen (``study.compression.speedup``); the unpruned model's score on the decision
+    split and the decoding its fine-tunings validate with."""
 
     factor: float = 0.0
+    margin: float = 0.0  # the first choice asked the plan's timing for factor x (1 + margin)
+    decision_subset: str = ""
+    reference: Optional[float] = None  # the unpruned model's score on the decision split
+    generation: Dict[str, Any] = field(default_factory=dict)  # beam, length penalty and limits of the run
+    remove_bpe: Optional[str] = None
+    base_loss: Optional[float] = None  # the unpruned model's validation loss (damage = a shape's loss over it)
+    damage_sentences: int = 0
+    # the whole layers each shape removes, by its layers' name (Candidate.layers_name): chosen by the loss
+    layer_choices: Dict[str, LayerChoice] = field(default_factory=dict)
     batch_sizes: List[int] = field(default_factory=list)
     quantization: str = "float32"
     split: str = ""  # the sentences timed (the Fisher split's first ones, never the evaluation split)
@@ -139,6 +150,7 @@ class PlanRecord(StageRecord):
         record = super().from_dict(data)
         record.candidates = [PlannedCandidate.from_dict(c) for c in record.candidates]
         record.out_of_order = [DisorderedPair.from_dict(pair) for pair in record.out_of_order]
+        record.layer_choices = {name: LayerChoice.from_dict(c) for name, c in record.layer_choices.items()}
         return record
 
 
@@ -159,6 +171,7 @@ class LayersRecord(StageRecord):
     kept_cost: float = 0.0
     flops_full: Optional[float] = None
     parameters: Dict[str, int] = field(default_factory=dict)
+    chosen_by: str = "loss"  # loss: measured here; plan: the speed-up plan's choice, measured there
 
 
 @dataclass
@@ -229,6 +242,12 @@ class FinetuneStageRecord(StageRecord):
     targets: str = ""  # references or distilled
     word_distillation: Optional[Dict[str, Any]] = None
     start: str = ""  # tuned or masked
+    # fine-tuning until enough: the rule (FinetuneStop.to_dict, with its validation interval and ceiling), every
+    # validation ({updates, bleu}: the recovery curve), why it stopped, and the update count of the checkpoint kept
+    until: Optional[Dict[str, Any]] = None
+    curve: List[Dict[str, Any]] = field(default_factory=list)
+    stopped: Optional[str] = None
+    kept_updates: Optional[int] = None
 
 
 @dataclass

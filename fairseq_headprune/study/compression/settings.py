@@ -32,7 +32,7 @@ import dataclasses
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Optional, Tuple
 
 from fairseq_headprune.constants import (
     CLASSIFIER_FAMILY,
@@ -43,11 +43,14 @@ from fairseq_headprune.constants import (
     TRANSLATION_FAMILY,
 )
 from fairseq_headprune.errors import SettingsError
+from fairseq_headprune.study.compression.deployment_settings import DeploymentSettings
 from fairseq_headprune.study.compression.precision import AUTO_QUANTIZATION, DEFAULT_QUANTIZATION_TOLERANCE
 from fairseq_headprune.study.compression.speedup import DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_BLEU_LOSS, parse_speedup
-from fairseq_headprune.study.finetuning import FinetuneSettings
+from fairseq_headprune.study.finetuning import FINETUNE_LR_SHARE, FinetuneSettings, FinetuneStop
+from fairseq_headprune.study.masks.layer_drop import LayerChoice
+from fairseq_headprune.study.search.costs import SearchBudget
 from fairseq_headprune.study.search.settings import SearchSettings, TuningSettings
-from fairseq_headprune.study.settings import ImportanceSettings, SweepSettings, check_one_of, refuse
+from fairseq_headprune.study.settings import ImportanceSettings, SweepSettings
 
 # what a target can count, and how it is searched: (search --structure, search --cost)
 TARGET_SEARCH = {"heads": ("heads", "heads"), "flops": ("joint", "flops"),
@@ -70,12 +73,17 @@ LAYER_DROP_TARGETS = ("heads", "flops", "decoding-flops")
 # and 63.18 after 200 updates (the unpruned model: 62.63), 3.2 minutes on 2 CPU cores; a shallower decoder
 # needs more (docs/removal-and-export.md). Classifiers and language models: none unless asked.
 DEFAULT_TRANSLATION_FINETUNE_UPDATES = 200
+# --target speedup: every decision is made on this split (the test split is translated once, for the result); the
+# fine-tuning's learning rate, unless given, is this share of the checkpoint's peak rate (the rate its schedule
+# reaches after its warm-up); on the gettext models a tenth of it left two of three decoder layers removed 7 to 12
+# BLEU behind where half of it recovered (docs/removal-and-export.md)
+DEFAULT_DECISION_SUBSET = "valid"
+SPEEDUP_LR_SHARE = 0.5
+# --target speedup: the fine-tuning stops once the decision split's BLEU is within this share of the tolerance of
+# the unpruned model's (room for the difference between validation and test)
+STOP_SHARE_OF_TOLERANCE = 0.5
 # versions of the run record (OUT/compress.json) and of the report (OUT/report.json)
 COMPRESS_FORMAT = "fairseq-headprune compress 1"
-DEFAULT_SPEED_BATCH_SIZES = (1, 64)
-DEFAULT_SPEED_SENTENCES = 300
-DEFAULT_SPEED_REPEATS = 5
-PRECISIONS = ("float32", "float16", "bfloat16")
 
 
 @dataclass(frozen=True)
@@ -102,9 +110,9 @@ class CompressTarget:
         return TARGET_SEARCH[self.kind][1]
 
     @property
-    def budget(self) -> str:
-        """The search's ``--budget``."""
-        return f"{self.percent:g}%"
+    def budget(self) -> SearchBudget:
+        """The search's budget: the share of the unpruned model's cost kept."""
+        return SearchBudget(percent=self.percent)
 
 
 def default_finetune_updates(family: str) -> int:
@@ -149,34 +157,6 @@ def parse_target(text: str) -> CompressTarget:
 
 
 @dataclass
-class DeploymentSettings:
-    """How decoding speed is measured: the same sentences at each batch size, repeats interleaved."""
-
-    batch_sizes: List[int] = field(default_factory=lambda: list(DEFAULT_SPEED_BATCH_SIZES))
-    sentences: Optional[int] = DEFAULT_SPEED_SENTENCES  # first N sentences of the split (None: all)
-    repeats: int = DEFAULT_SPEED_REPEATS
-    threads: Optional[int] = None  # CPU threads of both engines (None: torch's current setting)
-    option_prefix: str = "--speed-"  # how the batch sizes and sentences are named where these come from
-    precision: str = "float32"  # what fairseq translates in (float16, bfloat16: fairseq's --fp16, --bf16)
-    beams: List[int] = field(default_factory=list)  # translation: also evaluated and timed at these beam sizes
-
-    def __post_init__(self):
-        if not self.batch_sizes or any(b < 1 for b in self.batch_sizes):
-            raise SettingsError(f"{self.option_prefix}batch-sizes must be positive numbers, got {self.batch_sizes}")
-        check_one_of(self.precision, PRECISIONS, "the evaluation's precision")
-        if any(beam < 1 for beam in self.beams):
-            raise SettingsError(f"--speed-beams must be positive beam sizes, got {self.beams}")
-        for value, option in ((self.sentences, f"{self.option_prefix}sentences"), (self.repeats, "--repeats"),
-                              (self.threads, "--threads")):
-            if value is not None and value < 1:
-                raise SettingsError(f"{option} must be positive, got {value}")
-
-    def to_dict(self) -> Dict[str, object]:
-        return {"batch_sizes": list(self.batch_sizes), "sentences": self.sentences, "repeats": self.repeats,
-                "threads": self.threads, **({"beams": list(self.beams)} if self.beams else {})}
-
-
-@dataclass
 class CompressSettings:
     """``compress``: checkpoint to compressed (and exported) model, evaluated against the unpruned one.
 
@@ -215,6 +195,8 @@ class CompressSettings:
     allow_beam: bool = False  # --target speedup: the compressed model may decode at a smaller beam
     planned: bool = False  # an attempt of a speedup plan: a shape with whole layers removed may prune nothing else
     finetune_from: Optional[str] = None  # an attempt continuing an earlier one's fine-tuning: its weights
+    decision_subset: str = DEFAULT_DECISION_SUBSET  # --target speedup: the split every decision reads
+    layer_choice: Optional[LayerChoice] = None  # an attempt's whole layers, as its plan chose them
 
     def __post_init__(self):
         family = self.evaluation.family
@@ -283,15 +265,23 @@ class CompressSettings:
             raise SettingsError("the search ranks by Fisher scores: estimate them with the fisher method")
         if self.target.structure != "heads":  # the joint search needs the neurons' scores too
             self.importance = dataclasses.replace(self.importance, neurons=True)
-        if self.tuning is not None:
+        if self.tuning is not None and not self.planned:  # an attempt is judged on the decision split, its own choice
             self.tuning.refuse_evaluation_split(self.evaluation.gen_subset)
 
     def _check_speedup(self) -> None:
         speedup = self.target.kind == SPEEDUP_TARGET
         if not speedup:
-            if self.max_bleu_loss is not None or self.max_attempts != DEFAULT_MAX_ATTEMPTS or self.allow_beam:
-                raise SettingsError("--max-bleu-loss, --max-attempts and --allow-beam go with --target speedup=Nx")
+            if (self.max_bleu_loss is not None or self.max_attempts != DEFAULT_MAX_ATTEMPTS or self.allow_beam
+                    or self.decision_subset != DEFAULT_DECISION_SUBSET):
+                raise SettingsError("--max-bleu-loss, --max-attempts, --allow-beam and --decision-subset go with "
+                                    "--target speedup=Nx")
             return
+        if self.decision_subset == self.evaluation.gen_subset:
+            raise SettingsError(f"--decision-subset {self.decision_subset} is the split the result is reported on "
+                                "(--gen-subset): decide on another, e.g. valid")
+        if self.decision_subset.startswith("test"):
+            raise SettingsError(f"--decision-subset {self.decision_subset}: decisions are made on validation data, "
+                                "never on a test split")
         if self.evaluation.family != TRANSLATION_FAMILY:
             raise SettingsError(f"--target {self.target.text} is a translation model's decoding speed in CTranslate2; "
                                 f"this checkpoint is a {self.evaluation.family.replace('_', ' ')}")
@@ -312,23 +302,37 @@ class CompressSettings:
         if self.max_attempts < 1:
             raise SettingsError(f"--max-attempts must be at least 1, got {self.max_attempts}")
 
-    def attempt(self, flops_share: float, drop_counts: Dict[str, int], out_dir: str,
+    def attempt(self, flops_share: float, layer_choice: Optional[LayerChoice], out_dir: str,
                 finetune_from: Optional[str] = None, beam: Optional[int] = None,
-                finetune_lr: Optional[float] = None) -> "CompressSettings":
-        """A speedup run's attempt: a compress run in ``out_dir`` removing ``drop_counts`` whole layers and
-        searching the heads and neurons within ``flops_share`` of the unpruned model's decoding FLOPs; a shape
-        for a smaller ``beam`` is also evaluated and timed there (``--speed-beams``). A continued fine-tuning
-        takes the attempt's ``finetune_lr``: its default, a share of the start checkpoint's learning rate, would
-        otherwise be a share of the fine-tuning's own."""
+                finetune_lr: Optional[float] = None, finetune_stop: Optional[FinetuneStop] = None
+                ) -> "CompressSettings":
+        """A speedup run's attempt: a compress run in ``out_dir`` removing the whole layers of ``layer_choice``
+        (the plan's) and searching the heads and neurons within ``flops_share`` of the unpruned model's decoding
+        FLOPs, evaluated on the decision split; a shape for a smaller ``beam`` is also evaluated and timed there
+        (``--speed-beams``). The fine-tuning stops by ``finetune_stop``; a continued one takes the attempt's
+        ``finetune_lr``: its default, a share of the start checkpoint's learning rate, would otherwise be a share
+        of the fine-tuning's own."""
         deployment = self.deployment
-        finetune = self.finetune if finetune_lr is None else dataclasses.replace(self.finetune, lr=finetune_lr)
+        finetune = self.finetune
+        if finetune_lr is not None:
+            finetune = dataclasses.replace(finetune, lr=finetune_lr)
+        if finetune_stop is not None and finetune.enabled:
+            finetune = dataclasses.replace(finetune, until=finetune_stop)
         if beam is not None and beam not in deployment.beams:
             deployment = dataclasses.replace(deployment, beams=sorted([*deployment.beams, beam]))
+        drop_counts = {} if layer_choice is None else {s: len(layers) for s, layers in layer_choice.dropped.items()}
         return dataclasses.replace(
-            self, evaluation=dataclasses.replace(self.evaluation, out_dir=out_dir),
-            target=CompressTarget("decoding-flops", 100.0 * flops_share), drop_layers=dict(drop_counts),
-            max_bleu_loss=None, max_attempts=DEFAULT_MAX_ATTEMPTS, allow_beam=False, planned=True,
-            finetune_from=finetune_from, deployment=deployment, finetune=finetune)
+            self, evaluation=dataclasses.replace(self.evaluation, out_dir=out_dir, gen_subset=self.decision_subset),
+            target=CompressTarget("decoding-flops", 100.0 * flops_share), drop_layers=drop_counts,
+            layer_choice=layer_choice if drop_counts else None, max_bleu_loss=None,
+            max_attempts=DEFAULT_MAX_ATTEMPTS, allow_beam=False, planned=True, finetune_from=finetune_from,
+            deployment=deployment, finetune=finetune, decision_subset=DEFAULT_DECISION_SUBSET)
+
+    def reported(self, attempt: "CompressSettings", out_dir: str) -> "CompressSettings":
+        """An attempt's compressed model evaluated and timed on the run's own split (the test split, once), in
+        ``out_dir``."""
+        return dataclasses.replace(attempt, evaluation=dataclasses.replace(
+            attempt.evaluation, out_dir=out_dir, gen_subset=self.evaluation.gen_subset))
 
     def search_settings(self, checkpoint: str, work: str, **options) -> SearchSettings:
         """The search of this run, on ``checkpoint`` (the unpruned model, or it without whole layers)."""
@@ -377,6 +381,16 @@ class CompressSettings:
             skipped.add("export")
         return tuple(s for s in STAGES if s not in skipped)
 
+    def _finetune_identity(self) -> Dict[str, object]:
+        """The fine-tuning's settings, the stop rule and the learning-rate share only where they are not the
+        defaults of a fixed-length fine-tune (an older run's identity is unchanged)."""
+        identity = dataclasses.asdict(self.finetune)
+        if identity["until"] is None:
+            del identity["until"]
+        if identity["lr_share"] == FINETUNE_LR_SHARE:
+            del identity["lr_share"]
+        return identity
+
     def identity(self) -> Dict[str, object]:
         """What makes two runs the same run, stage by stage (the checkpoint's and table's hashes come from the
         engine)."""
@@ -394,12 +408,14 @@ class CompressSettings:
                        "tuning": None if self.tuning is None else dataclasses.asdict(self.tuning),
                        "tuning_skipped": self.tuning_skipped, "uniform": self.uniform},
             **({"layers": dict(self.drop_layers)} if self.drop_layers else {}),
-            "finetune": ({**dataclasses.asdict(self.finetune), **({"distill": self.distill} if self.distill else {}),
+            **({"layers_chosen": self.layer_choice.spec} if self.layer_choice is not None else {}),
+            "finetune": ({**self._finetune_identity(), **({"distill": self.distill} if self.distill else {}),
                           **({"distill_weight": self.distill_weight} if self.distill == "word" else {}),
                           **({"continued_from": os.path.abspath(self.finetune_from)} if self.finetune_from else {})}
                          if self.finetune.updates else None),
             # --max-attempts is left out: more attempts continue the same sequence, fewer stop it sooner
-            **({"speedup": {"max_bleu_loss": self.max_bleu_loss, "allow_beam": self.allow_beam}}
+            **({"speedup": {"max_bleu_loss": self.max_bleu_loss, "allow_beam": self.allow_beam,
+                            "decision_subset": self.decision_subset}}
                if self.target.kind == SPEEDUP_TARGET else {}),
             **({"planned": True} if self.planned else {}),
             "export": None if self.export_format is None else {
@@ -411,32 +427,3 @@ class CompressSettings:
                          "test": evaluation.test.to_dict()},
             "speed": self.deployment.to_dict(),
         }
-
-
-@dataclass
-class ExportSettings:
-    """What ``export`` writes: a deployable model of a masked, tuned or shrunk checkpoint."""
-
-    data: str
-    checkpoint: str
-    out_dir: str
-    format: str = "ctranslate2"
-    quantization: Optional[str] = None  # None: the weights' own type (float32)
-    head_mask: Optional[str] = None
-    ffn_mask: Optional[str] = None
-    tuning_file: Optional[str] = None
-    cpu: bool = False
-    fairseq_args: Sequence[str] = ()
-    vocabulary_map: bool = False  # translation: a vocabulary map from the training split, saved as vmap.txt
-    vocabulary_map_candidates: int = 20  # candidates per source token
-    vocabulary_map_common: int = 100  # the most frequent target tokens, always candidates
-
-    def __post_init__(self):
-        refuse(self.vocabulary_map_candidates < 1, "--vocabulary-map-candidates must be positive, got "
-                f"{self.vocabulary_map_candidates}")
-        refuse(self.vocabulary_map_common < 0, "--vocabulary-map-common must not be negative, got "
-                f"{self.vocabulary_map_common}")
-        if self.format not in EXPORT_FORMATS:
-            raise SettingsError(f"--format {self.format}: expected one of {', '.join(EXPORT_FORMATS)}")
-        if self.quantization is not None and self.quantization not in QUANTIZATIONS:
-            raise SettingsError(f"--quantization {self.quantization}: expected one of {', '.join(QUANTIZATIONS)}")

@@ -7,22 +7,32 @@ the plan measures instead of predicting: a ladder of candidate shapes (whole
 layers left out of each stack, then every remaining layer narrowed to a share
 of its heads and FFN neurons), each exported and timed in CTranslate2 with
 the vocabulary map against the unpruned model with its own map (like for
-like), in one rotated timing run, at every batch size asked. The chosen
-candidate is the one that keeps the most decoding FLOPs among those that
-reach the speed-up at every batch size: the least change that is fast
-enough (Kasai et al. 2021: a shallow decoder loses least when distilled;
-Kwon et al. 2022: heads and neurons chosen by Fisher information).
+like), in one rotated timing run, at every batch size asked.
 
-An attempt compresses to the chosen shape (layers chosen by the validation
-loss, heads and neurons searched within the candidate's decoding-FLOPs
-share), fine-tunes and evaluates. Where it loses more than the tolerance,
-the next attempt first continues the fine-tuning from the attempt's weights,
-then backs off to the next candidate that keeps more FLOPs, which may be
+Shapes fast enough differ in what they cost in quality: removing two of
+three decoder layers and narrowing every layer to half keep about the same
+FLOPs but start from very different models. So the plan also measures each
+shape's damage before any fine-tuning: the validation loss of the unpruned
+model with the shape's layers removed (those the loss misses least, as an
+attempt removes them) and every other layer keeping its heads and FFN
+neurons of highest Fisher information (the unpruned model's). The chosen
+candidate is the least damaged among those the plan times at the speed-up
+plus ``PLAN_MARGIN`` at every batch size (the plan's timing of a uniform
+shape is within about 10% of the compressed model's; without a margin the
+first attempt would often measure just short of the target), or, when none
+is, the least damaged that reaches the speed-up itself; equal damage goes to
+the run's beam, then to the shape that keeps more decoding FLOPs.
+
+An attempt compresses to the chosen shape (its layers, heads and neurons
+searched within the candidate's decoding-FLOPs share), fine-tunes and
+evaluates (``speedup_search`` decides what follows). Where it loses more than
+the tolerance, the next attempt continues the fine-tuning if it ended at its
+ceiling, else backs off to the nearest less damaged shape, which may be
 slower than asked: the report says so. Where it keeps the BLEU but decodes
 slower than asked (the plan times a uniform shape at a fixed length; the
 compressed model has its searched mask and its own translations), the next
-attempt takes the next shape that the plan, corrected by that attempt's
-measured error, expects to be fast enough.
+attempt takes the least damaged shape that the plan, corrected by that
+attempt's measured error, expects to be fast enough.
 
 With ``--allow-beam`` every shape is also timed at the smaller beams 1 and 2
 (sequence-level distillation lets a small beam approach beam search, Kim &
@@ -39,6 +49,7 @@ from fairseq_headprune.errors import SettingsError, StudyError
 
 # the shares of every remaining layer's heads and FFN neurons a candidate keeps (1.0: layers removed only)
 WIDTH_SHARES = (1.0, 0.75, 0.5, 0.25)
+PLAN_MARGIN = 0.1  # the first choice asks the plan's timing for this much more than the target
 SMALLER_BEAMS = (1, 2)  # --allow-beam: the beams a shape is also timed at, below the run's
 DEFAULT_MAX_BLEU_LOSS = 1.0
 DEFAULT_MAX_ATTEMPTS = 3
@@ -72,10 +83,14 @@ class Candidate:
         return {stack: count for stack, count in self.dropped if count}
 
     @property
+    def layers_name(self) -> str:
+        """The whole layers it removes, as a reader says it: ``2 decoder layers`` or ``no layer``."""
+        return ", ".join(f"{count} {stack} layer{'s' if count > 1 else ''}" for stack, count in self.dropped
+                         if count) or "no layer"
+
+    @property
     def name(self) -> str:
-        layers = ", ".join(f"{count} {stack} layer{'s' if count > 1 else ''}" for stack, count in self.dropped
-                           if count) or "no layer"
-        return f"{layers} removed, {self.width:.0%} width" + (f", beam {self.beam}" if self.beam else "")
+        return f"{self.layers_name} removed, {self.width:.0%} width" + (f", beam {self.beam}" if self.beam else "")
 
     def to_dict(self) -> Dict[str, Any]:
         return {"dropped": dict(self.dropped), "width": self.width, "beam": self.beam}
@@ -117,24 +132,26 @@ def reaches(speedups: Mapping[str, float], factor: float) -> bool:
 
 @dataclass
 class PlannedCandidate:
-    """A candidate with what the plan found: its decoding-FLOPs share of the unpruned model's layers and its
-    measured speed-up over the unpruned model (with the map both) at each batch size."""
+    """A candidate with what the plan found: its decoding-FLOPs share of the unpruned model's layers, its
+    measured speed-up over the unpruned model (with the map both) at each batch size, and its damage: the
+    validation loss increase over the unpruned model before fine-tuning (None: not measured)."""
 
     candidate: Candidate
     flops_share: float
     speedups: Dict[str, float] = field(default_factory=dict)  # batch size (as text) -> speed-up
+    damage: Optional[float] = None
 
     def reaches(self, factor: float) -> bool:
         return reaches(self.speedups, factor)
 
     def to_dict(self) -> Dict[str, Any]:
         return {**self.candidate.to_dict(), "name": self.candidate.name, "flops_share": self.flops_share,
-                "speedups": dict(self.speedups)}
+                "speedups": dict(self.speedups), "damage": self.damage}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "PlannedCandidate":
         return cls(Candidate.from_dict(data), float(data["flops_share"]),
-                   {str(k): float(v) for k, v in data["speedups"].items()})
+                   {str(k): float(v) for k, v in data["speedups"].items()}, data.get("damage"))
 
 
 def removes_at_least(smaller: Candidate, larger: Candidate) -> bool:
@@ -191,22 +208,26 @@ def disturbed_plan_text(pairs: Sequence[DisorderedPair], plan_dir: str) -> str:
             "itself, or with more --repeats")
 
 
-def preference_order(planned: Sequence[PlannedCandidate]) -> List[int]:
-    """Indices from the least to the most change: most decoding FLOPs kept first (at the run's beam), then the
-    run's beam before smaller ones, then fewest layers removed, then the fastest."""
-    def change(i):
+def damage_order(planned: Sequence[PlannedCandidate]) -> List[int]:
+    """Indices from the least to the most damaged (a plan without damage: the most decoding FLOPs kept first); at
+    equal damage the run's beam before smaller ones, then the most decoding FLOPs kept, the fewest layers
+    removed and the fastest."""
+    def rank(i):
         candidate = planned[i].candidate
-        return (-planned[i].flops_share, -(candidate.beam or math.inf), sum(candidate.drop_counts.values()),
+        damage = planned[i].damage if planned[i].damage is not None else -planned[i].flops_share
+        return (damage, -(candidate.beam or math.inf), -planned[i].flops_share, sum(candidate.drop_counts.values()),
                 -min(planned[i].speedups.values(), default=0.0))
-    return sorted(range(len(planned)), key=change)
+    return sorted(range(len(planned)), key=rank)
 
 
-def choose_candidate(planned: Sequence[PlannedCandidate], factor: float) -> int:
-    """The least change that reaches ``factor`` at every batch size (``preference_order``); raises naming the
-    fastest candidate when none does."""
-    for index in preference_order(planned):
-        if planned[index].reaches(factor):
-            return index
+def choose_candidate(planned: Sequence[PlannedCandidate], factor: float, margin: float = PLAN_MARGIN) -> int:
+    """The least damaged shape the plan times at ``factor`` plus ``margin`` at every batch size, else the least
+    damaged at ``factor`` (``damage_order``); raises naming the fastest candidate when none reaches it."""
+    order = damage_order(planned)
+    for need in (factor * (1.0 + margin), factor):
+        for index in order:
+            if planned[index].reaches(need):
+                return index
     fastest = max(planned, key=lambda p: min(p.speedups.values(), default=0.0))
     slowest_batch = min(fastest.speedups, key=fastest.speedups.get)
     raise StudyError(f"--target speedup={factor:g}x: the fastest shape tried ({fastest.candidate.name}) decodes "
@@ -215,25 +236,23 @@ def choose_candidate(planned: Sequence[PlannedCandidate], factor: float) -> int:
 
 
 def back_off(planned: Sequence[PlannedCandidate], current: int, tried: Sequence[int] = ()) -> Optional[int]:
-    """The nearest candidate before ``current`` in ``preference_order`` (one that keeps more) not tried yet, or
-    None."""
-    order = preference_order(planned)
+    """The nearest candidate before ``current`` in ``damage_order`` (less damaged) not tried yet, or None."""
+    order = damage_order(planned)
     earlier = [index for index in order[:order.index(current)] if index not in tried]
     return earlier[-1] if earlier else None
 
 
 def prune_more(planned: Sequence[PlannedCandidate], current: int, factor: float, measured: Mapping[str, float],
                tried: Sequence[int] = ()) -> Optional[int]:
-    """After ``current``, which kept the BLEU but was measured at ``measured`` (batch size -> speed-up): the first
-    later candidate in ``preference_order`` not tried yet that the plan expects fast enough once its timing is
-    corrected by ``current``'s error at each batch size (the plan's speed-up over the measured one, when above 1),
-    or None."""
+    """After ``current``, which kept the BLEU but was measured at ``measured`` (batch size -> speed-up): the least
+    damaged candidate not tried yet that the plan expects fast enough once its timing is corrected by
+    ``current``'s error at each batch size (the plan's speed-up over the measured one, when above 1), or None."""
     timed = planned[current].speedups
     needed = {batch: factor * max(1.0, timed[batch] / measured[batch]) for batch in timed if measured.get(batch)}
-    order = preference_order(planned)
-    for index in order[order.index(current) + 1:]:
+    for index in damage_order(planned):
         speedups = planned[index].speedups
-        if index not in tried and all(speedups.get(batch, 0.0) >= need for batch, need in needed.items()):
+        if (index != current and index not in tried
+                and all(speedups.get(batch, 0.0) >= need for batch, need in needed.items())):
             return index
     return None
 

@@ -2,13 +2,17 @@
 written and read by one ``to_dict``/``from_dict`` and read by the console, ``OUT/report.md`` and the plan
 benchmark alike.
 
-Report format 1 wrote two facts twice (an attempt's ``loss``, the negative of its ``delta``; ``fast_enough``,
-its speed-ups reaching the target, which the result calls ``reached_target``) and named the plan's prediction
-``planned``; such reports are read, those keys derived again or renamed (``Prediction.RENAMED``).
+Every attempt is judged on the decision split (``ScoreChange`` on validation, its speed timed there); the
+attempt deployed is evaluated and timed on the run's own split once, in ``OUT/result`` (``SpeedupResult.reported``).
+
+Report format 1 judged attempts on the test split, wrote an attempt's score as flat keys, two facts twice (an
+attempt's ``loss``, the negative of its ``delta``; ``fast_enough``, its speed-ups reaching the target, which the
+result called ``reached_target``) and named the plan's prediction ``planned``; such reports are read, their scores
+as scores on the split they name, the doubled keys derived again, the prediction renamed (``Prediction.RENAMED``).
 """
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from fairseq_headprune.study.compression.records import PlanRecord, Prediction
 from fairseq_headprune.study.compression.speedup import PlannedCandidate, reaches, speed_breakdown
@@ -18,21 +22,64 @@ READABLE_SPEEDUP_FORMATS = ("fairseq-headprune compress speedup 1", SPEEDUP_REPO
 
 
 @dataclass
-class AttemptRecord:
-    """One attempt: the shape it compressed to, its fine-tuning, its score against the unpruned model and its
-    measured speed-ups like for like (batch size as text -> factor), and the decision that followed."""
+class ScoreChange:
+    """The compressed model against the unpruned one on one split: both scores, the change (higher is better),
+    the paired test's p-value and resamples, and the compressed model before fine-tuning (None: not scored)."""
 
-    attempt: int  # from 1
-    dir: str  # its directory in the run's, attempt-N
-    shape: PlannedCandidate
-    continued_from: Optional[str]  # the attempt directory whose fine-tuning it continued
-    finetune_updates: int
+    split: str
     metric: str
     unpruned: float
     compressed: float
     delta: float
     p_value: float
-    samples: Optional[int]  # the paired test's resamples
+    samples: Optional[int] = None
+    before_finetune: Optional[float] = None
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"split": self.split, "metric": self.metric, "unpruned": self.unpruned, "compressed": self.compressed,
+                "delta": self.delta, "p_value": self.p_value, "samples": self.samples,
+                "before_finetune": self.before_finetune}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], split: str = "") -> "ScoreChange":
+        return cls(split=str(data.get("split", split)), metric=str(data.get("metric", "BLEU")),
+                   unpruned=float(data["unpruned"]), compressed=float(data["compressed"]),
+                   delta=float(data["delta"]), p_value=float(data["p_value"]), samples=data.get("samples"),
+                   before_finetune=data.get("before_finetune"))
+
+
+@dataclass
+class FinetuneSummary:
+    """An attempt's fine-tuning as the decisions and the report read it: the updates made, why it stopped, the
+    update count of the checkpoint kept, and its validations (the recovery curve: {updates, bleu})."""
+
+    updates: int = 0
+    stopped: Optional[str] = None
+    kept_updates: Optional[int] = None
+    curve: List[Dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"updates": self.updates, "stopped": self.stopped, "kept_updates": self.kept_updates,
+                "curve": [dict(point) for point in self.curve]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "FinetuneSummary":
+        return cls(int(data.get("updates", 0)), data.get("stopped"), data.get("kept_updates"),
+                   list(data.get("curve", [])))
+
+
+@dataclass
+class AttemptRecord:
+    """One attempt: the shape it compressed to, its fine-tuning, its score against the unpruned model and its
+    measured speed-ups like for like (batch size as text -> factor), both on the decision split, and the decision
+    that followed."""
+
+    attempt: int  # from 1
+    dir: str  # its directory in the run's, attempt-N
+    shape: PlannedCandidate
+    continued_from: Optional[str]  # the attempt directory whose fine-tuning it continued
+    finetune: FinetuneSummary
+    score: ScoreChange
     speedups: Dict[str, float]
     decision: str
 
@@ -41,45 +88,51 @@ class AttemptRecord:
 
     def to_dict(self) -> Dict[str, Any]:
         return {"attempt": self.attempt, "dir": self.dir, "shape": self.shape.to_dict(),
-                "continued_from": self.continued_from, "finetune_updates": self.finetune_updates,
-                "metric": self.metric, "unpruned": self.unpruned, "samples": self.samples,
-                "compressed": self.compressed, "delta": self.delta, "p_value": self.p_value,
-                "speedups": dict(self.speedups), "decision": self.decision}
+                "continued_from": self.continued_from, "finetune": self.finetune.to_dict(),
+                "score": self.score.to_dict(), "speedups": dict(self.speedups), "decision": self.decision}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "AttemptRecord":
+    def from_dict(cls, data: Mapping[str, Any], split: str = "") -> "AttemptRecord":
+        """``split``: where a report of format 1 scored its attempts (its own evaluation split)."""
+        finetune = (FinetuneSummary.from_dict(data["finetune"]) if "finetune" in data
+                    else FinetuneSummary(int(data.get("finetune_updates", 0))))
+        score = ScoreChange.from_dict(data["score"] if "score" in data else data, split)
         return cls(attempt=int(data["attempt"]), dir=str(data["dir"]), shape=PlannedCandidate.from_dict(data["shape"]),
-                   continued_from=data.get("continued_from"), finetune_updates=int(data.get("finetune_updates", 0)),
-                   metric=str(data["metric"]), unpruned=float(data["unpruned"]), compressed=float(data["compressed"]),
-                   delta=float(data["delta"]), p_value=float(data["p_value"]), samples=data.get("samples"),
+                   continued_from=data.get("continued_from"), finetune=finetune, score=score,
                    speedups={str(k): float(v) for k, v in data["speedups"].items()}, decision=str(data["decision"]))
 
 
 @dataclass
 class SpeedupResult:
-    """The attempt deployed: its speed-ups and score change, the plan's prediction of its speed-up per batch size,
-    and its files (its own report, the compressed checkpoint, the CTranslate2 model)."""
+    """The attempt deployed: its score change on the decision split (what the decisions read) and on the run's
+    own split (``reported``: translated once, for this result), its speed-ups timed there, the plan's prediction
+    of them per batch size, and its files (the report of its evaluation, the compressed checkpoint, the CTranslate2
+    model)."""
 
     attempt: int
+    decided: ScoreChange
+    reported: ScoreChange
     speedups: Dict[str, float]
-    delta: float
-    p_value: float
-    samples: Optional[int]
     prediction: Dict[str, Prediction]
     report: str
     checkpoint: str
     exported: str
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"attempt": self.attempt, "speedups": dict(self.speedups), "delta": self.delta,
-                "p_value": self.p_value, "samples": self.samples,
+        return {"attempt": self.attempt, "decided": self.decided.to_dict(), "reported": self.reported.to_dict(),
+                "speedups": dict(self.speedups),
                 "prediction": {batch: p.to_dict() for batch, p in self.prediction.items()},
                 "report": self.report, "checkpoint": self.checkpoint, "exported": self.exported}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "SpeedupResult":
-        return cls(attempt=int(data["attempt"]), speedups={str(k): float(v) for k, v in data["speedups"].items()},
-                   delta=float(data["delta"]), p_value=float(data["p_value"]), samples=data.get("samples"),
+    def from_dict(cls, data: Mapping[str, Any], attempts: Sequence[AttemptRecord] = ()) -> "SpeedupResult":
+        """A result of format 1 was decided and reported with the score of its attempt (in ``attempts``)."""
+        if "reported" in data:
+            decided, reported = ScoreChange.from_dict(data["decided"]), ScoreChange.from_dict(data["reported"])
+        else:
+            decided = reported = next(a.score for a in attempts if a.attempt == int(data["attempt"]))
+        return cls(attempt=int(data["attempt"]), decided=decided, reported=reported,
+                   speedups={str(k): float(v) for k, v in data["speedups"].items()},
                    prediction={str(b): Prediction.from_dict(p) for b, p in (data.get("prediction") or {}).items()},
                    report=str(data["report"]), checkpoint=str(data["checkpoint"]), exported=str(data["exported"]))
 
@@ -109,7 +162,13 @@ class SpeedupReport:
 
     @property
     def within_tolerance(self) -> bool:
-        return self.result is not None and -self.result.delta <= self.max_bleu_loss
+        """The result within the tolerance on the decision split (what decided)."""
+        return self.result is not None and -self.result.decided.delta <= self.max_bleu_loss
+
+    @property
+    def within_tolerance_reported(self) -> bool:
+        """The result within the tolerance on the run's own split."""
+        return self.result is not None and -self.result.reported.delta <= self.max_bleu_loss
 
     @property
     def reached_target(self) -> bool:
@@ -117,7 +176,8 @@ class SpeedupReport:
 
     def to_dict(self) -> Dict[str, Any]:
         result = None if self.result is None else {
-            **self.result.to_dict(), "within_tolerance": self.within_tolerance, "reached_target": self.reached_target}
+            **self.result.to_dict(), "within_tolerance": self.within_tolerance,
+            "within_tolerance_reported": self.within_tolerance_reported, "reached_target": self.reached_target}
         return {"format": self.format, "checkpoint": self.checkpoint, "target": self.target, "factor": self.factor,
                 "max_bleu_loss": self.max_bleu_loss,
                 "plan": {**self.plan.to_dict(), "chosen_name": self.chosen.candidate.name,
@@ -129,7 +189,8 @@ class SpeedupReport:
         if data.get("format") not in READABLE_SPEEDUP_FORMATS:
             raise ValueError(f"not a speed-up report of a known format: {data.get('format')!r}")
         plan = {key: value for key, value in data["plan"].items() if key not in ("chosen_name", "breakdown")}
+        split = "" if data["format"] == SPEEDUP_REPORT_FORMAT else "test"  # format 1 judged on its test split
+        attempts = [AttemptRecord.from_dict(a, split) for a in data.get("attempts", [])]
         return cls(checkpoint=str(data["checkpoint"]), target=str(data["target"]), factor=float(data["factor"]),
-                   max_bleu_loss=float(data["max_bleu_loss"]), plan=PlanRecord.from_dict(plan),
-                   attempts=[AttemptRecord.from_dict(a) for a in data.get("attempts", [])],
-                   result=None if data.get("result") is None else SpeedupResult.from_dict(data["result"]))
+                   max_bleu_loss=float(data["max_bleu_loss"]), plan=PlanRecord.from_dict(plan), attempts=attempts,
+                   result=None if data.get("result") is None else SpeedupResult.from_dict(data["result"], attempts))

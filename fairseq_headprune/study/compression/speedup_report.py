@@ -1,26 +1,66 @@
 """``compress --target speedup=Nx``'s OUT/report.md, written from its report (``speedup_records.SpeedupReport``)."""
 
-from fairseq_headprune.study.compression.speedup import disturbed_plan_text
-from fairseq_headprune.study.compression.speedup_records import SpeedupReport
+from typing import List
+
+from fairseq_headprune.study.compression.speedup import damage_order, disturbed_plan_text
+from fairseq_headprune.study.compression.speedup_records import AttemptRecord, ScoreChange, SpeedupReport
 from fairseq_headprune.study.statistics.significance import p_value_cell, p_value_text
 
 
+def _change(score: ScoreChange) -> str:
+    return (f"{score.metric} {score.unpruned:.2f} -> {score.compressed:.2f} ({score.delta:+.2f}, "
+            f"{p_value_text(score.p_value, score.samples)})")
+
+
+def _finetuning(attempt: AttemptRecord) -> str:
+    finetune = attempt.finetune
+    text = f"{finetune.updates} updates"
+    if finetune.stopped:
+        text += f", stopped: {finetune.stopped}"
+    if finetune.kept_updates is not None and finetune.kept_updates != finetune.updates:
+        text += f", kept the one after {finetune.kept_updates}"
+    return text + (f", continuing {attempt.continued_from}" if attempt.continued_from else "")
+
+
+def _curves(report: SpeedupReport) -> List[str]:
+    """Each attempt's validations during its fine-tuning (the recovery curve)."""
+    lines = []
+    for attempt in report.attempts:
+        curve = attempt.finetune.curve
+        if not curve:
+            continue
+        if not lines:
+            reference = report.plan.reference
+            lines = ["", "## Recovery during fine-tuning", "",
+                     f"fairseq's validation BLEU on {attempt.score.split} (tokenized, the run's beam and lengths) "
+                     "after each number of updates"
+                     + ("." if reference is None else
+                        f"; the unpruned model scores {reference:.2f} there (the studies' evaluation)."), ""]
+        points = ", ".join(f"{point['updates']}: {point['bleu']:.2f}" for point in curve)
+        lines.append(f"- attempt {attempt.attempt} ({attempt.shape.candidate.name}): {points}")
+    return lines
+
+
 def speedup_report_markdown(report: SpeedupReport) -> str:
-    """OUT/report.md of ``compress --target speedup=Nx``: the shapes timed, what each step bought, every attempt
-    and the result (``engine.pipelines.speedup``)."""
+    """OUT/report.md of ``compress --target speedup=Nx``: the result, the shapes timed and their damage, what each
+    step bought, every attempt and its recovery (``engine.pipelines.speedup``)."""
     plan, result, factor = report.plan, report.result, report.factor
     batches = [str(b) for b in plan.batch_sizes]
+    decided, reported = result.decided, result.reported
     lines = [f"# compress {report.target}", "",
              f"`{report.checkpoint}`: decoding {factor:g}x as fast in CTranslate2 ({plan.quantization}) as the "
-             f"unpruned model, both with the vocabulary map, losing at most {report.max_bleu_loss:g} BLEU.", "",
+             f"unpruned model, both with the vocabulary map, losing at most {report.max_bleu_loss:g} BLEU. Every "
+             f"decision read {decided.split}; {reported.split} was translated once, for the result.", "",
              "## Result", ""]
     speed = ", ".join(f"{result.speedups[b]:.2f}x at batch {b}" for b in batches if b in result.speedups)
-    lines.append(f"Attempt {result.attempt}: {speed} like for like; BLEU {result.delta:+.2f} "
-                 f"({p_value_text(result.p_value, result.samples)}); "
-                 + ("within the tolerance" if report.within_tolerance else "**not** within the tolerance")
+    lines.append(f"Attempt {result.attempt}, on {reported.split}: {speed} like for like; {_change(reported)}"
+                 + ("" if reported.before_finetune is None else
+                    f", {reported.before_finetune:.2f} before fine-tuning")
                  + ("; the target speed-up reached." if report.reached_target
-                    else "; the target speed-up **not** reached at every batch size.")
-                 + f" Its own report: `{result.report}`.")
+                    else "; the target speed-up **not** reached at every batch size."))
+    lines += ["", f"Decided on {decided.split}: {_change(decided)}, "
+                  + ("within the tolerance." if report.within_tolerance else "**not** within the tolerance.")
+                  + f" Its evaluation and timing: `{result.report}`."]
     if result.prediction:
         timed = [f"{row.predicted:.2f}x at batch {b} ({100 * row.relative_error:+.0f}% against the "
                  f"{row.measured:.2f}x measured)" for b, row in result.prediction.items()]
@@ -29,25 +69,34 @@ def speedup_report_markdown(report: SpeedupReport) -> str:
               f"Each shape exported with the vocabulary map and timed against the unpruned model with its own map, "
               f"each in its own process, {plan.repeats} rotated rounds, on the first {plan.sentences} "
               f"sentences of {plan.split}, beam {plan.beam}, exactly {plan.target_length} tokens "
-              "generated. Decoding FLOPs: the attention and FFN layers', as a share of the unpruned model's.", "",
-              "| shape | decoding FLOPs kept | " + " | ".join(f"batch {b}" for b in batches) + " |",
-              "|---|---:|" + "---:|" * len(batches)]
-    for index, candidate in enumerate(plan.candidates):
+              "generated. Decoding FLOPs: the attention and FFN layers', as a share of the unpruned model's. Damage: "
+              f"the loss on {plan.damage_sentences} sentences of {plan.split} before fine-tuning, over the unpruned "
+              "model's"
+              + ("" if plan.base_loss is None else f" ({plan.base_loss:.3f})")
+              + ", with the shape's layers removed (those the loss misses least) and every other layer keeping its "
+              "heads and FFN neurons of highest Fisher information. The choice: the least damaged shape timed at "
+              f"{factor * (1 + plan.margin):g}x or more at every batch size ({factor:g}x plus {plan.margin:.0%}), "
+              f"else at {factor:g}x.", "",
+              "| shape | decoding FLOPs kept | damage | " + " | ".join(f"batch {b}" for b in batches) + " |",
+              "|---|---:|---:|" + "---:|" * len(batches)]
+    for index in damage_order(plan.candidates):
+        candidate = plan.candidates[index]
         mark = " **(chosen)**" if index == plan.chosen else ""
-        lines.append(f"| {candidate.candidate.name}{mark} | {100.0 * candidate.flops_share:.1f}% | "
+        damage = "" if candidate.damage is None else f"+{candidate.damage:.3f}"
+        lines.append(f"| {candidate.candidate.name}{mark} | {100.0 * candidate.flops_share:.1f}% | {damage} | "
                      + " | ".join(f"{candidate.speedups[b]:.2f}x" for b in batches) + " |")
     if plan.out_of_order:
         lines += ["", "**Warning:** " + disturbed_plan_text(plan.out_of_order, "plan/") + "."]
     lines += ["", "What each step bought (the plan's timing run; speed-ups multiply):", ""]
     for step, speedups in report.breakdown.items():
         lines.append(f"- {step}: " + ", ".join(f"{speedups[b]:.2f}x at batch {b}" for b in batches if b in speedups))
-    lines += ["", "## Attempts", "", "| attempt | shape | fine-tuning | BLEU change | p | "
-              + " | ".join(f"batch {b}" for b in batches) + " | then |",
-              "|---:|---|---|---:|---:|" + "---:|" * len(batches) + "---|"]
+    lines += ["", f"## Attempts (on {decided.split})", "",
+              "| attempt | shape | fine-tuning | BLEU change | p | " + " | ".join(f"batch {b}" for b in batches)
+              + " | then |", "|---:|---|---|---:|---:|" + "---:|" * len(batches) + "---|"]
     for attempt in report.attempts:
-        tuning = f"{attempt.finetune_updates} updates" + (f", continuing {attempt.continued_from}"
-                                                          if attempt.continued_from else "")
         speeds = " | ".join(f"{attempt.speedups[b]:.2f}x" if b in attempt.speedups else "" for b in batches)
-        lines.append(f"| {attempt.attempt} | {attempt.shape.candidate.name} | {tuning} | {attempt.delta:+.2f} | "
-                     f"{p_value_cell(attempt.p_value, attempt.samples)} | {speeds} | {attempt.decision} |")
+        lines.append(f"| {attempt.attempt} | {attempt.shape.candidate.name} | {_finetuning(attempt)} | "
+                     f"{attempt.score.delta:+.2f} | {p_value_cell(attempt.score.p_value, attempt.score.samples)} | "
+                     f"{speeds} | {attempt.decision} |")
+    lines += _curves(report)
     return "\n".join(lines) + "\n"

@@ -7,17 +7,22 @@ and decides what follows, by the rules of ``study.compression.speedup``:
 
 - within the tolerance and fast enough at every batch size: accept;
 - no attempt left: give up (the result is ``best_attempt``);
-- within the tolerance but slower than asked: prune more (the next shape that
-  the plan, corrected by the measured error, expects fast enough);
-- beyond the tolerance: continue the fine-tuning once per shape, then back off
-  to the nearest shape that keeps more;
+- within the tolerance but slower than asked: prune more (the least damaged
+  shape that the plan, corrected by the measured error, expects fast enough);
+- beyond the tolerance: continue the fine-tuning once per shape when it ended
+  at its ceiling (still improving), else back off to the nearest less damaged
+  shape;
 - a back-off or prune-more with no shape left gives up.
+
+Every decision reads the result on the decision split (validation); the test
+split is translated once, for the attempt ``best()`` names.
 """
 
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
 from fairseq_headprune.study.compression.speedup import PlannedCandidate, back_off, prune_more, reaches
+from fairseq_headprune.study.finetuning import PLATEAU, REACHED
 
 CONTINUE, BACK_OFF, ACCEPT, GIVE_UP = "continue fine-tuning", "back off", "accept", "give up"
 PRUNE_MORE = "prune more"  # within the tolerance but slower than asked: the next shape fast enough
@@ -36,10 +41,17 @@ class AttemptPlan:
 @dataclass(frozen=True)
 class AttemptResult:
     """What an attempt measured, as the decisions read it: the change of the score against the unpruned model
-    (``delta``, higher is better) and the compressed model's speed-ups per batch size (as text)."""
+    on the decision split (``delta``, higher is better), the compressed model's speed-ups per batch size (as
+    text), and why its fine-tuning stopped (``study.finetuning``'s reasons; None: a fixed length, or none)."""
 
     delta: float
     speedups: Dict[str, float] = field(default_factory=dict)
+    finetune_stopped: Optional[str] = None
+
+    @property
+    def still_improving(self) -> bool:
+        """Its fine-tuning ended at a ceiling, not because it was enough or stopped gaining."""
+        return self.finetune_stopped not in (REACHED, PLATEAU)
 
 
 @dataclass(frozen=True)
@@ -50,18 +62,18 @@ class Step:
     next: Optional[AttemptPlan] = None
 
 
-def next_step(bleu_loss: float, max_bleu_loss: float, continued: bool, can_finetune: bool,
-              attempts_left: int, fast_enough: bool = True) -> str:
+def next_step(bleu_loss: float, max_bleu_loss: float, can_continue: bool, attempts_left: int,
+              fast_enough: bool = True) -> str:
     """What follows an attempt that lost ``bleu_loss`` points and was (not) measured ``fast_enough``: accept it,
-    prune more, continue its fine-tuning (once per shape), back off to a shape that keeps more, or give up when
-    no attempt is left."""
+    prune more, continue its fine-tuning (``can_continue``: there is one, not continued yet, still improving),
+    back off to a less damaged shape, or give up when no attempt is left."""
     if bleu_loss <= max_bleu_loss and fast_enough:
         return ACCEPT
     if attempts_left <= 0:
         return GIVE_UP
     if bleu_loss <= max_bleu_loss:
         return PRUNE_MORE
-    return CONTINUE if can_finetune and not continued else BACK_OFF
+    return CONTINUE if can_continue else BACK_OFF
 
 
 def best_attempt(decisions: Sequence[str], results: Sequence[AttemptResult], max_bleu_loss: float) -> int:
@@ -110,8 +122,9 @@ class SpeedupSearch:
         current = self.attempts[-1]
         self.results.append(result)
         number = len(self.attempts)
-        decision = next_step(-result.delta, self.max_bleu_loss, current.continues is not None, self.can_finetune,
-                             self.max_attempts - number, reaches(result.speedups, self.factor))
+        can_continue = self.can_finetune and current.continues is None and result.still_improving
+        decision = next_step(-result.delta, self.max_bleu_loss, can_continue, self.max_attempts - number,
+                             reaches(result.speedups, self.factor))
         following: Optional[AttemptPlan] = None
         if decision == CONTINUE:
             following = AttemptPlan(current.shape, continues=number)

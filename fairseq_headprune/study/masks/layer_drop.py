@@ -13,7 +13,8 @@ Spec grammar (terms separated by whitespace or ``;``)::
 """
 
 import re
-from typing import Dict, List, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping
 
 from fairseq_headprune.errors import HeadMaskError
 from fairseq_headprune.study.masks.ranges import RangeError, expand_ranges, format_ranges, parse_ranges
@@ -66,3 +67,32 @@ def kept_layers(dropped: Mapping[str, List[int]], depths: Mapping[str, int]) -> 
     """stack -> the layers (0-based) that stay, in order."""
     return {stack: [i for i in range(depth) if i not in set(dropped.get(stack, []))]
             for stack, depth in depths.items()}
+
+
+@dataclass
+class LayerChoice:
+    """Whole layers chosen for removal one at a time by a measured loss (``engine.compression.layer_choice``):
+    the layers, the loss with every layer, and each step's stack, layer (1-based, numbered in the full model),
+    the loss after it and the loss each candidate gave."""
+
+    dropped: LayerDrop
+    base_loss: float
+    steps: List[Dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def spec(self) -> str:
+        return layer_drop_to_spec(self.dropped)
+
+    @property
+    def loss(self) -> float:
+        """The loss with the chosen layers removed."""
+        return self.steps[-1]["loss"] if self.steps else self.base_loss
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"spec": self.spec, "dropped": {stack: list(layers) for stack, layers in self.dropped.items()},
+                "base_loss": self.base_loss, "steps": self.steps}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "LayerChoice":
+        return cls({str(stack): [int(i) for i in layers] for stack, layers in data["dropped"].items()},
+                   float(data["base_loss"]), list(data.get("steps", [])))

@@ -1,0 +1,240 @@
+"""``plan/`` of ``compress --target speedup=Nx``: every candidate shape timed in CTranslate2, its damage measured,
+and the one to try first (``study.compression.speedup``).
+
+The timing: every shape of ``candidate_ladder`` exported with the vocabulary map (its layers, every layer narrowed
+alike) and timed against the unpruned model (with and without its map) in one rotated run on the Fisher split's
+first sentences, each generating the split's mean target length.
+
+The damage: the validation loss before fine-tuning of the unpruned model with the shape's whole layers removed
+(chosen by the loss, one at a time, as ``engine.compression.layer_choice`` does; the losses measured once and
+shared by the shapes) and every other layer keeping its heads and FFN neurons of highest Fisher information,
+estimated once on the unpruned model (Kwon et al. 2022). The plan also scores the unpruned model on the decision
+split (the attempts' fine-tunings stop once within the tolerance of it) and records the run's decoding.
+"""
+
+import dataclasses
+import os
+import tempfile
+from typing import Dict, List, Mapping, Optional, Tuple
+
+import torch
+from tqdm import tqdm
+
+from fairseq_headprune.engine.checkpoints.layers import layers_removed, model_depths
+from fairseq_headprune.engine.compression.layer_choice import choose_layers
+from fairseq_headprune.engine.export.vocabulary_map import vocabulary_map_for
+from fairseq_headprune.engine.families import family_named
+from fairseq_headprune.engine.pipelines.compress_measures import split_score
+from fairseq_headprune.engine.pipelines.export import ctranslate2_device
+from fairseq_headprune.engine.pipelines.search import layer_costs, search_costs
+from fairseq_headprune.engine.runners.batches import collated_samples, dictionary_tokens, load_split, split_mean_lengths
+from fairseq_headprune.engine.search.ctranslate2_latency import save_masked_spec
+from fairseq_headprune.engine.search.tuning_guard import mean_loss, token_nll
+from fairseq_headprune.engine.timing.isolated import CTRANSLATE2, SystemSpec, time_systems
+from fairseq_headprune.errors import StudyError
+from fairseq_headprune.modules.masked_ffn import ffn_layout, set_ffn_mask
+from fairseq_headprune.modules.masked_multihead_attention import head_layout, set_head_mask
+from fairseq_headprune.study.compression.decoding import DecodingOptions
+from fairseq_headprune.study.compression.deployment_settings import ExportSettings
+from fairseq_headprune.study.compression.records import PlanRecord
+from fairseq_headprune.study.compression.settings import CompressSettings
+from fairseq_headprune.study.compression.speed import paired_speedup
+from fairseq_headprune.study.compression.speedup import (
+    PLAN_MARGIN,
+    SMALLER_BEAMS,
+    Candidate,
+    PlannedCandidate,
+    candidate_ladder,
+    choose_candidate,
+    kept_count,
+    out_of_order,
+)
+from fairseq_headprune.study.masks.layer_drop import LayerChoice, kept_layers
+
+PLAN_SENTENCES = 64  # sentences of the Fisher split each candidate decodes per timed pass
+REFERENCE, STOCK = "unpruned vmap", "unpruned"
+# the stack each attention and FFN type belongs to
+TYPE_STACKS = {"enc-enc": "encoder", "enc-dec": "decoder", "dec-dec": "decoder", "enc-ffn": "encoder",
+               "dec-ffn": "decoder"}
+
+
+def plan_stage(settings: CompressSettings, work: str) -> PlanRecord:
+    """Time and measure every candidate shape, score the unpruned model on the decision split, and choose
+    (``choose_candidate``): see the module."""
+    evaluation, deployment = settings.evaluation, settings.deployment
+    family = family_named(settings.family)
+    cfg, task, model = family.load(settings.data, settings.checkpoint, evaluation.generation_args, cpu=True)
+    split = settings.importance.subsets[0]
+    beam = int(cfg.generation.beam)
+    depths = model_depths(model)
+    smaller = [b for b in SMALLER_BEAMS if b < beam] if settings.allow_beam else []
+    ladder = candidate_ladder(depths, beams=smaller)
+    base_loss, damages, choices, sentences = _damages(settings, family, cfg, task, model, ladder)
+    planned, run, target_length = _timed(settings, family, cfg, task, model, ladder, split, beam)
+    for candidate in planned:
+        candidate.damage = damages[candidate.candidate.dropped, candidate.candidate.width]
+    map_gain = {}
+    for passes in run.passes:
+        batch = str(passes.batch_size)
+        reference_seconds = passes.seconds[REFERENCE]
+        map_gain[batch] = paired_speedup(passes.seconds[STOCK], reference_seconds)  # the map's own speed-up
+        for planned_candidate in planned:
+            planned_candidate.speedups[batch] = paired_speedup(reference_seconds,
+                                                               passes.seconds[planned_candidate.candidate.name])
+    decoding = DecodingOptions.of_generation(cfg.generation)
+    reference = split_score(settings, settings.checkpoint, settings.decision_subset, os.path.join(work, "reference"))
+    record = PlanRecord(factor=settings.target.factor, margin=PLAN_MARGIN, batch_sizes=list(deployment.batch_sizes),
+                        quantization=settings.table_quantization, split=split, sentences=PLAN_SENTENCES, beam=beam,
+                        target_length=target_length, repeats=deployment.repeats, candidates=planned,
+                        map_gain=map_gain, environment=run.environment, decision_subset=settings.decision_subset,
+                        reference=reference, base_loss=base_loss, damage_sentences=sentences,
+                        generation={"beam": decoding.beam, "lenpen": decoding.lenpen, "max_len_a": decoding.max_len_a,
+                                    "max_len_b": decoding.max_len_b, "min_len": decoding.min_len},
+                        remove_bpe=cfg.common_eval.post_process or None,
+                        layer_choices={name: choice for name, choice in choices.items()})
+    record.out_of_order = out_of_order(planned)
+    record.chosen = choose_candidate(planned, settings.target.factor)
+    return record
+
+
+def _timed(settings: CompressSettings, family, cfg, task, model, ladder: List[Candidate], split: str,
+           beam: int) -> Tuple[List[PlannedCandidate], object, int]:
+    """Every shape exported with the vocabulary map and timed with the unpruned model (with and without its map) in
+    one rotated run; returns the candidates with their decoding-FLOPs share, the run and the target length."""
+    evaluation, deployment = settings.evaluation, settings.deployment
+    search_settings, costs = search_costs(settings.search_settings(settings.checkpoint, "."), cfg, task, model)
+    full = costs.full_cost()
+    _, target_length = split_mean_lengths(task, split)
+    quantization = settings.table_quantization
+    depths = model_depths(model)
+    planned: List[PlannedCandidate] = []
+    threads, device = torch.get_num_threads(), ctranslate2_device(evaluation.cpu)
+    progress = tqdm(total=len(ladder) + 1, desc="plan: exporting shapes", unit="shape",
+                    disable=not evaluation.progress, leave=False)
+    with tempfile.TemporaryDirectory(prefix="headprune-plan-") as directory:
+        vmap = os.path.join(directory, "vmap.txt")
+        vocabulary_map_for(task, ExportSettings.vocabulary_map_candidates, ExportSettings.vocabulary_map_common, vmap)
+        specs = []
+
+        def add(name: str, path: str, use_vmap: bool, at_beam: Optional[int] = None) -> None:
+            options = DecodingOptions.fixed_length(at_beam or beam, target_length).to_dict()
+            specs.append(SystemSpec(name, CTRANSLATE2, "variant", quantization, path, family=family.name,
+                                    threads=threads, device=device, options=options, use_vmap=use_vmap))
+
+        reference = os.path.join(directory, "unpruned")
+        _export_shape(family, cfg, task, model, 1.0, quantization, vmap, reference)
+        add(REFERENCE, reference, True)
+        add(STOCK, reference, False)
+        progress.update(1)
+        shapes: Dict[tuple, tuple] = {}  # (layers, width) -> its export and share: the smaller beams share them
+        for candidate in ladder:
+            shape = (candidate.dropped, candidate.width)
+            if shape not in shapes:  # which layers go does not change the timing: the last ones of each stack
+                dropped = {stack: list(range(depths[stack] - count, depths[stack]))
+                           for stack, count in candidate.drop_counts.items()}
+                path = os.path.join(directory, f"shape-{len(shapes)}")
+                with layers_removed(model, dropped):
+                    kept = layer_costs(search_settings, model).cost_of(*_uniform_masks(model, candidate.width))
+                    _export_shape(family, cfg, task, model, candidate.width, quantization, vmap, path)
+                shapes[shape] = (path, kept / full)
+            path, share = shapes[shape]
+            planned.append(PlannedCandidate(candidate, share))
+            add(candidate.name, path, True, candidate.beam)
+            progress.update(1)
+        progress.close()
+        sentences = _plan_sentences(task, split, deployment.batch_sizes)
+        run = time_systems(specs, deployment.batch_sizes, deployment.repeats, sentences=sentences)
+    return planned, run, target_length
+
+
+def _damages(settings: CompressSettings, family, cfg, task, model, ladder: List[Candidate]
+             ) -> Tuple[float, Dict[tuple, float], Dict[str, LayerChoice], int]:
+    """Each shape's validation loss over the unpruned model's before fine-tuning (see the module): the unpruned
+    model's loss, the damage by (layers, width), the layers chosen by each shape's layer name, and the sentences
+    the loss is measured on."""
+    importance = settings.importance
+    samples = collated_samples(task, model, importance.subsets, importance.max_tokens,
+                               None if importance.max_tokens else 64, importance.limit)
+    if not samples:
+        raise StudyError(f"--target speedup: {' '.join(importance.subsets)} holds no sentence to measure on")
+    loss = family.tuning_loss(cfg, task) or token_nll(task.target_dictionary.pad())
+    fisher = family.importance_estimator(cfg, task, model, dataclasses.replace(importance, neurons=True)).estimate(
+        None, progress=settings.evaluation.progress, description="plan: Fisher information")
+    scores = {**fisher.importance, **(fisher.neuron_importance or {})}
+    depths = model_depths(model)
+    cache: dict = {}
+    choices: Dict[str, LayerChoice] = {}
+    damages: Dict[tuple, float] = {}
+    shapes = list(dict.fromkeys((c.dropped, c.width) for c in ladder))
+    progress = tqdm(total=len(shapes), desc="plan: damage of each shape", unit="shape",
+                    disable=not settings.evaluation.progress, leave=False)
+    base_loss = None
+    for dropped, width in shapes:
+        candidate = Candidate(dropped, width)
+        name = candidate.layers_name
+        if name not in choices:
+            choices[name] = choose_layers(model, loss, samples, candidate.drop_counts, progress=False, cache=cache)
+        choice = choices[name]
+        base_loss = choice.base_loss
+        with layers_removed(model, choice.dropped):
+            head_mask, ffn_mask = _fisher_masks(model, scores, kept_layers(choice.dropped, depths), width)
+            set_head_mask(model, head_mask)
+            set_ffn_mask(model, ffn_mask)
+            try:
+                damages[dropped, width] = mean_loss(model, loss, samples) - choice.base_loss
+            finally:
+                set_head_mask(model, None)
+                set_ffn_mask(model, None)
+        progress.update(1)
+    progress.close()
+    return base_loss, damages, choices, sum(len(sample["id"]) for sample in samples)
+
+
+def _fisher_masks(model, scores: Mapping[str, torch.Tensor], kept: Mapping[str, List[int]], width: float):
+    """Head and FFN-neuron masks of the model as it is now (some layers left out): in every layer, the ``width``
+    share of its units of highest Fisher information (``scores``: type -> unpruned layers x units) kept."""
+    masks = []
+    for layout in (head_layout(model), ffn_layout(model)):
+        mask = {}
+        for unit_type, (layers, units) in layout.items():
+            rows = kept[TYPE_STACKS[unit_type]]
+            mask[unit_type] = torch.zeros(layers, units)
+            for position, layer in enumerate(rows):
+                best = torch.argsort(scores[unit_type][layer].float(), descending=True)[:kept_count(units, width)]
+                mask[unit_type][position, best] = 1.0
+        masks.append(mask)
+    return masks[0], masks[1]
+
+
+def _uniform_masks(model, width: float):
+    """Every layer keeping its first ``kept_count`` heads and neurons (the shape alone matters to the timing)."""
+    head_mask = {t: torch.ones(shape) for t, shape in head_layout(model).items()}
+    ffn_mask = {t: torch.ones(shape) for t, shape in ffn_layout(model).items()}
+    for masks in (head_mask, ffn_mask):
+        for mask in masks.values():
+            mask[:, kept_count(mask.shape[1], width):] = 0.0
+    return head_mask, ffn_mask
+
+
+def _export_shape(family, cfg, task, model, width: float, quantization: str, vmap: str, path: str) -> None:
+    """The model (its layers as they are now) narrowed uniformly to ``width``, exported with the vocabulary map."""
+    try:
+        save_masked_spec(family, cfg, task, model, *_uniform_masks(model, width), quantization, path, vmap)
+    finally:
+        set_head_mask(model, None)
+        set_ffn_mask(model, None)
+
+
+def _plan_sentences(task, split: str, batch_sizes) -> Dict[int, Dict[str, list]]:
+    """The first ``PLAN_SENTENCES`` sources of ``split`` in CTranslate2's tokens, in batches of each size."""
+    load_split(task, split)
+    dataset = task.dataset(split)
+    count = min(PLAN_SENTENCES, len(dataset))
+    if count == 0:
+        raise StudyError(f"--target speedup: split {split!r} holds no sentence to time")
+    sources = [dictionary_tokens(task.source_dictionary, dataset[i]["source"].tolist()) for i in range(count)]
+    batches = {}
+    for size in batch_sizes:
+        grouped = [sources[start:start + size] for start in range(0, count, size)]
+        batches[size] = {"sources": grouped, "source_lengths": [max(len(s) for s in group) + 1 for group in grouped]}
+    return batches

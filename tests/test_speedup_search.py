@@ -1,0 +1,267 @@
+"""``compress --target speedup=Nx`` as plain logic, without a model: the shapes, their ranking by damage, the
+choice with its margin, and the attempts' state machine over whole constructed sequences of results (every
+decision on the decision split), and the fine-tuning's stop rule."""
+
+import pytest
+
+from fairseq_headprune.errors import SettingsError, StudyError
+from fairseq_headprune.study.compression.settings import parse_target
+from fairseq_headprune.study.compression.speedup import (
+    PLAN_MARGIN,
+    Candidate,
+    PlannedCandidate,
+    back_off,
+    candidate_ladder,
+    choose_candidate,
+    damage_order,
+    disturbed_plan_text,
+    out_of_order,
+    prune_more,
+    removes_at_least,
+    speed_breakdown,
+)
+from fairseq_headprune.study.compression.speedup_search import (
+    ACCEPT,
+    BACK_OFF,
+    CONTINUE,
+    GIVE_UP,
+    PRUNE_MORE,
+    AttemptPlan,
+    AttemptResult,
+    SpeedupSearch,
+    best_attempt,
+    next_step,
+)
+from fairseq_headprune.study.finetuning import (
+    PLATEAU,
+    REACHED,
+    TIME_CEILING,
+    UPDATE_CEILING,
+    FinetuneSettings,
+    FinetuneStop,
+    patience_state,
+    stop_reason,
+)
+
+
+def planned(dropped, width, share, *speedups, damage=None):
+    return PlannedCandidate(Candidate(tuple(sorted(dropped.items())), width), share,
+                            {str(b): s for b, s in zip((1, 64), speedups)}, damage)
+
+
+def test_a_speedup_target_is_a_factor_above_one():
+    target = parse_target("speedup=2x")
+    assert (target.kind, target.factor, target.percent, target.text) == ("speedup", 2.0, 50.0, "speedup=2x")
+    assert parse_target("speedup=1.5").factor == 1.5
+    for bad in ("speedup=1x", "speedup=0.5x", "speedup=fast", "speedup=nanx"):
+        with pytest.raises(SettingsError, match="speedup"):
+            parse_target(bad)
+
+
+def test_the_ladder_holds_every_shape_but_the_unpruned_one():
+    ladder = candidate_ladder({"encoder": 6, "decoder": 6}, widths=(1.0, 0.5))
+    # decoder keeping 6 to 1 layers, encoder all or half, two widths, less the unpruned shape
+    assert len(ladder) == 6 * 2 * 2 - 1 and len(set(ladder)) == len(ladder)
+    assert Candidate((("decoder", 0), ("encoder", 0)), 1.0) not in ladder
+    assert max(c.drop_counts.get("decoder", 0) for c in ladder) == 5
+    assert {c.drop_counts.get("encoder", 0) for c in ladder} == {0, 3}
+    assert Candidate((("decoder", 2), ("encoder", 3)), 0.5).layers_name == "2 decoder layers, 3 encoder layers"
+
+
+# a plan of five shapes (speed-ups at batch 1 and 64), their damage before fine-tuning measured
+PLAN = [planned({"decoder": 1}, 1.0, 0.83, 1.5, 1.4, damage=0.8),   # fast enough at batch 1 only
+        planned({"decoder": 0}, 0.5, 0.50, 1.6, 1.7, damage=0.3),
+        planned({"decoder": 1}, 0.5, 0.42, 2.1, 2.0, damage=1.2),
+        planned({"decoder": 2}, 0.75, 0.45, 2.4, 2.2, damage=2.5),   # most FLOPs among the 2x shapes
+        planned({"decoder": 2}, 0.25, 0.10, 3.5, 3.1, damage=4.0)]
+
+
+def test_the_choice_is_the_least_damaged_shape_fast_enough_with_the_plans_margin():
+    assert damage_order(PLAN) == [1, 0, 2, 3, 4]
+    assert choose_candidate(PLAN, 1.4) == 1  # 1.6x/1.7x reach 1.4 x 1.1: the least damaged
+    # asked 1.5x: shape 1 reaches it but not 1.65x, which shape 2 reaches: the margin goes first
+    assert choose_candidate(PLAN, 1.5) == 2 and choose_candidate(PLAN, 1.5, margin=0.0) == 1
+    # asked 2x: shapes 2 and 3 reach 2.2x at batch 1, only shape 3 at both; the margin chooses it over the less
+    # damaged shape 2, which reaches 2x itself, and would without the margin
+    assert choose_candidate(PLAN, 2.0) == 3
+    assert choose_candidate(PLAN, 2.0, margin=0.0) == 2
+    assert choose_candidate(PLAN, 3.0) == 4 and PLAN_MARGIN == pytest.approx(0.1)
+    with pytest.raises(StudyError, match=r"3\.10x as fast .* at batch 64"):
+        choose_candidate(PLAN, 4.0)
+    # without damage (a plan written before it was measured) the most decoding FLOPs kept go first
+    unmeasured = [PlannedCandidate(p.candidate, p.flops_share, p.speedups) for p in PLAN]
+    assert damage_order(unmeasured) == [0, 1, 3, 2, 4]
+
+
+def test_backing_off_takes_the_nearest_less_damaged_shape_and_pruning_more_the_least_damaged_fast_enough():
+    assert back_off(PLAN, 3) == 2 and back_off(PLAN, 2) == 0 and back_off(PLAN, 1) is None
+    assert back_off(PLAN, 3, tried=[2]) == 0  # a shape tried already is not tried again
+    # shape 1 kept the BLEU but measured 1.5x / 1.55x where the plan said 1.6x / 1.7x: asked for 1.6x, a shape
+    # must reach 1.6 x 1.6/1.5 = 1.71 at batch 1 and 1.6 x 1.7/1.55 = 1.75 at batch 64 by the plan
+    assert prune_more(PLAN, 1, 1.6, {"1": 1.5, "64": 1.55}) == 2  # the least damaged of shapes 2, 3 and 4
+    assert prune_more(PLAN, 1, 2.1, {"1": 1.5, "64": 1.55}) == 4  # 2.24x and 2.30x needed: shapes 2 and 3 miss
+    assert prune_more(PLAN, 1, 1.6, {"1": 1.5, "64": 1.55}, tried=[1, 2]) == 3
+    assert prune_more(PLAN, 4, 3.2, {"1": 3.0, "64": 3.0}, tried=[4]) is None  # nothing faster left
+
+
+def test_with_smaller_beams_equal_damage_goes_to_the_runs_beam():
+    ladder = candidate_ladder({"encoder": 2, "decoder": 2}, widths=(1.0, 0.5), beams=(1, 2))
+    assert len(ladder) == 3 * (2 * 2 * 2 - 1) and {c.beam for c in ladder} == {None, 1, 2}
+    half = Candidate((("decoder", 0), ("encoder", 0)), 0.5)
+    plan = [PlannedCandidate(half, 0.5, {"1": 1.4}, 0.5),
+            PlannedCandidate(Candidate(half.dropped, 0.5, 2), 0.5, {"1": 1.9}, 0.5),
+            PlannedCandidate(Candidate(half.dropped, 0.5, 1), 0.5, {"1": 2.6}, 0.5),
+            PlannedCandidate(Candidate((("decoder", 1), ("encoder", 0)), 0.5), 0.3, {"1": 2.2}, 0.9)]
+    assert choose_candidate(plan, 1.7) == 1  # the same shape at beam 2 before beam 1, both before more damage
+    assert choose_candidate(plan, 2.0) == 2  # the shape at beam 1 is less damaged than a shallower one
+    assert plan[2].candidate.name.endswith("beam 1")
+    steps = speed_breakdown(plan, 2, {"1": 1.2})
+    assert steps["beam 1"]["1"] == pytest.approx(2.6 / 1.4)
+
+
+def test_the_breakdown_multiplies_to_the_shapes_speedup():
+    steps = speed_breakdown(PLAN, 2, {"1": 1.3, "64": 1.2})
+    assert steps["vocabulary map (unpruned model)"] == {"1": 1.3, "64": 1.2}
+    assert steps["layers removed"] == {"1": 1.5, "64": 1.4}
+    narrowed = steps["heads and neurons narrowed"]
+    assert narrowed["1"] * 1.5 == pytest.approx(2.1) and narrowed["64"] * 1.4 == pytest.approx(2.0)
+
+
+def test_a_plan_timed_against_the_shapes_order_is_named():
+    ordered = [planned({"decoder": 0}, 0.5, 0.50, 1.6, 1.7),
+               planned({"decoder": 1}, 1.0, 0.70, 1.4, 1.3),
+               planned({"decoder": 1}, 0.5, 0.35, 2.1, 2.0),
+               planned({"decoder": 2}, 0.5, 0.20, 2.0, 2.6)]  # 2.0 < 2.1 at batch 1: within the tolerance
+    assert removes_at_least(ordered[2].candidate, ordered[0].candidate)
+    assert removes_at_least(ordered[2].candidate, ordered[1].candidate)
+    assert not removes_at_least(ordered[1].candidate, ordered[0].candidate)  # fewer layers, but wider
+    assert not removes_at_least(ordered[0].candidate, ordered[0].candidate)
+    assert out_of_order(ordered) == []
+    # a disturbed timing: the shape with two layers removed timed at 1.2x, below 0.8 of the 1.6x and 2.1x of
+    # shapes that remove less, at batch 1 (the 1.4x of "1 decoder layer removed, 100% width": 0.86, within)
+    disturbed = [*ordered[:3], planned({"decoder": 2}, 0.5, 0.20, 1.2, 2.6)]
+    pairs = out_of_order(disturbed)
+    assert [(p.larger, p.batch) for p in pairs] == [("1 decoder layer removed, 50% width", "1"),
+                                                    ("no layer removed, 50% width", "1")]
+    assert pairs[0].ratio == pytest.approx(1.2 / 2.1) and pairs[1].ratio == pytest.approx(1.2 / 1.6)
+    # another beam is another decoding: not compared
+    smaller_beam = Candidate(disturbed[3].candidate.dropped, 0.5, beam=1)
+    assert not removes_at_least(smaller_beam, disturbed[0].candidate)
+    text = disturbed_plan_text(pairs, "OUT/plan")
+    assert text.startswith("2 pairs of shapes") and "0.57 of the speed-up" in text and "OUT/plan" in text
+
+
+
+
+def test_the_next_step_by_the_rule():
+    assert next_step(0.4, 1.0, True, 2) == ACCEPT
+    assert next_step(0.4, 1.0, True, 2, fast_enough=False) == PRUNE_MORE
+    assert next_step(0.4, 1.0, True, 0, fast_enough=False) == GIVE_UP
+    assert next_step(1.4, 1.0, True, 2) == CONTINUE
+    assert next_step(1.4, 1.0, False, 1) == BACK_OFF  # continued already, stopped gaining, or no fine-tuning
+    assert next_step(1.4, 1.0, True, 0) == GIVE_UP
+    decisions = [PRUNE_MORE, BACK_OFF, GIVE_UP]
+    results = [AttemptResult(-0.2, {"1": 1.9}), AttemptResult(-1.5, {"1": 2.4}), AttemptResult(-0.9, {"1": 1.95})]
+    assert best_attempt(decisions, results, 1.0) == 2  # the fastest within the tolerance
+    assert best_attempt(decisions, results, 0.1) == 0  # none within: the one that lost least
+    assert best_attempt([*decisions, ACCEPT], [*results, AttemptResult(-0.5, {"1": 2.1})], 1.0) == 3
+
+
+def run_sequence(results, factor=2.0, max_bleu_loss=1.0, max_attempts=4, can_finetune=True, chosen=None):
+    """Feed ``results`` (one per attempt, as the engine would measure them) to a search over PLAN; returns the
+    attempts it asked for, the decisions, and the attempt it deploys."""
+    search = SpeedupSearch(PLAN, choose_candidate(PLAN, factor) if chosen is None else chosen, factor,
+                           max_bleu_loss, max_attempts, can_finetune)
+    asked, decisions = [search.first()], []
+    for result in results:
+        step = search.decide(result)
+        decisions.append(step.decision)
+        if step.next is None:
+            break
+        asked.append(step.next)
+    return asked, decisions, search.best()
+
+
+def test_an_attempt_within_the_tolerance_and_fast_enough_is_accepted_at_once():
+    asked, decisions, best = run_sequence([AttemptResult(-0.4, {"1": 2.3, "64": 2.1}, REACHED)])
+    assert asked == [AttemptPlan(3)] and decisions == [ACCEPT] and best == 0
+
+
+def test_a_loss_continues_a_fine_tuning_that_ended_at_its_ceiling_once_then_backs_off():
+    asked, decisions, best = run_sequence([
+        AttemptResult(-2.5, {"1": 2.3, "64": 2.1}, UPDATE_CEILING),  # still improving: continue it
+        AttemptResult(-1.6, {"1": 2.3, "64": 2.1}, UPDATE_CEILING),  # continued once already: back off
+        AttemptResult(-0.3, {"1": 2.2, "64": 2.05}, REACHED)])       # the less damaged shape 2: accept
+    assert asked == [AttemptPlan(3), AttemptPlan(3, continues=1), AttemptPlan(2)]
+    assert decisions == [CONTINUE, BACK_OFF, ACCEPT] and best == 2
+
+
+def test_a_fine_tuning_that_stopped_gaining_is_not_continued():
+    for stopped in (PLATEAU, REACHED):
+        asked, decisions, _ = run_sequence([AttemptResult(-2.5, {"1": 2.3, "64": 2.1}, stopped),
+                                            AttemptResult(-0.2, {"1": 2.2, "64": 2.1}, REACHED)])
+        assert asked == [AttemptPlan(3), AttemptPlan(2)] and decisions == [BACK_OFF, ACCEPT]
+    # without fine-tuning there is nothing to continue
+    asked, decisions, _ = run_sequence([AttemptResult(-2.5, {"1": 2.3, "64": 2.1})], can_finetune=False,
+                                       max_attempts=2)
+    assert asked == [AttemptPlan(3), AttemptPlan(2)] and decisions == [BACK_OFF]
+
+
+def test_a_shape_that_keeps_the_bleu_but_measures_slower_prunes_more():
+    # asked 1.5x, shape 1 (1.6x/1.7x by the plan) measured 1.45x/1.6x: the least damaged shape the corrected plan
+    # expects at 1.5 x 1.6/1.45 = 1.66 and 1.5 x 1.7/1.6 = 1.59 is shape 2
+    asked, decisions, best = run_sequence([AttemptResult(-0.1, {"1": 1.45, "64": 1.6}, REACHED),
+                                           AttemptResult(-0.6, {"1": 1.9, "64": 1.8}, PLATEAU)], factor=1.5,
+                                          chosen=1)
+    assert asked == [AttemptPlan(1), AttemptPlan(2)] and decisions == [PRUNE_MORE, ACCEPT] and best == 1
+
+
+def test_the_attempts_run_out_or_no_shape_is_left_and_the_best_is_deployed():
+    # every attempt loses too much: the last gives up, the one that lost least is deployed
+    asked, decisions, best = run_sequence([AttemptResult(-2.5, {"1": 2.3, "64": 2.1}, PLATEAU),
+                                           AttemptResult(-1.8, {"1": 2.2, "64": 2.0}, PLATEAU)], max_attempts=2)
+    assert decisions == [BACK_OFF, GIVE_UP] and best == 1
+    # backing off from the least damaged shape finds none: give up at once
+    asked, decisions, best = run_sequence([AttemptResult(-2.5, {"1": 1.5, "64": 1.5}, PLATEAU)], factor=1.4,
+                                          chosen=1)
+    assert asked == [AttemptPlan(1)] and decisions == [GIVE_UP] and best == 0
+    # within the tolerance but short of the target, nothing faster untried: the fastest within is deployed
+    asked, decisions, best = run_sequence([AttemptResult(-0.5, {"1": 3.0, "64": 2.9}, REACHED)], factor=3.0,
+                                          chosen=4)
+    assert decisions == [GIVE_UP] and best == 0
+
+
+def test_the_search_is_driven_in_order():
+    search = SpeedupSearch(PLAN, 3, 2.0, 1.0, 2, True)
+    with pytest.raises(ValueError, match="follows first"):
+        search.decide(AttemptResult(0.0))
+    with pytest.raises(ValueError, match="no attempt"):
+        search.best()
+    search.first()
+    step = search.decide(AttemptResult(0.0, {"1": 2.5, "64": 2.5}))
+    assert step.decision == ACCEPT and step.next is None
+    with pytest.raises(ValueError, match="follows first"):
+        search.decide(AttemptResult(0.0))
+    with pytest.raises(ValueError, match="at least one attempt"):
+        SpeedupSearch(PLAN, 3, 2.0, 1.0, 0, True)
+
+
+def test_a_fine_tuning_until_enough_stops_by_its_stated_rule():
+    stop = FinetuneStop(target=40.0, patience=2)
+    curve = [{"updates": u, "bleu": b} for u, b in ((100, 30.0), (200, 38.0), (300, 41.0))]
+    assert stop_reason(curve, stop, 300, 1000) == REACHED
+    plateau = curve[:2] + [{"updates": 300, "bleu": 37.0}, {"updates": 400, "bleu": 38.0}]
+    assert stop_reason(plateau, stop, 400, 1000) == PLATEAU  # two validations without beating 38.0
+    assert stop_reason(curve[:2], stop, 1000, 1000) == UPDATE_CEILING
+    assert stop_reason(curve[:2], stop, 250, 1000) == TIME_CEILING
+    # fairseq's --patience state after a resume: the best so far and the validations since it
+    assert patience_state(plateau) == (38.0, 2) and patience_state([]) == (None, 0)
+    assert stop.validation_interval(1308) == 131 and FinetuneStop(interval=50).validation_interval(1308) == 50
+    assert FinetuneStop.from_dict(stop.to_dict()) == stop
+    with pytest.raises(SettingsError, match="--finetune-patience"):
+        FinetuneStop(patience=0)
+    with pytest.raises(SettingsError, match="--finetune-minutes"):
+        FinetuneStop(minutes=-1)
+    with pytest.raises(SettingsError, match="ceiling in updates"):
+        FinetuneSettings(until=stop)
+    assert FinetuneSettings(updates=100, until=stop, lr_share=0.5).learning_rate(0.002) == pytest.approx(0.001)
