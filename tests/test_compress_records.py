@@ -195,3 +195,21 @@ def test_a_speedup_report_of_format_1_is_read_as_decided_and_reported_on_its_tes
     assert report.plan.reference is None and report.plan.layer_choices == {}  # format 1 measured neither
     with pytest.raises(ValueError, match="not a speed-up report"):
         SpeedupReport.from_dict(dict(written, format="fairseq-headprune compress report 2"))
+
+
+def test_a_speedup_report_counts_each_stage_once_in_its_minutes():
+    from dataclasses import replace
+
+    from fairseq_headprune.study.compression.speedup_report import speedup_report_markdown
+
+    report = speedup_report()
+    first = replace(report.attempts[0], seconds={"distill": 60.0, "finetune": 600.0, "speed": 120.0})
+    # a second attempt took the first one's distilled data (the same record): its minute counts in the first
+    second = replace(first, attempt=2, dir="attempt-2", seconds={"distill": 60.0, "finetune": 300.0, "speed": 60.0})
+    report = replace(report, attempts=[first, second], result=replace(report.result, seconds={"evaluate": 90.0}))
+    report.plan.seconds = 30.0
+    minutes = report.minutes
+    assert minutes["attempt 1"] == pytest.approx(13.0) and minutes["attempt 2"] == pytest.approx(6.0)
+    assert minutes["attempt 1 fine-tuning"] == pytest.approx(10.0) and minutes["result"] == pytest.approx(1.5)
+    assert minutes["in all"] == pytest.approx(0.5 + 13.0 + 6.0 + 1.5)
+    assert "| attempt 2 | 6.0 | 5.0 |" in speedup_report_markdown(report)

@@ -109,7 +109,7 @@ def run_speedup(settings: CompressSettings, on_stage: Optional[StageCallback] = 
         records.append(AttemptRecord(
             attempt=number, dir=os.path.basename(attempt_dir), shape=candidate,
             continued_from=None if previous is None else os.path.basename(previous), finetune=finetune,
-            score=score, speedups=speedups, decision=step.decision))
+            score=score, speedups=speedups, decision=step.decision, seconds=_stage_seconds(outcome)))
         tell(number, f"{score.metric} {score.delta:+.2f} on {score.split} (tolerance -{settings.max_bleu_loss:g})"
              + (f" after {finetune.updates} updates ({finetune.stopped})" if finetune.stopped else "") + ", "
              + ", ".join(f"{value:.2f}x at batch {batch}" for batch, value in speedups.items())
@@ -183,6 +183,13 @@ def _score(evaluation: EvaluationRecord, beam: Optional[int]) -> ScoreChange:
                        row.delta_vs_run_beam, row.p_value_vs_run_beam, samples)
 
 
+def _stage_seconds(outcome: CompressOutcome, stages: Sequence[str] = ()) -> Dict[str, float]:
+    """Each stage's seconds as it ran (``stages``: only those); a stage linked from an earlier attempt has that
+    attempt's (``SpeedupReport.minutes`` counts it once)."""
+    return {stage: status["seconds"] for stage, status in outcome.report.stages.items()
+            if status.get("seconds") is not None and (not stages or stage in stages)}
+
+
 def _finetune_summary(outcome: CompressOutcome) -> FinetuneSummary:
     finetune = outcome.report.finetune
     if finetune is None:
@@ -219,7 +226,7 @@ def _result(settings: CompressSettings, report: SpeedupReport, chosen: AttemptRe
                     if batch in timed},
         report=os.path.join(os.path.relpath(result_dir, settings.out_dir), REPORT_MARKDOWN),
         checkpoint=outcome.report.files["checkpoint"],
-        exported=outcome.report.files["exported"] or "")
+        exported=outcome.report.files["exported"] or "", seconds=_stage_seconds(outcome, MEASURED_STAGES))
 
 
 def compress_shape(settings: CompressSettings, shape: int, out_dir: str,
@@ -244,7 +251,8 @@ def compress_shape(settings: CompressSettings, shape: int, out_dir: str,
     score = _score(outcome.report.evaluation, candidate.candidate.beam)
     record = AttemptRecord(attempt=1, dir=os.path.relpath(attempt_dir, settings.out_dir), shape=candidate,
                            continued_from=None, finetune=_finetune_summary(outcome), score=score,
-                           speedups=_measured_speedups(outcome, candidate.candidate.beam), decision="")
+                           speedups=_measured_speedups(outcome, candidate.candidate.beam), decision="",
+                           seconds=_stage_seconds(outcome))
     report = SpeedupReport(checkpoint=os.path.abspath(settings.checkpoint), target=settings.target.text,
                            factor=settings.target.factor, max_bleu_loss=settings.max_bleu_loss, plan=plan,
                            attempts=[record])

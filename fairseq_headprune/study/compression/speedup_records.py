@@ -82,6 +82,7 @@ class AttemptRecord:
     score: ScoreChange
     speedups: Dict[str, float]
     decision: str
+    seconds: Dict[str, float] = field(default_factory=dict)  # each stage's, as it ran (kept stages: their first run)
 
     def fast_enough(self, factor: float) -> bool:
         return reaches(self.speedups, factor)
@@ -89,7 +90,8 @@ class AttemptRecord:
     def to_dict(self) -> Dict[str, Any]:
         return {"attempt": self.attempt, "dir": self.dir, "shape": self.shape.to_dict(),
                 "continued_from": self.continued_from, "finetune": self.finetune.to_dict(),
-                "score": self.score.to_dict(), "speedups": dict(self.speedups), "decision": self.decision}
+                "score": self.score.to_dict(), "speedups": dict(self.speedups), "decision": self.decision,
+                "seconds": dict(self.seconds)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], split: str = "") -> "AttemptRecord":
@@ -99,7 +101,8 @@ class AttemptRecord:
         score = ScoreChange.from_dict(data["score"] if "score" in data else data, split)
         return cls(attempt=int(data["attempt"]), dir=str(data["dir"]), shape=PlannedCandidate.from_dict(data["shape"]),
                    continued_from=data.get("continued_from"), finetune=finetune, score=score,
-                   speedups={str(k): float(v) for k, v in data["speedups"].items()}, decision=str(data["decision"]))
+                   speedups={str(k): float(v) for k, v in data["speedups"].items()}, decision=str(data["decision"]),
+                   seconds=dict(data.get("seconds") or {}))
 
 
 @dataclass
@@ -117,12 +120,14 @@ class SpeedupResult:
     report: str
     checkpoint: str
     exported: str
+    seconds: Dict[str, float] = field(default_factory=dict)  # what the result measured again: evaluate, speed
 
     def to_dict(self) -> Dict[str, Any]:
         return {"attempt": self.attempt, "decided": self.decided.to_dict(), "reported": self.reported.to_dict(),
                 "speedups": dict(self.speedups),
                 "prediction": {batch: p.to_dict() for batch, p in self.prediction.items()},
-                "report": self.report, "checkpoint": self.checkpoint, "exported": self.exported}
+                "report": self.report, "checkpoint": self.checkpoint, "exported": self.exported,
+                "seconds": dict(self.seconds)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], attempts: Sequence[AttemptRecord] = ()) -> "SpeedupResult":
@@ -134,7 +139,8 @@ class SpeedupResult:
         return cls(attempt=int(data["attempt"]), decided=decided, reported=reported,
                    speedups={str(k): float(v) for k, v in data["speedups"].items()},
                    prediction={str(b): Prediction.from_dict(p) for b, p in (data.get("prediction") or {}).items()},
-                   report=str(data["report"]), checkpoint=str(data["checkpoint"]), exported=str(data["exported"]))
+                   report=str(data["report"]), checkpoint=str(data["checkpoint"]), exported=str(data["exported"]),
+                   seconds=dict(data.get("seconds") or {}))
 
 
 @dataclass
@@ -173,6 +179,22 @@ class SpeedupReport:
     @property
     def reached_target(self) -> bool:
         return self.result is not None and reaches(self.result.speedups, self.factor)
+
+    @property
+    def minutes(self) -> Dict[str, float]:
+        """What the run cost: the plan, each attempt (its fine-tuning apart) and the result's measurements; a stage
+        an attempt took from an earlier one (the same record, linked) counts once, in the earlier."""
+        spent = {"plan": (self.plan.seconds or 0.0) / 60.0}
+        counted = set()
+        for attempt in self.attempts:
+            own = {stage: seconds for stage, seconds in attempt.seconds.items() if (stage, seconds) not in counted}
+            counted.update(own.items())
+            spent[f"attempt {attempt.attempt}"] = sum(own.values()) / 60.0
+            spent[f"attempt {attempt.attempt} fine-tuning"] = own.get("finetune", 0.0) / 60.0
+        if self.result is not None:
+            spent["result"] = sum(self.result.seconds.values()) / 60.0
+        spent["in all"] = sum(v for k, v in spent.items() if not k.endswith("fine-tuning"))
+        return spent
 
     def to_dict(self) -> Dict[str, Any]:
         result = None if self.result is None else {

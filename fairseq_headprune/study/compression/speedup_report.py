@@ -99,4 +99,22 @@ def speedup_report_markdown(report: SpeedupReport) -> str:
                      f"{attempt.score.delta:+.2f} | {p_value_cell(attempt.score.p_value, attempt.score.samples)} | "
                      f"{speeds} | {attempt.decision} |")
     lines += _curves(report)
+    lines += _time(report)
     return "\n".join(lines) + "\n"
+
+
+def _time(report: SpeedupReport) -> List[str]:
+    """Minutes per part of the run, on the machine the speeds were timed on."""
+    environment = report.plan.environment
+    where = environment.get("cpu") or environment.get("device") or "this machine"
+    lines = ["", "## Time", "", f"Minutes on {where} ({environment.get('threads', '?')} threads), each part as it "
+             "ran (a stage an attempt took from an earlier one counted once):", "",
+             "| part | minutes | of which fine-tuning |", "|---|---:|---:|"]
+    minutes = report.minutes
+    for part, value in minutes.items():
+        if part.endswith("fine-tuning") or part == "in all":
+            continue
+        tuning = minutes.get(f"{part} fine-tuning")
+        lines.append(f"| {part} | {value:.1f} | {'' if tuning is None else f'{tuning:.1f}'} |")
+    lines.append(f"| in all | {minutes['in all']:.1f} | |")
+    return lines
