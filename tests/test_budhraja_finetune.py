@@ -209,3 +209,18 @@ def test_bad_budhraja_input_is_one_line_and_writes_nothing(tiny_model, tmp_path)
                   "--after", str(tmp_path / "shallower.pt"), "--out", str(out)], check=False)
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "of different architectures" in result.stderr and not out.exists()
+
+
+def test_recording_the_recovery_curve_does_not_change_the_fine_tune(tiny_model, sharded, tmp_path):
+    """The curve trains in parts, stopping at each point to save it and resuming in a new process; every record and
+    the weights after the last update are those of the same fine-tune run in one part without a curve, bit for bit
+    (fairseq reseeds every update from its count and restores the data iterator's place; the points are scored
+    after the training, on copies)."""
+    out_dir = tmp_path / "straight"
+    run(prune_command(tiny_model, out_dir, "--finetune-curve", "none"))
+    curved, straight = results(sharded[0]), results(out_dir)
+    assert all(record["curve"] for record in curved.values()) and not any(r["curve"] for r in straight.values())
+    for name, record in curved.items():
+        assert straight[name]["score_after"] == record["score_after"], name
+        old, new = (torch.load(r["checkpoint"], map_location="cpu")["model"] for r in (record, straight[name]))
+        assert sorted(old) == sorted(new) and all(torch.equal(old[key], new[key]) for key in old), name

@@ -96,3 +96,26 @@ def test_shrink_removes_the_recorded_heads(tiny_model, finetuned, tmp_path):
     model_cfg = vars(torch.load(out, map_location="cpu")["cfg"]["model"])
     assert model_cfg["headprune_head_mask"] is None
     assert model_cfg["headprune_pruned_heads"] == "E:1:1-2 A:2:keep=3 D:1:1"
+
+
+def test_validating_until_enough_does_not_change_the_training(tiny_model, tmp_path):
+    """A fine-tune that validates with fairseq's BLEU after every update (compress --target speedup) trains the same
+    weights as one that never validates: validation runs without gradients on its own data, and fairseq reseeds
+    every update from its count."""
+    from fairseq_headprune.engine.finetuning import CURVE_FILE, finetune_held, write_masked_start
+    from fairseq_headprune.study.finetuning import FinetuneSettings, FinetuneStop
+    from fairseq_headprune.study.masks.head_mask import parse_head_mask
+
+    start = tmp_path / "start.pt"
+    layout = {t: (2, 8) for t in ("enc-enc", "enc-dec", "dec-dec")}  # the tiny model
+    write_masked_start(str(tiny_model["checkpoint"]), str(start), parse_head_mask("E:1:1-2", layout), None)
+    stop = FinetuneStop(interval=1, patience=100, generation={"beam": 2, "max_len_b": 20})
+    trained = {}
+    for name, until in (("plain", None), ("validated", stop)):
+        settings = FinetuneSettings(updates=4, lr=0.001, until=until)
+        outcome = finetune_held(str(start), str(tiny_model["data"]), str(tmp_path / name), "translation", settings,
+                                cpu=True, progress=False)
+        trained[name] = torch.load(tmp_path / name / "checkpoint_last.pt", map_location="cpu")["model"]
+        if until is not None:
+            assert [p["updates"] for p in outcome.curve] == [1, 2, 3, 4] and (tmp_path / name / CURVE_FILE).exists()
+    assert all(torch.equal(trained["plain"][key], trained["validated"][key]) for key in trained["plain"])
