@@ -35,8 +35,9 @@ __getattr__, __dir__ = lazy_attributes(__name__, _EXPORTS)
 if "fairseq" in sys.modules:
     # imported by fairseq itself (--user-dir) or after it: register now, so the
     # study modules stay importable without fairseq otherwise
+    from fairseq_headprune.commands.fairseq_commands import FAIRSEQ_FLAGS
     from fairseq_headprune.errors import report_plugin_errors_in_one_line
     from fairseq_headprune.registry import register_components
 
     register_components()
-    report_plugin_errors_in_one_line()  # fairseq's commands print tracebacks
+    report_plugin_errors_in_one_line(FAIRSEQ_FLAGS)  # fairseq's commands print tracebacks

@@ -9,7 +9,7 @@ import argparse
 import os
 import subprocess
 import sys
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from fairseq_headprune.commands import (
     ablate,
@@ -27,7 +27,7 @@ from fairseq_headprune.commands import (
     shrink,
     significance,
 )
-from fairseq_headprune.commands.fairseq_commands import FAIRSEQ_COMMANDS, run_fairseq_command
+from fairseq_headprune.commands.fairseq_commands import FAIRSEQ_COMMANDS, FAIRSEQ_FLAGS, run_fairseq_command
 from fairseq_headprune.engine.runtime.console import quiet_libraries  # noqa: F401  (the scripts' and commands' entry)
 from fairseq_headprune.engine.runtime.ranks import SHARDED_COMMANDS, join_ranks, launched_world_size, leave_ranks
 from fairseq_headprune.errors import DEBUG_VARIABLE, HeadPruneError, debugging
@@ -55,6 +55,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def command_flags(command: str, parser: Optional[argparse.ArgumentParser] = None) -> Dict[str, str]:
+    """setting -> the flag a user of ``command`` gives it by, to word the command's errors (``HeadPruneError.worded``).
+
+    Every option of the command names the setting it stores (``--finetune-updates`` -> finetune_updates, the
+    first spelling of an option with aliases); the command adds those it takes by another flag with
+    ``set_defaults(setting_flags=...)`` (compress: budget by ``--target``; None: no flag). A command that passes
+    fairseq's options on takes fairseq's and the plugin task's settings by their flags (``FAIRSEQ_OPTION_FLAGS``).
+    A setting the command fills in itself (compress's head mask) has no flag: its errors keep their plain words.
+    """
+    if command in FAIRSEQ_COMMANDS:
+        return dict(FAIRSEQ_FLAGS)
+    parser = parser or build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    subparser = commands.choices[command]
+    options: Dict[str, str] = {}
+    for action in subparser._actions:
+        spelled = [option for option in action.option_strings if option.startswith("--")]
+        if spelled and action.dest != argparse.SUPPRESS and not isinstance(action, argparse._HelpAction):
+            options.setdefault(action.dest, spelled[0])
+    # a command that passes fairseq's options on takes these settings by fairseq's own flags, unless by its own
+    passed_on = FAIRSEQ_OPTION_FLAGS if subparser.get_default("accepts_fairseq_args") else {}
+    return {**passed_on, **options, **(subparser.get_default("setting_flags") or {})}
+
+
+# settings below the commands that are fairseq's own options, or the plugin task's, given through (``--beam 5``)
+FAIRSEQ_OPTION_FLAGS = {"beam": "--beam", "max_tokens": "--max-tokens", "batch_size": "--batch-size", **FAIRSEQ_FLAGS}
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["--debug"]:  # before the command: fairseq's commands are handed over unparsed
@@ -64,7 +92,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         try:
             return run_fairseq_command(argv[0], argv[1:])
         except HeadPruneError as error:  # the --path checkpoint the task is chosen from
-            return _report(argv[0], error)
+            return _report(argv[0], error, FAIRSEQ_FLAGS)
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown and not getattr(args, "accepts_fairseq_args", False):
@@ -84,17 +112,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         return args.handler(args)
     except HeadPruneError as error:
-        return _report(args.command, error, speak=ranks.is_main)
+        return _report(args.command, error, command_flags(args.command, parser), speak=ranks.is_main)
     finally:
         leave_ranks()
 
 
-def _report(command: str, error: HeadPruneError, speak: bool = True) -> int:
-    """The one place an error becomes one line and exit status 2 (or, debugging, its traceback)."""
+def _report(command: str, error: HeadPruneError, flags: Dict[str, str], speak: bool = True) -> int:
+    """The one place an error becomes one line and exit status 2 (or, debugging, its traceback), worded with the
+    command's flags (``command_flags``)."""
     if debugging():
         raise error
     if speak:
-        print(f"fairseq-headprune {command}: error: {error}", file=sys.stderr)
+        print(f"fairseq-headprune {command}: error: {error.worded(flags)}", file=sys.stderr)
     return 2
 
 

@@ -28,6 +28,11 @@ PARSERS = {
     "interactive": "get_interactive_generation_parser",
     "eval-lm": "get_eval_lm_parser",
 }
+# the settings fairseq's own commands take as options: the plugin's tasks' and criteria's, and fairseq's own that
+# their errors name (the errors worded with these flags)
+FAIRSEQ_FLAGS = {"head_mask": "--head-mask", "ffn_mask": "--ffn-mask", "distill_teacher": "--distill-teacher",
+                 "distill_weight": "--distill-weight", "gate_target_heads": "--gate-target-heads",
+                 "criterion": "--criterion", "task": "--task"}
 # sub-command -> fairseq_cli module whose cli_main runs it
 FAIRSEQ_COMMANDS = {
     "train": "fairseq_cli.train",
@@ -104,7 +109,7 @@ def run_fairseq_command(command: str, args: List[str]) -> int:
     except HeadPruneError as error:  # raised inside fairseq's command: reported as fairseq-<command> would
         if debugging():
             raise
-        print(f"fairseq-headprune: error: {error}", file=sys.stderr)
+        print(f"fairseq-headprune: error: {error.worded(FAIRSEQ_FLAGS)}", file=sys.stderr)
         return 1
     return 0
 
