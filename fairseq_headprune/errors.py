@@ -20,6 +20,7 @@ took the setting from one (``worded``; each command's settings and flags:
 
 import contextlib
 import os
+import re
 import sys
 from typing import Callable, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Union
 
@@ -78,12 +79,10 @@ class HeadPruneError(ValueError):
             if not flag:
                 continue
             words = setting_words(setting)
-            capitalised = words[:1].upper() + words[1:]
-            if words in message:
-                message = message.replace(words, flag)
-            elif message.startswith(capitalised):
-                message = flag + message[len(capitalised):]
-            else:
+            # whole words only ("the export" is not in "the exported model"), the first letter either case
+            pattern = rf"(?<![\w-])[{words[:1]}{words[:1].upper()}]{re.escape(words[1:])}(?![\w-])"
+            message, count = re.subn(pattern, lambda _: flag, message)
+            if not count:
                 named.append(flag)
         return f"{', '.join(named)}: {message}" if named else message
 

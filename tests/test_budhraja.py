@@ -6,12 +6,12 @@ per-head computation over the raw state dicts of two checkpoints.
 """
 
 import math
-import re
 
 import numpy as np
 import pytest
 import torch
 
+from fairseq_headprune.cli import command_flags
 from fairseq_headprune.errors import HeadMaskError, SettingsError
 from fairseq_headprune.study.budhraja.budgets import budget_mask, level_budget, one_head_per_layer_budget, plan_budgets
 from fairseq_headprune.study.budhraja.compensation import measure_compensation
@@ -180,8 +180,9 @@ def test_the_tables_draws_leave_the_hand_given_levels_and_their_masks_as_they_we
     before = plan_budgets(requested_budgets(study(random_levels=[50.0, 60.0, 75.0]), DEMO), DEMO, seed=1, draws=3)
     masks = {(b.label, d): m for b, d, m in drawn}
     assert all(torch.equal(masks[(b.label, d)][t], m[t]) for b, d, m in before for t in m)
-    with pytest.raises(SettingsError, match="--budhraja-draws goes with --budhraja-tables"):
+    with pytest.raises(SettingsError, match="the budhraja draws goes with the budhraja tables") as error:
         study(random_levels=[50.0], budhraja_draws=1)
+    assert error.value.worded(command_flags("prune")) == "--budhraja-draws goes with --budhraja-tables"
 
 
 def test_the_pairs_tested_against_each_other_are_the_papers_side_by_side():
@@ -266,7 +267,7 @@ def test_finetuning_settings_name_the_option_to_correct(tmp_path):
         (lambda: FinetuneSettings(updates=10, epochs=2), "not both"),
         (lambda: FinetuneSettings(lr=0.1), "go with --finetune-updates/--finetune-epochs"),
         (lambda: prune(finetune=FinetuneSettings(updates=10)), "nothing to fine-tune"),
-        (lambda: prune(finetune_levels=[50.0]), "--finetune-levels goes with"),
+        (lambda: prune(finetune_levels=[50.0]), "--finetune-levels goes with --finetune-updates/--finetune-epochs N"),
         (lambda: prune(config_shard=(3, 2), finetune=FinetuneSettings(updates=10), random_levels=[50.0]),
          "--config-shard 3/2"),
         (lambda: prune(config_shard=(1, 2)), "--config-shard shares the fine-tuned configurations"),
@@ -278,9 +279,10 @@ def test_finetuning_settings_name_the_option_to_correct(tmp_path):
         (lambda: PruneSettings(SweepSettings(str(tmp_path / "elsewhere"), "c", "o"), random_levels=[50.0],
                                finetune=FinetuneSettings(updates=10)), "has no training split"),
     ]
-    for make, message in cases:
-        with pytest.raises(SettingsError, match=re.escape(message)):
+    for make, message in cases:  # as the prune command words them
+        with pytest.raises(SettingsError) as error:
             make()
+        assert message in error.value.worded(command_flags("prune")), (message, str(error.value))
     settings = prune(random_levels=[50.0], finetune=FinetuneSettings(epochs=30), finetune_levels=[60.0])
     assert settings.has_budgets and settings.finetune.length() == "30 epochs"
     assert settings.finetune.warmup_updates() == 0

@@ -102,9 +102,11 @@ def test_bootstrap_on_accuracy_through_compare_with_baseline():
 
 
 def test_a_test_that_does_not_apply_to_the_metric_is_refused_before_any_work():
-    with pytest.raises(SettingsError, match="--test mcnemar does not apply to tokenized"):
+    with pytest.raises(SettingsError, match="the test mcnemar does not apply to tokenized") as error:
         SweepSettings("d", "c", "o", test=SignificanceSettings(test="mcnemar"))
-    with pytest.raises(SettingsError, match="--test t-test does not apply to mcc"):
+    assert error.value.setting == "test"  # a command that took it from --test says so
+    assert error.value.worded({"test": "--test"}).startswith("--test mcnemar does not apply to tokenized")
+    with pytest.raises(SettingsError, match="the test t-test does not apply to mcc"):
         MATTHEWS.for_test("t-test")
     assert TOKENIZED_BLEU.for_test("bootstrap") is TOKENIZED_BLEU
 

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from conftest import run
 
 
@@ -46,3 +48,40 @@ def test_corpus_command_is_deterministic(tmp_path):
             ).read_text()
     bad = run(["fairseq-headprune", "corpus", tmp_path / "c", "--scale", "0"], check=False)
     assert bad.returncode == 2 and "--scale must be positive" in bad.stderr
+
+
+def test_an_error_names_the_flag_the_user_gave_and_plain_words_otherwise(tmp_path, monkeypatch, capsys):
+    """Below the commands an error names its setting in plain words; the command prints it with the flag its user
+    gave the setting by (``search --budget``, ``shrink --head-mask``), and compress, which sets the head mask
+    itself, keeps the plain words: it never tells its user about a --head-mask they could not have passed."""
+    from fairseq_headprune import cli
+    from fairseq_headprune.commands import compress
+    from fairseq_headprune.errors import HeadMaskError
+    from fairseq_headprune.study.masks.head_mask import check_mask_layout, full_mask
+
+    status = cli.main(["search", str(tmp_path), "--path", str(tmp_path / "model.pt"), "--budget", "-1",
+                       "--out-dir", str(tmp_path / "out")])
+    assert status == 2
+    assert capsys.readouterr().err.strip() == "fairseq-headprune search: error: --budget must be non-negative, got -1"
+
+    layout = {"enc-enc": (2, 8), "enc-dec": (2, 8), "dec-dec": (2, 8)}
+    with pytest.raises(HeadMaskError) as raised:  # what shrink and the export raise for a mask of another model
+        check_mask_layout(full_mask({**layout, "enc-enc": (3, 8)}), layout)
+    internal = raised.value
+    assert internal.setting == "head_mask" and str(internal).startswith("the head mask is not one of this model")
+    assert cli.command_flags("shrink")["head_mask"] == "--head-mask"
+    assert cli.command_flags("compress").get("head_mask") is None  # compress sets it: no flag names it
+
+    def compress_refused_by_shrink(args):  # the error of a stage deep inside compress
+        raise internal
+
+    monkeypatch.setattr(compress, "command_compress", compress_refused_by_shrink)
+    status = cli.main(["compress", str(tmp_path), "--path", str(tmp_path / "model.pt"), "--target", "heads=50%",
+                       "--out-dir", str(tmp_path / "run")])
+    error = capsys.readouterr().err.strip()
+    assert status == 2 and error.startswith("fairseq-headprune compress: error: the head mask is not one of this model")
+    assert "--head-mask" not in error
+    assert internal.worded(cli.command_flags("shrink")).startswith("--head-mask is not one of this model")
+    # compress's budget is its target
+    budget_error = HeadMaskError("the budget 3 heads is below the least any mask costs", setting="budget")
+    assert budget_error.worded(cli.command_flags("compress")) == "--target 3 heads is below the least any mask costs"

@@ -162,8 +162,9 @@ def test_tied_types_keep_one_count_for_the_whole_stack_as_brute_force_finds(seed
     blocks = [(t, layer) for t in ("dec-dec", "enc-dec") for layer in range(2)]
     per_layer = {b: [0.0] + list(np.cumsum(rng.integers(1, 4, size=3)) + 1.0) for b in blocks}
     costs = LayerCosts("latency", per_layer, tied_types=(("dec-dec", "enc-dec"),))
-    with pytest.raises(SettingsError, match="search with --uniform"):
+    with pytest.raises(SettingsError, match="search with the uniform") as error:  # the search command: --uniform
         fisher_search(scores, costs, 10.0)
+    assert error.value.setting == "uniform"
     flags = ((np.arange(2 ** 12)[:, None] >> np.arange(12)) & 1).astype(np.float64)
     flat = np.concatenate([scores[t][layer].numpy() for t, layer in blocks])
     loss = 0.5 * (1.0 - flags) @ flat
@@ -411,7 +412,7 @@ def test_a_joint_search_writes_masks_that_fairseq_generate_applies_as_search_jso
                                                 for t in ffn_layout for layer in range(2)}
     assert 0 < record["neurons_pruned"] < 512 and 0 < record["heads_pruned"] < 48  # both structures pruned here
     assert f"pruned {record['neurons_pruned']} of 512 FFN neurons: {record['ffn_spec']}" in result.stdout
-    assert f"pruned {record['pruned']} of 48 heads" in result.stdout
+    assert f"pruned {record['heads_pruned']} of 48 heads" in result.stdout
     # the FLOPs kept, counted by torch's FlopCounterMode on the narrowed layers (32 positions)
     from conftest import counted_flops_per_token
 

@@ -101,6 +101,51 @@ def test_no_module_below_the_commands_handles_command_line_options(path):
         assert "argparse" not in imports, f"{path.name} imports argparse"
 
 
+ERROR_CLASSES = {"HeadPruneError", "HeadMaskError", "CheckpointError", "ResultFileError", "StudyError",
+                 "DependencyError", "SettingsError"}
+
+
+def _message_text(node) -> "tuple[str, bool]":
+    """A message's literal text (a formatted value as NUL) and whether it spells a setting's words itself."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value, False
+    if isinstance(node, ast.JoinedStr):
+        parts = [_message_text(value) if isinstance(value, ast.Constant) else
+                 ("\0", "setting_words" in ast.unparse(value)) for value in node.values]
+        return "".join(p for p, _ in parts), any(spelled for _, spelled in parts)
+    if isinstance(node, ast.BinOp):
+        (left, a), (right, b) = _message_text(node.left), _message_text(node.right)
+        return left + right, a or b
+    return "\0", True  # a variable: not checked here
+
+
+@pytest.mark.parametrize("path", [p for p in package_modules() if p not in COMMAND_LAYER],
+                         ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_errors_below_the_commands_speak_of_their_settings_in_their_words(path):
+    """An error raised below the commands about a setting (``setting=``, or ``refuse``'s third argument) says its
+    plain words (``errors.setting_words``: "the budget"), which a command replaces with its user's flag."""
+    from fairseq_headprune.errors import setting_words
+
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.Call):
+            continue
+        name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+        message = setting = None
+        if name in ERROR_CLASSES and node.args:
+            message, setting = node.args[0], next((k.value for k in node.keywords if k.arg == "setting"), None)
+        elif name == "refuse" and len(node.args) >= 3:
+            message, setting = node.args[1], node.args[2]
+        if setting is None or not isinstance(setting, (ast.Constant, ast.Tuple)):
+            continue
+        settings = [setting.value] if isinstance(setting, ast.Constant) else [
+            e.value for e in setting.elts if isinstance(e, ast.Constant)]
+        text, spelled = _message_text(message)
+        for one in settings:
+            words = setting_words(one)
+            assert spelled or words in text or text.startswith(words[:1].upper() + words[1:]), (
+                f"{path.name}:{node.lineno}: {one!r} is not said as {words!r} in {text!r}")
+
+
 # what each folder may not import (recursively, lazy imports included)
 FORBIDDEN = {
     "study": ("compat", "modules", "tasks", "criterions", "registry", "engine", "commands", "cli"),

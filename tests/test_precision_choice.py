@@ -88,6 +88,6 @@ def test_auto_is_refused_where_the_export_is_not_timed(tmp_path):
     evaluation = SweepSettings("d", "c", "o", family="language_model")
     with pytest.raises(SettingsError, match="a language model's export is not timed: name a type"):
         CompressSettings(evaluation, CompressTarget("heads", 50.0), export_format="ctranslate2", quantization="auto")
-    with pytest.raises(SettingsError, match="--quantization-tolerance must be 0 or more"):
+    with pytest.raises(SettingsError, match="the quantization tolerance must be 0 or more"):
         CompressSettings(SweepSettings("d", "c", "o"), CompressTarget("heads", 50.0), export_format="ctranslate2",
                          quantization="auto", quantization_tolerance=-0.1)

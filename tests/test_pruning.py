@@ -213,6 +213,6 @@ def test_joint_curves_search_each_level_of_all_flops():
         assert kept == pytest.approx(expected.cost) and kept <= 512 * (1 - 0.3 * level) + 1e-9
         assert step.percent == step.flops_removed_percent
         assert step.pruned == step.heads_pruned + step.neurons_pruned and step.total == 14
-    with pytest.raises(Exception, match="not an order of --structure joint"):
+    with pytest.raises(Exception, match="not an order of the structure joint"):
         plan_structure_curves("joint", {"enc-enc": (2, 2)}, {"enc-ffn": (2, 5)}, tiny_flops(),
                               CurvePlan(["random"], ["all"]), StructureScores(), "flops")

@@ -11,6 +11,7 @@ import pytest
 import torch
 from scipy import stats
 
+from fairseq_headprune.cli import command_flags
 from fairseq_headprune.errors import SettingsError, StudyError
 from fairseq_headprune.study.importance.ablation import best_heads, cross_domain_correlation, cross_domain_rows
 from fairseq_headprune.study.importance.dynamics import dynamics_grid, epoch_checkpoints, parse_epochs, relative_rows
@@ -54,9 +55,11 @@ def test_range_errors_say_what_is_wrong():
 def test_epochs_are_parsed_with_the_shared_range_parser():
     assert parse_epochs("1-3, 8,10-11") == [1, 2, 3, 8, 10, 11]
     assert parse_epochs(None) is None
-    with pytest.raises(SettingsError, match=r"--epochs: malformed item 'a'"):
+    with pytest.raises(SettingsError, match=r"the epochs: malformed item 'a'") as error:
         parse_epochs("1,a")
-    with pytest.raises(SettingsError, match=r"--epochs: empty range '4-2'"):
+    assert error.value.setting == "epochs"
+    assert error.value.worded(command_flags("dynamics")).startswith("--epochs: malformed item 'a'")
+    with pytest.raises(SettingsError, match=r"the epochs: empty range '4-2'"):
         parse_epochs("4-2")
 
 
@@ -205,25 +208,43 @@ def test_metric_objects_score_from_statistics_and_name_their_test_statistics():
 
 
 @pytest.mark.parametrize(
-    "make, message",
+    "make, setting, words, command, message",
     [
-        (lambda: SweepSettings("d", "c", "o", configs_per_batch=0), "--configs-per-batch must be positive, got 0"),
-        (lambda: SweepSettings("d", "c", "o", references="r.txt"), "--references (raw reference text) is used by"),
-        (lambda: SweepSettings("d", "c", "o", bleu="chrf"), "--bleu must be one of tokenized, sacrebleu"),
-        (lambda: ImportanceSettings(limit=0), "--limit must be positive, got 0"),
-        (lambda: ImportanceSettings(max_tokens=-1, option_prefix="--importance-"),
+        (lambda: SweepSettings("d", "c", "o", configs_per_batch=0), "configs_per_batch",
+         "the configs per batch must be positive, got 0", "prune", "--configs-per-batch must be positive, got 0"),
+        (lambda: SweepSettings("d", "c", "o", references="r.txt"), "references",
+         "the references (raw reference text) is used by the BLEU sacrebleu only", "ablate",
+         "--references (raw reference text) is used by --bleu sacrebleu only"),
+        (lambda: SweepSettings("d", "c", "o", bleu="chrf"), "bleu", "the BLEU must be one of tokenized, sacrebleu",
+         "dynamics", "--bleu must be one of tokenized, sacrebleu"),
+        (lambda: ImportanceSettings(limit=0), "importance_limit", "the importance limit must be positive, got 0",
+         "importance", "--importance-limit must be positive, got 0"),
+        (lambda: ImportanceSettings(max_tokens=-1), "importance_max_tokens",
+         "the importance max tokens must be positive, got -1", "prune",
          "--importance-max-tokens must be positive, got -1"),
-        (lambda: ImportanceSettings(label_smoothing=1.0), "--label-smoothing must be in [0, 1), got 1.0"),
-        (lambda: PruneSettings(SweepSettings("d", "c", "o"), draws=0), "--draws must be positive, got 0"),
-        (lambda: PruneSettings(SweepSettings("d", "c", "o"), orders=[], scopes=["all"]), "nothing to do"),
-        (lambda: parse_choices("all,both", ("all", "enc-enc"), "--scopes"), "--scopes: unknown value 'both'"),
-        (lambda: parse_types("E,X"), "--types: unknown attention type 'X'"),
+        (lambda: ImportanceSettings(label_smoothing=1.0), "importance_label_smoothing",
+         "the importance label smoothing must be in [0, 1), got 1.0", "search",
+         "--importance-label-smoothing must be in [0, 1), got 1.0"),
+        (lambda: PruneSettings(SweepSettings("d", "c", "o"), draws=0), "draws", "the draws must be positive, got 0",
+         "prune", "--draws must be positive, got 0"),
+        (lambda: PruneSettings(SweepSettings("d", "c", "o"), orders=[], scopes=["all"]), "orders", "nothing to do",
+         "prune", "nothing to do: neither --orders with --scopes nor --layer-budget, --type-budget, --random-level, "
+         "--layer-strategy or --budhraja-tables"),
+        (lambda: parse_choices("all,both", ("all", "enc-enc"), "scopes"), "scopes", "the scopes: unknown value 'both'",
+         "prune", "--scopes: unknown value 'both'"),
+        (lambda: parse_types("E,X"), "types", "the types: unknown attention type 'X'", "ablate",
+         "--types: unknown attention type 'X'"),
     ],
 )
-def test_settings_name_the_option_to_correct(make, message):
+def test_settings_name_the_setting_to_correct_and_commands_word_it_by_their_flag(make, setting, words, command,
+                                                                               message):
+    """Below the commands an error names its setting in plain words (``error.setting`` says which); the command a
+    user ran words it with the flag the user gave it by (``cli.command_flags``)."""
     with pytest.raises(SettingsError) as error:
         make()
-    assert str(error.value).startswith(message)
+    assert error.value.setting == setting
+    assert str(error.value).startswith(words) and "--" not in str(error.value)
+    assert error.value.worded(command_flags(command)).startswith(message)
 
 
 def test_sweep_settings_score_every_sentence_and_keep_the_users_batching():
@@ -231,7 +252,8 @@ def test_sweep_settings_score_every_sentence_and_keep_the_users_batching():
     mine = ["--required-batch-size-multiple", "8"]
     assert SweepSettings("d", "c", "o", generation_args=mine).generation_args == mine
     curve = CurveSettings()
-    assert curve.importance.option("limit") == "--importance-limit" and curve.importance.subsets == ["valid"]
+    assert curve.importance.setting("limit") == "importance_limit" and curve.importance.subsets == ["valid"]
+    assert command_flags("prune")["importance_limit"] == "--importance-limit"
 
 
 def test_the_paired_test_follows_the_metrics_direction():

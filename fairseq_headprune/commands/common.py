@@ -175,8 +175,8 @@ def importance_settings(args: argparse.Namespace, method: Optional[str] = None) 
         subsets=list(args.importance_subset), limit=args.importance_limit, max_tokens=args.importance_max_tokens,
         max_sentences=getattr(args, "importance_batch_size", None), granularity=args.importance_granularity,
         loss=args.importance_loss, label_smoothing=args.importance_label_smoothing,
-        method=method or args.importance_method, option_prefix="--importance-",
-        neurons="ffn" in parse_choices(args.importance_structures, STRUCTURES, "--importance-structures"),
+        method=method or args.importance_method,
+        neurons="ffn" in parse_choices(args.importance_structures, STRUCTURES, "importance_structures"),
     )
 
 

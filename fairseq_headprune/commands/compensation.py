@@ -5,6 +5,7 @@ import os
 
 from fairseq_headprune.errors import SettingsError
 from fairseq_headprune.study.budhraja.compensation import MEASURES, PAPER_SPREAD
+from fairseq_headprune.study.masks.head_mask import parse_head_mask
 from fairseq_headprune.study.output.files import write_json
 
 MEASURE_TITLES = {"mean_abs_change": "mean |ΔW|", "relative_change": "‖ΔW‖/‖W‖"}
@@ -16,10 +17,12 @@ def command_compensation(args: argparse.Namespace) -> int:
     plot = args.plot if args.plot is not None else os.path.splitext(args.out)[0] + ".png"
     if plot and not plot.lower().endswith((".png", ".pdf", ".svg")):
         raise SettingsError(f"--plot must end in .png, .pdf or .svg: {plot}")
+    from fairseq_headprune.engine.checkpoints.info import checkpoint_head_layout
     from fairseq_headprune.engine.pipelines.compensation import checkpoint_compensation
     from fairseq_headprune.study.output.plots import plot_compensation
 
-    compensation = checkpoint_compensation(args.before, args.after, args.head_mask)
+    pruned = None if args.head_mask is None else parse_head_mask(args.head_mask, checkpoint_head_layout(args.before))
+    compensation = checkpoint_compensation(args.before, args.after, pruned)
     print(f"pruned\t{len(compensation.pruned)} heads"
           f"{': ' + ' '.join(compensation.pruned) if compensation.pruned else ''}")
     for line in compensation_lines(compensation):

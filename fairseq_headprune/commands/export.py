@@ -4,15 +4,28 @@ import argparse
 
 from fairseq_headprune.commands.common import add_device_arguments
 from fairseq_headprune.constants import EXPORT_FORMATS, QUANTIZATIONS
+from fairseq_headprune.errors import HeadMaskError
 from fairseq_headprune.study.compression.deployment_settings import ExportSettings
+from fairseq_headprune.study.masks.ffn_mask import parse_ffn_mask
+from fairseq_headprune.study.masks.head_mask import parse_head_mask
 
 
 def command_export(args: argparse.Namespace) -> int:
+    from fairseq_headprune.engine.checkpoints.info import loaded_ffn_layout, loaded_head_layout
     from fairseq_headprune.engine.pipelines.export import run_export
 
+    # the masks number the heads and neurons of the model the checkpoint loads as (a shrunk one's that stay)
+    masks = {}
+    for flag, spec, parse, layout_of in (("--head-mask", args.head_mask, parse_head_mask, loaded_head_layout),
+                                         ("--ffn-mask", args.ffn_mask, parse_ffn_mask, loaded_ffn_layout)):
+        if spec is not None:
+            try:
+                masks[flag] = parse(spec, layout_of(args.path))
+            except HeadMaskError as error:
+                raise HeadMaskError(f"{flag}: {error}") from error
     outcome = run_export(ExportSettings(
         data=args.data, checkpoint=args.path, out_dir=args.out_dir, format=args.format, quantization=args.quantization,
-        head_mask=args.head_mask, ffn_mask=args.ffn_mask, tuning_file=args.tuning, cpu=args.cpu,
+        head_mask=masks.get("--head-mask"), ffn_mask=masks.get("--ffn-mask"), tuning_file=args.tuning, cpu=args.cpu,
         fairseq_args=list(args.fairseq_args), vocabulary_map=args.vocabulary_map,
         vocabulary_map_candidates=args.vocabulary_map_candidates, vocabulary_map_common=args.vocabulary_map_common,
     ))

@@ -8,16 +8,26 @@ from fairseq_headprune.commands.common import (
     fairseq_language_args,
     importance_settings,
 )
+from fairseq_headprune.errors import HeadMaskError
 from fairseq_headprune.study.importance.scores import summarize
+from fairseq_headprune.study.masks.head_mask import parse_head_mask
 
 
 def command_importance(args: argparse.Namespace) -> int:
     settings = importance_settings(args)  # before the engine (and fairseq) is imported: bad input fails fast
+    from fairseq_headprune.engine.checkpoints.info import loaded_head_layout
     from fairseq_headprune.engine.pipelines.importance import importance_prefix, run_importance
 
+    head_mask = None
+    if args.head_mask is not None:  # a mask of the model the checkpoint loads as
+        try:
+            head_mask = parse_head_mask(args.head_mask, loaded_head_layout(args.path))
+        except HeadMaskError as error:
+            raise HeadMaskError(f"--head-mask: {error}") from error
     result = run_importance(
-        args.data, args.path, settings, args.out_dir, head_mask=args.head_mask, loss_ablation=args.loss_ablation,
+        args.data, args.path, settings, args.out_dir, head_mask=head_mask, loss_ablation=args.loss_ablation,
         fairseq_args=fairseq_language_args(args), cpu=args.cpu, progress=not args.no_progress,
+        head_mask_spec=args.head_mask,
     )
     if result is None:  # a rank other than 0 of a sharded estimate
         return 0

@@ -55,17 +55,17 @@ def settings_from(args: argparse.Namespace) -> PruneSettings:
 def _settings(args: argparse.Namespace) -> PruneSettings:
     from fairseq_headprune.engine.checkpoints.info import checkpoint_family
 
-    orders = parse_choices(args.orders, ORDERS, "--orders")
+    orders = parse_choices(args.orders, ORDERS, "orders")
     tune_orders = []
     if args.tune_orders and not args.tune_masks:
         raise SettingsError("--tune-orders needs --tune-masks")
     if args.tune_masks:
-        tune_orders = parse_choices(args.tune_orders, ORDERS, "--tune-orders") if args.tune_orders else list(orders)
+        tune_orders = parse_choices(args.tune_orders, ORDERS, "tune_orders") if args.tune_orders else list(orders)
     return PruneSettings(
         sweep=sweep_settings(args, args.path, checkpoint_family(args.path)),
         curve=curve_settings(args),
         orders=orders,
-        scopes=parse_choices(args.scopes, SCOPES, "--scopes"),
+        scopes=parse_choices(args.scopes, SCOPES, "scopes"),
         importance_file=args.importance,
         ablation_file=args.ablation,
         draws=args.draws,

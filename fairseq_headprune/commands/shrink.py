@@ -2,13 +2,32 @@
 
 import argparse
 
+from fairseq_headprune.study.masks.ffn_mask import parse_ffn_mask
+from fairseq_headprune.study.masks.head_mask import parse_head_mask
+from fairseq_headprune.study.masks.layer_drop import layout_after_drop, parse_layer_drop
 from fairseq_headprune.study.output.files import write_text
+
+
+def shrink_masks(args: argparse.Namespace):
+    """The layers to drop, the head mask and the FFN mask the options give (None where not given), parsed against
+    the checkpoint: the masks number the layers that stay."""
+    if args.head_mask is None and args.ffn_mask is None and args.drop_layers is None:
+        return None, None, None
+    from fairseq_headprune.engine.checkpoints.shrink import shrink_layouts
+
+    depths, head_layout, ffn_layout = shrink_layouts(args.path)
+    dropped = None if args.drop_layers is None else parse_layer_drop(args.drop_layers, depths)
+    head_mask = None if args.head_mask is None else parse_head_mask(args.head_mask,
+                                                                     layout_after_drop(head_layout, dropped))
+    ffn_mask = None if args.ffn_mask is None else parse_ffn_mask(args.ffn_mask, layout_after_drop(ffn_layout, dropped))
+    return dropped, head_mask, ffn_mask
 
 
 def command_shrink(args: argparse.Namespace) -> int:
     from fairseq_headprune.engine.checkpoints.shrink import shrink_checkpoint
 
-    outcome = shrink_checkpoint(args.path, args.out, args.head_mask, args.tuning, args.ffn_mask, args.drop_layers)
+    dropped, head_mask, ffn_mask = shrink_masks(args)
+    outcome = shrink_checkpoint(args.path, args.out, head_mask, args.tuning, ffn_mask, dropped)
     if outcome.dropped_layers is not None:
         depths = ", ".join(f"{stack} {before} -> {after}" for stack, (before, after) in outcome.depths.items())
         print(f"removed\tlayers {outcome.dropped_layers} ({depths} layers)")

@@ -92,7 +92,8 @@ class HeadPruneGatesCriterion(LabelSmoothedCrossEntropyCriterion):
         super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy)
         layout = getattr(task, "model_head_layout", None)
         if not layout:
-            raise SettingsError(f"--criterion {CRITERION_NAME} needs --task fairseq-headprune (the model's heads)")
+            raise SettingsError(f"the criterion {CRITERION_NAME} needs the task fairseq-headprune (the model's heads)",
+                                setting=("criterion", "task"))
         total = sum(layers * heads for layers, heads in layout.values())
         target = parse_target_heads(gate_target_heads, total)
         self.layout = dict(layout)

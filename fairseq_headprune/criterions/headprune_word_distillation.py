@@ -64,16 +64,18 @@ class HeadPruneWordDistillationCriterion(LabelSmoothedCrossEntropyCriterion):
                  ignore_prefix_size=0, report_accuracy=False):
         super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy)
         if not distill_teacher:
-            raise SettingsError(f"--criterion {CRITERION_NAME} needs --distill-teacher CHECKPOINT")
+            raise SettingsError(f"the criterion {CRITERION_NAME} needs the distill teacher CHECKPOINT",
+                                setting=("criterion", "distill_teacher"))
         if not 0.0 <= distill_weight <= 1.0:
-            raise SettingsError(f"--distill-weight must be between 0 and 1, got {distill_weight:g}")
+            raise SettingsError(f"the distill weight must be between 0 and 1, got {distill_weight:g}",
+                                setting="distill_weight")
         self.distill_weight = float(distill_weight)
         models, _ = checkpoint_utils.load_model_ensemble([distill_teacher],
                                                          arg_overrides={"data": task.cfg.data})
         teacher = models[0]
         if len(teacher.decoder.dictionary) != len(task.target_dictionary):
-            raise SettingsError(f"--distill-teacher {distill_teacher} has {len(teacher.decoder.dictionary)} target "
-                                f"words, the data {len(task.target_dictionary)}")
+            raise SettingsError(f"the distill teacher {distill_teacher} has {len(teacher.decoder.dictionary)} "
+                                f"target words, the data {len(task.target_dictionary)}", setting="distill_teacher")
         teacher.eval()
         for parameter in teacher.parameters():
             parameter.requires_grad_(False)

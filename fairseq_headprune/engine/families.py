@@ -30,9 +30,9 @@ from fairseq_headprune.engine.importance.translation import ImportanceEstimator
 from fairseq_headprune.engine.search.tuning_guard import criterion_loss
 from fairseq_headprune.engine.sweeps.scored_sweep import ScoredSplitSweep
 from fairseq_headprune.engine.sweeps.translation_sweep import SplitSweep
-from fairseq_headprune.errors import HeadMaskError, SettingsError, StudyError
+from fairseq_headprune.errors import SettingsError
 from fairseq_headprune.modules.masked_multihead_attention import current_head_mask, head_layout, set_head_mask
-from fairseq_headprune.study.masks.head_mask import combine_masks, parse_head_mask
+from fairseq_headprune.study.masks.head_mask import HeadMask, check_mask_layout, combine_masks, count_masked
 from fairseq_headprune.study.settings import ImportanceSettings, SweepSettings
 
 
@@ -45,9 +45,10 @@ class ModelFamily:
         """(cfg, task, model) as the family's fairseq command loads it for evaluation."""
         raise NotImplementedError
 
-    def load_for_importance(self, data: str, checkpoint: str, head_mask: Optional[str] = None,
+    def load_for_importance(self, data: str, checkpoint: str, head_mask: Optional[HeadMask] = None,
                             fairseq_args: Sequence[str] = (), cpu: bool = False):
-        """(cfg, task, model) to estimate importance on, with ``head_mask`` (a spec) added to its own mask."""
+        """(cfg, task, model) to estimate importance on, with ``head_mask`` (a mask of the model as loaded) added to
+        its own mask."""
         raise NotImplementedError
 
     def importance_estimator(self, cfg, task, model, settings: ImportanceSettings):
@@ -89,11 +90,8 @@ class TranslationFamily(ModelFamily):
     def load_for_importance(self, data, checkpoint, head_mask=None, fairseq_args=(), cpu=False):
         cfg, task, model = self.load(data, checkpoint, fairseq_args, cpu)
         if head_mask is not None:
-            try:
-                given = parse_head_mask(head_mask, head_layout(model))
-            except HeadMaskError as error:
-                raise StudyError(f"--head-mask: {error}") from error
-            set_head_mask(model, combine_masks(current_head_mask(model), given))
+            check_mask_layout(head_mask, head_layout(model))
+            set_head_mask(model, combine_masks(current_head_mask(model), head_mask))
         return cfg, task, model
 
     def importance_estimator(self, cfg, task, model, settings):
@@ -117,7 +115,13 @@ class _ScoredFamily(ModelFamily):
         return load_evaluation_model(self.name, data, checkpoint, fairseq_args, cpu=cpu)
 
     def load_for_importance(self, data, checkpoint, head_mask=None, fairseq_args=(), cpu=False):
-        return load_with_saved_task(self.name, data, checkpoint, head_mask, cpu=cpu)
+        cfg, task, model = load_with_saved_task(self.name, data, checkpoint, cpu=cpu)
+        if head_mask is not None:  # as the task adds a mask to the recorded one: set where it masks a head
+            check_mask_layout(head_mask, head_layout(model))
+            combined = combine_masks(current_head_mask(model), head_mask)
+            if count_masked(combined):
+                set_head_mask(model, combined)
+        return cfg, task, model
 
     def criterion(self, cfg, task):
         """The loss importance differentiates."""

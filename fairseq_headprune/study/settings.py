@@ -2,12 +2,13 @@
 
 The commands turn their parsed options into these dataclasses; everything
 below the command layer receives settings, never an argparse namespace. Each
-check names the option a user would correct (as peft's configs do), and
-raises ``SettingsError``, which the commands print as one line.
+check names the setting a user would correct (as peft's configs do) in plain
+words, and raises ``SettingsError`` with that setting, which the commands
+print as one line, naming the flag the user gave it by (``errors``).
 """
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Union
 
 from fairseq_headprune.constants import (
     ATTENTION_TYPES,
@@ -24,7 +25,7 @@ from fairseq_headprune.constants import (
     MODEL_FAMILIES,
     TRANSLATION_FAMILY,
 )
-from fairseq_headprune.errors import HeadMaskError, SettingsError
+from fairseq_headprune.errors import HeadMaskError, SettingsError, setting_words
 from fairseq_headprune.study.masks.head_mask import parse_attention_type
 from fairseq_headprune.study.statistics.metrics import BLEU_METRICS, CLASSIFICATION_METRICS, PERPLEXITY, Metric
 from fairseq_headprune.study.statistics.significance import SignificanceSettings
@@ -32,38 +33,40 @@ from fairseq_headprune.study.statistics.significance import SignificanceSettings
 DETOKENIZERS = ("auto", "moses", "none")
 
 
-def check_positive(value: Optional[float], option: str) -> None:
-    refuse(value is not None and value <= 0, f"{option} must be positive, got {value}")
+def check_positive(value: Optional[float], setting: str) -> None:
+    refuse(value is not None and value <= 0, f"{setting_words(setting)} must be positive, got {value}", setting)
 
 
-def refuse(condition: bool, message: str) -> None:
+def refuse(condition: bool, message: str, setting: Union[str, Sequence[str], None] = None) -> None:
+    """``SettingsError(message, setting)`` if ``condition``."""
     if condition:
-        raise SettingsError(message)
+        raise SettingsError(message, setting=setting)
 
 
-def check_one_of(value: str, allowed: Sequence[str], option: str) -> None:
-    refuse(value not in allowed, f"{option} must be one of {', '.join(allowed)}")
+def check_one_of(value: str, allowed: Sequence[str], setting: str) -> None:
+    refuse(value not in allowed, f"{setting_words(setting)} must be one of {', '.join(allowed)}", setting)
 
 
-def parse_choices(text: str, allowed: Sequence[str], option: str) -> List[str]:
+def parse_choices(text: str, allowed: Sequence[str], setting: str) -> List[str]:
     """Comma- or space-separated values of ``allowed`` (or ``none``), in ``allowed``'s order."""
     if text.strip().lower() == "none":
         return []
     values = [v for v in text.replace(",", " ").split() if v]
     for value in values:
-        refuse(value not in allowed, f"{option}: unknown value {value!r} (expected {', '.join(allowed)})")
-    refuse(not values, f"{option} is empty")
+        refuse(value not in allowed,
+               f"{setting_words(setting)}: unknown value {value!r} (expected {', '.join(allowed)})", setting)
+    refuse(not values, f"{setting_words(setting)} is empty", setting)
     return [v for v in allowed if v in values]
 
 
 def parse_types(text: Optional[str]) -> List[str]:
-    """``--types``: attention types by any alias (``'enc-dec'``, ``'E,D'``); all three when empty."""
+    """``types``: attention types by any alias (``'enc-dec'``, ``'E,D'``); all three when empty."""
     if not text:
         return list(ATTENTION_TYPES)
     try:
         types = [parse_attention_type(t) for t in text.replace(",", " ").split()]
     except HeadMaskError as error:
-        raise SettingsError(f"--types: {error}") from error
+        raise SettingsError(f"the types: {error}", setting="types") from error
     return [t for t in ATTENTION_TYPES if t in types]
 
 
@@ -79,21 +82,23 @@ class ImportanceSettings:
     loss: str = DEFAULT_IMPORTANCE_LOSS
     label_smoothing: float = DEFAULT_LABEL_SMOOTHING
     method: str = DEFAULT_IMPORTANCE_METHOD  # gradient: I_h (the paper); fisher: F_h = E_x (dL/dxi_h)^2
-    option_prefix: str = "--"  # how the options are named where these settings come from
     neurons: bool = False  # also score every FFN neuron (zeta_i) from the same backward pass
 
     def __post_init__(self):
         for name in ("max_tokens", "max_sentences", "limit"):
-            check_positive(getattr(self, name), self.option(name))
-        check_one_of(self.granularity, GRANULARITIES, self.option("granularity"))
-        check_one_of(self.method, IMPORTANCE_METHODS, "--importance-method")
-        check_one_of(self.loss, IMPORTANCE_LOSSES, self.option("loss"))
+            check_positive(getattr(self, name), self.setting(name))
+        check_one_of(self.granularity, GRANULARITIES, self.setting("granularity"))
+        check_one_of(self.method, IMPORTANCE_METHODS, self.setting("method"))
+        check_one_of(self.loss, IMPORTANCE_LOSSES, self.setting("loss"))
         if not 0.0 <= self.label_smoothing < 1.0:
-            raise SettingsError(f"{self.option('label_smoothing')} must be in [0, 1), got {self.label_smoothing}")
-        refuse(not self.subsets, f"{self.option('subset')} names no split")
+            raise SettingsError(f"the importance label smoothing must be in [0, 1), got {self.label_smoothing}",
+                                setting=self.setting("label_smoothing"))
+        refuse(not self.subsets, "the importance subset names no split", self.setting("subset"))
 
-    def option(self, name: str) -> str:
-        return self.option_prefix + name.replace("_", "-")
+    @staticmethod
+    def setting(name: str) -> str:
+        """The setting a field is named by (``importance_limit``): the commands' ``--importance-*`` options."""
+        return "importance_" + ("batch_size" if name == "max_sentences" else name)
 
 
 @dataclass
@@ -128,12 +133,13 @@ class SweepSettings:
         if self.family not in MODEL_FAMILIES:
             raise SettingsError(f"unknown model family {self.family!r} (expected {', '.join(MODEL_FAMILIES)})")
         self._check_family_options()
-        check_one_of(self.bleu, BLEU_METRICS, "--bleu")
-        check_one_of(self.detokenize, DETOKENIZERS, "--sacrebleu-detokenize")
-        check_positive(self.configs_per_batch, "--configs-per-batch")
+        check_one_of(self.bleu, BLEU_METRICS, "bleu")
+        check_one_of(self.detokenize, DETOKENIZERS, "sacrebleu_detokenize")
+        check_positive(self.configs_per_batch, "configs_per_batch")
         self.metric.for_test(self.test.test)  # the test must apply to the metric: say so before any work
         if self.references and self.bleu != "sacrebleu":
-            raise SettingsError("--references (raw reference text) is used by --bleu sacrebleu only")
+            raise SettingsError("the references (raw reference text) is used by the BLEU sacrebleu only",
+                                setting=("references", "bleu"))
         if not any(a.startswith("--required-batch-size-multiple") for a in self.generation_args):
             # fairseq's generation batching leaves out the last (sentences mod 8) sentences of
             # a split when batches must be multiples of 8 (its default): score every sentence
@@ -143,15 +149,19 @@ class SweepSettings:
         """Options that belong to another family of models are named, not ignored."""
         if self.family == TRANSLATION_FAMILY:
             if self.metric_name is not None:
-                raise SettingsError("--metric is for classifier checkpoints; a translation study reports --bleu")
+                raise SettingsError("the metric is for classifier checkpoints; a translation study reports the BLEU",
+                                    setting=("metric", "bleu"))
             return
         kind = "a classifier" if self.family == CLASSIFIER_FAMILY else "a language model"
         if self.bleu != "tokenized" or self.references or self.detokenize != "auto":
-            raise SettingsError(f"--bleu, --references and --sacrebleu-detokenize are for translation, not {kind}")
+            raise SettingsError(f"the BLEU, the references and the sacreBLEU detokenizer are for translation, not "
+                                f"{kind}", setting=("bleu", "references", "sacrebleu_detokenize"))
         if self.family == CLASSIFIER_FAMILY and self.metric_name not in (None, *CLASSIFICATION_METRICS):
-            raise SettingsError(f"--metric must be one of {', '.join(CLASSIFICATION_METRICS)} for a classifier")
+            raise SettingsError(f"the metric must be one of {', '.join(CLASSIFICATION_METRICS)} for a classifier",
+                                setting="metric")
         if self.family == LANGUAGE_MODEL_FAMILY and self.metric_name not in (None, PERPLEXITY.name):
-            raise SettingsError(f"--metric {self.metric_name}: a language model is scored by perplexity (ppl)")
+            raise SettingsError(f"the metric {self.metric_name}: a language model is scored by perplexity (ppl)",
+                                setting="metric")
 
     @property
     def batch_configs(self) -> int:

@@ -10,7 +10,7 @@ import logging
 
 import torch
 
-from fairseq_headprune.errors import CheckpointError, HeadMaskError, HeadPruneError
+from fairseq_headprune.errors import CheckpointError, HeadMaskError, HeadPruneError, setting_words
 from fairseq_headprune.modules.masked_ffn import ffn_layout, install_ffn_masks, masked_neuron_slices, set_ffn_mask
 from fairseq_headprune.modules.masked_multihead_attention import (
     head_layout,
@@ -67,7 +67,7 @@ class HeadMaskingMixin:
             try:
                 validate_spec_syntax(getattr(cfg, kind.option.replace("-", "_"), None), kind)
             except HeadPruneError as error:
-                raise HeadMaskError(f"--{kind.option}: {error}") from error
+                raise HeadMaskError(f"{setting_words(kind.setting)}: {error}", setting=kind.setting) from error
         super().__init__(cfg, *args, **kwargs)
         self.criterion = None
         self._frozen_weights = None  # (parameter, dim, index, values) of masked heads and neurons
@@ -115,8 +115,7 @@ class HeadMaskingMixin:
 
     def _apply_mask(self, model, cfg, key, given, layout_of, kind, set_mask, unit) -> None:
         """The checkpoint's recorded mask and the option's, combined, set on the model and recorded in its config."""
-        mask = self._combined_mask(config_value(cfg, key), given, layout_of, kind,
-                                   f"recorded {kind.unit} mask", f"--{kind.option}")
+        mask = self._combined_mask(config_value(cfg, key), given, layout_of, kind, f"recorded {kind.unit} mask")
         if mask is not None:
             set_mask(model, mask)
             spec = head_mask_to_spec(mask, kind)
@@ -124,19 +123,20 @@ class HeadMaskingMixin:
             logger.info("masking %d %s: %s", count_masked(mask), unit, spec)
 
     @staticmethod
-    def _combined_mask(recorded, given, layout_of, kind, recorded_name, option):
+    def _combined_mask(recorded, given, layout_of, kind, recorded_name):
         """A checkpoint's recorded mask and the option's, combined (None: nothing masked).
 
         ``layout_of()`` gives the model's layout, asked only when there is a spec to read.
         """
         combined = None
-        for name, spec in ((recorded_name, recorded), (option, given)):
+        for name, spec, setting in ((recorded_name, recorded, None),
+                                    (setting_words(kind.setting), given, kind.setting)):
             if spec is None:
                 continue
             try:
                 parsed = parse_head_mask(spec, layout_of(), kind)
             except HeadPruneError as error:
-                raise HeadMaskError(f"{name}: {error}") from error
+                raise HeadMaskError(f"{name}: {error}", setting=setting) from error
             combined = combine_masks(combined, parsed)
         if combined is None or count_masked(combined) == 0:
             return None

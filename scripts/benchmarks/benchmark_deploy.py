@@ -37,6 +37,10 @@ import torch
 
 warnings.filterwarnings("ignore")  # fairseq/hydra deprecation notices; the table is the output
 
+# the timing's settings and this script's flags for them (its errors name the flags)
+FLAGS = {"speed_batch_sizes": "--batch-sizes", "speed_sentences": "--sentences", "repeats": "--repeats",
+         "threads": "--threads"}
+
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -127,16 +131,16 @@ def main():
     compressed, exported = prepare_models(args, work)
     options = DecodingOptions(beam=args.beam, lenpen=1.0)
     device = torch.device("cuda" if args.cuda else "cpu")
-    settings = DeploymentSettings(batch_sizes=list(args.batch_sizes), sentences=args.sentences, repeats=args.repeats,
-                                  threads=args.threads, option_prefix="--")
     try:
+        settings = DeploymentSettings(batch_sizes=list(args.batch_sizes), sentences=args.sentences,
+                                      repeats=args.repeats, threads=args.threads)
         rows, _, machine = measure_speed("translation", {"unpruned": args.path, "compressed": compressed}, exported,
                                          args.data, args.subset, ["--beam", str(args.beam), "--lenpen", "1"],
                                          settings, device, options=options,
                                          progress=lambda line: print(line, file=sys.stderr, flush=True),
                                          vocabulary_mapped=("unpruned", "compressed") if args.vocabulary_map else ())
     except HeadPruneError as error:
-        sys.exit(f"benchmark_deploy: {error}")
+        sys.exit(f"benchmark_deploy: {error.worded(FLAGS)}")
     environment = {**deployment_environment(device, args.threads), **machine}
     print(f"device: {environment['device']} ({environment['cpu']}; {' '.join(environment['isa'])}), threads: "
           f"{args.threads}; torch {environment['torch']}, ctranslate2 {environment['ctranslate2']}, "

@@ -51,7 +51,7 @@ def shrunk_checkpoint(path: str, layout: HeadLayout, fraction: float, importance
         head_mask[attention_type][layer, head] = 0.0
     spec = head_mask_to_spec(head_mask)
     pruned_path = os.path.join(workdir, f"pruned-{fraction}.pt")
-    shrink_checkpoint(path, pruned_path, spec)
+    shrink_checkpoint(path, pruned_path, head_mask)
     return removed, head_mask, spec, pruned_path
 
 

@@ -144,11 +144,17 @@ def finetune_step(paths, start, device, out_dir):
 
 def dropout_free_start(paths, out_dir):
     """The tiny checkpoint with FINETUNE_SPEC masked and recorded, as fine-tuning starts, dropout off."""
-    from fairseq_headprune.engine.checkpoints.info import load_checkpoint_state, model_config_object
+    from fairseq_headprune.engine.checkpoints.info import (
+        checkpoint_head_layout,
+        load_checkpoint_state,
+        model_config_object,
+    )
     from fairseq_headprune.engine.finetuning import write_masked_start
+    from fairseq_headprune.study.masks.head_mask import parse_head_mask
 
     start = os.path.join(out_dir, "start.pt")
-    write_masked_start(paths["checkpoint"], start, FINETUNE_SPEC, None)
+    head_mask = parse_head_mask(FINETUNE_SPEC, checkpoint_head_layout(paths["checkpoint"]))
+    write_masked_start(paths["checkpoint"], start, head_mask, None)
     state = load_checkpoint_state(start)
     config = model_config_object(state)
     for name in ("dropout", "attention_dropout", "activation_dropout", "relu_dropout"):

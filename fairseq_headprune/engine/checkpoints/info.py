@@ -4,15 +4,16 @@ import os
 import pickle
 import re
 from argparse import Namespace
-from typing import Any, Dict
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
 from fairseq_headprune.compat import torch_load  # noqa: F401  (allow-list for torch.load)
 from fairseq_headprune.constants import CLASSIFIER_FAMILY, LANGUAGE_MODEL_FAMILY, TRANSLATION_FAMILY, TRANSLATION_TASK
-from fairseq_headprune.errors import CheckpointError, first_line, library_errors_as
+from fairseq_headprune.errors import CheckpointError, HeadMaskError, first_line, library_errors_as
 from fairseq_headprune.study.budhraja.finetune_plan import TrainingHistory
-from fairseq_headprune.study.masks.head_mask import HeadLayout
+from fairseq_headprune.study.masks.ffn_mask import FfnLayout, FfnMask, parse_ffn_mask
+from fairseq_headprune.study.masks.head_mask import HeadLayout, HeadMask, parse_head_mask
 
 
 def load_checkpoint_state(path: str) -> Dict[str, Any]:
@@ -46,8 +47,8 @@ def model_config_object(state: Dict[str, Any]):
 
 
 def checkpoint_head_layout(path: str) -> HeadLayout:
-    """Layers (counted in the weights) and heads (from the config) per attention type."""
-    return state_head_layout(load_checkpoint_state(path))
+    """Layers (counted in the weights) and heads (from the config) per attention type (read lazily)."""
+    return state_head_layout(lazy_checkpoint_state(path))
 
 
 def state_head_layout(state: Dict[str, Any]) -> HeadLayout:
@@ -77,12 +78,76 @@ def state_head_layout(state: Dict[str, Any]) -> HeadLayout:
     return layout
 
 
+# a layer's output projection, (model width, heads x head width): the heads it holds, as loaded
+_OUT_PROJECTION = re.compile(r"(encoder|decoder)\.(sentence_encoder\.)?layers\.(\d+)\.(self_attn|encoder_attn)\."
+                             r"out_proj\.weight$")
+
+
+def loaded_head_layout(path: str) -> HeadLayout:
+    """The head layout of the model ``path`` loads as (read lazily, without building it): a shrunk checkpoint's
+    heads per layer as its weights hold them, what a mask of that model numbers. A type whose layers keep
+    different numbers of heads takes no mask: refused as the loaded model refuses it."""
+    state = lazy_checkpoint_state(path)
+    layout = state_head_layout(state)
+    heads = {attention_type: count for attention_type, (_, count) in layout.items()}
+    found: Dict[str, Dict[int, int]] = {}
+    for key, tensor in state["model"].items():
+        match = _OUT_PROJECTION.match(key)
+        if match:
+            side, sentence_encoder, index, kind = match.groups()
+            attention_type = "enc-dec" if kind == "encoder_attn" else (
+                "enc-enc" if side == "encoder" or sentence_encoder else "dec-dec")
+            width, inner = tensor.shape
+            found.setdefault(attention_type, {})[int(index)] = inner // (width // heads[attention_type])
+    return {attention_type: (layers, _same(attention_type, found.get(attention_type), count, "head counts"))
+            for attention_type, (layers, count) in layout.items()}
+
+
+def loaded_ffn_layout(path: str) -> FfnLayout:
+    """The FFN layout of the model ``path`` loads as: neurons per layer as its weights hold them (``fc1``'s rows);
+    a type whose layers differ in width is refused, as the loaded model refuses a mask on it."""
+    widths: Dict[str, Dict[int, int]] = {}
+    for key, tensor in lazy_checkpoint_state(path)["model"].items():
+        match = _FC1.match(key)
+        if match:
+            side, sentence_encoder, index = match.groups()
+            ffn_type = "enc-ffn" if side == "encoder" or sentence_encoder else "dec-ffn"
+            widths.setdefault(ffn_type, {})[int(index)] = int(tensor.size(0))
+    return {ffn_type: (max(widths[ffn_type]) + 1, _same(ffn_type, widths[ffn_type], None, "widths"))
+            for ffn_type in ("enc-ffn", "dec-ffn") if ffn_type in widths}
+
+
+def _same(unit_type: str, by_layer: Optional[Dict[int, int]], default: Optional[int], what: str) -> int:
+    """The one count every layer of ``unit_type`` has (``default`` where none was found)."""
+    counts: List[int] = [by_layer[i] for i in sorted(by_layer)] if by_layer else []
+    if len(set(counts)) > 1:
+        raise HeadMaskError(f"{unit_type} layers have different {what} {counts}")
+    return counts[0] if counts else default
+
+
+def checkpoint_masks(path: str, head_spec: Optional[str], ffn_spec: Optional[str]
+                     ) -> Tuple[Optional[HeadMask], Optional[FfnMask]]:
+    """The masks a record's specs name (a stage's ``SearchRecord.spec`` and ``ffn_spec``), of the model ``path``
+    holds (its layouts read lazily); a spec that is None stays None."""
+    if head_spec is None and ffn_spec is None:
+        return None, None
+    state = lazy_checkpoint_state(path)
+    return (None if head_spec is None else parse_head_mask(head_spec, state_head_layout(state)),
+            None if ffn_spec is None else parse_ffn_mask(ffn_spec, state_ffn_layout(state)))
+
+
 def checkpoint_weights(path: str) -> Dict[str, Any]:
     """The state dict of a checkpoint file, memory-mapped where torch can (shapes without reading every weight)."""
+    return lazy_checkpoint_state(path)["model"]
+
+
+def lazy_checkpoint_state(path: str) -> Dict[str, Any]:
+    """A checkpoint's state, memory-mapped where torch can (``_read_lazily``), checked as
+    ``load_checkpoint_state`` checks it."""
     state = _read_lazily(path)
     if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
         raise CheckpointError(f"{path} is not a fairseq checkpoint (no 'model' entry)")
-    return state["model"]
+    return state
 
 
 def _read_lazily(path: str):
@@ -155,11 +220,14 @@ def task_family(task, path: str = "the checkpoint") -> str:
     )
 
 
+_FC1 = re.compile(r"(encoder|decoder)\.(sentence_encoder\.)?layers\.(\d+)\.fc1\.weight$")
+
+
 def state_ffn_layout(state: Dict[str, Any]) -> Dict[str, tuple]:
     """Layers and hidden units per FFN type, counted in the weights (every layer of a type as wide)."""
     widths: Dict[str, Dict[int, int]] = {"enc-ffn": {}, "dec-ffn": {}}
     for key, tensor in state["model"].items():
-        match = re.match(r"(encoder|decoder)\.(sentence_encoder\.)?layers\.(\d+)\.fc1\.weight$", key)
+        match = _FC1.match(key)
         if match:
             side, sentence_encoder, index = match.groups()
             ffn_type = "enc-ffn" if side == "encoder" or sentence_encoder else "dec-ffn"

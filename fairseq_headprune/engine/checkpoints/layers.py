@@ -54,7 +54,7 @@ def drop_state_layers(state: Dict[str, Any], dropped: Mapping[str, List[int]]) -
     kept = kept_layers({stack: list(layers) for stack, layers in dropped.items() if layers}, depths)
     for stack in dropped:
         if stack not in depths:
-            raise HeadMaskError(f"--drop-layers: the model has no {stack}")
+            raise HeadMaskError(f"the layers to drop: the model has no {stack}", setting="drop_layers")
     # fairseq's pass keeps only the listed layers of each listed stack (and drops every layer of an unlisted one)
     for stack in depths:
         record_config_value(config, f"{stack}_layers_to_keep", ",".join(str(i) for i in kept[stack]))

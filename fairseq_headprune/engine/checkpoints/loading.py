@@ -13,7 +13,7 @@ applies. Failures are the project's errors, the library's error chained.
 """
 
 import os
-from typing import Optional, Sequence
+from typing import Sequence
 
 import torch
 from fairseq import checkpoint_utils, options, tasks, utils
@@ -82,9 +82,9 @@ def load_evaluation_model(family: str, data: str, checkpoint: str, fairseq_args:
     return cfg, task, _ready(models[0], cpu)
 
 
-def load_with_saved_task(family: str, data: str, checkpoint: str, head_mask: Optional[str] = None,
-                         cpu: bool = False):
-    """(cfg, task, model): a classifier or LM with the task settings saved in its checkpoint, this data and mask.
+def load_with_saved_task(family: str, data: str, checkpoint: str, cpu: bool = False):
+    """(cfg, task, model): a classifier or LM with the task settings saved in its checkpoint and this data (no
+    ``--head-mask`` of the saved task's: the model applies the mask its config records).
 
     An example is then a sample as the model was trained on it (sample break
     mode, tokens per sample); ``cfg`` is the saved configuration (its criterion).
@@ -94,7 +94,7 @@ def load_with_saved_task(family: str, data: str, checkpoint: str, head_mask: Opt
     if not os.path.isdir(data):
         raise StudyError(f"data directory not found: {data}")
     classifier = family == CLASSIFIER_FAMILY
-    overrides = {"data": data, "task": CLASSIFIER_TASK if classifier else LANGUAGE_MODEL_TASK, "head_mask": head_mask}
+    overrides = {"data": data, "task": CLASSIFIER_TASK if classifier else LANGUAGE_MODEL_TASK, "head_mask": None}
     if classifier:
         overrides.update(classification_head_override(checkpoint))
     kind = "classifier" if classifier else "language model"

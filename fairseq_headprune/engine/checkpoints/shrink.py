@@ -4,17 +4,19 @@ The masked heads and neurons are sliced out of the state dict
 (``state_dict``) and recorded in the model's config as mask specs
 (``headprune_pruned_heads``, ``headprune_pruned_neurons``), so that the task
 rebuilds the smaller model (``modules.pruned_heads``) before fairseq loads
-the weights.
+the weights. The masks come as mask objects, parsed where their specs are
+read (the ``shrink`` command, against ``shrink_layouts``; a stage's record).
 """
 
 import os
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import torch
 
 from fairseq_headprune.constants import NO_MASK_SPEC
 from fairseq_headprune.engine.checkpoints.info import (
+    lazy_checkpoint_state,
     load_checkpoint_state,
     model_config_object,
     state_ffn_layout,
@@ -38,9 +40,18 @@ from fairseq_headprune.modules.model_config import (
     record_config_value,
 )
 from fairseq_headprune.modules.pruned_heads import pruned_heads_of
-from fairseq_headprune.study.masks.ffn_mask import ffn_mask_to_spec, parse_ffn_mask
-from fairseq_headprune.study.masks.head_mask import combine_masks, count_masked, head_mask_to_spec, parse_head_mask
-from fairseq_headprune.study.masks.layer_drop import layer_drop_to_spec, parse_layer_drop
+from fairseq_headprune.study.masks.ffn_mask import NEURONS, FfnLayout, FfnMask, ffn_mask_to_spec, parse_ffn_mask
+from fairseq_headprune.study.masks.head_mask import (
+    HEADS,
+    HeadLayout,
+    HeadMask,
+    check_mask_layout,
+    combine_masks,
+    count_masked,
+    head_mask_to_spec,
+    parse_head_mask,
+)
+from fairseq_headprune.study.masks.layer_drop import LayerDrop, checked_layer_drop, layer_drop_to_spec
 from fairseq_headprune.study.output.files import atomic_path
 from fairseq_headprune.study.search.tuning import read_tuning
 
@@ -81,38 +92,23 @@ def _total_parameters(state) -> int:
     return int(state_parameter_counts(state["model"], state_head_layout(state))["total"])
 
 
-def shrink_checkpoint(path: str, out: str, spec: Optional[str], tuning_file: Optional[str] = None,
-                      ffn_spec: Optional[str] = None, drop_layers: Optional[str] = None) -> ShrinkOutcome:
-    """Write ``out``: ``path`` with the heads ``spec`` masks and the FFN neurons ``ffn_spec`` masks (and those
-    it recorded) removed.
+def shrink_layouts(path: str) -> Tuple[Dict[str, int], HeadLayout, FfnLayout]:
+    """What the masks of a shrink of ``path`` are parsed against (read lazily): its depths (stack -> layers), head
+    layout and FFN layout; a checkpoint with units removed already is refused, as ``shrink_checkpoint`` refuses it.
+    Masks that go with layers to drop number the layers that stay (``layer_drop.layout_after_drop``)."""
+    state = lazy_checkpoint_state(path)
+    _refuse_removed(path, _config_of(path, state))
+    return state_depths(state), state_head_layout(state), state_ffn_layout(state)
 
-    ``drop_layers`` (``encoder:1 decoder:2-3``): whole layers removed first
-    (``checkpoints.layers``); ``spec`` and ``ffn_spec`` then number the
-    layers that stay.
 
-    ``tuning_file`` (``search --tune-masks``): its scales and bias corrections
-    are folded into the output projections first, and its mask is removed
-    (``spec``, if given too, must be the same mask).
-    """
-    if os.path.exists(out) and os.path.samefile(out, path) or os.path.abspath(out) == os.path.abspath(path):
-        raise SettingsError(f"--out {out} is the input checkpoint; write the pruned model elsewhere")
-    if spec is None and tuning_file is None and ffn_spec is None and drop_layers is None:
-        raise SettingsError("give --head-mask SPEC, --ffn-mask SPEC, --drop-layers SPEC or --tuning FILE (its mask)")
-    if drop_layers is not None and tuning_file is not None:
-        raise SettingsError("--drop-layers with --tuning: the tuning numbers the layers of the model it was "
-                            "tuned on; remove the layers first, then search and tune on the shallower model")
-    state = load_checkpoint_state(path)
+def _config_of(path: str, state):
     config = model_config_object(state)
     if config is None:
         raise CheckpointError(f"{path} has no model config (neither cfg nor args)")
-    parameters_before = None
-    if drop_layers is not None:
-        parameters_before = _total_parameters(state)
-        depths = state_depths(state)
-        dropped = parse_layer_drop(drop_layers, depths)
-        drop_state_layers(state, dropped)
-        after = state_depths(state)
-        dropped_spec, drop_depths = layer_drop_to_spec(dropped), {s: [depths[s], after[s]] for s in depths}
+    return config
+
+
+def _refuse_removed(path: str, config) -> None:
     for what, previous in (("heads", pruned_heads_of(config)),
                            ("FFN neurons", config_value(config, PRUNED_NEURONS_KEY))):
         if previous:
@@ -120,8 +116,49 @@ def shrink_checkpoint(path: str, out: str, spec: Optional[str], tuning_file: Opt
                 f"{path} already has {what} removed ({previous}); shrink the original checkpoint "
                 "with everything to remove at once"
             )
+
+
+def shrink_checkpoint(path: str, out: str, head_mask: Optional[HeadMask] = None, tuning_file: Optional[str] = None,
+                      ffn_mask: Optional[FfnMask] = None, drop_layers: Optional[LayerDrop] = None) -> ShrinkOutcome:
+    """Write ``out``: ``path`` with the heads ``head_mask`` masks and the FFN neurons ``ffn_mask`` masks (and those
+    it recorded) removed.
+
+    ``drop_layers`` (stack -> 0-based layers, ``layer_drop.parse_layer_drop``):
+    whole layers removed first (``checkpoints.layers``); ``head_mask`` and
+    ``ffn_mask`` then are masks of the layers that stay.
+
+    ``tuning_file`` (``search --tune-masks``): its scales and bias corrections
+    are folded into the output projections first, and its mask is removed
+    (``head_mask``, if given too, must be the same mask).
+    """
+    if os.path.exists(out) and os.path.samefile(out, path) or os.path.abspath(out) == os.path.abspath(path):
+        raise SettingsError(f"the output file {out} is the input checkpoint; write the pruned model elsewhere",
+                            setting="out")
+    if head_mask is None and tuning_file is None and ffn_mask is None and drop_layers is None:
+        raise SettingsError("give the head mask SPEC, the FFN mask SPEC, the layers to drop SPEC or the tuning file "
+                            "FILE (its mask)",
+                            setting=("head_mask", "ffn_mask", "drop_layers", "tuning"))
+    if drop_layers is not None and tuning_file is not None:
+        raise SettingsError("the layers to drop with the tuning file: the tuning numbers the layers of the model it "
+                            "was tuned on; remove the layers first, then search and tune on the shallower model",
+                            setting=("drop_layers", "tuning"))
+    state = load_checkpoint_state(path)
+    config = _config_of(path, state)
+    parameters_before = None
+    if drop_layers is not None:
+        parameters_before = _total_parameters(state)
+        depths = state_depths(state)
+        drop_layers = checked_layer_drop(drop_layers, depths)
+        drop_state_layers(state, drop_layers)
+        after = state_depths(state)
+        dropped_spec = layer_drop_to_spec(drop_layers)
+        drop_depths = {s: [depths[s], after[s]] for s in depths}
+    _refuse_removed(path, config)
     layout = state_head_layout(state)
     neuron_layout = state_ffn_layout(state)
+    for mask, mask_layout, kind in ((head_mask, layout, HEADS), (ffn_mask, neuron_layout, NEURONS)):
+        if mask is not None:
+            check_mask_layout(mask, mask_layout, kind)
     before = state_parameter_counts(state["model"], layout)
     before.update(state_ffn_parameter_counts(state["model"], neuron_layout))
     outcome = ShrinkOutcome(heads_pruned=0, heads_total=sum(layers * heads for layers, heads in layout.values()),
@@ -133,21 +170,21 @@ def shrink_checkpoint(path: str, out: str, spec: Optional[str], tuning_file: Opt
     tuning = None
     if tuning_file is not None:
         tuning = read_tuning(tuning_file, layout, neuron_layout)
-        spec, ffn_spec = _tuned_specs(tuning, tuning_file, spec, ffn_spec, layout, neuron_layout)
+        head_mask, ffn_mask = _tuned_masks(tuning, tuning_file, head_mask, ffn_mask)
         for what, recorded in (("heads", config_value(config, HEAD_MASK_KEY)),
                                ("FFN neurons", config_value(config, FFN_MASK_KEY))):
             if recorded:
                 raise CheckpointError(f"{path} was fine-tuned with {what} masked ({recorded}); "
                                       "tune its masks with those units masked")
         fold_tuning_into_state(state["model"], tuning)
-    if spec is not None:
-        _remove_heads(state, config, layout, spec, outcome)
-    if ffn_spec is not None:
-        _remove_neurons(state, config, neuron_layout, ffn_spec, outcome)
+    if head_mask is not None:
+        _remove_heads(state, config, layout, head_mask, outcome)
+    if ffn_mask is not None:
+        _remove_neurons(state, config, neuron_layout, ffn_mask, outcome)
     after = state_parameter_counts(state["model"], layout)
     after.update(state_ffn_parameter_counts(state["model"], neuron_layout))
     before["total"], after["total"] = before.pop("total"), after.pop("total")  # the total last
-    if ffn_spec is None and tuning is None:  # heads only: the report counts attention alone
+    if ffn_mask is None and tuning is None:  # heads only: the report counts attention alone
         for counts in (before, after):
             for ffn_type in neuron_layout:
                 counts.pop(ffn_type, None)
@@ -159,27 +196,27 @@ def shrink_checkpoint(path: str, out: str, spec: Optional[str], tuning_file: Opt
     return outcome
 
 
-def _tuned_specs(tuning, tuning_file, spec, ffn_spec, layout, neuron_layout):
-    """The head and neuron specs to remove with ``tuning``: its masks (a given spec must be the same mask)."""
-    if spec is not None and head_mask_to_spec(parse_head_mask(spec, layout)) != tuning.spec:
-        raise HeadMaskError(f"--head-mask {spec!r} is not the mask {tuning_file} was tuned for ({tuning.spec})")
+def _tuned_masks(tuning, tuning_file, head_mask, ffn_mask):
+    """The head and neuron masks to remove with ``tuning``: its masks (a given mask must be the same mask)."""
+    if head_mask is not None and head_mask_to_spec(head_mask) != tuning.spec:
+        raise HeadMaskError(f"the head mask {head_mask_to_spec(head_mask)!r} is not the mask {tuning_file} was "
+                            f"tuned for ({tuning.spec})", setting="head_mask")
     tuned_neurons = tuning.ffn_spec if tuning.ffn_mask is not None else NO_MASK_SPEC
-    if ffn_spec is not None and ffn_mask_to_spec(parse_ffn_mask(ffn_spec, neuron_layout)) != tuned_neurons:
-        raise HeadMaskError(f"--ffn-mask {ffn_spec!r} is not the neuron mask {tuning_file} was tuned for "
-                            f"({tuned_neurons})")
-    spec = tuning.spec if count_masked(tuning.head_mask) else None
-    ffn_spec = tuned_neurons if tuning.ffn_mask is not None and count_masked(tuning.ffn_mask) else None
-    return spec, ffn_spec
+    if ffn_mask is not None and ffn_mask_to_spec(ffn_mask) != tuned_neurons:
+        raise HeadMaskError(f"the FFN mask {ffn_mask_to_spec(ffn_mask)!r} is not the neuron mask {tuning_file} was "
+                            f"tuned for ({tuned_neurons})", setting="ffn_mask")
+    head_mask = tuning.head_mask if count_masked(tuning.head_mask) else None
+    ffn_mask = tuning.ffn_mask if tuning.ffn_mask is not None and count_masked(tuning.ffn_mask) else None
+    return head_mask, ffn_mask
 
 
-def _remove_heads(state, config, layout, spec, outcome: ShrinkOutcome) -> None:
-    head_mask = parse_head_mask(spec, layout)
+def _remove_heads(state, config, layout, head_mask: HeadMask, outcome: ShrinkOutcome) -> None:
     recorded = config_value(config, HEAD_MASK_KEY)
     if recorded:
         # a model fine-tuned with heads masked: those heads go too, and the record with them
         head_mask = combine_masks(parse_head_mask(recorded, layout), head_mask)
     if count_masked(head_mask) == 0:
-        raise HeadMaskError(f"--head-mask {spec!r} removes no head")
+        raise HeadMaskError(f"the head mask {head_mask_to_spec(head_mask)!r} removes no head", setting="head_mask")
     shrink_state_dict(state["model"], head_mask)
     outcome.spec = head_mask_to_spec(head_mask)
     outcome.heads_pruned, outcome.recorded = count_masked(head_mask), recorded
@@ -188,13 +225,12 @@ def _remove_heads(state, config, layout, spec, outcome: ShrinkOutcome) -> None:
         record_config_value(config, HEAD_MASK_KEY, None)
 
 
-def _remove_neurons(state, config, ffn_layout, ffn_spec, outcome: ShrinkOutcome) -> None:
-    ffn_mask = parse_ffn_mask(ffn_spec, ffn_layout)
+def _remove_neurons(state, config, ffn_layout, ffn_mask: FfnMask, outcome: ShrinkOutcome) -> None:
     recorded = config_value(config, FFN_MASK_KEY)
     if recorded:  # fine-tuned with neurons masked: they go too
         ffn_mask = combine_masks(parse_ffn_mask(recorded, ffn_layout), ffn_mask)
     if count_masked(ffn_mask) == 0:
-        raise HeadMaskError(f"--ffn-mask {ffn_spec!r} removes no neuron")
+        raise HeadMaskError(f"the FFN mask {ffn_mask_to_spec(ffn_mask)!r} removes no neuron", setting="ffn_mask")
     shrink_ffn_state_dict(state["model"], ffn_mask)
     outcome.ffn_spec = ffn_mask_to_spec(ffn_mask)
     outcome.neurons_pruned, outcome.recorded_neurons = count_masked(ffn_mask), recorded

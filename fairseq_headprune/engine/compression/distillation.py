@@ -43,7 +43,7 @@ def _split_prefix(data: str, split: str, source: str, target: str) -> str:
     for pair in (f"{source}-{target}", f"{target}-{source}"):
         if indexed_dataset.dataset_exists(os.path.join(data, f"{split}.{pair}.{target}"), impl=None):
             return f"{split}.{pair}"
-    raise StudyError(f"--distill: no binarized {split!r} split of {source}-{target} in {data}")
+    raise StudyError(f"the distill: no binarized {split!r} split of {source}-{target} in {data}", setting="distill")
 
 
 def teacher_outputs(cfg, task, model, split: str, progress: bool = True) -> Dict[int, List[int]]:
@@ -71,7 +71,8 @@ def teacher_outputs(cfg, task, model, split: str, progress: bool = True) -> Dict
             for row, hypotheses in enumerate(task.inference_step(generator, [model], sample)):
                 outputs[int(sample["id"][row])] = hypotheses[0]["tokens"].int().cpu().tolist()
     if len(outputs) != len(dataset):
-        raise StudyError(f"--distill: the teacher translated {len(outputs)} of {len(dataset)} sentences of {split!r}")
+        raise StudyError(f"the distill: the teacher translated {len(outputs)} of {len(dataset)} sentences of "
+                         f"{split!r}", setting="distill")
     return outputs
 
 

@@ -202,8 +202,9 @@ def _activation(specs, stacks):
              for layer in stack.layers}
     unsupported = sorted(names - set(ACTIVATIONS))
     if unsupported or len(names) != 1:
-        raise SettingsError(f"--activation-fn {', '.join(unsupported or sorted(names))} has no CTranslate2 "
-                            f"equivalent here (it has {', '.join(sorted(ACTIVATIONS))})")
+        raise SettingsError(f"the model's activation function {', '.join(unsupported or sorted(names))} "
+                            f"(fairseq's --activation-fn) has no CTranslate2 equivalent here (it has "
+                            f"{', '.join(sorted(ACTIVATIONS))})")
     for stack in stacks:
         if getattr(stack, "embed_positions", None) is None:
             raise SettingsError("a model without positional embeddings cannot be exported to CTranslate2")
@@ -214,7 +215,8 @@ def _pre_norm(stacks) -> bool:
     """Whether the layers normalise before each block (fairseq's --*-normalize-before), alike in every stack."""
     values = {bool(layer.normalize_before) for stack in stacks for layer in stack.layers}
     if len(values) != 1:
-        raise SettingsError("CTranslate2 needs --encoder-normalize-before and --decoder-normalize-before alike")
+        raise SettingsError("CTranslate2 needs the model's encoder and decoder normalized alike (fairseq's "
+                            "--encoder-normalize-before and --decoder-normalize-before)")
     return values.pop()
 
 

@@ -87,12 +87,11 @@ class ExampleImportanceEstimator:
     def __init__(self, family: str, task, model, criterion, settings: ImportanceSettings):
         kind = "a classifier" if family == CLASSIFIER_FAMILY else "a language model"
         if settings.granularity != "sentence":
-            raise StudyError(
-                f"{settings.option('granularity')} {settings.granularity}: {kind} is scored per example here; "
-                "use sentence"
-            )
+            raise StudyError(f"the importance granularity {settings.granularity}: {kind} is scored per example here; "
+                             "use sentence", setting="importance_granularity")
         if settings.loss != "nll":
-            raise StudyError(f"{settings.option('loss')}: {kind} is scored with its own criterion's loss; drop it")
+            raise StudyError(f"the importance loss: {kind} is scored with its own criterion's loss; drop it",
+                             setting="importance_loss")
         self.task, self.model, self.criterion, self.settings = task, model, criterion, settings
         self.layout = head_layout(model)
         self.samples = collated_samples(task, model, settings.subsets, settings.max_tokens,

@@ -127,7 +127,8 @@ class ImportanceEstimator:
         device = model_device(model)
         self.samples = []
         for split in settings.subsets:
-            dataset, batches = split_batches(task, split, settings.max_tokens, settings.max_sentences, settings.limit)
+            dataset, batches = split_batches(task, split, settings.max_tokens, settings.max_sentences, settings.limit,
+                                             settings.setting("max_tokens"))
             self.samples.extend(iterate_samples(dataset, batches, device))
         self.settings = {
             "subsets": list(settings.subsets),

@@ -70,7 +70,7 @@ def run_ablation(settings: AblationSettings) -> Optional[AblationOutcome]:
         try:
             heads = parse_head_mask(settings.heads, layout)
         except HeadMaskError as error:
-            raise StudyError(f"--heads: {error}") from error
+            raise StudyError(f"the heads: {error}", setting="heads") from error
     types = [t for t in settings.types if t in layout]
     if settings.mode == "all-but-one":
         configs = [baseline_config()] + all_but_one_configs(layout, types)
@@ -80,8 +80,8 @@ def run_ablation(settings: AblationSettings) -> Optional[AblationOutcome]:
         ]
     if len(configs) == 1:
         raise StudyError(
-            f"no configuration to run (check --types and --heads; the model has {', '.join(layout)} attention)"
-        )
+            f"no configuration to run (check the types and the heads; the model has {', '.join(layout)} attention)",
+            setting=("types", "heads"))
     current_ranks().require_work_for_each(len(configs), "configurations")
     os.makedirs(sweep_settings.out_dir, exist_ok=True)
     out = sweep_settings.out_dir

@@ -72,15 +72,16 @@ def open_out_dir(out_dir: str, identity: Dict[str, object]) -> None:
     """Create the run's directory, or check that it holds this very run."""
     record = os.path.join(out_dir, RECORD)
     if os.path.isfile(record):
-        difference = first_difference(recorded_identity(record, "a compress record", "--out-dir"), identity)
+        difference = first_difference(recorded_identity(record, "a compress record", "output directory"), identity)
         finished = [stage for stage in STAGES if os.path.isfile(os.path.join(out_dir, stage, STAGE_RECORD))]
         if difference is not None and finished:
-            raise StudyError(f"--out-dir {out_dir} holds a compress run of other settings ({difference}); "
-                             "use another --out-dir")
+            raise StudyError(f"the output directory {out_dir} holds a compress run of other settings ({difference}); "
+                             "use another", setting="out_dir")
         if difference is not None:  # a run that stopped before any stage finished: this one starts afresh
             write_json({"identity": identity}, record, indent=1)
         return
     if os.path.isfile(out_dir) or (os.path.isdir(out_dir) and os.listdir(out_dir)):
-        raise SettingsError(f"--out-dir {out_dir} exists, is not empty and holds no compress run; nothing was written")
+        raise SettingsError(f"the output directory {out_dir} exists, is not empty and holds no compress run; nothing "
+                            "was written", setting="out_dir")
     os.makedirs(out_dir, exist_ok=True)
     write_json({"identity": identity}, record, indent=1)

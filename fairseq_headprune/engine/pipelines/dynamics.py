@@ -82,7 +82,7 @@ def run_dynamics(settings: DynamicsSettings) -> Optional[List[Dict[str, object]]
                 done = json.load(stream)
             if done.get("checkpoint_sha256") != sha256:
                 raise StudyError(
-                    f"{done_path} is for another checkpoint{epoch}.pt (SHA-256 differs); use another --out-dir"
+                    f"{done_path} is for another checkpoint{epoch}.pt (SHA-256 differs); use another output directory"
                 )
         if done is None:
             outcome = run_prune(epoch_prune_settings(settings, checkpoint, epoch_dir))

@@ -155,8 +155,7 @@ def _finetune_and_score(settings: PruneSettings, config: FinetuneConfig, work: s
     if not os.path.isfile(checkpoint):
         start = os.path.join(work, "start.pt")
         if not os.path.isfile(start):
-            write_masked_start(sweep_settings.checkpoint, start,
-                               None if config.head_mask is None else config.spec, None)
+            write_masked_start(sweep_settings.checkpoint, start, config.head_mask, None)
         if stops:
             os.makedirs(curve_dir, exist_ok=True)
             point = _curve_checkpoint(curve_dir, (stops[0][0], 0))

@@ -14,6 +14,7 @@ from fairseq_headprune.engine.importance.head_loss import single_head_loss_incre
 from fairseq_headprune.engine.runtime.ranks import current_ranks
 from fairseq_headprune.modules.masked_multihead_attention import current_head_mask
 from fairseq_headprune.study.importance.scores import ImportanceResult, write_importance_json, write_importance_tsv
+from fairseq_headprune.study.masks.head_mask import HeadMask
 from fairseq_headprune.study.output.plots import plot_importance
 from fairseq_headprune.study.settings import ImportanceSettings
 
@@ -23,13 +24,17 @@ def run_importance(
     checkpoint: str,
     settings: ImportanceSettings,
     out_dir: str,
-    head_mask: Optional[str] = None,
+    head_mask: Optional[HeadMask] = None,
     loss_ablation: bool = False,
     fairseq_args: Sequence[str] = (),
     cpu: bool = False,
     progress: bool = True,
+    head_mask_spec: Optional[str] = None,
 ) -> Optional[ImportanceResult]:
-    """Estimate, write OUT/importance.{json,tsv,png} and return the result (rank 0; others None)."""
+    """Estimate, write OUT/importance.{json,tsv,png} and return the result (rank 0; others None).
+
+    ``head_mask``: heads masked besides the checkpoint's own (a mask of the model as loaded); ``head_mask_spec``:
+    the text it was given as, recorded in the settings."""
     family = family_of_checkpoint(checkpoint)
     cfg, task, model = family.load_for_importance(data, checkpoint, head_mask, fairseq_args, cpu=cpu)
     estimator = family.importance_estimator(cfg, task, model, settings)
@@ -46,7 +51,7 @@ def run_importance(
         {
             "checkpoint": os.path.abspath(checkpoint),
             "data": os.path.abspath(data),
-            "head_mask": head_mask,
+            "head_mask": head_mask_spec,
             "torch": torch.__version__,
         }
     )

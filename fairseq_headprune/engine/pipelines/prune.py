@@ -31,7 +31,7 @@ from fairseq_headprune.engine.search.mask_sources import (
 )
 from fairseq_headprune.engine.search.model_costs import model_architecture, model_flops
 from fairseq_headprune.engine.sweeps.translation_sweep import table_caption, write_result_rows
-from fairseq_headprune.errors import ResultFileError, SettingsError, StudyError
+from fairseq_headprune.errors import ResultFileError, SettingsError, StudyError, setting_words
 from fairseq_headprune.modules.masked_ffn import current_ffn_mask, ffn_layout
 from fairseq_headprune.modules.masked_multihead_attention import current_head_mask, head_layout
 from fairseq_headprune.study.budhraja.budgets import draws_text, plan_budgets
@@ -98,7 +98,7 @@ def run_prune(settings: PruneSettings) -> Optional[PruneOutcome]:
     sweep_settings = settings.sweep
     ablation_rows = read_ablation_rows(settings.ablation_file) if "ablation" in settings.orders else None
     if settings.importance_file and not os.path.isfile(settings.importance_file):
-        raise StudyError(f"--importance file not found: {settings.importance_file}")
+        raise StudyError(f"the importance file {settings.importance_file} is not found", setting="importance")
 
     family = family_named(sweep_settings.family)
     cfg, task, model = family.load(sweep_settings.data, sweep_settings.checkpoint, sweep_settings.generation_args,
@@ -195,7 +195,7 @@ def _head_curve_steps(settings: PruneSettings, loaded, plan: CurvePlan, given, a
         return store.importance(pruning_mask(layout, pruned), description)
 
     fisher, fisher_store = _fisher_scores(settings, family, cfg, task, model, base_mask)
-    scores = CurveScores(importance_of, ablation_rows, f"--ablation {settings.ablation_file}",
+    scores = CurveScores(importance_of, ablation_rows, settings.ablation_file,
                          higher_is_better=sweep_settings.metric.higher_is_better, fisher=fisher)
     steps = plan_curves(layout, plan, scores)
     if settings.gate_masks:
@@ -233,7 +233,7 @@ def _structure_scores(settings: PruneSettings, family, cfg, task, model, base_ma
             store = ImportanceStore(family, settings.sweep, neuron_settings, cfg, task, model, base_mask,
                                     NEURON_IMPORTANCE_DIR)
             given = store.result(pruning_mask(layout, []), "importance")
-        scores.neuron_importance = _neuron_scores(given, f"--importance {settings.importance_file}", shapes,
+        scores.neuron_importance = _neuron_scores(given, "importance", settings.importance_file, shapes,
                                                   "importance --importance-structures heads,ffn")
     if any(order.startswith("fisher") for order in settings.orders):
         if settings.fisher_file:
@@ -243,19 +243,22 @@ def _structure_scores(settings: PruneSettings, family, cfg, task, model, base_ma
             fisher_store = ImportanceStore(family, settings.sweep, fisher_settings, cfg, task, model, base_mask,
                                            NEURON_FISHER_DIR)
             result = fisher_store.result(pruning_mask(layout, []), "Fisher information")
-        scores.neuron_fisher = _neuron_scores(result, f"--fisher {settings.fisher_file}", shapes,
+        scores.neuron_fisher = _neuron_scores(result, "fisher", settings.fisher_file, shapes,
                                               "importance --importance-method fisher --importance-structures heads,ffn")
         scores.fisher, scores.fisher_blocks = result.importance, result.fisher_blocks
     return scores, store, fisher_store
 
 
-def _neuron_scores(result, source: str, shapes, remedy: str):
-    """The neuron scores of an importance result; a file without them (or of another model) is named."""
+def _neuron_scores(result, setting: str, path, shapes, remedy: str):
+    """The neuron scores of an importance result (the file ``path`` of ``setting``, importance or fisher, or
+    estimated); a file without them (or of another model) is named."""
+    source = f"{setting_words(setting)} {path}"
     if result.neuron_importance is None:
-        raise ResultFileError(f"{source} has no FFN neuron scores; estimate them with {remedy}")
+        raise ResultFileError(f"{source} has no FFN neuron scores; estimate them with {remedy}", setting=setting)
     found = {t: tuple(s.shape) for t, s in result.neuron_importance.items()}
     if found != shapes:
-        raise ResultFileError(f"{source} scores the FFN neurons of another model ({found}, not {shapes})")
+        raise ResultFileError(f"{source} scores the FFN neurons of another model ({found}, not {shapes})",
+                              setting=setting)
     return result.neuron_importance
 
 
@@ -272,13 +275,11 @@ def _given_result(settings: PruneSettings, layout):
     try:
         given = read_importance_file(settings.importance_file, layout)
     except ResultFileError as error:
-        raise ResultFileError(f"--importance: {error}") from error
+        raise ResultFileError(f"the importance file: {error}", setting="importance") from error
     method = settings.curve.importance.method
     if given.method != method:  # the first step would rank by one score, the next by the other
-        raise SettingsError(
-            f"--importance {settings.importance_file} holds {given.method} scores, "
-            f"but --importance-method is {method}"
-        )
+        raise SettingsError(f"the importance file {settings.importance_file} holds {given.method} scores, but the "
+                            f"importance method is {method}", setting=("importance", "importance_method"))
     return given
 
 

@@ -8,7 +8,7 @@ rearranges the heads, optionally tunes the result by least squares on
 training or validation data, and writes the masks (files every command's
 ``--head-mask`` and ``--ffn-mask`` read), the tuning and a record of what was
 done and what it cost. ``run_latency`` measures and writes the table of
-per-layer latencies (``methods.latency``).
+per-layer latencies (``engine.search.latency``, ``engine.search.ctranslate2_latency``).
 """
 
 import dataclasses
@@ -127,8 +127,8 @@ def _priced_costs(settings: SearchSettings, model, parts) -> LayerCosts:
         return model_decoding_flops(model, architecture, decoding_shape(settings), parts)
     table = _latency_table(settings, model, architecture)
     if "ffn" in parts and not table.has_ffn:
-        raise ResultFileError(f"--latency-table {settings.latency_table} times no FFN layers; measure them with "
-                              "the latency command")
+        raise ResultFileError(f"the latency table {settings.latency_table} times no FFN layers; measure them with "
+                              "the latency command", setting="latency_table")
     return table.costs(parts)
 
 
@@ -171,13 +171,13 @@ def _fisher(settings: SearchSettings, family, cfg, task, model, seconds):
     if settings.structure != "heads":
         if fisher.neuron_importance is None:
             raise ResultFileError(
-                f"--fisher {settings.fisher_file} has no FFN neuron scores; estimate them with importance "
-                "--importance-method fisher --importance-structures heads,ffn"
+                f"the Fisher file {settings.fisher_file} has no FFN neuron scores; estimate them with importance "
+                "--importance-method fisher --importance-structures heads,ffn", setting="fisher"
             )
         shapes = {t: tuple(s.shape) for t, s in fisher.neuron_importance.items()}
         if shapes != dict(ffn_layout(model)):
-            raise ResultFileError(f"--fisher {settings.fisher_file} scores FFN neurons of another model "
-                                  f"({shapes}, not {ffn_layout(model)})")
+            raise ResultFileError(f"the Fisher file {settings.fisher_file} scores FFN neurons of another model "
+                                  f"({shapes}, not {ffn_layout(model)})", setting="fisher")
     return fisher, source
 
 

@@ -1,9 +1,9 @@
 """``compress``'s stages for a shallower model: whole layers removed first, and the distillation data.
 
 ``layers/`` removes the layers the validation loss misses least
-(``methods.layer_choice``) and writes the shallower checkpoint the search
+(``engine.compression.layer_choice``) and writes the shallower checkpoint the search
 starts from; ``distill/`` writes the training data whose targets are the
-unpruned model's translations (``methods.distillation``), which the
+unpruned model's translations (``engine.compression.distillation``), which the
 fine-tuning learns from.
 """
 
@@ -75,7 +75,7 @@ def layers_stage(settings: CompressSettings, work: str) -> LayersRecord:
     if limit > kept * (1.0 + 1e-9) or (limit >= kept and not settings.planned):
         raise StudyError(f"--target {target.text}: removing layers {choice.spec} already keeps {kept / full:.1%} of "
                          f"the unpruned model's {target.cost} cost; ask for less or remove fewer layers")
-    shrink_checkpoint(settings.checkpoint, os.path.join(work, CHECKPOINT), None, drop_layers=choice.spec)
+    shrink_checkpoint(settings.checkpoint, os.path.join(work, CHECKPOINT), None, drop_layers=choice.dropped)
     return LayersRecord(checkpoint=CHECKPOINT, spec=choice.spec, counts=dict(settings.drop_layers),
                         chosen_by="loss" if settings.layer_choice is None else "plan",
                         base_loss=choice.base_loss, steps=choice.steps, subsets=list(settings.importance.subsets),

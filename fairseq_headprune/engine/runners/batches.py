@@ -14,7 +14,7 @@ import torch
 from fairseq import utils
 from fairseq.data.data_utils import numpy_seed
 
-from fairseq_headprune.errors import StudyError, first_line, library_errors_as
+from fairseq_headprune.errors import StudyError, first_line, library_errors_as, setting_words
 
 BATCHING_SEED = 1  # fairseq's default --seed
 
@@ -29,8 +29,10 @@ def split_batches(
     max_tokens: Optional[int] = None,
     max_sentences: Optional[int] = None,
     limit: Optional[int] = None,
+    max_tokens_setting: str = "max_tokens",
 ) -> Tuple[object, List[List[int]]]:
-    """fairseq's batches (lists of sentence indices) for the first ``limit`` sentences of ``split``."""
+    """fairseq's batches (lists of sentence indices) for the first ``limit`` sentences of ``split``
+    (``max_tokens_setting``: the setting ``max_tokens`` comes from, for the error of a sentence longer)."""
 
 
     load_split(task, split)
@@ -47,9 +49,8 @@ def split_batches(
         max_sentences = 64
     longest = max(int(dataset.num_tokens(i)) for i in indices)
     if max_tokens is not None and longest > max_tokens:
-        raise StudyError(
-            f"split {split!r} has a sentence of {longest} tokens, more than --max-tokens {max_tokens}"
-        )
+        raise StudyError(f"split {split!r} has a sentence of {longest} tokens, more than "
+                         f"{setting_words(max_tokens_setting)} {max_tokens}", setting=max_tokens_setting)
     batches = dataset.batch_by_size(
         np.asarray(indices, dtype=np.int64), max_tokens=max_tokens, max_sentences=max_sentences
     )
@@ -109,10 +110,11 @@ def iterate_samples(dataset, batches: Iterable[List[int]], device: torch.device)
 
 
 def collated_samples(task, model, subsets: Sequence[str], max_tokens: Optional[int],
-                     max_sentences: Optional[int], limit: Optional[int]) -> List[dict]:
+                     max_sentences: Optional[int], limit: Optional[int],
+                     max_tokens_setting: str = "importance_max_tokens") -> List[dict]:
     """Every batch of the first ``limit`` sentences of each of ``subsets``, collated once on the model's device."""
     samples = []
     for subset in subsets:
-        dataset, batches = split_batches(task, subset, max_tokens, max_sentences, limit)
+        dataset, batches = split_batches(task, subset, max_tokens, max_sentences, limit, max_tokens_setting)
         samples += list(iterate_samples(dataset, batches, model_device(model)))
     return samples

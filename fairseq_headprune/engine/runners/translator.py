@@ -203,7 +203,8 @@ class SplitTranslator:
     def _sacrebleu_detokenizer(self, detokenize: str) -> Optional[Callable[[str], str]]:
         """sacreBLEU wants detokenized text: Moses-detokenize unless fairseq's --tokenizer did."""
         if detokenize not in ("auto", "moses", "none"):
-            raise StudyError(f"--sacrebleu-detokenize must be auto, moses or none, got {detokenize!r}")
+            raise StudyError(f"the sacreBLEU detokenizer must be auto, moses or none, got {detokenize!r}",
+                             setting="sacrebleu_detokenize")
         if detokenize == "none" or (detokenize == "auto" and self.tokenizer is not None):
             return None
 
@@ -244,11 +245,11 @@ class SplitTranslator:
                     if post_process is not None else target
                 )
         if references is not None:
-            lines = read_lines(references, "--references ")
+            lines = read_lines(references, "the references ")
             if len(lines) != len(self.task.dataset(self.split)):
                 raise StudyError(
-                    f"--references {references} has {len(lines)} lines, split {self.split!r} "
-                    f"has {len(self.task.dataset(self.split))} sentences"
+                    f"the references {references} has {len(lines)} lines, split {self.split!r} "
+                    f"has {len(self.task.dataset(self.split))} sentences", setting="references"
                 )
             self.sacrebleu_references = [lines[i] for i in self.sentence_ids]
             self.references_source = os.path.abspath(references)

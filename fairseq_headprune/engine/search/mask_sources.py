@@ -74,7 +74,7 @@ class ImportanceStore:
             difference = first_difference(stored, identity)
             if difference is not None:
                 raise StudyError(
-                    f"{path} was estimated with other settings ({difference}); use another --out-dir"
+                    f"{path} was estimated with other settings ({difference}); use another output directory"
                 )
             self._count(result)
             return result
@@ -176,7 +176,7 @@ class TuningStore:
         result = read_tuning(path, layout, ffn_layout(self.model))
         difference = first_difference(result.settings.get("identity", {}), self.identity)
         if difference is not None:
-            raise StudyError(f"{path} was tuned with other settings ({difference}); use another --out-dir")
+            raise StudyError(f"{path} was tuned with other settings ({difference}); use another output directory")
         self.seconds[self._name(head_mask, ffn_mask)] = float(result.settings.get("seconds", 0.0))
         self.sentences = max(self.sentences, int(result.settings.get("sentences", 0)))
         return result
@@ -226,7 +226,7 @@ def read_gate_mask(path: str, layout) -> HeadMask:
     try:
         return read_mask_file(path, layout)
     except HeadPruneError as error:
-        raise ResultFileError(f"--gate-masks: {error}") from error
+        raise ResultFileError(f"the gate masks: {error}", setting="gate_masks") from error
 
 
 def _gate_costs(paths: Sequence[str]) -> Dict[str, object]:

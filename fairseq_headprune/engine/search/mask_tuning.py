@@ -423,7 +423,8 @@ def tuning_samples(task, model, settings: TuningSettings) -> List[dict]:
             size = len(task.dataset(subset))
             available += size if settings.limit is None else min(size, settings.limit)
         sentences = max(1, min(64, math.ceil(available / 10)))
-    samples = collated_samples(task, model, settings.subsets, settings.max_tokens, sentences, settings.limit)
+    samples = collated_samples(task, model, settings.subsets, settings.max_tokens, sentences, settings.limit,
+                               "tune_max_tokens")
     if not samples:
-        raise StudyError(f"--tune-subset {' '.join(settings.subsets)} holds no sentence")
+        raise StudyError(f"the tune subset {' '.join(settings.subsets)} holds no sentence", setting="tune_subset")
     return samples

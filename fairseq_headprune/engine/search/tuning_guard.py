@@ -39,7 +39,8 @@ def split_held_aside(samples: Sequence[dict], fraction: float) -> Tuple[List[dic
     """(fit, held aside): every round(1/fraction)-th batch is held aside (at least one; the rest is fitted)."""
     if len(samples) < 2:
         raise StudyError(f"mask tuning needs at least 2 batches (one held aside to check each fit); got "
-                         f"{len(samples)}: raise --tune-limit or lower --tune-max-tokens")
+                         f"{len(samples)}: raise the tune limit or lower the tune max tokens",
+                         setting=("tune_limit", "tune_max_tokens"))
     period = max(2, int(round(1 / fraction)))
     held = [i for i in range(len(samples)) if i % period == period // 2] or [len(samples) - 1]
     return [s for i, s in enumerate(samples) if i not in held], [samples[i] for i in held]

@@ -130,8 +130,9 @@ def run_sweep(
             except torch.cuda.OutOfMemoryError as error:
                 if not split_on_memory_error or len(chunk) == 1:
                     raise StudyError(
-                        f"out of GPU memory running {len(chunk)} configuration(s) together: give a smaller "
-                        "--configs-per-batch, --batch-size or --max-tokens"
+                        f"out of GPU memory running {len(chunk)} configuration(s) together: make the configs per "
+                        "batch, the batch size or the max tokens smaller",
+                        setting=("configs_per_batch", "batch_size", "max_tokens")
                     ) from error
                 torch.cuda.empty_cache()
                 limit = (len(chunk) + 1) // 2

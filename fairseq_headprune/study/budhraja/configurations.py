@@ -70,7 +70,8 @@ def parse_tables(text: str) -> List[int]:
     except ValueError:
         tables = []
     if not tables or any(t not in TABLES for t in tables):
-        raise SettingsError(f"--budhraja-tables {text}: expected table numbers from 1-6, comma-separated, or all")
+        raise SettingsError(f"the budhraja tables {text}: expected table numbers from 1-6, comma-separated, or all",
+                            setting="budhraja_tables")
     return tables
 
 
@@ -193,8 +194,8 @@ def paper_budgets(tables: Sequence[int], layout: HeadLayout) -> List[Budget]:
     budgets: List[Budget] = []
     for table in tables:
         if table in (2, 3) and not three_types:
-            raise SettingsError(f"--budhraja-tables {table}: Table {table} budgets the three attention types of a "
-                                f"translation model; this model has {', '.join(types)}")
+            raise SettingsError(f"the budhraja tables {table}: Table {table} budgets the three attention types of a "
+                                f"translation model; this model has {', '.join(types)}", setting="budhraja_tables")
     if 1 in tables:
         budgets += table1_budgets(layout)
     if 2 in tables:

@@ -84,9 +84,10 @@ def check_finetune_levels(levels: Sequence[float], scopes: Sequence[str], layout
         for level in levels:
             if pruned_at_level(level, total) not in counts:
                 raise SettingsError(
-                    f"--finetune-levels {level:g}: no step of the {scope} curves prunes {pruned_at_level(level, total)}"
-                    f" of {total} heads ({level:g}%, rounded up); give --step-percent S with {level:g} a multiple of S"
-                    f" (and --max-percent at least {level:g})")
+                    f"the finetune levels {level:g}: no step of the {scope} curves prunes "
+                    f"{pruned_at_level(level, total)} of {total} heads ({level:g}%, rounded up); give the step percent "
+                    f"S with {level:g} a multiple of S (and the max percent at least {level:g})",
+                    setting=("finetune_levels", "step_percent", "max_percent"))
 
 
 @dataclass

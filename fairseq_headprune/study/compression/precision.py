@@ -43,10 +43,12 @@ def choose_compute_type(candidates: Sequence[CandidateTiming], tolerance: float)
     """The fastest candidate (least time summed over the batch sizes, each the median of its passes) whose BLEU is at
     least float32's minus ``tolerance``; float32 itself always qualifies. Returns the choice and why."""
     if tolerance < 0:
-        raise SettingsError(f"--quantization-tolerance must be 0 or more BLEU points, got {tolerance:g}")
+        raise SettingsError(f"the quantization tolerance must be 0 or more BLEU points, got {tolerance:g}",
+                            setting="quantization_tolerance")
     reference = next((c for c in candidates if c.compute_type == "float32"), None)
     if reference is None:
-        raise SettingsError("--quantization auto compares every type with float32, which was not timed")
+        raise SettingsError("the quantization auto compares every type with float32, which was not timed",
+                            setting="quantization")
     kept = [c for c in candidates if c.bleu >= reference.bleu - tolerance - 1e-9]
     chosen = min(kept, key=lambda c: (sum(c.seconds.values()), c.compute_type != "float32"))
     dropped = [c.compute_type for c in candidates if c not in kept]

@@ -50,7 +50,7 @@ from fairseq_headprune.study.finetuning import FINETUNE_LR_SHARE, FinetuneSettin
 from fairseq_headprune.study.masks.layer_drop import LayerChoice
 from fairseq_headprune.study.search.costs import SearchBudget
 from fairseq_headprune.study.search.settings import SearchSettings, TuningSettings
-from fairseq_headprune.study.settings import ImportanceSettings, SweepSettings
+from fairseq_headprune.study.settings import ImportanceSettings, SweepSettings, refuse
 
 # what a target can count, and how it is searched: (search --structure, search --cost)
 TARGET_SEARCH = {"heads": ("heads", "heads"), "flops": ("joint", "flops"),
@@ -135,24 +135,26 @@ def parse_target(text: str) -> CompressTarget:
     kind, separator, amount = str(text).strip().partition("=")
     kind, amount = kind.strip().lower(), amount.strip()
     if not separator or not kind or not amount:
-        raise SettingsError(f"--target {text}: expected KIND=P% with KIND one of {', '.join(TARGET_KINDS)} "
-                            "(e.g. flops=50%: half of the FLOPs kept), or speedup=Nx")
+        raise SettingsError(f"the target {text}: expected KIND=P% with KIND one of {', '.join(TARGET_KINDS)} "
+                            "(e.g. flops=50%: half of the FLOPs kept), or speedup=Nx", setting="target")
     if kind not in TARGET_SEARCH:
-        raise SettingsError(f"--target {text}: unknown target kind {kind!r} (expected {', '.join(TARGET_KINDS)})")
+        raise SettingsError(f"the target {text}: unknown target kind {kind!r} (expected {', '.join(TARGET_KINDS)})",
+                            setting="target")
     if kind == SPEEDUP_TARGET:
         factor = parse_speedup(amount)
         return CompressTarget(kind, 100.0 / factor, factor)
     if not amount.endswith("%"):
-        raise SettingsError(f"--target {text}: the share kept is a percentage of the unpruned model (e.g. {kind}=50%)")
+        raise SettingsError(f"the target {text}: the share kept is a percentage of the unpruned model (e.g. "
+                            f"{kind}=50%)", setting="target")
     try:
         percent = float(amount[:-1])
     except ValueError:
-        raise SettingsError(f"--target {text}: {amount!r} is not a percentage") from None
+        raise SettingsError(f"the target {text}: {amount!r} is not a percentage", setting="target") from None
     if not math.isfinite(percent) or percent >= 100:
-        raise SettingsError(f"--target {text} keeps as much as the unpruned model has or more (at most 100%); "
-                            "nothing would be pruned")
+        raise SettingsError(f"the target {text} keeps as much as the unpruned model has or more (at most 100%); "
+                            "nothing would be pruned", setting="target")
     if percent <= 0:
-        raise SettingsError(f"--target {text} keeps nothing; give a share above 0%")
+        raise SettingsError(f"the target {text} keeps nothing; give a share above 0%", setting="target")
     return CompressTarget(kind, percent)
 
 
@@ -168,7 +170,7 @@ class CompressSettings:
     evaluation: SweepSettings
     target: CompressTarget
     importance: ImportanceSettings = field(
-        default_factory=lambda: ImportanceSettings(method="fisher", option_prefix="--importance-")
+        default_factory=lambda: ImportanceSettings(method="fisher")
     )
     tuning: Optional[TuningSettings] = field(default_factory=TuningSettings)  # None: --no-tune
     latency_table: Optional[str] = None
@@ -204,65 +206,76 @@ class CompressSettings:
         self._check_speedup()
         for stack, count in self.drop_layers.items():
             if count < 0:
-                raise SettingsError(f"--drop-{stack}-layers must be 0 or more, got {count}")
+                raise SettingsError(f"the {stack} layers to drop must be 0 or more, got {count}",
+                                    setting=f"drop_{stack}_layers")
         if self.drop_layers and self.target.kind not in LAYER_DROP_TARGETS:
-            raise SettingsError(f"--drop-{next(iter(self.drop_layers))}-layers with --target {self.target.text}: "
-                                "a latency table is timed on the full model's layers; use "
-                                f"{' or '.join(k + '=' for k in LAYER_DROP_TARGETS)}")
+            stack = next(iter(self.drop_layers))
+            raise SettingsError(f"the {stack} layers to drop with the target {self.target.text}: a latency table is "
+                                "timed on the full model's layers; use "
+                                f"{' or '.join(k + '=' for k in LAYER_DROP_TARGETS)}",
+                                setting=(f"drop_{stack}_layers", "target"))
         if self.distill is not None:
             if self.distill not in DISTILL_KINDS:
-                raise SettingsError(f"--distill {self.distill}: expected one of {', '.join(DISTILL_KINDS)}")
+                raise SettingsError(f"the distill {self.distill}: expected one of {', '.join(DISTILL_KINDS)}",
+                                    setting="distill")
             if family != TRANSLATION_FAMILY:
-                raise SettingsError("--distill sequence learns from the unpruned model's translations: "
-                                    "it goes with a translation model")
+                raise SettingsError("the distill sequence learns from the unpruned model's translations: "
+                                    "it goes with a translation model", setting="distill")
             if not self.finetune.enabled:
-                raise SettingsError("--distill goes with fine-tuning (--finetune-updates N)")
-        if not 0.0 <= self.distill_weight <= 1.0:
-            raise SettingsError(f"--distill-weight must be between 0 and 1, got {self.distill_weight:g}")
+                raise SettingsError("the distill goes with fine-tuning (the finetune updates N)",
+                                    setting=("distill", "finetune_updates"))
+        refuse(not 0.0 <= self.distill_weight <= 1.0,
+               f"the distill weight must be between 0 and 1, got {self.distill_weight:g}", "distill_weight")
         if self.distill_weight != DEFAULT_DISTILL_WEIGHT and self.distill != "word":
-            raise SettingsError("--distill-weight is the teacher's share of the loss of --distill word")
+            raise SettingsError("the distill weight is the teacher's share of the loss of the distill word",
+                                setting=("distill_weight", "distill"))
         if family not in MODEL_FAMILIES:
             raise SettingsError(f"unknown model family {family!r} (expected {', '.join(MODEL_FAMILIES)})")
         if self.uniform is None:
             self.uniform = self.export_format == CTRANSLATE2_ENGINE
         elif not self.uniform and self.target.kind == "latency" and self.export_format == CTRANSLATE2_ENGINE:
-            raise SettingsError("--no-uniform: a latency target for --export ctranslate2 is priced by a table of "
-                                "whole stacks, one head count per stack; leave out --no-uniform")
+            raise SettingsError("the uniform off: a latency target for the export ctranslate2 is priced by a table "
+                                "of whole stacks, one head count per stack; leave the uniform on",
+                                setting=("uniform", "export"))
         if self.deployment.beams and family != TRANSLATION_FAMILY:
-            raise SettingsError("--speed-beams: beam sizes are a translation model's; this checkpoint is a "
-                                f"{family}")
+            raise SettingsError("the speed beams: beam sizes are a translation model's; this checkpoint is a "
+                                f"{family}", setting="speed_beams")
         exported_translation = self.export_format == CTRANSLATE2_ENGINE and family == TRANSLATION_FAMILY
         if self.vocabulary_map is None:
             self.vocabulary_map = exported_translation
         elif self.vocabulary_map and not exported_translation:
-            raise SettingsError("--vocabulary-map goes with a translation model exported to CTranslate2 "
-                                "(--export ctranslate2)")
+            raise SettingsError("the vocabulary map goes with a translation model exported to CTranslate2 "
+                                "(the export ctranslate2)", setting=("vocabulary_map", "export"))
         if self.target.kind == "decoding-flops" and family != TRANSLATION_FAMILY:
-            raise SettingsError(f"--target {self.target.text} prices a translation model's beam search; this is a "
-                                f"{family.replace('_', ' ')}: use flops=")
+            raise SettingsError(f"the target {self.target.text} prices a translation model's beam search; this is "
+                                f"a {family.replace('_', ' ')}: use flops=", setting="target")
         if self.latency_table is not None and self.target.kind != "latency":
-            raise SettingsError("--latency-table goes with a latency target (--target latency=P%)")
+            raise SettingsError("the latency table goes with a latency target (the target latency=P%)",
+                                setting=("latency_table", "target"))
         if self.export_format is not None:
             if self.export_format not in EXPORT_FORMATS:
-                raise SettingsError(f"--export {self.export_format}: expected one of {', '.join(EXPORT_FORMATS)}")
+                raise SettingsError(f"the export {self.export_format}: expected one of {', '.join(EXPORT_FORMATS)}",
+                                    setting="export")
             if family == CLASSIFIER_FAMILY:
-                raise SettingsError(f"--export {self.export_format}: a classifier cannot be exported to CTranslate2, "
-                                    "which runs translation models and generators (language models); "
-                                    "leave out --export")
+                raise SettingsError(f"the export {self.export_format}: a classifier cannot be exported to "
+                                    "CTranslate2, which runs translation models and generators (language models); "
+                                    "leave out the export", setting="export")
         if self.quantization is not None:
             if self.export_format is None:
-                raise SettingsError("--quantization is the exported model's weight type: it goes with --export")
+                raise SettingsError("the quantization is the exported model's weight type: it goes with the export",
+                                    setting=("quantization", "export"))
             if self.quantization not in (*QUANTIZATIONS, AUTO_QUANTIZATION):
-                raise SettingsError(f"--quantization {self.quantization}: expected one of "
-                                    f"{', '.join((*QUANTIZATIONS, AUTO_QUANTIZATION))}")
+                raise SettingsError(f"the quantization {self.quantization}: expected one of "
+                                    f"{', '.join((*QUANTIZATIONS, AUTO_QUANTIZATION))}", setting="quantization")
             if self.quantization == AUTO_QUANTIZATION and family != TRANSLATION_FAMILY:
-                raise SettingsError("--quantization auto chooses by the exported translation model's decoding speed "
-                                    "and BLEU; a language model's export is not timed: name a type")
-        if self.quantization_tolerance < 0:
-            raise SettingsError(f"--quantization-tolerance must be 0 or more BLEU points, got "
-                                f"{self.quantization_tolerance:g}")
+                raise SettingsError("the quantization auto chooses by the exported translation model's decoding "
+                                    "speed and BLEU; a language model's export is not timed: name a type",
+                                    setting="quantization")
+        refuse(self.quantization_tolerance < 0, "the quantization tolerance must be 0 or more BLEU points, got "
+               f"{self.quantization_tolerance:g}", "quantization_tolerance")
         if self.importance.method != "fisher":
-            raise SettingsError("the search ranks by Fisher scores: estimate them with the fisher method")
+            raise SettingsError("the search ranks by Fisher scores: estimate them with the importance method fisher",
+                                setting="importance_method")
         if self.target.structure != "heads":  # the joint search needs the neurons' scores too
             self.importance = dataclasses.replace(self.importance, neurons=True)
         if self.tuning is not None and not self.planned:  # an attempt is judged on the decision split, its own choice
@@ -273,34 +286,39 @@ class CompressSettings:
         if not speedup:
             if (self.max_bleu_loss is not None or self.max_attempts != DEFAULT_MAX_ATTEMPTS or self.allow_beam
                     or self.decision_subset != DEFAULT_DECISION_SUBSET):
-                raise SettingsError("--max-bleu-loss, --max-attempts, --allow-beam and --decision-subset go with "
-                                    "--target speedup=Nx")
+                raise SettingsError("the max bleu loss, the max attempts, the allow beam and the decision subset go "
+                                    "with the target speedup=Nx",
+                                    setting=("max_bleu_loss", "max_attempts", "allow_beam", "decision_subset",
+                                             "target"))
             return
         if self.decision_subset == self.evaluation.gen_subset:
-            raise SettingsError(f"--decision-subset {self.decision_subset} is the split the result is reported on "
-                                "(--gen-subset): decide on another, e.g. valid")
+            raise SettingsError(f"the decision subset {self.decision_subset} is the split the result is reported on "
+                                "(the gen subset): decide on another, e.g. valid",
+                                setting=("decision_subset", "gen_subset"))
         if self.decision_subset.startswith("test"):
-            raise SettingsError(f"--decision-subset {self.decision_subset}: decisions are made on validation data, "
-                                "never on a test split")
+            raise SettingsError(f"the decision subset {self.decision_subset}: decisions are made on validation "
+                                "data, never on a test split", setting="decision_subset")
         if self.evaluation.family != TRANSLATION_FAMILY:
-            raise SettingsError(f"--target {self.target.text} is a translation model's decoding speed in CTranslate2; "
-                                f"this checkpoint is a {self.evaluation.family.replace('_', ' ')}")
+            raise SettingsError(f"the target {self.target.text} is a translation model's decoding speed in "
+                                f"CTranslate2; this checkpoint is a {self.evaluation.family.replace('_', ' ')}",
+                                setting="target")
         if self.export_format != CTRANSLATE2_ENGINE:
-            raise SettingsError(f"--target {self.target.text} is measured in CTranslate2: use --export ctranslate2")
+            raise SettingsError(f"the target {self.target.text} is measured in CTranslate2: use the export "
+                                "ctranslate2", setting=("target", "export"))
         if self.drop_layers:
-            raise SettingsError(f"--target {self.target.text} chooses the layers to remove from measured shapes; "
-                                "leave out --drop-*-layers")
+            raise SettingsError(f"the target {self.target.text} chooses the layers to remove from measured shapes; "
+                                "leave out the layers to drop", setting=("target", "drop_layers"))
         if self.latency_table is not None:
-            raise SettingsError(f"--target {self.target.text} times its candidates itself; leave out --latency-table")
+            raise SettingsError(f"the target {self.target.text} times its candidates itself; leave out the latency "
+                                "table", setting=("target", "latency_table"))
         if self.quantization == AUTO_QUANTIZATION:
-            raise SettingsError(f"--target {self.target.text} is measured at one compute type; name it "
-                                "(--quantization float32, int8 ...)")
+            raise SettingsError(f"the target {self.target.text} is measured at one compute type; name it "
+                                "(the quantization float32, int8 ...)", setting=("target", "quantization"))
         if self.max_bleu_loss is None:
             self.max_bleu_loss = DEFAULT_MAX_BLEU_LOSS
-        if self.max_bleu_loss < 0:
-            raise SettingsError(f"--max-bleu-loss must be 0 or more BLEU points, got {self.max_bleu_loss:g}")
-        if self.max_attempts < 1:
-            raise SettingsError(f"--max-attempts must be at least 1, got {self.max_attempts}")
+        refuse(self.max_bleu_loss < 0, f"the max bleu loss must be 0 or more BLEU points, got {self.max_bleu_loss:g}",
+               "max_bleu_loss")
+        refuse(self.max_attempts < 1, f"the max attempts must be at least 1, got {self.max_attempts}", "max_attempts")
 
     def attempt(self, flops_share: float, layer_choice: Optional[LayerChoice], out_dir: str,
                 finetune_from: Optional[str] = None, beam: Optional[int] = None,
@@ -395,7 +413,7 @@ class CompressSettings:
         """What makes two runs the same run, stage by stage (the checkpoint's and table's hashes come from the
         engine)."""
         evaluation = self.evaluation
-        importance = {k: v for k, v in dataclasses.asdict(self.importance).items() if k != "option_prefix"}
+        importance = dataclasses.asdict(self.importance)
         return {
             "format": COMPRESS_FORMAT,
             "family": self.family,

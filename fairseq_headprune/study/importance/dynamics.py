@@ -25,10 +25,11 @@ def parse_epochs(text: Optional[str]) -> Optional[List[int]]:
         ranges = parse_ranges(text)
     except RangeError as error:
         if error.kind == "empty range":
-            raise SettingsError(f"--epochs: empty range {error.item!r}") from error
-        raise SettingsError(f"--epochs: malformed item {error.item!r} (expected e.g. 1-10,15,20)") from error
+            raise SettingsError(f"the epochs: empty range {error.item!r}", setting="epochs") from error
+        raise SettingsError(f"the epochs: malformed item {error.item!r} (expected e.g. 1-10,15,20)",
+                            setting="epochs") from error
     if any(first < 1 for first, _ in ranges):
-        raise SettingsError("--epochs: epochs are numbered from 1")
+        raise SettingsError("the epochs: epochs are numbered from 1", setting="epochs")
     return expand_ranges(ranges)
 
 
@@ -52,8 +53,8 @@ def epoch_checkpoints(directory: str, epochs: Optional[Sequence[int]] = None) ->
         missing = [e for e in epochs if e not in available]
         if missing:
             raise StudyError(
-                f"--epochs: no checkpoint{missing[0]}.pt in {directory} (epochs there: "
-                f"{format_ranges(available)})"
+                f"the epochs: no checkpoint{missing[0]}.pt in {directory} (epochs there: "
+                f"{format_ranges(available)})", setting="epochs"
             )
         found = [(epoch, path) for epoch, path in found if epoch in set(epochs)]
     return found

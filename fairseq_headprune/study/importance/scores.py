@@ -309,10 +309,10 @@ def read_fisher_file(path: str, layout) -> ImportanceResult:
     try:
         result = read_importance_file(path, layout)
     except ResultFileError as error:
-        raise ResultFileError(f"--fisher: {error}") from error
+        raise ResultFileError(f"the Fisher file: {error}", setting="fisher") from error
     if result.method != "fisher" or result.fisher_blocks is None:
         raise ResultFileError(
-            f"--fisher {path} holds {result.method} scores without Fisher blocks; "
-            "estimate them with importance --importance-method fisher"
+            f"the Fisher file {path} holds {result.method} scores without Fisher blocks; "
+            "estimate them with importance --importance-method fisher", setting="fisher"
         )
     return result

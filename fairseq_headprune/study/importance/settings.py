@@ -21,7 +21,9 @@ class AblationSettings:
     cross_data: Optional[str] = None  # its data directory (default: the sweep's)
 
     def __post_init__(self):
-        check_one_of(self.mode, ABLATION_MODES, "--mode")
+        check_one_of(self.mode, ABLATION_MODES, "mode")
         if self.mode == "cross-domain" and not self.cross_subset:
-            raise SettingsError("--mode cross-domain needs --cross-subset SPLIT (the out-of-domain test set)")
-        refuse(self.select_subset and self.mode != "all-but-one", "--select-subset is for --mode all-but-one")
+            raise SettingsError("the mode cross-domain needs the cross subset SPLIT (the out-of-domain test set)",
+                                setting=("mode", "cross_subset"))
+        refuse(self.select_subset and self.mode != "all-but-one", "the select subset is for the mode all-but-one",
+               ("select_subset", "mode"))

@@ -28,7 +28,7 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 import torch
 
 from fairseq_headprune.constants import ATTENTION_TYPES, NO_MASK_SPEC, TYPE_LETTERS
-from fairseq_headprune.errors import HeadMaskError
+from fairseq_headprune.errors import HeadMaskError, setting_words
 from fairseq_headprune.study.masks.ranges import RangeError, format_ranges, parse_ranges
 
 _TYPE_ALIASES = {
@@ -66,6 +66,11 @@ class MaskKind:
     type_column: str  # the type's column in a TSV mask file
     block: str  # what a model may lack: "the model has no enc-dec attention"
 
+
+    @property
+    def setting(self) -> str:
+        """The setting a spec of this kind is (``head_mask``, ``ffn_mask``): what its errors name."""
+        return self.option.replace("-", "_")
 
     def parse_type(self, name: str) -> str:
         canonical = self.aliases.get(name.strip().lower())
@@ -182,6 +187,18 @@ def validate_spec_syntax(spec: Optional[str], kind: MaskKind = HEADS) -> None:
             raise HeadMaskError(f"{kind.option} file not found: {spec}")
     elif spec.lower() != NO_MASK_SPEC:
         _parse_terms(spec, kind)
+
+
+def check_mask_layout(mask: HeadMask, layout: HeadLayout, kind: MaskKind = HEADS) -> None:
+    """A mask object handed in (not parsed here) must be one of a model of ``layout``: every type, each
+    ``(layers, units)``; ``HeadMaskError`` (its setting: the kind's) names the first that differs."""
+    for unit_type in sorted(set(mask) | set(layout)):
+        shape = tuple(mask[unit_type].shape) if unit_type in mask else None
+        if shape != layout.get(unit_type):
+            have = "none" if shape is None else " x ".join(map(str, shape))
+            want = "none" if unit_type not in layout else f"{layout[unit_type][0]} x {layout[unit_type][1]}"
+            raise HeadMaskError(f"{setting_words(kind.setting)} is not one of this model: its {unit_type} layers "
+                                f"and {kind.unit}s are {have}, the model's {want}", setting=kind.setting)
 
 
 def parse_head_mask(spec: str, layout: HeadLayout, kind: MaskKind = HEADS) -> HeadMask:

@@ -14,7 +14,7 @@ Spec grammar (terms separated by whitespace or ``;``)::
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from fairseq_headprune.errors import HeadMaskError
 from fairseq_headprune.study.masks.ranges import RangeError, expand_ranges, format_ranges, parse_ranges
@@ -32,29 +32,62 @@ def parse_layer_drop(spec: str, depths: Mapping[str, int]) -> LayerDrop:
     dropped: LayerDrop = {}
     text = str(spec).strip()
     if not text:
-        raise HeadMaskError("--drop-layers: empty spec (expected e.g. decoder:2-3)")
+        raise _wrong("empty spec (expected e.g. decoder:2-3)")
     for term in re.split(r"[\s;]+", text):
         stack, separator, layers = term.partition(":")
         stack = stack.strip().lower()
         if not separator or not layers:
-            raise HeadMaskError(f"--drop-layers: malformed term {term!r} (expected STACK:LAYERS, e.g. decoder:2-3)")
+            raise _wrong(f"malformed term {term!r} (expected STACK:LAYERS, e.g. decoder:2-3)")
         if stack not in STACKS:
-            raise HeadMaskError(f"--drop-layers: unknown stack {stack!r} in {term!r} (expected encoder or decoder)")
+            raise _wrong(f"unknown stack {stack!r} in {term!r} (expected encoder or decoder)")
         if stack not in depths:
-            raise HeadMaskError(f"--drop-layers: the model has no {stack}")
+            raise _wrong(f"the model has no {stack}")
         try:
             numbers = expand_ranges(parse_ranges(layers))
         except RangeError:
-            raise HeadMaskError(f"--drop-layers: malformed layer list {layers!r} in {term!r}") from None
+            raise _wrong(f"malformed layer list {layers!r} in {term!r}") from None
         depth = depths[stack]
         outside = [n for n in numbers if not 1 <= n <= depth]
         if outside:
-            raise HeadMaskError(f"--drop-layers: the {stack} has layers 1-{depth}, not {outside[0]}")
+            raise _wrong(f"the {stack} has layers 1-{depth}, not {outside[0]}")
         dropped[stack] = sorted(set(dropped.get(stack, [])) | {n - 1 for n in numbers})
+    return checked_layer_drop(dropped, depths)
+
+
+def checked_layer_drop(dropped: Mapping[str, List[int]], depths: Mapping[str, int]) -> LayerDrop:
+    """``dropped`` (stack -> 0-based layers, a parsed spec or a ``LayerChoice``'s) checked against ``depths``, each
+    stack's layers sorted, stacks that lose none left out; every stack keeps at least one layer."""
+    checked: LayerDrop = {}
     for stack, layers in dropped.items():
-        if len(layers) >= depths[stack]:
-            raise HeadMaskError(f"--drop-layers: the {stack} must keep at least one of its {depths[stack]} layers")
-    return dropped
+        if not layers:
+            continue
+        if stack not in depths:
+            raise _wrong(f"the model has no {stack}")
+        outside = [n + 1 for n in layers if not 0 <= n < depths[stack]]
+        if outside:
+            raise _wrong(f"the {stack} has layers 1-{depths[stack]}, not {outside[0]}")
+        checked[stack] = sorted(set(layers))
+        if len(checked[stack]) >= depths[stack]:
+            raise _wrong(f"the {stack} must keep at least one of its {depths[stack]} layers")
+    return checked
+
+
+def _wrong(problem: str) -> HeadMaskError:
+    return HeadMaskError(f"the layers to drop: {problem}", setting="drop_layers")
+
+
+# the stack whose layers hold each attention and FFN type
+STACK_OF_TYPE = {"enc-enc": "encoder", "enc-dec": "decoder", "dec-dec": "decoder", "enc-ffn": "encoder",
+                 "dec-ffn": "decoder"}
+
+
+def layout_after_drop(layout: Mapping[str, Tuple[int, int]], dropped: Optional[Mapping[str, List[int]]]
+                      ) -> Dict[str, Tuple[int, int]]:
+    """A head or FFN layout (type -> layers, units) once the layers ``dropped`` are removed: what a mask of the
+    shallower model numbers."""
+    dropped = dropped or {}
+    return {unit_type: (layers - len(dropped.get(STACK_OF_TYPE[unit_type], [])), units)
+            for unit_type, (layers, units) in layout.items()}
 
 
 def layer_drop_to_spec(dropped: Mapping[str, List[int]]) -> str:

@@ -10,7 +10,7 @@ import os
 import tempfile
 from typing import Dict, Iterator, List, Optional, Sequence, TextIO
 
-from fairseq_headprune.errors import ResultFileError, StudyError
+from fairseq_headprune.errors import ResultFileError, StudyError, setting_words
 
 TEMPORARY_PREFIX = ".tmp-"
 
@@ -54,17 +54,19 @@ def write_json(data, path: str, indent: Optional[int] = None) -> None:
             stream.write("\n")
 
 
-def read_json_of_format(path: str, file_format: str, option: str, description: str) -> Dict[str, object]:
-    """A JSON file that says it is ``file_format``, given as ``option``; one-line errors otherwise."""
+def read_json_of_format(path: str, file_format: str, setting: str, description: str) -> Dict[str, object]:
+    """A JSON file that says it is ``file_format``, given as ``setting`` (``tuning``, ``latency_table``); one-line
+    errors, naming the setting, otherwise."""
+    words = setting_words(setting)
     if not os.path.isfile(path):
-        raise ResultFileError(f"{option} file not found: {path}")
+        raise ResultFileError(f"{words} {path} is not found", setting=setting)
     try:
         with open(path, encoding="utf-8") as stream:
             payload = json.load(stream)
     except (OSError, ValueError) as error:
-        raise ResultFileError(f"{option} {path} is not {description} ({error})") from error
+        raise ResultFileError(f"{words} {path} is not {description} ({error})", setting=setting) from error
     if not isinstance(payload, dict) or payload.get("format") != file_format:
-        raise ResultFileError(f"{option} {path} is not {description} (no format {file_format!r})")
+        raise ResultFileError(f"{words} {path} is not {description} (no format {file_format!r})", setting=setting)
     return payload
 
 

@@ -126,7 +126,7 @@ def importance_scores(importance: Dict[str, torch.Tensor], normalize: bool = Tru
 
 def ablation_scores(rows: Sequence[Dict[str, object]], layout: HeadLayout, scope: str, source: str,
                     higher_is_better: bool = True) -> Dict[Head, float]:
-    """Pruning scores from a single-head ablation result: minus ΔBLEU (ΔBLEU, Δaccuracy; +Δperplexity).
+    """Pruning scores from a single-head ablation result (``source``): minus ΔBLEU (ΔBLEU, Δaccuracy; +Δperplexity).
 
     The head whose masking cost the least (or gained the most) comes first in
     ascending order. Every head of the scope must be in the result.
@@ -140,17 +140,17 @@ def ablation_scores(rows: Sequence[Dict[str, object]], layout: HeadLayout, scope
         layers, heads = layout[key[0]]
         if not (1 <= key[1] <= layers and 1 <= key[2] <= heads):
             raise HeadMaskError(
-                f"{source} scores {key[0]} layer {key[1]} head {key[2]}, which this model "
-                f"({key[0]} {layers}x{heads}) does not have"
+                f"the ablation file {source} scores {key[0]} layer {key[1]} head {key[2]}, which this model "
+                f"({key[0]} {layers}x{heads}) does not have", setting="ablation"
             )
         scores[(key[0], key[1] - 1, key[2] - 1)] = sign * float(row["delta"])
     missing = [h for h in heads_in_scope(layout, scope) if h not in scores]
     if missing:
         attention_type, layer, head = missing[0]
         raise HeadMaskError(
-            f"{source} has no single-head score for {len(missing)} heads of scope {scope} "
-            f"(e.g. {attention_type} layer {layer + 1} head {head + 1}); run ablate --mode single on every head"
-        )
+            f"the ablation file {source} has no single-head score for {len(missing)} heads of scope {scope} "
+            f"(e.g. {attention_type} layer {layer + 1} head {head + 1}); run ablate --mode single on every head",
+            setting="ablation")
     return scores
 
 
@@ -293,7 +293,7 @@ class CurveScores:
 
     importance_of: Optional[ImportanceOf] = None
     ablation_rows: Optional[Sequence[Dict[str, object]]] = None
-    ablation_source: str = "--ablation"
+    ablation_source: str = ""  # the ablation file's path
     higher_is_better: bool = True  # the direction of the ablation result's metric (False for perplexity)
     fisher: Optional[Tuple[Dict[str, torch.Tensor], Optional[Dict[str, torch.Tensor]]]] = None
 
@@ -323,19 +323,19 @@ def plan_curves(layout: HeadLayout, plan: CurvePlan, scores: CurveScores) -> Lis
                 steps += iterative_steps(layout, scope, counts, reuse_once, normalize)
             elif order in ("fisher", "fisher-rearranged"):
                 if scores.fisher is None:
-                    raise SettingsError(f"--orders {order} needs the Fisher scores")
+                    raise SettingsError(f"the orders {order} needs the Fisher scores", setting="orders")
                 steps += fisher_steps(layout, scope, order, counts, *scores.fisher)
             elif order == "gates":
                 continue  # the learned masks make their own curve (given_mask_steps)
             else:
-                raise SettingsError(f"--orders: unknown value {order!r} (expected {', '.join(ORDERS)})")
+                raise SettingsError(f"the orders: unknown {order!r} (expected {', '.join(ORDERS)})", setting="orders")
     return steps
 
 
 def read_ablation_rows(path: str) -> List[Dict[str, object]]:
     """Rows of an ``ablate --mode single`` result (single.json or single.tsv), for the ablation order."""
     if not os.path.isfile(path):
-        raise ResultFileError(f"--ablation file not found: {path}")
+        raise ResultFileError(f"the ablation file {path} is not found", setting="ablation")
     try:
         if path.endswith(".json"):
             with open(path, encoding="utf-8") as stream:
@@ -349,7 +349,8 @@ def read_ablation_rows(path: str) -> List[Dict[str, object]]:
         for row in rows:
             float(row["delta"])
     except (OSError, ValueError, KeyError, TypeError) as error:
-        raise ResultFileError(f"--ablation {path} is not an ablate --mode single result ({error})") from error
+        raise ResultFileError(f"the ablation file {path} is not an ablate --mode single result ({error})",
+                              setting="ablation") from error
     return rows
 
 

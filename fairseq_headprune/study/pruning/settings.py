@@ -21,7 +21,7 @@ from fairseq_headprune.constants import (
     STRUCTURE_ORDERS,
     X_AXES,
 )
-from fairseq_headprune.errors import SettingsError
+from fairseq_headprune.errors import SettingsError, setting_words
 from fairseq_headprune.study.finetuning import FinetuneSettings
 from fairseq_headprune.study.search.settings import TuningSettings
 from fairseq_headprune.study.settings import ImportanceSettings, SweepSettings, check_one_of, check_positive, refuse
@@ -33,9 +33,7 @@ class CurveSettings:
 
     step_percent: float = DEFAULT_STEP_PERCENT
     max_percent: float = DEFAULT_MAX_PERCENT
-    importance: ImportanceSettings = field(
-        default_factory=lambda: ImportanceSettings(option_prefix="--importance-")
-    )
+    importance: ImportanceSettings = field(default_factory=ImportanceSettings)
     raw_importance: bool = False  # rank by raw I_h, not normalised per layer (the paper normalises)
 
 
@@ -85,49 +83,67 @@ class PruneSettings:
         if self.gate_masks and "gates" not in self.orders:
             self.orders = list(self.orders) + ["gates"]
         if "gates" in self.orders and not self.gate_masks:
-            raise SettingsError("--orders gates needs --gate-masks FILE... (mask --from-gates of trained gates)")
+            raise SettingsError("the orders gates needs the gate masks FILE... (mask --from-gates of trained gates)",
+                                setting=("orders", "gate_masks"))
         if "gates" in self.orders and self.scopes != ["all"]:
-            raise SettingsError("--gate-masks: learned masks cover every attention type; use --scopes all")
+            raise SettingsError("the gate masks: learned masks cover every attention type; use the scopes all",
+                                setting=("gate_masks", "scopes"))
         if self.tuning is not None:
             self.tuning.refuse_evaluation_split(self.sweep.gen_subset)
             unknown = [o for o in self.tune_orders if o not in self.orders]
             if unknown:
-                raise SettingsError(f"--tune-orders {unknown[0]}: not one of --orders ({', '.join(self.orders)})")
-        for value, allowed, option in ((self.orders, ORDERS, "--orders"), (self.scopes, SCOPES, "--scopes")):
+                raise SettingsError(f"the tune orders {unknown[0]}: not one of the orders ({', '.join(self.orders)})",
+                                    setting=("tune_orders", "orders"))
+        for value, allowed, setting in ((self.orders, ORDERS, "orders"), (self.scopes, SCOPES, "scopes")):
             unknown = [v for v in value if v not in allowed]
             if unknown:
-                raise SettingsError(f"{option}: unknown value {unknown[0]!r} (expected {', '.join(allowed)})")
+                raise SettingsError(f"the {setting}: unknown value {unknown[0]!r} (expected {', '.join(allowed)})",
+                                    setting=setting)
         if not (self.orders and self.scopes) and not self.has_budgets:
-            raise SettingsError("nothing to do: no --orders/--scopes and no --layer-budget/--type-budget/"
-                                "--random-level/--layer-strategy/--budhraja-tables")
+            raise SettingsError("nothing to do: neither the orders with the scopes nor the layer budget, the type "
+                                "budget, the random level, the layer strategy or the budhraja tables",
+                                setting=("orders", "scopes", "layer_budget", "type_budget", "random_level",
+                                         "layer_strategy", "budhraja_tables"))
         for level in self.random_levels:
-            refuse(not 0 < level < 100, f"--random-level {level:g}: a share of the heads pruned, above 0 and below 100")
-        refuse(self.draws <= 0, f"--draws must be positive, got {self.draws}")
+            refuse(not 0 < level < 100, f"the random level {level:g}: a share of the heads pruned, above 0 and below "
+                   "100", "random_level")
+        refuse(self.draws <= 0, f"the draws must be positive, got {self.draws}", "draws")
         if self.budhraja_draws is not None:
-            refuse(self.budhraja_draws <= 0, f"--budhraja-draws must be positive, got {self.budhraja_draws}")
-            refuse(not self.budhraja_tables, "--budhraja-draws goes with --budhraja-tables")
+            refuse(self.budhraja_draws <= 0, f"the budhraja draws must be positive, got {self.budhraja_draws}",
+                   "budhraja_draws")
+            refuse(not self.budhraja_tables, "the budhraja draws goes with the budhraja tables",
+                   ("budhraja_draws", "budhraja_tables"))
         if "ablation" in self.orders and not self.ablation_file:
-            raise SettingsError("--orders ablation needs --ablation FILE (single.json of ablate --mode single)")
+            raise SettingsError("the orders ablation needs the ablation file FILE (single.json of ablate --mode "
+                                "single)", setting=("orders", "ablation"))
 
     def _check_finetune(self) -> None:
         index, count = self.config_shard
-        refuse(not 1 <= index <= count, f"--config-shard {index}/{count}: expected I/K with 1 <= I <= K")
+        refuse(not 1 <= index <= count, f"the config shard {index}/{count}: expected I/K with 1 <= I <= K",
+               "config_shard")
         enabled = self.finetune is not None and self.finetune.enabled
         if not enabled:
-            refuse(bool(self.finetune_levels), "--finetune-levels goes with --finetune-updates/--finetune-epochs N")
-            refuse(count > 1, "--config-shard shares the fine-tuned configurations: add --finetune-updates N")
+            refuse(bool(self.finetune_levels), "the finetune levels goes with the finetune updates/the finetune "
+                   "epochs N", ("finetune_levels", "finetune_updates", "finetune_epochs"))
+            refuse(count > 1, "the config shard shares the fine-tuned configurations: add the finetune updates N",
+                   ("config_shard", "finetune_updates"))
             return
-        refuse(self.structure != "heads", "--finetune-updates: the study fine-tunes head configurations only")
+        refuse(self.structure != "heads", "the finetune updates: the study fine-tunes head configurations only",
+               "finetune_updates")
         # fairseq's binarized splits: translation train.SRC-TGT.SRC.bin, LMs train.bin, RoBERTa input0/train.bin
         refuse(not glob.glob(os.path.join(self.sweep.data, "**", "train*.bin"), recursive=True),
-                f"--finetune-updates: {self.sweep.data} has no training split (train*.bin) to fine-tune on")
+               f"the finetune updates: {self.sweep.data} has no training split (train*.bin) to fine-tune on",
+               "finetune_updates")
         refuse(not (self.has_budgets or self.finetune_levels),
-                "--finetune-updates: nothing to fine-tune; add budgets (--random-level, --layer-strategy, "
-                "--budhraja-tables ...) or --finetune-levels P,... for the curves' steps")
+               "the finetune updates: nothing to fine-tune; add budgets (the random level, the layer strategy, "
+               "the budhraja tables ...) or the finetune levels P,... for the curves' steps",
+               ("finetune_updates", "random_level", "layer_strategy", "budhraja_tables", "finetune_levels"))
         for level in self.finetune_levels:
-            refuse(not 0 < level < 100, f"--finetune-levels {level:g}: a share of the heads pruned, above 0, below 100")
+            refuse(not 0 < level < 100, f"the finetune levels {level:g}: a share of the heads pruned, above 0, below "
+                   "100", "finetune_levels")
         refuse(bool(self.finetune_levels) and not (self.orders and self.scopes),
-                "--finetune-levels fine-tunes the curves' steps: give --orders (e.g. importance)")
+               "the finetune levels fine-tunes the curves' steps: give the orders (e.g. importance)",
+               ("finetune_levels", "orders"))
 
     @property
     def has_budgets(self) -> bool:
@@ -137,22 +153,24 @@ class PruneSettings:
 
     def _check_structure(self) -> None:
         """FFN and joint curves: every FFN layer (scope all), their own orders, no head budgets, tuning or gates."""
-        check_one_of(self.structure, PRUNED_STRUCTURES, "--structure")
+        check_one_of(self.structure, PRUNED_STRUCTURES, "structure")
         if self.x_axis is None:
             self.x_axis = "flops" if self.structure == "joint" else "units"
-        check_one_of(self.x_axis, X_AXES, "--x-axis")
-        check_positive(self.sequence_length, "--sequence-length")
+        check_one_of(self.x_axis, X_AXES, "x_axis")
+        check_positive(self.sequence_length, "sequence_length")
         if self.structure == "heads":
             return
-        what = f"--structure {self.structure}"
         if self.x_axis == "units" and self.structure == "joint":
-            raise SettingsError(f"{what} prunes heads and neurons together: its x-axis is --x-axis flops")
+            raise SettingsError("the structure joint prunes heads and neurons together: its x-axis is the x axis flops",
+                                setting=("structure", "x_axis"))
         unknown = [o for o in self.orders if o not in STRUCTURE_ORDERS[self.structure]]
         if unknown:
-            raise SettingsError(f"--orders {unknown[0]}: not an order of {what} "
-                                f"({', '.join(STRUCTURE_ORDERS[self.structure])})")
-        for given, option in ((self.scopes != ["all"], "--scopes"), (self.layer_budgets, "--layer-budget"),
-                              (self.type_budgets, "--type-budget"), (self.random_levels, "--random-level"),
-                              (self.layer_strategies, "--layer-strategy"), (self.budhraja_tables, "--budhraja-tables"),
-                              (self.gate_masks, "--gate-masks")):
-            refuse(given, f"{option}: for head curves only; {what} prunes every FFN layer")
+            raise SettingsError(f"the orders {unknown[0]}: not an order of the structure {self.structure} "
+                                f"({', '.join(STRUCTURE_ORDERS[self.structure])})", setting=("orders", "structure"))
+        for given, setting in ((self.scopes != ["all"], "scopes"), (self.layer_budgets, "layer_budget"),
+                               (self.type_budgets, "type_budget"), (self.random_levels, "random_level"),
+                               (self.layer_strategies, "layer_strategy"), (self.budhraja_tables, "budhraja_tables"),
+                               (self.gate_masks, "gate_masks")):
+            refuse(given, f"{setting_words(setting)}: for head curves only; the structure {self.structure} prunes "
+                   "every FFN layer",
+                   (setting, "structure"))

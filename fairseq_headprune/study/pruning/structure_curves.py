@@ -176,11 +176,12 @@ def plan_structure_curves(structure: str, layout: HeadLayout, ffn_layout: FfnLay
     steps: List[StructureStep] = []
     for order in plan.orders:
         if order not in STRUCTURE_ORDERS[structure]:
-            raise SettingsError(f"--orders {order}: not an order of --structure {structure} "
-                                f"({', '.join(STRUCTURE_ORDERS[structure])})")
+            raise SettingsError(f"the orders {order}: not an order of the structure {structure} "
+                                f"({', '.join(STRUCTURE_ORDERS[structure])})", setting=("orders", "structure"))
         if order.startswith("fisher"):
             if scores.fisher is None or scores.neuron_fisher is None:
-                raise SettingsError(f"--orders {order} needs the Fisher scores of heads and FFN neurons")
+                raise SettingsError(f"the orders {order} needs the Fisher scores of heads and FFN neurons",
+                                    setting="orders")
             steps += search_steps(structure, layout, ffn_layout, flops, order, scores, plan, x_axis)
             continue
         candidates = neurons_of(ffn_layout)

@@ -83,7 +83,7 @@ class LayerCosts:
             raise SettingsError(
                 f"these costs price {' and '.join('+'.join(group) for group in self.tied_types)} as one stack "
                 "with one head count in every layer (CTranslate2 pads each layer to the stack's largest): "
-                "search with --uniform")
+                "search with the uniform", setting="uniform")
 
     def full_cost(self) -> float:
         return float(sum(costs[-1] for costs in self.per_layer.values()))
@@ -143,7 +143,7 @@ def neuron_flops(embed_dim: int) -> float:
 def flops_costs(layout: HeadLayout, dims: Dict[str, Tuple[int, int]], length: int) -> LayerCosts:
     """Attention FLOPs per token; ``dims``: per type (embedding dimension, head dimension)."""
     if length <= 0:
-        raise SettingsError(f"--sequence-length must be positive, got {length}")
+        raise SettingsError(f"the sequence length must be positive, got {length}", setting="sequence_length")
     per_layer = {}
     for t in ATTENTION_TYPES:
         if t not in layout:
@@ -244,10 +244,10 @@ class SearchBudget:
 
     def __post_init__(self):
         if (self.amount is None) == (self.percent is None):
-            raise SettingsError("a search budget is an amount or a percentage, one of the two")
+            raise SettingsError("the budget is an amount or a percentage, one of the two", setting="budget")
         value = self.amount if self.amount is not None else self.percent
         if not math.isfinite(value) or value < 0:
-            raise SettingsError(f"the budget must be non-negative, got {self.text}")
+            raise SettingsError(f"the budget must be non-negative, got {self.text}", setting="budget")
 
     @classmethod
     def parse(cls, text: Union[str, float]) -> "SearchBudget":
@@ -259,7 +259,8 @@ class SearchBudget:
         try:
             value = float(stripped[:-1] if percent else stripped)
         except ValueError:
-            raise SettingsError(f"the budget: expected a number or a percentage, got {text!r}") from None
+            raise SettingsError(f"the budget: expected a number or a percentage, got {text!r}",
+                                setting="budget") from None
         return cls(percent=value) if percent else cls(amount=value)
 
     @property
@@ -273,10 +274,11 @@ class SearchBudget:
         value = self.amount if self.amount is not None else self.percent * full / 100.0
         if value > full * (1 + 1e-9):
             raise SettingsError(f"the budget {self.text} is more than the unpruned model costs ({full:g} "
-                                f"{costs.unit}); nothing would be pruned")
+                                f"{costs.unit}); nothing would be pruned", setting="budget")
         if costs.kind == "heads":
             if self.amount is not None and value != int(value):
-                raise SettingsError(f"the budget: a number of heads must be whole, got {self.text}")
+                raise SettingsError(f"the budget: a number of heads must be whole, got {self.text}",
+                                    setting="budget")
             value = float(math.floor(value + 1e-9))
         return value
 
@@ -340,7 +342,7 @@ def read_latency_table(path: str, architecture: Dict[str, object], device: str, 
     fairseq table of its settings' dtype (float32 if none).
     """
     description = "a latency table of the latency command"
-    payload = read_json_of_format(path, LATENCY_TABLE_FORMAT, "--latency-table", description)
+    payload = read_json_of_format(path, LATENCY_TABLE_FORMAT, "latency_table", description)
     try:
         timed = dict(payload["per_layer_ms"], **payload.get("ffn_layer_ms", {}))  # attention layers, FFN layers
         per_layer = {parse_layer_name(name): [float(c) for c in costs] for name, costs in timed.items()}
@@ -354,18 +356,19 @@ def read_latency_table(path: str, architecture: Dict[str, object], device: str, 
         if any(len(table.per_layer[b]) != len(c) for b, c in counts.items()):
             raise ValueError("a layer's timings and counts differ in length")
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
-        raise ResultFileError(f"--latency-table {path} is not {description} ({error})") from error
+        raise ResultFileError(f"the latency table {path} is not {description} ({error})",
+                              setting="latency_table") from error
     if not _same_model(table.architecture, architecture):
         raise ResultFileError(
-            f"--latency-table {path} was measured on another model ({_describe(table.architecture)}), "
-            f"not this one ({_describe(architecture)})"
+            f"the latency table {path} was measured on another model ({_describe(table.architecture)}), "
+            f"not this one ({_describe(architecture)})", setting="latency_table"
         )
     for what, theirs, ours in (("device", table.device, device), ("engine", table.engine, engine),
                                ("precision", table.precision, precision)):
         if theirs != ours:
             raise ResultFileError(
-                f"--latency-table {path} was measured on another {what} ({theirs}), not this one ({ours}); "
-                "measure it here with the latency command"
+                f"the latency table {path} was measured on another {what} ({theirs}), not this one ({ours}); "
+                "measure it here with the latency command", setting="latency_table"
             )
     return table
 

@@ -59,12 +59,15 @@ def parse_target_heads(text: str, total: int) -> int:
     try:
         value = float(stripped[:-1]) * total / 100.0 if stripped.endswith("%") else float(stripped)
     except ValueError:
-        raise SettingsError(f"--gate-target-heads: expected a number of heads or a percentage, got {text!r}") from None
+        raise SettingsError(f"the gate target heads: expected a number of heads or a percentage, got {text!r}",
+                            setting="gate_target_heads") from None
     heads = int(math.floor(value + 1e-9))
     if not stripped.endswith("%") and value != heads:
-        raise SettingsError(f"--gate-target-heads: a number of heads must be whole, got {text!r}")
+        raise SettingsError(f"the gate target heads: a number of heads must be whole, got {text!r}",
+                            setting="gate_target_heads")
     if not 1 <= heads <= total:
-        raise SettingsError(f"--gate-target-heads {text} must keep between 1 and the model's {total} heads")
+        raise SettingsError(f"the gate target heads {text} must keep between 1 and the model's {total} heads",
+                            setting="gate_target_heads")
     return heads
 
 

@@ -201,7 +201,8 @@ def fisher_search(fisher: Dict[str, torch.Tensor], costs: LayerCosts, budget: fl
     chosen = choose_options(group_costs, group_losses, budget)
     if chosen is None:
         cheapest = sum(min(c) for c in group_costs)
-        raise SettingsError(f"--budget {budget:g} {costs.unit} is below the least any mask costs ({cheapest:g})")
+        raise SettingsError(f"the budget {budget:g} {costs.unit} is below the least any mask costs ({cheapest:g})",
+                            setting="budget")
     kept_count = {b: counts[option] for (members, counts), option in zip(groups, chosen) for b in members}
     kept = {(t, layer): list(range(fisher[t].shape[1])) for t in ATTENTION_TYPES if t in fisher
             for layer in range(fisher[t].shape[0])}
@@ -306,7 +307,8 @@ def search_mask(fisher: Dict[str, torch.Tensor], blocks: Optional[Dict[str, torc
     result = fisher_search(fisher, costs, budget, neurons, neuron_step, uniform)
     if blocks is None:
         if rearranged:
-            raise SettingsError("rearranging needs the Fisher blocks: estimate with --importance-method fisher")
+            raise SettingsError("rearranging needs the Fisher blocks: estimate with the importance method fisher",
+                                setting="importance_method")
         return result
     result.block_loss = block_loss(blocks, result.kept)
     return rearrange(result, blocks) if rearranged else result

@@ -36,27 +36,28 @@ class TuningSettings:
     layers: str = DEFAULT_TUNE_LAYERS  # "pruned" sub-layers only, or "downstream": every one from the first pruned on
 
     def __post_init__(self):
-        refuse(not self.subsets, "--tune-subset names no split")
-        refuse(not 0 < self.held_aside < 1, f"--tune-held-aside must be between 0 and 1, got {self.held_aside:g}")
+        refuse(not self.subsets, "the tune subset names no split", "tune_subset")
+        refuse(not 0 < self.held_aside < 1, f"the tune held aside must be between 0 and 1, got {self.held_aside:g}",
+               "tune_held_aside")
         if self.layers not in TUNE_LAYERS:
-            raise SettingsError(f"--tune-layers must be one of {', '.join(TUNE_LAYERS)}, got {self.layers!r}")
-        for name, option in ((self.limit, "--tune-limit"), (self.max_tokens, "--tune-max-tokens")):
-            check_positive(name, option)
-        refuse(not self.scale_bound > 0, f"--tune-scale-bound must be positive, got {self.scale_bound:g}")
-        refuse(not self.max_condition > 1, f"--tune-max-condition must be above 1, got {self.max_condition:g}")
+            raise SettingsError(f"the tune layers must be one of {', '.join(TUNE_LAYERS)}, got {self.layers!r}",
+                                setting="tune_layers")
+        for value, setting in ((self.limit, "tune_limit"), (self.max_tokens, "tune_max_tokens")):
+            check_positive(value, setting)
+        refuse(not self.scale_bound > 0, f"the tune scale bound must be positive, got {self.scale_bound:g}",
+               "tune_scale_bound")
+        refuse(not self.max_condition > 1, f"the tune max condition must be above 1, got {self.max_condition:g}",
+               "tune_max_condition")
         tests = [s for s in self.subsets if s.startswith("test")]
         if tests:
-            raise SettingsError(
-                f"--tune-subset {tests[0]}: masks are tuned on training or validation data, never on a test split"
-            )
+            raise SettingsError(f"the tune subset {tests[0]}: masks are tuned on training or validation data, never "
+                                "on a test split", setting="tune_subset")
 
     def refuse_evaluation_split(self, split: str) -> None:
         """The study's evaluation split must not be tuned on."""
         if split in self.subsets:
-            raise SettingsError(
-                f"--tune-subset {split} is the split the study is evaluated on (--gen-subset); "
-                "tune on training or validation data"
-            )
+            raise SettingsError(f"the tune subset {split} is the split the study is evaluated on (the gen subset); "
+                                "tune on training or validation data", setting=("tune_subset", "gen_subset"))
 
 
 @dataclass
@@ -75,9 +76,7 @@ class SearchSettings:
     target_length: Optional[int] = None
     beam: Optional[int] = None  # set from fairseq's --beam by the search
     fisher_file: Optional[str] = None  # importance.json estimated with the fisher method; default: estimate
-    importance: ImportanceSettings = field(
-        default_factory=lambda: ImportanceSettings(method="fisher", option_prefix="--importance-")
-    )
+    importance: ImportanceSettings = field(default_factory=lambda: ImportanceSettings(method="fisher"))
     rearrange: bool = True
     tuning: Optional[TuningSettings] = None
     family: str = TRANSLATION_FAMILY
@@ -93,34 +92,41 @@ class SearchSettings:
     tie_decoder_heads: bool = False
 
     def __post_init__(self):
-        check_one_of(self.latency_engine, LATENCY_ENGINES, "--latency-engine")
+        check_one_of(self.latency_engine, LATENCY_ENGINES, "latency_engine")
         if self.cost != "latency" and (self.latency_engine != FAIRSEQ_ENGINE or self.latency_precision is not None):
-            raise SettingsError("--latency-engine and --latency-precision go with --cost latency")
-        check_one_of(self.cost, COST_KINDS, "--cost")
-        check_one_of(self.structure, PRUNED_STRUCTURES, "--structure")
+            raise SettingsError("the latency engine and the latency precision go with the cost latency",
+                                setting=("latency_engine", "latency_precision", "cost"))
+        check_one_of(self.cost, COST_KINDS, "cost")
+        check_one_of(self.structure, PRUNED_STRUCTURES, "structure")
         if self.structure != "heads":
             if self.cost == "heads":
-                raise SettingsError(f"--structure {self.structure} prunes FFN neurons: a budget of heads cannot "
-                                    "count them; use --cost flops or --cost latency")
+                raise SettingsError(f"the structure {self.structure} prunes FFN neurons: a budget of heads cannot "
+                                    "count them; use the cost flops or the cost latency", setting=("structure", "cost"))
             self.importance = replace(self.importance, neurons=True)  # an estimate scores the neurons too
         elif self.neuron_step is not None:
-            raise SettingsError("--neuron-step is for --structure ffn or joint")
-        refuse(self.tie_decoder_heads and not self.uniform, "--tie-decoder-heads goes with --uniform")
+            raise SettingsError("the neuron step is for the structure ffn or joint",
+                                setting=("neuron_step", "structure"))
+        refuse(self.tie_decoder_heads and not self.uniform, "the tie decoder heads goes with the uniform",
+               ("tie_decoder_heads", "uniform"))
         if self.uniform and self.structure == "ffn":
-            raise SettingsError("--uniform evens the heads kept per attention type: --structure heads or joint")
-        check_positive(self.neuron_step, "--neuron-step")
+            raise SettingsError("the uniform evens the heads kept per attention type: the structure heads or joint",
+                                setting=("uniform", "structure"))
+        check_positive(self.neuron_step, "neuron_step")
         if (self.cost == "latency") != (self.latency_table is not None):
-            raise SettingsError("--cost latency needs --latency-table FILE (from the latency command), "
-                                "and --latency-table goes with --cost latency")
-        check_positive(self.sequence_length, "--sequence-length")
-        check_positive(self.source_length, "--source-length")
-        check_positive(self.target_length, "--target-length")
+            raise SettingsError("the cost latency needs the latency table FILE (from the latency command), "
+                                "and the latency table goes with the cost latency", setting=("cost", "latency_table"))
+        check_positive(self.sequence_length, "sequence_length")
+        check_positive(self.source_length, "source_length")
+        check_positive(self.target_length, "target_length")
         if self.cost != "decoding-flops" and (self.source_length is not None or self.target_length is not None):
-            raise SettingsError("--source-length and --target-length shape the sentence --cost decoding-flops prices")
+            raise SettingsError("the source length and the target length shape the sentence the cost decoding-flops "
+                                "prices", setting=("source_length", "target_length", "cost"))
         if self.cost == "decoding-flops" and self.family != TRANSLATION_FAMILY:
-            raise SettingsError("--cost decoding-flops prices a translation model's beam search; use --cost flops")
+            raise SettingsError("the cost decoding-flops prices a translation model's beam search; use the cost flops",
+                                setting="cost")
         if self.importance.method != "fisher":
-            raise SettingsError("the search ranks by Fisher scores: estimate them with the fisher method")
+            raise SettingsError("the search ranks by Fisher scores: estimate them with the importance method fisher",
+                                setting="importance_method")
 
 
 @dataclass
@@ -147,14 +153,16 @@ class LatencySettings:
     target_length: Optional[int] = None
 
     def __post_init__(self):
-        for value, option in ((self.batch_size, "--batch-size"), (self.sequence_length, "--sequence-length"),
-                              (self.repeats, "--repeats"), (self.neuron_step, "--neuron-step"), (self.beam, "--beam"),
-                              (self.target_length, "--target-length")):
-            check_positive(value, option)
+        for value, setting in ((self.batch_size, "batch_size"), (self.sequence_length, "sequence_length"),
+                               (self.repeats, "repeats"), (self.neuron_step, "neuron_step"), (self.beam, "beam"),
+                               (self.target_length, "target_length")):
+            check_positive(value, setting)
         if self.engine == FAIRSEQ_ENGINE and self.target_length is not None:
-            raise SettingsError("--target-length shapes CTranslate2's decoding: add --engine ctranslate2 "
-                                "(fairseq's table times each layer alone, on full sequences)")
-        check_one_of(self.engine, LATENCY_ENGINES, "--engine")
-        check_one_of(self.quantization, QUANTIZATIONS, "--quantization")
+            raise SettingsError("the target length shapes CTranslate2's decoding: add the engine ctranslate2 "
+                                "(fairseq's table times each layer alone, on full sequences)",
+                                setting=("target_length", "engine"))
+        check_one_of(self.engine, LATENCY_ENGINES, "engine")
+        check_one_of(self.quantization, QUANTIZATIONS, "quantization")
         if self.engine == FAIRSEQ_ENGINE and self.quantization != "float32":
-            raise SettingsError("--quantization times a CTranslate2 model: add --engine ctranslate2")
+            raise SettingsError("the quantization times a CTranslate2 model: add the engine ctranslate2",
+                                setting=("quantization", "engine"))

@@ -243,19 +243,20 @@ def write_tuning(tuning: MaskTuning, path: str) -> None:
 def read_tuning(path: str, layout: HeadLayout, ffn_layout: Optional[FfnLayout] = None) -> MaskTuning:
     """A tuning file of ``search --tune-masks``, checked against the model's layouts (heads, FFN neurons)."""
     description = "a mask-tuning file of search --tune-masks"
-    payload = read_json_of_format(path, TUNING_FORMAT, "--tuning", description)
+    payload = read_json_of_format(path, TUNING_FORMAT, "tuning", description)
     try:
         head_mask = parse_head_mask(payload["spec"], layout)
         ffn_mask = None
         if payload.get("ffn_spec") is not None:
             if ffn_layout is None:
-                raise ResultFileError(f"--tuning {path} tunes FFN neurons, which this command cannot apply")
+                raise ResultFileError(f"the tuning file {path} tunes FFN neurons, which this command cannot apply",
+                                      setting="tuning")
             ffn_mask = parse_ffn_mask(payload["ffn_spec"], ffn_layout)
         layers = {}
         for name, values in payload["layers"].items():
             layers[parse_layer_name(name)] = LayerTuning(**values)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
-        raise ResultFileError(f"--tuning {path} is not {description} ({error})") from error
+        raise ResultFileError(f"the tuning file {path} is not {description} ({error})", setting="tuning") from error
     masks = dict(head_mask, **(ffn_mask or {}))
     shapes = dict(layout, **(ffn_layout or {}))
     for (t, layer), values in layers.items():

@@ -58,7 +58,8 @@ class Metric:
     def for_test(self, test: str) -> "Metric":
         """The metric whose statistics ``test`` resamples (compare-mt's test uses its own BLEU)."""
         if test not in self.tests:
-            raise SettingsError(f"--test {test} does not apply to {self.name}; choose from {', '.join(self.tests)}")
+            raise SettingsError(f"the test {test} does not apply to {self.name}; choose from {', '.join(self.tests)}",
+                                setting="test")
         return COMPARE_MT_BLEU if test == "compare-mt" else self
 
 

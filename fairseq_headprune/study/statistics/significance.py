@@ -63,15 +63,19 @@ class SignificanceSettings:
 
     def __post_init__(self):
         if self.test not in SIGNIFICANCE_TESTS:
-            raise SettingsError(f"--test: unknown test {self.test!r}; choose from {', '.join(SIGNIFICANCE_TESTS)}")
+            raise SettingsError(f"the test: unknown test {self.test!r}; choose from {', '.join(SIGNIFICANCE_TESTS)}",
+                                setting="test")
         if self.samples <= 0:
-            raise SettingsError(f"--samples: the number of resamples must be positive, got {self.samples}")
+            raise SettingsError(f"the samples: the number of resamples must be positive, got {self.samples}",
+                                setting="samples")
         if not 0.0 < self.alpha < 1.0:
-            raise SettingsError(f"--alpha: the significance level must be in (0, 1), got {self.alpha}")
+            raise SettingsError(f"the alpha: the significance level must be in (0, 1), got {self.alpha}",
+                                setting="alpha")
         if self.sample_ratio is None:
             self.sample_ratio = 0.5 if self.test == "compare-mt" else 1.0
         if not 0.0 < self.sample_ratio <= 1.0:
-            raise SettingsError(f"--sample-ratio: the sample ratio must be in (0, 1], got {self.sample_ratio}")
+            raise SettingsError(f"the sample ratio must be in (0, 1], got {self.sample_ratio}",
+                                setting="sample_ratio")
 
     @property
     def resamples(self) -> Optional[int]:
