@@ -233,6 +233,10 @@ def test_fine_tuning_holds_the_pruned_heads(tiny_model, finetuned):
     # towards the unpruned model's word distributions (the criterion's own test checks its loss)
     assert finetune["word_distillation"] == {"teacher": str(tiny_model["checkpoint"]), "weight": 0.4}
     assert finetune["targets"] == "references" and report["distill"] is None
+    # where and in what it trained, stated (this machine's CPU; a GPU trains in the checkpoint's own precision)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    assert (finetune["device"], finetune["precision"]) == (device, "float32")
+    assert f"s on the {device.upper()} in float32, learning rate 0.001" in (out / "report.md").read_text()
     assert report["search"]["tuning"] is None and report["shrink"]["spec"] == report["search"]["spec"]
     # the fine-tuned checkpoint records its mask; the masked heads' weights are the original ones, the others trained
     spec = report["search"]["spec"]
@@ -408,11 +412,14 @@ def test_bad_inputs_are_one_line_and_write_nothing(tiny_model, classifier, compr
         (data, checkpoint, ["--target", "heads=120%", "--out-dir", fresh],
          "--target heads=120% keeps as much as the unpruned model has or more"),
         (data, checkpoint, ["--target", "params=50%", "--out-dir", fresh], "unknown target kind 'params'"),
+        *([(data, checkpoint, ["--target", "heads=50%", "--deploy-device", "cuda", "--out-dir", fresh],
+            "--deploy-device cuda: torch or the installed CTranslate2 sees no CUDA device here")]
+          if not torch.cuda.is_available() else []),
         (data, checkpoint, ["--target", "flops=half", "--out-dir", fresh], "the share kept is a percentage"),
         (data, checkpoint, ["--target", "flops=60%", "--latency-table", taken / "keep.txt", "--out-dir", fresh],
          "--latency-table goes with a latency target"),
         (data, checkpoint, ["--target", "latency=60%", "--export", "ctranslate2", "--no-uniform", "--out-dir", fresh],
-         "--no-uniform: a latency target for --export ctranslate2 is priced by a table of whole stacks"),
+         "--uniform off: a latency target for --export ctranslate2 is priced by a table of whole stacks"),
         (tmp_path / "no-data", checkpoint, ["--target", "heads=50%", "--out-dir", fresh], "data directory not found"),
         (data, checkpoint, ["--target", "heads=50%", "--out-dir", taken],
          f"--out-dir {taken} exists, is not empty and holds no compress run; nothing was written"),

@@ -19,6 +19,7 @@ from fairseq_headprune.study.compression.deployment_settings import (
     DEFAULT_SPEED_BATCH_SIZES,
     DEFAULT_SPEED_REPEATS,
     DEFAULT_SPEED_SENTENCES,
+    DEPLOY_DEVICES,
     DeploymentSettings,
 )
 from fairseq_headprune.study.compression.precision import (
@@ -81,7 +82,7 @@ def compress_settings(args: argparse.Namespace) -> CompressSettings:
         decision_subset=args.decision_subset,
         deployment=DeploymentSettings(list(args.speed_batch_sizes), args.speed_sentences or None, args.repeats,
                                       args.threads, precision=generation_precision(args.fairseq_args),
-                                      beams=list(args.speed_beams)),
+                                      beams=list(args.speed_beams), device=args.deploy_device),
     )
 
 
@@ -378,6 +379,10 @@ def add_parser(commands) -> None:
                        help="translation: also evaluate and time both models at these beam sizes (e.g. 1 2), the "
                        "compressed one against the unpruned one at the same beam (like for like) and at --beam: "
                        "after distillation a smaller beam may keep the BLEU (Kim & Rush 2016) (default: none)")
+    speed.add_argument("--deploy-device", choices=DEPLOY_DEVICES, default="cpu",
+                       help="where the models are timed and the export's weight type is checked: where the "
+                       "compressed model will run (default: cpu, even on a machine whose GPU fine-tunes and "
+                       "evaluates; cuda: the GPU both torch and CTranslate2 see)")
     speed.add_argument("--threads", type=int, metavar="N",
                        help="CPU threads of both engines while timing (default: torch's current setting)")
     add_importance_arguments(compress.add_argument_group("Fisher information"), method=False)
@@ -386,4 +391,9 @@ def add_parser(commands) -> None:
                          switch="--no-tune")
     add_test_arguments(compress)
     add_device_arguments(compress)
-    compress.set_defaults(handler=command_compress, accepts_fairseq_args=True)
+    # the search's budget is the target's share, the layers to drop its --drop-encoder-layers and
+    # --drop-decoder-layers; the settings compress fills in itself (the head and FFN masks, the search's structure and
+    # cost) have no flag, not even fairseq's --head-mask passed on: their errors keep their plain words
+    compress.set_defaults(handler=command_compress, accepts_fairseq_args=True,
+                          setting_flags={"budget": "--target", "drop_layers": "--drop-*-layers", "head_mask": None,
+                                         "ffn_mask": None})

@@ -60,6 +60,8 @@ from fairseq_headprune.modules.model_config import FFN_MASK_KEY, HEAD_MASK_KEY, 
 from fairseq_headprune.registry import register_components
 from fairseq_headprune.study.compression.settings import DEFAULT_DISTILL_WEIGHT, WORD_DISTILLATION
 from fairseq_headprune.study.finetuning import FinetuneSettings, FinetuneStop, patience_state, stop_reason
+from fairseq_headprune.study.masks.ffn_mask import NEURONS, FfnMask
+from fairseq_headprune.study.masks.head_mask import HEADS, HeadMask, check_mask_layout, head_mask_to_spec
 from fairseq_headprune.study.output.files import atomic_path, write_json
 from fairseq_headprune.study.search.tuning import read_tuning
 
@@ -87,21 +89,36 @@ class FinetuneOutcome:
     curve: List[Dict[str, float]] = field(default_factory=list)
     stopped: Optional[str] = None
     kept_updates: Optional[int] = None
+    device: str = "cpu"  # where it trained
+    precision: str = "float32"  # what it trained in: the checkpoint's own --fp16/--bf16 on a GPU, float32 on a CPU
 
 
-def write_masked_start(checkpoint: str, out: str, head_spec: Optional[str], ffn_spec: Optional[str],
+def training_precision(cfg) -> str:
+    """The precision fairseq-train computes in under ``cfg`` (its common --fp16, --bf16 and their memory-efficient
+    forms; float32 otherwise)."""
+    common = cfg.common
+    if common.bf16 or common.memory_efficient_bf16:
+        return "bfloat16"
+    return "float16" if common.fp16 or common.memory_efficient_fp16 else "float32"
+
+
+def write_masked_start(checkpoint: str, out: str, head_mask: Optional[HeadMask], ffn_mask: Optional[FfnMask],
                        tuning_file: Optional[str] = None) -> None:
-    """``checkpoint`` with the tuning's scales and corrections folded in and the pruned units masked and recorded."""
+    """``checkpoint`` with the tuning's scales and corrections folded in and the pruned units masked: ``head_mask``
+    and ``ffn_mask`` (None: not recorded) recorded in its model config as their specs."""
     state = load_checkpoint_state(checkpoint)
     config = model_config_object(state)
     if config is None:
         raise CheckpointError(f"{checkpoint} has no model config (neither cfg nor args)")
+    for mask, layout, kind in ((head_mask, state_head_layout, HEADS), (ffn_mask, state_ffn_layout, NEURONS)):
+        if mask is not None:
+            check_mask_layout(mask, layout(state), kind)
     if tuning_file is not None:
         tuning = read_tuning(tuning_file, state_head_layout(state), state_ffn_layout(state))
         fold_tuning_into_state(state["model"], tuning)
-    for key, spec in ((HEAD_MASK_KEY, head_spec), (FFN_MASK_KEY, ffn_spec)):
-        if spec is not None:
-            record_config_value(config, key, spec)
+    for key, mask, kind in ((HEAD_MASK_KEY, head_mask, HEADS), (FFN_MASK_KEY, ffn_mask, NEURONS)):
+        if mask is not None:
+            record_config_value(config, key, head_mask_to_spec(mask, kind))
     state["last_optimizer_state"] = None  # fine-tuning resets the optimizer
     with atomic_path(out) as temporary:
         torch.save(state, temporary)
@@ -333,7 +350,8 @@ def finetune_held(start: str, data: str, save_dir: str, family: str, settings: F
     if not os.path.isfile(trained):
         raise StudyError(f"--finetune-updates: fairseq-train wrote no checkpoint in {save_dir}")
     updates = _updates_of(trained)
-    outcome = FinetuneOutcome(trained, updates, seconds, lr, warmup, str(cfg.dataset.train_subset))
+    outcome = FinetuneOutcome(trained, updates, seconds, lr, warmup, str(cfg.dataset.train_subset),
+                              device="cpu" if cfg.common.cpu else "cuda", precision=training_precision(cfg))
     if until is not None and curve:  # the best checkpoint on validation is the fine-tune's result
         scores = [point["bleu"] for point in curve]
         outcome.curve, outcome.stopped = list(curve), stop_reason(curve, until, updates, settings.updates)

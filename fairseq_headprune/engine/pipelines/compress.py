@@ -10,12 +10,15 @@ interrupted run resumes where it stopped:
   (``engine.compression.layer_choice``);
 - ``fisher/``: the masks' Fisher information on the validation split (``importance --importance-method fisher``);
 - ``search/``: the mask within the target, rearranged and tuned (``search --tune-masks``);
-- ``distill/``: optionally, the unpruned model's translations of the training sources (``methods.distillation``);
-- ``finetune/``: optionally, N updates of fairseq-train with the pruned units held (``methods.finetune``);
+- ``distill/``: optionally, the unpruned model's translations of the training sources
+  (``engine.compression.distillation``);
+- ``finetune/``: optionally, N updates of fairseq-train with the pruned units held (``engine.finetuning``; with
+  ``--target speedup``, until it is enough on the decision split);
 - ``shrink/``: the pruned units removed for real, the tuning folded in (``shrink``): the compressed checkpoint;
 - ``export/``: optionally, CTranslate2 models of the compressed and of the unpruned model (``export``);
-- ``evaluate/``: both models on the evaluation split, tested against each other (the studies' sweeps);
-- ``speed/``: decoding speed of both, in fairseq and CTranslate2 (``methods.deployment``).
+- ``evaluate/``: both models on the evaluation split, tested against each other (the studies' sweeps;
+  ``compress_measures``);
+- ``speed/``: decoding speed of both, in fairseq and CTranslate2 (``engine.compression.deployment``).
 
 ``OUT/compress.json`` records the run's settings: once a stage has
 finished, a rerun with other settings is refused. ``OUT/report.json`` and ``OUT/report.md`` are written
@@ -33,6 +36,7 @@ from typing import Dict, List, Optional
 import torch
 
 from fairseq_headprune.constants import CTRANSLATE2_ENGINE, FAIRSEQ_ENGINE
+from fairseq_headprune.engine.checkpoints.info import checkpoint_masks
 from fairseq_headprune.engine.checkpoints.shrink import checkpoint_parameters, shrink_checkpoint
 from fairseq_headprune.engine.compression.deployment import time_compute_types
 from fairseq_headprune.engine.export.ctranslate2_spec import import_ctranslate2
@@ -40,7 +44,7 @@ from fairseq_headprune.engine.families import family_named
 from fairseq_headprune.engine.finetuning import finetune_held, resume_point, with_resume_points, write_masked_start
 from fairseq_headprune.engine.pipelines.compress_measures import evaluate_stage, speed_stage
 from fairseq_headprune.engine.pipelines.compress_stages import StageCallback, Stages, open_out_dir
-from fairseq_headprune.engine.pipelines.export import check_quantization, ctranslate2_device, run_export
+from fairseq_headprune.engine.pipelines.export import check_quantization, deploy_device, run_export
 from fairseq_headprune.engine.pipelines.importance import importance_prefix, run_importance
 from fairseq_headprune.engine.pipelines.search import TUNING_FILE, run_latency, run_search
 from fairseq_headprune.engine.pipelines.shallow import (
@@ -103,8 +107,9 @@ def run_compress(settings: CompressSettings, on_stage: Optional[StageCallback] =
         raise StudyError(f"data directory not found: {settings.data}")
     if settings.latency_table is not None and not os.path.isfile(settings.latency_table):
         raise StudyError(f"--latency-table file not found: {settings.latency_table}")
+    device = deploy_device(settings.deployment.device)
     if settings.export_format is not None and settings.quantization != AUTO_QUANTIZATION:
-        check_quantization(settings.quantization, settings.evaluation.cpu)
+        check_quantization(settings.quantization, settings.evaluation.cpu, device)
     if settings.drop_layers:
         check_layer_counts(settings)
     open_out_dir(settings.out_dir, run_identity(settings))
@@ -239,15 +244,16 @@ def _finetune(settings: CompressSettings, stages: Stages, work: str) -> Finetune
     # a continued fine-tuning starts from the earlier attempt's weights, the tuning already in them
     tuning_file = None if settings.finetune_from else _tuning_file(stages)
     start, train_dir = os.path.join(work, "start.pt"), os.path.join(work, "train")
+    base = settings.finetune_from or _base_checkpoint(settings, stages)
+    head_mask, ffn_mask = checkpoint_masks(base, search.spec, search.ffn_spec)  # the record's masks, parsed once
     if not os.path.isfile(start):
-        write_masked_start(settings.finetune_from or _base_checkpoint(settings, stages), start, search.spec,
-                           search.ffn_spec, tuning_file)
+        write_masked_start(base, start, head_mask, ffn_mask, tuning_file)
     evaluation = settings.evaluation
     data = stages.path("distill", DISTILLED_DATA) if "distill" in settings.stages else settings.data
     before = os.path.join(work, BEFORE_FINETUNE)
     if not os.path.isfile(before):  # the model as it was before fine-tuning, removed for real: evaluated too
         if prunes_units(search):
-            shrink_checkpoint(start, before, search.spec, None, search.ffn_spec)
+            shrink_checkpoint(start, before, head_mask, None, ffn_mask)
         else:  # whole layers removed only: nothing more to remove
             shutil.copyfile(start, before)
     teacher = settings.checkpoint if settings.distill == "word" else None
@@ -264,7 +270,8 @@ def _finetune(settings: CompressSettings, stages: Stages, work: str) -> Finetune
         until=None if until is None else {**until.to_dict(), "ceiling": settings.finetune.updates,
                                           "interval": until.validation_interval(settings.finetune.updates)},
         curve=outcome.curve, stopped=outcome.stopped, kept_updates=outcome.kept_updates,
-        lr=outcome.lr, warmup_updates=outcome.warmup, lr_schedule="fixed after a linear warm-up",
+        device=outcome.device, precision=outcome.precision, lr=outcome.lr, warmup_updates=outcome.warmup,
+        lr_schedule="fixed after a linear warm-up",
         train_subset=outcome.train_subset, targets="distilled" if data != settings.data else "references",
         word_distillation=None if teacher is None else {"teacher": os.path.abspath(teacher),
                                                         "weight": settings.distill_weight},
@@ -281,13 +288,15 @@ def _shrink(settings: CompressSettings, stages: Stages, work: str) -> ShrinkReco
         return layers_only_shrink(settings, source, out, search)
     if "finetune" in settings.stages:  # the tuning is in its weights, the masks are recorded
         source = stages.path("finetune", CHECKPOINT)
-        outcome = shrink_checkpoint(source, out, search.spec, None, search.ffn_spec)
+        head_mask, ffn_mask = checkpoint_masks(source, search.spec, search.ffn_spec)  # the record's, parsed once
+        outcome = shrink_checkpoint(source, out, head_mask, None, ffn_mask)
     else:  # the search's model, its tuning folded in or its mask removed
         source = _base_checkpoint(settings, stages)
         if tuning_file is not None:
             outcome = shrink_checkpoint(source, out, None, tuning_file, None)
         else:
-            outcome = shrink_checkpoint(source, out, search.spec, None, search.ffn_spec)
+            head_mask, ffn_mask = checkpoint_masks(source, search.spec, search.ffn_spec)
+            outcome = shrink_checkpoint(source, out, head_mask, None, ffn_mask)
     write_text("\n".join(outcome.report) + "\n", os.path.join(work, "parameters.tsv"))
     return ShrinkRecord(
         checkpoint=CHECKPOINT, shrunk_from=os.path.abspath(source), tuning_folded=tuning_file is not None,
@@ -310,7 +319,8 @@ def _export(settings: CompressSettings, stages: Stages, work: str) -> ExportReco
     for name, checkpoint in models.items():
         outcome = run_export(ExportSettings(
             data=settings.data, checkpoint=checkpoint, out_dir=os.path.join(work, name), format=settings.export_format,
-            quantization=quantization, cpu=evaluation.cpu, fairseq_args=list(evaluation.generation_args),
+            quantization=quantization, cpu=evaluation.cpu or settings.deployment.device == "cpu",
+            fairseq_args=list(evaluation.generation_args),
             vocabulary_map=bool(settings.vocabulary_map),
         ))
         record.quantization = outcome.quantization
@@ -324,14 +334,15 @@ def _choose_quantization(settings: CompressSettings, checkpoint: str, work: str)
     this device computes, each in its own process, at the speed stage's batch sizes; the fastest within the BLEU
     tolerance of float32 (``precision_choice``). Returns the type and the record of the choice."""
     evaluation = settings.evaluation
-    device = ctranslate2_device(evaluation.cpu)
+    device = deploy_device(settings.deployment.device)
     supported = import_ctranslate2().get_supported_compute_types(device)
     candidates = auto_candidates(supported, device)
     if len(candidates) < 2:
         return "float32", only_float32_choice(supported, device)
     timed_dir = os.path.join(work, "float32-timed")
     run_export(ExportSettings(data=settings.data, checkpoint=checkpoint, out_dir=timed_dir,
-                              format=settings.export_format, quantization="float32", cpu=evaluation.cpu,
+                              format=settings.export_format, quantization="float32",
+                              cpu=evaluation.cpu or settings.deployment.device == "cpu",
                               fairseq_args=list(evaluation.generation_args)))
     timings = time_compute_types(timed_dir, candidates, settings.data, checkpoint, evaluation.gen_subset,
                                  evaluation.generation_args, settings.deployment, torch.device(device))

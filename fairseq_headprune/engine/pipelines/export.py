@@ -1,8 +1,8 @@
 """The ``export`` command's work: a checkpoint, with its masks, tuning and removals, as a CTranslate2 model.
 
-The model is loaded as the studies load it (``--head-mask``/``--ffn-mask``
-through the plugin's task, a shrunk checkpoint rebuilt to its shapes), a
-tuning's scales folded in, and written through CTranslate2's own spec objects
+The model is loaded as the studies load it (the plugin's task, its recorded
+masks applied, a shrunk checkpoint rebuilt to its shapes), the settings'
+head and FFN masks added to its own, a tuning's scales folded in, and written through CTranslate2's own spec objects
 (``export/ctranslate2_spec.py``): heads padded per stack, masked neurons left
 out. The directory is written whole or not at all.
 """
@@ -25,7 +25,8 @@ from fairseq_headprune.errors import SettingsError
 from fairseq_headprune.modules.masked_ffn import current_ffn_mask, ffn_layout, set_ffn_mask
 from fairseq_headprune.modules.masked_multihead_attention import current_head_mask, head_layout, set_head_mask
 from fairseq_headprune.study.compression.deployment_settings import ExportSettings
-from fairseq_headprune.study.masks.head_mask import combine_masks
+from fairseq_headprune.study.masks.ffn_mask import NEURONS
+from fairseq_headprune.study.masks.head_mask import HEADS, check_mask_layout, combine_masks, count_masked
 from fairseq_headprune.study.search.tuning import read_tuning
 
 
@@ -45,7 +46,8 @@ class ExportOutcome:
 def check_out_dir(out_dir: str) -> None:
     """An existing non-empty directory (or a file) is never written into."""
     if os.path.isfile(out_dir) or (os.path.isdir(out_dir) and os.listdir(out_dir)):
-        raise SettingsError(f"--out-dir {out_dir} exists and is not empty; nothing was written")
+        raise SettingsError(f"the output directory {out_dir} exists and is not empty; nothing was written",
+                            setting="out_dir")
 
 
 def ctranslate2_device(cpu: bool) -> str:
@@ -54,27 +56,46 @@ def ctranslate2_device(cpu: bool) -> str:
     return "cuda" if torch.cuda.is_available() and not cpu and ctranslate2.get_cuda_device_count() > 0 else "cpu"
 
 
-def check_quantization(quantization: Optional[str], cpu: bool) -> str:
-    """The weight type, checked against what the installed CTranslate2 computes on this device."""
+def deploy_device(device: str) -> str:
+    """The device a deployment is timed on (``DeploymentSettings.device``), checked: cuda needs a GPU that both
+    torch and the installed CTranslate2 see."""
+    if device == "cuda" and not (torch.cuda.is_available() and import_ctranslate2().get_cuda_device_count() > 0):
+        raise SettingsError("the deploy device cuda: torch or the installed CTranslate2 sees no CUDA device here",
+                            setting="deploy_device")
+    return device
+
+
+def check_quantization(quantization: Optional[str], cpu: bool, device: Optional[str] = None) -> str:
+    """The weight type, checked against what the installed CTranslate2 computes on ``device`` (default: where it
+    runs the exported model, ``ctranslate2_device``)."""
     ctranslate2 = import_ctranslate2()
-    device = ctranslate2_device(cpu)
+    device = device or ctranslate2_device(cpu)
     supported = sorted(ctranslate2.get_supported_compute_types(device))
     quantization = quantization or "float32"
     if quantization not in supported:
-        raise SettingsError(f"--quantization {quantization}: CTranslate2 {ctranslate2.__version__} computes "
-                            f"{', '.join(supported)} on {device}")
+        raise SettingsError(f"the quantization {quantization}: CTranslate2 {ctranslate2.__version__} computes "
+                            f"{', '.join(supported)} on {device}", setting="quantization")
     return quantization
+
+
+def _add_masks(model, settings: ExportSettings) -> None:
+    """The settings' head and FFN masks, on top of the masks the model loaded with (its checkpoint's records)."""
+    for mask, layout_of, current, set_mask, kind in (
+            (settings.head_mask, head_layout, current_head_mask, set_head_mask, HEADS),
+            (settings.ffn_mask, ffn_layout, current_ffn_mask, set_ffn_mask, NEURONS)):
+        if mask is not None:
+            check_mask_layout(mask, layout_of(model), kind)
+            combined = combine_masks(current(model), mask)
+            if count_masked(combined):
+                set_mask(model, combined)
 
 
 def run_export(settings: ExportSettings) -> ExportOutcome:
     check_out_dir(settings.out_dir)
     quantization = check_quantization(settings.quantization, settings.cpu)
     family = family_of_checkpoint(settings.checkpoint)
-    options = list(settings.fairseq_args)
-    for option, spec in (("--head-mask", settings.head_mask), ("--ffn-mask", settings.ffn_mask)):
-        if spec is not None:
-            options += [option, spec]
-    cfg, task, model = family.load(settings.data, settings.checkpoint, options, cpu=True)
+    cfg, task, model = family.load(settings.data, settings.checkpoint, list(settings.fairseq_args), cpu=True)
+    _add_masks(model, settings)
     folded = contextlib.nullcontext()
     if settings.tuning_file is not None:
         tuning = read_tuning(settings.tuning_file, head_layout(model), ffn_layout(model))
@@ -91,8 +112,9 @@ def run_export(settings: ExportSettings) -> ExportOutcome:
     try:
         if settings.vocabulary_map:
             if family.name != TRANSLATION_FAMILY:
-                raise SettingsError("--vocabulary-map restricts a translation model's output to its source's "
-                                    f"candidates; {settings.checkpoint} is a {family.name.replace('_', ' ')}")
+                raise SettingsError("the vocabulary map restricts a translation model's output to its source's "
+                                    f"candidates; {settings.checkpoint} is a {family.name.replace('_', ' ')}",
+                                    setting="vocabulary_map")
             vmap_path = os.path.join(parent, f".vmap-{os.path.basename(temporary)}.txt")
             try:
                 vocabulary_map = vocabulary_map_for(task, settings.vocabulary_map_candidates,

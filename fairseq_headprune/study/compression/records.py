@@ -248,6 +248,8 @@ class FinetuneStageRecord(StageRecord):
     curve: List[Dict[str, Any]] = field(default_factory=list)
     stopped: Optional[str] = None
     kept_updates: Optional[int] = None
+    device: str = ""  # where it trained (cpu, cuda; empty in records written before it was recorded)
+    precision: str = ""  # what it trained in (float32, or the checkpoint's own float16/bfloat16 on a GPU)
 
 
 @dataclass

@@ -63,7 +63,9 @@ def _pruned_lines(report: CompressReport) -> List[str]:
         start = ("the tuned weights (the tuning folded in, the pruned units masked)" if finetune.start == "tuned"
                  else "the original weights with the pruned units masked (no tuning)")
         lines.append(f"- **Fine-tuning** with the pruned units held at zero: {finetune.updates} updates on "
-                     f"{finetune.train_subset} in {finetune.seconds_training:.1f} s, learning rate "
+                     f"{finetune.train_subset} in {finetune.seconds_training:.1f} s"
+                     + (f" on the {finetune.device.upper()} in {finetune.precision}" if finetune.device else "")
+                     + ", learning rate "
                      f"{finetune.lr:g} ({finetune.lr_schedule}, {finetune.warmup_updates} warm-up "
                      f"updates), from {start}"
                      + ("; the targets: the unpruned model's translations of the training sources (sequence-level "
