@@ -145,10 +145,6 @@ def test_every_figure_in_the_readmes_prose_is_in_the_docs_page_it_links():
 
 # ----------------------------------------------------------------------------- a README a newcomer reads
 
-# Temporary: rewritten with issue 61's results. The README's compress and `--target speedup` paragraphs and their
-# consoles (from "A smaller, faster model, one command" up to "Which heads matter") are being rewritten with new
-# results; the README checks below skip them until then. Whoever rewrites them removes this allow-list.
-README_REWRITTEN_WITH_ISSUE_61 = ("**A smaller, faster model, one command.**", "**Which heads matter")
 SENTENCE_WORDS = 40  # the longest prose sentence the README may hold
 ABBREVIATIONS = ("e.g.", "i.e.", "et al.", "vs.", "cf.")
 # terms a newcomer meets that need a definition: (what a use looks like, what the defining sentence looks like);
@@ -170,12 +166,8 @@ GLOSSARY = {
 
 
 def _readme_text(path: Path = REPO / "README.md") -> str:
-    """The README without the paragraphs of the temporary allow-list above."""
-    text = path.read_text(encoding="utf-8")
-    start, end = README_REWRITTEN_WITH_ISSUE_61
-    if start in text and end in text:
-        text = text[:text.index(start)] + text[text.index(end):]
-    return text
+    """The README's text."""
+    return path.read_text(encoding="utf-8")
 
 
 def _prose_pieces(text: str):
@@ -229,7 +221,6 @@ VERSION = re.compile(r"fairseq-headprune \d+\.\d+\.\d+")
 # rerun; each rerun console is pasted with its version line, and whoever pastes it removes its entry here.
 CONSOLES_REWRITTEN_WITH_ISSUE_61 = {
     ("benchmarks.md", "predicted 1.30x, measured 1.65x (-21%), median over 40 rounds"),
-    ("benchmarks.md", "attempt 1: 1 encoder layer removed, 75% width, beam 1; 150 sentences of test, 10 rounds, 2"),
     ("benchmarks.md", "in one process: device cuda:0 (NVIDIA H100 80GB HBM3), fp16, threads 16, torch 2.11.0+cu13"),
     ("removal-and-export.md", "enc-ffn\tmean 0.0005451\tper layer 1: 0.000441, 2: 0.000575, 3: 0.00062\t0 of 768"),
     ("removal-and-export.md", "removed\t10 of 72 heads: E:1:1-4 A:3:keep=1-2"),
@@ -238,8 +229,6 @@ CONSOLES_REWRITTEN_WITH_ISSUE_61 = {
     ("removal-and-export.md", "pruned\t18 of 72 heads, 544 of 3072 FFN neurons; FLOPs kept 79.0%"),
     ("removal-and-export.md", "layers\tremoved decoder:2 (validation loss 2.065 -> 2.762); decoding-flops cost kept 7"),
     ("removal-and-export.md", "layers\tremoved decoder:2-3 (validation loss 2.065 -> 6.789); decoding-flops cost kep"),
-    ("removal-and-export.md", "attempt 1\t1 encoder layer removed, 75% width, beam 1 (72.1% of the decoding FLOPs k"),
-    ("removal-and-export.md", "attempt 1\t2 decoder layers removed, 75% width (30.6% of the decoding FLOPs kept)"),
 }
 
 
