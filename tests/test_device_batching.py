@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from fairseq_headprune.cli import build_parser
+from fairseq_headprune.cli import build_parser, command_flags
 from fairseq_headprune.commands.common import importance_settings, sweep_settings
 from fairseq_headprune.errors import StudyError
 from fairseq_headprune.study.device_batching import (
@@ -306,7 +306,10 @@ def test_a_chosen_batch_that_runs_out_of_memory_is_split(tmp_path):
 def test_a_given_batch_that_runs_out_of_memory_is_a_one_line_error(tmp_path):
     from fairseq_headprune.engine.sweeps.resumable_sweep import run_sweep
 
-    with pytest.raises(StudyError, match=r"^out of GPU memory running 8 configuration\(s\) together: give a smaller "
-                                         r"--configs-per-batch, --batch-size or --max-tokens$"):
+    with pytest.raises(StudyError, match=r"^out of GPU memory running 8 configuration\(s\) together: make the "
+                                         r"configs per batch, the batch size or the max tokens smaller$") as error:
         run_sweep(RunnerShortOfMemory(fits=3), masked_configs(13), str(tmp_path), {"sweep": 1}, progress=False,
                   configs_per_batch=8)
+    assert error.value.worded(command_flags("ablate")) == (
+        "out of GPU memory running 8 configuration(s) together: make --configs-per-batch, --batch-size or "
+        "--max-tokens smaller")  # as the ablate command prints it

@@ -19,7 +19,7 @@ EXPORTS = {
     **{name: _ATTENTION for name in ("head_layout", "set_head_mask", "current_head_mask", "head_mask_applied")},
     **{name: _FFN for name in ("ffn_layout", "set_ffn_mask", "current_ffn_mask", "ffn_mask_applied")},
     # checkpoints
-    "shrink_checkpoint": "fairseq_headprune.engine.checkpoints.shrink",
+    **{name: "fairseq_headprune.engine.checkpoints.shrink" for name in ("shrink_checkpoint", "shrink_layouts")},
     "tune_mask": "fairseq_headprune.engine.search.mask_tuning",
     # each command's work
     "run_importance": _PIPELINES + "importance",

@@ -17,6 +17,7 @@ EXPORTS = {
                                  "combine_masks", "count_masked", "masked_heads", "read_mask_file",
                                  "write_mask_file")},
     **{name: _FFN for name in ("FfnMask", "parse_ffn_mask", "ffn_mask_to_spec")},
+    **{name: "fairseq_headprune.study.masks.layer_drop" for name in ("LayerDrop", "parse_layer_drop")},
     # paired significance tests on per-sentence statistics
     **{name: _SIGNIFICANCE for name in ("SignificanceSettings", "PairedResult", "paired_bootstrap",
                                         "sacrebleu_paired_tests", "paired_t_test", "mcnemar_exact")},
