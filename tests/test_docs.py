@@ -222,9 +222,6 @@ VERSION = re.compile(r"fairseq-headprune \d+\.\d+\.\d+")
 CONSOLES_REWRITTEN_WITH_ISSUE_61 = {
     ("benchmarks.md", "predicted 1.30x, measured 1.65x (-21%), median over 40 rounds"),
     ("benchmarks.md", "in one process: device cuda:0 (NVIDIA H100 80GB HBM3), fp16, threads 16, torch 2.11.0+cu13"),
-    ("removal-and-export.md", "enc-ffn\tmean 0.0005451\tper layer 1: 0.000441, 2: 0.000575, 3: 0.00062\t0 of 768"),
-    ("removal-and-export.md", "removed\t10 of 72 heads: E:1:1-4 A:3:keep=1-2"),
-    ("removal-and-export.md", "heads kept\tenc-enc\t3 8 8"),
     ("removal-and-export.md", "pruned\t33 of 72 heads, 0 of 1536 FFN neurons; FLOPs kept 71.2%"),
     ("removal-and-export.md", "pruned\t18 of 72 heads, 544 of 3072 FFN neurons; FLOPs kept 79.0%"),
     ("removal-and-export.md", "layers\tremoved decoder:2 (validation loss 2.065 -> 2.762); decoding-flops cost kept 7"),
