@@ -334,7 +334,7 @@ def _choose_quantization(settings: CompressSettings, checkpoint: str, work: str)
     this device computes, each in its own process, at the speed stage's batch sizes; the fastest within the BLEU
     tolerance of float32 (``precision_choice``). Returns the type and the record of the choice."""
     evaluation = settings.evaluation
-    device = deploy_device(settings.deployment.device)
+    device = settings.deployment.device  # checked where the run started
     supported = import_ctranslate2().get_supported_compute_types(device)
     candidates = auto_candidates(supported, device)
     if len(candidates) < 2:

@@ -10,7 +10,6 @@ import torch
 from fairseq_headprune.engine.compression.deployment import deployment_environment, measure_speed
 from fairseq_headprune.engine.families import family_named
 from fairseq_headprune.engine.pipelines.compress_stages import Stages
-from fairseq_headprune.engine.pipelines.export import deploy_device
 from fairseq_headprune.engine.pipelines.shallow import CHECKPOINT
 from fairseq_headprune.errors import StudyError
 from fairseq_headprune.study.compression.records import BeamResult, EvaluationRecord, SpeedRecord
@@ -84,7 +83,7 @@ def speed_stage(settings: CompressSettings, stages: Stages, work: str) -> SpeedR
     translates in (``DeploymentSettings.precision``)."""
     evaluation, deployment = settings.evaluation, settings.deployment
     family = family_named(settings.family)
-    device = torch.device(deploy_device(deployment.device))  # where it is deployed, not where it was trained
+    device = torch.device(deployment.device)  # where it is deployed (checked by run_compress), not where it trained
     arguments, precision = list(evaluation.generation_args), deployment.precision
     checkpoints = {"unpruned": settings.checkpoint, "compressed": stages.path("shrink", CHECKPOINT)}
     export = stages.record("export") if "export" in settings.stages else None

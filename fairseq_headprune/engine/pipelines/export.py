@@ -50,16 +50,20 @@ def check_out_dir(out_dir: str) -> None:
                             setting="out_dir")
 
 
+def _cuda_for_ctranslate2() -> bool:
+    """Whether both torch and the installed CTranslate2 see a CUDA device."""
+    return torch.cuda.is_available() and import_ctranslate2().get_cuda_device_count() > 0
+
+
 def ctranslate2_device(cpu: bool) -> str:
     """Where the installed CTranslate2 runs the exported model: cuda when a GPU is there and not ``cpu``."""
-    ctranslate2 = import_ctranslate2()
-    return "cuda" if torch.cuda.is_available() and not cpu and ctranslate2.get_cuda_device_count() > 0 else "cpu"
+    return "cuda" if not cpu and _cuda_for_ctranslate2() else "cpu"
 
 
 def deploy_device(device: str) -> str:
-    """The device a deployment is timed on (``DeploymentSettings.device``), checked: cuda needs a GPU that both
-    torch and the installed CTranslate2 see."""
-    if device == "cuda" and not (torch.cuda.is_available() and import_ctranslate2().get_cuda_device_count() > 0):
+    """The device a deployment is timed on (``DeploymentSettings.device``), checked where a run starts (compress,
+    the speed-up plan): cuda needs a GPU that both torch and the installed CTranslate2 see."""
+    if device == "cuda" and not _cuda_for_ctranslate2():
         raise SettingsError("the deploy device cuda: torch or the installed CTranslate2 sees no CUDA device here",
                             setting="deploy_device")
     return device
