@@ -252,6 +252,9 @@ def test_bad_speedup_inputs_are_one_line(tiny_model, tmp_path):
              (["--target", "flops=50%", "--decision-subset", "valid1"], "go with --target speedup"),
              (["--target", "flops=50%", "--finetune-patience", "3"], "goes with --target speedup"),
              (["--target", "speedup=2x", "--finetune-patience", "0"], "--finetune-patience must be at least 1")]
+    if not torch.cuda.is_available():  # refused before the plan measures or writes anything
+        cases.append((["--target", "speedup=2x", "--deploy-device", "cuda"],
+                      "--deploy-device cuda: torch or the installed CTranslate2 sees no CUDA device here"))
     for index, (options, message) in enumerate(cases):
         out = tmp_path / f"out{index}"
         result = run([*common, "--out-dir", out, *options], check=False)

@@ -61,8 +61,8 @@ def ctranslate2_device(cpu: bool) -> str:
 
 
 def deploy_device(device: str) -> str:
-    """The device a deployment is timed on (``DeploymentSettings.device``), checked where a run starts (compress,
-    the speed-up plan): cuda needs a GPU that both torch and the installed CTranslate2 see."""
+    """The device a deployment is timed on (``DeploymentSettings.device``), checked where a run starts (run_compress,
+    run_speedup): cuda needs a GPU that both torch and the installed CTranslate2 see."""
     if device == "cuda" and not _cuda_for_ctranslate2():
         raise SettingsError("the deploy device cuda: torch or the installed CTranslate2 sees no CUDA device here",
                             setting="deploy_device")

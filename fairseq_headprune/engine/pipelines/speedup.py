@@ -27,6 +27,7 @@ from fairseq_headprune.engine.pipelines.compress_stages import (
     Stages,
     open_out_dir,
 )
+from fairseq_headprune.engine.pipelines.export import deploy_device
 from fairseq_headprune.engine.pipelines.shallow import CHECKPOINT
 from fairseq_headprune.engine.pipelines.speedup_plan import plan_stage
 from fairseq_headprune.errors import StudyError
@@ -70,6 +71,7 @@ def run_speedup(settings: CompressSettings, on_stage: Optional[StageCallback] = 
         raise StudyError(f"data directory not found: {settings.data}")
     if not os.path.isfile(settings.checkpoint):
         raise StudyError(f"checkpoint not found: {settings.checkpoint}")
+    deploy_device(settings.deployment.device)  # before the plan times anything there
     open_out_dir(settings.out_dir, run_identity(settings))
     stages = Stages(settings.out_dir, on_stage)
     stages.run("plan", lambda work: plan_stage(settings, work))

@@ -25,7 +25,6 @@ from fairseq_headprune.engine.compression.layer_choice import choose_layers
 from fairseq_headprune.engine.export.vocabulary_map import vocabulary_map_for
 from fairseq_headprune.engine.families import family_named
 from fairseq_headprune.engine.pipelines.compress_measures import split_score
-from fairseq_headprune.engine.pipelines.export import deploy_device
 from fairseq_headprune.engine.pipelines.search import layer_costs, search_costs
 from fairseq_headprune.engine.runners.batches import collated_samples, dictionary_tokens, load_split, split_mean_lengths
 from fairseq_headprune.engine.search.ctranslate2_latency import save_masked_spec
@@ -108,7 +107,7 @@ def _timed(settings: CompressSettings, family, cfg, task, model, ladder: List[Ca
     quantization = settings.table_quantization
     depths = model_depths(model)
     planned: List[PlannedCandidate] = []
-    threads, device = torch.get_num_threads(), deploy_device(deployment.device)
+    threads, device = torch.get_num_threads(), deployment.device
     progress = tqdm(total=len(ladder) + 1, desc="plan: exporting shapes", unit="shape",
                     disable=not evaluation.progress, leave=False)
     with tempfile.TemporaryDirectory(prefix="headprune-plan-") as directory:
