@@ -251,7 +251,9 @@ def test_bad_speedup_inputs_are_one_line(tiny_model, tmp_path):
              (["--target", "speedup=2x", "--decision-subset", "test1"], "never on a test split"),
              (["--target", "flops=50%", "--decision-subset", "valid1"], "go with --target speedup"),
              (["--target", "flops=50%", "--finetune-patience", "3"], "goes with --target speedup"),
-             (["--target", "speedup=2x", "--finetune-patience", "0"], "--finetune-patience must be at least 1")]
+             (["--target", "speedup=2x", "--finetune-patience", "0"], "--finetune-patience must be at least 1"),
+             (["--target", "speedup=2x", "--finetune-precision", "float16"],
+              "--finetune-precision: fine-tuning in float16 needs a GPU")]
     if not torch.cuda.is_available():  # refused before the plan measures or writes anything
         cases.append((["--target", "speedup=2x", "--deploy-device", "cuda"],
                       "--deploy-device cuda: torch or the installed CTranslate2 sees no CUDA device here"))

@@ -44,8 +44,10 @@ from fairseq_headprune.study.compression.settings import (
 )
 from fairseq_headprune.study.compression.speedup import DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_BLEU_LOSS
 from fairseq_headprune.study.finetuning import (
+    AUTO_PRECISION,
     DEFAULT_PATIENCE,
     FINETUNE_LR_SHARE,
+    FINETUNE_PRECISIONS,
     FINETUNE_WARMUP_SHARE,
     VALIDATIONS_PER_FINETUNE,
     FinetuneSettings,
@@ -109,7 +111,8 @@ def _finetune_settings(args: argparse.Namespace, speedup: bool, family: str) -> 
         until = FinetuneStop(subset=args.decision_subset, interval=args.finetune_valid_interval, patience=patience,
                              minutes=args.finetune_minutes)
     return FinetuneSettings(updates, args.finetune_lr, args.finetune_warmup, until=until,
-                            lr_share=SPEEDUP_LR_SHARE if speedup else FINETUNE_LR_SHARE)
+                            lr_share=SPEEDUP_LR_SHARE if speedup else FINETUNE_LR_SHARE,
+                            precision=args.finetune_precision)
 
 
 def _print_stage(stage: str, status: str, seconds) -> None:
@@ -285,6 +288,12 @@ def _add_model_arguments(parser) -> None:
     finetune.add_argument("--finetune-lr", type=float, metavar="LR",
                           help=f"its constant learning rate (default: {SPEEDUP_LR_SHARE:g} of the checkpoint's peak "
                           f"rate with --target speedup, {FINETUNE_LR_SHARE:g} of it otherwise)")
+    finetune.add_argument("--finetune-precision", choices=FINETUNE_PRECISIONS, default=AUTO_PRECISION,
+                          help="what the fine-tuning computes in on a GPU (teacher passes and its validation "
+                          "translations too): auto: bfloat16 where the GPU computes it, else the checkpoint's own; "
+                          "checkpoint: the checkpoint's own --fp16/--bf16; or one named. On the CPU fairseq trains "
+                          "in float32 only. Stated in the report; like the device, not part of the run's settings, "
+                          "so a run resumed elsewhere goes on in what it is given (default: auto)")
     finetune.add_argument("--finetune-warmup", type=int, metavar="N",
                           help=f"linear warm-up updates (default: {100 * FINETUNE_WARMUP_SHARE:g}%% of the updates)")
     layers = parser.add_argument_group("whole layers")

@@ -59,7 +59,16 @@ from fairseq_headprune.errors import CheckpointError, StudyError, first_line, li
 from fairseq_headprune.modules.model_config import FFN_MASK_KEY, HEAD_MASK_KEY, config_value, record_config_value
 from fairseq_headprune.registry import register_components
 from fairseq_headprune.study.compression.settings import DEFAULT_DISTILL_WEIGHT, WORD_DISTILLATION
-from fairseq_headprune.study.finetuning import FinetuneSettings, FinetuneStop, patience_state, stop_reason
+from fairseq_headprune.study.finetuning import (
+    BFLOAT16,
+    FLOAT16,
+    FLOAT32,
+    FinetuneSettings,
+    FinetuneStop,
+    finetune_precision,
+    patience_state,
+    stop_reason,
+)
 from fairseq_headprune.study.masks.ffn_mask import NEURONS, FfnMask
 from fairseq_headprune.study.masks.head_mask import HEADS, HeadMask, check_mask_layout, head_mask_to_spec
 from fairseq_headprune.study.output.files import atomic_path, write_json
@@ -100,6 +109,14 @@ def training_precision(cfg) -> str:
     if common.bf16 or common.memory_efficient_bf16:
         return "bfloat16"
     return "float16" if common.fp16 or common.memory_efficient_fp16 else "float32"
+
+
+def check_finetune_precision(settings: FinetuneSettings, cpu: bool) -> None:
+    """The fine-tune's precision checked against this machine where a run starts (run_compress, run_speedup), so
+    that a precision the device cannot train in is refused before any stage runs."""
+    if settings.enabled:
+        on_gpu = not cpu and torch.cuda.is_available()
+        finetune_precision(settings.precision, FLOAT32, on_gpu, on_gpu and torch.cuda.is_bf16_supported())
 
 
 def write_masked_start(checkpoint: str, out: str, head_mask: Optional[HeadMask], ffn_mask: Optional[FfnMask],
@@ -185,8 +202,13 @@ def training_config(start: str, data: str, save_dir: str, family: str, settings:
         common.cpu, common.user_dir, common.log_file = cpu, None, None
         common.tensorboard_logdir, common.wandb_project, common.azureml_logging = None, None, False
         common.log_format = "tqdm" if progress else "none"
-        if cpu:
-            common.fp16 = common.bf16 = common.memory_efficient_fp16 = common.memory_efficient_bf16 = common.amp = False
+        precision = finetune_precision(settings.precision, training_precision(cfg), on_gpu=not cpu,
+                                       bf16_supported=not cpu and torch.cuda.is_bf16_supported())
+        common.fp16 = common.bf16 = common.memory_efficient_fp16 = common.memory_efficient_bf16 = common.amp = False
+        if precision == FLOAT16:
+            common.fp16 = True
+        elif precision == BFLOAT16:
+            common.bf16 = True
         distributed = cfg.distributed_training
         distributed.distributed_world_size, distributed.distributed_num_procs, distributed.nprocs_per_node = 1, 1, 1
         distributed.distributed_rank, distributed.device_id, distributed.distributed_init_method = 0, 0, None

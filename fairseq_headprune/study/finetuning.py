@@ -19,6 +19,32 @@ DEFAULT_PATIENCE = 3  # ... and stops after this many validations without a gain
 REACHED, PLATEAU, UPDATE_CEILING, TIME_CEILING = "reached", "no gain", "update ceiling", "time ceiling"
 
 
+# the precision a fine-tune computes in on a GPU (on the CPU fairseq trains in float32 alone): the checkpoint's own
+# (its --fp16/--bf16), auto (bfloat16 where the GPU computes it, else the checkpoint's own) or one named
+CHECKPOINT_PRECISION, AUTO_PRECISION = "checkpoint", "auto"
+FLOAT32, FLOAT16, BFLOAT16 = "float32", "float16", "bfloat16"
+FINETUNE_PRECISIONS = (CHECKPOINT_PRECISION, AUTO_PRECISION, FLOAT32, FLOAT16, BFLOAT16)
+
+
+def finetune_precision(requested: str, checkpoint_precision: str, on_gpu: bool, bf16_supported: bool) -> str:
+    """The precision a fine-tune computes in: float32 on the CPU (the only one fairseq trains in there); on a GPU
+    ``requested`` (``FINETUNE_PRECISIONS``), bfloat16 for auto where the GPU computes it (its exponent range is
+    float32's, so no loss scaling: Kalamkar et al. 2019), else the checkpoint's own."""
+    if not on_gpu:
+        refuse(requested in (FLOAT16, BFLOAT16),
+               f"fine-tuning in {requested} needs a GPU: on the CPU fairseq trains in float32 (auto or float32)",
+               setting="finetune_precision")
+        return FLOAT32
+    if requested == CHECKPOINT_PRECISION:
+        return checkpoint_precision
+    if requested == AUTO_PRECISION:
+        return BFLOAT16 if bf16_supported else checkpoint_precision
+    refuse(requested == BFLOAT16 and not bf16_supported,
+           "fine-tuning in bfloat16 needs a GPU that computes it (compute capability 8.0 or more); "
+           "float16 or float32 run here", setting="finetune_precision")
+    return requested
+
+
 # the recovery curve's default points (updates), those below the fine-tune's length; its end is always a point
 DEFAULT_CURVE_UPDATES = (40, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000)
 
@@ -98,6 +124,8 @@ class FinetuneSettings:
     curve: Optional[List[int]] = None
     until: Optional[FinetuneStop] = None  # fine-tune until enough: ``updates`` is then the ceiling
     lr_share: float = FINETUNE_LR_SHARE  # the learning rate, when not given: this share of the checkpoint's peak
+    # how the arithmetic runs, like the device (not part of a run's identity): FINETUNE_PRECISIONS
+    precision: str = CHECKPOINT_PRECISION
 
     def __post_init__(self):
         if self.updates < 0 or self.epochs < 0:
@@ -109,6 +137,8 @@ class FinetuneSettings:
         self._check_curve()
         refuse(self.until is not None and (not self.updates or bool(self.curve)),
                "fine-tuning until enough needs a ceiling in updates (--finetune-updates N) and no --finetune-curve")
+        refuse(self.precision not in FINETUNE_PRECISIONS, f"the fine-tune's precision must be one of "
+               f"{', '.join(FINETUNE_PRECISIONS)}, got {self.precision!r}", setting="finetune_precision")
         refuse(not 0 < self.lr_share, f"the learning rate's share of the checkpoint's must be positive, got "
                f"{self.lr_share:g}")
 

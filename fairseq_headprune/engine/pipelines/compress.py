@@ -41,7 +41,13 @@ from fairseq_headprune.engine.checkpoints.shrink import checkpoint_parameters, s
 from fairseq_headprune.engine.compression.deployment import time_compute_types
 from fairseq_headprune.engine.export.ctranslate2_spec import import_ctranslate2
 from fairseq_headprune.engine.families import family_named
-from fairseq_headprune.engine.finetuning import finetune_held, resume_point, with_resume_points, write_masked_start
+from fairseq_headprune.engine.finetuning import (
+    check_finetune_precision,
+    finetune_held,
+    resume_point,
+    with_resume_points,
+    write_masked_start,
+)
 from fairseq_headprune.engine.pipelines.compress_measures import evaluate_stage, speed_stage
 from fairseq_headprune.engine.pipelines.compress_stages import StageCallback, Stages, open_out_dir
 from fairseq_headprune.engine.pipelines.export import check_quantization, deploy_device, run_export
@@ -108,6 +114,7 @@ def run_compress(settings: CompressSettings, on_stage: Optional[StageCallback] =
     if settings.latency_table is not None and not os.path.isfile(settings.latency_table):
         raise StudyError(f"--latency-table file not found: {settings.latency_table}")
     device = deploy_device(settings.deployment.device)
+    check_finetune_precision(settings.finetune, settings.evaluation.cpu)
     if settings.export_format is not None and settings.quantization != AUTO_QUANTIZATION:
         check_quantization(settings.quantization, settings.evaluation.cpu, device)
     if settings.drop_layers:

@@ -17,6 +17,7 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from fairseq_headprune.engine.finetuning import check_finetune_precision
 from fairseq_headprune.engine.pipelines.compress import CompressOutcome, run_compress, run_identity
 from fairseq_headprune.engine.pipelines.compress_stages import (
     RECORD as RUN_RECORD,
@@ -31,7 +32,7 @@ from fairseq_headprune.engine.pipelines.export import deploy_device
 from fairseq_headprune.engine.pipelines.shallow import CHECKPOINT
 from fairseq_headprune.engine.pipelines.speedup_plan import plan_stage
 from fairseq_headprune.errors import StudyError
-from fairseq_headprune.study.compression.records import EvaluationRecord, Prediction
+from fairseq_headprune.study.compression.records import DEVICE_WORDS, EvaluationRecord, Prediction
 from fairseq_headprune.study.compression.settings import STOP_SHARE_OF_TOLERANCE, CompressSettings
 from fairseq_headprune.study.compression.speed import compressed_speedups
 from fairseq_headprune.study.compression.speedup import PlannedCandidate, disturbed_plan_text
@@ -72,6 +73,7 @@ def run_speedup(settings: CompressSettings, on_stage: Optional[StageCallback] = 
     if not os.path.isfile(settings.checkpoint):
         raise StudyError(f"checkpoint not found: {settings.checkpoint}")
     deploy_device(settings.deployment.device)  # before the plan times anything there
+    check_finetune_precision(settings.finetune, settings.evaluation.cpu)
     open_out_dir(settings.out_dir, run_identity(settings))
     stages = Stages(settings.out_dir, on_stage)
     stages.run("plan", lambda work: plan_stage(settings, work))
@@ -113,7 +115,9 @@ def run_speedup(settings: CompressSettings, on_stage: Optional[StageCallback] = 
             continued_from=None if previous is None else os.path.basename(previous), finetune=finetune,
             score=score, speedups=speedups, decision=step.decision, seconds=_stage_seconds(outcome)))
         tell(number, f"{score.metric} {score.delta:+.2f} on {score.split} (tolerance -{settings.max_bleu_loss:g})"
-             + (f" after {finetune.updates} updates ({finetune.stopped})" if finetune.stopped else "") + ", "
+             + (f" after {finetune.updates} updates ({finetune.stopped})" if finetune.stopped else "")
+             + (f" on the {DEVICE_WORDS.get(finetune.device, finetune.device)} in {finetune.precision}"
+                if finetune.device else "") + ", "
              + ", ".join(f"{value:.2f}x at batch {batch}" for batch, value in speedups.items())
              + f" like for like: {step.decision}")
         attempt = step.next
@@ -196,7 +200,8 @@ def _finetune_summary(outcome: CompressOutcome) -> FinetuneSummary:
     finetune = outcome.report.finetune
     if finetune is None:
         return FinetuneSummary()
-    return FinetuneSummary(finetune.updates, finetune.stopped, finetune.kept_updates, list(finetune.curve))
+    return FinetuneSummary(finetune.updates, finetune.stopped, finetune.kept_updates, list(finetune.curve),
+                           finetune.seconds_training, finetune.device, finetune.precision)
 
 
 def _measured_speedups(outcome: CompressOutcome, beam: Optional[int]) -> Dict[str, float]:

@@ -23,6 +23,8 @@ READABLE_FORMATS = ("fairseq-headprune compress report 1", REPORT_FORMAT)
 
 Record = TypeVar("Record", bound="StageRecord")
 
+DEVICE_WORDS = {"cpu": "CPU", "cuda": "GPU"}  # where a fine-tune ran, as reports and consoles say it
+
 
 @dataclass
 class StageRecord:

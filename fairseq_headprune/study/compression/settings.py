@@ -403,6 +403,7 @@ class CompressSettings:
         """The fine-tuning's settings, the stop rule and the learning-rate share only where they are not the
         defaults of a fixed-length fine-tune (an older run's identity is unchanged)."""
         identity = dataclasses.asdict(self.finetune)
+        del identity["precision"]  # how the arithmetic runs, like the device: each fine-tune's record states it
         if identity["until"] is None:
             del identity["until"]
         if identity["lr_share"] == FINETUNE_LR_SHARE:

@@ -57,15 +57,21 @@ class FinetuneSummary:
     stopped: Optional[str] = None
     kept_updates: Optional[int] = None
     curve: List[Dict[str, Any]] = field(default_factory=list)
+    seconds: Optional[float] = None  # its training time; None in reports written before it was recorded
+    device: str = ""  # where it trained (cpu, cuda), and in what precision
+    precision: str = ""
 
     def to_dict(self) -> Dict[str, Any]:
         return {"updates": self.updates, "stopped": self.stopped, "kept_updates": self.kept_updates,
-                "curve": [dict(point) for point in self.curve]}
+                "curve": [dict(point) for point in self.curve],
+                **({"seconds": self.seconds, "device": self.device, "precision": self.precision}
+                   if self.seconds is not None else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "FinetuneSummary":
         return cls(int(data.get("updates", 0)), data.get("stopped"), data.get("kept_updates"),
-                   list(data.get("curve", [])))
+                   list(data.get("curve", [])), data.get("seconds"), str(data.get("device", "")),
+                   str(data.get("precision", "")))
 
 
 @dataclass
