@@ -269,17 +269,17 @@ def test_a_fine_tuning_until_enough_stops_by_its_stated_rule():
 
 
 def test_the_fine_tunes_precision_by_the_rule():
-    """float32 on the CPU (fairseq trains in nothing else there, and half precision is refused); on a GPU auto is
-    bfloat16 where the GPU computes it, else the checkpoint's own; a named one is taken, bfloat16 only where it runs."""
-    assert finetune_precision("auto", "float32", on_gpu=False, bf16_supported=False) == "float32"
+    """float32 on the CPU (fairseq trains in nothing else there, and half precision is refused); on a GPU the
+    checkpoint's own, or the one named, bfloat16 only where the GPU computes it."""
     assert finetune_precision("checkpoint", "float16", on_gpu=False, bf16_supported=False) == "float32"
+    assert finetune_precision("float32", "float32", on_gpu=False, bf16_supported=False) == "float32"
     for half in ("float16", "bfloat16"):
         with pytest.raises(SettingsError, match=f"fine-tuning in {half} needs a GPU"):
             finetune_precision(half, "float32", on_gpu=False, bf16_supported=False)
-    assert finetune_precision("auto", "float32", on_gpu=True, bf16_supported=True) == "bfloat16"
-    assert finetune_precision("auto", "float16", on_gpu=True, bf16_supported=False) == "float16"
+    assert finetune_precision("checkpoint", "float32", on_gpu=True, bf16_supported=True) == "float32"
     assert finetune_precision("checkpoint", "float16", on_gpu=True, bf16_supported=True) == "float16"
     assert finetune_precision("float32", "float16", on_gpu=True, bf16_supported=True) == "float32"
+    assert finetune_precision("bfloat16", "float32", on_gpu=True, bf16_supported=True) == "bfloat16"
     assert finetune_precision("float16", "float32", on_gpu=True, bf16_supported=False) == "float16"
     with pytest.raises(SettingsError, match="compute capability 8.0"):
         finetune_precision("bfloat16", "float32", on_gpu=True, bf16_supported=False)

@@ -44,7 +44,7 @@ from fairseq_headprune.study.compression.settings import (
 )
 from fairseq_headprune.study.compression.speedup import DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_BLEU_LOSS
 from fairseq_headprune.study.finetuning import (
-    AUTO_PRECISION,
+    CHECKPOINT_PRECISION,
     DEFAULT_PATIENCE,
     FINETUNE_LR_SHARE,
     FINETUNE_PRECISIONS,
@@ -288,12 +288,12 @@ def _add_model_arguments(parser) -> None:
     finetune.add_argument("--finetune-lr", type=float, metavar="LR",
                           help=f"its constant learning rate (default: {SPEEDUP_LR_SHARE:g} of the checkpoint's peak "
                           f"rate with --target speedup, {FINETUNE_LR_SHARE:g} of it otherwise)")
-    finetune.add_argument("--finetune-precision", choices=FINETUNE_PRECISIONS, default=AUTO_PRECISION,
-                          help="what the fine-tuning computes in on a GPU (teacher passes and its validation "
-                          "translations too): auto: bfloat16 where the GPU computes it, else the checkpoint's own; "
-                          "checkpoint: the checkpoint's own --fp16/--bf16; or one named. On the CPU fairseq trains "
-                          "in float32 only. Stated in the report; like the device, not part of the run's settings, "
-                          "so a run resumed elsewhere goes on in what it is given (default: auto)")
+    finetune.add_argument("--finetune-precision", choices=FINETUNE_PRECISIONS, default=CHECKPOINT_PRECISION,
+                          help="what the fine-tuning computes in on a GPU, its teacher passes and validation "
+                          "translations too: checkpoint: the checkpoint's own --fp16/--bf16 (float32 if it trained "
+                          "without), or one named. On the CPU fairseq trains in float32 only. Stated in the report; "
+                          "like the device, not part of the run's settings, so a resumed run goes on in what it is "
+                          "given (default: checkpoint)")
     finetune.add_argument("--finetune-warmup", type=int, metavar="N",
                           help=f"linear warm-up updates (default: {100 * FINETUNE_WARMUP_SHARE:g}%% of the updates)")
     layers = parser.add_argument_group("whole layers")

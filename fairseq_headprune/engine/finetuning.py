@@ -99,7 +99,7 @@ class FinetuneOutcome:
     stopped: Optional[str] = None
     kept_updates: Optional[int] = None
     device: str = "cpu"  # where it trained
-    precision: str = "float32"  # what it trained in: the checkpoint's own --fp16/--bf16 on a GPU, float32 on a CPU
+    precision: str = "float32"  # what it trained in: float32 on a CPU; on a GPU as FinetuneSettings.precision chose
 
 
 def training_precision(cfg) -> str:

@@ -20,25 +20,24 @@ REACHED, PLATEAU, UPDATE_CEILING, TIME_CEILING = "reached", "no gain", "update c
 
 
 # the precision a fine-tune computes in on a GPU (on the CPU fairseq trains in float32 alone): the checkpoint's own
-# (its --fp16/--bf16), auto (bfloat16 where the GPU computes it, else the checkpoint's own) or one named
-CHECKPOINT_PRECISION, AUTO_PRECISION = "checkpoint", "auto"
+# (its --fp16/--bf16; float32 for a checkpoint trained without) or one named. On the demo model on an H100,
+# bfloat16 trained slower than float32 and ended 0.71 BLEU lower on valid (docs/removal-and-export.md), so half
+# precision is the user's choice, not the default.
+CHECKPOINT_PRECISION = "checkpoint"
 FLOAT32, FLOAT16, BFLOAT16 = "float32", "float16", "bfloat16"
-FINETUNE_PRECISIONS = (CHECKPOINT_PRECISION, AUTO_PRECISION, FLOAT32, FLOAT16, BFLOAT16)
+FINETUNE_PRECISIONS = (CHECKPOINT_PRECISION, FLOAT32, FLOAT16, BFLOAT16)
 
 
 def finetune_precision(requested: str, checkpoint_precision: str, on_gpu: bool, bf16_supported: bool) -> str:
     """The precision a fine-tune computes in: float32 on the CPU (the only one fairseq trains in there); on a GPU
-    ``requested`` (``FINETUNE_PRECISIONS``), bfloat16 for auto where the GPU computes it (its exponent range is
-    float32's, so no loss scaling: Kalamkar et al. 2019), else the checkpoint's own."""
+    ``requested`` (``FINETUNE_PRECISIONS``), bfloat16 only where the GPU computes it."""
     if not on_gpu:
         refuse(requested in (FLOAT16, BFLOAT16),
-               f"fine-tuning in {requested} needs a GPU: on the CPU fairseq trains in float32 (auto or float32)",
+               f"fine-tuning in {requested} needs a GPU: on the CPU fairseq trains in float32 (checkpoint or float32)",
                setting="finetune_precision")
         return FLOAT32
     if requested == CHECKPOINT_PRECISION:
         return checkpoint_precision
-    if requested == AUTO_PRECISION:
-        return BFLOAT16 if bf16_supported else checkpoint_precision
     refuse(requested == BFLOAT16 and not bf16_supported,
            "fine-tuning in bfloat16 needs a GPU that computes it (compute capability 8.0 or more); "
            "float16 or float32 run here", setting="finetune_precision")

@@ -251,7 +251,7 @@ class FinetuneStageRecord(StageRecord):
     stopped: Optional[str] = None
     kept_updates: Optional[int] = None
     device: str = ""  # where it trained (cpu, cuda; empty in records written before it was recorded)
-    precision: str = ""  # what it trained in (float32, or the checkpoint's own float16/bfloat16 on a GPU)
+    precision: str = ""  # what it trained in (float32 on a CPU; on a GPU as --finetune-precision chose)
 
 
 @dataclass
