@@ -221,7 +221,6 @@ VERSION = re.compile(r"fairseq-headprune \d+\.\d+\.\d+")
 # rerun; each rerun console is pasted with its version line, and whoever pastes it removes its entry here.
 CONSOLES_REWRITTEN_WITH_ISSUE_61 = {
     ("benchmarks.md", "predicted 1.30x, measured 1.65x (-21%), median over 40 rounds"),
-    ("benchmarks.md", "in one process: device cuda:0 (NVIDIA H100 80GB HBM3), fp16, threads 16, torch 2.11.0+cu13"),
     ("removal-and-export.md", "pruned\t33 of 72 heads, 0 of 1536 FFN neurons; FLOPs kept 71.2%"),
     ("removal-and-export.md", "pruned\t18 of 72 heads, 544 of 3072 FFN neurons; FLOPs kept 79.0%"),
     ("removal-and-export.md", "layers\tremoved decoder:2 (validation loss 2.065 -> 2.762); decoding-flops cost kept 7"),
