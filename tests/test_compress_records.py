@@ -139,7 +139,8 @@ def speedup_report():
     decided = ScoreChange("valid", "BLEU", 41.0, 40.6, -0.4, 0.2, 1000, 3.0)
     attempt = AttemptRecord(attempt=1, dir="attempt-1", shape=candidates[1], continued_from=None,
                             finetune=FinetuneSummary(400, "reached", 400, [{"updates": 200, "bleu": 38.0},
-                                                                             {"updates": 400, "bleu": 40.7}]),
+                                                                             {"updates": 400, "bleu": 40.7}],
+                                                     57.1, "cuda", "bfloat16"),
                             score=decided, speedups={"1": 2.2, "64": 2.05}, decision="accept")
     result = SpeedupResult(attempt=1, decided=decided, reported=ScoreChange("test", "BLEU", 40.0, 39.5, -0.5, 0.25,
                                                                             1000, 2.5),
@@ -167,6 +168,10 @@ def test_a_speedup_report_round_trips_and_derives_what_it_does_not_store():
     assert "loss" not in written["attempts"][0] and "fast_enough" not in written["attempts"][0]
     assert written["plan"]["chosen_name"] == "1 decoder layer removed, 50% width"
     assert written["plan"]["breakdown"]["layers removed"] == {"1": 1.6, "64": 1.5}
+    # the fine-tune's time, device and precision, stated in the attempts table
+    from fairseq_headprune.study.compression.speedup_report import speedup_report_markdown
+
+    assert "400 updates in 1.0 min on the GPU in bfloat16, stopped: reached" in speedup_report_markdown(report)
 
 
 def test_a_speedup_report_of_format_1_is_read_as_decided_and_reported_on_its_test_split():
