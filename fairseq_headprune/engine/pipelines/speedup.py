@@ -116,8 +116,9 @@ def run_speedup(settings: CompressSettings, on_stage: Optional[StageCallback] = 
             score=score, speedups=speedups, decision=step.decision, seconds=_stage_seconds(outcome)))
         tell(number, f"{score.metric} {score.delta:+.2f} on {score.split} (tolerance -{settings.max_bleu_loss:g})"
              + (f" after {finetune.updates} updates ({finetune.stopped})" if finetune.stopped else "")
+             # where a GPU fine-tuned (the CPU trains in float32 alone; report.md states either)
              + (f" on the {DEVICE_WORDS.get(finetune.device, finetune.device)} in {finetune.precision}"
-                if finetune.device else "") + ", "
+                if finetune.device not in ("", "cpu") else "") + ", "
              + ", ".join(f"{value:.2f}x at batch {batch}" for batch, value in speedups.items())
              + f" like for like: {step.decision}")
         attempt = step.next
