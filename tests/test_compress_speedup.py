@@ -252,6 +252,8 @@ def test_bad_speedup_inputs_are_one_line(tiny_model, tmp_path):
              (["--target", "flops=50%", "--decision-subset", "valid1"], "go with --target speedup"),
              (["--target", "flops=50%", "--finetune-patience", "3"], "goes with --target speedup"),
              (["--target", "speedup=2x", "--finetune-patience", "0"], "--finetune-patience must be at least 1"),
+             (["--target", "flops=50%", "--plan-margin", "5"], "--plan-margin go with --target speedup"),
+             (["--target", "speedup=2x", "--plan-margin", "-5"], "--plan-margin must be 0% or more"),
              (["--target", "speedup=2x", "--finetune-precision", "float16"],
               "--finetune-precision: fine-tuning in float16 needs a GPU")]
     if not torch.cuda.is_available():  # refused before the plan measures or writes anything

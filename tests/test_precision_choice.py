@@ -10,7 +10,8 @@ from fairseq_headprune.study.compression.precision import (
     choose_compute_type,
     only_float32_choice,
 )
-from fairseq_headprune.study.compression.settings import CompressSettings, CompressTarget
+from fairseq_headprune.study.compression.settings import CompressSettings
+from fairseq_headprune.study.compression.target import CompressTarget
 from fairseq_headprune.study.settings import SweepSettings
 
 

@@ -5,7 +5,6 @@ decision on the decision split), and the fine-tuning's stop rule."""
 import pytest
 
 from fairseq_headprune.errors import SettingsError, StudyError
-from fairseq_headprune.study.compression.settings import parse_target
 from fairseq_headprune.study.compression.speedup import (
     PLAN_MARGIN,
     Candidate,
@@ -32,6 +31,7 @@ from fairseq_headprune.study.compression.speedup_search import (
     best_attempt,
     next_step,
 )
+from fairseq_headprune.study.compression.target import parse_target
 from fairseq_headprune.study.finetuning import (
     PLATEAU,
     REACHED,

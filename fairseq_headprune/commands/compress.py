@@ -35,14 +35,13 @@ from fairseq_headprune.study.compression.settings import (
     DISTILL_KINDS,
     NO_DISTILL,
     SPEEDUP_LR_SHARE,
-    SPEEDUP_TARGET,
     STOP_SHARE_OF_TOLERANCE,
     CompressSettings,
     default_distill,
     default_finetune_updates,
-    parse_target,
 )
-from fairseq_headprune.study.compression.speedup import DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_BLEU_LOSS
+from fairseq_headprune.study.compression.speedup import DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_BLEU_LOSS, PLAN_MARGIN
+from fairseq_headprune.study.compression.target import SPEEDUP_TARGET, parse_target
 from fairseq_headprune.study.finetuning import (
     CHECKPOINT_PRECISION,
     DEFAULT_PATIENCE,
@@ -81,6 +80,7 @@ def compress_settings(args: argparse.Namespace) -> CompressSettings:
         drop_layers={"encoder": args.drop_encoder_layers, "decoder": args.drop_decoder_layers},
         distill=distill, distill_weight=args.distill_weight,
         max_bleu_loss=args.max_bleu_loss, max_attempts=args.max_attempts, allow_beam=args.allow_beam,
+        plan_margin=None if args.plan_margin is None else args.plan_margin / 100.0,
         decision_subset=args.decision_subset,
         deployment=DeploymentSettings(list(args.speed_batch_sizes), args.speed_sentences or None, args.repeats,
                                       args.threads, precision=generation_precision(args.fairseq_args),
@@ -244,6 +244,11 @@ def _add_speedup_arguments(parser) -> None:
                           "the unpruned model's, its speed, when its fine-tuning stops); --gen-subset is "
                           f"translated once, for the result (default: {DEFAULT_DECISION_SUBSET}, which the Fisher "
                           "scores and mask tuning also read: give a split of your own to keep them apart)")
+    parser.add_argument("--plan-margin", type=float, metavar="PCT",
+                          help="with --target speedup: the first shape is the least damaged one the plan times this "
+                          "many percent above the target at every batch size (else the least damaged at the target "
+                          "itself); a smaller margin allows less damaged shapes and risks an attempt measured just "
+                          f"short (default {100 * PLAN_MARGIN:g})")
     parser.add_argument("--max-attempts", type=int, default=DEFAULT_MAX_ATTEMPTS, metavar="N",
                           help="with --target speedup: compressions tried at most, each a continued fine-tuning or a "
                           f"shape that keeps more (default {DEFAULT_MAX_ATTEMPTS})")

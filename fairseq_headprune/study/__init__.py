@@ -27,7 +27,8 @@ EXPORTS = {
     **{name: _STUDY + "pruning.settings" for name in ("CurveSettings", "DynamicsSettings", "PruneSettings")},
     "FinetuneSettings": _STUDY + "finetuning",
     **{name: _STUDY + "search.settings" for name in ("TuningSettings", "SearchSettings", "LatencySettings")},
-    **{name: _STUDY + "compression.settings" for name in ("CompressSettings", "parse_target")},
+    "CompressSettings": _STUDY + "compression.settings",
+    **{name: _STUDY + "compression.target" for name in ("CompressTarget", "parse_target")},
     "ExportSettings": _STUDY + "compression.deployment_settings",
     # Michel et al.: importance
     **{name: _STUDY + "importance.scores" for name in ("ImportanceResult", "read_importance_file",

@@ -39,7 +39,6 @@ from fairseq_headprune.study.compression.records import PlanRecord
 from fairseq_headprune.study.compression.settings import CompressSettings
 from fairseq_headprune.study.compression.speed import paired_speedup
 from fairseq_headprune.study.compression.speedup import (
-    PLAN_MARGIN,
     SMALLER_BEAMS,
     Candidate,
     PlannedCandidate,
@@ -82,7 +81,8 @@ def plan_stage(settings: CompressSettings, work: str) -> PlanRecord:
                                                                passes.seconds[planned_candidate.candidate.name])
     decoding = DecodingOptions.of_generation(cfg.generation)
     reference = split_score(settings, settings.checkpoint, settings.decision_subset, os.path.join(work, "reference"))
-    record = PlanRecord(factor=settings.target.factor, margin=PLAN_MARGIN, batch_sizes=list(deployment.batch_sizes),
+    record = PlanRecord(factor=settings.target.factor, margin=settings.plan_margin,
+                        batch_sizes=list(deployment.batch_sizes),
                         quantization=settings.table_quantization, split=split, sentences=PLAN_SENTENCES, beam=beam,
                         target_length=target_length, repeats=deployment.repeats, candidates=planned,
                         map_gain=map_gain, environment=run.environment, decision_subset=settings.decision_subset,
@@ -92,7 +92,7 @@ def plan_stage(settings: CompressSettings, work: str) -> PlanRecord:
                         remove_bpe=cfg.common_eval.post_process or None,
                         layer_choices={name: choice for name, choice in choices.items()})
     record.out_of_order = out_of_order(planned)
-    record.chosen = choose_candidate(planned, settings.target.factor)
+    record.chosen = choose_candidate(planned, settings.target.factor, settings.plan_margin)
     return record
 
 

@@ -29,7 +29,6 @@ can learn from the unpruned model's translations instead of the references
 """
 
 import dataclasses
-import math
 import os
 from dataclasses import dataclass, field
 from typing import Dict, Optional, Tuple
@@ -45,19 +44,13 @@ from fairseq_headprune.constants import (
 from fairseq_headprune.errors import SettingsError
 from fairseq_headprune.study.compression.deployment_settings import DeploymentSettings
 from fairseq_headprune.study.compression.precision import AUTO_QUANTIZATION, DEFAULT_QUANTIZATION_TOLERANCE
-from fairseq_headprune.study.compression.speedup import DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_BLEU_LOSS, parse_speedup
+from fairseq_headprune.study.compression.speedup import DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_BLEU_LOSS, PLAN_MARGIN
+from fairseq_headprune.study.compression.target import LAYER_DROP_TARGETS, SPEEDUP_TARGET, CompressTarget
 from fairseq_headprune.study.finetuning import FINETUNE_LR_SHARE, FinetuneSettings, FinetuneStop
 from fairseq_headprune.study.masks.layer_drop import LayerChoice
-from fairseq_headprune.study.search.costs import SearchBudget
 from fairseq_headprune.study.search.settings import SearchSettings, TuningSettings
 from fairseq_headprune.study.settings import ImportanceSettings, SweepSettings, refuse
 
-# what a target can count, and how it is searched: (search --structure, search --cost)
-TARGET_SEARCH = {"heads": ("heads", "heads"), "flops": ("joint", "flops"),
-                 "decoding-flops": ("joint", "decoding-flops"), "latency": ("joint", "latency"),
-                 "speedup": ("joint", "decoding-flops")}  # speedup: each attempt searches a decoding-FLOPs share
-SPEEDUP_TARGET = "speedup"
-TARGET_KINDS = tuple(TARGET_SEARCH)
 # the stages of a run, in order; each writes one subdirectory of the output directory
 STAGES = ("plan", "layers", "fisher", "search", "distill", "finetune", "shrink", "export", "evaluate", "speed")
 # what --distill learns from (Kim & Rush 2016): the unpruned model's beam outputs on the training sources as the
@@ -66,8 +59,6 @@ DISTILL_KINDS = ("sequence", "word")
 NO_DISTILL = "none"  # --distill none: fine-tune on the references, where a default would distill
 WORD_DISTILLATION = "headprune_word_distillation"  # the criterion of --distill word
 DEFAULT_DISTILL_WEIGHT = 0.5  # --distill word: the teacher's share of the loss
-# targets whose cost the engine prices for any depth (a latency table is timed on one model's layers)
-LAYER_DROP_TARGETS = ("heads", "flops", "decoding-flops")
 # fine-tuning updates compress runs on a translation model unless told otherwise: on the demo model (16,000
 # sentence pairs, 49 updates an epoch) a decoding-flops=50% mask translates at 10.45 BLEU before fine-tuning
 # and 63.18 after 200 updates (the unpruned model: 62.63), 3.2 minutes on 2 CPU cores; a shallower decoder
@@ -86,35 +77,6 @@ STOP_SHARE_OF_TOLERANCE = 0.5
 COMPRESS_FORMAT = "fairseq-headprune compress 1"
 
 
-@dataclass(frozen=True)
-class CompressTarget:
-    """What the compressed model keeps: ``percent`` of the unpruned model's heads, FLOPs or latency; a speedup
-    target's ``factor`` (``percent``: the share of the decoding time kept, 100 / factor)."""
-
-    kind: str
-    percent: float
-    factor: Optional[float] = None
-
-    @property
-    def text(self) -> str:
-        return f"{self.kind}={self.factor:g}x" if self.kind == SPEEDUP_TARGET else f"{self.kind}={self.percent:g}%"
-
-    @property
-    def structure(self) -> str:
-        """What the search prunes (``search --structure``)."""
-        return TARGET_SEARCH[self.kind][0]
-
-    @property
-    def cost(self) -> str:
-        """What the search's budget counts (``search --cost``)."""
-        return TARGET_SEARCH[self.kind][1]
-
-    @property
-    def budget(self) -> SearchBudget:
-        """The search's budget: the share of the unpruned model's cost kept."""
-        return SearchBudget(percent=self.percent)
-
-
 def default_finetune_updates(family: str) -> int:
     """The fine-tuning compress runs when ``--finetune-updates`` is not given (see
     ``DEFAULT_TRANSLATION_FINETUNE_UPDATES``)."""
@@ -127,35 +89,6 @@ def default_distill(target_kind: str, finetune_updates: int) -> Optional[str]:
     the word-level loss, given more updates at a higher rate, kept it (docs/removal-and-export.md); the teacher
     runs beside the student, so where it does not fit, ``--distill sequence``); none for the other targets."""
     return "word" if target_kind == SPEEDUP_TARGET and finetune_updates > 0 else None
-
-
-def parse_target(text: str) -> CompressTarget:
-    """``KIND=P%``: KIND one of heads, flops, decoding-flops, latency; P the share kept, above 0 and below 100.
-    ``speedup=Nx``: N above 1."""
-    kind, separator, amount = str(text).strip().partition("=")
-    kind, amount = kind.strip().lower(), amount.strip()
-    if not separator or not kind or not amount:
-        raise SettingsError(f"the target {text}: expected KIND=P% with KIND one of {', '.join(TARGET_KINDS)} "
-                            "(e.g. flops=50%: half of the FLOPs kept), or speedup=Nx", setting="target")
-    if kind not in TARGET_SEARCH:
-        raise SettingsError(f"the target {text}: unknown target kind {kind!r} (expected {', '.join(TARGET_KINDS)})",
-                            setting="target")
-    if kind == SPEEDUP_TARGET:
-        factor = parse_speedup(amount)
-        return CompressTarget(kind, 100.0 / factor, factor)
-    if not amount.endswith("%"):
-        raise SettingsError(f"the target {text}: the share kept is a percentage of the unpruned model (e.g. "
-                            f"{kind}=50%)", setting="target")
-    try:
-        percent = float(amount[:-1])
-    except ValueError:
-        raise SettingsError(f"the target {text}: {amount!r} is not a percentage", setting="target") from None
-    if not math.isfinite(percent) or percent >= 100:
-        raise SettingsError(f"the target {text} keeps as much as the unpruned model has or more (at most 100%); "
-                            "nothing would be pruned", setting="target")
-    if percent <= 0:
-        raise SettingsError(f"the target {text} keeps nothing; give a share above 0%", setting="target")
-    return CompressTarget(kind, percent)
 
 
 @dataclass
@@ -195,6 +128,9 @@ class CompressSettings:
     max_bleu_loss: Optional[float] = None
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     allow_beam: bool = False  # --target speedup: the compressed model may decode at a smaller beam
+    # --target speedup: the share above the factor the plan's timing must show for the first choice (None:
+    # PLAN_MARGIN)
+    plan_margin: Optional[float] = None
     planned: bool = False  # an attempt of a speedup plan: a shape with whole layers removed may prune nothing else
     finetune_from: Optional[str] = None  # an attempt continuing an earlier one's fine-tuning: its weights
     decision_subset: str = DEFAULT_DECISION_SUBSET  # --target speedup: the split every decision reads
@@ -285,11 +221,11 @@ class CompressSettings:
         speedup = self.target.kind == SPEEDUP_TARGET
         if not speedup:
             if (self.max_bleu_loss is not None or self.max_attempts != DEFAULT_MAX_ATTEMPTS or self.allow_beam
-                    or self.decision_subset != DEFAULT_DECISION_SUBSET):
-                raise SettingsError("the max bleu loss, the max attempts, the allow beam and the decision subset go "
-                                    "with the target speedup=Nx",
+                    or self.decision_subset != DEFAULT_DECISION_SUBSET or self.plan_margin is not None):
+                raise SettingsError("the max bleu loss, the max attempts, the allow beam, the decision subset and "
+                                    "the plan margin go with the target speedup=Nx",
                                     setting=("max_bleu_loss", "max_attempts", "allow_beam", "decision_subset",
-                                             "target"))
+                                             "plan_margin", "target"))
             return
         if self.decision_subset == self.evaluation.gen_subset:
             raise SettingsError(f"the decision subset {self.decision_subset} is the split the result is reported on "
@@ -316,6 +252,10 @@ class CompressSettings:
                                 "(the quantization float32, int8 ...)", setting=("target", "quantization"))
         if self.max_bleu_loss is None:
             self.max_bleu_loss = DEFAULT_MAX_BLEU_LOSS
+        if self.plan_margin is None:
+            self.plan_margin = PLAN_MARGIN
+        refuse(not 0 <= self.plan_margin < 10, f"the plan margin must be 0% or more (below 1000%), got "
+               f"{100 * self.plan_margin:g}%", "plan_margin")
         refuse(self.max_bleu_loss < 0, f"the max bleu loss must be 0 or more BLEU points, got {self.max_bleu_loss:g}",
                "max_bleu_loss")
         refuse(self.max_attempts < 1, f"the max attempts must be at least 1, got {self.max_attempts}", "max_attempts")
@@ -343,7 +283,8 @@ class CompressSettings:
             self, evaluation=dataclasses.replace(self.evaluation, out_dir=out_dir, gen_subset=self.decision_subset),
             target=CompressTarget("decoding-flops", 100.0 * flops_share), drop_layers=drop_counts,
             layer_choice=layer_choice if drop_counts else None, max_bleu_loss=None,
-            max_attempts=DEFAULT_MAX_ATTEMPTS, allow_beam=False, planned=True, finetune_from=finetune_from,
+            max_attempts=DEFAULT_MAX_ATTEMPTS, allow_beam=False, plan_margin=None, planned=True,
+            finetune_from=finetune_from,
             deployment=deployment, finetune=finetune, decision_subset=DEFAULT_DECISION_SUBSET)
 
     def reported(self, attempt: "CompressSettings", out_dir: str) -> "CompressSettings":
@@ -434,7 +375,10 @@ class CompressSettings:
                          if self.finetune.updates else None),
             # --max-attempts is left out: more attempts continue the same sequence, fewer stop it sooner
             **({"speedup": {"max_bleu_loss": self.max_bleu_loss, "allow_beam": self.allow_beam,
-                            "decision_subset": self.decision_subset}}
+                            "decision_subset": self.decision_subset,
+                            # the default margin left out: a run's identity from before the option is the same
+                            **({"plan_margin": self.plan_margin}
+                               if self.plan_margin not in (None, PLAN_MARGIN) else {})}}
                if self.target.kind == SPEEDUP_TARGET else {}),
             **({"planned": True} if self.planned else {}),
             "export": None if self.export_format is None else {
