@@ -61,6 +61,7 @@ from fairseq_headprune.registry import register_components
 from fairseq_headprune.study.compression.settings import DEFAULT_DISTILL_WEIGHT, WORD_DISTILLATION
 from fairseq_headprune.study.finetuning import (
     BFLOAT16,
+    CHECKPOINT_PRECISION,
     FLOAT16,
     FLOAT32,
     FinetuneSettings,
@@ -103,9 +104,11 @@ class FinetuneOutcome:
 
 
 def training_precision(cfg) -> str:
-    """The precision fairseq-train computes in under ``cfg`` (its common --fp16, --bf16 and their memory-efficient
-    forms; float32 otherwise)."""
+    """The precision fairseq-train computes in under ``cfg`` (its common --amp, --fp16, --bf16 and their
+    memory-efficient forms; float32 otherwise)."""
     common = cfg.common
+    if getattr(common, "amp", False):
+        return "mixed float16 (amp)"
     if common.bf16 or common.memory_efficient_bf16:
         return "bfloat16"
     return "float16" if common.fp16 or common.memory_efficient_fp16 else "float32"
@@ -204,11 +207,9 @@ def training_config(start: str, data: str, save_dir: str, family: str, settings:
         common.log_format = "tqdm" if progress else "none"
         precision = finetune_precision(settings.precision, training_precision(cfg), on_gpu=not cpu,
                                        bf16_supported=not cpu and torch.cuda.is_bf16_supported())
-        common.fp16 = common.bf16 = common.memory_efficient_fp16 = common.memory_efficient_bf16 = common.amp = False
-        if precision == FLOAT16:
-            common.fp16 = True
-        elif precision == BFLOAT16:
-            common.bf16 = True
+        if cpu or settings.precision != CHECKPOINT_PRECISION:  # else its own flags as they are (--amp too)
+            common.memory_efficient_fp16 = common.memory_efficient_bf16 = common.amp = False
+            common.fp16, common.bf16 = precision == FLOAT16, precision == BFLOAT16
         distributed = cfg.distributed_training
         distributed.distributed_world_size, distributed.distributed_num_procs, distributed.nprocs_per_node = 1, 1, 1
         distributed.distributed_rank, distributed.device_id, distributed.distributed_init_method = 0, 0, None
