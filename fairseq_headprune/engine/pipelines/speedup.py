@@ -32,7 +32,7 @@ from fairseq_headprune.engine.pipelines.export import deploy_device
 from fairseq_headprune.engine.pipelines.shallow import CHECKPOINT
 from fairseq_headprune.engine.pipelines.speedup_plan import plan_stage
 from fairseq_headprune.errors import StudyError
-from fairseq_headprune.study.compression.records import DEVICE_WORDS, EvaluationRecord, Prediction
+from fairseq_headprune.study.compression.records import EvaluationRecord, Prediction, trained_where
 from fairseq_headprune.study.compression.settings import STOP_SHARE_OF_TOLERANCE, CompressSettings
 from fairseq_headprune.study.compression.speed import compressed_speedups
 from fairseq_headprune.study.compression.speedup import PlannedCandidate, disturbed_plan_text
@@ -117,7 +117,7 @@ def run_speedup(settings: CompressSettings, on_stage: Optional[StageCallback] = 
         tell(number, f"{score.metric} {score.delta:+.2f} on {score.split} (tolerance -{settings.max_bleu_loss:g})"
              + (f" after {finetune.updates} updates ({finetune.stopped})" if finetune.stopped else "")
              # where a GPU fine-tuned (the CPU trains in float32 alone; report.md states either)
-             + (f" on the {DEVICE_WORDS.get(finetune.device, finetune.device)} in {finetune.precision}"
+             + (" " + trained_where(finetune.device, finetune.precision)
                 if finetune.device not in ("", "cpu") else "") + ", "
              + ", ".join(f"{value:.2f}x at batch {batch}" for batch, value in speedups.items())
              + f" like for like: {step.decision}")

@@ -26,6 +26,11 @@ Record = TypeVar("Record", bound="StageRecord")
 DEVICE_WORDS = {"cpu": "CPU", "cuda": "GPU"}  # where a fine-tune ran, as reports and consoles say it
 
 
+def trained_where(device: str, precision: str) -> str:
+    """Where and in what a fine-tune trained, as the report and the console say it: "on the GPU in bfloat16"."""
+    return f"on the {DEVICE_WORDS.get(device, device)} in {precision}"
+
+
 @dataclass
 class StageRecord:
     """What every stage records: its own fields, and ``stage`` and ``seconds`` (set when it finishes). Keys a

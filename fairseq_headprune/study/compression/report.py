@@ -3,7 +3,7 @@
 from typing import List, Optional
 
 from fairseq_headprune.constants import TRANSLATION_FAMILY
-from fairseq_headprune.study.compression.records import DEVICE_WORDS, CompressReport, ExportRecord
+from fairseq_headprune.study.compression.records import CompressReport, ExportRecord, trained_where
 from fairseq_headprune.study.statistics.significance import p_value_cell
 
 
@@ -64,8 +64,7 @@ def _pruned_lines(report: CompressReport) -> List[str]:
                  else "the original weights with the pruned units masked (no tuning)")
         lines.append(f"- **Fine-tuning** with the pruned units held at zero: {finetune.updates} updates on "
                      f"{finetune.train_subset} in {finetune.seconds_training:.1f} s"
-                     + (f" on the {DEVICE_WORDS.get(finetune.device, finetune.device)} in {finetune.precision}"
-                        if finetune.device else "")
+                     + (" " + trained_where(finetune.device, finetune.precision) if finetune.device else "")
                      + ", learning rate "
                      f"{finetune.lr:g} ({finetune.lr_schedule}, {finetune.warmup_updates} warm-up "
                      f"updates), from {start}"

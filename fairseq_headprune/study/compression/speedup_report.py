@@ -2,7 +2,7 @@
 
 from typing import List
 
-from fairseq_headprune.study.compression.records import DEVICE_WORDS
+from fairseq_headprune.study.compression.records import trained_where
 from fairseq_headprune.study.compression.speedup import damage_order, disturbed_plan_text
 from fairseq_headprune.study.compression.speedup_records import AttemptRecord, ScoreChange, SpeedupReport
 from fairseq_headprune.study.statistics.significance import p_value_cell, p_value_text
@@ -17,8 +17,7 @@ def _finetuning(attempt: AttemptRecord) -> str:
     finetune = attempt.finetune
     text = f"{finetune.updates} updates"
     if finetune.seconds is not None:
-        text += (f" in {finetune.seconds / 60:.1f} min on the {DEVICE_WORDS.get(finetune.device, finetune.device)} "
-                 f"in {finetune.precision}")
+        text += f" in {finetune.seconds / 60:.1f} min {trained_where(finetune.device, finetune.precision)}"
     if finetune.stopped:
         text += f", stopped: {finetune.stopped}"
     if finetune.kept_updates is not None and finetune.kept_updates != finetune.updates:
