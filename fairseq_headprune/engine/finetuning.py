@@ -114,12 +114,17 @@ def training_precision(cfg) -> str:
     return "float16" if common.fp16 or common.memory_efficient_fp16 else "float32"
 
 
+def _precision_here(requested: str, checkpoint_precision: str, cpu: bool) -> str:
+    """``finetune_precision`` with this machine's facts: a GPU unless ``cpu``, and whether it computes bfloat16."""
+    on_gpu = not cpu and torch.cuda.is_available()
+    return finetune_precision(requested, checkpoint_precision, on_gpu, on_gpu and torch.cuda.is_bf16_supported())
+
+
 def check_finetune_precision(settings: FinetuneSettings, cpu: bool) -> None:
     """The fine-tune's precision checked against this machine where a run starts (run_compress, run_speedup), so
     that a precision the device cannot train in is refused before any stage runs."""
     if settings.enabled:
-        on_gpu = not cpu and torch.cuda.is_available()
-        finetune_precision(settings.precision, FLOAT32, on_gpu, on_gpu and torch.cuda.is_bf16_supported())
+        _precision_here(settings.precision, FLOAT32, cpu)
 
 
 def write_masked_start(checkpoint: str, out: str, head_mask: Optional[HeadMask], ffn_mask: Optional[FfnMask],
@@ -205,8 +210,7 @@ def training_config(start: str, data: str, save_dir: str, family: str, settings:
         common.cpu, common.user_dir, common.log_file = cpu, None, None
         common.tensorboard_logdir, common.wandb_project, common.azureml_logging = None, None, False
         common.log_format = "tqdm" if progress else "none"
-        precision = finetune_precision(settings.precision, training_precision(cfg), on_gpu=not cpu,
-                                       bf16_supported=not cpu and torch.cuda.is_bf16_supported())
+        precision = _precision_here(settings.precision, training_precision(cfg), cpu)
         if cpu or settings.precision != CHECKPOINT_PRECISION:  # else its own flags as they are (--amp too)
             common.memory_efficient_fp16 = common.memory_efficient_bf16 = common.amp = False
             common.fp16, common.bf16 = precision == FLOAT16, precision == BFLOAT16
