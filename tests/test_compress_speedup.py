@@ -184,6 +184,11 @@ def test_the_result_is_the_best_attempt_on_validation_translated_once_on_test(sp
     assert test_sweeps and all(path.startswith("result/") for path in test_sweeps), test_sweeps
     assert f"result\tattempt {result['attempt']} on test" in speedup_run["stdout"]
     markdown = (out / "report.md").read_text()
+    # the score before fine-tuning says where a continued fine-tuning began: the earlier attempt's weights
+    before = result["reported"]["before_finetune"]
+    started = (f"{before:.2f} where its fine-tuning continued from {chosen['continued_from']}"
+               if chosen["continued_from"] else f"{before:.2f} before fine-tuning")
+    assert started in speedup_run["stdout"] and started in markdown
     assert "Every decision read valid; test was translated once" in markdown and "## Recovery" in markdown
 
 

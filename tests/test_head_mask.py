@@ -13,6 +13,7 @@ from fairseq_headprune.study.masks.head_mask import (
     head_mask_to_spec,
     masked_heads,
     parse_head_mask,
+    same_units_masked,
     validate_spec_syntax,
     write_mask_file,
 )
@@ -115,6 +116,14 @@ def test_spec_round_trip(seed):
     for attention_type in layout:
         assert torch.equal(again[attention_type], mask[attention_type]), spec
     assert head_mask_to_spec(again) == spec
+
+
+def test_masks_compare_as_masks_not_as_spec_text():
+    written = parse_head_mask("E:1:1,2,3,7 A:2:keep=4", WMT_BIG)
+    respelled = parse_head_mask("A:2:1-3,5-16 E:1:7,1-3", WMT_BIG)
+    assert same_units_masked(written, respelled)
+    assert not same_units_masked(written, parse_head_mask("E:1:1-3 A:2:keep=4", WMT_BIG))
+    assert same_units_masked(None, full_mask(WMT_BIG)) and not same_units_masked(None, written)
 
 
 def test_canonical_spec_is_compact():

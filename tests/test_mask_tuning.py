@@ -237,6 +237,14 @@ def test_a_tuned_shrunk_checkpoint_computes_the_tuned_masked_model(tiny_model, t
                   tmp_path / "tuning.json", "--out", tmp_path / "tuned.pt"])
     assert "removed\t10 of 48 heads" in result.stdout
     assert "removed\t108 of 512 FFN neurons" in result.stdout
+    # a mask given beside the tuning is compared as a mask: the same heads written another way are the tuned mask
+    respelled, tuned = "A:2:6,5,4,3,2,1 E:1:7,5,2 D:1:3", tmp_path / "tuning.json"
+    again = run(["fairseq-headprune", "shrink", "--path", tiny_model["checkpoint"], "--tuning", tuned,
+                 "--head-mask", respelled, "--out", tmp_path / "respelled.pt"])
+    assert "removed\t10 of 48 heads" in again.stdout
+    other = run(["fairseq-headprune", "shrink", "--path", tiny_model["checkpoint"], "--tuning", tuned,
+                 "--head-mask", "E:1:2,5 A:2:1-6 D:1:3", "--out", tmp_path / "other.pt"], check=False)
+    assert other.returncode != 0 and "is not the mask" in other.stderr and "Traceback" not in other.stderr
     from fairseq_headprune.engine.checkpoints.loading import load_generation_model
     from fairseq_headprune.modules.masked_ffn import ffn_mask_applied
 

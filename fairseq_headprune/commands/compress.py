@@ -41,6 +41,7 @@ from fairseq_headprune.study.compression.settings import (
     default_finetune_updates,
 )
 from fairseq_headprune.study.compression.speedup import DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_BLEU_LOSS, PLAN_MARGIN
+from fairseq_headprune.study.compression.speedup_report import before_finetune_text
 from fairseq_headprune.study.compression.target import SPEEDUP_TARGET, parse_target
 from fairseq_headprune.study.finetuning import (
     CHECKPOINT_PRECISION,
@@ -152,7 +153,7 @@ def command_speedup(settings) -> int:
           + ", ".join(f"{result.speedups[b]:.2f}x at batch {b}" for b in batches if b in result.speedups)
           + f" like for like; {reported.metric} {reported.unpruned:.2f} -> {reported.compressed:.2f} "
           f"({reported.delta:+.2f}, {p_value_text(reported.p_value, reported.samples)})"
-          + ("" if reported.before_finetune is None else f", {reported.before_finetune:.2f} before fine-tuning")
+          + before_finetune_text(report)
           + f"; decided on {decided.split}: {decided.delta:+.2f} ({p_value_text(decided.p_value, decided.samples)}), "
           + ("within" if report.within_tolerance else "NOT within") + " the tolerance; target "
           + ("reached" if report.reached_target else "NOT reached at every batch size"))

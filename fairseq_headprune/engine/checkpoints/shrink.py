@@ -50,6 +50,7 @@ from fairseq_headprune.study.masks.head_mask import (
     count_masked,
     head_mask_to_spec,
     parse_head_mask,
+    same_units_masked,
 )
 from fairseq_headprune.study.masks.layer_drop import LayerDrop, checked_layer_drop, layer_drop_to_spec
 from fairseq_headprune.study.output.files import atomic_path
@@ -198,11 +199,11 @@ def shrink_checkpoint(path: str, out: str, head_mask: Optional[HeadMask] = None,
 
 def _tuned_masks(tuning, tuning_file, head_mask, ffn_mask):
     """The head and neuron masks to remove with ``tuning``: its masks (a given mask must be the same mask)."""
-    if head_mask is not None and head_mask_to_spec(head_mask) != tuning.spec:
+    if head_mask is not None and not same_units_masked(head_mask, tuning.head_mask):
         raise HeadMaskError(f"the head mask {head_mask_to_spec(head_mask)!r} is not the mask {tuning_file} was "
                             f"tuned for ({tuning.spec})", setting="head_mask")
-    tuned_neurons = tuning.ffn_spec if tuning.ffn_mask is not None else NO_MASK_SPEC
-    if ffn_mask is not None and ffn_mask_to_spec(ffn_mask) != tuned_neurons:
+    if ffn_mask is not None and not same_units_masked(ffn_mask, tuning.ffn_mask, NEURONS):
+        tuned_neurons = tuning.ffn_spec if tuning.ffn_mask is not None else NO_MASK_SPEC
         raise HeadMaskError(f"the FFN mask {ffn_mask_to_spec(ffn_mask)!r} is not the neuron mask {tuning_file} was "
                             f"tuned for ({tuned_neurons})", setting="ffn_mask")
     head_mask = tuning.head_mask if count_masked(tuning.head_mask) else None

@@ -44,6 +44,18 @@ def _curves(report: SpeedupReport) -> List[str]:
     return lines
 
 
+def before_finetune_text(report: SpeedupReport) -> str:
+    """The result's score before its fine-tuning, for the result line: a continued fine-tuning started from the
+    earlier attempt's fine-tuned weights, so that score is where the continuation began, and says so."""
+    reported = report.result.reported
+    if reported.before_finetune is None:
+        return ""
+    continued = next((a.continued_from for a in report.attempts if a.attempt == report.result.attempt), None)
+    if continued:
+        return f", {reported.before_finetune:.2f} where its fine-tuning continued from {continued}"
+    return f", {reported.before_finetune:.2f} before fine-tuning"
+
+
 def speedup_report_markdown(report: SpeedupReport) -> str:
     """OUT/report.md of ``compress --target speedup=Nx``: the result, the shapes timed and their damage, what each
     step bought, every attempt and its recovery (``engine.pipelines.speedup``)."""
@@ -57,8 +69,7 @@ def speedup_report_markdown(report: SpeedupReport) -> str:
              "## Result", ""]
     speed = ", ".join(f"{result.speedups[b]:.2f}x at batch {b}" for b in batches if b in result.speedups)
     lines.append(f"Attempt {result.attempt}, on {reported.split}: {speed} like for like; {_change(reported)}"
-                 + ("" if reported.before_finetune is None else
-                    f", {reported.before_finetune:.2f} before fine-tuning")
+                 + before_finetune_text(report)
                  + ("; the target speed-up reached." if report.reached_target
                     else "; the target speed-up **not** reached at every batch size."))
     lines += ["", f"Decided on {decided.split}: {_change(decided)}, "
