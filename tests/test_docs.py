@@ -223,8 +223,6 @@ CONSOLES_REWRITTEN_WITH_ISSUE_61 = {
     ("benchmarks.md", "predicted 1.30x, measured 1.65x (-21%), median over 40 rounds"),
     ("removal-and-export.md", "pruned\t33 of 72 heads, 0 of 1536 FFN neurons; FLOPs kept 71.2%"),
     ("removal-and-export.md", "pruned\t18 of 72 heads, 544 of 3072 FFN neurons; FLOPs kept 79.0%"),
-    ("removal-and-export.md", "layers\tremoved decoder:2 (validation loss 2.065 -> 2.762); decoding-flops cost kept 7"),
-    ("removal-and-export.md", "layers\tremoved decoder:2-3 (validation loss 2.065 -> 6.789); decoding-flops cost kep"),
 }
 
 
