@@ -279,8 +279,9 @@ def masked_heads(head_mask: HeadMask, kind: MaskKind = HEADS) -> List[Tuple[str,
 
 
 def same_units_masked(first: Optional[HeadMask], second: Optional[HeadMask], kind: MaskKind = HEADS) -> bool:
-    """Whether two masks mask the same units (None: no mask), compared as masks, not as spec text."""
-    return sorted(masked_heads(first or {}, kind)) == sorted(masked_heads(second or {}, kind))
+    """Whether two masks mask the same units (None: no mask), compared as masks, not as spec text
+    (``masked_heads`` lists units in one order: by ``kind``'s types, then layer and head)."""
+    return masked_heads(first or {}, kind) == masked_heads(second or {}, kind)
 
 
 def count_masked(head_mask: HeadMask) -> int:
