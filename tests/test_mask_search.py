@@ -155,6 +155,11 @@ def test_budgets_parse_numbers_and_percentages_and_refuse_more_than_the_model():
     # cost as an amount): a fraction of a head is the whole heads within it, a number of FLOPs as it is
     assert SearchBudget(amount=4.0).resolve(costs) == 4 and SearchBudget.parse(6).text == "6"
     assert SearchBudget(amount=1000.5).resolve(flops) == 1000.5
+    # search.json records the budget's text: it reads back to the same number, however many digits it has
+    for budget in (SearchBudget(amount=37576704.0), SearchBudget(amount=1000.5), SearchBudget(amount=1 / 3),
+                   SearchBudget(percent=100 / 3), SearchBudget.parse("50%")):
+        assert SearchBudget.parse(budget.text) == budget
+    assert SearchBudget(amount=37576704.0).text == "37576704" and SearchBudget.parse("50%").text == "50%"
     with pytest.raises(SettingsError, match="an amount or a percentage"):
         SearchBudget()
 

@@ -233,6 +233,11 @@ def decoding_flops_costs(layout: HeadLayout, dims: Dict[str, Tuple[int, int]], f
     return LayerCosts("decoding-flops", per_layer)
 
 
+def _exact_text(value: float) -> str:
+    """A number's shortest text that reads back to it: whole numbers without a decimal point."""
+    return str(int(value)) if float(value).is_integer() and abs(value) < 2 ** 53 else repr(float(value))
+
+
 @dataclass(frozen=True)
 class SearchBudget:
     """What a search may keep: ``amount`` in the costs' unit (heads, FLOPs per token, ms), or ``percent`` of the
@@ -265,7 +270,9 @@ class SearchBudget:
 
     @property
     def text(self) -> str:
-        return f"{self.percent:g}%" if self.percent is not None else f"{self.amount:g}"
+        """The budget as ``parse`` reads it back to the same number: search.json records it, so no digit is lost
+        (an amount compress hands over, e.g. 37576704 FLOPs per token, is not rounded to 3.75767e+07)."""
+        return f"{_exact_text(self.percent)}%" if self.percent is not None else _exact_text(self.amount)
 
     def resolve(self, costs: LayerCosts) -> float:
         """The budget in the costs' unit; a number of heads must be whole, a percentage of them allows the whole heads
