@@ -257,7 +257,8 @@ def test_bad_speedup_inputs_are_one_line(tiny_model, tmp_path):
              (["--target", "flops=50%", "--decision-subset", "valid1"], "go with --target speedup"),
              (["--target", "flops=50%", "--finetune-patience", "3"], "goes with --target speedup"),
              (["--target", "speedup=2x", "--finetune-patience", "0"], "--finetune-patience must be at least 1"),
-             (["--target", "flops=50%", "--plan-margin", "5"], "--plan-margin go with --target speedup"),
+             (["--target", "flops=50%", "--plan-margin", "5"], "and --narrowing go with --target speedup"),
+             (["--target", "flops=50%", "--narrowing", "plan"], "and --narrowing go with --target speedup"),
              (["--target", "speedup=2x", "--plan-margin", "-5"], "--plan-margin must be 0% or more"),
              (["--target", "speedup=2x", "--finetune-precision", "float16"],
               "--finetune-precision: fine-tuning in float16 needs a GPU")]
@@ -388,3 +389,53 @@ def test_a_killed_speedup_run_resumes_its_fine_tuning_to_the_same_weights(tiny_m
     assert all(torch.equal(reference["model"][k], resumed["model"][k]) for k in reference["model"])
     assert _stage(out / "attempt-1", "finetune")["curve"] == _stage(speedup_run["out"] / "attempt-1",
                                                                     "finetune")["curve"]
+
+
+def test_a_planned_narrowing_builds_the_shape_the_plan_timed(tiny_model, tmp_path):
+    """``--narrowing plan``: an attempt at width 0.5 keeps half of every kept layer's heads and FFN neurons (those
+    of highest Fisher information), whatever the search would have spent the FLOPs on; read off the compressed
+    checkpoint's tensors."""
+    from fairseq_headprune.cli import build_parser
+    from fairseq_headprune.commands.compress import compress_settings
+    from fairseq_headprune.engine.pipelines.compress import run_compress
+    from fairseq_headprune.study.masks.layer_drop import LayerChoice
+
+    argv = ["compress", str(tiny_model["data"]), "--path", str(tiny_model["checkpoint"]), "--out-dir",
+            str(tmp_path / "top"), "--target", "speedup=1.05x", "--narrowing", "plan", "--finetune-updates", "0",
+            *ESTIMATES, "--speed-sentences", "4", "--speed-batch-sizes", "4", "--repeats", "1", "--beam", "5",
+            "--batch-size", "64"]
+
+    def settings_of(arguments):
+        args, extra = build_parser().parse_known_args(arguments)
+        args.fairseq_args = extra
+        return compress_settings(args)
+
+    settings = settings_of(argv)
+    first_decoder_layer = LayerChoice({"decoder": [0]}, 0.0)
+    attempt = settings.attempt(0.3, first_decoder_layer, str(tmp_path / "attempt"), width=0.5)
+    assert attempt.planned_width == 0.5 and attempt.identity()["search"]["width"] == 0.5
+    assert settings.identity()["speedup"]["narrowing"] == "plan"
+    # the default narrowing leaves the width to the search, and the identities as they were before the option
+    default = settings_of(argv[:8] + argv[10:])
+    other = default.attempt(0.3, first_decoder_layer, str(tmp_path / "other"), width=0.5)
+    assert other.planned_width is None and "width" not in other.identity()["search"]
+    assert "narrowing" not in default.identity()["speedup"]
+    report = run_compress(attempt).report
+    assert report.search.heads_pruned == report.search.heads_total // 2
+    original = torch.load(tiny_model["checkpoint"], map_location="cpu", weights_only=False)
+    heads = {"encoder": original["cfg"]["model"].encoder_attention_heads,
+             "decoder": original["cfg"]["model"].decoder_attention_heads}
+    state = original["model"]
+    compressed = torch.load(tmp_path / "attempt" / "shrink" / "checkpoint.pt", map_location="cpu")["model"]
+    assert _layer_counts(compressed) == {"encoder": 2, "decoder": 1}
+    for key, value in compressed.items():
+        parts = key.split(".")
+        if len(parts) < 5 or parts[1] != "layers" or parts[-1] != "weight":
+            continue
+        stack, module = parts[0], parts[3]
+        full = state[key] if stack == "encoder" else state[".".join([stack, "layers", "1", *parts[3:]])]
+        if parts[4] == "q_proj":  # heads x head_dim rows
+            head_dim = full.shape[0] // heads[stack]
+            assert value.shape[0] == max(1, round(0.5 * heads[stack])) * head_dim, key
+        elif module == "fc1":  # one row per FFN neuron
+            assert value.shape[0] == max(1, round(0.5 * full.shape[0])), key

@@ -153,6 +153,25 @@ def test_uniform_head_counts_equal_brute_force(seed):
     assert result.diagonal_loss == pytest.approx(best, abs=1e-12)
 
 
+@pytest.mark.parametrize("width", [0.25, 0.5, 0.75, 1.0])
+def test_a_planned_width_keeps_that_share_of_every_layer_its_best_units_whatever_the_budget(width):
+    """A speed-up plan's shape (``--narrowing plan``): each layer keeps round(width x units), at least one, those
+    of the largest scores; the budget chooses nothing, and the loss is what removing the rest costs."""
+    heads, neurons = random_scores(60)
+    costs = random_integer_costs(60)
+    result = fisher_search(heads, costs, 0.0, neurons, neuron_step=1, width=width)
+    expected_loss = 0.0
+    for unit_type, layer in BLOCKS:
+        scores = (heads if unit_type in HEADS else neurons)[unit_type][layer].tolist()
+        keep = max(1, round(width * len(scores)))
+        best = sorted(range(len(scores)), key=lambda unit: -scores[unit])[:keep]
+        mask = (result.head_mask if unit_type in HEADS else result.ffn_mask)[unit_type][layer]
+        assert sorted(int(unit) for unit in torch.nonzero(mask).flatten()) == sorted(best)
+        expected_loss += 0.5 * sum(score for unit, score in enumerate(scores) if unit not in best)
+    assert result.diagonal_loss == pytest.approx(expected_loss, abs=1e-12)
+    assert result.cost == costs.cost_of(result.head_mask, result.ffn_mask) and result.details["width"] == width
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_tied_types_keep_one_count_for_the_whole_stack_as_brute_force_finds(seed):
     """CTranslate2's decoder: self- and cross-attention layers keep one head count, chosen once for all four."""

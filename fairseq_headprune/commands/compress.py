@@ -40,7 +40,13 @@ from fairseq_headprune.study.compression.settings import (
     default_distill,
     default_finetune_updates,
 )
-from fairseq_headprune.study.compression.speedup import DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_BLEU_LOSS, PLAN_MARGIN
+from fairseq_headprune.study.compression.speedup import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_MAX_BLEU_LOSS,
+    DEFAULT_NARROWING,
+    NARROWINGS,
+    PLAN_MARGIN,
+)
 from fairseq_headprune.study.compression.speedup_report import before_finetune_text
 from fairseq_headprune.study.compression.target import SPEEDUP_TARGET, parse_target
 from fairseq_headprune.study.finetuning import (
@@ -82,7 +88,7 @@ def compress_settings(args: argparse.Namespace) -> CompressSettings:
         distill=distill, distill_weight=args.distill_weight,
         max_bleu_loss=args.max_bleu_loss, max_attempts=args.max_attempts, allow_beam=args.allow_beam,
         plan_margin=None if args.plan_margin is None else args.plan_margin / 100.0,
-        decision_subset=args.decision_subset,
+        decision_subset=args.decision_subset, narrowing=args.narrowing,
         deployment=DeploymentSettings(list(args.speed_batch_sizes), args.speed_sentences or None, args.repeats,
                                       args.threads, precision=generation_precision(args.fairseq_args),
                                       beams=list(args.speed_beams), device=args.deploy_device),
@@ -250,6 +256,12 @@ def _add_speedup_arguments(parser) -> None:
                           "many percent above the target at every batch size (else the least damaged at the target "
                           "itself); a smaller margin allows less damaged shapes and risks an attempt measured just "
                           f"short (default {100 * PLAN_MARGIN:g})")
+    parser.add_argument("--narrowing", choices=NARROWINGS, default=DEFAULT_NARROWING,
+                          help="with --target speedup: how an attempt narrows the layers it keeps; plan: every layer "
+                          "keeps the shape's share of its heads and FFN neurons (those of highest Fisher "
+                          "information), the shape the plan timed and measured the damage of; search: Kwon et al.'s "
+                          "search spends the shape's decoding-FLOPs share where its loss estimate prefers, which may "
+                          f"decode more slowly than the plan timed (default {DEFAULT_NARROWING})")
     parser.add_argument("--max-attempts", type=int, default=DEFAULT_MAX_ATTEMPTS, metavar="N",
                           help="with --target speedup: compressions tried at most, each a continued fine-tuning or a "
                           f"shape that keeps more (default {DEFAULT_MAX_ATTEMPTS})")

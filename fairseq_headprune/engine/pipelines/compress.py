@@ -182,6 +182,8 @@ def _search(settings: CompressSettings, stages: Stages, work: str) -> SearchReco
         engine_options.update(latency_engine=CTRANSLATE2_ENGINE, latency_precision=settings.table_quantization)
     if settings.uniform:  # no padding in CTranslate2: one head count per stack, decoder types together
         engine_options.update(uniform=True, tie_decoder_heads=settings.export_format == CTRANSLATE2_ENGINE)
+    if settings.planned_width is not None:  # the speed-up plan's shape: every layer keeps its width
+        engine_options["width"] = settings.planned_width
     latency_table = settings.latency_table
     if target.cost == "latency" and latency_table is None:  # measured here, in the shape the speed stage times
         latency_table = os.path.join(work, LATENCY_TABLE)

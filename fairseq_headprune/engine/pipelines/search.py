@@ -199,7 +199,7 @@ def run_search(settings: SearchSettings) -> SearchOutcome:
     start = time.perf_counter()
     result = search_mask(fisher.importance, fisher.fisher_blocks, costs, budget, settings.rearrange,
                          neurons=fisher.neuron_importance if settings.structure != "heads" else None,
-                         neuron_step=settings.neuron_step, uniform=settings.uniform)
+                         neuron_step=settings.neuron_step, uniform=settings.uniform, width=settings.width)
     seconds["search"] = time.perf_counter() - start
     tuning = None
     if settings.tuning is not None:

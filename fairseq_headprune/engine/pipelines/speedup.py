@@ -157,7 +157,8 @@ def _attempt_settings(settings: CompressSettings, plan, candidate: PlannedCandid
         candidate.flops_share, plan.layer_choices.get(candidate.candidate.layers_name), attempt_dir,
         finetune_from=None if previous is None else os.path.join(previous, "finetune", CHECKPOINT),
         beam=candidate.candidate.beam,
-        finetune_lr=None if continued is None else continued.report.finetune.lr, finetune_stop=stop)
+        finetune_lr=None if continued is None else continued.report.finetune.lr, finetune_stop=stop,
+        width=candidate.candidate.width)
 
 
 def _attempt_dir(out_dir: str, number: int) -> str:

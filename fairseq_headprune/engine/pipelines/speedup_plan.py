@@ -44,10 +44,10 @@ from fairseq_headprune.study.compression.speedup import (
     PlannedCandidate,
     candidate_ladder,
     choose_candidate,
-    kept_count,
     out_of_order,
 )
 from fairseq_headprune.study.masks.layer_drop import LayerChoice, kept_layers
+from fairseq_headprune.study.search.mask_search import width_count
 
 PLAN_SENTENCES = 64  # sentences of the Fisher split each candidate decodes per timed pass
 REFERENCE, STOCK = "unpruned vmap", "unpruned"
@@ -199,19 +199,19 @@ def _fisher_masks(model, scores: Mapping[str, torch.Tensor], kept: Mapping[str, 
             rows = kept[TYPE_STACKS[unit_type]]
             mask[unit_type] = torch.zeros(layers, units)
             for position, layer in enumerate(rows):
-                best = torch.argsort(scores[unit_type][layer].float(), descending=True)[:kept_count(units, width)]
+                best = torch.argsort(scores[unit_type][layer].float(), descending=True)[:width_count(units, width)]
                 mask[unit_type][position, best] = 1.0
         masks.append(mask)
     return masks[0], masks[1]
 
 
 def _uniform_masks(model, width: float):
-    """Every layer keeping its first ``kept_count`` heads and neurons (the shape alone matters to the timing)."""
+    """Every layer keeping its first ``width_count`` heads and neurons (the shape alone matters to the timing)."""
     head_mask = {t: torch.ones(shape) for t, shape in head_layout(model).items()}
     ffn_mask = {t: torch.ones(shape) for t, shape in ffn_layout(model).items()}
     for masks in (head_mask, ffn_mask):
         for mask in masks.values():
-            mask[:, kept_count(mask.shape[1], width):] = 0.0
+            mask[:, width_count(mask.shape[1], width):] = 0.0
     return head_mask, ffn_mask
 
 

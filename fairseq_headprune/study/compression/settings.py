@@ -44,12 +44,18 @@ from fairseq_headprune.constants import (
 from fairseq_headprune.errors import SettingsError
 from fairseq_headprune.study.compression.deployment_settings import DeploymentSettings
 from fairseq_headprune.study.compression.precision import AUTO_QUANTIZATION, DEFAULT_QUANTIZATION_TOLERANCE
-from fairseq_headprune.study.compression.speedup import DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_BLEU_LOSS, PLAN_MARGIN
+from fairseq_headprune.study.compression.speedup import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_MAX_BLEU_LOSS,
+    DEFAULT_NARROWING,
+    NARROWINGS,
+    PLAN_MARGIN,
+)
 from fairseq_headprune.study.compression.target import LAYER_DROP_TARGETS, SPEEDUP_TARGET, CompressTarget
 from fairseq_headprune.study.finetuning import FINETUNE_LR_SHARE, FinetuneSettings, FinetuneStop
 from fairseq_headprune.study.masks.layer_drop import LayerChoice
 from fairseq_headprune.study.search.settings import SearchSettings, TuningSettings
-from fairseq_headprune.study.settings import ImportanceSettings, SweepSettings, refuse
+from fairseq_headprune.study.settings import ImportanceSettings, SweepSettings, check_one_of, refuse
 
 # the stages of a run, in order; each writes one subdirectory of the output directory
 STAGES = ("plan", "layers", "fisher", "search", "distill", "finetune", "shrink", "export", "evaluate", "speed")
@@ -135,6 +141,8 @@ class CompressSettings:
     finetune_from: Optional[str] = None  # an attempt continuing an earlier one's fine-tuning: its weights
     decision_subset: str = DEFAULT_DECISION_SUBSET  # --target speedup: the split every decision reads
     layer_choice: Optional[LayerChoice] = None  # an attempt's whole layers, as its plan chose them
+    narrowing: str = DEFAULT_NARROWING  # --target speedup: how an attempt narrows its layers (NARROWINGS)
+    planned_width: Optional[float] = None  # an attempt narrowed as planned: every layer keeps this share
 
     def __post_init__(self):
         family = self.evaluation.family
@@ -221,12 +229,16 @@ class CompressSettings:
         speedup = self.target.kind == SPEEDUP_TARGET
         if not speedup:
             if (self.max_bleu_loss is not None or self.max_attempts != DEFAULT_MAX_ATTEMPTS or self.allow_beam
-                    or self.decision_subset != DEFAULT_DECISION_SUBSET or self.plan_margin is not None):
-                raise SettingsError("the max bleu loss, the max attempts, the allow beam, the decision subset and "
-                                    "the plan margin go with the target speedup=Nx",
+                    or self.decision_subset != DEFAULT_DECISION_SUBSET or self.plan_margin is not None
+                    or self.narrowing != DEFAULT_NARROWING):
+                raise SettingsError("the max bleu loss, the max attempts, the allow beam, the decision subset, "
+                                    "the plan margin and the narrowing go with the target speedup=Nx",
                                     setting=("max_bleu_loss", "max_attempts", "allow_beam", "decision_subset",
-                                             "plan_margin", "target"))
+                                             "plan_margin", "narrowing", "target"))
+            refuse(self.planned_width is not None and not self.planned,
+                   "the planned width is a speed-up attempt's", "planned_width")
             return
+        check_one_of(self.narrowing, NARROWINGS, "narrowing")
         if self.decision_subset == self.evaluation.gen_subset:
             raise SettingsError(f"the decision subset {self.decision_subset} is the split the result is reported on "
                                 "(the gen subset): decide on another, e.g. valid",
@@ -262,14 +274,14 @@ class CompressSettings:
 
     def attempt(self, flops_share: float, layer_choice: Optional[LayerChoice], out_dir: str,
                 finetune_from: Optional[str] = None, beam: Optional[int] = None,
-                finetune_lr: Optional[float] = None, finetune_stop: Optional[FinetuneStop] = None
-                ) -> "CompressSettings":
+                finetune_lr: Optional[float] = None, finetune_stop: Optional[FinetuneStop] = None,
+                width: float = 1.0) -> "CompressSettings":
         """A speedup run's attempt: a compress run in ``out_dir`` removing the whole layers of ``layer_choice``
         (the plan's) and searching the heads and neurons within ``flops_share`` of the unpruned model's decoding
         FLOPs, evaluated on the decision split; a shape for a smaller ``beam`` is also evaluated and timed there
         (``--speed-beams``). The fine-tuning stops by ``finetune_stop``; a continued one takes the attempt's
         ``finetune_lr``: its default, a share of the start checkpoint's learning rate, would otherwise be a share
-        of the fine-tuning's own."""
+        of the fine-tuning's own. With the narrowing plan, every layer keeps the shape's ``width``."""
         deployment = self.deployment
         finetune = self.finetune
         if finetune_lr is not None:
@@ -284,6 +296,7 @@ class CompressSettings:
             target=CompressTarget("decoding-flops", 100.0 * flops_share), drop_layers=drop_counts,
             layer_choice=layer_choice if drop_counts else None, max_bleu_loss=None,
             max_attempts=DEFAULT_MAX_ATTEMPTS, allow_beam=False, plan_margin=None, planned=True,
+            narrowing=DEFAULT_NARROWING, planned_width=width if self.narrowing == "plan" and width < 1.0 else None,
             finetune_from=finetune_from,
             deployment=deployment, finetune=finetune, decision_subset=DEFAULT_DECISION_SUBSET)
 
@@ -366,7 +379,8 @@ class CompressSettings:
             "search": {"target": self.target.text, "structure": self.target.structure, "cost": self.target.cost,
                        "latency_table": os.path.abspath(self.latency_table) if self.latency_table else None,
                        "tuning": None if self.tuning is None else dataclasses.asdict(self.tuning),
-                       "tuning_skipped": self.tuning_skipped, "uniform": self.uniform},
+                       "tuning_skipped": self.tuning_skipped, "uniform": self.uniform,
+                       **({"width": self.planned_width} if self.planned_width is not None else {})},
             **({"layers": dict(self.drop_layers)} if self.drop_layers else {}),
             **({"layers_chosen": self.layer_choice.spec} if self.layer_choice is not None else {}),
             "finetune": ({**self._finetune_identity(), **({"distill": self.distill} if self.distill else {}),
@@ -378,7 +392,9 @@ class CompressSettings:
                             "decision_subset": self.decision_subset,
                             # the default margin left out: a run's identity from before the option is the same
                             **({"plan_margin": self.plan_margin}
-                               if self.plan_margin not in (None, PLAN_MARGIN) else {})}}
+                               if self.plan_margin not in (None, PLAN_MARGIN) else {}),
+                            # the default narrowing left out likewise
+                            **({"narrowing": self.narrowing} if self.narrowing != DEFAULT_NARROWING else {})}}
                if self.target.kind == SPEEDUP_TARGET else {}),
             **({"planned": True} if self.planned else {}),
             "export": None if self.export_format is None else {

@@ -53,6 +53,11 @@ PLAN_MARGIN = 0.1  # the first choice asks the plan's timing for this much more 
 SMALLER_BEAMS = (1, 2)  # --allow-beam: the beams a shape is also timed at, below the run's
 DEFAULT_MAX_BLEU_LOSS = 1.0
 DEFAULT_MAX_ATTEMPTS = 3
+# how an attempt narrows the layers it keeps: "plan", every layer keeping the shape's width of heads and FFN neurons
+# (those of highest Fisher information), the shape the plan timed and whose damage it measured; "search", Kwon et
+# al.'s search spending the shape's decoding-FLOPs share across layers and types as the loss estimate prefers
+NARROWINGS = ("plan", "search")
+DEFAULT_NARROWING = "search"
 ORDER_TOLERANCE = 0.8  # a shape that removes more, timed below this share of the speed of one that removes less
 
 
@@ -118,11 +123,6 @@ def candidate_ladder(depths: Mapping[str, int], widths: Sequence[float] = WIDTH_
                 if candidate.drop_counts or width < 1.0:
                     ladder += [candidate] + [Candidate(dropped, float(width), beam) for beam in beams]
     return ladder
-
-
-def kept_count(total: int, width: float) -> int:
-    """How many units a layer of ``total`` keeps at ``width``: at least one."""
-    return max(1, min(total, int(round(width * total))))
 
 
 def reaches(speedups: Mapping[str, float], factor: float) -> bool:

@@ -160,9 +160,14 @@ def _block_options(costs: LayerCosts, block: Block, neuron_step: Optional[int]) 
     return [k for k in counts if k % step == 0 or k == counts[-1]]
 
 
+def width_count(total: int, width: float) -> int:
+    """How many of a layer's ``total`` units it keeps at ``width`` (a share): at least one."""
+    return max(1, min(total, int(round(width * total))))
+
+
 def fisher_search(fisher: Dict[str, torch.Tensor], costs: LayerCosts, budget: float,
                   neurons: Optional[Dict[str, torch.Tensor]] = None, neuron_step: Optional[int] = None,
-                  uniform: bool = False) -> SearchResult:
+                  uniform: bool = False, width: Optional[float] = None) -> SearchResult:
     """Keep the heads (and neurons) that minimise the diagonal-Fisher loss estimate at a cost of at most ``budget``.
 
     Kwon et al. (2022, section 4.1). The blocks searched are those ``costs``
@@ -171,7 +176,9 @@ def fisher_search(fisher: Dict[str, torch.Tensor], costs: LayerCosts, budget: fl
     keep every unit. In a block that keeps k units the k with the largest
     F_ii stay; with ``uniform`` the layers of an attention type keep equally
     many heads, and those of the types ``costs.tied_types`` ties into one
-    stack (CTranslate2's decoder) one count together.
+    stack (CTranslate2's decoder) one count together. With ``width`` every
+    block keeps that share of its units (``width_count``) and the budget
+    chooses nothing: the shape a speed-up plan timed, its units by F_ii.
     """
     blocks = block_order(costs.per_layer)
     scores = {}
@@ -183,6 +190,8 @@ def fisher_search(fisher: Dict[str, torch.Tensor], costs: LayerCosts, budget: fl
         scores[(t, layer)] = source[t][layer]
     order = {block: _by_score(scores[block]) for block in blocks}
     options = {block: _block_options(costs, block, neuron_step) for block in blocks}
+    if width is not None:
+        options = {block: [width_count(int(scores[block].numel()), width)] for block in blocks}
     loss_of = {}  # per block: the loss of keeping k units, indexed by k
     for block in blocks:
         loss_of[block] = _removal_losses([float(scores[block][h]) for h in order[block]], block[0] in ATTENTION_TYPES)
@@ -198,7 +207,7 @@ def fisher_search(fisher: Dict[str, torch.Tensor], costs: LayerCosts, budget: fl
             groups += [([b], options[b]) for b in members]
     group_costs = [[sum(costs.cost_at(b, k) for b in members) for k in counts] for members, counts in groups]
     group_losses = [[sum(loss_of[b][k] for b in members) for k in counts] for members, counts in groups]
-    chosen = choose_options(group_costs, group_losses, budget)
+    chosen = [0] * len(groups) if width is not None else choose_options(group_costs, group_losses, budget)
     if chosen is None:
         cheapest = sum(min(c) for c in group_costs)
         raise SettingsError(f"the budget {budget:g} {costs.unit} is below the least any mask costs ({cheapest:g})",
@@ -214,6 +223,8 @@ def fisher_search(fisher: Dict[str, torch.Tensor], costs: LayerCosts, budget: fl
     head_loss = sum(loss_of[b][k] for b, k in kept_count.items() if b[0] in ATTENTION_TYPES)
     neuron_loss = sum(loss_of[b][k] for b, k in kept_neurons.items())
     details = {"uniform": True} if uniform else {}
+    if width is not None:
+        details["width"] = width
     if ffn_mask is not None:
         steps = [options[b][1] - options[b][0] for b in kept_neurons if len(options[b]) > 1]  # as the counts fell
         details.update(estimated_loss_increase_diagonal_heads=head_loss,
@@ -301,10 +312,11 @@ def blocks_as_scores(blocks: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]
 
 def search_mask(fisher: Dict[str, torch.Tensor], blocks: Optional[Dict[str, torch.Tensor]], costs: LayerCosts,
                 budget: float, rearranged: bool = True, neurons: Optional[Dict[str, torch.Tensor]] = None,
-                neuron_step: Optional[int] = None, uniform: bool = False) -> SearchResult:
+                neuron_step: Optional[int] = None, uniform: bool = False, width: Optional[float] = None
+                ) -> SearchResult:
     """The search, then (with ``blocks`` and ``rearranged``) the heads' rearrangement;
     block losses reported if known."""
-    result = fisher_search(fisher, costs, budget, neurons, neuron_step, uniform)
+    result = fisher_search(fisher, costs, budget, neurons, neuron_step, uniform, width)
     if blocks is None:
         if rearranged:
             raise SettingsError("rearranging needs the Fisher blocks: estimate with the importance method fisher",

@@ -90,6 +90,9 @@ class SearchSettings:
     latency_precision: Optional[str] = None  # its precision (None: the model's; ctranslate2: float32)
     # with uniform: the decoder's self- and cross-attention keep one count (CTranslate2)
     tie_decoder_heads: bool = False
+    # every layer keeps this share of its heads (and FFN neurons), those of highest Fisher information: the shape a
+    # speed-up plan timed, the budget choosing nothing (None: the budget chooses)
+    width: Optional[float] = None
 
     def __post_init__(self):
         check_one_of(self.latency_engine, LATENCY_ENGINES, "latency_engine")
@@ -112,6 +115,8 @@ class SearchSettings:
             raise SettingsError("the uniform evens the heads kept per attention type: the structure heads or joint",
                                 setting=("uniform", "structure"))
         check_positive(self.neuron_step, "neuron_step")
+        refuse(self.width is not None and not 0.0 < self.width <= 1.0, "the width is a share above 0, at most 1",
+               ("width",))
         if (self.cost == "latency") != (self.latency_table is not None):
             raise SettingsError("the cost latency needs the latency table FILE (from the latency command), "
                                 "and the latency table goes with the cost latency", setting=("cost", "latency_table"))
