@@ -189,8 +189,9 @@ def fisher_search(fisher: Dict[str, torch.Tensor], costs: LayerCosts, budget: fl
             raise SettingsError(f"the search has no Fisher scores for the {what} of {t}")
         scores[(t, layer)] = source[t][layer]
     order = {block: _by_score(scores[block]) for block in blocks}
-    options = {block: _block_options(costs, block, neuron_step) for block in blocks}
-    if width is not None:
+    if width is None:
+        options = {block: _block_options(costs, block, neuron_step) for block in blocks}
+    else:  # one count per block: the budget chooses nothing
         options = {block: [width_count(int(scores[block].numel()), width)] for block in blocks}
     loss_of = {}  # per block: the loss of keeping k units, indexed by k
     for block in blocks:
