@@ -8,7 +8,8 @@ checkpoint and of the CTranslate2 model), every decision reads the validation
 split by the rule, the continued fine-tuning starts from the first attempt's
 weights, and the test split is translated once, for the result. A second run
 decides on a split where validation and test disagree (constructed), and a
-third is killed in its fine-tuning and resumed to the same weights.
+third is killed in its fine-tuning and resumed to the same weights. A fourth deals validation into halves
+(``--decision-half``): what is fitted reads one, what is decided the other.
 (The plain logic: tests/test_speedup_search.py.)
 """
 
@@ -257,8 +258,9 @@ def test_bad_speedup_inputs_are_one_line(tiny_model, tmp_path):
              (["--target", "flops=50%", "--decision-subset", "valid1"], "go with --target speedup"),
              (["--target", "flops=50%", "--finetune-patience", "3"], "goes with --target speedup"),
              (["--target", "speedup=2x", "--finetune-patience", "0"], "--finetune-patience must be at least 1"),
-             (["--target", "flops=50%", "--plan-margin", "5"], "and --narrowing go with --target speedup"),
-             (["--target", "flops=50%", "--narrowing", "plan"], "and --narrowing go with --target speedup"),
+             (["--target", "flops=50%", "--plan-margin", "5"], "and --decision-half go with --target speedup"),
+             (["--target", "flops=50%", "--narrowing", "plan"], "and --decision-half go with --target speedup"),
+             (["--target", "flops=50%", "--decision-half"], "and --decision-half go with --target speedup"),
              (["--target", "speedup=2x", "--plan-margin", "-5"], "--plan-margin must be 0% or more"),
              (["--target", "speedup=2x", "--finetune-precision", "float16"],
               "--finetune-precision: fine-tuning in float16 needs a GPU")]
@@ -439,3 +441,45 @@ def test_a_planned_narrowing_builds_the_shape_the_plan_timed(tiny_model, tmp_pat
             assert value.shape[0] == max(1, round(0.5 * heads[stack])) * head_dim, key
         elif module == "fc1":  # one row per FFN neuron
             assert value.shape[0] == max(1, round(0.5 * full.shape[0])), key
+
+
+def test_a_decision_half_keeps_what_is_fitted_apart_from_what_decides(tiny_model, tmp_path):
+    """``--decision-half``: OUT/halves holds valid's even-numbered sentences as valid-fit and its odd-numbered
+    ones as valid-decide (read back with fairseq's own dataset against the original's rows); the Fisher scores,
+    the plan's damage and the fine-tuning's validations read valid-fit, every decision and the unpruned reference
+    valid-decide, with as many sentences as that half holds; test is translated once, for the result."""
+    from fairseq.data import data_utils
+
+    out = tmp_path / "run"
+    stdout = run(speedup_command(tiny_model, out, "--decision-half", "--max-attempts", "1")).stdout
+    halves = _stage(out, "halves")
+    data = out / "halves" / "data"
+    assert (halves["fit"], halves["decide"], halves["split"]) == ("valid-fit", "valid-decide", "valid")
+    for side in ("en", "fr"):
+        whole = data_utils.load_indexed_dataset(str(tiny_model["data"] / f"valid.en-fr.{side}"), None)
+        fit = data_utils.load_indexed_dataset(str(data / f"valid-fit.en-fr.{side}"), None)
+        decide = data_utils.load_indexed_dataset(str(data / f"valid-decide.en-fr.{side}"), None)
+        assert len(fit) + len(decide) == len(whole) == halves["sentences"] and len(fit) - len(decide) in (0, 1)
+        assert all(torch.equal(fit[i], whole[2 * i]) for i in range(len(fit)))
+        assert all(torch.equal(decide[i], whole[2 * i + 1]) for i in range(len(decide)))
+    assert os.path.realpath(data / "test.en-fr.fr.bin") == os.path.realpath(tiny_model["data"] / "test.en-fr.fr.bin")
+    plan = _stage(out, "plan")
+    assert plan["split"] == "valid-fit" and plan["decision_subset"] == "valid-decide"
+    attempt = out / "attempt-1"
+    assert _stage(attempt, "fisher")["subsets"] == ["valid-fit"]
+    assert _stage(attempt, "finetune")["until"]["subset"] == "valid-fit"
+    evaluated = _stage(attempt, "evaluate")
+    assert (evaluated["split"], evaluated["sentences"]) == ("valid-decide", halves["decide_sentences"])
+    assert _stage(out / "result", "evaluate")["split"] == "test"
+    report = json.loads((out / "report.json").read_text())
+    assert report["attempts"][0]["score"]["split"] == "valid-decide"
+    assert report["result"]["decided"]["split"] == "valid-decide" and report["result"]["reported"]["split"] == "test"
+    assert report["halves"]["decide_sentences"] == halves["decide_sentences"]
+    assert "on valid-decide" in stdout
+    assert "odd- and even-numbered sentences of valid" in (out / "report.md").read_text()
+    # a decision split fairseq-preprocess did not write cannot be halved: one line, before anything is timed
+    result = run(speedup_command(tiny_model, tmp_path / "other", "--decision-half", "--decision-subset",
+                                 "valid7"), check=False)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].endswith("leave out --decision-half")
+    assert not (tmp_path / "other" / "plan").exists()

@@ -41,6 +41,7 @@ from fairseq_headprune.study.compression.settings import (
     default_finetune_updates,
 )
 from fairseq_headprune.study.compression.speedup import (
+    DEFAULT_DECISION_HALF,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_BLEU_LOSS,
     DEFAULT_NARROWING,
@@ -88,7 +89,7 @@ def compress_settings(args: argparse.Namespace) -> CompressSettings:
         distill=distill, distill_weight=args.distill_weight,
         max_bleu_loss=args.max_bleu_loss, max_attempts=args.max_attempts, allow_beam=args.allow_beam,
         plan_margin=None if args.plan_margin is None else args.plan_margin / 100.0,
-        decision_subset=args.decision_subset, narrowing=args.narrowing,
+        decision_subset=args.decision_subset, narrowing=args.narrowing, decision_half=args.decision_half,
         deployment=DeploymentSettings(list(args.speed_batch_sizes), args.speed_sentences or None, args.repeats,
                                       args.threads, precision=generation_precision(args.fairseq_args),
                                       beams=list(args.speed_beams), device=args.deploy_device),
@@ -249,8 +250,15 @@ def _add_speedup_arguments(parser) -> None:
     parser.add_argument("--decision-subset", default=DEFAULT_DECISION_SUBSET, metavar="SPLIT",
                           help="with --target speedup: the split every decision reads (each attempt's BLEU against "
                           "the unpruned model's, its speed, when its fine-tuning stops); --gen-subset is "
-                          f"translated once, for the result (default: {DEFAULT_DECISION_SUBSET}, which the Fisher "
-                          "scores and mask tuning also read: give a split of your own to keep them apart)")
+                          f"translated once, for the result (default: {DEFAULT_DECISION_SUBSET}; --decision-half "
+                          "keeps it apart from what the Fisher scores, mask tuning and the fine-tuning read)")
+    parser.add_argument("--decision-half", action=argparse.BooleanOptionalAction, default=DEFAULT_DECISION_HALF,
+                          help="with --target speedup: deal the --decision-subset's sentences alternately into two "
+                          "halves (OUT/halves): the Fisher scores, the plan's damage, mask tuning and the "
+                          "fine-tuning's validations (its stop and the checkpoint kept) read the even-numbered ones, "
+                          "every decision the odd-numbered ones, so that no decision reads the sentences its choices "
+                          "were fitted on (default: off: all of them read the whole split, and the score that "
+                          "stopped the fine-tuning also judges it)")
     parser.add_argument("--plan-margin", type=float, metavar="PCT",
                           help="with --target speedup: the first shape is the least damaged one the plan times this "
                           "many percent above the target at every batch size (else the least damaged at the target "

@@ -17,6 +17,7 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from fairseq_headprune.engine.compression.validation_halves import write_validation_halves
 from fairseq_headprune.engine.finetuning import check_finetune_precision
 from fairseq_headprune.engine.pipelines.compress import CompressOutcome, run_compress, run_identity
 from fairseq_headprune.engine.pipelines.compress_stages import (
@@ -32,7 +33,7 @@ from fairseq_headprune.engine.pipelines.export import deploy_device
 from fairseq_headprune.engine.pipelines.shallow import CHECKPOINT
 from fairseq_headprune.engine.pipelines.speedup_plan import plan_stage
 from fairseq_headprune.errors import StudyError
-from fairseq_headprune.study.compression.records import EvaluationRecord, Prediction, trained_where
+from fairseq_headprune.study.compression.records import EvaluationRecord, HalvesRecord, Prediction, trained_where
 from fairseq_headprune.study.compression.settings import STOP_SHARE_OF_TOLERANCE, CompressSettings
 from fairseq_headprune.study.compression.speed import compressed_speedups
 from fairseq_headprune.study.compression.speedup import PlannedCandidate, disturbed_plan_text
@@ -52,6 +53,7 @@ RESULT_DIR = "result"  # the attempt deployed, evaluated and timed on the run's 
 SEEDED_STAGES = ("layers", "fisher", "search", "distill")  # what a continued fine-tuning takes from its attempt
 TEACHER_STAGES = ("distill",)  # what every later attempt takes from the first
 MEASURED_STAGES = ("evaluate", "speed")  # what the result measures again on the run's own split
+HALVES_DATA = "data"  # --decision-half: the data directory with the decision split's halves, in OUT/halves
 
 
 @dataclass
@@ -76,6 +78,9 @@ def run_speedup(settings: CompressSettings, on_stage: Optional[StageCallback] = 
     check_finetune_precision(settings.finetune, settings.evaluation.cpu)
     open_out_dir(settings.out_dir, run_identity(settings))
     stages = Stages(settings.out_dir, on_stage)
+    if settings.decision_half:
+        stages.run("halves", lambda work: _halves_stage(settings, work))
+        settings = _on_halves(settings, stages)
     stages.run("plan", lambda work: plan_stage(settings, work))
     plan = stages.record("plan")
     planned = plan.candidates
@@ -124,13 +129,27 @@ def run_speedup(settings: CompressSettings, on_stage: Optional[StageCallback] = 
         attempt = step.next
     report = SpeedupReport(checkpoint=os.path.abspath(settings.checkpoint), target=settings.target.text,
                            factor=settings.target.factor, max_bleu_loss=settings.max_bleu_loss, plan=plan,
-                           attempts=records)
+                           attempts=records, halves=stages.record("halves") if settings.halved_from else None)
     best = search.best()
     report.result = _result(settings, report, records[best], attempt_settings[best], on_stage)
     files = [os.path.join(settings.out_dir, name) for name in (REPORT_JSON, REPORT_MARKDOWN)]
     write_json(report.to_dict(), files[0], indent=1)
     write_text(speedup_report_markdown(report), files[1])
     return SpeedupOutcome(report, outcomes, files)
+
+
+def _halves_stage(settings: CompressSettings, work: str) -> HalvesRecord:
+    """The decision split dealt into the half that fits and the half that decides (``validation_halves``)."""
+    outcome = write_validation_halves(settings.data, settings.decision_subset, os.path.join(work, HALVES_DATA))
+    return HalvesRecord(data=os.path.join(settings.out_dir, "halves", HALVES_DATA), split=outcome.split,
+                        fit=outcome.fit, decide=outcome.decide, sentences=outcome.sentences,
+                        fit_sentences=outcome.fit_sentences, decide_sentences=outcome.decide_sentences)
+
+
+def _on_halves(settings: CompressSettings, stages: Stages) -> CompressSettings:
+    """The run's settings on its halves, once they are written (``CompressSettings.on_halves``)."""
+    halves = stages.record("halves")
+    return settings.on_halves(stages.path("halves", HALVES_DATA), halves.fit, halves.decide)
 
 
 def _read_json(path: str) -> dict:
@@ -150,7 +169,7 @@ def _attempt_settings(settings: CompressSettings, plan, candidate: PlannedCandid
     stop = settings.finetune.until
     if stop is not None and plan.reference is not None:
         generation = dict(plan.generation, beam=candidate.candidate.beam or plan.generation.get("beam"))
-        stop = dataclasses.replace(stop, subset=settings.decision_subset, generation=generation,
+        stop = dataclasses.replace(stop, generation=generation,
                                    remove_bpe=plan.remove_bpe,
                                    target=plan.reference - STOP_SHARE_OF_TOLERANCE * settings.max_bleu_loss)
     return settings.attempt(
@@ -244,9 +263,12 @@ def compress_shape(settings: CompressSettings, shape: int, out_dir: str,
     layers, search, fine-tuning and its stop rule) in ``out_dir/attempt``, judged on the decision split, then
     evaluated and timed on the run's own split in ``out_dir/result``: to set another choice of shape beside the
     plan's (``scripts/benchmarks/benchmark_shape_choice.py``)."""
-    plan = Stages(settings.out_dir, None).record("plan")
+    stages = Stages(settings.out_dir, None)
+    plan = stages.record("plan")
     if plan is None:
         raise StudyError(f"{settings.out_dir} holds no plan: run compress --target speedup=Nx there first")
+    if settings.decision_half:
+        settings = _on_halves(settings, stages)
     candidate = plan.candidates[shape]
     attempt_dir = os.path.join(out_dir, "attempt")
     current = _attempt_settings(settings, plan, candidate, attempt_dir, None, None)

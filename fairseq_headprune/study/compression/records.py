@@ -196,6 +196,20 @@ class DistillRecord(StageRecord):
 
 
 @dataclass
+class HalvesRecord(StageRecord):
+    """``halves/``: the decision split dealt into the half that fits (Fisher scores, damage, tuning, the
+    fine-tuning's validations) and the half that decides, in a data directory of their own."""
+
+    data: str = ""
+    split: str = ""
+    fit: str = ""
+    decide: str = ""
+    sentences: int = 0
+    fit_sentences: int = 0
+    decide_sentences: int = 0
+
+
+@dataclass
 class FisherRecord(StageRecord):
     """``fisher/``: the masks' Fisher information."""
 
@@ -341,9 +355,9 @@ class SpeedRecord(StageRecord):
 
 
 STAGE_RECORDS: Dict[str, Type[StageRecord]] = {
-    "plan": PlanRecord, "layers": LayersRecord, "distill": DistillRecord, "fisher": FisherRecord,
-    "search": SearchRecord, "finetune": FinetuneStageRecord, "shrink": ShrinkRecord, "export": ExportRecord,
-    "evaluate": EvaluationRecord, "speed": SpeedRecord,
+    "halves": HalvesRecord, "plan": PlanRecord, "layers": LayersRecord, "distill": DistillRecord,
+    "fisher": FisherRecord, "search": SearchRecord, "finetune": FinetuneStageRecord, "shrink": ShrinkRecord,
+    "export": ExportRecord, "evaluate": EvaluationRecord, "speed": SpeedRecord,
 }
 
 

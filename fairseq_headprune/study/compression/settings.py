@@ -31,7 +31,7 @@ can learn from the unpruned model's translations instead of the references
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from fairseq_headprune.constants import (
     CLASSIFIER_FAMILY,
@@ -45,6 +45,7 @@ from fairseq_headprune.errors import SettingsError
 from fairseq_headprune.study.compression.deployment_settings import DeploymentSettings
 from fairseq_headprune.study.compression.precision import AUTO_QUANTIZATION, DEFAULT_QUANTIZATION_TOLERANCE
 from fairseq_headprune.study.compression.speedup import (
+    DEFAULT_DECISION_HALF,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_BLEU_LOSS,
     DEFAULT_NARROWING,
@@ -58,7 +59,8 @@ from fairseq_headprune.study.search.settings import SearchSettings, TuningSettin
 from fairseq_headprune.study.settings import ImportanceSettings, SweepSettings, check_one_of, refuse
 
 # the stages of a run, in order; each writes one subdirectory of the output directory
-STAGES = ("plan", "layers", "fisher", "search", "distill", "finetune", "shrink", "export", "evaluate", "speed")
+STAGES = ("halves", "plan", "layers", "fisher", "search", "distill", "finetune", "shrink", "export", "evaluate",
+          "speed")
 # what --distill learns from (Kim & Rush 2016): the unpruned model's beam outputs on the training sources as the
 # targets (sequence), or its distribution over the vocabulary at every target position beside the reference (word)
 DISTILL_KINDS = ("sequence", "word")
@@ -143,6 +145,9 @@ class CompressSettings:
     layer_choice: Optional[LayerChoice] = None  # an attempt's whole layers, as its plan chose them
     narrowing: str = DEFAULT_NARROWING  # --target speedup: how an attempt narrows its layers (NARROWINGS)
     planned_width: Optional[float] = None  # an attempt narrowed as planned: every layer keeps this share
+    decision_half: bool = DEFAULT_DECISION_HALF  # --target speedup: decide on half the decision split, fit on the other
+    # a run on the halves: the split they were dealt from (the decision subset and data are then the halves')
+    halved_from: Optional[str] = None
 
     def __post_init__(self):
         family = self.evaluation.family
@@ -230,11 +235,12 @@ class CompressSettings:
         if not speedup:
             if (self.max_bleu_loss is not None or self.max_attempts != DEFAULT_MAX_ATTEMPTS or self.allow_beam
                     or self.decision_subset != DEFAULT_DECISION_SUBSET or self.plan_margin is not None
-                    or self.narrowing != DEFAULT_NARROWING):
+                    or self.narrowing != DEFAULT_NARROWING or self.decision_half != DEFAULT_DECISION_HALF):
                 raise SettingsError("the max bleu loss, the max attempts, the allow beam, the decision subset, "
-                                    "the plan margin and the narrowing go with the target speedup=Nx",
+                                    "the plan margin, the narrowing and the decision half go with the target "
+                                    "speedup=Nx",
                                     setting=("max_bleu_loss", "max_attempts", "allow_beam", "decision_subset",
-                                             "plan_margin", "narrowing", "target"))
+                                             "plan_margin", "narrowing", "decision_half", "target"))
             refuse(self.planned_width is not None and not self.planned,
                    "the planned width is a speed-up attempt's", "planned_width")
             return
@@ -297,8 +303,28 @@ class CompressSettings:
             layer_choice=layer_choice if drop_counts else None, max_bleu_loss=None,
             max_attempts=DEFAULT_MAX_ATTEMPTS, allow_beam=False, plan_margin=None, planned=True,
             narrowing=DEFAULT_NARROWING, planned_width=width if self.narrowing == "plan" and width < 1.0 else None,
+            decision_half=DEFAULT_DECISION_HALF, halved_from=None,
             finetune_from=finetune_from,
             deployment=deployment, finetune=finetune, decision_subset=DEFAULT_DECISION_SUBSET)
+
+    def on_halves(self, data: str, fit: str, decide: str) -> "CompressSettings":
+        """This speed-up run on the decision split's halves, written in ``data`` beside links to the rest: what
+        read the decision split to fit (the Fisher scores, the plan's damage, mask tuning, the fine-tuning's
+        validations) reads the ``fit`` half, every decision the ``decide`` half."""
+        split = self.decision_subset
+
+        def fitted(subsets: List[str]) -> List[str]:
+            return [fit if subset == split else subset for subset in subsets]
+
+        finetune = self.finetune
+        if finetune.until is not None and finetune.until.subset == split:
+            finetune = dataclasses.replace(finetune, until=dataclasses.replace(finetune.until, subset=fit))
+        return dataclasses.replace(
+            self, evaluation=dataclasses.replace(self.evaluation, data=data),
+            importance=dataclasses.replace(self.importance, subsets=fitted(self.importance.subsets)),
+            tuning=None if self.tuning is None else dataclasses.replace(self.tuning,
+                                                                        subsets=fitted(self.tuning.subsets)),
+            finetune=finetune, decision_subset=decide, halved_from=split)
 
     def reported(self, attempt: "CompressSettings", out_dir: str) -> "CompressSettings":
         """An attempt's compressed model evaluated and timed on the run's own split (the test split, once), in
@@ -341,8 +367,8 @@ class CompressSettings:
     def stages(self) -> Tuple[str, ...]:
         """The stages this run goes through."""
         if self.target.kind == SPEEDUP_TARGET:  # the attempts are compress runs of their own
-            return ("plan",)
-        skipped = {"plan"}
+            return ("halves", "plan") if self.decision_half else ("plan",)
+        skipped = {"halves", "plan"}
         if not self.finetune.updates:
             skipped.add("finetune")
         if not self.drop_layers:
@@ -394,7 +420,8 @@ class CompressSettings:
                             **({"plan_margin": self.plan_margin}
                                if self.plan_margin not in (None, PLAN_MARGIN) else {}),
                             # the default narrowing left out likewise
-                            **({"narrowing": self.narrowing} if self.narrowing != DEFAULT_NARROWING else {})}}
+                            **({"narrowing": self.narrowing} if self.narrowing != DEFAULT_NARROWING else {}),
+                            **({"decision_half": True} if self.decision_half else {})}}
                if self.target.kind == SPEEDUP_TARGET else {}),
             **({"planned": True} if self.planned else {}),
             "export": None if self.export_format is None else {

@@ -58,6 +58,10 @@ DEFAULT_MAX_ATTEMPTS = 3
 # al.'s search spending the shape's decoding-FLOPs share across layers and types as the loss estimate prefers
 NARROWINGS = ("plan", "search")
 DEFAULT_NARROWING = "search"
+# --decision-half: the decision split's sentences dealt into a half that fits (Fisher scores, the plan's damage,
+# mask tuning, the fine-tuning's stop and best checkpoint) and a half that decides (every attempt's judgement, the
+# unpruned reference); off, all of them read the whole split
+DEFAULT_DECISION_HALF = False
 ORDER_TOLERANCE = 0.8  # a shape that removes more, timed below this share of the speed of one that removes less
 
 

@@ -14,7 +14,7 @@ as scores on the split they name, the doubled keys derived again, the prediction
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from fairseq_headprune.study.compression.records import PlanRecord, Prediction
+from fairseq_headprune.study.compression.records import HalvesRecord, PlanRecord, Prediction
 from fairseq_headprune.study.compression.speedup import PlannedCandidate, reaches, speed_breakdown
 
 SPEEDUP_REPORT_FORMAT = "fairseq-headprune compress speedup 2"
@@ -161,6 +161,7 @@ class SpeedupReport:
     attempts: List[AttemptRecord] = field(default_factory=list)
     result: Optional[SpeedupResult] = None
     format: str = SPEEDUP_REPORT_FORMAT
+    halves: Optional[HalvesRecord] = None  # --decision-half: the decision split's halves
 
     @property
     def chosen(self) -> PlannedCandidate:
@@ -210,7 +211,8 @@ class SpeedupReport:
                 "max_bleu_loss": self.max_bleu_loss,
                 "plan": {**self.plan.to_dict(), "chosen_name": self.chosen.candidate.name,
                          "breakdown": self.breakdown},
-                "attempts": [attempt.to_dict() for attempt in self.attempts], "result": result}
+                "attempts": [attempt.to_dict() for attempt in self.attempts], "result": result,
+                **({"halves": self.halves.to_dict()} if self.halves is not None else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "SpeedupReport":
@@ -221,4 +223,5 @@ class SpeedupReport:
         attempts = [AttemptRecord.from_dict(a, split) for a in data.get("attempts", [])]
         return cls(checkpoint=str(data["checkpoint"]), target=str(data["target"]), factor=float(data["factor"]),
                    max_bleu_loss=float(data["max_bleu_loss"]), plan=PlanRecord.from_dict(plan), attempts=attempts,
-                   result=None if data.get("result") is None else SpeedupResult.from_dict(data["result"], attempts))
+                   result=None if data.get("result") is None else SpeedupResult.from_dict(data["result"], attempts),
+                   halves=None if data.get("halves") is None else HalvesRecord.from_dict(data["halves"]))

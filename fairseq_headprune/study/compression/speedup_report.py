@@ -44,6 +44,17 @@ def _curves(report: SpeedupReport) -> List[str]:
     return lines
 
 
+def _halves_text(report: SpeedupReport) -> str:
+    """What read which half of the decision split (``--decision-half``)."""
+    halves = report.halves
+    if halves is None:
+        return ""
+    return (f" {halves.decide} and {halves.fit} are the odd- and even-numbered sentences of {halves.split} "
+            f"({halves.decide_sentences} and {halves.fit_sentences}): the Fisher scores, the plan's damage, mask "
+            f"tuning and the fine-tuning's validations (its stop and the checkpoint kept) read {halves.fit}, so that "
+            f"{halves.decide} judges what was chosen on other sentences.")
+
+
 def before_finetune_text(report: SpeedupReport) -> str:
     """The result's score before its fine-tuning, for the result line: a continued fine-tuning started from the
     earlier attempt's fine-tuned weights, so that score is where the continuation began, and says so."""
@@ -65,8 +76,8 @@ def speedup_report_markdown(report: SpeedupReport) -> str:
     lines = [f"# compress {report.target}", "",
              f"`{report.checkpoint}`: decoding {factor:g}x as fast in CTranslate2 ({plan.quantization}) as the "
              f"unpruned model, both with the vocabulary map, losing at most {report.max_bleu_loss:g} BLEU. Every "
-             f"decision read {decided.split}; {reported.split} was translated once, for the result.", "",
-             "## Result", ""]
+             f"decision read {decided.split}; {reported.split} was translated once, for the result."
+             + _halves_text(report), "", "## Result", ""]
     speed = ", ".join(f"{result.speedups[b]:.2f}x at batch {b}" for b in batches if b in result.speedups)
     lines.append(f"Attempt {result.attempt}, on {reported.split}: {speed} like for like; {_change(reported)}"
                  + before_finetune_text(report)
