@@ -465,9 +465,12 @@ def test_a_decision_half_keeps_what_is_fitted_apart_from_what_decides(tiny_model
     assert os.path.realpath(data / "test.en-fr.fr.bin") == os.path.realpath(tiny_model["data"] / "test.en-fr.fr.bin")
     plan = _stage(out, "plan")
     assert plan["split"] == "valid-fit" and plan["decision_subset"] == "valid-decide"
+    assert plan["stop_subset"] == "valid-fit" and plan["stop_reference"] is not None
     attempt = out / "attempt-1"
     assert _stage(attempt, "fisher")["subsets"] == ["valid-fit"]
-    assert _stage(attempt, "finetune")["until"]["subset"] == "valid-fit"
+    until = _stage(attempt, "finetune")["until"]
+    # the stop target: the unpruned model's score on the half the fine-tuning validates on (no loss allowed here)
+    assert until["subset"] == "valid-fit" and until["target"] == plan["stop_reference"]
     evaluated = _stage(attempt, "evaluate")
     assert (evaluated["split"], evaluated["sentences"]) == ("valid-decide", halves["decide_sentences"])
     assert _stage(out / "result", "evaluate")["split"] == "test"

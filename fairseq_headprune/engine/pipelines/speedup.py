@@ -164,14 +164,15 @@ def _damage_text(candidate: PlannedCandidate) -> str:
 def _attempt_settings(settings: CompressSettings, plan, candidate: PlannedCandidate, attempt_dir: str,
                       previous: Optional[str], continued: Optional[CompressOutcome]) -> CompressSettings:
     """The compress run of one attempt: the shape's layers as the plan chose them, its decoding-FLOPs share, the
-    fine-tuning stopping within ``STOP_SHARE_OF_TOLERANCE`` of the tolerance of the unpruned model's decision
-    score (validated at the shape's beam); a continued one from the attempt it continues, at its learning rate."""
+    fine-tuning stopping within ``STOP_SHARE_OF_TOLERANCE`` of the tolerance of the unpruned model's score on the
+    split it validates on (the decision split, or with ``--decision-half`` the fit half; at the shape's beam); a
+    continued one from the attempt it continues, at its learning rate."""
     stop = settings.finetune.until
     if stop is not None and plan.reference is not None:
         generation = dict(plan.generation, beam=candidate.candidate.beam or plan.generation.get("beam"))
-        stop = dataclasses.replace(stop, generation=generation,
-                                   remove_bpe=plan.remove_bpe,
-                                   target=plan.reference - STOP_SHARE_OF_TOLERANCE * settings.max_bleu_loss)
+        reference = plan.reference if plan.stop_reference is None else plan.stop_reference
+        stop = dataclasses.replace(stop, generation=generation, remove_bpe=plan.remove_bpe,
+                                   target=reference - STOP_SHARE_OF_TOLERANCE * settings.max_bleu_loss)
     return settings.attempt(
         candidate.flops_share, plan.layer_choices.get(candidate.candidate.layers_name), attempt_dir,
         finetune_from=None if previous is None else os.path.join(previous, "finetune", CHECKPOINT),

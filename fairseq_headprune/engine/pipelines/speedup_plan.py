@@ -81,12 +81,18 @@ def plan_stage(settings: CompressSettings, work: str) -> PlanRecord:
                                                                passes.seconds[planned_candidate.candidate.name])
     decoding = DecodingOptions.of_generation(cfg.generation)
     reference = split_score(settings, settings.checkpoint, settings.decision_subset, os.path.join(work, "reference"))
+    # the fine-tuning's stop target is set from the split it validates on
+    until = settings.finetune.until
+    stop_subset = "" if until is None or until.subset == settings.decision_subset else until.subset
+    stop_reference = (split_score(settings, settings.checkpoint, stop_subset, os.path.join(work, "stop-reference"))
+                      if stop_subset else None)
     record = PlanRecord(factor=settings.target.factor, margin=settings.plan_margin,
                         batch_sizes=list(deployment.batch_sizes),
                         quantization=settings.table_quantization, split=split, sentences=PLAN_SENTENCES, beam=beam,
                         target_length=target_length, repeats=deployment.repeats, candidates=planned,
                         map_gain=map_gain, environment=run.environment, decision_subset=settings.decision_subset,
-                        reference=reference, base_loss=base_loss, damage_sentences=sentences,
+                        reference=reference, stop_subset=stop_subset, stop_reference=stop_reference,
+                        base_loss=base_loss, damage_sentences=sentences,
                         generation={"beam": decoding.beam, "lenpen": decoding.lenpen, "max_len_a": decoding.max_len_a,
                                     "max_len_b": decoding.max_len_b, "min_len": decoding.min_len},
                         remove_bpe=cfg.common_eval.post_process or None,

@@ -133,6 +133,10 @@ class PlanRecord(StageRecord):
     margin: float = 0.0  # the first choice asked the plan's timing for factor x (1 + margin)
     decision_subset: str = ""
     reference: Optional[float] = None  # the unpruned model's score on the decision split
+    # the unpruned model's score on the split the fine-tuning validates on, where that is another (--decision-half:
+    # the fit half), which its stop target is set from
+    stop_subset: str = ""
+    stop_reference: Optional[float] = None
     generation: Dict[str, Any] = field(default_factory=dict)  # beam, length penalty and limits of the run
     remove_bpe: Optional[str] = None
     base_loss: Optional[float] = None  # the unpruned model's validation loss (damage = a shape's loss over it)

@@ -33,7 +33,8 @@ def _curves(report: SpeedupReport) -> List[str]:
         if not curve:
             continue
         if not lines:
-            reference = report.plan.reference
+            plan = report.plan
+            reference = plan.reference if plan.stop_reference is None else plan.stop_reference
             lines = ["", "## Recovery during fine-tuning", "",
                      f"fairseq's validation BLEU on {attempt.score.split} (tokenized, the run's beam and lengths) "
                      "after each number of updates"
