@@ -149,6 +149,9 @@ def _halves_stage(settings: CompressSettings, work: str) -> HalvesRecord:
 def _on_halves(settings: CompressSettings, stages: Stages) -> CompressSettings:
     """The run's settings on its halves, once they are written (``CompressSettings.on_halves``)."""
     halves = stages.record("halves")
+    if halves is None:  # compress_shape on a run made without --decision-half
+        raise StudyError(f"{settings.out_dir} holds no halves: run compress --target speedup=Nx --decision-half "
+                         "there first, or leave out --decision-half")
     return settings.on_halves(stages.path("halves", HALVES_DATA), halves.fit, halves.decide)
 
 
