@@ -479,7 +479,9 @@ def test_a_decision_half_keeps_what_is_fitted_apart_from_what_decides(tiny_model
     assert report["result"]["decided"]["split"] == "valid-decide" and report["result"]["reported"]["split"] == "test"
     assert report["halves"]["decide_sentences"] == halves["decide_sentences"]
     assert "on valid-decide" in stdout
-    assert "odd- and even-numbered sentences of valid" in (out / "report.md").read_text()
+    markdown = (out / "report.md").read_text()
+    assert "odd- and even-numbered sentences of valid" in markdown
+    assert "fairseq's validation BLEU on valid-fit" in markdown  # the recovery curve names the half it read
     # a decision split fairseq-preprocess did not write cannot be halved: one line, before anything is timed
     result = run(speedup_command(tiny_model, tmp_path / "other", "--decision-half", "--decision-subset",
                                  "valid7"), check=False)

@@ -129,7 +129,7 @@ def run_speedup(settings: CompressSettings, on_stage: Optional[StageCallback] = 
         attempt = step.next
     report = SpeedupReport(checkpoint=os.path.abspath(settings.checkpoint), target=settings.target.text,
                            factor=settings.target.factor, max_bleu_loss=settings.max_bleu_loss, plan=plan,
-                           attempts=records, halves=stages.record("halves") if settings.halved_from else None)
+                           attempts=records, halves=stages.record("halves") if settings.decision_half else None)
     best = search.best()
     report.result = _result(settings, report, records[best], attempt_settings[best], on_stage)
     files = [os.path.join(settings.out_dir, name) for name in (REPORT_JSON, REPORT_MARKDOWN)]
@@ -141,9 +141,9 @@ def run_speedup(settings: CompressSettings, on_stage: Optional[StageCallback] = 
 def _halves_stage(settings: CompressSettings, work: str) -> HalvesRecord:
     """The decision split dealt into the half that fits and the half that decides (``validation_halves``)."""
     outcome = write_validation_halves(settings.data, settings.decision_subset, os.path.join(work, HALVES_DATA))
-    return HalvesRecord(data=os.path.join(settings.out_dir, "halves", HALVES_DATA), split=outcome.split,
-                        fit=outcome.fit, decide=outcome.decide, sentences=outcome.sentences,
-                        fit_sentences=outcome.fit_sentences, decide_sentences=outcome.decide_sentences)
+    # the data's path once the stage is complete (the work directory is renamed)
+    return HalvesRecord(**{**dataclasses.asdict(outcome), "data": os.path.join(settings.out_dir, "halves",
+                                                                                  HALVES_DATA)})
 
 
 def _on_halves(settings: CompressSettings, stages: Stages) -> CompressSettings:
@@ -171,11 +171,10 @@ def _attempt_settings(settings: CompressSettings, plan, candidate: PlannedCandid
     split it validates on (the decision split, or with ``--decision-half`` the fit half; at the shape's beam); a
     continued one from the attempt it continues, at its learning rate."""
     stop = settings.finetune.until
-    if stop is not None and plan.reference is not None:
+    if stop is not None and plan.stop_score is not None:
         generation = dict(plan.generation, beam=candidate.candidate.beam or plan.generation.get("beam"))
-        reference = plan.reference if plan.stop_reference is None else plan.stop_reference
         stop = dataclasses.replace(stop, generation=generation, remove_bpe=plan.remove_bpe,
-                                   target=reference - STOP_SHARE_OF_TOLERANCE * settings.max_bleu_loss)
+                                   target=plan.stop_score - STOP_SHARE_OF_TOLERANCE * settings.max_bleu_loss)
     return settings.attempt(
         candidate.flops_share, plan.layer_choices.get(candidate.candidate.layers_name), attempt_dir,
         finetune_from=None if previous is None else os.path.join(previous, "finetune", CHECKPOINT),

@@ -156,6 +156,11 @@ class PlanRecord(StageRecord):
     out_of_order: List[DisorderedPair] = field(default_factory=list)  # speedup.out_of_order: a disturbed timing
     environment: Dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def stop_score(self) -> Optional[float]:
+        """The unpruned model's score on the split the fine-tuning validates on: its stop target is set from it."""
+        return self.reference if self.stop_reference is None else self.stop_reference
+
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "PlanRecord":
         record = super().from_dict(data)

@@ -146,8 +146,6 @@ class CompressSettings:
     narrowing: str = DEFAULT_NARROWING  # --target speedup: how an attempt narrows its layers (NARROWINGS)
     planned_width: Optional[float] = None  # an attempt narrowed as planned: every layer keeps this share
     decision_half: bool = DEFAULT_DECISION_HALF  # --target speedup: decide on half the decision split, fit on the other
-    # a run on the halves: the split they were dealt from (the decision subset and data are then the halves')
-    halved_from: Optional[str] = None
 
     def __post_init__(self):
         family = self.evaluation.family
@@ -303,7 +301,7 @@ class CompressSettings:
             layer_choice=layer_choice if drop_counts else None, max_bleu_loss=None,
             max_attempts=DEFAULT_MAX_ATTEMPTS, allow_beam=False, plan_margin=None, planned=True,
             narrowing=DEFAULT_NARROWING, planned_width=width if self.narrowing == "plan" and width < 1.0 else None,
-            decision_half=DEFAULT_DECISION_HALF, halved_from=None,
+            decision_half=DEFAULT_DECISION_HALF,
             finetune_from=finetune_from,
             deployment=deployment, finetune=finetune, decision_subset=DEFAULT_DECISION_SUBSET)
 
@@ -324,7 +322,7 @@ class CompressSettings:
             importance=dataclasses.replace(self.importance, subsets=fitted(self.importance.subsets)),
             tuning=None if self.tuning is None else dataclasses.replace(self.tuning,
                                                                         subsets=fitted(self.tuning.subsets)),
-            finetune=finetune, decision_subset=decide, halved_from=split)
+            finetune=finetune, decision_subset=decide)
 
     def reported(self, attempt: "CompressSettings", out_dir: str) -> "CompressSettings":
         """An attempt's compressed model evaluated and timed on the run's own split (the test split, once), in

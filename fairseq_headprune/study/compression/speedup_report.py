@@ -33,10 +33,9 @@ def _curves(report: SpeedupReport) -> List[str]:
         if not curve:
             continue
         if not lines:
-            plan = report.plan
-            reference = plan.reference if plan.stop_reference is None else plan.stop_reference
+            reference, split = report.plan.stop_score, report.plan.stop_subset or attempt.score.split
             lines = ["", "## Recovery during fine-tuning", "",
-                     f"fairseq's validation BLEU on {attempt.score.split} (tokenized, the run's beam and lengths) "
+                     f"fairseq's validation BLEU on {split} (tokenized, the run's beam and lengths) "
                      "after each number of updates"
                      + ("." if reference is None else
                         f"; the unpruned model scores {reference:.2f} there (the studies' evaluation)."), ""]
