@@ -119,3 +119,29 @@ def test_validating_until_enough_does_not_change_the_training(tiny_model, tmp_pa
         if until is not None:
             assert [p["updates"] for p in outcome.curve] == [1, 2, 3, 4] and (tmp_path / name / CURVE_FILE).exists()
     assert all(torch.equal(trained["plain"][key], trained["validated"][key]) for key in trained["plain"])
+
+
+def test_a_fine_tune_continued_in_another_call_counts_the_time_before_it(tiny_model, tmp_path):
+    """fairseq's training clock travels from save to save: a fine-tune continued from its resume point (a killed run
+    run again) reports the seconds its earlier part trained too, not only its own, and not the unpruned model's
+    training that the start checkpoint's clock carries."""
+    import time
+
+    from fairseq_headprune.engine.finetuning import finetune_held, with_resume_points, write_masked_start
+    from fairseq_headprune.study.finetuning import FinetuneSettings
+    from fairseq_headprune.study.masks.head_mask import parse_head_mask
+
+    start = tmp_path / "start.pt"
+    layout = {t: (2, 8) for t in ("enc-enc", "enc-dec", "dec-dec")}  # the tiny model
+    write_masked_start(str(tiny_model["checkpoint"]), str(start), parse_head_mask("E:1:1-2", layout), None)
+    assert torch.load(start, map_location="cpu")["extra_state"]["previous_training_time"] > 0  # its own training
+    settings = with_resume_points(FinetuneSettings(updates=20, lr=0.001))
+    walls = []
+    for stop in (("update", 16), None):
+        began = time.perf_counter()
+        outcome = finetune_held(str(start), str(tiny_model["data"]), str(tmp_path / "train"), "translation", settings,
+                                cpu=True, progress=False, stop=stop)
+        walls.append(time.perf_counter() - began)
+    assert outcome.updates == 20
+    # more than the second call took in all (16 of the 20 updates were trained before it), less than both together
+    assert walls[1] < outcome.seconds <= sum(walls)

@@ -90,7 +90,7 @@ class FinetuneOutcome:
 
     checkpoint: str  # the trained checkpoint (masks recorded)
     updates: int
-    seconds: float
+    seconds: float  # this process's, plus what earlier processes trained up to the resume point (resumed_seconds)
     lr: float
     warmup: int
     train_subset: str
@@ -343,6 +343,21 @@ def cut_file(error: BaseException) -> bool:
         isinstance(error, RuntimeError) and "PytorchStreamReader failed reading zip archive" in str(error))
 
 
+def resumed_seconds(save_dir: str, start: str) -> float:
+    """The seconds earlier processes spent on the fine-tune in ``save_dir`` up to its resume point, by fairseq's
+    own training clock (``extra_state['previous_training_time']``, carried from save to save); 0 when there is no
+    resume point. The clock carries on from the start checkpoint's, so that checkpoint's training is taken off."""
+    last = os.path.join(save_dir, "checkpoint_last.pt")
+    if not os.path.isfile(last):
+        return 0.0
+    return max(0.0, _training_clock(last) - _training_clock(start))
+
+
+def _training_clock(checkpoint: str) -> float:
+    state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    return float((state.get("extra_state") or {}).get("previous_training_time") or 0.0)
+
+
 def with_resume_points(finetune: FinetuneSettings) -> FinetuneSettings:
     """The fine-tune saving a resume point (``checkpoint_last.pt`` with the optimizer) every tenth of its updates
     (with epochs: each epoch's end, where fairseq saves anyway): a killed fine-tune continues from the last one
@@ -361,6 +376,7 @@ def finetune_held(start: str, data: str, save_dir: str, family: str, settings: F
     register_components()
     cfg, lr, warmup = training_config(start, data, save_dir, family, settings, cpu, progress, teacher, distill_weight,
                                       stop)
+    earlier = resumed_seconds(save_dir, start)
     began = time.perf_counter()
     def failed(error: BaseException) -> StudyError:
         if isinstance(error, FileNotFoundError):  # fairseq's reader of a missing split
@@ -372,7 +388,7 @@ def finetune_held(start: str, data: str, save_dir: str, family: str, settings: F
     with library_errors_as(failed), (validation_hooks(until, save_dir) if until is not None
                                      else contextlib.nullcontext([])) as curve:
         train.main(cfg)
-    seconds = time.perf_counter() - began
+    seconds = earlier + time.perf_counter() - began
     trained = os.path.join(save_dir, "checkpoint_last.pt")
     if not os.path.isfile(trained):
         raise StudyError(f"--finetune-updates: fairseq-train wrote no checkpoint in {save_dir}")

@@ -48,6 +48,7 @@ from fairseq_headprune.engine.finetuning import (
     Stop,
     finetune_held,
     resume_point,
+    resumed_seconds,
     save_curve_checkpoint,
     with_resume_points,
     write_masked_start,
@@ -164,6 +165,7 @@ def _finetune_and_score(settings: PruneSettings, config: FinetuneConfig, work: s
         finetune = with_resume_points(settings.finetune)
         train_dir = os.path.join(work, "train")
         resume_point(train_dir)
+        began -= resumed_seconds(train_dir, start)  # the time a killed run spent is the configuration's too
         for stop in stops[:-1]:  # the curve's points on the way: train up to each, keep a copy
             point = _curve_checkpoint(curve_dir, stop)
             if not os.path.isfile(point):
