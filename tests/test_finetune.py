@@ -98,50 +98,35 @@ def test_shrink_removes_the_recorded_heads(tiny_model, finetuned, tmp_path):
     assert model_cfg["headprune_pruned_heads"] == "E:1:1-2 A:2:keep=3 D:1:1"
 
 
-def test_validating_until_enough_does_not_change_the_training(tiny_model, tmp_path):
+def test_validating_until_enough_and_resuming_leave_the_training_as_it_was(tiny_model, tmp_path):
     """A fine-tune that validates with fairseq's BLEU after every update (compress --target speedup) trains the same
     weights as one that never validates: validation runs without gradients on its own data, and fairseq reseeds
-    every update from its count."""
-    from fairseq_headprune.engine.finetuning import CURVE_FILE, finetune_held, write_masked_start
+    every update from its count. Stopped after 3 updates and continued in another call (a killed run run again),
+    it still does, and it reports the seconds its first part trained too: fairseq's training clock travels from
+    save to save (less the start checkpoint's, which carries the unpruned model's training)."""
+    import time
+
+    from fairseq_headprune.engine.finetuning import CURVE_FILE, finetune_held, with_resume_points, write_masked_start
     from fairseq_headprune.study.finetuning import FinetuneSettings, FinetuneStop
     from fairseq_headprune.study.masks.head_mask import parse_head_mask
 
     start = tmp_path / "start.pt"
     layout = {t: (2, 8) for t in ("enc-enc", "enc-dec", "dec-dec")}  # the tiny model
     write_masked_start(str(tiny_model["checkpoint"]), str(start), parse_head_mask("E:1:1-2", layout), None)
+    assert torch.load(start, map_location="cpu")["extra_state"]["previous_training_time"] > 0  # its own training
     stop = FinetuneStop(interval=1, patience=100, generation={"beam": 2, "max_len_b": 20})
     trained = {}
     for name, until in (("plain", None), ("validated", stop)):
-        settings = FinetuneSettings(updates=4, lr=0.001, until=until)
-        outcome = finetune_held(str(start), str(tiny_model["data"]), str(tmp_path / name), "translation", settings,
-                                cpu=True, progress=False)
+        settings = with_resume_points(FinetuneSettings(updates=4, lr=0.001, until=until))
+        walls = []
+        for part in ((("update", 3), None) if until is not None else (None,)):
+            began = time.perf_counter()
+            outcome = finetune_held(str(start), str(tiny_model["data"]), str(tmp_path / name), "translation",
+                                    settings, cpu=True, progress=False, stop=part)
+            walls.append(time.perf_counter() - began)
         trained[name] = torch.load(tmp_path / name / "checkpoint_last.pt", map_location="cpu")["model"]
         if until is not None:
             assert [p["updates"] for p in outcome.curve] == [1, 2, 3, 4] and (tmp_path / name / CURVE_FILE).exists()
+            # more than the second call took in all (3 of the 4 updates were trained before it), less than both
+            assert outcome.updates == 4 and walls[1] < outcome.seconds <= sum(walls)
     assert all(torch.equal(trained["plain"][key], trained["validated"][key]) for key in trained["plain"])
-
-
-def test_a_fine_tune_continued_in_another_call_counts_the_time_before_it(tiny_model, tmp_path):
-    """fairseq's training clock travels from save to save: a fine-tune continued from its resume point (a killed run
-    run again) reports the seconds its earlier part trained too, not only its own, and not the unpruned model's
-    training that the start checkpoint's clock carries."""
-    import time
-
-    from fairseq_headprune.engine.finetuning import finetune_held, with_resume_points, write_masked_start
-    from fairseq_headprune.study.finetuning import FinetuneSettings
-    from fairseq_headprune.study.masks.head_mask import parse_head_mask
-
-    start = tmp_path / "start.pt"
-    layout = {t: (2, 8) for t in ("enc-enc", "enc-dec", "dec-dec")}  # the tiny model
-    write_masked_start(str(tiny_model["checkpoint"]), str(start), parse_head_mask("E:1:1-2", layout), None)
-    assert torch.load(start, map_location="cpu")["extra_state"]["previous_training_time"] > 0  # its own training
-    settings = with_resume_points(FinetuneSettings(updates=20, lr=0.001))
-    walls = []
-    for stop in (("update", 16), None):
-        began = time.perf_counter()
-        outcome = finetune_held(str(start), str(tiny_model["data"]), str(tmp_path / "train"), "translation", settings,
-                                cpu=True, progress=False, stop=stop)
-        walls.append(time.perf_counter() - began)
-    assert outcome.updates == 20
-    # more than the second call took in all (16 of the 20 updates were trained before it), less than both together
-    assert walls[1] < outcome.seconds <= sum(walls)
