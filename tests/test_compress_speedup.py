@@ -276,6 +276,30 @@ def test_bad_speedup_inputs_are_one_line(tiny_model, tmp_path):
         assert not out.exists()
 
 
+def test_a_plan_with_no_shape_fast_enough_is_kept_and_says_how_near_it_came(tiny_model, speedup_run, tmp_path):
+    """A plan that timed no shape at the target (``choose_candidate`` gives None: tests/test_speedup_search.py),
+    here the run's own plan recorded so: one line naming the fastest shape and its speed-up, report.md with every
+    shape timed, no attempt; the plan is kept, so the same command answers again at once."""
+    out = tmp_path / "run"
+    out.mkdir()
+    shutil.copytree(speedup_run["out"] / "plan", out / "plan")
+    shutil.copy(speedup_run["out"] / "compress.json", out / "compress.json")
+    plan = _stage(out, "plan")
+    (out / "plan" / "stage.json").write_text(json.dumps({**plan, "chosen": None}))
+    result = run(speedup_command(tiny_model, out), check=False)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "plan\tkept from an earlier run" in result.stdout and not (out / "attempt-1").exists()
+    candidates = [PlannedCandidate.from_dict(c) for c in plan["candidates"]]
+    fastest = max(candidates, key=lambda c: min(c.speedups.values()))
+    slowest = min(fastest.speedups, key=fastest.speedups.get)
+    assert (f"--target speedup=1.05x: the fastest shape tried ({fastest.candidate.name}) decodes "
+            f"{fastest.speedups[slowest]:.2f}x as fast as the unpruned model with its vocabulary map at batch "
+            f"{slowest}; ask for less (every shape timed: {out / 'report.md'})") in result.stderr
+    markdown = (out / "report.md").read_text()
+    assert "no attempt was made" in markdown and "**(chosen)**" not in markdown
+    assert all(f"| {c.candidate.name} | {100 * c.flops_share:.1f}% |" in markdown for c in candidates)
+
+
 def test_a_shape_of_whole_layers_alone_searches_nothing_and_keeps_the_other_weights(tiny_model, tmp_path):
     """An attempt whose shape removes one encoder layer and narrows nothing: the search prunes no unit and the
     compressed checkpoint is the original's other layers, renumbered, tensor for tensor."""

@@ -36,7 +36,7 @@ from fairseq_headprune.errors import StudyError
 from fairseq_headprune.study.compression.records import EvaluationRecord, HalvesRecord, Prediction, trained_where
 from fairseq_headprune.study.compression.settings import STOP_SHARE_OF_TOLERANCE, CompressSettings
 from fairseq_headprune.study.compression.speed import compressed_speedups
-from fairseq_headprune.study.compression.speedup import PlannedCandidate, disturbed_plan_text
+from fairseq_headprune.study.compression.speedup import PlannedCandidate, disturbed_plan_text, unreached_text
 from fairseq_headprune.study.compression.speedup_records import (
     AttemptRecord,
     FinetuneSummary,
@@ -44,7 +44,7 @@ from fairseq_headprune.study.compression.speedup_records import (
     SpeedupReport,
     SpeedupResult,
 )
-from fairseq_headprune.study.compression.speedup_report import speedup_report_markdown
+from fairseq_headprune.study.compression.speedup_report import speedup_report_markdown, unreached_report_markdown
 from fairseq_headprune.study.compression.speedup_search import AttemptPlan, AttemptResult, SpeedupSearch
 from fairseq_headprune.study.output.files import write_json, write_text
 
@@ -84,6 +84,12 @@ def run_speedup(settings: CompressSettings, on_stage: Optional[StageCallback] = 
     stages.run("plan", lambda work: plan_stage(settings, work))
     plan = stages.record("plan")
     planned = plan.candidates
+    if plan.chosen is None:  # the table is kept: a user sees how near the fastest shape came
+        path = os.path.join(settings.out_dir, REPORT_MARKDOWN)
+        why = unreached_text(planned, settings.target.factor)
+        write_text(unreached_report_markdown(plan, settings.target.text, os.path.abspath(settings.checkpoint), why),
+                   path)
+        raise StudyError(f"{why} (every shape timed: {path})")
     if plan.out_of_order and on_warning is not None:
         on_warning(disturbed_plan_text(plan.out_of_order, os.path.join(settings.out_dir, "plan")))
     tell = on_attempt or (lambda number, text: None)

@@ -151,7 +151,7 @@ class PlanRecord(StageRecord):
     target_length: int = 0  # every candidate generates exactly this many tokens
     repeats: int = 0
     candidates: List[PlannedCandidate] = field(default_factory=list)  # in timing order
-    chosen: int = 0  # index into candidates
+    chosen: Optional[int] = 0  # index into candidates; None: no shape timed fast enough (no attempt)
     map_gain: Dict[str, float] = field(default_factory=dict)  # batch size -> unpruned with map over without
     out_of_order: List[DisorderedPair] = field(default_factory=list)  # speedup.out_of_order: a disturbed timing
     environment: Dict[str, Any] = field(default_factory=dict)

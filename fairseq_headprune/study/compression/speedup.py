@@ -45,7 +45,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from fairseq_headprune.errors import SettingsError, StudyError
+from fairseq_headprune.errors import SettingsError
 
 # the shares of every remaining layer's heads and FFN neurons a candidate keeps (1.0: layers removed only)
 WIDTH_SHARES = (1.0, 0.75, 0.5, 0.25)
@@ -224,19 +224,25 @@ def damage_order(planned: Sequence[PlannedCandidate]) -> List[int]:
     return sorted(range(len(planned)), key=rank)
 
 
-def choose_candidate(planned: Sequence[PlannedCandidate], factor: float, margin: float = PLAN_MARGIN) -> int:
+def choose_candidate(planned: Sequence[PlannedCandidate], factor: float,
+                     margin: float = PLAN_MARGIN) -> Optional[int]:
     """The least damaged shape the plan times at ``factor`` plus ``margin`` at every batch size, else the least
-    damaged at ``factor`` (``damage_order``); raises naming the fastest candidate when none reaches it."""
+    damaged at ``factor`` (``damage_order``); None when none reaches it (``unreached_text`` says how near)."""
     order = damage_order(planned)
     for need in (factor * (1.0 + margin), factor):
         for index in order:
             if planned[index].reaches(need):
                 return index
+    return None
+
+
+def unreached_text(planned: Sequence[PlannedCandidate], factor: float) -> str:
+    """Why no shape was chosen: the fastest one timed, and its speed-up at its slowest batch size."""
     fastest = max(planned, key=lambda p: min(p.speedups.values(), default=0.0))
     slowest_batch = min(fastest.speedups, key=fastest.speedups.get)
-    raise StudyError(f"--target speedup={factor:g}x: the fastest shape tried ({fastest.candidate.name}) decodes "
-                     f"{fastest.speedups[slowest_batch]:.2f}x as fast as the unpruned model with its vocabulary map "
-                     f"at batch {slowest_batch}; ask for less (see plan/stage.json)")
+    return (f"--target speedup={factor:g}x: the fastest shape tried ({fastest.candidate.name}) decodes "
+            f"{fastest.speedups[slowest_batch]:.2f}x as fast as the unpruned model with its vocabulary map at batch "
+            f"{slowest_batch}; ask for less")
 
 
 def back_off(planned: Sequence[PlannedCandidate], current: int, tried: Sequence[int] = ()) -> Optional[int]:

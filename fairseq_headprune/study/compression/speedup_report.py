@@ -2,7 +2,7 @@
 
 from typing import List
 
-from fairseq_headprune.study.compression.records import trained_where
+from fairseq_headprune.study.compression.records import PlanRecord, trained_where
 from fairseq_headprune.study.compression.speedup import damage_order, disturbed_plan_text
 from fairseq_headprune.study.compression.speedup_records import AttemptRecord, ScoreChange, SpeedupReport
 from fairseq_headprune.study.statistics.significance import p_value_cell, p_value_text
@@ -67,6 +67,34 @@ def before_finetune_text(report: SpeedupReport) -> str:
     return f", {reported.before_finetune:.2f} before fine-tuning"
 
 
+def shapes_section(plan: PlanRecord, factor: float) -> List[str]:
+    """The plan's table: every shape timed, its decoding-FLOPs share and damage, least damaged first."""
+    batches = [str(b) for b in plan.batch_sizes]
+    lines = ["", "## The shapes timed", "",
+             f"Each shape exported with the vocabulary map and timed against the unpruned model with its own map, "
+             f"each in its own process, {plan.repeats} rotated rounds, on the first {plan.sentences} "
+             f"sentences of {plan.split}, beam {plan.beam}, exactly {plan.target_length} tokens "
+             "generated. Decoding FLOPs: the attention and FFN layers', as a share of the unpruned model's. Damage: "
+             f"the loss on {plan.damage_sentences} sentences of {plan.split} before fine-tuning, over the unpruned "
+             "model's"
+             + ("" if plan.base_loss is None else f" ({plan.base_loss:.3f})")
+             + ", with the shape's layers removed (those the loss misses least) and every other layer keeping its "
+             "heads and FFN neurons of highest Fisher information. The choice: the least damaged shape timed at "
+             f"{factor * (1 + plan.margin):g}x or more at every batch size ({factor:g}x plus {plan.margin:.0%}), "
+             f"else at {factor:g}x.", "",
+             "| shape | decoding FLOPs kept | damage | " + " | ".join(f"batch {b}" for b in batches) + " |",
+             "|---|---:|---:|" + "---:|" * len(batches)]
+    for index in damage_order(plan.candidates):
+        candidate = plan.candidates[index]
+        mark = " **(chosen)**" if index == plan.chosen else ""
+        damage = "" if candidate.damage is None else f"+{candidate.damage:.3f}"
+        lines.append(f"| {candidate.candidate.name}{mark} | {100.0 * candidate.flops_share:.1f}% | {damage} | "
+                     + " | ".join(f"{candidate.speedups[b]:.2f}x" for b in batches) + " |")
+    if plan.out_of_order:
+        lines += ["", "**Warning:** " + disturbed_plan_text(plan.out_of_order, "plan/") + "."]
+    return lines
+
+
 def speedup_report_markdown(report: SpeedupReport) -> str:
     """OUT/report.md of ``compress --target speedup=Nx``: the result, the shapes timed and their damage, what each
     step bought, every attempt and its recovery (``engine.pipelines.speedup``)."""
@@ -90,28 +118,7 @@ def speedup_report_markdown(report: SpeedupReport) -> str:
         timed = [f"{row.predicted:.2f}x at batch {b} ({100 * row.relative_error:+.0f}% against the "
                  f"{row.measured:.2f}x measured)" for b, row in result.prediction.items()]
         lines += ["", "The plan timed the shape (every layer narrowed alike) at " + ", ".join(timed) + "."]
-    lines += ["", "## The shapes timed", "",
-              f"Each shape exported with the vocabulary map and timed against the unpruned model with its own map, "
-              f"each in its own process, {plan.repeats} rotated rounds, on the first {plan.sentences} "
-              f"sentences of {plan.split}, beam {plan.beam}, exactly {plan.target_length} tokens "
-              "generated. Decoding FLOPs: the attention and FFN layers', as a share of the unpruned model's. Damage: "
-              f"the loss on {plan.damage_sentences} sentences of {plan.split} before fine-tuning, over the unpruned "
-              "model's"
-              + ("" if plan.base_loss is None else f" ({plan.base_loss:.3f})")
-              + ", with the shape's layers removed (those the loss misses least) and every other layer keeping its "
-              "heads and FFN neurons of highest Fisher information. The choice: the least damaged shape timed at "
-              f"{factor * (1 + plan.margin):g}x or more at every batch size ({factor:g}x plus {plan.margin:.0%}), "
-              f"else at {factor:g}x.", "",
-              "| shape | decoding FLOPs kept | damage | " + " | ".join(f"batch {b}" for b in batches) + " |",
-              "|---|---:|---:|" + "---:|" * len(batches)]
-    for index in damage_order(plan.candidates):
-        candidate = plan.candidates[index]
-        mark = " **(chosen)**" if index == plan.chosen else ""
-        damage = "" if candidate.damage is None else f"+{candidate.damage:.3f}"
-        lines.append(f"| {candidate.candidate.name}{mark} | {100.0 * candidate.flops_share:.1f}% | {damage} | "
-                     + " | ".join(f"{candidate.speedups[b]:.2f}x" for b in batches) + " |")
-    if plan.out_of_order:
-        lines += ["", "**Warning:** " + disturbed_plan_text(plan.out_of_order, "plan/") + "."]
+    lines += shapes_section(plan, factor)
     lines += ["", "What each step bought (the plan's timing run; speed-ups multiply):", ""]
     for step, speedups in report.breakdown.items():
         lines.append(f"- {step}: " + ", ".join(f"{speedups[b]:.2f}x at batch {b}" for b in batches if b in speedups))
@@ -126,6 +133,12 @@ def speedup_report_markdown(report: SpeedupReport) -> str:
     lines += _curves(report)
     lines += _time(report)
     return "\n".join(lines) + "\n"
+
+
+def unreached_report_markdown(plan: PlanRecord, target: str, checkpoint: str, why: str) -> str:
+    """OUT/report.md of a speed-up run whose plan timed no shape fast enough: why, and the plan's table."""
+    return "\n".join([f"# compress {target}", "", f"`{checkpoint}`: no attempt was made. {why}.",
+                      *shapes_section(plan, plan.factor)]) + "\n"
 
 
 def _time(report: SpeedupReport) -> List[str]:
