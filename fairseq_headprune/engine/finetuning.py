@@ -354,7 +354,8 @@ def resumed_seconds(save_dir: str, start: str) -> float:
 
 
 def _training_clock(checkpoint: str) -> float:
-    state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    # memory-mapped: the tensors stay on disk, only the small extra state is read (a curve's every stop asks)
+    state = torch.load(checkpoint, map_location="cpu", weights_only=False, mmap=True)
     return float((state.get("extra_state") or {}).get("previous_training_time") or 0.0)
 
 
