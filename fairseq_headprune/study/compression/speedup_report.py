@@ -67,8 +67,9 @@ def before_finetune_text(report: SpeedupReport) -> str:
     return f", {reported.before_finetune:.2f} before fine-tuning"
 
 
-def shapes_section(plan: PlanRecord, factor: float) -> List[str]:
+def shapes_section(plan: PlanRecord) -> List[str]:
     """The plan's table: every shape timed, its decoding-FLOPs share and damage, least damaged first."""
+    factor = plan.factor  # the target the plan chose for (part of the run's identity)
     batches = [str(b) for b in plan.batch_sizes]
     lines = ["", "## The shapes timed", "",
              f"Each shape exported with the vocabulary map and timed against the unpruned model with its own map, "
@@ -118,7 +119,7 @@ def speedup_report_markdown(report: SpeedupReport) -> str:
         timed = [f"{row.predicted:.2f}x at batch {b} ({100 * row.relative_error:+.0f}% against the "
                  f"{row.measured:.2f}x measured)" for b, row in result.prediction.items()]
         lines += ["", "The plan timed the shape (every layer narrowed alike) at " + ", ".join(timed) + "."]
-    lines += shapes_section(plan, factor)
+    lines += shapes_section(plan)
     lines += ["", "What each step bought (the plan's timing run; speed-ups multiply):", ""]
     for step, speedups in report.breakdown.items():
         lines.append(f"- {step}: " + ", ".join(f"{speedups[b]:.2f}x at batch {b}" for b in batches if b in speedups))
@@ -138,7 +139,7 @@ def speedup_report_markdown(report: SpeedupReport) -> str:
 def unreached_report_markdown(plan: PlanRecord, target: str, checkpoint: str, why: str) -> str:
     """OUT/report.md of a speed-up run whose plan timed no shape fast enough: why, and the plan's table."""
     return "\n".join([f"# compress {target}", "", f"`{checkpoint}`: no attempt was made. {why}.",
-                      *shapes_section(plan, plan.factor)]) + "\n"
+                      *shapes_section(plan)]) + "\n"
 
 
 def _time(report: SpeedupReport) -> List[str]:
