@@ -218,3 +218,11 @@ def test_a_speedup_report_counts_each_stage_once_in_its_minutes():
     assert minutes["attempt 1 fine-tuning"] == pytest.approx(10.0) and minutes["result"] == pytest.approx(1.5)
     assert minutes["in all"] == pytest.approx(0.5 + 13.0 + 6.0 + 1.5)
     assert "| attempt 2 | 6.0 | 5.0 |" in speedup_report_markdown(report)
+    # the second attempt's fine-tune resumed after a kill: its stage ran 300 s in the last process, fairseq's
+    # training clock counts 900 s over all of them; the table says what the attempts table says
+    resumed = replace(second, finetune=replace(second.finetune, seconds=900.0))
+    report = replace(report, attempts=[first, resumed])
+    minutes = report.minutes
+    assert minutes["attempt 2 fine-tuning"] == pytest.approx(15.0) and minutes["attempt 2"] == pytest.approx(16.0)
+    assert minutes["attempt 1 fine-tuning"] == pytest.approx(10.0)  # its clock (if any) is below its stage's
+    assert "| attempt 2 | 16.0 | 15.0 |" in speedup_report_markdown(report)

@@ -196,6 +196,10 @@ class SpeedupReport:
         for attempt in self.attempts:
             own = {stage: seconds for stage, seconds in attempt.seconds.items() if (stage, seconds) not in counted}
             counted.update(own.items())
+            if "finetune" in own and attempt.finetune.seconds is not None:
+                # a fine-tune resumed after a kill: its stage's seconds are the last process's, fairseq's training
+                # clock (FinetuneSummary.seconds) counts the earlier processes' too
+                own["finetune"] = max(own["finetune"], attempt.finetune.seconds)
             spent[f"attempt {attempt.attempt}"] = sum(own.values()) / 60.0
             spent[f"attempt {attempt.attempt} fine-tuning"] = own.get("finetune", 0.0) / 60.0
         if self.result is not None:
