@@ -11,6 +11,7 @@ model) and the bad inputs, each one line with nothing written.
 import json
 import os
 import statistics
+import time
 
 import pytest
 import torch
@@ -18,6 +19,8 @@ from test_language_model import tiny_lm  # noqa: F401  (the fixture)
 from test_sentence_prediction import classifier  # noqa: F401  (the fixture)
 
 import fairseq_headprune.compat.torch_load  # noqa: F401  (its allow-list lets torch.load read checkpoints)
+from fairseq_headprune.engine.pipelines.compress_stages import Stages
+from fairseq_headprune.study.compression.records import StageRecord
 
 from conftest import kill_once_written, run
 
@@ -283,6 +286,39 @@ def test_a_killed_finetune_resumes_from_its_last_save_and_ends_with_the_same_wei
     reference, weights = (torch.load(path / "finetune" / "checkpoint.pt", map_location="cpu")["model"]
                           for path in (finetuned[0], out))
     assert sorted(reference) == sorted(weights) and all(torch.equal(reference[k], weights[k]) for k in reference)
+
+
+def test_a_resumed_stage_counts_the_seconds_its_interrupted_processes_spent_until_their_last_saves(tmp_path):
+    """A resumable stage (a sweep, a fine-tune) interrupted twice records, once finished, the seconds of every
+    process that worked on it: each earlier one up to its last write (what came after was lost and is done again),
+    even where a later process overwrote what it saved."""
+    stages = Stages(str(tmp_path), None)
+
+    def interrupted_after(seconds):
+        def build(work):
+            time.sleep(seconds)
+            with open(os.path.join(work, "saved"), "w") as stream:  # each process saves over the last one's
+                stream.write(f"{seconds} seconds of work")
+            time.sleep(0.3)  # lost with the interruption
+            raise KeyboardInterrupt
+        return build
+
+    def finished(work):
+        assert os.path.isfile(os.path.join(work, "saved"))
+        time.sleep(0.1)
+        return StageRecord()
+
+    walls = []
+    for build in (interrupted_after(0.4), interrupted_after(0.2), finished):
+        began = time.perf_counter()
+        try:
+            stages.run("evaluate", build, resumable=True)
+        except KeyboardInterrupt:
+            pass
+        walls.append(time.perf_counter() - began)
+    recorded = stages.record("evaluate").seconds
+    assert 0.4 + 0.2 + 0.1 <= recorded <= walls[0] - 0.3 + walls[1] - 0.3 + walls[2], (recorded, walls)
+    assert sorted(os.listdir(tmp_path / "evaluate")) == ["saved", "stage.json"]  # the clock is not an output
 
 
 def test_a_latency_target_measures_its_table_and_reports_the_predicted_speedup(tiny_model, tmp_path):

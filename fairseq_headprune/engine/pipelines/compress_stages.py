@@ -16,6 +16,7 @@ from fairseq_headprune.study.output.files import first_difference, recorded_iden
 RECORD = "compress.json"
 STAGE_RECORD = "stage.json"
 PARTIAL = ".partial"
+CLOCK = "clock.json"  # in a resumable stage's partial directory: its earlier processes' seconds, when this one began
 # on_stage(stage, status, seconds): status "running", "ran" or "kept"
 StageCallback = Callable[[str, str, Optional[float]], None]
 
@@ -51,11 +52,14 @@ class Stages:
         if os.path.isdir(work) and (redone or not resumable):
             shutil.rmtree(work)
         os.makedirs(work, exist_ok=True)
+        earlier = _earlier_processes_seconds(work) if resumable else 0.0
         self._tell(stage, "running", None)
         start = time.perf_counter()
         record = build(work)
-        record.stage, record.seconds = stage, time.perf_counter() - start
+        record.stage, record.seconds = stage, earlier + time.perf_counter() - start
         seconds = record.seconds
+        if resumable:
+            os.remove(os.path.join(work, CLOCK))
         write_json(record.to_dict(), os.path.join(work, STAGE_RECORD), indent=1)
         if os.path.isdir(self.path(stage)):
             shutil.rmtree(self.path(stage))  # made from an earlier stage's outputs that were just replaced
@@ -66,6 +70,23 @@ class Stages:
     def _tell(self, stage, status, seconds) -> None:
         if self.on_stage is not None:
             self.on_stage(stage, status, seconds)
+
+
+def _earlier_processes_seconds(work: str) -> float:
+    """The seconds earlier processes spent on a resumable stage, each from its start to its last write into the
+    partial directory (what it did after that was lost with it and is done again), measured when the next one
+    starts (before it overwrites anything); and this process's start, added to the directory's clock."""
+    clock_path = os.path.join(work, CLOCK)
+    spans, started = [], None
+    if os.path.isfile(clock_path):
+        with open(clock_path, encoding="utf-8") as stream:
+            clock = json.load(stream)
+        spans, started = clock["spans"], clock["started"]
+        last_write = max((os.path.getmtime(os.path.join(folder, name)) for folder, _, names in os.walk(work)
+                          for name in names if name != CLOCK), default=started)
+        spans.append(max(last_write - started, 0.0))
+    write_json({"spans": spans, "started": time.time()}, clock_path, indent=1)
+    return sum(spans)
 
 
 def open_out_dir(out_dir: str, identity: Dict[str, object]) -> None:

@@ -197,8 +197,8 @@ class SpeedupReport:
             own = {stage: seconds for stage, seconds in attempt.seconds.items() if (stage, seconds) not in counted}
             counted.update(own.items())
             if "finetune" in own and attempt.finetune.seconds is not None:
-                # a fine-tune resumed after a kill: its stage's seconds are the last process's, fairseq's training
-                # clock (FinetuneSummary.seconds) counts the earlier processes' too
+                # a fine-tune resumed after a kill: its stage's seconds count each earlier process up to its last
+                # save, fairseq's training clock (FinetuneSummary.seconds) up to its last resume point; the longer
                 own["finetune"] = max(own["finetune"], attempt.finetune.seconds)
             spent[f"attempt {attempt.attempt}"] = sum(own.values()) / 60.0
             spent[f"attempt {attempt.attempt} fine-tuning"] = own.get("finetune", 0.0) / 60.0
