@@ -21,6 +21,9 @@ def _pyplot():
     return plt
 
 
+LINE_STYLES = ("-", "--", ":", "-.")
+
+
 def save_figure(figure, path: str) -> None:
     """Save through a temporary name so an interrupted run leaves no half PNG."""
     with atomic_path(path) as temporary:
@@ -291,16 +294,19 @@ def plot_recovery_curves(records, path: str, label: str, title: str) -> None:
     figure, (whole, late) = plt.subplots(1, 2, figsize=(12, 4.5))
     end = max((p["updates"] for _, points in rows for p in points), default=0)
     late_means = [p["mean"] for _, points in rows for p in points if p["updates"] >= end / 2]
-    for budget, points in rows:
+    colors = plt.get_cmap("tab10")
+    for index, (budget, points) in enumerate(rows):
         updates = [p["updates"] for p in points]
         means = np.array([p["mean"] for p in points])
         spreads = np.array([p["std"] for p in points])
         draws = points[0]["draws"]
+        # ten colours, then the next line style: every budget of a grid (Tables 5 and 6 give 17) its own line
+        color, style = colors(index % 10), LINE_STYLES[(index // 10) % len(LINE_STYLES)]
         for axis in (whole, late):
-            (line,) = axis.plot(updates, means, marker="o", markersize=3,
-                                label=f"{budget} ({draws} draw{'s' if draws != 1 else ''})")
+            axis.plot(updates, means, marker="o", markersize=3, color=color, linestyle=style,
+                      label=f"{budget} ({draws} draw{'s' if draws != 1 else ''})")
             if any(spreads > 0):
-                axis.fill_between(updates, means - spreads, means + spreads, color=line.get_color(), alpha=0.15)
+                axis.fill_between(updates, means - spreads, means + spreads, color=color, alpha=0.15)
     for axis in (whole, late):
         axis.axhline(0.0, color="black", linewidth=0.8)
         axis.set_xlabel("fine-tuning updates")
@@ -311,7 +317,7 @@ def plot_recovery_curves(records, path: str, label: str, title: str) -> None:
         late.set_xlim(end / 2 - 0.05 * end, end + 0.05 * end)
         late.set_ylim(min(low, -1.0) - 1.0, max(high, 0.0) + 1.0)
     late.set_title("the second half of the fine-tune", fontsize=8)
-    late.legend(fontsize=7, loc="lower right")
+    late.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))  # beside the panel, over no line
     figure.suptitle(title, fontsize=8)
     save_figure(figure, path)
     plt.close(figure)
