@@ -17,7 +17,7 @@ Runs, in OUT_DIR (default: results/budhraja-demo):
   */report.md           the tables and the findings judged on the fine-tuned configurations
 The demo models are trained first if DEMO_DIR and BERT_DEMO_DIR do not hold them (the training steps of
 run_demo.sh and run_bert_demo.sh). The fine-tunes are far shorter than the paper's 30 (Transformer) and
-10 (BERT) epochs, so that the whole demo runs in about 25 minutes on 2 cores once the models are trained; the paper-length command is in
+10 (BERT) epochs, so that the whole demo runs in about 21 minutes on 2 cores once the models are trained; the paper-length command is in
 docs/reproductions.md. Finished configurations are skipped, a killed fine-tune resumes.
 
 environment:
