@@ -150,6 +150,9 @@ def test_all_but_one_with_selection_on_another_split(tiny_model, tmp_path):
     for entry in best:
         layer_rows = [r for r in rows if r["layer"] == entry["layer"]]
         assert entry["bleu"] == max(r["bleu"] for r in layer_rows)
+        # the best head's paired-test interval travels with it: the findings judge each layer by it
+        own = next(r for r in layer_rows if r["head"] == entry["head"])
+        assert entry["delta_low"] == own["delta_low"] <= entry["delta"] <= entry["delta_high"] == own["delta_high"]
         chosen = next(r for r in layer_rows if r["head"] == entry["selected_head"])
         assert entry["selected_delta"] == chosen["delta"] <= entry["delta"]
     # the head chosen on the other split is that split's best

@@ -126,6 +126,7 @@ def test_all_but_one_and_the_held_out_choice_against_the_papers_figures():
     payloads["ablation/all_but_one_best.json"]["rows"] = best_rows([-0.5, -4.0, -0.2, -20.0, -2.0], (0, 1, 2, 4))
     _, rows = verdicts(payloads)
     assert row_of(rows, "most layers can be reduced").verdict == "differs"  # -4.00 [-5.00, -3.00] below -1.55
+    assert "3 of 4 layers reach -1.55 or above" in row_of(rows, "most layers can be reduced").study
     held_out = row_of(rows, "the head chosen on held-out data")  # 1 of 5: Wilson [4%, 62%] reaches 50%
     wilson = stats.binomtest(1, 5).proportion_ci(method="wilson")
     assert f"20% [{wilson.low:.0%}, {wilson.high:.0%}]" in held_out.study and held_out.verdict == "consistent"
@@ -134,6 +135,14 @@ def test_all_but_one_and_the_held_out_choice_against_the_papers_figures():
                                                               "select_subset": "valid"}
     _, rows = verdicts(payloads)
     assert row_of(rows, "the head chosen on held-out data").verdict == "differs"
+    # a table without intervals: no layer counted as reaching the figure, the verdict inconclusive
+    payloads["ablation/all_but_one_best.json"] = {"settings": settings, "rows": [
+        {k: v for k, v in row.items() if k not in ("delta_low", "delta_high")}
+        for row in best_rows([-0.5, -4.0, -0.2, -20.0, -2.0])]}
+    _, rows = verdicts(payloads)
+    layers = row_of(rows, "most layers can be reduced")
+    assert layers.verdict == "inconclusive" and "0 of 4 layers reach -1.55 or above with their best head (4 without " \
+        "an interval)" in layers.study
 
 
 def test_the_dynamics_finding_compares_the_first_and_last_epochs_share_with_their_intervals():

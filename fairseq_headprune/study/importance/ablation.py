@@ -237,6 +237,11 @@ def best_columns(column: str = "bleu") -> Tuple[str, ...]:
     return ("attention_type", "layer", "head", "config", column, "delta", "p_value", "significant")
 
 
+# the paired test's 95% interval of the change and of the score, carried where the sweep's rows have them (the
+# findings judge each layer's best head by its interval against the paper's figure)
+INTERVAL_COLUMNS = ("delta_low", "delta_high", "ci_low", "ci_high")
+
+
 def selected_columns(column: str = "bleu") -> Dict[str, str]:
     return {key: f"selected_{key}" for key in ("head", column, "delta", "p_value", "significant")}
 
@@ -268,6 +273,7 @@ def best_heads(
     entries = []
     for row in best:
         entry = {k: row[k] for k in best_columns(column)}
+        entry.update({k: row[k] for k in INTERVAL_COLUMNS if row.get(k) is not None})
         if selected is not None:
             chosen = selected[(row["attention_type"], row["layer"])]
             entry.update({name: chosen[key] for key, name in selected_columns(column).items()})

@@ -27,7 +27,7 @@ from typing import Callable, Dict, List, Optional
 
 from fairseq_headprune.constants import ATTENTION_TYPES, TYPE_TITLES
 from fairseq_headprune.study.budhraja.findings import budhraja_findings, unjudged
-from fairseq_headprune.study.output.finding import AT_LEAST, AT_MOST, Claim, Finding, every, judged_row
+from fairseq_headprune.study.output.finding import AT_LEAST, AT_MOST, CONSISTENT, Claim, Finding, every, judged_row
 from fairseq_headprune.study.statistics.intervals import Estimate, correlation_interval, wilson_interval
 from fairseq_headprune.study.statistics.metrics import CLASSIFICATION_METRICS, Metric, metric_of_record
 
@@ -143,10 +143,12 @@ def _all_but_one(load: Load, study: _Study) -> List[Finding]:
                                        key=lambda r: r["layer"], default=None)
     others = [r for r in rows if r is not last]
     outcomes = [bound.judge(change(r, study.column)) for r in others]
-    below = [r for r, outcome in zip(others, outcomes) if outcome == "differs"]
+    reaching = outcomes.count(CONSISTENT)
+    unknown = outcomes.count(None)  # a table without intervals: neither reaching nor missing the figure
     worst = min(others, key=lambda r: r["delta"])
-    study_text = (f"{len(others) - len(below)} of {len(others)} layers reach {bound.figure:+.2f} or above with their "
-                  f"best head; the largest loss: {TYPE_TITLES[worst['attention_type']]} layer {worst['layer']} "
+    study_text = (f"{reaching} of {len(others)} layers reach {bound.figure:+.2f} or above with their best head"
+                  + (f" ({unknown} without an interval)" if unknown else "")
+                  + f"; the largest loss: {TYPE_TITLES[worst['attention_type']]} layer {worst['layer']} "
                   f"{change(worst, study.column).text(study.label)}")
     rule = f"every layer's 95% interval reaches {bound.figure:+.2f} {study.label} or above"
     if last is not None:
