@@ -190,6 +190,11 @@ def test_the_speed_finding_has_a_t_interval_on_the_log_times_of_its_rounds():
     difference = logs_u.mean() - logs_s.mean()
     assert (estimate.low, estimate.high) == pytest.approx((math.exp(difference - half), math.exp(difference + half)))
     assert speedup_interval({"speedup_shrunk_vs_unpruned": 1.3}).has_interval is False  # one round: none
+    # the classifier benchmark records each round's examples per second (sorted), not its seconds: same interval
+    rates = {"unpruned": sorted(512 / t for t in unpruned), "shrunk": sorted(512 / t for t in shrunk)}
+    from_rates = speedup_interval({"speedup_shrunk_vs_unpruned": 1.02 / 0.82, "examples_per_second": rates})
+    assert (from_rates.low, from_rates.high) == pytest.approx((estimate.low, estimate.high))
+    assert from_rates.method == "t on log times, 3 rounds"
 
 
 def write(path, payload):

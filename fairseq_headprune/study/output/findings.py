@@ -330,12 +330,21 @@ def speedup_interval(measurement: Dict) -> Estimate:
     from fairseq_headprune.study.statistics.intervals import welch_interval
 
     value = measurement["speedup_shrunk_vs_unpruned"]
-    seconds = measurement.get("seconds") or {}
-    unpruned, shrunk = seconds.get("unpruned") or [], seconds.get("shrunk") or []
+    unpruned, shrunk = _log_round_times(measurement, "unpruned"), _log_round_times(measurement, "shrunk")
     if min(len(unpruned), len(shrunk)) < 2:
         return Estimate(value, method="one timing round")
-    logs = welch_interval([math.log(t) for t in unpruned], [math.log(t) for t in shrunk])
+    logs = welch_interval(unpruned, shrunk)
     return Estimate(value, math.exp(logs.low), math.exp(logs.high), f"t on log times, {len(shrunk)} rounds")
+
+
+def _log_round_times(measurement: Dict, system: str) -> List[float]:
+    """The log time of each timed round of ``system``: from its seconds (translation benchmarks) or from its rate
+    (the classifier benchmark records examples per second); both systems time the same examples, so the difference
+    of the logs is the same either way."""
+    seconds = (measurement.get("seconds") or {}).get(system)
+    if seconds:
+        return [math.log(s) for s in seconds]
+    return [-math.log(rate) for rate in (measurement.get("examples_per_second") or {}).get(system) or []]
 
 
 def _speed(load: Load, study: _Study) -> Optional[Finding]:
