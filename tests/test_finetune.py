@@ -130,3 +130,29 @@ def test_validating_until_enough_and_resuming_leave_the_training_as_it_was(tiny_
             # more than the second call took in all (3 of the 4 updates were trained before it), less than both
             assert outcome.updates == 4 and walls[1] < outcome.seconds <= sum(walls)
     assert all(torch.equal(trained["plain"][key], trained["validated"][key]) for key in trained["plain"])
+
+
+def test_a_finetune_trained_in_parts_across_epochs_trains_the_weights_of_one_run(tiny_model, tmp_path):
+    """Stopped at the end of the first epoch and again inside the second (what a killed run resumed, or the recovery
+    curve's parts, do), a fine-tune trains the same weights as in one call. fairseq composes the batches from the
+    epoch its iterator is built at; the task builds them as at the first epoch, where the uninterrupted run built
+    them."""
+    from fairseq_headprune.engine.finetuning import finetune_held, with_resume_points, write_masked_start
+    from fairseq_headprune.study.finetuning import FinetuneSettings
+    from fairseq_headprune.study.masks.head_mask import parse_head_mask
+
+    start = tmp_path / "start.pt"
+    layout = {t: (2, 8) for t in ("enc-enc", "enc-dec", "dec-dec")}  # the tiny model
+    write_masked_start(str(tiny_model["checkpoint"]), str(start), parse_head_mask("E:1:1-2", layout), None)
+    per_epoch = torch.load(tiny_model["checkpoint"], map_location="cpu")["optimizer_history"][-1]["num_updates"] // (
+        torch.load(tiny_model["checkpoint"], map_location="cpu")["extra_state"]["train_iterator"]["epoch"] - 1)
+    settings = with_resume_points(FinetuneSettings(updates=per_epoch + 3, lr=0.001))
+    trained = {}
+    for name, parts in (("one call", [None]), ("in parts", [("update", per_epoch), ("update", per_epoch + 2), None])):
+        for part in parts:
+            finetune_held(str(start), str(tiny_model["data"]), str(tmp_path / name), "translation", settings,
+                          cpu=True, progress=False, stop=part)
+        state = torch.load(tmp_path / name / "checkpoint_last.pt", map_location="cpu")
+        assert state["extra_state"]["train_iterator"]["epoch"] == 2  # the second epoch was reached
+        trained[name] = state["model"]
+    assert all(torch.equal(trained["one call"][key], trained["in parts"][key]) for key in trained["one call"])

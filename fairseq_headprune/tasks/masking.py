@@ -3,7 +3,8 @@
 Not a registered component: ``fairseq_headprune`` (translation) and
 ``headprune_sentence_prediction`` (RoBERTa classification) are fairseq's own
 tasks with this mixin in front, so fairseq builds, trains and validates their
-models as usual and the mixin only makes the attention maskable.
+models as usual and the mixin only makes the attention maskable (and a
+resumed training see the batches of the run it continues).
 """
 
 import logging
@@ -161,3 +162,21 @@ class HeadMaskingMixin:
         with torch.no_grad():
             for parameter, dim, index, values in self._frozen_weights:
                 parameter.index_copy_(dim, index, values.to(parameter.dtype))
+
+    def get_batch_iterator(self, dataset, *args, epoch=1, **kwargs):
+        """fairseq's iterator, its batches composed as at the first epoch whatever epoch it is built at.
+
+        fairseq composes the batches from a permutation seeded by the epoch it
+        builds the iterator at, then only reshuffles that set each epoch: a run
+        resumed from its last checkpoint (a killed fine-tune, or one trained in
+        parts to score its recovery curve) at a later epoch would train on other
+        batches than the run it continues. Built as at epoch 1 (where every
+        fine-tune starts), a resumed run trains as the one it continues; the
+        iterator still starts at ``epoch``.
+        """
+        cached = self.dataset_to_epoch_iter.get(dataset)  # fairseq's own cache: the run's iterator, reused
+        iterator = super().get_batch_iterator(dataset, *args, epoch=1, **kwargs)
+        if iterator is not cached and epoch > 1:
+            iterator.epoch = epoch
+            dataset.set_epoch(epoch)
+        return iterator
