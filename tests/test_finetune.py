@@ -144,8 +144,9 @@ def test_a_finetune_trained_in_parts_across_epochs_trains_the_weights_of_one_run
     start = tmp_path / "start.pt"
     layout = {t: (2, 8) for t in ("enc-enc", "enc-dec", "dec-dec")}  # the tiny model
     write_masked_start(str(tiny_model["checkpoint"]), str(start), parse_head_mask("E:1:1-2", layout), None)
-    per_epoch = torch.load(tiny_model["checkpoint"], map_location="cpu")["optimizer_history"][-1]["num_updates"] // (
-        torch.load(tiny_model["checkpoint"], map_location="cpu")["extra_state"]["train_iterator"]["epoch"] - 1)
+    trained_model = torch.load(tiny_model["checkpoint"], map_location="cpu")
+    epochs_trained = trained_model["extra_state"]["train_iterator"]["epoch"] - 1
+    per_epoch = trained_model["optimizer_history"][-1]["num_updates"] // epochs_trained  # updates per epoch
     settings = with_resume_points(FinetuneSettings(updates=per_epoch + 3, lr=0.001))
     trained = {}
     for name, parts in (("one call", [None]), ("in parts", [("update", per_epoch), ("update", per_epoch + 2), None])):

@@ -3,7 +3,7 @@
 Not a registered component: ``fairseq_headprune`` (translation) and
 ``headprune_sentence_prediction`` (RoBERTa classification) are fairseq's own
 tasks with this mixin in front, so fairseq builds, trains and validates their
-models as usual and the mixin only makes the attention maskable (and a
+models as usual and the mixin only makes the attention maskable (and lets a
 resumed training see the batches of the run it continues).
 """
 
