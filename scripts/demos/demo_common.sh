@@ -60,11 +60,12 @@ record() {  # NAME COMMAND...: note the command in commands/NAME.sh (for the rep
   "$@"
 }
 
-# the sweeps: RANKS processes of RANK_THREADS threads each under torchrun
+# the sweeps: RANKS processes of RANK_THREADS threads each under torchrun (torchrun_sweep.py: torchrun, a failed
+# rank's one-line error without torchrun's traceback after it, and that rank's exit status)
 sweep() {  # STUDY-COMMAND OPTIONS...
   if (( ranks > 1 )); then
-    OMP_NUM_THREADS=$rank_threads MKL_NUM_THREADS=$rank_threads \
-      torchrun --standalone --nproc-per-node "$ranks" "$(command -v fairseq-headprune)" "$@"
+    OMP_NUM_THREADS=$rank_threads MKL_NUM_THREADS=$rank_threads python "$repo/scripts/demos/torchrun_sweep.py" \
+      --standalone --nproc-per-node "$ranks" "$(command -v fairseq-headprune)" "$@"
   else
     fairseq-headprune "$@"
   fi
