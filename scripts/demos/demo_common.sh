@@ -78,7 +78,7 @@ ensure_translation_demo_model() {  # DIR: run_demo.sh's corpus and training into
   echo "training the translation demo model in $dir:"
   bash "$repo/scripts/data/prepare_demo_data.sh" "$dir/data"
   bash "$repo/scripts/train/train_demo.sh" "$dir/data/bin" "$dir/checkpoints" \
-    2>&1 | tee "$dir/train.log" | grep --line-buffered -E "done training" || true
+    2>&1 | tee -a "$dir/train.log" | grep --line-buffered -E "done training" || true
   [[ -f $dir/checkpoints/checkpoint_best.pt ]] || { echo "training failed: see $dir/train.log" >&2; exit 1; }
 }
 
@@ -90,10 +90,10 @@ ensure_bert_demo_model() {  # DIR: run_bert_demo.sh's corpus, pretraining and fi
     export LAYERS=${LAYERS:-6} HEADS=${HEADS:-8} EMBED_DIM=${EMBED_DIM:-128} FFN_DIM=${FFN_DIM:-256}
     bash "$repo/scripts/data/prepare_nli_data.sh" "$dir/data"
     EPOCHS=${PRETRAIN_EPOCHS:-6} bash "$repo/scripts/train/pretrain_roberta.sh" "$dir/data/bin/pretrain" \
-      "$dir/pretrain" > "$dir/pretrain.log" 2>&1
+      "$dir/pretrain" >> "$dir/pretrain.log" 2>&1
     RESTORE=$dir/pretrain/checkpoint_best.pt NUM_CLASSES=3 EPOCHS=${EPOCHS:-6} LR=${LR:-0.0003} \
       WARMUP=${WARMUP:-150} bash "$repo/scripts/train/train_classifier.sh" "$dir/data/bin/nli" \
-      "$dir/checkpoints" > "$dir/train.log" 2>&1
+      "$dir/checkpoints" >> "$dir/train.log" 2>&1
   )
   [[ -f $dir/checkpoints/checkpoint_best.pt ]] || { echo "training failed: see $dir/train.log" >&2; exit 1; }
 }

@@ -52,12 +52,12 @@ checkpoint=$out_dir/checkpoints/checkpoint_best.pt
 bash "$repo/scripts/data/prepare_nli_data.sh" "$out_dir/data"
 echo "pretraining (masked LM, ${PRETRAIN_EPOCHS:-6} epochs):"
 EPOCHS=${PRETRAIN_EPOCHS:-6} bash "$repo/scripts/train/pretrain_roberta.sh" "$out_dir/data/bin/pretrain" "$out_dir/pretrain" \
-  2>&1 | tee "$out_dir/pretrain.log" | grep --line-buffered -E "valid on|done training" || true
+  2>&1 | tee -a "$out_dir/pretrain.log" | grep --line-buffered -E "valid on|done training" || true
 [[ -f "$out_dir/pretrain/checkpoint_best.pt" ]] || { echo "pretraining failed: see $out_dir/pretrain.log" >&2; exit 1; }
 echo "fine-tuning on NLI ($epochs epochs):"
 RESTORE=$out_dir/pretrain/checkpoint_best.pt NUM_CLASSES=3 EPOCHS=$epochs LR=${LR:-0.0003} WARMUP=${WARMUP:-150} \
   bash "$repo/scripts/train/train_classifier.sh" "$data" "$out_dir/checkpoints" \
-  2>&1 | tee "$out_dir/train.log" | grep --line-buffered -E "valid on|done training" || true
+  2>&1 | tee -a "$out_dir/train.log" | grep --line-buffered -E "valid on|done training" || true
 [[ -f "$checkpoint" ]] || { echo "fine-tuning failed: see $out_dir/train.log" >&2; exit 1; }
 
 validate() {  # NAME SUBSET [fairseq-validate options...]

@@ -47,7 +47,7 @@ begin_demo "$out_dir/generate"
 
 bash "$repo/scripts/data/prepare_demo_data.sh" "$out_dir/data"
 bash "$repo/scripts/train/train_demo.sh" "$out_dir/data/bin" "$out_dir/checkpoints" \
-  2>&1 | tee "$out_dir/train.log" | grep --line-buffered -E "valid on|done training" || true
+  2>&1 | tee -a "$out_dir/train.log" | grep --line-buffered -E "valid on|done training" || true
 [[ -f "$out_dir/checkpoints/checkpoint_best.pt" ]] || { echo "training failed: see $out_dir/train.log" >&2; exit 1; }
 
 translate() {  # NAME [fairseq-generate options...]

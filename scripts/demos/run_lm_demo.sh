@@ -44,7 +44,7 @@ checkpoint=$out_dir/checkpoints/checkpoint_best.pt
 lm_options=(--sample-break-mode eos --max-tokens 4096)
 bash "$repo/scripts/data/prepare_lm_data.sh" "$out_dir/data"
 bash "$repo/scripts/train/train_lm.sh" "$data" "$out_dir/checkpoints" \
-  2>&1 | tee "$out_dir/train.log" | grep --line-buffered -E "valid on|done training" || true
+  2>&1 | tee -a "$out_dir/train.log" | grep --line-buffered -E "valid on|done training" || true
 [[ -f "$checkpoint" ]] || { echo "training failed: see $out_dir/train.log" >&2; exit 1; }
 
 evaluate() {  # NAME [fairseq-eval-lm options...]

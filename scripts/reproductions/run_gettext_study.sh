@@ -37,10 +37,10 @@ bash "$repo/scripts/data/prepare_gettext_en_de.sh" "$out_dir/data"
 checkpoint="$out_dir/checkpoints/checkpoint$EPOCHS.pt"
 if [[ ! -f $checkpoint ]]; then
   record train bash "$repo/scripts/train/train_demo.sh" "$out_dir/data/bin" "$out_dir/checkpoints" \
-    2>&1 | tee "$out_dir/train.log" | grep --line-buffered -E "valid on|done training" || true
+    2>&1 | tee -a "$out_dir/train.log" | grep --line-buffered -E "valid on|done training" || true
 fi
 [[ -f $checkpoint ]] || { echo "training failed: see $out_dir/train.log" >&2; exit 1; }
-grep -o "done training in [0-9.]* seconds" "$out_dir/train.log" || true
+{ grep -o "done training in [0-9.]* seconds" "$out_dir/train.log" || true; } | tail -n 1
 
 generation=(--beam 5 --lenpen 1 --batch-size 100 --max-len-a 1.2 --max-len-b 10 --remove-bpe)
 if ! grep -q 'BLEU4 = ' "$out_dir/generate/no-mask.txt" 2> /dev/null; then
