@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import fairseq_headprune.compat.torch_load  # noqa: F401  (lets torch.load read fairseq checkpoints)
-from fairseq_headprune.engine.checkpoints.info import checkpoint_head_layout
+from fairseq_headprune.engine.checkpoints.info import checkpoint_head_layout, training_history
 from fairseq_headprune.study.masks.head_mask import parse_head_mask
 
 from conftest import USER_DIR, kill_once_written, run, save_zeroed_checkpoint
@@ -224,3 +224,43 @@ def test_recording_the_recovery_curve_does_not_change_the_fine_tune(tiny_model, 
         assert straight[name]["score_after"] == record["score_after"], name
         old, new = (torch.load(r["checkpoint"], map_location="cpu")["model"] for r in (record, straight[name]))
         assert sorted(old) == sorted(new) and all(torch.equal(old[key], new[key]) for key in old), name
+
+
+def test_the_fine_tunes_seed_orders_the_batches_and_another_recipe_is_refused(tiny_model, sharded, tmp_path):
+    """--finetune-seed: the checkpoint's own seed given explicitly is the default run, bit for bit (the sharded run,
+    which trained in parts: the same weights as one part); another seed trains on other batches with other dropout
+    (other weights). A directory holding fine-tunes of another length, curve, learning rate or seed is refused in
+    one line and left as it was: its records would otherwise be merged as this run's."""
+    own_seed = training_history(str(tiny_model["checkpoint"])).seed
+    reference = results(sharded[0])
+    no_curve = ("--finetune-curve", "none")
+    for seed in (own_seed, own_seed + 1):
+        out_dir = tmp_path / f"seed{seed}"
+        run(prune_command(tiny_model, out_dir, *no_curve, "--finetune-seed", str(seed)))
+        seeded = results(out_dir)
+        assert sorted(seeded) == sorted(reference)
+        for name, record in reference.items():
+            assert seeded[name]["seed"] == seed, name
+            old, new = (torch.load(r["checkpoint"], map_location="cpu")["model"] for r in (record, seeded[name]))
+            same = all(torch.equal(old[key], new[key]) for key in old)
+            assert same == (seed == own_seed), (name, seed)
+    # refused: the sharded run's directory asked for another recipe (its records: 8 updates, curve 3, 6, seed 1)
+    curve = ("--finetune-curve", ",".join(map(str, CURVE)))
+    merged = (sharded[0] / "finetune" / "results.json").read_bytes()
+    cases = [
+        (("--finetune-updates", "6", "--finetune-curve", "3"), "fine-tuned 8 updates, not 6 updates"),
+        (no_curve, "scored at update 3, 6, 8, not the end only"),
+        ((*curve, "--finetune-lr", "0.5"), "at learning rate "),
+        ((*curve, "--finetune-seed", str(own_seed + 1)), f"under seed {own_seed}, not {own_seed + 1}"),
+    ]
+    for options, message in cases:
+        result = run(prune_command(tiny_model, sharded[0], *options), check=False)
+        assert result.returncode == 2, result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0] and "holds a configuration" in lines[0], result.stderr
+        assert (sharded[0] / "finetune" / "results.json").read_bytes() == merged
+    # a fine-tune begun under one seed (killed before its record) is not resumed under another
+    begun = tmp_path / f"seed{own_seed + 1}"
+    (begun / "finetune" / "control" / "record.json").unlink()
+    result = run(prune_command(tiny_model, begun, *no_curve), check=False)
+    assert result.returncode == 2 and f"under seed {own_seed + 1}, not {own_seed}" in result.stderr, result.stderr

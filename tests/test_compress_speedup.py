@@ -446,6 +446,10 @@ def test_a_planned_narrowing_builds_the_shape_the_plan_timed(tiny_model, tmp_pat
     other = default.attempt(0.3, first_decoder_layer, str(tmp_path / "other"), width=0.5)
     assert other.planned_width is None and "width" not in other.identity()["search"]
     assert "narrowing" not in default.identity()["speedup"]
+    # the fine-tune's seed is part of the run's identity where it is given, and absent (as before it) where not
+    tuned = settings_of([*argv, "--finetune-updates", "5"])
+    seeded = settings_of([*argv, "--finetune-updates", "5", "--finetune-seed", "3"])
+    assert "seed" not in tuned.identity()["finetune"] and seeded.identity()["finetune"]["seed"] == 3
     report = run_compress(attempt).report
     assert report.search.heads_pruned == report.search.heads_total // 2
     original = torch.load(tiny_model["checkpoint"], map_location="cpu", weights_only=False)

@@ -120,7 +120,7 @@ def _finetune_settings(args: argparse.Namespace, speedup: bool, family: str) -> 
                              minutes=args.finetune_minutes)
     return FinetuneSettings(updates, args.finetune_lr, args.finetune_warmup, until=until,
                             lr_share=SPEEDUP_LR_SHARE if speedup else FINETUNE_LR_SHARE,
-                            precision=args.finetune_precision)
+                            precision=args.finetune_precision, seed=args.finetune_seed)
 
 
 def _print_stage(stage: str, status: str, seconds) -> None:
@@ -320,6 +320,9 @@ def _add_model_arguments(parser) -> None:
                           "without), or one named. On the CPU fairseq trains in float32 only. Stated in the report; "
                           "like the device, not part of the run's settings, so a resumed run goes on in what it is "
                           "given (default: checkpoint)")
+    finetune.add_argument("--finetune-seed", type=int, metavar="SEED",
+                          help="fairseq's --seed for the fine-tuning: the order of its batches and its dropout "
+                          "(default: the checkpoint's own)")
     finetune.add_argument("--finetune-warmup", type=int, metavar="N",
                           help=f"linear warm-up updates (default: {100 * FINETUNE_WARMUP_SHARE:g}%% of the updates)")
     layers = parser.add_argument_group("whole layers")

@@ -81,7 +81,7 @@ def _settings(args: argparse.Namespace) -> PruneSettings:
         tune_orders=tune_orders,
         gate_masks=list(args.gate_masks or []),
         finetune=FinetuneSettings(args.finetune_updates, args.finetune_lr, args.finetune_warmup, args.finetune_epochs,
-                                  curve=parse_curve(args.finetune_curve)),
+                                  curve=parse_curve(args.finetune_curve), seed=args.finetune_seed),
         finetune_levels=parse_levels(args.finetune_levels) if args.finetune_levels else [],
         config_shard=parse_config_shard(args.config_shard),
         structure=args.structure,
@@ -348,6 +348,10 @@ def _add_finetune_arguments(prune) -> None:
     group.add_argument("--finetune-warmup", type=int, metavar="N",
                        help=f"linear warm-up updates (default: {FINETUNE_WARMUP_SHARE:g} of --finetune-updates; "
                        "0 with --finetune-epochs)")
+    group.add_argument("--finetune-seed", type=int, metavar="SEED",
+                       help="fairseq's --seed for every fine-tune: the order of its batches and its dropout (default: "
+                       "the checkpoint's own). Fine-tuning the control under a few seeds, each into its own "
+                       "--out-dir, measures how far the order alone moves a fine-tuned score")
     group.add_argument("--finetune-curve", metavar="U,...",
                        help="the recovery curve: score every fine-tune after these numbers of updates too, from "
                        "checkpoints saved on the way (OUT/finetune/NAME/curve/), and plot the gap to the fine-tuned "

@@ -207,6 +207,8 @@ def training_config(start: str, data: str, save_dir: str, family: str, settings:
             _validate_until_enough(cfg, settings.until, settings.until.validation_interval(settings.updates))
         cfg.dataset.num_workers = 0
         common = cfg.common
+        if settings.seed is not None:  # fairseq draws the batches' order and dropout from it
+            common.seed = settings.seed
         common.cpu, common.user_dir, common.log_file = cpu, None, None
         common.tensorboard_logdir, common.wandb_project, common.azureml_logging = None, None, False
         common.log_format = "tqdm" if progress else "none"

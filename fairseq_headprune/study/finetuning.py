@@ -45,6 +45,7 @@ def finetune_precision(requested: str, checkpoint_precision: str, on_gpu: bool, 
 
 
 # the recovery curve's default points (updates), those below the fine-tune's length; its end is always a point
+MAX_SEED = 2 ** 31  # fairseq adds the epoch and update counts to its seed: room for them in an int
 DEFAULT_CURVE_UPDATES = (40, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000)
 
 
@@ -125,6 +126,7 @@ class FinetuneSettings:
     lr_share: float = FINETUNE_LR_SHARE  # the learning rate, when not given: this share of the checkpoint's peak
     # how the arithmetic runs, like the device (not part of a run's identity): FINETUNE_PRECISIONS
     precision: str = CHECKPOINT_PRECISION
+    seed: Optional[int] = None  # fairseq's --seed for the fine-tune (batches' order, dropout); None: the checkpoint's
 
     def __post_init__(self):
         if self.updates < 0 or self.epochs < 0:
@@ -140,6 +142,10 @@ class FinetuneSettings:
                f"{', '.join(FINETUNE_PRECISIONS)}, got {self.precision!r}", setting="finetune_precision")
         refuse(not 0 < self.lr_share, f"the learning rate's share of the checkpoint's must be positive, got "
                f"{self.lr_share:g}")
+        refuse(self.seed is not None and not 0 <= self.seed < MAX_SEED,
+               f"--finetune-seed must be from 0 to {MAX_SEED - 1}, got {self.seed}")
+        refuse(self.seed is not None and not self.enabled,
+               "--finetune-seed goes with --finetune-updates/--finetune-epochs N")
 
     @property
     def enabled(self) -> bool:
@@ -184,3 +190,54 @@ class FinetuneSettings:
     def length(self) -> str:
         """``300 updates`` or ``2 epochs``."""
         return f"{self.epochs} epochs" if self.epochs else f"{self.updates} updates"
+
+    def recipe(self, checkpoint_lr: Optional[float], checkpoint_seed: Optional[int]) -> "FinetuneRecipe":
+        """This fine-tune's recipe from a checkpoint trained at peak rate ``checkpoint_lr`` under ``checkpoint_seed``
+        (None: the checkpoint does not say)."""
+        lr = self.lr if self.lr is not None or checkpoint_lr is None else self.learning_rate(checkpoint_lr)
+        return FinetuneRecipe(self.length(), lr, self.warmup_updates(), tuple(self.curve_stops()),
+                              checkpoint_seed if self.seed is None else self.seed)
+
+
+@dataclass(frozen=True)
+class FinetuneRecipe:
+    """What makes two fine-tunes of one configuration the same run, so that a finished or half-trained one is reused
+    only under the same recipe: the length, learning rate, warm-up, the curve's stops and the seed (fairseq draws
+    the batches' order and dropout from it). ``None`` in a recorded recipe: not recorded, not compared."""
+
+    length: str  # "500 updates", "3 epochs"
+    lr: Optional[float]
+    warmup_updates: Optional[int]
+    stops: Optional[Tuple[Tuple[str, int], ...]]  # FinetuneSettings.curve_stops(): the end last; () without a curve
+    seed: Optional[int]
+
+    def difference(self, recorded: "FinetuneRecipe") -> Optional[str]:
+        """How ``recorded`` (a fine-tune found on disk) differs from this one, in words; None: the same run."""
+        if recorded.length != self.length:
+            return f"fine-tuned {recorded.length}, not {self.length}"
+        if recorded.lr is not None and self.lr is not None and not math.isclose(recorded.lr, self.lr, rel_tol=1e-9):
+            return f"fine-tuned at learning rate {recorded.lr:g}, not {self.lr:g}"
+        if recorded.warmup_updates is not None and recorded.warmup_updates != self.warmup_updates:
+            return f"fine-tuned with {recorded.warmup_updates} warm-up updates, not {self.warmup_updates}"
+        if recorded.stops is not None and tuple(map(tuple, recorded.stops)) != self.stops:
+            return f"scored at {_stops_text(recorded.stops)}, not {_stops_text(self.stops)}"
+        if recorded.seed is not None and self.seed is not None and recorded.seed != self.seed:
+            return f"fine-tuned under seed {recorded.seed}, not {self.seed}"
+        return None
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"length": self.length, "lr": self.lr, "warmup_updates": self.warmup_updates,
+                "stops": [list(stop) for stop in self.stops or ()], "seed": self.seed}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "FinetuneRecipe":
+        stops = data.get("stops")
+        return cls(str(data["length"]), data.get("lr"), data.get("warmup_updates"),
+                   None if stops is None else tuple((str(kind), int(at)) for kind, at in stops), data.get("seed"))
+
+
+def _stops_text(stops) -> str:
+    """``update 25, 50, 500`` (the curve's stops); ``the end only`` without a curve."""
+    if not stops:
+        return "the end only"
+    return f"{stops[0][0]} " + ", ".join(str(at) for _, at in stops)

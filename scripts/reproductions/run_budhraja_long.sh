@@ -24,6 +24,8 @@ Runs, in OUT_DIR (default: results/budhraja-long):
                         pruned scaled to its depth (BERT_TABLES: top/bottom and middle/top+bottom at each K, even,
                         odd; each pair of Table 5 and odd against the halves also tested against each other), the
                         control, each fine-tuned BERT_UPDATES updates, scored at BERT_CURVE
+  translation/control-seeds/seed-S/   the unpruned control fine-tuned again under seed S (CONTROL_SEEDS;
+                        prune --finetune-seed S, no curve): what the batches' order alone moves a fine-tuned score
   */pruning/finetune/   results.json (each record's curve, its tests against the control, the unpruned model and
                         its pair), results.md, curves.png (the gap to the control against updates)
   */report.md           the tables and the findings judged on them
@@ -48,6 +50,8 @@ environment:
   DRAWS=3              draws of the random levels 50, 60, 75% (translation) and 50% (BERT) (the paper: 3)
   TABLES=1,2,3         the translation side's tables (prune --budhraja-tables; empty: Table 1's 50, 60, 75% only)
   TABLE_DRAWS=1        draws of each of their random configurations besides those levels (the paper: 3)
+  CONTROL_SEEDS=2,3    the seeds the translation control is fine-tuned under again, beside the grid's (the
+                       checkpoint's own, 1 for the demo model); empty: none
   BERT_TABLES=5,6      the BERT side's tables (4 adds Table 4's levels 10-80%, TABLE_DRAWS draws each)
   SIDES="translation bert"   which models to study
   PLAN_ONLY=0          1: print each side's plan and estimated hours, run nothing
@@ -66,10 +70,14 @@ draws=${DRAWS:-3}
 table_draws=${TABLE_DRAWS:-1}
 tables=${TABLES-1,2,3}
 bert_tables=${BERT_TABLES-5,6}
+control_seeds=${CONTROL_SEEDS-2,3}
 shard=${CONFIG_SHARD:-1/1}
 sides=${SIDES:-translation bert}
 plan_only=${PLAN_ONLY:-0}
 [[ $plan_only == 0 || $plan_only == 1 ]] || { echo "PLAN_ONLY must be 0 or 1, got '$plan_only'" >&2; exit 2; }
+for seed in ${control_seeds//,/ }; do
+  [[ $seed =~ ^[0-9]+$ ]] || { echo "CONTROL_SEEDS: '$seed' is not a seed (a whole number)" >&2; exit 2; }
+done
 for side in $sides; do
   [[ $side == translation || $side == bert ]] || {
     echo "SIDES: unknown side '$side' (expected translation, bert)" >&2; exit 2; }
@@ -92,6 +100,30 @@ translation_options() {  # the translation side's prune options, in translation_
     --random-level 50 --random-level 60 --random-level 75 --draws "$draws" "${table_args[@]}"
     --finetune-updates "${UPDATES:-500}" --finetune-curve "${CURVE:-25,50,100,150,200,250,300,350,400,450}"
     --config-shard "$shard" --beam 5 --lenpen 1 --batch-size 128 --max-len-a 1.2 --max-len-b 10 --no-progress)
+}
+
+control_seeds() {  # the translation control fine-tuned again under each of CONTROL_SEEDS, its score printed
+  local seed seed_dir scores=()
+  for seed in ${control_seeds//,/ }; do
+    seed_dir=$out_dir/translation/control-seeds/seed-$seed
+    record "control-seed-$seed" fairseq-headprune prune "$demo_dir/data/bin" \
+      --path "$demo_dir/checkpoints/checkpoint_best.pt" --gen-subset test --out-dir "$seed_dir" --orders none \
+      --finetune-updates "${UPDATES:-500}" --finetune-curve none --finetune-seed "$seed" \
+      --beam 5 --lenpen 1 --batch-size 128 --max-len-a 1.2 --max-len-b 10 --no-progress > /dev/null
+    scores+=("$seed_dir/finetune/results.json")
+  done
+  python - "$out_dir/translation/pruning/finetune/results.json" "${scores[@]}" <<'PYTHON'
+import json
+import statistics
+import sys
+
+controls = [next(r for r in json.load(open(path)) if r["name"] == "control") for path in sys.argv[1:]]
+scores = [record["score_after"] for record in controls]
+print(f"the control fine-tuned under {len(scores)} seeds (the grid's first; --finetune-seed): "
+      + ", ".join(f"seed {'of the checkpoint' if r.get('seed') is None else r['seed']} {score:.2f}"
+                  for r, score in zip(controls, scores))
+      + f" BLEU; range {max(scores) - min(scores):.2f}, std {statistics.stdev(scores):.2f}")
+PYTHON
 }
 
 bert_options() {  # the BERT side's prune options, in bert_args
@@ -138,6 +170,7 @@ for side in $sides; do
       cp "$out_dir/commands/finetune-translation.sh" "$out_dir/translation/commands/finetune.sh"
       fairseq-headprune report "$out_dir/translation" \
         --title "Budhraja et al. at length on the translation demo model" > /dev/null
+      [[ -z $control_seeds ]] || control_seeds
       ;;
     bert)
       ensure_bert_demo_model "$bert_dir"

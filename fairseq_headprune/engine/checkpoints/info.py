@@ -258,5 +258,15 @@ def training_history(path: str) -> TrainingHistory:
     iterator = extra.get("train_iterator") or {}
     epochs = int(iterator["epoch"]) - 1 if iterator.get("epoch") and not iterator.get("iterations_in_epoch") else None
     seconds = extra.get("previous_training_time")
-    return TrainingHistory(updates, epochs or None, float(seconds) if seconds else None)
+    rates, seed = _training_setting(state, "optimization", "lr"), _training_setting(state, "common", "seed")
+    peak_lr = rates if rates is None or isinstance(rates, (int, float)) else list(rates)[0]  # fairseq: a list
+    return TrainingHistory(updates, epochs or None, float(seconds) if seconds else None,
+                           None if peak_lr is None else float(peak_lr), None if seed is None else int(seed))
+
+
+def _training_setting(state: Dict[str, Any], group: str, name: str):
+    """A training option from new-format ``cfg`` (its group) or old-format ``args`` (None: not recorded)."""
+    if state.get("cfg") is not None:
+        return (state["cfg"].get(group) or {}).get(name)
+    return getattr(state.get("args"), name, None)
 

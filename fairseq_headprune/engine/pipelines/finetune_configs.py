@@ -13,6 +13,7 @@ fine-tuning's own gain is not credited to pruning.
 Layout of ``OUT/finetune/``::
 
     results.json            the merged records (rank 0, after every share is done)
+    NAME/recipe.json        how it is fine-tuned (length, learning rate, warm-up, curve, seed): another is refused
     NAME/start.pt           the masked start (removed once trained)
     NAME/train/             fairseq-train's save dir: checkpoint_last.pt every SAVE_INTERVAL updates
     NAME/checkpoint.pt      the fine-tuned checkpoint (its mask recorded; loads in generate and stock fairseq)
@@ -63,7 +64,7 @@ from fairseq_headprune.study.budhraja.finetune_plan import finetune_epochs, plan
 from fairseq_headprune.study.budhraja.pairs import within_pairs
 from fairseq_headprune.study.budhraja.records import CONTROL, CurvePoint, FinetuneRecord, TestAgainst
 from fairseq_headprune.study.budhraja.report import markdown_finetuned
-from fairseq_headprune.study.finetuning import FinetuneSettings
+from fairseq_headprune.study.finetuning import FinetuneRecipe, FinetuneSettings
 from fairseq_headprune.study.importance.ablation import BASELINE, ConfigScores, baseline_config, compare_with_baseline
 from fairseq_headprune.study.masks.head_mask import HeadLayout, HeadMask, head_mask_to_spec
 from fairseq_headprune.study.output.files import write_json, write_text
@@ -72,6 +73,7 @@ from fairseq_headprune.study.pruning.curves import mask_name, pruned_at_level
 from fairseq_headprune.study.pruning.settings import PruneSettings
 
 FINETUNE_DIR, RESULTS, RECORD, CHECKPOINT, CURVE = "finetune", "results.json", "record.json", "checkpoint.pt", "curve"
+RECIPE = "recipe.json"  # how the configuration is being fine-tuned (FinetuneRecipe), written before it starts
 
 
 @dataclass
@@ -127,24 +129,44 @@ def run_finetune_configs(settings: PruneSettings, configs: Sequence[FinetuneConf
     index, count = settings.config_shard
     ranks = current_ranks()
     mine = ranks.share([c for i, c in enumerate(configs) if i % count == index - 1])
+    history = training_history(settings.sweep.checkpoint)
+    recipe = settings.finetune.recipe(history.peak_lr, history.seed)
+    for config in configs:  # every share's, so that no share mixes two recipes in one results.json
+        check_same_recipe(os.path.join(out, config.name), recipe, history.seed)
     todo = [c for c in mine if not os.path.isfile(os.path.join(out, c.name, RECORD))]
     if todo and ranks.is_main:
         finetune = settings.finetune
         stops = finetune.curve_stops()
         print(plan_line(len(configs), len(todo), finetune.updates, finetune.epochs, len(stops) + 1 if stops else 0,
-                        training_history(settings.sweep.checkpoint)), flush=True)
+                        history), flush=True)
     for position, config in enumerate(mine, start=1):
         if not os.path.isfile(os.path.join(out, config.name, RECORD)):
             if settings.sweep.progress:
                 print(f"fine-tune {position}/{len(mine)}: {config.label} ({settings.finetune.length()})", flush=True)
-            _finetune_and_score(settings, config, os.path.join(out, config.name))
+            _finetune_and_score(settings, config, os.path.join(out, config.name), recipe)
     ranks.barrier()
     if not ranks.is_main:
         return None
     return merge_records(settings, configs, out, unpruned)
 
 
-def _finetune_and_score(settings: PruneSettings, config: FinetuneConfig, work: str) -> None:
+def check_same_recipe(work: str, recipe: FinetuneRecipe, checkpoint_seed: Optional[int]) -> None:
+    """Refuse a configuration's directory that holds a fine-tune of another recipe (finished: its record; begun:
+    its ``recipe.json``), which would be kept or resumed as if it were this one."""
+    recorded = None
+    if os.path.isfile(os.path.join(work, RECORD)):
+        with open(os.path.join(work, RECORD), encoding="utf-8") as stream:
+            recorded = FinetuneRecord.from_dict(json.load(stream)).recipe(checkpoint_seed)
+    elif os.path.isfile(os.path.join(work, RECIPE)):
+        with open(os.path.join(work, RECIPE), encoding="utf-8") as stream:
+            recorded = FinetuneRecipe.from_dict(json.load(stream))
+    difference = None if recorded is None else recipe.difference(recorded)
+    if difference:
+        raise StudyError(f"{work} holds a configuration {difference}: give another --out-dir, or remove that "
+                         "directory to fine-tune it again")
+
+
+def _finetune_and_score(settings: PruneSettings, config: FinetuneConfig, work: str, recipe: FinetuneRecipe) -> None:
     """One configuration: masked start, fine-tune (resumable; stopping at the curve's points to save them), the
     study's sweep on the result and on every point of the curve, its record."""
     sweep_settings = settings.sweep
@@ -154,6 +176,8 @@ def _finetune_and_score(settings: PruneSettings, config: FinetuneConfig, work: s
     began = time.perf_counter()
     outcome = None
     if not os.path.isfile(checkpoint):
+        os.makedirs(work, exist_ok=True)
+        write_json(recipe.to_dict(), os.path.join(work, RECIPE))
         start = os.path.join(work, "start.pt")
         if not os.path.isfile(start):
             write_masked_start(sweep_settings.checkpoint, start, config.head_mask, None)
@@ -194,7 +218,8 @@ def _finetune_and_score(settings: PruneSettings, config: FinetuneConfig, work: s
         tables=list(budget.tables) if budget else [], paper_level=budget.paper_level if budget else None,
         arm=budget.arm if budget else "", layer_spread=compensation.spread("mean_abs_change"),
         layer_spreads={t: compensation.spread("mean_abs_change", t) for t in compensation.layout},
-        seconds=time.perf_counter() - began, curve=curve, stats=scores.stats.tolist(), hypotheses=scores.hypotheses)
+        seconds=time.perf_counter() - began, curve=curve, stats=scores.stats.tolist(), hypotheses=scores.hypotheses,
+        seed=recipe.seed)
     if outcome is not None:
         record.updates, record.lr, record.warmup_updates = outcome["updates"], outcome["lr"], outcome["warmup"]
     write_json(record.to_dict(), os.path.join(work, RECORD))

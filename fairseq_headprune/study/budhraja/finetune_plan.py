@@ -23,6 +23,8 @@ class TrainingHistory:
     updates: int
     epochs: Optional[int] = None  # None: saved within an epoch, so the epoch's length is unknown
     seconds: Optional[float] = None  # fairseq's previous_training_time: training and validation
+    peak_lr: Optional[float] = None  # its learning rate (--lr), which a fine-tune's default rate is a share of
+    seed: Optional[int] = None  # its --seed, which a fine-tune keeps unless given another
 
     @property
     def updates_per_epoch(self) -> Optional[float]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from fairseq_headprune.constants import CORRECTNESS_TESTS
+from fairseq_headprune.study.finetuning import FinetuneRecipe
 
 CONTROL = "control"  # the unpruned model fine-tuned alike
 AGAINST = ("control", "unpruned")  # what each configuration is tested against: the fine-tuned control, the plain model
@@ -66,6 +67,7 @@ class FinetuneRecord:
     updates: Optional[int] = None
     lr: Optional[float] = None
     warmup_updates: Optional[int] = None
+    seed: Optional[int] = None  # the fine-tune's (None: recorded before --finetune-seed, so the checkpoint's own)
     curve: List[CurvePoint] = field(default_factory=list)
     tests: Dict[str, TestAgainst] = field(default_factory=dict)  # AGAINST -> its test
     # the paired test against the other configuration of its pair (Table 5's middle:K and top+bottom:K ...), keyed by
@@ -86,6 +88,12 @@ class FinetuneRecord:
     def resamples(self) -> Optional[int]:
         """What a p-value of 0 is bounded by (``p < 1/resamples``); None: unknown, or a test that does not resample."""
         return None if self.significance.get("test") in CORRECTNESS_TESTS else self.significance.get("samples")
+
+    def recipe(self, checkpoint_seed: Optional[int]) -> FinetuneRecipe:
+        """How it was fine-tuned, as far as the record says (``FinetuneRecipe``: None where it does not)."""
+        return FinetuneRecipe(self.finetune, self.lr, self.warmup_updates,
+                              tuple((point.stop, point.at) for point in self.curve if point.at),
+                              checkpoint_seed if self.seed is None else self.seed)
 
     @property
     def group(self) -> str:

@@ -378,14 +378,16 @@ class CompressSettings:
         return tuple(s for s in STAGES if s not in skipped)
 
     def _finetune_identity(self) -> Dict[str, object]:
-        """The fine-tuning's settings, the stop rule and the learning-rate share only where they are not the
-        defaults of a fixed-length fine-tune (an older run's identity is unchanged)."""
+        """The fine-tuning's settings, the stop rule, the learning-rate share and the seed only where they are not
+        the defaults of a fixed-length fine-tune (an older run's identity is unchanged)."""
         identity = dataclasses.asdict(self.finetune)
         del identity["precision"]  # how the arithmetic runs, like the device: each fine-tune's record states it
         if identity["until"] is None:
             del identity["until"]
         if identity["lr_share"] == FINETUNE_LR_SHARE:
             del identity["lr_share"]
+        if identity["seed"] is None:
+            del identity["seed"]
         return identity
 
     def identity(self) -> Dict[str, object]:
