@@ -24,8 +24,8 @@ Runs, in OUT_DIR (default: results/budhraja-long):
                         pruned scaled to its depth (BERT_TABLES: top/bottom and middle/top+bottom at each K, even,
                         odd; each pair of Table 5 and odd against the halves also tested against each other), the
                         control, each fine-tuned BERT_UPDATES updates, scored at BERT_CURVE
-  translation/control-seeds/seed-S/   the unpruned control fine-tuned again under seed S (CONTROL_SEEDS;
-                        prune --finetune-seed S, no curve): what the batches' order alone moves a fine-tuned score
+  translation/seeds/seed-S/   the control and 50% draw 1 fine-tuned again under seed S (SEEDS; prune
+                        --finetune-seed S, no curve): what the batches' order alone moves a fine-tuned score
   */pruning/finetune/   results.json (each record's curve, its tests against the control, the unpruned model and
                         its pair), results.md, curves.png (the gap to the control against updates)
   */report.md           the tables and the findings judged on them
@@ -50,8 +50,8 @@ environment:
   DRAWS=3              draws of the random levels 50, 60, 75% (translation) and 50% (BERT) (the paper: 3)
   TABLES=1,2,3         the translation side's tables (prune --budhraja-tables; empty: Table 1's 50, 60, 75% only)
   TABLE_DRAWS=1        draws of each of their random configurations besides those levels (the paper: 3)
-  CONTROL_SEEDS=2,3    the seeds the translation control is fine-tuned under again, beside the grid's (the
-                       checkpoint's own, 1 for the demo model); empty: none
+  SEEDS=2,3            the seeds the translation control and 50% draw 1 are fine-tuned under again, beside the
+                       grid's (the checkpoint's own, 1 for the demo model); empty: none
   BERT_TABLES=5,6      the BERT side's tables (4 adds Table 4's levels 10-80%, TABLE_DRAWS draws each)
   SIDES="translation bert"   which models to study
   PLAN_ONLY=0          1: print each side's plan and estimated hours, run nothing
@@ -70,13 +70,13 @@ draws=${DRAWS:-3}
 table_draws=${TABLE_DRAWS:-1}
 tables=${TABLES-1,2,3}
 bert_tables=${BERT_TABLES-5,6}
-control_seeds=${CONTROL_SEEDS-2,3}
+seeds=${SEEDS-2,3}
 shard=${CONFIG_SHARD:-1/1}
 sides=${SIDES:-translation bert}
 plan_only=${PLAN_ONLY:-0}
 [[ $plan_only == 0 || $plan_only == 1 ]] || { echo "PLAN_ONLY must be 0 or 1, got '$plan_only'" >&2; exit 2; }
-for seed in ${control_seeds//,/ }; do
-  [[ $seed =~ ^[0-9]+$ ]] || { echo "CONTROL_SEEDS: '$seed' is not a seed (a whole number)" >&2; exit 2; }
+for seed in ${seeds//,/ }; do
+  [[ $seed =~ ^[0-9]+$ ]] || { echo "SEEDS: '$seed' is not a seed (a whole number)" >&2; exit 2; }
 done
 for side in $sides; do
   [[ $side == translation || $side == bert ]] || {
@@ -102,27 +102,32 @@ translation_options() {  # the translation side's prune options, in translation_
     --config-shard "$shard" --beam 5 --lenpen 1 --batch-size 128 --max-len-a 1.2 --max-len-b 10 --no-progress)
 }
 
-control_seeds() {  # the translation control fine-tuned again under each of CONTROL_SEEDS, its score printed
-  local seed seed_dir scores=()
-  for seed in ${control_seeds//,/ }; do
-    seed_dir=$out_dir/translation/control-seeds/seed-$seed
-    record "control-seed-$seed" fairseq-headprune prune "$demo_dir/data/bin" \
-      --path "$demo_dir/checkpoints/checkpoint_best.pt" --gen-subset test --out-dir "$seed_dir" --orders none \
+seeded_finetunes() {  # the translation control and 50% draw 1 fine-tuned again under each of SEEDS, printed
+  local seed seed_dir results=()
+  for seed in ${seeds//,/ }; do
+    seed_dir=$out_dir/translation/seeds/seed-$seed
+    record "seed-$seed" sweep prune "$demo_dir/data/bin" --path "$demo_dir/checkpoints/checkpoint_best.pt" \
+      --gen-subset test --out-dir "$seed_dir" --orders none --random-level 50 --draws 1 \
       --finetune-updates "${UPDATES:-500}" --finetune-curve none --finetune-seed "$seed" \
       --beam 5 --lenpen 1 --batch-size 128 --max-len-a 1.2 --max-len-b 10 --no-progress > /dev/null
-    scores+=("$seed_dir/finetune/results.json")
+    results+=("$seed_dir/finetune/results.json")
   done
-  python - "$out_dir/translation/pruning/finetune/results.json" "${scores[@]}" <<'PYTHON'
+  python - "$out_dir/translation/pruning/finetune/results.json" "${results[@]}" <<'PYTHON'
 import json
 import statistics
 import sys
 
-controls = [next(r for r in json.load(open(path)) if r["name"] == "control") for path in sys.argv[1:]]
-scores = [record["score_after"] for record in controls]
-print(f"the control fine-tuned under {len(scores)} seeds (the grid's first; --finetune-seed): "
-      + ", ".join(f"seed {'of the checkpoint' if r.get('seed') is None else r['seed']} {score:.2f}"
-                  for r, score in zip(controls, scores))
-      + f" BLEU; range {max(scores) - min(scores):.2f}, std {statistics.stdev(scores):.2f}")
+runs = [{r["label"]: r for r in json.load(open(path, encoding="utf-8"))} for path in sys.argv[1:]]
+seeds = ["the checkpoint's" if run["unpruned (control)"].get("seed") is None else run["unpruned (control)"]["seed"]
+         for run in runs]
+print("fine-tuned again under other seeds (--finetune-seed; the first: the grid's), BLEU by seed "
+      f"{', '.join(map(str, seeds))}:")
+for label in ("unpruned (control)", "50% draw 1"):
+    scores = [run[label]["score_after"] for run in runs]
+    print(f"  {label:<28}{'  '.join(f'{score:6.2f}' for score in scores)}  (range {max(scores) - min(scores):.2f},"
+          f" std {statistics.stdev(scores):.2f})")
+gaps = [run["50% draw 1"]["score_after"] - run["unpruned (control)"]["score_after"] for run in runs]
+print(f"  {'50% draw 1 minus the control':<28}{'  '.join(f'{gap:+6.2f}' for gap in gaps)}")
 PYTHON
 }
 
@@ -170,7 +175,7 @@ for side in $sides; do
       cp "$out_dir/commands/finetune-translation.sh" "$out_dir/translation/commands/finetune.sh"
       fairseq-headprune report "$out_dir/translation" \
         --title "Budhraja et al. at length on the translation demo model" > /dev/null
-      [[ -z $control_seeds ]] || control_seeds
+      [[ -z $seeds ]] || seeded_finetunes
       ;;
     bert)
       ensure_bert_demo_model "$bert_dir"
