@@ -259,6 +259,10 @@ def test_the_fine_tunes_seed_orders_the_batches_and_another_recipe_is_refused(ti
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and message in lines[0] and "holds a configuration" in lines[0], result.stderr
         assert (sharded[0] / "finetune" / "results.json").read_bytes() == merged
+    # the plan refuses what the run would
+    plan = run(prune_command(tiny_model, sharded[0], *curve, "--finetune-seed", str(own_seed + 1), "--finetune-plan"),
+               check=False)
+    assert plan.returncode == 2 and f"under seed {own_seed}, not {own_seed + 1}" in plan.stderr, plan.stderr
     # a fine-tune begun under one seed (killed before its record) is not resumed under another
     begun = tmp_path / f"seed{own_seed + 1}"
     (begun / "finetune" / "control" / "record.json").unlink()

@@ -5,7 +5,8 @@ read from its state).
 The configurations are the ones ``prune`` fine-tunes (``finetune_configs.finetune_configurations``), in its order:
 the control, every budget's draws (named by their masks, as ``OUT/finetune/NAME``), then the curves' steps at
 ``--finetune-levels`` (known by their labels: their masks need the importance the run estimates). A configuration is
-finished where its ``record.json`` exists.
+finished where its ``record.json`` exists; one fine-tuned or begun under another recipe is refused, as the run
+would refuse it.
 """
 
 import json
@@ -13,7 +14,7 @@ import os
 from typing import Dict, List, Tuple
 
 from fairseq_headprune.engine.checkpoints.info import checkpoint_head_layout, training_history
-from fairseq_headprune.engine.pipelines.finetune_configs import FINETUNE_DIR, RECORD
+from fairseq_headprune.engine.pipelines.finetune_configs import FINETUNE_DIR, RECORD, check_same_recipe
 from fairseq_headprune.study.budhraja.budgets import Budget, plan_budgets
 from fairseq_headprune.study.budhraja.configurations import requested_budgets
 from fairseq_headprune.study.budhraja.finetune_plan import PlannedConfiguration, plan_line, plan_text
@@ -75,6 +76,9 @@ def finetune_plan(settings: PruneSettings) -> str:
     for step, label in _curve_steps(settings, layout):
         planned.append(step)
         names.append(steps.get(label, ""))
+    recipe = settings.finetune.recipe(history.peak_lr, history.seed)
+    for name in filter(None, names):  # what the run would refuse, the plan refuses
+        check_same_recipe(os.path.join(settings.sweep.out_dir, FINETUNE_DIR, name), recipe, history.seed)
     for item, name in zip(planned, names):
         if name in finished:
             item.finished, item.seconds = True, finished[name]["seconds"]
