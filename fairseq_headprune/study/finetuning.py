@@ -44,8 +44,8 @@ def finetune_precision(requested: str, checkpoint_precision: str, on_gpu: bool, 
     return requested
 
 
-# the recovery curve's default points (updates), those below the fine-tune's length; its end is always a point
 MAX_SEED = 2 ** 31  # fairseq adds the epoch and update counts to its seed: room for them in an int
+# the recovery curve's default points (updates), those below the fine-tune's length; its end is always a point
 DEFAULT_CURVE_UPDATES = (40, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000)
 
 
