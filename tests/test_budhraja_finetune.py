@@ -268,3 +268,31 @@ def test_the_fine_tunes_seed_orders_the_batches_and_another_recipe_is_refused(ti
     (begun / "finetune" / "control" / "record.json").unlink()
     result = run(prune_command(tiny_model, begun, *no_curve), check=False)
     assert result.returncode == 2 and f"under seed {own_seed + 1}, not {own_seed}" in result.stderr, result.stderr
+
+
+def test_each_random_draw_is_fine_tuned_under_its_own_seed(tiny_model, tmp_path):
+    """Budhraja et al. sample and fine-tune each of their draws anew, so draw d of a random level trains under the
+    seed + d - 1 (its batches' order and dropout vary with its mask); draw 1 and the control share the seed.
+    Reference: draw 2's mask fine-tuned directly (``finetune_held``, in this process) under that seed."""
+    from fairseq_headprune.engine.finetuning import finetune_held, with_resume_points, write_masked_start
+    from fairseq_headprune.study.finetuning import FinetuneSettings
+
+    own_seed = training_history(str(tiny_model["checkpoint"])).seed
+    out_dir = tmp_path / "draws"
+    run(["fairseq-headprune", "prune", str(tiny_model["data"]), "--path", str(tiny_model["checkpoint"]),
+         "--out-dir", str(out_dir), "--gen-subset", "test", "--no-progress", "--beam", "2", "--batch-size", "64",
+         "--max-len-b", "20", "--orders", "none", "--random-level", "50", "--draws", "2",
+         "--finetune-updates", str(UPDATES), "--finetune-curve", "none"])
+    records = results(out_dir)
+    seeds = {record["label"]: record["seed"] for record in records.values()}
+    assert seeds == {"unpruned (control)": own_seed, "50% draw 1": own_seed, "50% draw 2": own_seed + 1}
+    second = next(record for record in records.values() if record["label"] == "50% draw 2")
+    start = tmp_path / "start.pt"
+    layout = checkpoint_head_layout(str(tiny_model["checkpoint"]))
+    write_masked_start(str(tiny_model["checkpoint"]), str(start), parse_head_mask(second["spec"], layout), None)
+    settings = with_resume_points(FinetuneSettings(updates=UPDATES, seed=own_seed + 1))
+    outcome = finetune_held(str(start), str(tiny_model["data"]), str(tmp_path / "direct"), "translation", settings,
+                            cpu=True, progress=False)
+    direct = torch.load(outcome.checkpoint, map_location="cpu")["model"]
+    fine_tuned = torch.load(second["checkpoint"], map_location="cpu")["model"]
+    assert sorted(direct) == sorted(fine_tuned) and all(torch.equal(direct[k], fine_tuned[k]) for k in direct)

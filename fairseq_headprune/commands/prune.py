@@ -349,9 +349,11 @@ def _add_finetune_arguments(prune) -> None:
                        help=f"linear warm-up updates (default: {FINETUNE_WARMUP_SHARE:g} of --finetune-updates; "
                        "0 with --finetune-epochs)")
     group.add_argument("--finetune-seed", type=int, metavar="SEED",
-                       help="fairseq's --seed for every fine-tune: the order of its batches and its dropout (default: "
-                       "the checkpoint's own). Fine-tuning the control under a few seeds, each into its own "
-                       "--out-dir, measures how far the order alone moves a fine-tuned score")
+                       help="fairseq's --seed for the fine-tunes: the order of their batches and their dropout "
+                       "(default: the checkpoint's own). Draw d of a random budget trains under SEED + d - 1, as the "
+                       "paper fine-tunes each draw anew; the control and the configurations without draws under "
+                       "SEED. The control fine-tuned under a few seeds, each into its own --out-dir, measures how "
+                       "far the order alone moves a fine-tuned score")
     group.add_argument("--finetune-curve", metavar="U,...",
                        help="the recovery curve: score every fine-tune after these numbers of updates too, from "
                        "checkpoints saved on the way (OUT/finetune/NAME/curve/), and plot the gap to the fine-tuned "

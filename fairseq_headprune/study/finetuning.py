@@ -2,6 +2,7 @@
 configurations after Budhraja et al., and ``compress``), and the rule that stops it once it is enough
 (``FinetuneStop``: ``compress --target speedup``)."""
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -224,6 +225,15 @@ class FinetuneRecipe:
         if recorded.seed is not None and self.seed is not None and recorded.seed != self.seed:
             return f"fine-tuned under seed {recorded.seed}, not {self.seed}"
         return None
+
+    def for_draw(self, draw: Optional[int]) -> "FinetuneRecipe":
+        """The recipe of a random budget's draw ``draw`` (1, 2, ...): its own seed, ``seed + draw - 1``. Budhraja et
+        al. sample ξ and fine-tune anew for each of their three draws, so a draw's batches' order and dropout vary
+        with its mask and the interval over draws holds both; draw 1 and every configuration without draws (the
+        control, layer strategies, curve steps) share the seed, so those are compared on the same batches."""
+        if draw is None or draw == 1 or self.seed is None:
+            return self
+        return dataclasses.replace(self, seed=self.seed + draw - 1)
 
     def to_dict(self) -> Dict[str, Any]:
         return {"length": self.length, "lr": self.lr, "warmup_updates": self.warmup_updates,

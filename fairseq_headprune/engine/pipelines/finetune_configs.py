@@ -20,6 +20,9 @@ Layout of ``OUT/finetune/``::
     NAME/eval/              the sweep that scored it
     NAME/record.json        this configuration's record, written last: a finished configuration
 
+Each draw of a random budget is fine-tuned under its own seed (``FinetuneRecipe.for_draw``), as the paper samples
+and fine-tunes each of its draws anew; the control and the configurations without draws share the first.
+
 Where the paper sets two configurations side by side (Table 5's middle:K and
 top+bottom:K ...: ``study.budhraja.pairs``), the merge also tests the two
 against each other directly, on their per-sentence statistics.
@@ -132,7 +135,7 @@ def run_finetune_configs(settings: PruneSettings, configs: Sequence[FinetuneConf
     history = training_history(settings.sweep.checkpoint)
     recipe = settings.finetune.recipe(history.peak_lr, history.seed)
     for config in configs:  # every share's, so that no share mixes two recipes in one results.json
-        check_same_recipe(os.path.join(out, config.name), recipe, history.seed)
+        check_same_recipe(os.path.join(out, config.name), recipe.for_draw(config.draw), history.seed)
     todo = [c for c in mine if not os.path.isfile(os.path.join(out, c.name, RECORD))]
     if todo and ranks.is_main:
         finetune = settings.finetune
@@ -143,7 +146,7 @@ def run_finetune_configs(settings: PruneSettings, configs: Sequence[FinetuneConf
         if not os.path.isfile(os.path.join(out, config.name, RECORD)):
             if settings.sweep.progress:
                 print(f"fine-tune {position}/{len(mine)}: {config.label} ({settings.finetune.length()})", flush=True)
-            _finetune_and_score(settings, config, os.path.join(out, config.name), recipe)
+            _finetune_and_score(settings, config, os.path.join(out, config.name), recipe.for_draw(config.draw))
     ranks.barrier()
     if not ranks.is_main:
         return None
@@ -186,7 +189,7 @@ def _finetune_and_score(settings: PruneSettings, config: FinetuneConfig, work: s
             point = _curve_checkpoint(curve_dir, (stops[0][0], 0))
             if not os.path.isfile(point):
                 save_curve_checkpoint(start, point)
-        finetune = with_resume_points(settings.finetune)
+        finetune = dataclasses.replace(with_resume_points(settings.finetune), seed=recipe.seed)  # the draw's seed
         train_dir = os.path.join(work, "train")
         resume_point(train_dir)
         began -= resumed_seconds(train_dir, start)  # the time a killed run spent is the configuration's too

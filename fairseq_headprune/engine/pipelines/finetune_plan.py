@@ -11,7 +11,7 @@ would refuse it.
 
 import json
 import os
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from fairseq_headprune.engine.checkpoints.info import checkpoint_head_layout, training_history
 from fairseq_headprune.engine.pipelines.finetune_configs import FINETUNE_DIR, RECORD, check_same_recipe
@@ -44,9 +44,9 @@ def _source(budget: Budget) -> str:
     return ("Table " if len(budget.tables) == 1 else "Tables ") + ", ".join(map(str, budget.tables))
 
 
-def _curve_steps(settings: PruneSettings, layout: HeadLayout) -> List[Tuple[PlannedConfiguration, str]]:
+def _curve_steps(settings: PruneSettings, layout: HeadLayout) -> List[Tuple[PlannedConfiguration, str, Optional[int]]]:
     """The curves' steps ``prune`` fine-tunes, in its order (scope, order, draw, level), each with the label its
-    record has (``finetune_configs.finetune_configurations``)."""
+    record has (``finetune_configs.finetune_configurations``) and its draw."""
     steps = []
     for scope in settings.scopes:
         total = len(heads_in_scope(layout, scope))
@@ -56,7 +56,7 @@ def _curve_steps(settings: PruneSettings, layout: HeadLayout) -> List[Tuple[Plan
                 for pruned in counts:
                     label = f"{scope} {order} {100.0 * pruned / total:.0f}%"
                     steps.append((PlannedConfiguration(label, CURVE_STEPS),
-                                  label + (f" draw {draw}" if draw is not None else "")))
+                                  label + (f" draw {draw}" if draw is not None else ""), draw))
     return steps
 
 
@@ -66,19 +66,23 @@ def finetune_plan(settings: PruneSettings) -> str:
     layout, history = checkpoint_head_layout(checkpoint), training_history(checkpoint)
     finished = _finished(os.path.join(settings.sweep.out_dir, FINETUNE_DIR))
     planned = [PlannedConfiguration("unpruned (control)", "the control")]
-    names = [CONTROL]
+    names, draws = [CONTROL], [None]
     for budget, draw, head_mask in plan_budgets(requested_budgets(settings, layout), layout, settings.pruning_seed,
                                                 settings.draws):
         if mask_name(head_mask) not in names:  # a mask two budgets share is fine-tuned once, as the first's
             planned.append(PlannedConfiguration(budget.label, _source(budget)))
             names.append(mask_name(head_mask))
+            draws.append(draw if budget.random else None)
     steps = {r["label"]: name for name, r in finished.items() if r["kind"] == "curve step"}
-    for step, label in _curve_steps(settings, layout):
+    for step, label, draw in _curve_steps(settings, layout):
         planned.append(step)
         names.append(steps.get(label, ""))
+        draws.append(draw)
     recipe = settings.finetune.recipe(history.peak_lr, history.seed)
-    for name in filter(None, names):  # what the run would refuse, the plan refuses
-        check_same_recipe(os.path.join(settings.sweep.out_dir, FINETUNE_DIR, name), recipe, history.seed)
+    for name, draw in zip(names, draws):  # what the run would refuse, the plan refuses
+        if name:
+            check_same_recipe(os.path.join(settings.sweep.out_dir, FINETUNE_DIR, name), recipe.for_draw(draw),
+                              history.seed)
     for item, name in zip(planned, names):
         if name in finished:
             item.finished, item.seconds = True, finished[name]["seconds"]
