@@ -307,6 +307,13 @@ def test_table1_states_the_estimate_its_interval_and_the_papers_figure_and_is_co
     assert not any("fine-tuned alike" in name for name in rows)
     # the sample standard deviation over draws, as the budgets' console prints it
     assert f"std {numpy.std([49.9, 50.0, 49.8], ddof=1):.2f})" in row.study
+    # records without their seeds were fine-tuned under the checkpoint's, all on the same batches
+    assert "; the draws fine-tuned on the same batches (one seed): the interval over draws leaves out" in row.evidence
+    seeded = level_records()
+    for draw, data in enumerate(seeded[1:], start=1):
+        data["seed"] = None if draw == 1 else draw  # prune's: the checkpoint's seed (1) + draw - 1
+    row = row_starting(judged(seeded), TABLE1_60)
+    assert "; each draw fine-tuned under a seed of its own (the checkpoint's, 2, 3); 95% interval" in row.evidence
 
 
 def test_table1_differs_where_the_interval_lies_below_the_papers_figure():

@@ -83,6 +83,18 @@ class Evidence:
         return None
 
 
+def draws_seeds(members: Sequence[FinetuneRecord]) -> str:
+    """Whether a level's draws were fine-tuned under seeds of their own (``prune``: the seed + draw - 1), so that
+    the interval over draws holds what the batches' order moves, or on the same batches, where it does not (a record
+    without a seed was fine-tuned under the checkpoint's own)."""
+    seeds = [member.seed for member in members]
+    if len(set(seeds)) == len(seeds):
+        return ("each draw fine-tuned under a seed of its own ("
+                + ", ".join("the checkpoint's" if seed is None else str(seed) for seed in seeds) + ")")
+    return ("the draws fine-tuned on the same batches (one seed): the interval over draws leaves out what the order "
+            "moves")
+
+
 def _bootstrap(members: Sequence[FinetuneRecord], against: str) -> Optional[Estimate]:
     """The draws' mean paired-bootstrap interval (None where a draw has none): the test set's noise they share."""
     tests = [m.tests.get(against) for m in members]

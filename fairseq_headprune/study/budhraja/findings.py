@@ -34,6 +34,7 @@ from typing import Dict, List, Optional
 from fairseq_headprune.study.budhraja.budgets import ONE_HEAD_PER_LAYER
 from fairseq_headprune.study.budhraja.evidence import (
     Evidence,
+    draws_seeds,
     group_delta,
     groups,
     pair_difference,
@@ -138,7 +139,8 @@ def _level_row(members, control, evidence: Evidence, bert: bool, label: str, lev
         _paper_level_text(bert, level, one_head),
         study,
         f"the 95% interval reaches {claim.figure:+.2f} {label} or above (the paper's {source} at this level)",
-        outcome, shortfall, evidence.describe(draws) + f"; 95% interval: {estimate.method}")
+        outcome, shortfall, evidence.describe(draws) + (f"; {draws_seeds(members)}" if draws > 1 else "")
+        + f"; 95% interval: {estimate.method}")
 
 
 def _by_level(records: List[FinetuneRecord], table: int) -> Dict[float, Dict[str, List[FinetuneRecord]]]:
