@@ -151,6 +151,9 @@ if [[ $plan_only == 1 ]]; then  # nothing written, nothing trained
       continue
     fi
     fairseq-headprune prune "${args[@]}" --finetune-plan | sed 's/^/  /'
+    if [[ $side == translation && -n $seeds ]]; then
+      echo "  then the control and 50% draw 1 again under each of SEEDS=$seeds (2 configurations a seed, no curve)"
+    fi
   done
   echo "RANKS=${RANKS:-2} processes share the configurations and the machine's cores: the time one at a time is" \
     "about the wall time"
