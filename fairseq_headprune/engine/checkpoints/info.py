@@ -180,12 +180,7 @@ def classification_head_override(path: str) -> Dict[str, str]:
 def state_classification_head_override(state: Dict[str, Any], path: str) -> Dict[str, str]:
     """``classification_head_override`` of a checkpoint already loaded (``path`` names it in the error)."""
     heads = sorted({key.split(".")[1] for key in state["model"] if key.startswith("classification_heads.")})
-    configured = None
-    if state.get("cfg") is not None and state["cfg"].get("task") is not None:
-        configured = state["cfg"]["task"].get("classification_head_name")
-    elif state.get("args") is not None:
-        configured = getattr(state["args"], "classification_head_name", None)
-    configured = configured or "sentence_classification_head"
+    configured = saved_option(state, "task", "classification_head_name") or "sentence_classification_head"
     if not heads or configured in heads:
         return {}
     if len(heads) > 1:
@@ -244,10 +239,15 @@ def state_ffn_layout(state: Dict[str, Any]) -> Dict[str, tuple]:
 
 def saved_task_name(state: Dict[str, Any]):
     """The task a checkpoint was trained with (``--task``), or None if it does not say."""
-    if state.get("cfg") is not None and state["cfg"].get("task") is not None:
-        return state["cfg"]["task"].get("_name")
-    args = state.get("args")
-    return getattr(args, "task", None) if args is not None else None
+    return saved_option(state, "task", "_name", legacy_name="task")
+
+
+def saved_option(state: Dict[str, Any], group: str, name: str, legacy_name: Optional[str] = None):
+    """An option as the checkpoint saved it: new-format ``cfg`` (``name`` in its ``group``) or old-format ``args``
+    (``legacy_name`` there where fairseq's flag is named otherwise); None: not saved."""
+    if state.get("cfg") is not None and state["cfg"].get(group) is not None:
+        return state["cfg"][group].get(name)
+    return getattr(state.get("args"), legacy_name or name, None)
 
 
 def training_history(path: str) -> TrainingHistory:
@@ -258,15 +258,8 @@ def training_history(path: str) -> TrainingHistory:
     iterator = extra.get("train_iterator") or {}
     epochs = int(iterator["epoch"]) - 1 if iterator.get("epoch") and not iterator.get("iterations_in_epoch") else None
     seconds = extra.get("previous_training_time")
-    rates, seed = _training_setting(state, "optimization", "lr"), _training_setting(state, "common", "seed")
+    rates, seed = saved_option(state, "optimization", "lr"), saved_option(state, "common", "seed")
     peak_lr = rates if rates is None or isinstance(rates, (int, float)) else list(rates)[0]  # fairseq: a list
     return TrainingHistory(updates, epochs or None, float(seconds) if seconds else None,
                            None if peak_lr is None else float(peak_lr), None if seed is None else int(seed))
-
-
-def _training_setting(state: Dict[str, Any], group: str, name: str):
-    """A training option from new-format ``cfg`` (its group) or old-format ``args`` (None: not recorded)."""
-    if state.get("cfg") is not None:
-        return (state["cfg"].get(group) or {}).get(name)
-    return getattr(state.get("args"), name, None)
 
