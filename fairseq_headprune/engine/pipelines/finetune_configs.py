@@ -41,7 +41,7 @@ import os
 import shutil
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -63,7 +63,7 @@ from fairseq_headprune.engine.runtime.ranks import alone, current_ranks
 from fairseq_headprune.errors import HeadPruneError, StudyError
 from fairseq_headprune.modules.masked_multihead_attention import current_head_mask
 from fairseq_headprune.study.budhraja.budgets import Budget, draws_text
-from fairseq_headprune.study.budhraja.finetune_plan import finetune_epochs, plan_line
+from fairseq_headprune.study.budhraja.finetune_plan import TrainingHistory, finetune_epochs, plan_line
 from fairseq_headprune.study.budhraja.pairs import within_pairs
 from fairseq_headprune.study.budhraja.records import CONTROL, CurvePoint, FinetuneRecord, TestAgainst
 from fairseq_headprune.study.budhraja.report import markdown_finetuned
@@ -133,9 +133,8 @@ def run_finetune_configs(settings: PruneSettings, configs: Sequence[FinetuneConf
     ranks = current_ranks()
     mine = ranks.share([c for i, c in enumerate(configs) if i % count == index - 1])
     history = training_history(settings.sweep.checkpoint)
-    recipe = settings.finetune.recipe(history.peak_lr, history.seed)
-    for config in configs:  # every share's, so that no share mixes two recipes in one results.json
-        check_same_recipe(os.path.join(out, config.name), recipe.for_draw(config.draw), history.seed)
+    # every share's configurations, so that no share mixes two recipes in one results.json
+    recipe = checked_recipe(out, [(c.name, c.draw) for c in configs], settings.finetune, history)
     todo = [c for c in mine if not os.path.isfile(os.path.join(out, c.name, RECORD))]
     if todo and ranks.is_main:
         finetune = settings.finetune
@@ -153,7 +152,17 @@ def run_finetune_configs(settings: PruneSettings, configs: Sequence[FinetuneConf
     return merge_records(settings, configs, out, unpruned)
 
 
-def check_same_recipe(work: str, recipe: FinetuneRecipe, checkpoint_seed: Optional[int]) -> None:
+def checked_recipe(out: str, configurations: Sequence[Tuple[str, Optional[int]]], finetune: FinetuneSettings,
+                   history: TrainingHistory) -> FinetuneRecipe:
+    """The run's fine-tuning recipe from the checkpoint ``history`` describes, after refusing any of the
+    ``configurations`` (directory name under ``out``, draw) whose directory holds another."""
+    recipe = finetune.recipe(history.peak_lr, history.seed)
+    for name, draw in configurations:
+        _check_same_recipe(os.path.join(out, name), recipe.for_draw(draw), history.seed)
+    return recipe
+
+
+def _check_same_recipe(work: str, recipe: FinetuneRecipe, checkpoint_seed: Optional[int]) -> None:
     """Refuse a configuration's directory that holds a fine-tune of another recipe (finished: its record; begun:
     its ``recipe.json``), which would be kept or resumed as if it were this one."""
     recorded = None

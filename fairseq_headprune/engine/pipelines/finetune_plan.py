@@ -14,7 +14,7 @@ import os
 from typing import Dict, List, Optional, Tuple
 
 from fairseq_headprune.engine.checkpoints.info import checkpoint_head_layout, training_history
-from fairseq_headprune.engine.pipelines.finetune_configs import FINETUNE_DIR, RECORD, check_same_recipe
+from fairseq_headprune.engine.pipelines.finetune_configs import FINETUNE_DIR, RECORD, checked_recipe
 from fairseq_headprune.study.budhraja.budgets import Budget, plan_budgets
 from fairseq_headprune.study.budhraja.configurations import requested_budgets
 from fairseq_headprune.study.budhraja.finetune_plan import PlannedConfiguration, plan_line, plan_text
@@ -78,11 +78,9 @@ def finetune_plan(settings: PruneSettings) -> str:
         planned.append(step)
         names.append(steps.get(label, ""))
         draws.append(draw)
-    recipe = settings.finetune.recipe(history.peak_lr, history.seed)
-    for name, draw in zip(names, draws):  # what the run would refuse, the plan refuses
-        if name:
-            check_same_recipe(os.path.join(settings.sweep.out_dir, FINETUNE_DIR, name), recipe.for_draw(draw),
-                              history.seed)
+    # what the run would refuse, the plan refuses
+    checked_recipe(os.path.join(settings.sweep.out_dir, FINETUNE_DIR),
+                   [(name, draw) for name, draw in zip(names, draws) if name], settings.finetune, history)
     for item, name in zip(planned, names):
         if name in finished:
             item.finished, item.seconds = True, finished[name]["seconds"]
