@@ -85,6 +85,8 @@ done
 # shellcheck disable=SC1091
 source "$repo/scripts/demos/demo_common.sh"
 
+generation=(--beam 5 --lenpen 1 --batch-size 128 --max-len-a 1.2 --max-len-b 10)  # the translation side's
+
 tables_options() {  # TABLES: --budhraja-tables and its draws, or nothing
   [[ -n $1 ]] && printf '%s\n' --budhraja-tables "$1" --budhraja-draws "$table_draws"
   return 0
@@ -99,7 +101,7 @@ translation_options() {  # the translation side's prune options, in translation_
     --orders importance --importance "$importance" --step-percent 5 --max-percent 75 --finetune-levels 50,60,75
     --random-level 50 --random-level 60 --random-level 75 --draws "$draws" "${table_args[@]}"
     --finetune-updates "${UPDATES:-500}" --finetune-curve "${CURVE:-25,50,100,150,200,250,300,350,400,450}"
-    --config-shard "$shard" --beam 5 --lenpen 1 --batch-size 128 --max-len-a 1.2 --max-len-b 10 --no-progress)
+    --config-shard "$shard" "${generation[@]}" --no-progress)
 }
 
 seeded_finetunes() {  # the translation control and 50% draw 1 fine-tuned again under each of SEEDS, printed
@@ -108,8 +110,8 @@ seeded_finetunes() {  # the translation control and 50% draw 1 fine-tuned again 
     seed_dir=$out_dir/translation/seeds/seed-$seed
     record "seed-$seed" sweep prune "$demo_dir/data/bin" --path "$demo_dir/checkpoints/checkpoint_best.pt" \
       --gen-subset test --out-dir "$seed_dir" --orders none --random-level 50 --draws 1 \
-      --finetune-updates "${UPDATES:-500}" --finetune-curve none --finetune-seed "$seed" \
-      --beam 5 --lenpen 1 --batch-size 128 --max-len-a 1.2 --max-len-b 10 --no-progress > /dev/null
+      --finetune-updates "${UPDATES:-500}" --finetune-curve none --finetune-seed "$seed" "${generation[@]}" \
+      --no-progress > /dev/null
     results+=("$seed_dir/finetune/results.json")
   done
   python - "$out_dir/translation/pruning/finetune/results.json" "${results[@]}" <<'PYTHON'
