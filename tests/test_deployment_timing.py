@@ -120,3 +120,29 @@ def test_fused_attention_everywhere_takes_the_fused_kernel_and_changes_no_hypoth
     with attention.fused_attention_everywhere():
         _, ours = translate_batches(task, model, samples, beam=5)
     assert {"enc-enc", "dec-dec"} <= set(calls) and ours == theirs  # (beamed enc-dec attention stays fairseq's)
+
+
+def test_the_decoding_work_of_a_pass_is_counted(tiny_model, timed):
+    """Each fairseq system reports its beam search's steps and the hypotheses they extended: at a fixed length
+    every sentence of a batch stays alive to the last step, so both are known in closed form."""
+    from fairseq_headprune.engine.timing.isolated import SystemSpec, time_systems
+    from fairseq_headprune.study.compression.decoding import DecodingOptions
+
+    length, beam = 4, 5
+    spec = SystemSpec("fairseq unpruned", "fairseq", "unpruned", "float32", str(tiny_model["checkpoint"]),
+                      data=str(tiny_model["data"]), split="test", sentences=SENTENCES, threads=1,
+                      options=DecodingOptions.fixed_length(beam, length).to_dict())
+    fixed = time_systems([spec], [1, 4], repeats=1)
+    for passes in fixed.passes:
+        batches = -(-SENTENCES // passes.batch_size)
+        steps = batches * (length + 1)  # the tokens and </s>
+        assert passes.decoder_work["fairseq unpruned"] == {"steps": steps, "rows": steps * passes.batch_size * beam}
+        assert all(len(h.split()) == length for h in passes.outputs["fairseq unpruned"])
+    for passes in timed["run"].passes:  # as the models predict: at least a step per output token and </s>
+        for name in ("fairseq unpruned", "fairseq compressed"):
+            work = passes.decoder_work[name]
+            longest = sum(len(h.split()) + 1 for h in passes.outputs[name]) if passes.batch_size == 1 else 0
+            assert work["steps"] >= longest and work["rows"] >= work["steps"]
+        assert "ct2 unpruned float32" not in passes.decoder_work
+        assert passes.paired_ratios("fairseq compressed", "fairseq unpruned") == [
+            a / b for a, b in zip(passes.seconds["fairseq compressed"], passes.seconds["fairseq unpruned"])]

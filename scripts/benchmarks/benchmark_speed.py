@@ -11,12 +11,22 @@ Table 4), and checks that masked and shrunk give the same hypotheses. Each
 model decodes in a process of its own, one at a time (fairseq-headprune's
 timing module), and every layer computes attention with torch's fused
 scaled_dot_product_attention; the masked and shrunk models on fairseq's
-unfused path are timed beside them unless --no-unfused.
+unfused path are timed beside them unless --no-unfused. Ratios are paired
+round by round (two passes of one round), so the machine's drift between
+rounds cancels.
+
+Each model's decoding work is counted (beam-search steps, and the hypotheses
+those steps extend): heads removed without fine-tuning change the model's
+predictions, and its beams can then stay alive longer, so that it decodes
+more steps than the unpruned model and takes longer whatever a step costs.
+--fixed-length N makes every model decode exactly N tokens per sentence
+(fairseq's --min-len and --max-len-b N), the same work for all: what a mask
+or a removal costs per step, as compress's plan times shapes.
 
 usage: scripts/benchmarks/benchmark_speed.py --data DATA_BIN --path CKPT
            [--subset test] [--fractions 0.25 0.5 0.75] [--batch-sizes 1 64]
            [--sentences 200] [--repeats 3] [--beam 5] [--importance FILE] [--cpu]
-           [--json FILE] [--keep-dir DIR] [--no-unfused]
+           [--fixed-length N] [--json FILE] [--keep-dir DIR] [--no-unfused]
 """
 
 import argparse
@@ -45,8 +55,15 @@ def main():
     parser.add_argument("--sentences", type=int, default=200, help="first N sentences (default: 200)")
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds, every model once a round (default: 3)")
     parser.add_argument("--beam", type=int, default=5, help="beam size (default: 5)")
+    parser.add_argument("--fixed-length", type=int, metavar="N",
+                        help="every model decodes exactly N tokens per sentence, the same work for all "
+                             "(default: each as its predictions end)")
     add_removal_arguments(parser)
     args = parser.parse_args()
+    for name in ("sentences", "repeats", "beam", "fixed_length"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1, got {value}")
 
     from fairseq_headprune import cli
 
@@ -56,8 +73,16 @@ def main():
     from fairseq_headprune.engine.timing.isolated import machine_description, time_systems
     from fairseq_headprune.errors import HeadPruneError
     from fairseq_headprune.modules.masked_multihead_attention import head_layout
+    from fairseq_headprune.study.compression.decoding import DecodingOptions
 
-    from removal_support import FAIRSEQ_PATH, environment_line, removal_systems, shrunk_checkpoint, write_measurements
+    from removal_support import (
+        FAIRSEQ_PATH,
+        environment_line,
+        ratio_cell,
+        removal_systems,
+        shrunk_checkpoint,
+        write_measurements,
+    )
 
     try:  # the parent only reads the model's heads: every timed model runs in a process of its own
         _, _, model = load_generation_model(args.data, args.path, cpu=True)
@@ -67,6 +92,7 @@ def main():
     total = sum(layers * heads for layers, heads in layout.values())
     threads = torch.get_num_threads()
     generation = ["--beam", str(args.beam), "--required-batch-size-multiple", "1"]
+    options = DecodingOptions.fixed_length(args.beam, args.fixed_length).to_dict() if args.fixed_length else None
     workdir = args.keep_dir or tempfile.mkdtemp(prefix="benchmark-speed-")
     os.makedirs(workdir, exist_ok=True)
     measurements, environment = [], machine_description(threads)
@@ -75,7 +101,7 @@ def main():
         removed, _, spec, pruned_path = shrunk_checkpoint(args.path, layout, fraction, args.importance, args.seed,
                                                           workdir)
         systems = removal_systems("translation", args.data, args.path, pruned_path, spec, args.subset, args.sentences,
-                                  generation, threads, args.cpu, unfused=not args.no_unfused)
+                                  generation, threads, args.cpu, unfused=not args.no_unfused, options=options)
         try:
             run = time_systems(systems, args.batch_sizes, args.repeats)
         except HeadPruneError as error:
@@ -83,7 +109,9 @@ def main():
         if not measurements:
             count = len(run.passes[0].ids)
             print(f"{count} sentences of {args.subset}, beam {args.beam}, median (min-max) seconds of {args.repeats} "
-                  "rounds")
+                  "rounds; ratios paired round by round, median (min-max)")
+            print(f"decoding: exactly {args.fixed_length} tokens per sentence, the same work for every model"
+                  if args.fixed_length else "decoding: each model until its beams end (its own number of steps)")
             print("every model runs torch's scaled_dot_product_attention"
                   + (f"; '{FAIRSEQ_PATH.strip()}' columns: the masked and shrunk models on fairseq's unfused path"
                      if not args.no_unfused else ""))
@@ -91,32 +119,52 @@ def main():
         print(f"\n{len(removed)} of {total} heads removed ({len(removed) / total:.0%}): {spec}")
         print(f"{'batch':>5s} " + " ".join(f"{name:>20s}" for name in names))
         for passes in run.passes:
-            times, outputs = passes.seconds, passes.outputs
+            times, outputs, work = passes.seconds, passes.outputs, passes.decoder_work
             median = {name: statistics.median(v) for name, v in times.items()}
             tokens = {name: sum(len(h.split()) + 1 for h in hypotheses) for name, hypotheses in outputs.items()}
             print(f"{passes.batch_size:5d} " + " ".join(
                 f"{f'{median[n]:.2f} ({min(times[n]):.2f}-{max(times[n]):.2f})':>20s}" for n in names))
-            per_token = {name: median[name] / tokens[name] for name in names}
-            ratios = {
-                "masked_vs_unpruned": median["masked"] / median["unpruned"],
-                "speedup_shrunk_vs_unpruned": median["unpruned"] / median["shrunk"],
-                "speedup_shrunk_vs_unpruned_per_token": per_token["unpruned"] / per_token["shrunk"],
-                "speedup_shrunk_vs_masked": median["masked"] / median["shrunk"],
+            paired = {
+                "masked_vs_unpruned": passes.paired_ratios("masked", "unpruned"),
+                "speedup_shrunk_vs_unpruned": passes.paired_ratios("unpruned", "shrunk"),
+                "speedup_shrunk_vs_masked": passes.paired_ratios("masked", "shrunk"),
             }
+            if not args.no_unfused:
+                paired["speedup_masked_vs_fairseq_path"] = passes.paired_ratios("masked" + FAIRSEQ_PATH, "masked")
+                paired["speedup_shrunk_vs_fairseq_path"] = passes.paired_ratios("shrunk" + FAIRSEQ_PATH, "shrunk")
+            ratios = {key: statistics.median(values) for key, values in paired.items()}
+            # per unit of work, from the paired ratios: per output token (the best hypotheses' tokens and </s>),
+            # per hypothesis a beam-search step extended
+            rows = {name: work[name]["rows"] for name in names}
+            ratios["speedup_shrunk_vs_unpruned_per_token"] = (ratios["speedup_shrunk_vs_unpruned"]
+                                                              * tokens["shrunk"] / tokens["unpruned"])
+            ratios["speedup_shrunk_vs_unpruned_per_hypothesis_step"] = (ratios["speedup_shrunk_vs_unpruned"]
+                                                                        * rows["shrunk"] / rows["unpruned"])
+            ratios["masked_vs_unpruned_per_hypothesis_step"] = (ratios["masked_vs_unpruned"]
+                                                                * rows["unpruned"] / rows["masked"])
             same = {"masked_shrunk": outputs["masked"] == outputs["shrunk"]}
             if not args.no_unfused:
-                ratios["speedup_masked_vs_fairseq_path"] = median["masked" + FAIRSEQ_PATH] / median["masked"]
-                ratios["speedup_shrunk_vs_fairseq_path"] = median["shrunk" + FAIRSEQ_PATH] / median["shrunk"]
                 same["masked_fairseq_path"] = outputs["masked"] == outputs["masked" + FAIRSEQ_PATH]
                 same["shrunk_fairseq_path"] = outputs["shrunk"] == outputs["shrunk" + FAIRSEQ_PATH]
-            print(f"      masked/unpruned {ratios['masked_vs_unpruned']:.2f}x; "
-                  f"shrunk faster than unpruned: {ratios['speedup_shrunk_vs_unpruned']:.2f}x in total time, "
-                  f"{ratios['speedup_shrunk_vs_unpruned_per_token']:.2f}x per output token "
+            print("      decoder work (steps, hypotheses extended): "
+                  + ", ".join(f"{n} {work[n]['steps']}, {work[n]['rows']}" for n in names), flush=True)
+            print(f"      masked/unpruned {ratio_cell(paired['masked_vs_unpruned'])}, "
+                  f"{ratios['masked_vs_unpruned_per_hypothesis_step']:.2f}x per hypothesis extended; "
+                  f"shrunk faster than unpruned: {ratio_cell(paired['speedup_shrunk_vs_unpruned'])} in total time, "
+                  f"{ratios['speedup_shrunk_vs_unpruned_per_token']:.2f}x per output token, "
+                  f"{ratios['speedup_shrunk_vs_unpruned_per_hypothesis_step']:.2f}x per hypothesis extended "
                   f"(output tokens: unpruned {tokens['unpruned']}, pruned {tokens['shrunk']}); "
-                  f"shrunk/masked {ratios['speedup_shrunk_vs_masked']:.2f}x", flush=True)
+                  f"shrunk/masked {ratio_cell(paired['speedup_shrunk_vs_masked'])}", flush=True)
+            more = {unit: work["masked"][unit] / work["unpruned"][unit] - 1 for unit in ("steps", "rows")}
+            if max(abs(v) for v in more.values()) > 0.02:
+                said = [f"{abs(v):.0%} {'more' if v > 0 else 'fewer'} {what}" for v, what in
+                        ((more["steps"], "beam-search steps"), (more["rows"], "hypotheses extended"))]
+                print(f"      the pruned model decodes {said[0]} and {said[1]} than the unpruned one (its beams end "
+                      "elsewhere): its time holds that work as well as its cost per step (--fixed-length N times "
+                      "equal work)", flush=True)
             if not args.no_unfused:
-                print(f"      fused vs fairseq's path: masked {ratios['speedup_masked_vs_fairseq_path']:.2f}x, "
-                      f"shrunk {ratios['speedup_shrunk_vs_fairseq_path']:.2f}x faster", flush=True)
+                print(f"      fused vs fairseq's path: masked {ratio_cell(paired['speedup_masked_vs_fairseq_path'])}, "
+                      f"shrunk {ratio_cell(paired['speedup_shrunk_vs_fairseq_path'])} faster", flush=True)
             print("      same hypotheses: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in same.items()),
                   flush=True)
             measurements.append({
@@ -124,6 +172,8 @@ def main():
                 "spec": spec, "batch_size": passes.batch_size, "sentences": len(passes.ids), "beam": args.beam,
                 "seconds": {name: sorted(v) for name, v in times.items()},
                 "median_seconds": median, "output_tokens": tokens, **ratios,
+                "paired_ratios": {key: values for key, values in paired.items()},
+                "decoder_work": work, "fixed_length": args.fixed_length,
                 "same_hypotheses": same,
                 "shrunk_checkpoint": pruned_path if args.keep_dir else None,
                 "processes": {name: process["pid"] for name, process in run.processes.items()},  # one per model

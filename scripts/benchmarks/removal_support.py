@@ -60,19 +60,21 @@ FAIRSEQ_PATH = " (fairseq)"  # the name's suffix of a system on fairseq's unfuse
 
 def removal_systems(family: str, data: str, checkpoint: str, shrunk: str, spec: str, split: str,
                     examples: Optional[int], fairseq_args: Sequence[str], threads: int, cpu: bool,
-                    unfused: bool, continuation: Optional[Dict[str, object]] = None) -> List[SystemSpec]:
+                    unfused: bool, continuation: Optional[Dict[str, object]] = None,
+                    options: Optional[Dict[str, object]] = None) -> List[SystemSpec]:
     """What a removal benchmark times, each system in a process of its own: the unpruned model, the same with the
     heads of ``spec`` masked (the task's ``--head-mask``) and the ``shrunk`` checkpoint, all three on torch's fused
     attention kernel so that they differ in their heads only; with ``unfused`` also the masked and shrunk models
     on fairseq's unfused path (the reference the fused one is timed against). ``continuation``: a language model's
-    systems generate (``lm_continuation_system``) instead of scoring."""
+    systems generate (``lm_continuation_system``) instead of scoring. ``options``: a translation's beam search for
+    every system (``DecodingOptions.to_dict``; None: the one ``fairseq_args`` set)."""
 
     def system(name: str, model: str, masked: bool, attention: str = FUSED_ATTENTION) -> SystemSpec:
         return SystemSpec(name, FAIRSEQ, name, "float32", model, family=family, data=data, split=split,
                           sentences=examples,
                           generation_args=[*fairseq_args, *(["--head-mask", spec] if masked else [])],
                           cpu=cpu, device="cpu" if cpu else "cuda", threads=threads, attention=attention,
-                          continuation=continuation)
+                          continuation=continuation, options=options)
 
     systems = [system("unpruned", checkpoint, False), system("masked", checkpoint, True),
                system("shrunk", shrunk, False)]
@@ -86,6 +88,11 @@ def environment_line(environment: Dict[str, object], threads: int) -> str:
     """The CPU and its vector instructions, the threads, torch's version and how the models were timed."""
     return (f"cpu: {environment['cpu']} ({' '.join(environment['isa'])}), threads: {threads}, "
             f"torch {torch.__version__}; {environment['isolation']}")
+
+
+def ratio_cell(ratios: Sequence[float]) -> str:
+    """Paired per-round ratios as 'median (min-max)'."""
+    return f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
 
 
 def rate_cells(rates: Dict[str, List[float]], width: int) -> str:

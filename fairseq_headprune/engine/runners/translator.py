@@ -412,3 +412,38 @@ def translate_batches(task, model, batches, beam: int = 5, generation=None):
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     return time.perf_counter() - start, hypotheses
+
+
+@dataclass
+class DecoderWork:
+    """How much decoding a pass did: the decoder's calls (beam-search steps, summed over batches) and the
+    hypotheses they extended (each call's rows: sentences still unfinished times the beam).
+
+    Two models translating the same sentences do the same work only when these agree: a model whose
+    predictions changed (heads masked without fine-tuning) can keep its beams alive longer, and its pass
+    then takes longer whatever each step costs.
+    """
+
+    steps: int = 0
+    rows: int = 0
+
+
+@contextlib.contextmanager
+def decoder_work_counted(model):
+    """Count the decoder's calls and rows in the block.
+
+    fairseq's beam search calls ``decoder.forward`` itself, which skips the decoder's hooks, and the token
+    embeddings may be the encoder's too; every call runs the decoder's first layer (a module, called as one) on
+    time x rows x channels, so a forward pre-hook there sees each step and only those.
+    """
+    work = DecoderWork()
+
+    def count(_layer, inputs):
+        work.steps += 1
+        work.rows += int(inputs[0].size(1))
+
+    handle = model.decoder.layers[0].register_forward_pre_hook(count)
+    try:
+        yield work
+    finally:
+        handle.remove()

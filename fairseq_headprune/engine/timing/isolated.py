@@ -80,6 +80,14 @@ class TimedPasses:
     references: Optional[List[str]] = None  # translation: target tokens joined by spaces
     input_tokens: Optional[int] = None  # scored models: the examples' input tokens
     rounds: List[List[str]] = field(default_factory=list)  # the order the systems ran in, round by round
+    # fairseq translation: each system's decoding in its untimed pass, {"steps": decoder calls, "rows": the
+    # hypotheses those calls extended} (``runners.translator.DecoderWork``): equal work only where these agree
+    decoder_work: Dict[str, Dict[str, int]] = field(default_factory=dict)
+
+    def paired_ratios(self, numerator: str, denominator: str) -> List[float]:
+        """``numerator``'s seconds over ``denominator``'s, round by round: each ratio from two passes of one
+        round, minutes apart at most, so the machine's drift between rounds cancels."""
+        return [a / b for a, b in zip(self.seconds[numerator], self.seconds[denominator])]
 
 
 @dataclass
@@ -217,6 +225,8 @@ def _time_batch_size(workers: List[_Worker], batch_size: int, repeats: int,
                 raise StudyError(f"timing: {worker.spec.name} batched other sentences than {names[0]}")
         if "input_tokens" in reply:
             passes.input_tokens = reply["input_tokens"]
+        if "decoder_work" in reply:
+            passes.decoder_work[worker.spec.name] = reply["decoder_work"]
     if progress is not None:
         count = len(next(iter(passes.outputs.values())))
         progress(f"batch size {batch_size}: {count} examples, {len(workers)} systems, {repeats} rounds")

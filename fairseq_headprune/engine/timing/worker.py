@@ -38,6 +38,7 @@ def _fairseq_translation(spec: Dict[str, object], options: Optional[DecodingOpti
 
     from fairseq_headprune.engine.checkpoints.loading import load_generation_model
     from fairseq_headprune.engine.compression.deployment import fairseq_translation_system, timed_batches
+    from fairseq_headprune.engine.runners.translator import decoder_work_counted
 
     torch.set_num_threads(threads)
     cfg, task, model = load_generation_model(spec["data"], spec["model"], spec["generation_args"], cpu=spec["cpu"])
@@ -54,10 +55,15 @@ def _fairseq_translation(spec: Dict[str, object], options: Optional[DecodingOpti
             systems[batch_size] = (batches, fairseq_translation_system(spec["name"], "", task, model, batches, options))
         batches, system = systems[batch_size]
         with _attention_path(spec):
-            seconds, outputs = system.decode()
+            if first:  # the untimed warm-up: how much decoding the pass does (beam-search steps and rows)
+                with decoder_work_counted(model) as work:
+                    seconds, outputs = system.decode()
+            else:
+                seconds, outputs = system.decode()
         reply = {"seconds": seconds, "outputs": outputs}
         if first:
             reply["batches"] = batches.ctranslate2_input()
+            reply["decoder_work"] = {"steps": work.steps, "rows": work.rows}
         return reply
 
     return run, {"options": options.to_dict()}
