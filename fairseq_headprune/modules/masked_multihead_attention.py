@@ -186,6 +186,9 @@ class MaskedMultiheadAttention(MultiheadAttention):
         if head_mask is None:
             return None
         (attn,) = inputs  # T x B x (heads * head_dim)
+        if head_mask.dim() == 1 and self.head_output_hook is None and not head_mask.requires_grad:
+            # one mask for every sentence: one product with each channel's xi (its head's), the same numbers
+            return (attn * self._channel_scale(head_mask, attn),)
         tgt_len, bsz, width = attn.shape
         head_mask = head_mask.to(device=attn.device, dtype=attn.dtype)
         if head_mask.dim() == 1:
@@ -205,6 +208,18 @@ class MaskedMultiheadAttention(MultiheadAttention):
         if self.head_output_hook is not None:
             self.head_output_hook(self, head_outputs, scaled)
         return (scaled.view(tgt_len, bsz, width),)
+
+
+    def _channel_scale(self, head_mask: Tensor, attn: Tensor) -> Tensor:
+        """``head_mask`` repeated over each head's channels, in ``attn``'s dtype and device: built once per mask
+        (again only when the mask is another tensor, changed in place, or meets another dtype), so that a masked
+        call adds a single elementwise product, not the reshapes and conversions around it."""
+        cached = getattr(self, "_cached_channel_scale", None)
+        if (cached is None or cached[0] is not head_mask or cached[1] != head_mask._version
+                or cached[2].dtype != attn.dtype or cached[2].device != attn.device):
+            scale = head_mask.detach().to(device=attn.device, dtype=attn.dtype).repeat_interleave(self.head_dim)
+            cached = self._cached_channel_scale = (head_mask, head_mask._version, scale)
+        return cached[2]
 
 
 def transformer_layers(model) -> Tuple[List[torch.nn.Module], List[torch.nn.Module]]:
