@@ -1,0 +1,119 @@
+"""Where a command writes, checked before it works, and one run per output directory at a time.
+
+Every command names its outputs by the same settings (``OUTPUT_DIRECTORIES``, ``OUTPUT_FILES``), so one
+check covers all of them before any model is loaded: a directory that is a file, lies under a file, or
+cannot be written; a file whose directory is missing or cannot be written, or that is a directory. A run
+that writes a directory holds an advisory lock on it (``fcntl.flock`` on a lock file keyed by the
+directory's real path, in the temporary directory, so the user's directory gains no file): a second run
+into it ends at once, naming the first run's process; the system releases the lock when that process ends,
+however it ends, so a killed run leaves no obstacle.
+"""
+
+import argparse
+import contextlib
+import fcntl
+import hashlib
+import os
+import tempfile
+from typing import Dict, Iterator, Optional
+
+from fairseq_headprune.errors import SettingsError
+
+# settings (argparse destinations) that name a directory a command writes, and a file it writes
+OUTPUT_DIRECTORIES = ("out_dir",)
+OUTPUT_FILES = ("out", "report", "json", "plot")
+
+LOCK_FOLDER = "fairseq-headprune-locks"
+
+
+def _nearest_existing(path: str) -> str:
+    """``path`` itself if it exists, else its nearest ancestor that does."""
+    current = os.path.abspath(path)
+    while not os.path.lexists(current):
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    return current
+
+
+def directory_problem(path: str) -> Optional[str]:
+    """Why ``path`` cannot be the directory a command writes (None: it can)."""
+    if os.path.isdir(path):
+        return None if os.access(path, os.W_OK | os.X_OK) else f"{path} is not writable"
+    if os.path.lexists(path):
+        return f"{path} is a file, not a directory"
+    existing = _nearest_existing(path)
+    if not os.path.isdir(existing):
+        return f"{path} lies under {existing}, which is a file"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{path} cannot be made: {existing} is not writable"
+    return None
+
+
+def file_problem(path: str) -> Optional[str]:
+    """Why ``path`` cannot be a file a command writes (None: it can)."""
+    if os.path.isdir(path):
+        return f"{path} is a directory, not a file"
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        existing = _nearest_existing(folder)
+        if not os.path.isdir(existing):
+            return f"{path} lies under {existing}, which is a file"
+        return f"the directory of {path} does not exist ({folder})"
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        return f"{path} is not writable"
+    if not os.path.exists(path) and not os.access(folder, os.W_OK | os.X_OK):
+        return f"{path} cannot be written: {folder} is not writable"
+    return None
+
+
+def check_output_paths(args: argparse.Namespace, flags: Dict[str, str]) -> None:
+    """Refuse, before any work, an output the command could not write (``SettingsError`` naming the flag)."""
+    for settings, problem_of in ((OUTPUT_DIRECTORIES, directory_problem), (OUTPUT_FILES, file_problem)):
+        for setting in settings:
+            path = getattr(args, setting, None)
+            if not isinstance(path, str) or not path:
+                continue
+            problem = problem_of(path)
+            if problem is not None:
+                flag = flags.get(setting, setting.upper())
+                raise SettingsError(f"{flag}: {problem}; nothing was written")
+
+
+def _lock_path(directory: str) -> str:
+    key = hashlib.sha256(os.path.realpath(directory).encode()).hexdigest()[:24]
+    folder = os.path.join(tempfile.gettempdir(), LOCK_FOLDER)
+    os.makedirs(folder, exist_ok=True)
+    return os.path.join(folder, key + ".lock")
+
+
+@contextlib.contextmanager
+def output_directory_locked(args: argparse.Namespace, flags: Dict[str, str], command: str) -> Iterator[None]:
+    """Hold the lock of the command's output directory (if it writes one) for the block; refuse one another run
+    holds (``SettingsError`` naming its process)."""
+    directory = next((getattr(args, s) for s in OUTPUT_DIRECTORIES if isinstance(getattr(args, s, None), str)),
+                     None)
+    if directory is None:
+        yield
+        return
+    path = _lock_path(directory)
+    with open(path, "a+") as stream:
+        try:
+            fcntl.flock(stream.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            stream.seek(0)
+            holder = stream.read().strip() or "another process"
+            flag = next((flags[s] for s in OUTPUT_DIRECTORIES if s in flags), "the output directory")
+            raise SettingsError(f"{flag}: {directory} is in use by another run ({holder}); wait for it to end or "
+                                "give another directory") from None
+        stream.seek(0)
+        stream.truncate()
+        stream.write(f"fairseq-headprune {command}, process {os.getpid()}")
+        stream.flush()
+        try:
+            yield
+        finally:
+            stream.seek(0)
+            stream.truncate()
+            fcntl.flock(stream.fileno(), fcntl.LOCK_UN)
