@@ -78,6 +78,9 @@ class PruneSettings:
     config_shard: Tuple[int, int] = (1, 1)  # this process fine-tunes the I-th of K shares of the configurations
 
     def __post_init__(self):
+        if not 0 <= self.pruning_seed < 2 ** 32:  # numpy's RandomState draws the random masks
+            raise SettingsError(f"the pruning seed must be from 0 to {2 ** 32 - 1}, got {self.pruning_seed}",
+                                setting="pruning_seed")
         self._check_structure()
         self._check_finetune()
         if self.gate_masks and "gates" not in self.orders:
