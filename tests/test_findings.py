@@ -195,6 +195,13 @@ def test_the_speed_finding_has_a_t_interval_on_the_log_times_of_its_rounds():
     from_rates = speedup_interval({"speedup_shrunk_vs_unpruned": 1.02 / 0.82, "examples_per_second": rates})
     assert (from_rates.low, from_rates.high) == pytest.approx((estimate.low, estimate.high))
     assert from_rates.method == "t on log times, 3 rounds"
+    # rounds the benchmark paired (benchmark_speed.py's paired_ratios): Student's t on their logs, the seconds unread
+    ratios = [1.21, 1.12, 1.30, 1.18]
+    paired = speedup_interval({**measurement, "paired_ratios": {"speedup_shrunk_vs_unpruned": ratios}})
+    low, high = stats.t.interval(0.95, 3, loc=numpy.log(ratios).mean(), scale=stats.sem(numpy.log(ratios)))
+    assert (paired.value, paired.low, paired.high) == pytest.approx(
+        (math.exp(numpy.log(ratios).mean()), math.exp(low), math.exp(high)))
+    assert paired.method == "t on the log ratios of 4 paired rounds"
 
 
 def write(path, payload):

@@ -325,10 +325,17 @@ def _dynamics(load: Load, study: _Study) -> Optional[Finding]:
 
 
 def speedup_interval(measurement: Dict) -> Estimate:
-    """The shrunk model's speed-up over the unpruned one with a t interval on the log times of the timed rounds
-    (Welch; none under two rounds of each)."""
-    from fairseq_headprune.study.statistics.intervals import welch_interval
+    """The shrunk model's speed-up over the unpruned one with a t interval: on the log ratios of the rounds where
+    the benchmark paired them (each round's two passes, so the machine's drift between rounds cancels; the
+    estimate is their geometric mean), else on the log times of the timed rounds (Welch; none under two rounds
+    of each)."""
+    from fairseq_headprune.study.statistics.intervals import t_interval, welch_interval
 
+    paired = (measurement.get("paired_ratios") or {}).get("speedup_shrunk_vs_unpruned") or []
+    if len(paired) >= 2:
+        logs = t_interval([math.log(r) for r in paired])
+        return Estimate(math.exp(logs.value), math.exp(logs.low), math.exp(logs.high),
+                        f"t on the log ratios of {len(paired)} paired rounds")
     value = measurement["speedup_shrunk_vs_unpruned"]
     unpruned, shrunk = _log_round_times(measurement, "unpruned"), _log_round_times(measurement, "shrunk")
     if min(len(unpruned), len(shrunk)) < 2:
