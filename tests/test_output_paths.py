@@ -126,4 +126,5 @@ def test_a_stopped_run_ends_in_one_line(tiny_model, tmp_path, stop, status):
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == status, stderr
     assert "Traceback" not in stderr
-    assert stderr.strip().splitlines()[-1] == "fairseq-headprune importance: stopped; run the same command again to resume"
+    last = stderr.strip().splitlines()[-1]
+    assert last == "fairseq-headprune importance: stopped; run the same command again to resume"
