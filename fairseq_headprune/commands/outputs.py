@@ -68,6 +68,11 @@ def file_problem(path: str) -> Optional[str]:
     return None
 
 
+def _flag(flags: Dict[str, str], setting: str) -> str:
+    """How the command's user gave ``setting``: its flag, or a positional argument's name."""
+    return flags.get(setting, setting.upper())
+
+
 def check_output_paths(args: argparse.Namespace, flags: Dict[str, str]) -> None:
     """Refuse, before any work, an output the command could not write (``SettingsError`` naming the flag)."""
     for settings, problem_of in ((OUTPUT_DIRECTORIES, directory_problem), (OUTPUT_FILES, file_problem)):
@@ -77,8 +82,7 @@ def check_output_paths(args: argparse.Namespace, flags: Dict[str, str]) -> None:
                 continue
             problem = problem_of(path)
             if problem is not None:
-                flag = flags.get(setting, setting.upper())
-                raise SettingsError(f"{flag}: {problem}; nothing was written")
+                raise SettingsError(f"{_flag(flags, setting)}: {problem}; nothing was written")
 
 
 def _lock_path(directory: str) -> str:
@@ -92,11 +96,11 @@ def _lock_path(directory: str) -> str:
 def output_directory_locked(args: argparse.Namespace, flags: Dict[str, str], command: str) -> Iterator[None]:
     """Hold the lock of the command's output directory (if it writes one) for the block; refuse one another run
     holds (``SettingsError`` naming its process)."""
-    directory = next((getattr(args, s) for s in OUTPUT_DIRECTORIES if isinstance(getattr(args, s, None), str)),
-                     None)
-    if directory is None:
+    setting = next((s for s in OUTPUT_DIRECTORIES if isinstance(getattr(args, s, None), str)), None)
+    if setting is None:
         yield
         return
+    directory = getattr(args, setting)
     path = _lock_path(directory)
     with open(path, "a+") as stream:
         try:
@@ -104,9 +108,8 @@ def output_directory_locked(args: argparse.Namespace, flags: Dict[str, str], com
         except BlockingIOError:
             stream.seek(0)
             holder = stream.read().strip() or "another process"
-            flag = next((flags[s] for s in OUTPUT_DIRECTORIES if s in flags), "the output directory")
-            raise SettingsError(f"{flag}: {directory} is in use by another run ({holder}); wait for it to end or "
-                                "give another directory") from None
+            raise SettingsError(f"{_flag(flags, setting)}: {directory} is in use by another run ({holder}); wait for "
+                                "it to end or give another directory") from None
         stream.seek(0)
         stream.truncate()
         stream.write(f"fairseq-headprune {command}, process {os.getpid()}")

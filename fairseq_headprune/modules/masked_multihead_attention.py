@@ -209,7 +209,6 @@ class MaskedMultiheadAttention(MultiheadAttention):
             self.head_output_hook(self, head_outputs, scaled)
         return (scaled.view(tgt_len, bsz, width),)
 
-
     def _channel_scale(self, head_mask: Tensor, attn: Tensor) -> Tensor:
         """``head_mask`` repeated over each head's channels, in ``attn``'s dtype and device: built once per mask
         (again only when the mask is another tensor, changed in place, or meets another dtype), so that a masked

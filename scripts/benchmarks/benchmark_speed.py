@@ -172,7 +172,7 @@ def main():
                 "spec": spec, "batch_size": passes.batch_size, "sentences": len(passes.ids), "beam": args.beam,
                 "seconds": {name: sorted(v) for name, v in times.items()},
                 "median_seconds": median, "output_tokens": tokens, **ratios,
-                "paired_ratios": {key: values for key, values in paired.items()},
+                "paired_ratios": paired,
                 "decoder_work": work, "fixed_length": args.fixed_length,
                 "same_hypotheses": same,
                 "shrunk_checkpoint": pruned_path if args.keep_dir else None,

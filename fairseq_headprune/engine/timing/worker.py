@@ -18,6 +18,7 @@ workers so that every engine decodes the same sentences in the same batches.
 An error is answered ``{"error": "one line"}`` and ends the worker.
 """
 
+import contextlib
 import json
 import os
 import sys
@@ -54,12 +55,9 @@ def _fairseq_translation(spec: Dict[str, object], options: Optional[DecodingOpti
             batches = timed_batches(task, spec["split"], batch_size, spec["sentences"], device)
             systems[batch_size] = (batches, fairseq_translation_system(spec["name"], "", task, model, batches, options))
         batches, system = systems[batch_size]
-        with _attention_path(spec):
-            if first:  # the untimed warm-up: how much decoding the pass does (beam-search steps and rows)
-                with decoder_work_counted(model) as work:
-                    seconds, outputs = system.decode()
-            else:
-                seconds, outputs = system.decode()
+        # the untimed warm-up also counts how much decoding the pass does (beam-search steps and rows)
+        with _attention_path(spec), decoder_work_counted(model) if first else contextlib.nullcontext() as work:
+            seconds, outputs = system.decode()
         reply = {"seconds": seconds, "outputs": outputs}
         if first:
             reply["batches"] = batches.ctranslate2_input()
