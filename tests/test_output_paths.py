@@ -88,6 +88,25 @@ def test_a_second_run_into_a_directory_in_use_is_refused_naming_the_first(tiny_m
     assert (out / "importance.json").is_file()
 
 
+def test_the_shares_of_a_sharded_fine_tune_hold_one_directory_together(tmp_path):
+    """``prune --config-shard I/K`` runs write one directory at once: each share holds its own lock, and a
+    second process of the same share is refused."""
+    from fairseq_headprune.commands.outputs import output_directory_locked
+    from fairseq_headprune.errors import SettingsError
+
+    def share(text):
+        return Namespace(out_dir=str(tmp_path), config_shard=text)
+
+    with output_directory_locked(share("1/2"), {}, "prune"):
+        with output_directory_locked(share("2/2"), {}, "prune"):
+            with pytest.raises(SettingsError, match="in use by another run"):
+                with output_directory_locked(share("2/2"), {}, "prune"):
+                    pass
+        with pytest.raises(SettingsError, match="in use by another run"):
+            with output_directory_locked(share("1/1"), {}, "prune"):  # the whole run beside a share of it
+                pass
+
+
 def test_a_killed_runs_lock_is_no_obstacle(tiny_model, tmp_path):
     out = tmp_path / "importance"
     holder = subprocess.Popen(
@@ -115,7 +134,7 @@ def test_a_stopped_run_ends_in_one_line(tiny_model, tmp_path, stop, status):
     process = subprocess.Popen(["fairseq-headprune", "importance", str(tiny_model["data"]), "--path",
                                 str(tiny_model["checkpoint"]), "--out-dir", str(out), "--no-progress"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=environment)
-    lock = _lock_path(str(out))
+    lock = _lock_path(str(out), None)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and process.poll() is None:  # the run has begun once it holds its lock
         if os.path.exists(lock) and f"process {process.pid}" in open(lock).read():

@@ -5,7 +5,8 @@ check covers all of them before any model is loaded: a directory that is a file,
 cannot be written; a file whose directory is missing or cannot be written, or that is a directory. A run
 that writes a directory holds an advisory lock on it (``fcntl.flock`` on a lock file keyed by the
 directory's real path, in the temporary directory, so the user's directory gains no file): a second run
-into it ends at once, naming the first run's process; the system releases the lock when that process ends,
+into it ends at once, naming the first run's process (the shares of a ``--config-shard`` fine-tune, which
+write one directory together, each hold their own); the system releases the lock when that process ends,
 however it ends, so a killed run leaves no obstacle.
 """
 
@@ -15,7 +16,7 @@ import fcntl
 import hashlib
 import os
 import tempfile
-from typing import Dict, Iterator, Optional
+from typing import Callable, Dict, Iterator, Optional
 
 from fairseq_headprune.errors import SettingsError
 
@@ -85,38 +86,59 @@ def check_output_paths(args: argparse.Namespace, flags: Dict[str, str]) -> None:
                 raise SettingsError(f"{_flag(flags, setting)}: {problem}; nothing was written")
 
 
-def _lock_path(directory: str) -> str:
-    key = hashlib.sha256(os.path.realpath(directory).encode()).hexdigest()[:24]
+def _lock_path(directory: str, share: Optional[str]) -> str:
+    """The lock file of ``directory`` (and of one ``--config-shard`` share of it: the shares of a sharded
+    fine-tune write one directory at once, each its own configurations)."""
+    key = hashlib.sha256((os.path.realpath(directory) + "\0" + (share or "")).encode()).hexdigest()[:24]
     folder = os.path.join(tempfile.gettempdir(), LOCK_FOLDER)
     os.makedirs(folder, exist_ok=True)
     return os.path.join(folder, key + ".lock")
 
 
 @contextlib.contextmanager
+def _held(path: str, exclusive: bool, holder: str, refusal: Callable[[str], str]) -> Iterator[None]:
+    """Hold ``path``'s lock (exclusive, or shared with other holders of a shared one) for the block, its
+    holder named in the file while exclusive; refuse one held otherwise (``refusal`` of its holder's name)."""
+    with open(path, "a+") as stream:
+        try:
+            fcntl.flock(stream.fileno(), (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+        except BlockingIOError:
+            stream.seek(0)
+            named = stream.read().strip() or "the shares of a sharded run"
+            raise SettingsError(refusal(named)) from None
+        if exclusive:
+            stream.seek(0)
+            stream.truncate()
+            stream.write(holder)
+            stream.flush()
+        try:
+            yield
+        finally:
+            if exclusive:
+                stream.seek(0)
+                stream.truncate()
+            fcntl.flock(stream.fileno(), fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
 def output_directory_locked(args: argparse.Namespace, flags: Dict[str, str], command: str) -> Iterator[None]:
     """Hold the lock of the command's output directory (if it writes one) for the block; refuse one another run
-    holds (``SettingsError`` naming its process)."""
+    holds (``SettingsError`` naming its process). A ``--config-shard I/K`` share (I/K other than 1/1) shares
+    the directory's lock with the other shares and holds its own share's alone."""
     setting = next((s for s in OUTPUT_DIRECTORIES if isinstance(getattr(args, s, None), str)), None)
     if setting is None:
         yield
         return
     directory = getattr(args, setting)
-    path = _lock_path(directory)
-    with open(path, "a+") as stream:
-        try:
-            fcntl.flock(stream.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            stream.seek(0)
-            holder = stream.read().strip() or "another process"
-            raise SettingsError(f"{_flag(flags, setting)}: {directory} is in use by another run ({holder}); wait for "
-                                "it to end or give another directory") from None
-        stream.seek(0)
-        stream.truncate()
-        stream.write(f"fairseq-headprune {command}, process {os.getpid()}")
-        stream.flush()
-        try:
-            yield
-        finally:
-            stream.seek(0)
-            stream.truncate()
-            fcntl.flock(stream.fileno(), fcntl.LOCK_UN)
+    share = getattr(args, "config_shard", None)
+    share = None if share in (None, "1/1") else share
+    holder = f"fairseq-headprune {command}, process {os.getpid()}"
+    def refusal(other: str) -> str:
+        return (f"{_flag(flags, setting)}: {directory} is in use by another run ({other}); wait for it to end or "
+                "give another directory")
+
+    with contextlib.ExitStack() as held:
+        held.enter_context(_held(_lock_path(directory, None), share is None, holder, refusal))
+        if share is not None:
+            held.enter_context(_held(_lock_path(directory, share), True, holder, refusal))
+        yield
