@@ -114,8 +114,7 @@ def test_other_sweep_in_the_same_directory_is_refused(tiny_model, single_sweep):
     result = ablate(tiny_model, out_dir, "--heads", HEADS, "--beam", "2", check=False)
     assert result.returncode != 0
     message = result.stderr.strip().splitlines()
-    assert len(message) == 1 and "holds the results of a different sweep" in message[0]
-    assert "beam" in message[0]
+    assert len(message) == 1 and "holds another run's results (--beam '5' there, '2' now)" in message[0]
     assert {p: p.read_bytes() for p in out_dir.glob("single.*")} == before
 
 

@@ -59,10 +59,39 @@ def parse_choices(text: str, allowed: Sequence[str], setting: str) -> List[str]:
     return [v for v in allowed if v in values]
 
 
+def options_as_settings(arguments: Sequence[str]) -> Dict[str, object]:
+    """Command-line options passed on (fairseq's ``--beam 5 --lenpen 1``) as settings: option -> its value
+    (its values, a list, where it takes several; True where it takes none), the last of an option given twice,
+    so that the same options in another order are the same settings."""
+    settings: Dict[str, object] = {}
+    option = None
+    for argument in arguments:
+        if argument.startswith("-") and not _is_number(argument):
+            option, _, value = argument.partition("=")
+            settings[option] = value if value else True
+            continue
+        if option is None:
+            settings.setdefault("", []).append(argument)  # a value before any option: kept, in order
+            continue
+        held = settings[option]
+        settings[option] = argument if held is True else (held if isinstance(held, list) else [held]) + [argument]
+    return dict(sorted(settings.items()))
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def parse_types(text: Optional[str]) -> List[str]:
-    """``types``: attention types by any alias (``'enc-dec'``, ``'E,D'``); all three when empty."""
-    if not text:
+    """``types``: attention types by any alias (``'enc-dec'``, ``'E,D'``); all three when not given (None)."""
+    if text is None:
         return list(ATTENTION_TYPES)
+    refuse(not text.replace(",", " ").split(), "the types is empty: name attention types (e.g. 'enc-dec' or 'E,D'), "
+           "or leave the option out for all three", "types")
     try:
         types = [parse_attention_type(t) for t in text.replace(",", " ").split()]
     except HeadMaskError as error:

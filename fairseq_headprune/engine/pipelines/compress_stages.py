@@ -12,6 +12,7 @@ from fairseq_headprune.errors import SettingsError, StudyError
 from fairseq_headprune.study.compression.records import StageRecord, stage_record
 from fairseq_headprune.study.compression.settings import STAGES
 from fairseq_headprune.study.output.files import first_difference, recorded_identity, write_json
+from fairseq_headprune.study.settings import options_as_settings
 
 RECORD = "compress.json"
 STAGE_RECORD = "stage.json"
@@ -93,7 +94,10 @@ def open_out_dir(out_dir: str, identity: Dict[str, object]) -> None:
     """Create the run's directory, or check that it holds this very run."""
     record = os.path.join(out_dir, RECORD)
     if os.path.isfile(record):
-        difference = first_difference(recorded_identity(record, "a compress record", "output directory"), identity)
+        recorded = recorded_identity(record, "a compress record", "output directory")
+        if isinstance(recorded.get("fairseq_args"), list):  # recorded as given, in order, before they were settings
+            recorded["fairseq_args"] = options_as_settings(recorded["fairseq_args"])
+        difference = first_difference(recorded, identity)
         finished = [stage for stage in STAGES if os.path.isfile(os.path.join(out_dir, stage, STAGE_RECORD))]
         if difference is not None and finished:
             raise StudyError(f"the output directory {out_dir} holds a compress run of other settings ({difference}); "

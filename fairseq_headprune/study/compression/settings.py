@@ -56,7 +56,13 @@ from fairseq_headprune.study.compression.target import LAYER_DROP_TARGETS, SPEED
 from fairseq_headprune.study.finetuning import FINETUNE_LR_SHARE, FinetuneSettings, FinetuneStop
 from fairseq_headprune.study.masks.layer_drop import LayerChoice
 from fairseq_headprune.study.search.settings import SearchSettings, TuningSettings
-from fairseq_headprune.study.settings import ImportanceSettings, SweepSettings, check_one_of, refuse
+from fairseq_headprune.study.settings import (
+    ImportanceSettings,
+    SweepSettings,
+    check_one_of,
+    options_as_settings,
+    refuse,
+)
 
 # the stages of a run, in order; each writes one subdirectory of the output directory
 STAGES = ("halves", "plan", "layers", "fisher", "search", "distill", "finetune", "shrink", "export", "evaluate",
@@ -400,7 +406,7 @@ class CompressSettings:
             "family": self.family,
             "data": os.path.abspath(self.data),
             "checkpoint": os.path.abspath(self.checkpoint),
-            "fairseq_args": list(evaluation.generation_args),
+            "fairseq_args": options_as_settings(evaluation.generation_args),  # the same options in any order
             "fisher": importance,
             "search": {"target": self.target.text, "structure": self.target.structure, "cost": self.target.cost,
                        "latency_table": os.path.abspath(self.latency_table) if self.latency_table else None,
