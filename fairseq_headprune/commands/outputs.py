@@ -2,7 +2,8 @@
 
 Every command names its outputs by the same settings (``OUTPUT_DIRECTORIES``, ``OUTPUT_FILES``), so one
 check covers all of them before any model is loaded: a directory that is a file, lies under a file, or
-cannot be written; a file whose directory is missing or cannot be written, or that is a directory. A run
+cannot be written; a file whose directory is missing or cannot be written, or that is a directory; a file
+that exists (replaced only with ``--overwrite``) or that the command also reads. A run
 that writes a directory holds an advisory lock on it (``fcntl.flock`` on a lock file keyed by the
 directory's real path, in the temporary directory, so the user's directory gains no file): a second run
 into it ends at once, naming the first run's process (the shares of a ``--config-shard`` fine-tune, which
@@ -74,8 +75,27 @@ def _flag(flags: Dict[str, str], setting: str) -> str:
     return flags.get(setting, setting.upper())
 
 
+def add_overwrite_option(parser: argparse.ArgumentParser) -> None:
+    """``--overwrite`` for a command that writes single files (``OUTPUT_FILES``): without it an existing file
+    is refused, never replaced."""
+    if any(action.dest in OUTPUT_FILES for action in parser._actions):
+        parser.add_argument("--overwrite", action="store_true",
+                            help="replace output files that exist (without it such a file is refused, unchanged)")
+
+
+def _inputs(args: argparse.Namespace, outputs) -> Iterator[tuple]:
+    """(setting, path) of every existing file the command's other settings name: what it reads."""
+    for setting, value in vars(args).items():
+        if setting in outputs:
+            continue
+        for path in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(path, str) and path and os.path.isfile(path):
+                yield setting, path
+
+
 def check_output_paths(args: argparse.Namespace, flags: Dict[str, str]) -> None:
-    """Refuse, before any work, an output the command could not write (``SettingsError`` naming the flag)."""
+    """Refuse, before any work, an output the command could not write, a file output that exists (unless
+    ``--overwrite``), and one that is also an input (``SettingsError`` naming the flag)."""
     for settings, problem_of in ((OUTPUT_DIRECTORIES, directory_problem), (OUTPUT_FILES, file_problem)):
         for setting in settings:
             path = getattr(args, setting, None)
@@ -84,6 +104,17 @@ def check_output_paths(args: argparse.Namespace, flags: Dict[str, str]) -> None:
             problem = problem_of(path)
             if problem is not None:
                 raise SettingsError(f"{_flag(flags, setting)}: {problem}; nothing was written")
+    for setting in OUTPUT_FILES:
+        path = getattr(args, setting, None)
+        if not isinstance(path, str) or not path or not os.path.isfile(path):
+            continue
+        for source, read in _inputs(args, OUTPUT_FILES + OUTPUT_DIRECTORIES):
+            if os.path.samefile(read, path):
+                raise SettingsError(f"{_flag(flags, setting)}: {path} is also what {_flag(flags, source)} reads; "
+                                    "give another path; nothing was written")
+        if not getattr(args, "overwrite", False):
+            raise SettingsError(f"{_flag(flags, setting)}: {path} exists; give --overwrite to replace it, or "
+                                "another path; nothing was written")
 
 
 def _lock_path(directory: str, share: Optional[str]) -> str:
