@@ -83,13 +83,13 @@ def test_corpus_bleu_from_statistics_equals_each_tool():
 
 
 def test_resampled_statistics_are_sums_over_the_drawn_sentences():
-    settings = SignificanceSettings(samples=50, seed=3)
+    settings = SignificanceSettings(samples=100, seed=3)
     counts = resample_counts(40, settings)
-    assert counts.shape == (50, 40)
+    assert counts.shape == (100, 40)
     assert (counts.sum(axis=1) == 40).all()
-    assert np.array_equal(counts, resample_counts(40, SignificanceSettings(samples=50, seed=3)))
-    assert not np.array_equal(counts, resample_counts(40, SignificanceSettings(samples=50, seed=4)))
-    half = resample_counts(40, SignificanceSettings(test="compare-mt", samples=50, seed=3))
+    assert np.array_equal(counts, resample_counts(40, SignificanceSettings(samples=100, seed=3)))
+    assert not np.array_equal(counts, resample_counts(40, SignificanceSettings(samples=100, seed=4)))
+    half = resample_counts(40, SignificanceSettings(test="compare-mt", samples=100, seed=3))
     assert (half.sum(axis=1) == 20).all()
 
     references = corpus(sentences=40)

@@ -45,11 +45,14 @@ source "$repo/scripts/dev/setup_env.sh"
 orders=${ORDERS:-importance,iterative,random${ABLATION:+,ablation}}
 args=(--scopes "$scope" --orders "$orders" --gen-subset "$split" --out-dir "$out_dir"
       --step-percent "${STEP:-10}" --max-percent "${MAX:-90}" --draws "${DRAWS:-3}"
-      --pruning-seed "${PRUNING_SEED:-1}" --importance-subset ${IMPORTANCE_SUBSET:-valid}
+      --pruning-seed "${PRUNING_SEED:-1}"
       --bleu "${BLEU:-tokenized}" --test "${TEST:-bootstrap}" --samples "${SAMPLES:-1000}"
       --seed "${SEED:-12345}" --alpha "${ALPHA:-0.01}")
 [[ -n ${ABLATION:-} ]] && args+=(--ablation "$ABLATION")
 [[ -n ${IMPORTANCE:-} ]] && args+=(--importance "$IMPORTANCE")
+# where the importance is estimated (without IMPORTANCE; prune refuses the option beside a file it only reads)
+# shellcheck disable=SC2206  # IMPORTANCE_SUBSET is a list of splits
+[[ -z ${IMPORTANCE:-} || -n ${IMPORTANCE_SUBSET:-} ]] && args+=(--importance-subset ${IMPORTANCE_SUBSET:-valid})
 IFS=';' read -r -a layer_budgets <<< "${LAYER_BUDGETS:-}"
 for budget in "${layer_budgets[@]}"; do [[ -n $budget ]] && args+=(--layer-budget "$budget"); done
 IFS=';' read -r -a type_budgets <<< "${TYPE_BUDGETS:-}"

@@ -20,7 +20,12 @@ from fairseq import checkpoint_utils, options, tasks, utils
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
 from fairseq_headprune.constants import CLASSIFIER_FAMILY, CLASSIFIER_TASK, LANGUAGE_MODEL_TASK, TRANSLATION_TASK
-from fairseq_headprune.engine.checkpoints.info import checkpoint_weights, classification_head_override
+from fairseq_headprune.engine.checkpoints.info import (
+    checkpoint_weights,
+    classification_head_override,
+    lazy_checkpoint_state,
+    saved_option,
+)
 from fairseq_headprune.errors import CheckpointError, StudyError, first_line, library_errors_as
 from fairseq_headprune.registry import register_components
 
@@ -104,8 +109,22 @@ def load_with_saved_task(family: str, data: str, checkpoint: str, cpu: bool = Fa
     return cfg, task, _ready(models[0], cpu)
 
 
+def _check_direction(checkpoint: str, task) -> None:
+    """The languages asked for (``-s``/``-t``, or inferred from ``data``) must be those the checkpoint says it
+    was trained on, where it says so (fairseq saves them when they were given): a shared dictionary would
+    otherwise score the reversed direction without a word."""
+    state = lazy_checkpoint_state(checkpoint)
+    trained = saved_option(state, "task", "source_lang"), saved_option(state, "task", "target_lang")
+    asked = task.cfg.source_lang, task.cfg.target_lang
+    if None not in trained and None not in asked and tuple(trained) != tuple(asked):
+        raise CheckpointError(f"checkpoint {checkpoint} translates {trained[0]}-{trained[1]}, not {asked[0]}-"
+                              f"{asked[1]}: give the source lang and the target lang it was trained on",
+                              setting=("source_lang", "target_lang"))
+
+
 def _check_dictionaries(checkpoint: str, data: str, task) -> None:
     """The checkpoint's embedding tables must have a row per word of the dictionaries in ``data``."""
+    _check_direction(checkpoint, task)
     weights = checkpoint_weights(checkpoint)
     for key, dictionary in (("encoder.embed_tokens.weight", task.source_dictionary),
                             ("decoder.embed_tokens.weight", task.target_dictionary)):

@@ -36,6 +36,16 @@ class CurveSettings:
     importance: ImportanceSettings = field(default_factory=ImportanceSettings)
     raw_importance: bool = False  # rank by raw I_h, not normalised per layer (the paper normalises)
 
+    def __post_init__(self):
+        refuse(not 0 < self.step_percent <= 100,
+               f"the step percent must be in (0, 100], got {self.step_percent:g}", "step_percent")
+        refuse(not 0 <= self.max_percent <= 100,
+               f"the max percent (the largest pruning level) must be in [0, 100], got {self.max_percent:g}",
+               "max_percent")
+        refuse(0 < self.max_percent < self.step_percent,
+               f"the step percent ({self.step_percent:g}) is larger than the max percent ({self.max_percent:g}): the "
+               "curve would hold the unpruned model only", ("step_percent", "max_percent"))
+
 
 @dataclass
 class DynamicsSettings:

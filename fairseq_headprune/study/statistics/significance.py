@@ -71,6 +71,11 @@ class SignificanceSettings:
         if not 0.0 < self.alpha < 1.0:
             raise SettingsError(f"the alpha: the significance level must be in (0, 1), got {self.alpha}",
                                 setting="alpha")
+        least = math.ceil(1.0 / self.alpha - 1e-9)
+        if self.test not in CORRECTNESS_TESTS and self.samples < least:
+            raise SettingsError(f"the samples: {self.samples} resamples cannot resolve the significance level "
+                                f"{self.alpha:g} (a p-value of 0 only says p < 1/{self.samples}); use at least {least}",
+                                setting="samples")
         if self.sample_ratio is None:
             self.sample_ratio = 0.5 if self.test == "compare-mt" else 1.0
         if not 0.0 < self.sample_ratio <= 1.0:
