@@ -279,6 +279,14 @@ def validation_hooks(until: FinetuneStop, save_dir: str) -> Iterator[List[Dict[s
         train.validate, train.should_stop_early = validate, should_stop_early
 
 
+def _trained_to_the_end(save_dir: str, max_update: int) -> bool:
+    """Whether ``save_dir``'s last checkpoint already holds all ``max_update`` updates (a run stopped after its
+    training, before its results were written): fairseq-train started on it would take one update more before
+    it checks the limit."""
+    last = os.path.join(save_dir, "checkpoint_last.pt")
+    return max_update > 0 and os.path.isfile(last) and _updates_of(last) >= max_update
+
+
 def _updates_of(checkpoint: str) -> int:
     history = load_checkpoint_state(checkpoint).get("optimizer_history") or [{}]
     return int(history[-1].get("num_updates", 0))
@@ -390,7 +398,8 @@ def finetune_held(start: str, data: str, save_dir: str, family: str, settings: F
     until = settings.until
     with library_errors_as(failed), (validation_hooks(until, save_dir) if until is not None
                                      else contextlib.nullcontext([])) as curve:
-        train.main(cfg)
+        if not _trained_to_the_end(save_dir, cfg.optimization.max_update):
+            train.main(cfg)
     seconds = earlier + time.perf_counter() - began
     trained = os.path.join(save_dir, "checkpoint_last.pt")
     if not os.path.isfile(trained):
