@@ -30,7 +30,9 @@ from fairseq_headprune.commands import (
     significance,
 )
 from fairseq_headprune.commands.fairseq_commands import FAIRSEQ_COMMANDS, FAIRSEQ_FLAGS, run_fairseq_command
-from fairseq_headprune.commands.outputs import check_output_paths, output_directory_locked
+from fairseq_headprune.commands.option_rules import check_option_rules
+from fairseq_headprune.commands.outputs import add_overwrite_option, check_output_paths, output_directory_locked
+from fairseq_headprune.commands.run_identity import run_recorded
 from fairseq_headprune.engine.runtime.console import quiet_libraries  # noqa: F401  (the scripts' and commands' entry)
 from fairseq_headprune.engine.runtime.ranks import SHARDED_COMMANDS, join_ranks, launched_world_size, leave_ranks
 from fairseq_headprune.errors import DEBUG_VARIABLE, HeadPruneError, debugging
@@ -55,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     for module in COMMAND_MODULES:
         add = getattr(module, "add_parser", None) or module.add_parsers
         add(commands)
+    for subparser in commands.choices.values():
+        add_overwrite_option(subparser)
     return parser
 
 
@@ -69,9 +73,7 @@ def command_flags(command: str, parser: Optional[argparse.ArgumentParser] = None
     """
     if command in FAIRSEQ_COMMANDS:
         return dict(FAIRSEQ_FLAGS)
-    parser = parser or build_parser()
-    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    subparser = commands.choices[command]
+    subparser = _subparser(parser or build_parser(), command)
     options: Dict[str, str] = {}
     for action in subparser._actions:
         spelled = [option for option in action.option_strings if option.startswith("--")]
@@ -80,6 +82,11 @@ def command_flags(command: str, parser: Optional[argparse.ArgumentParser] = None
     # a command that passes fairseq's options on takes these settings by fairseq's own flags, unless by its own
     passed_on = FAIRSEQ_OPTION_FLAGS if subparser.get_default("accepts_fairseq_args") else {}
     return {**passed_on, **options, **(subparser.get_default("setting_flags") or {})}
+
+
+def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return commands.choices[command]
 
 
 # settings below the commands that are fairseq's own options, or the plugin task's, given through (``--beam 5``)
@@ -115,8 +122,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     flags = command_flags(args.command, parser)
     previous_handler = _stop_on_sigterm()
     try:
+        check_option_rules(args.command, _subparser(parser, args.command), argv[1:], args, flags)
         check_output_paths(args, flags)
-        with output_directory_locked(args, flags, args.command) if ranks.is_main else contextlib.nullcontext():
+        with contextlib.ExitStack() as run:
+            if ranks.is_main:
+                run.enter_context(output_directory_locked(args, flags, args.command))
+                run.enter_context(run_recorded(args, flags, args.command))
             return args.handler(args)
     except HeadPruneError as error:
         return _report(args.command, error, flags, speak=ranks.is_main)

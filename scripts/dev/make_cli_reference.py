@@ -73,6 +73,43 @@ def _task_options() -> List[Tuple[List[str], str]]:
     return [(names, body) for body, names in bodies.items()]
 
 
+def _safeguards(parser, commands) -> List[str]:
+    """What every command checks before it works, with the table of options refused as idle."""
+    from fairseq_headprune.cli import command_flags
+    from fairseq_headprune.commands.option_rules import rules_of
+    from fairseq_headprune.commands.run_identity import PARTS, RUN_RECORD
+
+    lines = [
+        "## Before any work: outputs, run records, idle options",
+        "",
+        "Every study command checks, before it loads a model, and ends in one line with exit status 2 when a "
+        "check fails (nothing written):",
+        "",
+        "- **outputs**: an output directory that is a file, lies under a file or cannot be written; a file "
+        "output whose directory is missing or read-only, that exists (replaced only with `--overwrite`), or "
+        "that the command also reads.",
+        f"- **one run per directory**: a command that writes a directory records its settings there "
+        f"(`{RUN_RECORD}`) and refuses a directory that holds another run's results, naming the first setting "
+        "that differs; fairseq's options count as settings in any order. "
+        + ", ".join(f"`{c}`" for c in PARTS) + " directories gather several parts (a curve per scope or "
+        "structure, the budgets; a study per mode), each with settings of its own beside the ones all share. "
+        "A second process into a directory in use ends at once, naming the first (the shares of "
+        "`prune --config-shard` write one directory together).",
+        "- **a clean stop**: Ctrl-C or SIGTERM ends a run with `stopped; run the same command again to "
+        "resume` (exit 130 or 143); the same command continues it.",
+        "- **idle options**: an option that does nothing in the combination given is refused:",
+        "",
+        "| command | option given | refused because |",
+        "| --- | --- | --- |",
+    ]
+    for name, sub, _ in commands:
+        flags = command_flags(name, parser)
+        for rule, taken in rules_of(name, sub):
+            options = ", ".join(f"`{flags.get(s, s)}`" for s in taken)
+            lines.append(f"| {name} | {options} | {rule.why} |")
+    return lines + [""]
+
+
 def render() -> str:
     from fairseq_headprune.cli import build_parser
     from fairseq_headprune.commands.fairseq_commands import FAIRSEQ_COMMANDS
@@ -113,6 +150,7 @@ def render() -> str:
     lines += ["### The head-masking tasks' options", ""]
     for tasks, body in _task_options():
         lines += [f"Added by the task{'s' if len(tasks) > 1 else ''} {', '.join(tasks)}:", "", "```", body, "```", ""]
+    lines += _safeguards(parser, commands)
     return "\n".join(lines)
 
 
