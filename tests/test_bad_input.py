@@ -33,7 +33,9 @@ def inputs(tiny_model, tmp_path_factory):
     state["cfg"]["task"]["source_lang"], state["cfg"]["task"]["target_lang"] = "en", "fr"
     directed = root / "directed.pt"
     torch.save(state, directed)
-    return {"data": str(tiny_model["data"]), "checkpoint": str(tiny_model["checkpoint"]), "root": root,
+    cut = root / "cut.pt"
+    cut.write_bytes(open(tiny_model["checkpoint"], "rb").read()[:100000])
+    return {"cut": str(cut), "data": str(tiny_model["data"]), "checkpoint": str(tiny_model["checkpoint"]), "root": root,
             "text": str(text), "earlier": str(earlier), "importance": str(importance), "directed": str(directed)}
 
 
@@ -61,6 +63,9 @@ def cases(i):
         (["prune", *study, "--pruning-seed", "-1"], "--pruning-seed"),
         (["significance", text, text, text, "--samples", "1"], "--samples"),
         (["importance", data, "--path", i["directed"], "--out-dir", out, "-s", "fr", "-t", "en"], "--source-lang"),
+        # a checkpoint cut short, a file that is none
+        (["mask", "E:1:1", "--path", i["cut"]], "the file is cut short or damaged"),
+        (["mask", "E:1:1", "--path", text], "it is not a PyTorch checkpoint"),
         # an output that exists, or is also an input
         (["mask", "E:1:1", "--path", checkpoint, "--out", earlier], "--out"),
         (["shrink", "--path", checkpoint, "--head-mask", "E:1:1", "--out", earlier], "--out"),

@@ -3,6 +3,7 @@
 import os
 import pickle
 import re
+import zipfile
 from argparse import Namespace
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -20,11 +21,24 @@ def load_checkpoint_state(path: str) -> Dict[str, Any]:
     """``torch.load`` a fairseq checkpoint, with one-line errors for bad files."""
     if not os.path.isfile(path):
         raise CheckpointError(f"checkpoint not found: {path}")
-    with library_errors_as(lambda error: CheckpointError(f"cannot read checkpoint {path}: {first_line(error)}")):
+    with library_errors_as(lambda error: CheckpointError(unreadable(path, error))):
         state = torch.load(path, map_location="cpu")
     if not isinstance(state, dict) or "model" not in state:
         raise CheckpointError(f"{path} is not a fairseq checkpoint (no 'model' entry)")
     return state
+
+
+def unreadable(path: str, error: BaseException) -> str:
+    """Why ``torch.load`` could not read ``path``, in words: a file cut short, one that is no checkpoint at all
+    (neither the zip archive torch.save writes nor a legacy pickle it reads: torch.load's words are then "101" or
+    about its weights-only reader), else the library's own words."""
+    text = first_line(error)
+    if isinstance(error, EOFError) or "central directory" in text or "failed reading zip archive" in text:
+        return f"cannot read checkpoint {path}: the file is cut short or damaged (not a whole torch.save archive)"
+    if not zipfile.is_zipfile(path):
+        return (f"cannot read checkpoint {path}: it is not a PyTorch checkpoint (neither the zip archive torch.save "
+                "writes nor a legacy one torch.load reads; --debug shows torch.load's error)")
+    return f"cannot read checkpoint {path}: {text}"
 
 
 def model_config(state: Dict[str, Any]) -> Dict[str, Any]:
