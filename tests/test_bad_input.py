@@ -108,7 +108,8 @@ def test_every_bad_input_is_one_line_and_changes_nothing(inputs, capsys):
 
 def test_an_other_part_joins_a_study_directory_and_the_same_part_must_match(inputs, tiny_model, capsys):
     """A prune directory gathers a curve per scope: another scope joins it with its own settings, the same scope
-    only with the same; the settings all parts share (here the test's seed) must match throughout."""
+    only with the same (its test's seed too); the settings all parts share (here the generation) must match
+    throughout."""
     out = str(inputs["root"] / "curves")
     common = [str(tiny_model["data"]), "--path", str(tiny_model["checkpoint"]), "--out-dir", out, "--gen-subset",
               "valid", "--no-progress", "--beam", "1", "--batch-size", "64", "--step-percent", "50",
@@ -120,6 +121,8 @@ def test_an_other_part_joins_a_study_directory_and_the_same_part_must_match(inpu
     capsys.readouterr()
     assert main(["prune", *common, "--scopes", "enc-enc", "--step-percent", "25"]) == 2  # the same part, other
     assert "curve enc-enc: --step-percent 50.0 there, 25.0 now" in capsys.readouterr().err
-    assert main(["prune", *common, "--scopes", "enc-dec", "--test-seed", "7"]) == 2  # shared: the test
-    assert "--test-seed" in capsys.readouterr().err
+    assert main(["prune", *common, "--scopes", "enc-enc", "--test-seed", "7"]) == 2  # re-tested: refused
+    assert "curve enc-enc: --test-seed 12345 there, 7 now" in capsys.readouterr().err
+    assert main(["prune", *common, "--scopes", "enc-dec", "--beam", "2"]) == 2  # shared: the generation
+    assert "--beam '1' there, '2' now" in capsys.readouterr().err
     assert sorted(json.load(open(os.path.join(out, "headprune-run.json")))["parts"]) == sorted(record["parts"])

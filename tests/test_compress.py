@@ -28,6 +28,9 @@ from conftest import kill_once_written, run
 ESTIMATES = ["--importance-limit", "64", "--tune-limit", "64", "--cpu", "--no-progress"]
 QUICK = [*ESTIMATES, "--speed-sentences", "8", "--speed-batch-sizes", "1", "8", "--repeats", "1"]
 QUICKER = [*ESTIMATES, "--speed-sentences", "4", "--speed-batch-sizes", "4", "--repeats", "1"]  # the other paths
+# QUICKER without the tuning (compress refuses --tune-limit beside --no-tune)
+UNTUNED = ["--no-tune", "--importance-limit", "64", "--cpu", "--no-progress", "--speed-sentences", "4",
+           "--speed-batch-sizes", "4", "--repeats", "1"]
 GENERATION = ["--beam", "5", "--batch-size", "64"]
 STAGES = ("fisher", "search", "shrink", "export", "evaluate", "speed")
 
@@ -216,8 +219,8 @@ def test_a_second_run_recomputes_nothing_and_a_lost_stage_is_redone_alone(tiny_m
         p: t for p, t in before.items() if "speed" not in p.parts}
 
 
-FINETUNED = ["--target", "heads=50%", "--no-tune", "--finetune-updates", "3", "--finetune-lr", "0.001", "--distill",
-             "word", "--distill-weight", "0.4", *QUICKER, "--beam", "2", "--batch-size", "64"]
+FINETUNED = ["--target", "heads=50%", "--finetune-updates", "3", "--finetune-lr", "0.001", "--distill",
+             "word", "--distill-weight", "0.4", *UNTUNED, "--beam", "2", "--batch-size", "64"]
 
 
 @pytest.fixture(scope="module")
@@ -326,7 +329,7 @@ def test_a_latency_target_measures_its_table_and_reports_the_predicted_speedup(t
     the largest timed batch size); the report sets the table's prediction beside the speed measured after export."""
     out = tmp_path / "run"
     result = compress(tiny_model["data"], tiny_model["checkpoint"], out, "--target", "latency=60%", "--export",
-                      "ctranslate2", "--quantization", "auto", "--no-tune", "--no-vocabulary-map", *QUICKER,
+                      "ctranslate2", "--quantization", "auto", "--no-vocabulary-map", *UNTUNED,
                       "--beam", "2", "--batch-size", "64", check=False)
     if result.returncode != 0:  # a busy machine: no narrower variant of the tiny model timed faster than the whole
         table = json.loads((out / "search.partial" / "latency.json").read_text())

@@ -307,11 +307,11 @@ def test_word_distillation_is_fairseqs_loss_interpolated_with_the_teachers_cross
 def test_a_heads_target_after_whole_layers_searches_the_whole_heads_within_its_share(tiny_model, tmp_path):
     """``--target heads=P% --drop-decoder-layers 1`` through the real parser: the share is of the unpruned model's
     heads, the shallower model keeps the whole heads within it (a budget resolved once, not re-parsed)."""
-    from test_compress import GENERATION, QUICKER, compress
+    from test_compress import GENERATION, UNTUNED, compress
 
     out = tmp_path / "run"
     compress(tiny_model["data"], tiny_model["checkpoint"], out, "--target", "heads=40%", "--drop-decoder-layers",
-             "1", "--no-tune", *QUICKER, *GENERATION)
+             "1", *UNTUNED, *GENERATION)
     report = json.loads((out / "report.json").read_text())
     layers, search = report["layers"], report["search"]
     assert layers["full_cost"] == 48 and layers["kept_cost"] == 32  # 2 + 2 layers of 8 heads; one decoder layer

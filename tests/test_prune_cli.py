@@ -186,7 +186,7 @@ def test_a_rerun_reuses_every_result(tiny_model, study):
         (["--scopes", "encoder"], "--scopes: unknown value 'encoder' (expected all, enc-enc, enc-dec, dec-dec)"),
         (["--draws", "0"], "--draws must be positive, got 0"),
         (["--pruning-seed", "-1"], "--pruning-seed must be from 0 to 4294967295, got -1"),
-        (["--step-percent", "0"], "the step must be in (0, 100] percent, got 0"),
+        (["--step-percent", "0"], "--step-percent must be in (0, 100], got 0"),
     ],
 )
 def test_bad_input_is_one_line(tiny_model, tmp_path, extra, message):

@@ -335,3 +335,18 @@ def test_only_a_cut_save_counts_as_cut(tmp_path):
                        (RuntimeError("PytorchStreamReader failed reading zip archive: failed finding central"), True),
                        (RuntimeError("CUDA out of memory"), False), (MemoryError(), False), (TypeError("bug"), False)):
         assert cut_file(error) == cut, error
+
+
+def test_options_passed_on_are_settings_in_any_order_and_a_command_line_again():
+    from fairseq_headprune.study.settings import options_as_settings, settings_as_options
+
+    given = ["--beam", "5", "--lenpen", "1", "--fp16", "--unkpen", "-1.5", "--print-alignment=hard"]
+    reordered = ["--print-alignment=hard", "--unkpen", "-1.5", "--fp16", "--lenpen", "1", "--beam", "5"]
+    settings = options_as_settings(given)
+    assert settings == options_as_settings(reordered)
+    assert settings == {"--beam": "5", "--fp16": True, "--lenpen": "1", "--print-alignment": "hard",
+                        "--unkpen": "-1.5"}
+    assert settings != options_as_settings(["--beam", "4", "--lenpen", "1"])
+    assert options_as_settings(["--lenpen", "1", "--lenpen", "0.6"]) == {"--lenpen": "0.6"}  # as argparse: the last
+    assert options_as_settings(settings_as_options(settings)) == settings
+    assert settings_as_options(given) == given  # a record from before options were settings

@@ -13,12 +13,12 @@ a run that never ran.
 A command whose directory is meant to gather several runs' results, each in files of its own (``prune``: a
 curve per scope or structure and the budgets beside them; ``ablate``: a study per mode), records the settings
 those files depend on per part (``PARTS``): another part may join the directory with other settings of its
-own, the same part only with the same; the settings all parts share (the model, the split, the test, the
-generation) must be the same throughout. Settings a command checks itself, in finer words, are left to it
+own (its test's too), the same part only with the same; the settings all parts share (the model, the split,
+the generation) must be the same throughout. Settings a command checks itself, in finer words, are left to it
 (``prune``'s fine-tuning recipe, recorded with each fine-tuned configuration).
 
-``compress`` keeps its own, finer record (``compress.json``: what each stage depends on) and is not recorded
-here.
+``compress`` keeps its own, finer record (``compress.json``: what each stage depends on) and ``export`` writes
+a model directory it refuses unless new or empty: neither is recorded here.
 """
 
 import argparse
@@ -34,8 +34,9 @@ from fairseq_headprune.study.settings import options_as_settings
 RUN_RECORD = "headprune-run.json"
 RECORD_FORMAT = 1
 
-# commands whose output directory holds a record of their own
-OWN_RECORD_COMMANDS = ("compress",)
+# commands whose output directory holds a record of their own (compress), or only what they wrote, in a directory
+# they refuse unless new or empty (export: a CTranslate2 model directory)
+OWN_RECORD_COMMANDS = ("compress", "export")
 # parser bookkeeping, not settings
 NOT_SETTINGS = ("handler", "command", "accepts_fairseq_args", "setting_flags", "fairseq_args", "debug")
 # settings that change how a run works, never what it finds
@@ -58,6 +59,9 @@ def _prune_parts(args) -> List[str]:
     return parts
 
 
+# the settings of the tests a part's tables hold (each table states its own)
+TEST_SETTINGS = ("metric", "bleu", "test", "samples", "test_seed", "sample_ratio", "alpha")
+
 # command -> (the parts a run writes, the settings that may differ between parts)
 PARTS = {
     "prune": (_prune_parts, ("orders", "scopes", "structure", "x_axis", "sequence_length", "step_percent",
@@ -67,8 +71,9 @@ PARTS = {
                              "importance_granularity", "importance_method", "importance_structures",
                              "importance_loss", "importance_label_smoothing", "tune_masks", "tune_orders",
                              "tune_subset", "tune_limit", "tune_max_tokens", "tune_scale_bound", "tune_max_condition",
-                             "tune_held_aside", "tune_layers")),
-    "ablate": (lambda args: [args.mode], ("mode", "types", "heads", "select_subset", "cross_subset", "cross_data")),
+                             "tune_held_aside", "tune_layers", *TEST_SETTINGS)),
+    "ablate": (lambda args: [args.mode], ("mode", "types", "heads", "select_subset", "cross_subset", "cross_data",
+                                          *TEST_SETTINGS)),
 }
 
 # settings that name an input file or directory: recorded as absolute paths, so a run from elsewhere matches
@@ -179,6 +184,7 @@ def run_recorded(args: argparse.Namespace, flags: Dict[str, str], command: str) 
     flag = _flag(flags, "out_dir")
     path = os.path.join(directory, RUN_RECORD)
     record = run_record(args, command)
+    planning = bool(getattr(args, "finetune_plan", False))  # prints the plan, writes nothing
     made = not os.path.isdir(directory)
     earlier = None
     if os.path.isfile(path):
@@ -193,11 +199,14 @@ def run_recorded(args: argparse.Namespace, flags: Dict[str, str], command: str) 
             raise SettingsError(f"{flag}: {directory} holds another run's results ({differs}); give another "
                                 "directory, or the same settings to resume it")
         joined = {**record["parts"], **recorded["parts"]}
-        if joined == recorded["parts"]:
+        if joined == recorded["parts"] or planning:
             yield
             return
         earlier = {"format": RECORD_FORMAT, **recorded}
         record["parts"] = joined  # another part joins the directory
+    if planning:
+        yield
+        return
     os.makedirs(directory, exist_ok=True)
     before = sorted(os.listdir(directory))
     write_json(record, path, indent=1)

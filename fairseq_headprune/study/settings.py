@@ -78,6 +78,21 @@ def options_as_settings(arguments: Sequence[str]) -> Dict[str, object]:
     return dict(sorted(settings.items()))
 
 
+def settings_as_options(settings) -> List[str]:
+    """``options_as_settings`` undone: the options as a command line again (a list recorded before options were
+    settings is returned as it is)."""
+    if isinstance(settings, (list, tuple)):
+        return list(settings)
+    arguments: List[str] = list(settings.get("", []))
+    for option, value in settings.items():
+        if option == "":
+            continue
+        arguments.append(option)
+        if value is not True:
+            arguments += list(value) if isinstance(value, list) else [value]
+    return arguments
+
+
 def _is_number(text: str) -> bool:
     try:
         float(text)

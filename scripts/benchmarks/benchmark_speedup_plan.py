@@ -51,6 +51,7 @@ def main():
     from fairseq_headprune.study.compression.records import Prediction
     from fairseq_headprune.study.compression.speed import paired_speedup
     from fairseq_headprune.study.compression.speedup_records import SpeedupReport
+    from fairseq_headprune.study.settings import settings_as_options
 
     def fail(message):
         sys.exit(f"benchmark_speedup_plan: {message}")
@@ -80,10 +81,10 @@ def main():
         sentences = args.sentences or identity["speed"]["sentences"]
         split = identity["evaluate"]["split"]
         threads = args.threads or identity["speed"]["threads"] or torch.get_num_threads()
-        key = (identity["data"], identity["checkpoint"], tuple(identity["fairseq_args"]), split, sentences)
+        generation_args = settings_as_options(identity["fairseq_args"])  # the run's options, as a command line
+        key = (identity["data"], identity["checkpoint"], tuple(generation_args), split, sentences)
         if key not in loaded:
-            cfg, task, _ = load_generation_model(identity["data"], identity["checkpoint"],
-                                                 identity["fairseq_args"], cpu=True)
+            cfg, task, _ = load_generation_model(identity["data"], identity["checkpoint"], generation_args, cpu=True)
             loaded[key] = (DecodingOptions.of_generation(cfg.generation).to_dict(),
                            ctranslate2_inputs(task, split, batch_sizes, sentences, torch.device("cpu")))
         options, inputs = loaded[key]

@@ -58,9 +58,13 @@ record ablate-single "${ablation[@]}" --mode cross-domain --cross-subset valid1
 echo "every layer reduced to one head; chosen on the training subset too (Table 2, appendix A):"
 record ablate-all-but-one "${ablation[@]}" --mode all-but-one --select-subset valid2
 echo "pruning by importance, by single-head ablation and at random (Figure 3(b)):"
+orders=${ORDERS:-importance,iterative,ablation,random}
+pruning=(--orders "$orders" --importance "$out_dir/importance/importance.json")
+# what the orders read (prune refuses an option no order uses): iterative re-estimates importance on valid2
+[[ ,$orders, == *,iterative,* ]] && pruning+=(--importance-subset valid2)
+[[ ,$orders, == *,ablation,* ]] && pruning+=(--ablation "$out_dir/ablation/single.json")
 record prune-all sweep prune "$data" --path "$model" --gen-subset valid --out-dir "$out_dir/pruning" \
-  --importance "$out_dir/importance/importance.json" --importance-subset valid2 \
-  --orders "${ORDERS:-importance,iterative,ablation,random}" --ablation "$out_dir/ablation/single.json" "${options[@]}"
+  "${pruning[@]}" "${options[@]}"
 if [[ ! -f "$out_dir/shrink/classifier_speed.json" ]]; then
   echo "examples per second with half of the heads removed (Table 4):"
   record speed python "$repo/scripts/benchmarks/benchmark_classifier_speed.py" --data "$data" --path "$model" --subset valid \
