@@ -62,6 +62,10 @@ def cases(i):
         (["prune", *study, "--step-percent", "50", "--max-percent", "10"], "--step-percent"),
         (["prune", *study, "--pruning-seed", "-1"], "--pruning-seed"),
         (["significance", text, text, text, "--samples", "1"], "--samples"),
+        (["significance", text, text, text, "--alpha", "nan"], "--alpha is not a number"),
+        (["significance", text, text, text, "--test-seed", "-1"], "--test-seed must be 0 or more, got -1"),
+        (["corpus", str(i["root"] / "corpus"), "--scale", "inf"], "--scale must be a positive (finite) number"),
+        (["prune", *study, "--gate-masks", str(i["root"])], "--gate-masks: file not found"),
         (["importance", data, "--path", i["directed"], "--out-dir", out, "-s", "fr", "-t", "en"], "--source-lang"),
         # a checkpoint cut short, a file that is none
         (["mask", "E:1:1", "--path", i["cut"]], "the file is cut short or damaged"),

@@ -47,7 +47,7 @@ def test_corpus_command_is_deterministic(tmp_path):
                 tmp_path / "b" / f"{split}.{lang}"
             ).read_text()
     bad = run(["fairseq-headprune", "corpus", tmp_path / "c", "--scale", "0"], check=False)
-    assert bad.returncode == 2 and "--scale must be positive" in bad.stderr
+    assert bad.returncode == 2 and "--scale must be a positive (finite) number" in bad.stderr
 
 
 def test_an_error_names_the_flag_the_user_gave_and_plain_words_otherwise(tmp_path, monkeypatch, capsys):

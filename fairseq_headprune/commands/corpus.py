@@ -1,6 +1,7 @@
 """``fairseq-headprune corpus``: the built-in synthetic demo corpus."""
 
 import argparse
+import math
 import os
 
 from fairseq_headprune.constants import DEFAULT_CORPUS_SEED
@@ -12,8 +13,8 @@ from fairseq_headprune.errors import SettingsError
 
 def command_corpus(args: argparse.Namespace) -> int:
 
-    if args.scale <= 0:
-        raise SettingsError(f"--scale must be positive, got {args.scale}")
+    if not math.isfinite(args.scale) or args.scale <= 0:
+        raise SettingsError(f"--scale must be a positive (finite) number, got {args.scale}")
     if args.majority and args.kind != "translation":
         raise SettingsError("--majority is for --kind translation (the references' ceiling)")
     if args.kind == "gettext":

@@ -8,6 +8,7 @@ rules (``scripts/dev/make_cli_reference.py``).
 """
 
 import argparse
+import math
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Sequence, Set
 
@@ -97,7 +98,11 @@ def rules_of(command: str, subparser: argparse.ArgumentParser):
 
 def check_option_rules(command: str, subparser: argparse.ArgumentParser, argv: Sequence[str],
                        args: argparse.Namespace, flags: Dict[str, str]) -> None:
-    """Refuse a given option that does nothing in this combination (``SettingsError`` naming it and why)."""
+    """Refuse a given option that does nothing in this combination (``SettingsError`` naming it and why), and a
+    number that is none (``nan``: no option means anything by it)."""
+    for setting, value in sorted(vars(args).items()):
+        if isinstance(value, float) and math.isnan(value):
+            raise SettingsError(f"{flags.get(setting, setting)} is not a number (nan); nothing was written")
     given = None
     for rule, taken in rules_of(command, subparser):
         if rule.holds(args):

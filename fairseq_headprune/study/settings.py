@@ -34,7 +34,7 @@ DETOKENIZERS = ("auto", "moses", "none")
 
 
 def check_positive(value: Optional[float], setting: str) -> None:
-    refuse(value is not None and value <= 0, f"{setting_words(setting)} must be positive, got {value}", setting)
+    refuse(value is not None and not value > 0, f"{setting_words(setting)} must be positive, got {value}", setting)
 
 
 def refuse(condition: bool, message: str, setting: Union[str, Sequence[str], None] = None) -> None:

@@ -77,6 +77,7 @@ from fairseq_headprune.study.pruning.settings import PruneSettings
 
 FINETUNE_DIR, RESULTS, RECORD, CHECKPOINT, CURVE = "finetune", "results.json", "record.json", "checkpoint.pt", "curve"
 RECIPE = "recipe.json"  # how the configuration is being fine-tuned (FinetuneRecipe), written before it starts
+TRAINED = "trained.json"  # the fine-tune's updates, learning rate, warm-up and seconds, written when it ends
 
 
 @dataclass
@@ -212,9 +213,17 @@ def _finetune_and_score(settings: PruneSettings, config: FinetuneConfig, work: s
                                      sweep_settings.cpu)
         if stops:
             save_curve_checkpoint(outcome["checkpoint"], _curve_checkpoint(curve_dir, stops[-1]))
+        # what the record states of the fine-tune, kept before its checkpoint takes its place: a run stopped
+        # between the two and run again finds the checkpoint and fine-tunes nothing
+        write_json({key: outcome[key] for key in ("updates", "lr", "warmup")}
+                   | {"seconds": time.perf_counter() - began}, os.path.join(work, TRAINED))
         os.replace(outcome["checkpoint"], checkpoint)
         shutil.rmtree(train_dir)
         os.remove(start)
+    elif os.path.isfile(os.path.join(work, TRAINED)):
+        with open(os.path.join(work, TRAINED), encoding="utf-8") as stream:
+            outcome = json.load(stream)
+        began = time.perf_counter() - outcome["seconds"]
     scores = _score(settings, checkpoint, os.path.join(work, "eval"))
     curve = [_curve_point(settings, curve_dir, stop) for stop in ([(stops[0][0], 0)] + stops if stops else [])]
     compensation = checkpoint_compensation(sweep_settings.checkpoint, checkpoint)  # Figure 2

@@ -93,6 +93,8 @@ class PruneSettings:
                                 setting="pruning_seed")
         self._check_structure()
         self._check_finetune()
+        for path in self.gate_masks:  # before any work: the masks are read only after the curves' importance
+            refuse(not os.path.isfile(path), f"the gate masks: file not found: {path}", "gate_masks")
         if self.gate_masks and "gates" not in self.orders:
             self.orders = list(self.orders) + ["gates"]
         if "gates" in self.orders and not self.gate_masks:

@@ -68,6 +68,8 @@ class SignificanceSettings:
         if self.samples <= 0:
             raise SettingsError(f"the samples: the number of resamples must be positive, got {self.samples}",
                                 setting="samples")
+        if not isinstance(self.seed, int) or self.seed < 0:  # numpy's generators take no negative seed
+            raise SettingsError(f"the test seed must be 0 or more, got {self.seed}", setting="test_seed")
         if not 0.0 < self.alpha < 1.0:
             raise SettingsError(f"the alpha: the significance level must be in (0, 1), got {self.alpha}",
                                 setting="alpha")
