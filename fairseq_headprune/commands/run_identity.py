@@ -153,10 +153,9 @@ def difference(recorded: Dict[str, object], settings: Dict[str, object], flags: 
             option = next(o for o in sorted(set(old) | set(new)) if old.get(o) != new.get(o))
             return f"{option} {_shown(old.get(option))} there, {_shown(new.get(option))} now"
         return f"{_flag(flags, setting)} {_shown(old)} there, {_shown(new)} now"
-    for setting in ("fairseq_args",):  # options passed on that only one of the two runs gave
-        if (setting in recorded) != (setting in settings):
-            options = recorded.get(setting) or settings.get(setting)
-            return f"{', '.join(options)} given {'there' if setting in recorded else 'now'} only"
+    if ("fairseq_args" in recorded) != ("fairseq_args" in settings):  # options passed on by one of the two only
+        options = recorded.get("fairseq_args") or settings.get("fairseq_args")
+        return f"{', '.join(options)} given {'there' if 'fairseq_args' in recorded else 'now'} only"
     return None
 
 
