@@ -67,6 +67,8 @@ def cases(i):
         (["corpus", str(i["root"] / "corpus"), "--scale", "inf"], "--scale must be a positive (finite) number"),
         (["prune", *study, "--gate-masks", str(i["root"])], "--gate-masks: file not found"),
         (["importance", data, "--path", i["directed"], "--out-dir", out, "-s", "fr", "-t", "en"], "--source-lang"),
+        (["dynamics", data, "--checkpoints", os.path.dirname(checkpoint), "--out-dir", out, "--gen-subset", "nosuch"],
+         "split 'nosuch' not found"),  # before the epochs' progress bar, with nothing written
         # a checkpoint cut short, a file that is none
         (["mask", "E:1:1", "--path", i["cut"]], "the file is cut short or damaged"),
         (["mask", "E:1:1", "--path", text], "it is not a PyTorch checkpoint"),

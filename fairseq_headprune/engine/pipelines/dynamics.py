@@ -16,7 +16,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from tqdm import tqdm
 
 from fairseq_headprune.engine.checkpoints.info import load_checkpoint_state, model_config, state_head_layout
+from fairseq_headprune.engine.families import family_named
 from fairseq_headprune.engine.pipelines.prune import run_prune
+from fairseq_headprune.engine.runners.batches import load_split
 from fairseq_headprune.engine.runtime.ranks import current_ranks
 from fairseq_headprune.errors import StudyError
 from fairseq_headprune.study.importance.dynamics import epoch_checkpoints, markdown_dynamics, relative_rows
@@ -60,41 +62,47 @@ def epoch_prune_settings(settings: DynamicsSettings, checkpoint: str, epoch_dir:
     return PruneSettings(sweep=sweep, curve=settings.curve, orders=["importance"], scopes=["all"], draws=1)
 
 
+def _check_split_found(settings: DynamicsSettings, checkpoint: str) -> None:
+    """The split every epoch translates, found before the first epoch's work starts."""
+    sweep = settings.sweep
+    _, task, _ = family_named(sweep.family).load(sweep.data, checkpoint, sweep.generation_args, cpu=True)
+    load_split(task, sweep.gen_subset)
+
+
 def run_dynamics(settings: DynamicsSettings) -> Optional[List[Dict[str, object]]]:
     """One row per epoch and pruning level: BLEU relative to the epoch's unpruned BLEU (rank 0; others None)."""
-
-
     ranks = current_ranks()
     checkpoints = epoch_checkpoints(settings.checkpoints, settings.epochs)
     described = check_same_architecture(checkpoints)
+    _check_split_found(settings, checkpoints[0][1])
     out, metric = settings.sweep.out_dir, settings.sweep.metric
     unpruned_key = f"unpruned_{metric.column}"
     os.makedirs(out, exist_ok=True)
     rows = []
-    bar = tqdm(checkpoints, desc="epochs", unit="checkpoint", disable=not settings.sweep.progress, leave=False)
-    for epoch, checkpoint in bar:
-        epoch_dir = os.path.join(out, f"epoch{epoch}")
-        done_path = os.path.join(epoch_dir, DONE)
-        sha256 = file_sha256(checkpoint)
-        done = None
-        if ranks.main_value(os.path.exists(done_path)):
-            with open(done_path, encoding="utf-8") as stream:
-                done = json.load(stream)
-            if done.get("checkpoint_sha256") != sha256:
-                raise StudyError(
-                    f"{done_path} is for another checkpoint{epoch}.pt (SHA-256 differs); use another output directory"
-                )
-        if done is None:
-            outcome = run_prune(epoch_prune_settings(settings, checkpoint, epoch_dir))
-            if not ranks.is_main:
-                continue  # rank 0 records the epoch
-            done = {"epoch": epoch, "checkpoint": os.path.abspath(checkpoint), "checkpoint_sha256": sha256,
-                    unpruned_key: outcome.baseline_score, "curve": outcome.step_rows}
-            write_json(done, done_path, indent=1)
-        rows += relative_rows(epoch, checkpoint, done[unpruned_key], done["curve"], metric.column)
-        if settings.sweep.progress:
-            bar.write(f"epoch {epoch}: unpruned {metric.label} {done[unpruned_key]:.2f}")
-    bar.close()
+    # a context: an error in the first epoch (a split not found) clears the bar before its line is printed
+    with tqdm(checkpoints, desc="epochs", unit="checkpoint", disable=not settings.sweep.progress,
+              leave=False) as bar:
+        for epoch, checkpoint in bar:
+            epoch_dir = os.path.join(out, f"epoch{epoch}")
+            done_path = os.path.join(epoch_dir, DONE)
+            sha256 = file_sha256(checkpoint)
+            done = None
+            if ranks.main_value(os.path.exists(done_path)):
+                with open(done_path, encoding="utf-8") as stream:
+                    done = json.load(stream)
+                if done.get("checkpoint_sha256") != sha256:
+                    raise StudyError(f"{done_path} is for another checkpoint{epoch}.pt (SHA-256 differs); "
+                                     "use another output directory")
+            if done is None:
+                outcome = run_prune(epoch_prune_settings(settings, checkpoint, epoch_dir))
+                if not ranks.is_main:
+                    continue  # rank 0 records the epoch
+                done = {"epoch": epoch, "checkpoint": os.path.abspath(checkpoint), "checkpoint_sha256": sha256,
+                        unpruned_key: outcome.baseline_score, "curve": outcome.step_rows}
+                write_json(done, done_path, indent=1)
+            rows += relative_rows(epoch, checkpoint, done[unpruned_key], done["curve"], metric.column)
+            if settings.sweep.progress:
+                bar.write(f"epoch {epoch}: unpruned {metric.label} {done[unpruned_key]:.2f}")
     if not ranks.is_main:
         return None
     _write_outputs(settings, rows, described)

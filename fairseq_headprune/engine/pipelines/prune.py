@@ -19,6 +19,7 @@ from typing import Dict, List, Optional, Sequence
 from fairseq_headprune.constants import ORDERS, SCOPES
 from fairseq_headprune.engine.families import family_named
 from fairseq_headprune.engine.pipelines.finetune_configs import finetune_configurations, run_finetune_configs
+from fairseq_headprune.engine.runners.batches import load_split
 from fairseq_headprune.engine.runners.device_batching import sweep_batching
 from fairseq_headprune.engine.runtime.ranks import current_ranks
 from fairseq_headprune.engine.search.mask_sources import (
@@ -103,6 +104,7 @@ def run_prune(settings: PruneSettings) -> Optional[PruneOutcome]:
     family = family_named(sweep_settings.family)
     cfg, task, model = family.load(sweep_settings.data, sweep_settings.checkpoint, sweep_settings.generation_args,
                                    cpu=sweep_settings.cpu)
+    load_split(task, sweep_settings.gen_subset)  # the split every step translates, found before any work
     layout = head_layout(model)
     budgets = requested_budgets(settings, layout)
     # a file for another model fails before any work
