@@ -69,6 +69,8 @@ def cases(i):
         (["importance", data, "--path", i["directed"], "--out-dir", out, "-s", "fr", "-t", "en"], "--source-lang"),
         (["dynamics", data, "--checkpoints", os.path.dirname(checkpoint), "--out-dir", out, "--gen-subset", "nosuch"],
          "split 'nosuch' not found"),  # before the epochs' progress bar, with nothing written
+        (["dynamics", data, "--checkpoints", os.path.dirname(checkpoint), "--out-dir", out, "--importance-subset",
+          "nosuch"], "split 'nosuch' not found"),
         # a checkpoint cut short, a file that is none
         (["mask", "E:1:1", "--path", i["cut"]], "the file is cut short or damaged"),
         (["mask", "E:1:1", "--path", text], "it is not a PyTorch checkpoint"),

@@ -63,10 +63,11 @@ def epoch_prune_settings(settings: DynamicsSettings, checkpoint: str, epoch_dir:
 
 
 def _check_split_found(settings: DynamicsSettings, checkpoint: str) -> None:
-    """The split every epoch translates, found before the first epoch's work starts."""
+    """The splits every epoch reads (importance, then translation), found before the first epoch's work starts."""
     sweep = settings.sweep
     _, task, _ = family_named(sweep.family).load(sweep.data, checkpoint, sweep.generation_args, cpu=True)
-    load_split(task, sweep.gen_subset)
+    for split in dict.fromkeys([*settings.curve.importance.subsets, sweep.gen_subset]):
+        load_split(task, split)
 
 
 def run_dynamics(settings: DynamicsSettings) -> Optional[List[Dict[str, object]]]:
