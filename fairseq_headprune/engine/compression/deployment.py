@@ -41,7 +41,7 @@ from fairseq_headprune.errors import StudyError
 from fairseq_headprune.study.compression.decoding import DecodingOptions, rate_summary
 from fairseq_headprune.study.compression.deployment_settings import DeploymentSettings
 from fairseq_headprune.study.compression.precision import CandidateTiming
-from fairseq_headprune.study.compression.speed import SpeedRow, paired_speedup
+from fairseq_headprune.study.compression.speed import SpeedRow, paired_speedup, paired_speedup_interval
 from fairseq_headprune.version import __version__
 
 UNPRUNED, COMPRESSED = "unpruned", "compressed"
@@ -176,6 +176,9 @@ def speed_rows(systems: Sequence[DecodingSystem], seconds: Dict[str, List[float]
         def against(other) -> Optional[float]:
             return None if other is None else paired_speedup(seconds[other.name], seconds[system.name])
 
+        def interval(other) -> Optional[List[float]]:
+            return None if other is None else paired_speedup_interval(seconds[other.name], seconds[system.name])
+
         rates = rate_summary(count, seconds[system.name])
         rows.append(SpeedRow(
             batch_size=batch_size, system=system.name, engine=system.engine, weights=system.weights,
@@ -184,6 +187,7 @@ def speed_rows(systems: Sequence[DecodingSystem], seconds: Dict[str, List[float]
             sentences_per_second_max=rates["max"], sentences_per_second_iqr=rates["iqr"],
             tokens_per_second=tokens / median, speedup_vs_fairseq_unpruned=against(reference),
             speedup_like_for_like=against(like), speedup_vs_stock_conversion=against(stock),
+            speedup_like_for_like_interval=interval(like),
             bleu=(None if references is None else
                   sacrebleu.corpus_bleu(outputs[system.name], [list(references)], tokenize="none", force=True).score),
             same_hypotheses_as=None if same_as is None else same_as.name, same_hypotheses=same,
@@ -231,6 +235,7 @@ def measure_speed(family: str, checkpoints: Dict[str, str], exported: Dict[Tuple
             if row.compressed and reference is not None:  # the unpruned counterpart's passes, in this run
                 row.run_beam_seconds = passes.seconds[reference.name]
                 row.speedup_vs_run_beam = paired_speedup(row.run_beam_seconds, row.seconds)
+                row.speedup_vs_run_beam_interval = paired_speedup_interval(row.run_beam_seconds, row.seconds)
         rows += batch_rows
     return rows, run.options, run.environment
 

@@ -35,7 +35,7 @@ from fairseq_headprune.engine.pipelines.speedup_plan import plan_stage
 from fairseq_headprune.errors import StudyError
 from fairseq_headprune.study.compression.records import EvaluationRecord, HalvesRecord, Prediction, trained_where
 from fairseq_headprune.study.compression.settings import STOP_SHARE_OF_TOLERANCE, CompressSettings
-from fairseq_headprune.study.compression.speed import compressed_speedups
+from fairseq_headprune.study.compression.speed import compressed_speedup_lows, compressed_speedups
 from fairseq_headprune.study.compression.speedup import PlannedCandidate, disturbed_plan_text, unreached_text
 from fairseq_headprune.study.compression.speedup_records import (
     AttemptRecord,
@@ -119,18 +119,21 @@ def run_speedup(settings: CompressSettings, on_stage: Optional[StageCallback] = 
         attempt_settings.append(current)
         score = _score(outcome.report.evaluation, candidate.candidate.beam)
         speedups = _measured_speedups(outcome, candidate.candidate.beam)
+        lows = _measured_speedups(outcome, candidate.candidate.beam, lows=True)
         finetune = _finetune_summary(outcome)
-        step = search.decide(AttemptResult(score.delta, speedups, finetune.stopped))
+        step = search.decide(AttemptResult(score.delta, speedups, finetune.stopped, speedup_lows=lows))
         records.append(AttemptRecord(
             attempt=number, dir=os.path.basename(attempt_dir), shape=candidate,
             continued_from=None if previous is None else os.path.basename(previous), finetune=finetune,
-            score=score, speedups=speedups, decision=step.decision, seconds=_stage_seconds(outcome)))
+            score=score, speedups=speedups, decision=step.decision, seconds=_stage_seconds(outcome),
+            speedup_lows=lows))
         tell(number, f"{score.metric} {score.delta:+.2f} on {score.split} (tolerance -{settings.max_bleu_loss:g})"
              + (f" after {finetune.updates} updates ({finetune.stopped})" if finetune.stopped else "")
              # where a GPU fine-tuned (the CPU trains in float32 alone; report.md states either)
              + (" " + trained_where(finetune.device, finetune.precision)
                 if finetune.device not in ("", "cpu") else "") + ", "
-             + ", ".join(f"{value:.2f}x at batch {batch}" for batch, value in speedups.items())
+             + ", ".join(f"{value:.2f}x (low {lows.get(batch, value):.2f}x) at batch {batch}"
+                         for batch, value in speedups.items())
              + f" like for like: {step.decision}")
         attempt = step.next
     report = SpeedupReport(checkpoint=os.path.abspath(settings.checkpoint), target=settings.target.text,
@@ -234,13 +237,14 @@ def _finetune_summary(outcome: CompressOutcome) -> FinetuneSummary:
                            finetune.seconds_training, finetune.device, finetune.precision)
 
 
-def _measured_speedups(outcome: CompressOutcome, beam: Optional[int]) -> Dict[str, float]:
+def _measured_speedups(outcome: CompressOutcome, beam: Optional[int], lows: bool = False) -> Dict[str, float]:
     """The compressed model's speed-up like for like with the vocabulary map (CTranslate2), per batch size: at
-    the shape's beam against the unpruned model at the run's."""
-    speed = outcome.report.speed
+    the shape's beam against the unpruned model at the run's; ``lows``: the low ends of their intervals over the
+    timing rounds."""
+    speed, measured = outcome.report.speed, compressed_speedup_lows if lows else compressed_speedups
     if beam is None:
-        return compressed_speedups(speed.rows)
-    return compressed_speedups([row for row in speed.beam_rows if row.beam == beam], against_run_beam=True)
+        return measured(speed.rows)
+    return measured([row for row in speed.beam_rows if row.beam == beam], against_run_beam=True)
 
 
 def _result(settings: CompressSettings, report: SpeedupReport, chosen: AttemptRecord, attempt: CompressSettings,

@@ -8,6 +8,7 @@ round to the next cancels; the plan of ``compress --target speedup`` and the
 speed stage use this one estimator.
 """
 
+import math
 import statistics
 from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Mapping, Optional, Sequence
@@ -17,13 +18,50 @@ from fairseq_headprune.constants import CTRANSLATE2_ENGINE
 VMAP_SUFFIX = " vmap"  # how a system timed with its vocabulary map is named
 
 
-def paired_speedup(reference_seconds: Sequence[float], seconds: Sequence[float]) -> float:
-    """How many times faster a system decodes than ``reference``: the median over the rounds of the reference's
-    time over the system's in that round (the two lists in round order, one pass of each per round)."""
+# the coverage asked of a speed-up's interval over the timing rounds (``paired_speedup_interval``)
+SPEEDUP_CONFIDENCE = 0.9
+
+
+def round_ratios(reference_seconds: Sequence[float], seconds: Sequence[float]) -> List[float]:
+    """Each round's speed-up: the reference's time over the system's in that round (the two lists in round
+    order, one pass of each per round)."""
     if not seconds or len(seconds) != len(reference_seconds):
         raise ValueError(f"a paired speed-up needs one pass of each system per round, got {len(reference_seconds)} "
                          f"and {len(seconds)}")
-    return statistics.median(whole / mine for whole, mine in zip(reference_seconds, seconds))
+    return [whole / mine for whole, mine in zip(reference_seconds, seconds)]
+
+
+def paired_speedup(reference_seconds: Sequence[float], seconds: Sequence[float]) -> float:
+    """How many times faster a system decodes than ``reference``: the median of the rounds' ratios."""
+    return statistics.median(round_ratios(reference_seconds, seconds))
+
+
+def median_interval_rank(rounds: int, confidence: float = SPEEDUP_CONFIDENCE) -> int:
+    """The rank k (from 1) of the distribution-free interval for a median from ``rounds`` values: the k-th
+    smallest to the k-th largest covers the median with probability 1 - 2 P(B < k), B ~ Binomial(rounds, 1/2)
+    (the sign test's interval, Conover, Practical Nonparametric Statistics, 3.2); the largest k whose coverage
+    is at least ``confidence``, and 1 (the smallest to the largest) when too few rounds reach it."""
+    fitting = [k for k in range(1, rounds // 2 + 1) if _coverage(rounds, k) >= confidence]
+    return max(fitting, default=1)
+
+
+def _coverage(rounds: int, k: int) -> float:
+    return 1.0 - 2.0 * sum(math.comb(rounds, i) for i in range(k)) / 2.0 ** rounds
+
+
+def median_interval_coverage(rounds: int, confidence: float = SPEEDUP_CONFIDENCE) -> float:
+    """What the interval of ``median_interval_rank`` covers: 1 - 2 P(B < k)."""
+    return _coverage(rounds, median_interval_rank(rounds, confidence))
+
+
+def paired_speedup_interval(reference_seconds: Sequence[float], seconds: Sequence[float],
+                            confidence: float = SPEEDUP_CONFIDENCE) -> List[float]:
+    """The interval, over the timing rounds, of the paired speed-up: the rounds' ratios' k-th smallest and k-th
+    largest (``median_interval_rank``), [low, high]. The accept rule of ``compress --target speedup`` reads its
+    low end: a speed-up measured a hair above the target with rounds spread far below it is not fast enough."""
+    ratios = sorted(round_ratios(reference_seconds, seconds))
+    k = median_interval_rank(len(ratios), confidence)
+    return [ratios[k - 1], ratios[-k]]
 
 
 def round_share(seconds: Sequence[float], whole_seconds: Sequence[float]) -> float:
@@ -62,6 +100,9 @@ class SpeedRow:
     beam: Optional[int] = None  # --speed-beams: the beam this row decoded at (None: the run's)
     run_beam_seconds: Optional[List[float]] = None
     speedup_vs_run_beam: Optional[float] = None
+    # [low, high] over the timing rounds (``paired_speedup_interval``) of the like-for-like and run-beam speed-ups
+    speedup_like_for_like_interval: Optional[List[float]] = None
+    speedup_vs_run_beam_interval: Optional[List[float]] = None
 
     @property
     def compressed(self) -> bool:
@@ -75,8 +116,9 @@ class SpeedRow:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         if self.beam is None:  # a row at the run's beam has no beam columns
             del data["beam"], data["speedup_vs_run_beam"]
-        if self.run_beam_seconds is None:
-            del data["run_beam_seconds"]
+        for name in ("run_beam_seconds", "speedup_like_for_like_interval", "speedup_vs_run_beam_interval"):
+            if data.get(name) is None:
+                data.pop(name, None)
         return data
 
     @classmethod
@@ -116,8 +158,24 @@ def compressed_speedups(rows: Sequence[SpeedRow], engine: str = CTRANSLATE2_ENGI
     """The compressed model's speed-up per batch size (as text) in ``engine`` with (or without) the vocabulary map:
     like for like, or, for rows at another beam, against the unpruned model at the run's beam."""
     speedups = {}
-    for row in rows:
-        value = row.speedup_vs_run_beam if against_run_beam else row.speedup_like_for_like
-        if row.compressed and row.engine == engine and row.vocabulary_mapped == vocabulary_mapped and value is not None:
-            speedups[str(row.batch_size)] = value
+    for row in _compressed_rows(rows, engine, vocabulary_mapped, against_run_beam):
+        speedups[str(row.batch_size)] = row.speedup_vs_run_beam if against_run_beam else row.speedup_like_for_like
     return speedups
+
+
+def compressed_speedup_lows(rows: Sequence[SpeedRow], engine: str = CTRANSLATE2_ENGINE, vocabulary_mapped: bool = True,
+                            against_run_beam: bool = False) -> Dict[str, float]:
+    """The low end of each of ``compressed_speedups``'s speed-ups over the timing rounds; a row written without
+    its interval gives its speed-up itself."""
+    lows = {}
+    for row in _compressed_rows(rows, engine, vocabulary_mapped, against_run_beam):
+        value = row.speedup_vs_run_beam if against_run_beam else row.speedup_like_for_like
+        interval = row.speedup_vs_run_beam_interval if against_run_beam else row.speedup_like_for_like_interval
+        lows[str(row.batch_size)] = interval[0] if interval else value
+    return lows
+
+
+def _compressed_rows(rows, engine, vocabulary_mapped, against_run_beam) -> List[SpeedRow]:
+    return [row for row in rows
+            if row.compressed and row.engine == engine and row.vocabulary_mapped == vocabulary_mapped
+            and (row.speedup_vs_run_beam if against_run_beam else row.speedup_like_for_like) is not None]

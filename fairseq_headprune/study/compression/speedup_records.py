@@ -89,15 +89,18 @@ class AttemptRecord:
     speedups: Dict[str, float]
     decision: str
     seconds: Dict[str, float] = field(default_factory=dict)  # each stage's, as it ran (kept stages: their first run)
+    # the low end of each speed-up's interval over the timing rounds, what "fast enough" read (empty: a record
+    # written before the rule read it; the speed-ups themselves)
+    speedup_lows: Dict[str, float] = field(default_factory=dict)
 
     def fast_enough(self, factor: float) -> bool:
-        return reaches(self.speedups, factor)
+        return reaches(self.speedup_lows or self.speedups, factor)
 
     def to_dict(self) -> Dict[str, Any]:
         return {"attempt": self.attempt, "dir": self.dir, "shape": self.shape.to_dict(),
                 "continued_from": self.continued_from, "finetune": self.finetune.to_dict(),
-                "score": self.score.to_dict(), "speedups": dict(self.speedups), "decision": self.decision,
-                "seconds": dict(self.seconds)}
+                "score": self.score.to_dict(), "speedups": dict(self.speedups),
+                "speedup_lows": dict(self.speedup_lows), "decision": self.decision, "seconds": dict(self.seconds)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], split: str = "") -> "AttemptRecord":
@@ -108,7 +111,8 @@ class AttemptRecord:
         return cls(attempt=int(data["attempt"]), dir=str(data["dir"]), shape=PlannedCandidate.from_dict(data["shape"]),
                    continued_from=data.get("continued_from"), finetune=finetune, score=score,
                    speedups={str(k): float(v) for k, v in data["speedups"].items()}, decision=str(data["decision"]),
-                   seconds=dict(data.get("seconds") or {}))
+                   seconds=dict(data.get("seconds") or {}),
+                   speedup_lows={str(k): float(v) for k, v in (data.get("speedup_lows") or {}).items()})
 
 
 @dataclass

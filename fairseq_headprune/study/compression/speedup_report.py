@@ -127,13 +127,22 @@ def speedup_report_markdown(report: SpeedupReport) -> str:
               "| attempt | shape | fine-tuning | BLEU change | p | " + " | ".join(f"batch {b}" for b in batches)
               + " | then |", "|---:|---|---|---:|---:|" + "---:|" * len(batches) + "---|"]
     for attempt in report.attempts:
-        speeds = " | ".join(f"{attempt.speedups[b]:.2f}x" if b in attempt.speedups else "" for b in batches)
+        speeds = " | ".join(_speed_cell(attempt, b) for b in batches)
         lines.append(f"| {attempt.attempt} | {attempt.shape.candidate.name} | {_finetuning(attempt)} | "
                      f"{attempt.score.delta:+.2f} | {p_value_cell(attempt.score.p_value, attempt.score.samples)} | "
                      f"{speeds} | {attempt.decision} |")
     lines += _curves(report)
     lines += _time(report)
     return "\n".join(lines) + "\n"
+
+
+def _speed_cell(attempt: AttemptRecord, batch: str) -> str:
+    """An attempt's speed-up at one batch size, with the low end of its interval over the timing rounds (what
+    the decision read) where it was recorded."""
+    if batch not in attempt.speedups:
+        return ""
+    low = attempt.speedup_lows.get(batch)
+    return f"{attempt.speedups[batch]:.2f}x" + ("" if low is None else f" (low {low:.2f}x)")
 
 
 def unreached_report_markdown(plan: PlanRecord, target: str, checkpoint: str, why: str) -> str:

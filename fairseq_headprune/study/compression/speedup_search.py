@@ -5,7 +5,9 @@ evaluated and timed) and hands the result back; ``SpeedupSearch`` keeps the
 state (which shapes were tried, whether the last fine-tuning was continued)
 and decides what follows, by the rules of ``study.compression.speedup``:
 
-- within the tolerance and fast enough at every batch size: accept;
+- within the tolerance and fast enough at every batch size: accept; fast enough is the low end of the
+  speed-up's interval over the timing rounds at the target or above (``speed.paired_speedup_interval``), so
+  that a speed-up measured a hair above the target with rounds spread below it is not taken;
 - no attempt left: give up (the result is ``best_attempt``);
 - within the tolerance but slower than asked: prune more (the least damaged
   shape that the plan, corrected by the measured error, expects fast enough);
@@ -47,6 +49,13 @@ class AttemptResult:
     delta: float
     speedups: Dict[str, float] = field(default_factory=dict)
     finetune_stopped: Optional[str] = None
+    # the low end of each speed-up's interval over the timing rounds (``speed.paired_speedup_interval``); what
+    # "fast enough" reads (empty: the speed-ups themselves)
+    speedup_lows: Dict[str, float] = field(default_factory=dict)
+
+    @property
+    def fast_enough_speedups(self) -> Dict[str, float]:
+        return self.speedup_lows or self.speedups
 
     @property
     def still_improving(self) -> bool:
@@ -124,7 +133,7 @@ class SpeedupSearch:
         number = len(self.attempts)
         can_continue = self.can_finetune and current.continues is None and result.still_improving
         decision = next_step(-result.delta, self.max_bleu_loss, can_continue, self.max_attempts - number,
-                             reaches(result.speedups, self.factor))
+                             reaches(result.fast_enough_speedups, self.factor))
         following: Optional[AttemptPlan] = None
         if decision == CONTINUE:
             following = AttemptPlan(current.shape, continues=number)
