@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Stop a fairseq-headprune run at several points, run it again, and compare with an uninterrupted run.
 
-usage: interrupt_check.py [--signals INT,KILL] [--points 0.2,0.5,0.8] WORK_DIR -- fairseq-headprune COMMAND ...
+usage: interrupt_check.py [--signals INT,KILL] [--points 0.2,0.5,0.8] [--measured WORDS] WORK_DIR --
+                          fairseq-headprune COMMAND ...
 
 The command must hold ``{out}`` where its output directory goes. It runs once uninterrupted into
 WORK_DIR/reference, timed; then, for each signal and each point (a fraction of that time), into a fresh
@@ -10,6 +11,11 @@ the reference: every checkpoint (``*.pt``) by its model's tensors, every table (
 every JSON file with its clock readings left out (keys naming seconds, time, date, wall, elapsed or a
 process, and the hashes of checkpoint files, which hold fairseq's training clock). One line per run; exit 1
 if any differs. A stop that came after the run had ended is reported as such (choose earlier points).
+
+A run that times decoding (``compress --export``, ``--target speedup``) measures other speeds in every
+directory: ``--measured speedup,per_second`` leaves out the JSON keys holding any of those words, and the
+tables whose file name holds one, as it leaves out clock readings; the decisions, scores and weights are still
+compared.
 """
 
 import argparse
@@ -34,6 +40,9 @@ def parse_arguments():
     parser.add_argument("--signals", default="INT,KILL", help="signals to stop with (default INT,KILL)")
     parser.add_argument("--points", default="0.2,0.5,0.8",
                         help="where to stop, as fractions of the uninterrupted run's time (default 0.2,0.5,0.8)")
+    parser.add_argument("--measured", default="", metavar="WORDS",
+                        help="comma-separated words: JSON keys and table names holding one are speed measurements, "
+                        "left out of the comparison (default: none)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- fairseq-headprune COMMAND ... {out} ...")
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -46,30 +55,32 @@ def parse_arguments():
         parser.error(f"--signals or --points: {error}")
     if not all(0 < p < 1 for p in points):
         parser.error("--points: fractions between 0 and 1")
-    return args.work_dir, command, signals, points
+    measured = tuple(word.strip().lower() for word in args.measured.split(",") if word.strip())
+    return args.work_dir, command, signals, points, measured
 
 
 def with_out(command, out):
     return [part.replace("{out}", out) for part in command]
 
 
-def result_files(out):
+def result_files(out, measured=()):
     found = {}
     for folder, _, names in os.walk(out):
         for name in names:
             path = os.path.join(folder, name)
             relative = os.path.relpath(path, out)
-            if name.endswith((".pt", ".tsv", ".json")) and not any(s in relative for s in SKIPPED):
+            if (name.endswith((".pt", ".tsv", ".json")) and not any(s in relative for s in SKIPPED)
+                    and not (name.endswith(".tsv") and any(w in name.lower() for w in measured))):
                 found[relative] = path
     return found
 
 
-def without_clocks(value):
+def without_clocks(value, measured=()):
     if isinstance(value, dict):
-        return {k: without_clocks(v) for k, v in value.items()
-                if not any(w in k.lower() for w in CLOCK_WORDS) and k not in HASHES_OF_CHECKPOINTS}
+        return {k: without_clocks(v, measured) for k, v in value.items()
+                if not any(w in k.lower() for w in CLOCK_WORDS + measured) and k not in HASHES_OF_CHECKPOINTS}
     if isinstance(value, list):
-        return [without_clocks(v) for v in value]
+        return [without_clocks(v, measured) for v in value]
     if isinstance(value, str) and os.path.isabs(value):
         return os.path.basename(value)  # the run's own directory differs
     return value
@@ -86,8 +97,8 @@ def same_checkpoint(first, second):
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-def differences(reference, resumed):
-    expected, found = result_files(reference), result_files(resumed)
+def differences(reference, resumed, measured=()):
+    expected, found = result_files(reference, measured), result_files(resumed, measured)
     problems = [f"missing {name}" for name in sorted(set(expected) - set(found))]
     problems += [f"extra {name}" for name in sorted(set(found) - set(expected))]
     for name in sorted(set(expected) & set(found)):
@@ -97,7 +108,7 @@ def differences(reference, resumed):
         elif name.endswith(".json"):
             with open(first) as a, open(second) as b:
                 try:
-                    same = without_clocks(json.load(a)) == without_clocks(json.load(b))
+                    same = without_clocks(json.load(a), measured) == without_clocks(json.load(b), measured)
                 except ValueError:
                     same = False
         else:
@@ -109,7 +120,7 @@ def differences(reference, resumed):
 
 
 def main():
-    work, command, signals, points = parse_arguments()
+    work, command, signals, points, measured = parse_arguments()
     os.makedirs(work, exist_ok=True)
     reference = os.path.join(work, "reference")
     shutil.rmtree(reference, ignore_errors=True)
@@ -134,7 +145,7 @@ def main():
             last = (stderr.strip().splitlines() or [""])[-1]
             resumed = subprocess.run(with_out(command, out), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      text=True)
-            problems = differences(reference, out) if resumed.returncode == 0 else [
+            problems = differences(reference, out, measured) if resumed.returncode == 0 else [
                 f"the rerun failed: {resumed.stderr.strip()[-300:]}"]
             failed += bool(problems)
             print(f"{stop.name} at {point:g} ({seconds * point:.0f} s, exit {process.returncode}"
