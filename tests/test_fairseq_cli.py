@@ -133,3 +133,23 @@ def test_validate_honours_the_task_for_a_translation_checkpoint(tiny_model, tmp_
     torch.save(state, translation_checkpoint)
     model = dict(tiny_model, checkpoint=translation_checkpoint)
     assert validate_loss(model, "--head-mask", "A:*:*") > validate_loss(model) + 0.1
+
+
+def test_our_train_records_the_direction_and_a_reversed_pair_is_refused(tiny_model, tmp_path):
+    """fairseq keeps a language pair it inferred out of the checkpoint; ``fairseq-headprune train`` gives the pair
+    fairseq would infer, so the checkpoint records it and ``-s fr -t en`` on it is refused in one line."""
+    import torch
+
+    run(["fairseq-headprune", "train", tiny_model["data"], "--arch", "transformer",
+         "--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
+         "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32", "--encoder-attention-heads", "4",
+         "--decoder-attention-heads", "4", "--share-all-embeddings", "--optimizer", "adam", "--lr", "0.001",
+         "--max-tokens", "1024", "--max-update", "1", "--save-dir", tmp_path / "checkpoints", "--num-workers", "0",
+         "--log-format", "simple", "--no-epoch-checkpoints"])
+    checkpoint = tmp_path / "checkpoints" / "checkpoint_last.pt"
+    task = torch.load(checkpoint, map_location="cpu", weights_only=False)["cfg"]["task"]
+    assert (task["source_lang"], task["target_lang"]) == ("en", "fr")
+    reversed_pair = run(["fairseq-headprune", "importance", tiny_model["data"], "--path", checkpoint, "--out-dir",
+                         tmp_path / "importance", "-s", "fr", "-t", "en", "--importance-limit", "4"], check=False)
+    assert reversed_pair.returncode == 2 and len(reversed_pair.stderr.strip().splitlines()) == 1
+    assert "translates en-fr, not fr-en" in reversed_pair.stderr

@@ -86,6 +86,24 @@ def _task_for(argv: List[str]) -> List[str]:
     return ["--task", TASK_NAME]
 
 
+def _direction_for(argv: List[str]) -> List[str]:
+    """``--source-lang``/``--target-lang`` as fairseq-train would infer them from the data's file names, given
+    explicitly so that the checkpoint records its direction (fairseq keeps an inferred pair out of the saved
+    configuration), and a later run on the reversed pair is refused; nothing for another task or a pair given."""
+    from fairseq.data import data_utils
+
+    from fairseq_headprune.tasks.fairseq_headprune import TASK_NAME
+
+    if (_option_value(argv, "--task") != TASK_NAME or any(_given(argv, option) for option in
+                                                            ("-s", "--source-lang", "-t", "--target-lang"))):
+        return []
+    data = argv[0] if argv and not argv[0].startswith("-") else None  # DATA first, as fairseq-train documents
+    if data is None or not os.path.isdir(data.split(":")[0]):
+        return []  # fairseq's parser reports it
+    source, target = data_utils.infer_language_pair(data.split(":")[0])
+    return [] if source is None or target is None else ["--source-lang", source, "--target-lang", target]
+
+
 def run_fairseq_command(command: str, args: List[str]) -> int:
     """Run a fairseq command with ``--user-dir`` and ``--task`` filled in."""
     from fairseq_headprune.registry import register_components
@@ -100,6 +118,8 @@ def run_fairseq_command(command: str, args: List[str]) -> int:
         argv += ["--user-dir", PACKAGE_DIR]
     if not _given(argv, "--task"):
         argv += _task_for(argv)
+    if command == "train":
+        argv += _direction_for(argv)
     if "-h" in argv or "--help" in argv:
         return _print_help(command, argv)
     module = importlib.import_module(FAIRSEQ_COMMANDS[command])
@@ -145,5 +165,7 @@ def add_parsers(commands) -> None:
             add_help=False,
             help=f"fairseq-{command} with --user-dir and the head-masking --task set (fairseq-headprune; "
             "headprune_sentence_prediction or headprune_language_modeling for a --path checkpoint of "
-            f"those tasks; all fairseq-{command} options, plus --head-mask)",
+            f"those tasks; all fairseq-{command} options, plus --head-mask"
+            + ("; a translation run without -s/-t gets the pair fairseq would infer from DATA, so that the "
+               "checkpoint records its direction)" if command == "train" else ")"),
         )
