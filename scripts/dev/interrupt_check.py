@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Stop a fairseq-headprune run at several points, run it again, and compare with an uninterrupted run.
 
-usage: interrupt_check.py [--signals INT,KILL] [--points 0.2,0.5,0.8] [--measured WORDS] WORK_DIR --
-                          fairseq-headprune COMMAND ...
+usage: interrupt_check.py [--signals INT,KILL] [--points 0.2,0.5,0.8] [--measured WORDS] [--seed PATHS]
+                          WORK_DIR -- fairseq-headprune COMMAND ...
 
 The command must hold ``{out}`` where its output directory goes. It runs once uninterrupted into
 WORK_DIR/reference, timed; then, for each signal and each point (a fraction of that time), into a fresh
@@ -15,7 +15,11 @@ if any differs. A stop that came after the run had ended is reported as such (ch
 A run that times decoding (``compress --export``, ``--target speedup``) measures other speeds in every
 directory: ``--measured speedup,per_second`` leaves out the JSON keys holding any of those words, and the
 tables whose file name holds one, as it leaves out clock readings; the decisions, scores and weights are still
-compared.
+compared. ``--seed compress.json,plan`` copies those paths of the reference into each directory before its
+first run, so that a run whose choices follow its timing (the speed-up plan) resumes from the same choices.
+
+Each run starts with SIGINT at its default (a process launched in the background by a shell inherits SIGINT
+ignored, and Python then installs no KeyboardInterrupt handler: a Ctrl-C check there would test nothing).
 """
 
 import argparse
@@ -43,6 +47,8 @@ def parse_arguments():
     parser.add_argument("--measured", default="", metavar="WORDS",
                         help="comma-separated words: JSON keys and table names holding one are speed measurements, "
                         "left out of the comparison (default: none)")
+    parser.add_argument("--seed", default="", metavar="PATHS",
+                        help="comma-separated paths of the reference run copied into each directory before it runs")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- fairseq-headprune COMMAND ... {out} ...")
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -56,7 +62,23 @@ def parse_arguments():
     if not all(0 < p < 1 for p in points):
         parser.error("--points: fractions between 0 and 1")
     measured = tuple(word.strip().lower() for word in args.measured.split(",") if word.strip())
-    return args.work_dir, command, signals, points, measured
+    seeded = [path.strip() for path in args.seed.split(",") if path.strip()]
+    return args.work_dir, command, signals, points, measured, seeded
+
+
+def default_sigint():
+    """In the child before it runs: SIGINT at its default, whatever the check itself inherited."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def seed_from(reference, out, seeded):
+    os.makedirs(out, exist_ok=True)
+    for relative in seeded:
+        source, target = os.path.join(reference, relative), os.path.join(out, relative)
+        if os.path.isdir(source):
+            shutil.copytree(source, target)
+        else:
+            shutil.copy2(source, target)
 
 
 def with_out(command, out):
@@ -120,12 +142,12 @@ def differences(reference, resumed, measured=()):
 
 
 def main():
-    work, command, signals, points, measured = parse_arguments()
+    work, command, signals, points, measured, seeded = parse_arguments()
     os.makedirs(work, exist_ok=True)
     reference = os.path.join(work, "reference")
     shutil.rmtree(reference, ignore_errors=True)
     began = time.monotonic()
-    subprocess.run(with_out(command, reference), check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(with_out(command, reference), check=True, stdout=subprocess.DEVNULL, preexec_fn=default_sigint)
     seconds = time.monotonic() - began
     print(f"uninterrupted: {seconds:.1f} s, {len(result_files(reference))} result files", flush=True)
     failed = 0
@@ -133,8 +155,10 @@ def main():
         for point in points:
             out = os.path.join(work, f"{stop.name}-{point:g}")
             shutil.rmtree(out, ignore_errors=True)
+            if seeded:
+                seed_from(reference, out, seeded)
             process = subprocess.Popen(with_out(command, out), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                       text=True)
+                                       text=True, preexec_fn=default_sigint)
             try:
                 process.wait(timeout=seconds * point)
                 print(f"{stop.name} at {point:g}: the run ended before the stop", flush=True)
@@ -144,7 +168,7 @@ def main():
             _, stderr = process.communicate()
             last = (stderr.strip().splitlines() or [""])[-1]
             resumed = subprocess.run(with_out(command, out), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     text=True)
+                                     text=True, preexec_fn=default_sigint)
             problems = differences(reference, out, measured) if resumed.returncode == 0 else [
                 f"the rerun failed: {resumed.stderr.strip()[-300:]}"]
             failed += bool(problems)
