@@ -516,3 +516,37 @@ def test_a_decision_half_keeps_what_is_fitted_apart_from_what_decides(tiny_model
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1].endswith("leave out --decision-half")
     assert not (tmp_path / "other" / "plan").exists()
+
+
+def test_the_plan_exports_and_times_one_group_of_shapes_at_a_time(tiny_model, tmp_path, monkeypatch):
+    """The plan's disk and timing processes hold the unpruned model and one group of shapes (``PLAN_GROUP``),
+    whatever the ladder's length: each group is timed with the unpruned model beside it and deleted before the
+    next is exported, and every shape of the ladder is timed once."""
+    from fairseq_headprune.cli import main
+    from fairseq_headprune.engine.pipelines import speedup_plan
+
+    monkeypatch.setattr(speedup_plan, "PLAN_GROUP", 3)
+    groups = []
+    timed = speedup_plan.time_systems
+
+    def recording(specs, *args, **kwargs):
+        reference = next(spec.model for spec in specs if spec.name == speedup_plan.REFERENCE)
+        on_disk = sorted(os.path.relpath(path, os.path.dirname(reference)) for path in
+                         [os.path.join(root, name) for root, names, _ in os.walk(os.path.dirname(reference))
+                          for name in names if name.startswith("shape-")])
+        groups.append({"timed": sorted({os.path.relpath(spec.model, os.path.dirname(reference)) for spec in specs
+                                        if spec.model != reference}), "on_disk": on_disk})
+        return timed(specs, *args, **kwargs)
+
+    monkeypatch.setattr(speedup_plan, "time_systems", recording)
+    out = tmp_path / "run"
+    command = speedup_command(tiny_model, out)[1:]
+    command[command.index("speedup=1.05x")] = "speedup=50x"  # no shape gets there: the plan alone
+    assert main(command) == 2
+    plan = _stage(out, "plan")
+    shapes = {(str(c["dropped"]), c["width"]) for c in plan["candidates"]}
+    assert len(groups) == -(-len(shapes) // 3) > 1
+    for group in groups:
+        assert 1 <= len(group["timed"]) <= 3 and group["on_disk"] == group["timed"]  # the earlier groups gone
+    assert sum(len(group["timed"]) for group in groups) == len(shapes)
+    assert all(set(c["speedups"]) == {"1", "8"} for c in plan["candidates"])

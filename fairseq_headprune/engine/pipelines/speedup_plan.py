@@ -2,8 +2,9 @@
 and the one to try first (``study.compression.speedup``).
 
 The timing: every shape of ``candidate_ladder`` exported with the vocabulary map (its layers, every layer narrowed
-alike) and timed against the unpruned model (with and without its map) in one rotated run on the Fisher split's
-first sentences, each generating the split's mean target length.
+alike) and timed against the unpruned model (with and without its map) on the Fisher split's first sentences,
+each generating the split's mean target length; ``PLAN_GROUP`` shapes at a time, each group in one rotated run
+with the unpruned model (every speed-up is paired within its group's rounds) and deleted after it.
 
 The damage: the validation loss before fine-tuning of the unpruned model with the shape's whole layers removed
 (chosen by the loss, one at a time, as ``engine.compression.layer_choice`` does; the losses measured once and
@@ -14,6 +15,8 @@ split (the attempts' fine-tunings stop once within the tolerance of it) and reco
 
 import dataclasses
 import os
+import shutil
+import statistics
 import tempfile
 from typing import Dict, List, Mapping, Optional, Tuple
 
@@ -50,6 +53,9 @@ from fairseq_headprune.study.masks.layer_drop import LayerChoice, kept_layers
 from fairseq_headprune.study.search.mask_search import width_count
 
 PLAN_SENTENCES = 64  # sentences of the Fisher split each candidate decodes per timed pass
+# shapes exported and timed together, beside the unpruned model, then deleted: the plan's disk and memory hold
+# the unpruned model and this many shapes, whatever the ladder's length (47 shapes on a 6 + 6 model)
+PLAN_GROUP = 8
 REFERENCE, STOCK = "unpruned vmap", "unpruned"
 # the stack each attention and FFN type belongs to
 TYPE_STACKS = {"enc-enc": "encoder", "enc-dec": "decoder", "dec-dec": "decoder", "enc-ffn": "encoder",
@@ -68,17 +74,9 @@ def plan_stage(settings: CompressSettings, work: str) -> PlanRecord:
     smaller = [b for b in SMALLER_BEAMS if b < beam] if settings.allow_beam else []
     ladder = candidate_ladder(depths, beams=smaller)
     base_loss, damages, choices, sentences = _damages(settings, family, cfg, task, model, ladder)
-    planned, run, target_length = _timed(settings, family, cfg, task, model, ladder, split, beam)
+    planned, map_gain, environment, target_length = _timed(settings, family, cfg, task, model, ladder, split, beam)
     for candidate in planned:
         candidate.damage = damages[candidate.candidate.dropped, candidate.candidate.width]
-    map_gain = {}
-    for passes in run.passes:
-        batch = str(passes.batch_size)
-        reference_seconds = passes.seconds[REFERENCE]
-        map_gain[batch] = paired_speedup(passes.seconds[STOCK], reference_seconds)  # the map's own speed-up
-        for planned_candidate in planned:
-            planned_candidate.speedups[batch] = paired_speedup(reference_seconds,
-                                                               passes.seconds[planned_candidate.candidate.name])
     decoding = DecodingOptions.of_generation(cfg.generation)
     reference = split_score(settings, settings.checkpoint, settings.decision_subset, os.path.join(work, "reference"))
     # the fine-tuning's stop target is set from the split it validates on
@@ -90,7 +88,7 @@ def plan_stage(settings: CompressSettings, work: str) -> PlanRecord:
                         batch_sizes=list(deployment.batch_sizes),
                         quantization=settings.table_quantization, split=split, sentences=PLAN_SENTENCES, beam=beam,
                         target_length=target_length, repeats=deployment.repeats, candidates=planned,
-                        map_gain=map_gain, environment=run.environment, decision_subset=settings.decision_subset,
+                        map_gain=map_gain, environment=environment, decision_subset=settings.decision_subset,
                         reference=reference, stop_subset=stop_subset, stop_reference=stop_reference,
                         base_loss=base_loss, damage_sentences=sentences,
                         generation={"beam": decoding.beam, "lenpen": decoding.lenpen, "max_len_a": decoding.max_len_a,
@@ -103,53 +101,68 @@ def plan_stage(settings: CompressSettings, work: str) -> PlanRecord:
 
 
 def _timed(settings: CompressSettings, family, cfg, task, model, ladder: List[Candidate], split: str,
-           beam: int) -> Tuple[List[PlannedCandidate], object, int]:
-    """Every shape exported with the vocabulary map and timed with the unpruned model (with and without its map) in
-    one rotated run; returns the candidates with their decoding-FLOPs share, the run and the target length."""
+           beam: int) -> Tuple[List[PlannedCandidate], Dict[str, float], Dict[str, object], int]:
+    """Every shape exported with the vocabulary map and timed against the unpruned model (with and without its
+    map), ``PLAN_GROUP`` shapes at a time, each group in one rotated run with the unpruned model and deleted
+    after it, so that the plan's disk and memory hold the unpruned model and one group whatever the ladder's
+    length; returns the candidates with their decoding-FLOPs share and speed-ups, the map's own speed-up (the
+    median over the groups), the machine and the target length."""
     evaluation, deployment = settings.evaluation, settings.deployment
     search_settings, costs = search_costs(settings.search_settings(settings.checkpoint, "."), cfg, task, model)
     full = costs.full_cost()
     _, target_length = split_mean_lengths(task, split)
     quantization = settings.table_quantization
     depths = model_depths(model)
-    planned: List[PlannedCandidate] = []
     threads, device = torch.get_num_threads(), deployment.device
-    progress = tqdm(total=len(ladder) + 1, desc="plan: exporting shapes", unit="shape",
+    sentences = _plan_sentences(task, split, deployment.batch_sizes)
+    shapes = list(dict.fromkeys((candidate.dropped, candidate.width) for candidate in ladder))
+    groups = [shapes[i:i + PLAN_GROUP] for i in range(0, len(shapes), PLAN_GROUP)]
+    progress = tqdm(total=len(shapes) + 1, desc="plan: exporting and timing shapes", unit="shape",
                     disable=not evaluation.progress, leave=False)
+
+    def spec(name: str, path: str, use_vmap: bool, at_beam: Optional[int] = None) -> SystemSpec:
+        options = DecodingOptions.fixed_length(at_beam or beam, target_length).to_dict()
+        return SystemSpec(name, CTRANSLATE2, "variant", quantization, path, family=family.name, threads=threads,
+                          device=device, options=options, use_vmap=use_vmap)
+
+    speedups: Dict[str, Dict[str, float]] = {}  # candidate name -> batch size -> speed-up
+    shares: Dict[tuple, float] = {}
+    map_gains: Dict[str, List[float]] = {}
+    environment: Dict[str, object] = {}
     with tempfile.TemporaryDirectory(prefix="headprune-plan-") as directory:
         vmap = os.path.join(directory, "vmap.txt")
         vocabulary_map_for(task, ExportSettings.vocabulary_map_candidates, ExportSettings.vocabulary_map_common, vmap)
-        specs = []
-
-        def add(name: str, path: str, use_vmap: bool, at_beam: Optional[int] = None) -> None:
-            options = DecodingOptions.fixed_length(at_beam or beam, target_length).to_dict()
-            specs.append(SystemSpec(name, CTRANSLATE2, "variant", quantization, path, family=family.name,
-                                    threads=threads, device=device, options=options, use_vmap=use_vmap))
-
         reference = os.path.join(directory, "unpruned")
         _export_shape(family, cfg, task, model, 1.0, quantization, vmap, reference)
-        add(REFERENCE, reference, True)
-        add(STOCK, reference, False)
         progress.update(1)
-        shapes: Dict[tuple, tuple] = {}  # (layers, width) -> its export and share: the smaller beams share them
-        for candidate in ladder:
-            shape = (candidate.dropped, candidate.width)
-            if shape not in shapes:  # which layers go does not change the timing: the last ones of each stack
-                dropped = {stack: list(range(depths[stack] - count, depths[stack]))
-                           for stack, count in candidate.drop_counts.items()}
-                path = os.path.join(directory, f"shape-{len(shapes)}")
+        for number, group in enumerate(groups):
+            group_dir = os.path.join(directory, f"group-{number}")
+            specs = [spec(REFERENCE, reference, True), spec(STOCK, reference, False)]
+            for index, (dropped_counts, width) in enumerate(group):
+                # which layers go does not change the timing: the last ones of each stack
+                dropped = {stack: list(range(depths[stack] - count, depths[stack])) for stack, count in dropped_counts}
+                path = os.path.join(group_dir, f"shape-{index}")
                 with layers_removed(model, dropped):
-                    kept = layer_costs(search_settings, model).cost_of(*_uniform_masks(model, candidate.width))
-                    _export_shape(family, cfg, task, model, candidate.width, quantization, vmap, path)
-                shapes[shape] = (path, kept / full)
-            path, share = shapes[shape]
-            planned.append(PlannedCandidate(candidate, share))
-            add(candidate.name, path, True, candidate.beam)
-            progress.update(1)
-        progress.close()
-        sentences = _plan_sentences(task, split, deployment.batch_sizes)
-        run = time_systems(specs, deployment.batch_sizes, deployment.repeats, sentences=sentences)
-    return planned, run, target_length
+                    kept = layer_costs(search_settings, model).cost_of(*_uniform_masks(model, width))
+                    _export_shape(family, cfg, task, model, width, quantization, vmap, path)
+                shares[dropped_counts, width] = kept / full
+                specs += [spec(candidate.name, path, True, candidate.beam) for candidate in ladder
+                          if (candidate.dropped, candidate.width) == (dropped_counts, width)]
+                progress.update(1)
+            run = time_systems(specs, deployment.batch_sizes, deployment.repeats, sentences=sentences)
+            environment = environment or run.environment
+            for passes in run.passes:
+                batch, reference_seconds = str(passes.batch_size), passes.seconds[REFERENCE]
+                map_gains.setdefault(batch, []).append(paired_speedup(passes.seconds[STOCK], reference_seconds))
+                for system in specs[2:]:
+                    speedups.setdefault(system.name, {})[batch] = paired_speedup(reference_seconds,
+                                                                                 passes.seconds[system.name])
+            shutil.rmtree(group_dir)
+    progress.close()
+    planned = [PlannedCandidate(candidate, shares[candidate.dropped, candidate.width], speedups[candidate.name])
+               for candidate in ladder]
+    map_gain = {batch: statistics.median(gains) for batch, gains in map_gains.items()}
+    return planned, map_gain, environment, target_length
 
 
 def _damages(settings: CompressSettings, family, cfg, task, model, ladder: List[Candidate]
