@@ -7,7 +7,8 @@ the plan measures instead of predicting: a ladder of candidate shapes (whole
 layers left out of each stack, then every remaining layer narrowed to a share
 of its heads and FFN neurons), each exported and timed in CTranslate2 with
 the vocabulary map against the unpruned model with its own map (like for
-like), in one rotated timing run, at every batch size asked.
+like), a few shapes at a time beside the unpruned model in rotated timing
+runs, at every batch size asked.
 
 Shapes fast enough differ in what they cost in quality: removing two of
 three decoder layers and narrowing every layer to half keep about the same
