@@ -16,8 +16,9 @@ A run that times decoding (``compress --export``, ``--target speedup``) measures
 directory: ``--measured speedup,per_second`` leaves out the JSON keys holding any of those words, and the
 tables whose file name holds one, as it leaves out clock readings; the decisions, scores and weights are still
 compared. A resumed ``compress`` run records its earlier stages as kept where the reference ran them (a
-stage's ``status``): ``status`` among the words leaves that out too. ``--seed compress.json,plan`` copies those paths of the reference into each directory before its
-first run, so that a run whose choices follow its timing (the speed-up plan) resumes from the same choices.
+stage's ``status``): ``status`` among the words leaves that out too. ``--seed compress.json,plan`` copies
+those paths of the reference into each directory before its first run, so that a run whose choices follow
+its timing (the speed-up plan) resumes from the same choices.
 
 Each run starts with SIGINT at its default (a process launched in the background by a shell inherits SIGINT
 ignored, and Python then installs no KeyboardInterrupt handler: a Ctrl-C check there would test nothing).
