@@ -133,7 +133,10 @@ def test_a_stopped_run_ends_in_one_line(tiny_model, tmp_path, stop, status):
     environment = {**os.environ, "PATH": f"{BIN_DIR}{os.pathsep}{os.environ.get('PATH', '')}"}
     process = subprocess.Popen(["fairseq-headprune", "importance", str(tiny_model["data"]), "--path",
                                 str(tiny_model["checkpoint"]), "--out-dir", str(out), "--no-progress"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=environment)
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=environment,
+                               # SIGINT at its default: a suite launched in the background by a shell passes it on
+                               # ignored, and Python then raises no KeyboardInterrupt
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     lock = _lock_path(str(out), None)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and process.poll() is None:  # the run has begun once it holds its lock
