@@ -157,25 +157,21 @@ def compressed_speedups(rows: Sequence[SpeedRow], engine: str = CTRANSLATE2_ENGI
                         against_run_beam: bool = False) -> Dict[str, float]:
     """The compressed model's speed-up per batch size (as text) in ``engine`` with (or without) the vocabulary map:
     like for like, or, for rows at another beam, against the unpruned model at the run's beam."""
-    speedups = {}
-    for row in _compressed_rows(rows, engine, vocabulary_mapped, against_run_beam):
-        speedups[str(row.batch_size)] = row.speedup_vs_run_beam if against_run_beam else row.speedup_like_for_like
-    return speedups
+    return {batch: value for batch, value, _ in _compressed(rows, engine, vocabulary_mapped, against_run_beam)}
 
 
 def compressed_speedup_lows(rows: Sequence[SpeedRow], engine: str = CTRANSLATE2_ENGINE, vocabulary_mapped: bool = True,
                             against_run_beam: bool = False) -> Dict[str, float]:
     """The low end of each of ``compressed_speedups``'s speed-ups over the timing rounds; a row written without
     its interval gives its speed-up itself."""
-    lows = {}
-    for row in _compressed_rows(rows, engine, vocabulary_mapped, against_run_beam):
-        value = row.speedup_vs_run_beam if against_run_beam else row.speedup_like_for_like
-        interval = row.speedup_vs_run_beam_interval if against_run_beam else row.speedup_like_for_like_interval
-        lows[str(row.batch_size)] = interval[0] if interval else value
-    return lows
+    return {batch: interval[0] if interval else value
+            for batch, value, interval in _compressed(rows, engine, vocabulary_mapped, against_run_beam)}
 
 
-def _compressed_rows(rows, engine, vocabulary_mapped, against_run_beam) -> List[SpeedRow]:
-    return [row for row in rows
-            if row.compressed and row.engine == engine and row.vocabulary_mapped == vocabulary_mapped
-            and (row.speedup_vs_run_beam if against_run_beam else row.speedup_like_for_like) is not None]
+def _compressed(rows, engine, vocabulary_mapped, against_run_beam):
+    """(batch size as text, speed-up, its interval or None) of each compressed row of ``engine`` and map setting."""
+    for row in rows:
+        value, interval = ((row.speedup_vs_run_beam, row.speedup_vs_run_beam_interval) if against_run_beam else
+                           (row.speedup_like_for_like, row.speedup_like_for_like_interval))
+        if row.compressed and row.engine == engine and row.vocabulary_mapped == vocabulary_mapped and value is not None:
+            yield str(row.batch_size), value, interval

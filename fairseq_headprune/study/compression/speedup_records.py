@@ -93,9 +93,6 @@ class AttemptRecord:
     # written before the rule read it; the speed-ups themselves)
     speedup_lows: Dict[str, float] = field(default_factory=dict)
 
-    def fast_enough(self, factor: float) -> bool:
-        return reaches(self.speedup_lows or self.speedups, factor)
-
     def to_dict(self) -> Dict[str, Any]:
         return {"attempt": self.attempt, "dir": self.dir, "shape": self.shape.to_dict(),
                 "continued_from": self.continued_from, "finetune": self.finetune.to_dict(),
