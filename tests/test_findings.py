@@ -1,7 +1,8 @@
 """The report's verdicts on the papers' findings follow from the numbers: each an estimate with its 95% interval
-beside the paper's figure, consistent where the interval reaches the paper's side of it, differs where it lies
-wholly on the other, inconclusive where the run is too short or too narrow to tell (hand-made result files; the
-intervals recomputed here with scipy)."""
+beside the paper's figure and the margin that would contradict it, consistent where the interval holds the paper's
+side and excludes the contradiction, differs where it lies wholly on the other side of the figure, inconclusive
+where it holds both or the run is too short to tell (hand-made result files; the intervals recomputed here with
+scipy). The rules one by one, on constructed intervals: ``test_verdict_rules.py``."""
 
 import math
 
@@ -56,10 +57,12 @@ def row_of(rows, start):
 
 def test_michel_verdicts_follow_the_intervals_and_the_papers_figures():
     found, rows = verdicts(study())
-    # 2 of 8 heads significantly worse: Wilson [7%, 59%] reaches the paper's 8 of 96 (8%)
+    # 2 of 8 heads significantly worse: Wilson [7%, 59%] holds the paper's 8 of 96 (8%) and 25%, three times that
+    # share, which contradicts "rarely": the run cannot tell
     single = row_of(rows, "masking one head at a time")
     wilson = stats.binomtest(2, 8).proportion_ci(method="wilson")
-    assert f"25% [{wilson.low:.0%}, {wilson.high:.0%}]" in single.study and single.verdict == "consistent"
+    assert f"25% [{wilson.low:.0%}, {wilson.high:.0%}]" in single.study and single.verdict == "inconclusive"
+    assert "at or above 25%" in single.margin and "narrower to tell" in single.rule
     # r = 0.8 over 24 heads with Fisher's z interval, which is scipy's for data of any r
     cross = row_of(rows, "a head's effect correlates")
     assert "Pearson r = +0.80 [+0.59, +0.91]" in cross.study and cross.verdict == "consistent"
@@ -71,9 +74,10 @@ def test_michel_verdicts_follow_the_intervals_and_the_papers_figures():
 
     mine = correlation_interval(reference.statistic, 24)
     assert (mine.low, mine.high) == pytest.approx((fisher.low, fisher.high))
-    # 20% by importance: 49 with its interval ±1, the change -1.00 [-2.00, +0.00] reaches 0: no loss the test sees
+    # 20% by importance: 49 with its interval ±1, the change -1.00 [-2.00, +0.00] reaches 0 and a noticeable loss
     share = row_of(rows, "a share of the heads")
-    assert "-1.00 BLEU [-2.00, +0.00]" in share.study and share.verdict == "consistent"
+    assert "-1.00 BLEU [-2.00, +0.00]" in share.study and share.verdict == "inconclusive"
+    assert "at or below -0.53 BLEU" in share.margin
     # importance minus ablation: (4 + 10) / 2 = +7.00, half-widths of both added
     order = row_of(rows, "importance is a better pruning order")
     assert "+7.00 BLEU [+5.00, +9.00]" in order.study and order.verdict == "consistent"
@@ -85,13 +89,14 @@ def test_michel_verdicts_follow_the_intervals_and_the_papers_figures():
     assert not any("training" in row.finding or "budget" in row.finding for row in rows)
     table = markdown_findings(rows)
     assert table.count("\n") == len(rows) + 2 and "not judged" in table and "| consistent with the paper |" in table
-    assert "| the paper's figure | this study: estimate [95% interval] |" in table
+    assert "| the paper's figure | this study: estimate [95% interval] | what would contradict the paper (margin) |" \
+        in table
 
 
 def test_the_other_numbers_differ_and_missing_intervals_are_inconclusive():
     payloads = study(importance_at_20=45.0, enc_dec_last=48.0, r=-0.9, heads=30, significant_heads=7)
     found, rows = verdicts(payloads)
-    assert found["masking one head at a time rarely hurts significantly"] == "differs"  # 7 of 8: Wilson from 53%
+    assert found["masking one head at a time rarely changes the score significantly"] == "differs"  # Wilson from 53%
     assert found["a head's effect correlates across domains"] == "differs"  # r = -0.9: the interval below 0
     assert found["a share of the heads can be pruned with little loss"] == "differs"  # -5 [-6, -4]
     assert found["Enc-Dec attention is the most sensitive to pruning"] == "differs"  # 48 - 45: [+1, +5]
@@ -102,6 +107,9 @@ def test_the_other_numbers_differ_and_missing_intervals_are_inconclusive():
     for start in ("a share of the heads", "a head's effect correlates"):
         row = row_of(rows, start)
         assert row.verdict == "inconclusive" and "no 95% interval to decide by" in row.rule
+
+
+HELD_OUT = "a layer reduced to the head chosen on held-out data"
 
 
 def best_rows(deltas, selected_significant=()):
@@ -121,28 +129,35 @@ def test_all_but_one_and_the_held_out_choice_against_the_papers_figures():
     layers = row_of(rows, "most layers can be reduced to one head")
     assert layers.verdict == "consistent" and "the last Enc-Dec layer (layer 2): -20.00 BLEU [-21.00, -19.00]" in \
         layers.study
-    # 4 of 5 layers without a significant change with the head chosen on valid: Wilson reaches the paper's 50%
-    assert row_of(rows, "the head chosen on held-out data").verdict == "consistent"
+    # 4 of 5 layers without a significant change with the head chosen on valid: Wilson [38%, 96%] holds the paper's
+    # 50% and excludes 25%, half of it
+    assert row_of(rows, HELD_OUT).verdict == "consistent"
     payloads["ablation/all_but_one_best.json"]["rows"] = best_rows([-0.5, -4.0, -0.2, -20.0, -2.0], (0, 1, 2, 4))
     _, rows = verdicts(payloads)
-    assert row_of(rows, "most layers can be reduced").verdict == "differs"  # -4.00 [-5.00, -3.00] below -1.55
-    assert "3 of 4 layers reach -1.55 or above" in row_of(rows, "most layers can be reduced").study
-    held_out = row_of(rows, "the head chosen on held-out data")  # 1 of 5: Wilson [4%, 62%] reaches 50%
+    # -4.00 [-5.00, -3.00] lies below -1.55, the other 3 of 4 exclude -3.10 (twice the paper's loss): "most layers"
+    layers = row_of(rows, "most layers can be reduced")
+    assert layers.verdict == "consistent" and "of 4 layers with their best head, 3 within the margin, 1 below " \
+        "-1.55, 0 cannot tell" in layers.study
+    payloads["ablation/all_but_one_best.json"]["rows"] = best_rows([-0.5, -4.0, -2.5, -20.0, -4.0])
+    layers = row_of(verdicts(payloads)[1], "most layers can be reduced")  # 2 of 4 below -1.55: no majority
+    assert layers.verdict == "differs"
+    payloads["ablation/all_but_one_best.json"]["rows"] = best_rows([-0.5, -4.0, -0.2, -20.0, -2.0], (0, 1, 2, 4))
+    held_out = row_of(rows, HELD_OUT)  # 1 of 5: Wilson [4%, 62%] reaches 50% and 25%
     wilson = stats.binomtest(1, 5).proportion_ci(method="wilson")
-    assert f"20% [{wilson.low:.0%}, {wilson.high:.0%}]" in held_out.study and held_out.verdict == "consistent"
+    assert f"20% [{wilson.low:.0%}, {wilson.high:.0%}]" in held_out.study and held_out.verdict == "inconclusive"
     # BERT's figure is 100% of the layers: 1 of 5 lies below it
     payloads["ablation/all_but_one_best.json"]["settings"] = {"metric": "accuracy", "baseline_accuracy": 50.0,
                                                               "select_subset": "valid"}
     _, rows = verdicts(payloads)
-    assert row_of(rows, "the head chosen on held-out data").verdict == "differs"
+    assert row_of(rows, HELD_OUT).verdict == "differs"
     # a table without intervals: no layer counted as reaching the figure, the verdict inconclusive
     payloads["ablation/all_but_one_best.json"] = {"settings": settings, "rows": [
         {k: v for k, v in row.items() if k not in ("delta_low", "delta_high")}
         for row in best_rows([-0.5, -4.0, -0.2, -20.0, -2.0])]}
     _, rows = verdicts(payloads)
     layers = row_of(rows, "most layers can be reduced")
-    assert layers.verdict == "inconclusive" and "0 of 4 layers reach -1.55 or above with their best head (4 without " \
-        "an interval)" in layers.study
+    assert layers.verdict == "inconclusive" and "of 4 layers with their best head, 0 within the margin, 0 below " \
+        "-1.55, 0 cannot tell (4 without an interval)" in layers.study
 
 
 def test_the_dynamics_finding_compares_the_first_and_last_epochs_share_with_their_intervals():
@@ -290,10 +305,12 @@ def row_starting(rows, start):
 
 
 def expected_interval(deltas, half):
-    """The wider of scipy's t interval over the draws and the draws' mean bootstrap interval (± ``half``)."""
+    """scipy's t interval over the draws and the draws' mean bootstrap interval (± ``half``), their half-widths
+    added in quadrature (independent sources of noise)."""
     mean = numpy.mean(deltas)
     low, high = stats.t.interval(0.95, len(deltas) - 1, loc=mean, scale=stats.sem(deltas))
-    return min(low, mean - half), max(high, mean + half)
+    spread = math.hypot(high - mean, half)
+    return mean - spread, mean + spread
 
 
 TABLE1_60 = "60% of the heads pruned at random, fine-tuned, cost no more than in the paper"
@@ -305,12 +322,17 @@ def test_table1_states_the_estimate_its_interval_and_the_papers_figure_and_is_co
     low, high = expected_interval([-0.1, 0.0, -0.2], 0.5)
     assert f"-0.10 BLEU [{low:+.2f}, {high:+.2f}] against the unpruned model" in row.study
     assert row.paper.startswith("60%: -0.15 (EN-RU), -0.07 (EN-DE) BLEU against the unpruned model")
-    assert "reaches -0.15 BLEU or above" in row.rule and row.verdict == "consistent"
+    # [-0.68, +0.48] excludes -1.37, a loss one point beyond the paper's -0.15 less its own spread (0.22)
+    assert "at least the paper's -0.15 BLEU" in row.rule and row.verdict == "consistent"
+    assert row.margin.startswith("at or below -1.37 BLEU (the paper's own spread, ±0.22, allowed)")
     # the strength line: the length against the model's own and the paper's, the draws, the test
     assert row.evidence.startswith("fine-tuned 500 updates = 10.2 epochs, 0.34 of the paper's 30 (the model trained "
                                    "490 updates, 10 epochs); 3 draws (the paper: 3); paired bootstrap, 1000 resamples")
     # the fine-tuned control is this project's comparison: shown beside, not what the verdict rests on
-    assert "this project's control, not the paper's; not judged): -1.10 BLEU [" in row.study
+    # the difference against the control comes first: the headline that holds the fine-tune's own gain
+    assert row.study.startswith("61% pruned at random, fine-tuned: -1.10 BLEU [")
+    assert "against the unpruned model fine-tuned alike (this project's control, not the paper's; not judged)" in \
+        row.study
     assert not any("fine-tuned alike" in name for name in rows)
     # the sample standard deviation over draws, as the budgets' console prints it
     assert f"std {numpy.std([49.9, 50.0, 49.8], ddof=1):.2f})" in row.study
@@ -384,9 +406,9 @@ def test_the_recovery_curve_table_gives_the_sample_standard_deviation_over_draws
         numpy.std(gaps, ddof=1))
 
 
-def table2(level, kept, pruned, draws=3):
+def table2(level, kept, pruned, draws=3, half=0.5):
     return [record(f"{arm[0]}{level}.{d}", f"{arm} {level} draw {d}", "per-layer", level, score + 0.05 * d,
-                   budget=f"{arm} {level}", tables=(2,), level=level, arm=f"important layers {arm}")
+                   budget=f"{arm} {level}", tables=(2,), level=level, arm=f"important layers {arm}", half=half)
             for arm, score in (("kept", kept), ("pruned", pruned)) for d in range(draws)]
 
 
@@ -402,14 +424,21 @@ CONTROL = record("control", "unpruned (control)", "control", 0.0, 51.0, before=5
 def test_table2_is_consistent_where_every_level_overlaps_the_papers_largest_difference():
     similar = [CONTROL] + [item for level in (25, 40, 50, 60, 75) for item in table2(level, 49.0, 48.5)]
     row = row_starting(judged(similar), "keeping or pruning the layers called important")
-    # +0.50 with both sides' half-widths added: [-0.50, +1.50] overlaps ±0.40
-    assert "25% +0.50 [-0.50, +1.50]" in row.study and row.verdict == "consistent"
-    assert "overlaps ±0.40 BLEU (the paper's largest difference)" in row.rule
+    # +0.50 with both sides' half-widths added and t over draws: [-0.52, +1.52] holds ±0.40 and ±1.00: cannot tell
+    assert "25% +0.50 [-0.52, +1.52]" in row.study and row.verdict == "inconclusive"
+    assert "within ±0.40 BLEU (the paper's largest difference)" in row.rule
+    assert row.margin.startswith("at or below -1.00 or at or above +1.00 BLEU (the paper's own spread, ±0.32")
+    tight = [CONTROL] + [item for level in (25, 40, 50, 60, 75) for item in table2(level, 49.0, 48.7, half=0.1)]
+    row = row_starting(judged(tight), "keeping or pruning the layers called important")
+    draws = [0.0, 0.05, 0.1]
+    over_draws = stats.t.ppf(0.975, 2) * math.sqrt(2 * numpy.var(draws, ddof=1) / 3)
+    spread = math.hypot(over_draws, 0.2)  # each side's bootstrap half-width 0.1, added
+    assert f"25% +0.30 [{0.3 - spread:+.2f}, {0.3 + spread:+.2f}]" in row.study and row.verdict == "consistent"
     assert row.paper.startswith("kept minus pruned: 25% +0.19, 40% -0.40, 50% -0.34, 60% +0.21, 75% +0.13 BLEU")
     apart = [CONTROL] + [item for level in (25, 40, 50, 60, 75)
                          for item in table2(level, 49.0, 49.0 - 3 * (level == 50))]
     row = row_starting(judged(apart), "keeping or pruning the layers called important")
-    assert "50% +3.00 [+2.00, +4.00] (differs)" in row.study and row.verdict == "differs"
+    assert "50% +3.00 [+1.98, +4.02] (differs)" in row.study and row.verdict == "differs"
     # two of the paper's five levels: too narrow to call it consistent
     narrow = row_starting(judged([CONTROL, *table2(25, 49.0, 48.5), *table2(50, 47.0, 46.6)]),
                           "keeping or pruning the layers called important")
@@ -425,12 +454,16 @@ def test_table3_differs_only_for_one_configuration_clearly_best_at_every_level()
     alternating = [CONTROL] + [item for level, best in zip(levels, ("ES", "DS", "ES", "ED"))
                                for item in table3(level, *[46.0 + 4 * (arm == best) for arm in ("ES", "ED", "DS")])]
     row = row_starting(judged(alternating), "no consistent preference between per-type budgets")
-    assert "48% ES +4.00 [+3.00, +5.00]" in row.study and row.verdict == "consistent"
+    # each side's half-width 0.5 added (1.00), combined in quadrature with Welch's t over the draws
+    welch = stats.ttest_ind([50.0, 50.05, 50.1], [46.0, 46.05, 46.1], equal_var=False).confidence_interval()
+    spread = math.hypot(1.0, (welch.high - welch.low) / 2 * stats.t.ppf(0.975, 2) / stats.t.ppf(0.975, 4))
+    assert f"48% ES +4.00 [{4 - spread:+.2f}, {4 + spread:+.2f}]" in row.study and row.verdict == "consistent"
     assert "fewest in DS best at 3 of 4" not in row.paper and "48% DS +0.13, 60% ED +0.30" in row.paper
     always_ds = [CONTROL] + [item for level in levels for item in table3(level, 40.0, 41.0, 46.0)]
     assert row_starting(judged(always_ds), "no consistent preference").verdict == "differs"
     close = [CONTROL] + [item for level in levels for item in table3(level, 45.5, 45.0, 46.0)]
-    assert row_starting(judged(close), "no consistent preference").verdict == "consistent"  # +0.50 [-0.50, +1.50]
+    # DS ahead by +0.50 [-0.52, +1.52] at every level: neither a clear preference nor two configurations clearly best
+    assert row_starting(judged(close), "no consistent preference").verdict == "inconclusive"
     two = [CONTROL] + [item for level in (48, 60) for item in table3(level, 40.0, 41.0, 46.0)]
     row = row_starting(judged(two), "no consistent preference")
     assert row.verdict == "inconclusive" and "2 of the paper's 4 levels" in row.rule
@@ -478,7 +511,8 @@ def test_table5_follows_the_pairs_direct_test_where_it_disagrees_with_the_two_te
 
     separate = [bert_control()] + [item for count in (2, 3, 4) for item in pair(count)]
     row = row_starting(judged(separate, bert=True), "pruning the middle layers hurts more")
-    assert "K=2: -0.50 [-4.50, +3.50] (46.00 vs 46.50)" in row.study and row.verdict == "consistent"
+    # the interval holds the paper's differences and 0, the contradiction (the middle no worse): cannot tell
+    assert "K=2: -0.50 [-4.50, +3.50] (46.00 vs 46.50)" in row.study and row.verdict == "inconclusive"
     assert "half-widths added" in row.evidence
     test = {"delta": -0.5, "p_value": 0.0, "significant": True, "low": -0.8, "high": -0.2}
     direct = [bert_control()] + [item for count in (2, 3, 4) for item in pair(count, test)]
@@ -498,7 +532,7 @@ def test_table5_follows_the_pairs_direct_test_where_it_disagrees_with_the_two_te
     mixed = [bert_control()] + pair(2, test) + pair(3) + pair(4)
     row = row_starting(judged(mixed, bert=True), "pruning the middle layers hurts more")
     assert "for 1 of the 3 pairs; for the others the two configurations' paired-bootstrap half-widths" in row.evidence
-    assert row.verdict == "consistent"  # K=2 differs, K=3 and K=4 consistent: most pairs
+    assert row.verdict == "inconclusive"  # K=2 differs, K=3 and K=4 cannot tell: no majority either way
 
 
 def test_table5_top_against_bottom_differs_only_for_a_preference_at_every_k():

@@ -4,7 +4,7 @@ the draws, the test, and the 95% intervals of the differences the findings compa
 A configuration's difference from a baseline has the paired bootstrap's
 interval within its draw (``TestAgainst.low``/``high``); a random level's
 mean over draws has Student's t interval over the draws, and the decision
-interval is the wider of the two (``study.statistics.intervals``). Two
+interval combines the two in quadrature (``study.statistics.intervals``). Two
 configurations (Table 2's kept and pruned, Table 5's middle and top+bottom)
 were each tested against the same baseline, not against each other: their
 difference gets the sum of the two sides' bootstrap half-widths, the
@@ -17,8 +17,8 @@ import re
 from typing import Callable, Dict, List, Optional, Sequence
 
 from fairseq_headprune.study.budhraja.records import FinetuneRecord
-from fairseq_headprune.study.output.finding import AT_LEAST, AT_MOST, DIFFERS, Claim
-from fairseq_headprune.study.statistics.intervals import Estimate, t_interval, welch_interval, widest
+from fairseq_headprune.study.output.finding import DIFFERS, Claim, Judgement
+from fairseq_headprune.study.statistics.intervals import Estimate, combined, t_interval, welch_interval
 from fairseq_headprune.study.statistics.significance import p_value_cell
 
 PAPER_EPOCHS = {False: 30, True: 10}  # the paper's fine-tuning (Transformer, BERT)
@@ -105,21 +105,21 @@ def _bootstrap(members: Sequence[FinetuneRecord], against: str) -> Optional[Esti
 
 
 def group_delta(members: Sequence[FinetuneRecord], against: str) -> Optional[Estimate]:
-    """The mean difference of a level's draws from ``against``, with the wider of the t interval over draws and the
-    draws' paired-bootstrap interval (None where a draw was not tested against it)."""
+    """The mean difference of a level's draws from ``against``, the t interval over draws and the draws'
+    paired-bootstrap interval combined in quadrature (None where a draw was not tested against it)."""
     if any(against not in m.tests for m in members):
         return None
     over_draws = t_interval([m.tests[against].delta for m in members])
     within = _bootstrap(members, against)
     parts = ([over_draws.method] if over_draws.has_interval else []) + (["paired bootstrap within each draw"]
                                                                          if within else [])
-    return widest(over_draws.value, over_draws, within, method=" and ".join(parts) or "no interval")
+    return combined(over_draws.value, over_draws, within, method=" and ".join(parts) or "no interval")
 
 
 def pair_difference(first: Sequence[FinetuneRecord], second: Sequence[FinetuneRecord],
                     against: str = "unpruned") -> Estimate:
-    """mean(first) - mean(second) after fine-tuning: the wider of the t interval over draws and the two sides'
-    bootstrap half-widths added (each side was tested against ``against``, not against the other)."""
+    """mean(first) - mean(second) after fine-tuning: the t interval over draws and the two sides' bootstrap
+    half-widths added, combined in quadrature (each side was tested against ``against``, not against the other)."""
     difference = (sum(r.score_after for r in first) / len(first)) - (sum(r.score_after for r in second) / len(second))
     over_draws = welch_interval([r.score_after for r in first], [r.score_after for r in second])
     one, other = _bootstrap(first, against), _bootstrap(second, against)
@@ -129,7 +129,7 @@ def pair_difference(first: Sequence[FinetuneRecord], second: Sequence[FinetuneRe
                           difference + (one.high - one.value) + (other.value - other.low))
     parts = ([over_draws.method] if over_draws.has_interval else []) + (["both sides' bootstrap half-widths added"]
                                                                          if within else [])
-    return widest(difference, over_draws, within, method=" and ".join(parts) or "no interval")
+    return combined(difference, over_draws, within, method=" and ".join(parts) or "no interval")
 
 
 DIRECT = "the paired test of the two against each other"
@@ -172,19 +172,17 @@ def second_half_change(members: Sequence[FinetuneRecord],
     return curve[end] - curve[middle]
 
 
-def still_closing(claim: Claim, estimate: Estimate, outcome: Optional[str], change: Optional[float]) -> Optional[str]:
+def still_closing(claim: Claim, estimate: Estimate, judgement: Judgement, change: Optional[float]) -> Optional[str]:
     """Why a DIFFERS is not yet one: the difference moved towards the paper's figure over the second half of the
-    fine-tune by at least the distance its interval misses the figure by (as long again could reach it)."""
-    if outcome != DIFFERS or change is None or not estimate.has_interval:
+    fine-tune by at least the distance its interval misses the figure (and its allowance) by (as long again could
+    reach it)."""
+    if judgement.verdict != DIFFERS or change is None or not estimate.has_interval:
         return None
-    if claim.side == AT_LEAST:
-        towards, missing = change, claim.figure - estimate.high
-    elif claim.side == AT_MOST:
-        towards, missing = -change, estimate.low - claim.figure
+    low, high = claim.bounds
+    if high is not None and estimate.low > high:
+        towards, missing = -change, estimate.low - high
     else:
-        above = estimate.low > claim.upper
-        towards = -change if above else change
-        missing = estimate.low - claim.upper if above else claim.figure - estimate.high
+        towards, missing = change, low - estimate.high
     if towards >= missing:
         return (f"still closing: the difference moved {towards:.2f} towards the paper's figure over the second half "
                 f"of the fine-tune, the interval misses it by {missing:.2f}")

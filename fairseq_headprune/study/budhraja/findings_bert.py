@@ -7,13 +7,14 @@ the paper's row for the K nearest K * 12 / L.
 
 - Table 5, middle against top+bottom: per pair, the accuracy with the middle
   layers pruned minus with as many top and bottom ones, against the paper's
-  difference; consistent where the interval reaches it or below (the middle
-  at least as much worse) in most pairs, as the paper's "14 of 16 cases".
+  difference and its spread; consistent where the interval excludes 0 (the
+  middle no worse) in most pairs, as the paper's "14 of 16 cases".
 - Table 5, top against bottom: the paper finds no preference (2 of 4 cases
-  each way); a preference is every pair's interval on the same side of 0.
+  each way): differs where every pair's interval lies on the same side of 0,
+  consistent where one lies above 0 and another below.
 - Table 6: odd layers pruned minus the top half, and minus the bottom half,
-  against the paper's differences; consistent where both intervals reach
-  them or above.
+  against the paper's differences and their spread; consistent where both
+  intervals exclude 0 (odd no better).
 - Figure 2: every configuration of Tables 5 and 6 whose layers' mean change
   of W_q, W_k, W_v differs by under 10%. No sampling interval exists (one
   fine-tune per configuration); the unpruned control fine-tuned alike is the
@@ -35,7 +36,9 @@ from fairseq_headprune.study.budhraja.evidence import Evidence, direct_differenc
 from fairseq_headprune.study.budhraja.layer_strategies import paper_strategies
 from fairseq_headprune.study.budhraja.paper_figures import (
     FIGURE2_SPREAD,
+    LAYERS,
     PAPER_DEPTH,
+    allowance,
     layers_difference,
     nearest_count,
 )
@@ -45,8 +48,10 @@ from fairseq_headprune.study.output.finding import (
     AT_MOST,
     CONSISTENT,
     DIFFERS,
+    INCONCLUSIVE,
     Claim,
     Finding,
+    Judgement,
     every,
     judged_row,
     most,
@@ -74,6 +79,15 @@ def _pair_cell(first: FinetuneRecord, second: FinetuneRecord, evidence: Evidence
     estimate = pair_estimate(first, second)
     test = first.paired.get(second.label) if direct_difference(first, second) is not None else None
     return estimate, estimate.text() + (f", {p_value_text(test.p_value, evidence.resamples)}" if test else "")
+
+
+def _difference_claim(first, second, side: str) -> Claim:
+    """The paper's difference of two layer strategies (the mean of its four tasks) as a claim on the study's side of
+    it, with the paper's own spread allowed; the contradiction: no difference, or the other way."""
+    figure = layers_difference(first, second)[1]
+    spread = allowance(LAYERS[first], LAYERS[second], bert=True)
+    distance = -(figure + spread) if side == AT_MOST else figure - spread
+    return Claim(figure, side, margin=max(0.0, distance), allowance=spread)
 
 
 def _strategy_pairs(scores: Dict[str, FinetuneRecord], first: str, second: str):
@@ -107,12 +121,13 @@ def table5_findings(records: List[FinetuneRecord], label: str) -> List[Finding]:
     pairs = _strategy_pairs(scores, "middle", "top+bottom")
     if pairs:
         depth = _depth(pairs[0][0], pairs[0][1])
-        cells, paper_cells, outcomes = [], [], []
+        cells, paper_cells, judgements, margins = [], [], [], []
         for count, middle, ends in pairs:
             paper = _paper_count("middle", count, depth)
-            claim = Claim(layers_difference(("middle", paper), ("top+bottom", paper))[1], AT_MOST)
+            claim = _difference_claim(("middle", paper), ("top+bottom", paper), AT_MOST)
             estimate, text = _pair_cell(middle, ends, evidence)
-            outcomes.append(claim.judge(estimate))
+            judgements.append(claim.judge(estimate, "test examples"))
+            margins.append(f"K={count}: {claim.margin_text()}")
             cells.append(f"K={count}: {text} ({middle.score_after:.2f} vs {ends.score_after:.2f})")
             paper_cells.append(f"K={count} of {depth} as K={paper} of 12: {claim.figure:+.2f}")
         expected = _pairs_expected("middle", depth)
@@ -123,20 +138,25 @@ def table5_findings(records: List[FinetuneRecord], label: str) -> List[Finding]:
             "middle minus top+bottom (the mean of its 4 tasks): " + ", ".join(paper_cells)
             + " points; middle worse in 14 of 16 cases",
             f"middle minus top+bottom pruned: {', '.join(cells)} {label}",
-            "in most pairs the 95% interval reaches the paper's difference at the same share of layers or below "
-            "(the middle at least as much worse)",
-            most(outcomes), shortfall, evidence.describe() + "; one fine-tune per configuration; "
-            + _interval_text([(middle, ends) for _, middle, ends in pairs])))
+            "in most pairs middle minus top+bottom at most the paper's difference at the same share of layers, less "
+            "its own spread (the middle at least as much worse)",
+            most(judgements), shortfall, evidence.describe() + "; one fine-tune per configuration; "
+            + _interval_text([(middle, ends) for _, middle, ends in pairs]),
+            "; ".join(margins) + " points (the middle no worse)"))
     pairs = _strategy_pairs(scores, "top", "bottom")
     if pairs:
         depth = _depth(pairs[0][0], pairs[0][1])
         cells = [_pair_cell(top, bottom, evidence) for _, top, bottom in pairs]
         estimates = [estimate for estimate, _ in cells]
         if not all(e.has_interval for e in estimates):
-            outcome = None
+            judgement = Judgement(None, "no 95% interval to decide by")
+        elif len(estimates) > 1 and (all(e.low > 0 for e in estimates) or all(e.high < 0 for e in estimates)):
+            judgement = Judgement(DIFFERS)  # every pair clearly the same way: a preference
+        elif any(e.low > 0 for e in estimates) and any(e.high < 0 for e in estimates):
+            judgement = Judgement(CONSISTENT)  # pairs clearly each way, as the paper's 2 of 4
         else:
-            one_way = all(e.low > 0 for e in estimates) or all(e.high < 0 for e in estimates)
-            outcome = DIFFERS if one_way and len(estimates) > 1 else CONSISTENT
+            judgement = Judgement(INCONCLUSIVE, "no pair clearly each way (an interval above 0 and one below), nor "
+                                  "every pair the same way")
         expected = _pairs_expected("top", depth)
         shortfall = evidence.shortfall(None) or (f"{len(pairs)} of the {expected} pairs of Table 5 at {depth} layers"
                                                  if len(pairs) < max(2, expected) else None)
@@ -147,9 +167,11 @@ def table5_findings(records: List[FinetuneRecord], label: str) -> List[Finding]:
             "cases each way",
             "top minus bottom pruned: " + ", ".join(f"K={k}: {text}" for (k, _, _), (_, text) in zip(pairs, cells))
             + f" {label}",
-            "differs where every pair's 95% interval lies on the same side of 0 (a preference)",
-            outcome, shortfall, evidence.describe() + "; one fine-tune per configuration; "
-            + _interval_text([(top, bottom) for _, top, bottom in pairs])))
+            "differs where every pair's 95% interval lies on the same side of 0 (a preference); consistent where one "
+            "lies above 0 and another below (each way, as the paper's)",
+            judgement, shortfall, evidence.describe() + "; one fine-tune per configuration; "
+            + _interval_text([(top, bottom) for _, top, bottom in pairs]),
+            "every pair's interval on the same side of 0"))
     return findings
 
 
@@ -161,21 +183,23 @@ def table6_finding(records: List[FinetuneRecord], label: str) -> Optional[Findin
     if odd is None or len(halves) < 2:
         return None
     evidence = Evidence(records, True)
-    cells, paper_cells, outcomes = [], [], []
+    cells, paper_cells, judgements, margins = [], [], [], []
     for half in halves:
         name = half.label.split(":")[0]
-        claim = Claim(layers_difference(("odd", 6), (name, 6))[1], AT_LEAST)
+        claim = _difference_claim(("odd", 6), (name, 6), AT_LEAST)
         estimate, text = _pair_cell(odd, half, evidence)
-        outcomes.append(claim.judge(estimate))
+        judgements.append(claim.judge(estimate, "test examples"))
+        margins.append(f"minus {name}: {claim.margin_text()}")
         cells.append(f"minus {half.label} {text}")
         paper_cells.append(f"minus {name} 6 {claim.figure:+.2f}")
     return judged_row(
         "pruning alternate layers is better than pruning consecutive ones (Budhraja et al. Table 6)",
         f"odd layers pruned (the mean of its 4 tasks): {', '.join(paper_cells)} points",
         f"odd {odd.score_after:.2f}: {', '.join(cells)} {label}",
-        "both 95% intervals reach the paper's differences or above (odd at least as much better)",
-        every(outcomes), evidence.shortfall(None),
-        evidence.describe() + "; one fine-tune per configuration; " + _interval_text([(odd, h) for h in halves]))
+        "both differences at least the paper's, less its own spread (odd at least as much better)",
+        every(judgements), evidence.shortfall(None),
+        evidence.describe() + "; one fine-tune per configuration; " + _interval_text([(odd, h) for h in halves]),
+        "; ".join(margins) + " points (odd no better)")
 
 
 def compensation_findings(records: List[FinetuneRecord], bert: bool) -> List[Finding]:
@@ -229,7 +253,7 @@ def _figure2(records: List[FinetuneRecord], control: Optional[FinetuneRecord], e
     if not shortfall and reference >= FIGURE2_SPREAD:
         shortfall = (f"the unpruned control's own spread, {reference:.0%}, reaches the paper's 10%: the measure "
                      "cannot tell compensation from the layers' own differences")
-    outcome = CONSISTENT if largest[1] < FIGURE2_SPREAD else DIFFERS
+    judgement = Judgement(CONSISTENT if largest[1] < FIGURE2_SPREAD else DIFFERS)
     return [judged_row(
         "the unpruned heads of all layers compensate alike during fine-tuning (Budhraja et al. Figure 2)",
         "for all experiments in Tables 5 and 6 the average change of any two layers differs by less than 10%",
@@ -239,4 +263,4 @@ def _figure2(records: List[FinetuneRecord], control: Optional[FinetuneRecord], e
            else ""),
         "every configuration below 10%, the control's own spread below it (no sampling interval: one fine-tune per "
         "configuration)",
-        outcome, shortfall, evidence.describe())]
+        judgement, shortfall, evidence.describe(), "a configuration at or above 10%")]

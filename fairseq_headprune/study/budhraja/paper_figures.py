@@ -32,6 +32,13 @@ LAYERS = {("top", 1): (82.95, 91.33, 91.48, 91.85), ("bottom", 1): (83.65, 91.42
           ("top+bottom", 8): (79.47, 89.57, 86.01, 90.36), ("middle", 8): (78.88, 89.55, 83.67, 88.87),
           ("even", 6): (81.54, 90.74, 86.39, 90.36), ("odd", 6): (81.95, 90.58, 90.18, 92.20)}
 PAPER_DEPTH = 12
+# "The standard deviations are 0.668% and 0.778% of the reported average values for Transformer and BERT" (of the
+# three draws each configuration averages)
+PAPER_RELATIVE_STD = {False: 0.00668, True: 0.00778}
+PAPER_DRAWS = 3
+# a loss one point beyond the paper's figure contradicts it (the unit of its headline: "a drop of less than 1 BLEU
+# point", "an average accuracy drop of under 1%")
+CONTRADICTION_POINTS = 1.0
 FIGURE2_SPREAD = 0.10  # "the average change in attention parameters for any two layers differs by less than 10%"
 BERT_TASKS = 4
 TABLE3_LEVELS = tuple(TABLE3)
@@ -56,6 +63,27 @@ def table4_figure(level: int) -> Tuple[float, float]:
     """Table 4's change at ``level``: (MNLI-M, the mean of the four tasks)."""
     changes = [score - base for score, base in zip(TABLE4[level], TABLE4_BASELINE)]
     return round(changes[0], 2), round(_mean(changes), 2)
+
+
+def _mean_spread(scores, bert: bool) -> float:
+    """The standard error of a mean of the paper's three draws, for each score in ``scores`` averaged (BERT: the
+    mean of its tasks), from its reported relative standard deviation."""
+    errors = [PAPER_RELATIVE_STD[bert] * score / PAPER_DRAWS ** 0.5 for score in scores]
+    return sum(error ** 2 for error in errors) ** 0.5 / len(errors)
+
+
+def allowance(*configurations, bert: bool) -> float:
+    """The 95% half-width of a paper figure from its own spread: ``configurations`` are the score tuples whose means
+    the figure is built from (one for a change against the unpruned model, whose baseline has no draws; two for a
+    difference of two configurations); a Transformer figure is one language pair's."""
+    variance = sum(_mean_spread(scores, bert) ** 2 for scores in configurations)
+    return round(1.959963984540054 * variance ** 0.5, 2)
+
+
+def table1_pair(level: int) -> Tuple[float, ...]:
+    """The pruned score of the language pair whose loss Table 1's figure at ``level`` is (the larger loss)."""
+    ru, de = table1_figure(level)
+    return (TABLE1[level][0],) if ru <= de else (TABLE1[level][1],)
 
 
 def table2_largest_gap() -> float:

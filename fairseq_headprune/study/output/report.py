@@ -385,12 +385,13 @@ def _section_findings(study: _Study) -> str:
     return (
         "## What reproduces\n\n"
         "Each finding of the papers: the paper's own figure, this study's estimate with its 95% interval, the "
-        "protocol and the strength of the evidence, and the verdict that follows by the rule in the fifth column "
-        "(consistent with the paper where the interval contains the paper's figure or lies on the side the paper "
-        f"claims, differs where it lies wholly on the other side): {counts[CONSISTENT]} consistent, "
-        f"{counts[DIFFERS]} differ"
-        + (f", {counts[INCONCLUSIVE]} inconclusive (the run too short or too narrow to tell, or no interval: the "
-           "rule says why)" if counts[INCONCLUSIVE] else "")
+        "values that would contradict the paper (the margin), the protocol and the strength of the evidence, and "
+        "the verdict that follows by the rule in the sixth column (consistent with the paper where the interval "
+        "holds the paper's side of its figure and excludes the contradiction, differs where it lies wholly on the "
+        f"other side of the figure): {counts[CONSISTENT]} consistent, {counts[DIFFERS]} differ"
+        + (f", {counts[INCONCLUSIVE]} inconclusive (the interval holds both the paper's figure and a "
+           "contradiction, the run is too short, or there is no interval: the rule says which, and how much "
+           "narrower the interval must be)" if counts[INCONCLUSIVE] else "")
         + (f"; {shown} shown, not judged (another protocol than the paper's, or this project's own comparison)"
            if shown else "")
         + ".\n\n" + markdown_findings(rows) + "\n"

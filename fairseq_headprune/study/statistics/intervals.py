@@ -2,9 +2,10 @@
 
 Over draws: Student's t interval of a mean (n >= 2). Within a draw: the
 paired bootstrap's percentile interval of the difference (``significance``).
-A finding's decision interval is the wider of the two (``widest``): the t
+A finding's decision interval combines the two (``combined``): the t
 interval alone misses the test set's own sampling noise, which every draw
-shares, and the bootstrap alone misses the spread between draws. For shares
+shares, and the bootstrap alone misses the spread between draws; the two
+are independent sources, so their half-widths add in quadrature. For shares
 of heads or layers: Wilson's score interval (Wilson 1927); for a correlation:
 Fisher's z transform (Fisher 1921).
 """
@@ -72,12 +73,15 @@ def welch_interval(first: Sequence[float], second: Sequence[float]) -> Estimate:
     return Estimate(difference, difference - half, difference + half, f"t over {smaller} draws a side")
 
 
-def widest(value: float, *intervals: Optional[Estimate], method: str = "") -> Estimate:
-    """``value`` with the widest bounds of the given intervals (those without one left out; none: no interval)."""
+def combined(value: float, *intervals: Optional[Estimate], method: str = "") -> Estimate:
+    """``value`` with the half-widths of independent sources of noise added in quadrature, each side on its own
+    (those without an interval left out; none: no interval)."""
     given = [i for i in intervals if i is not None and i.has_interval]
     if not given:
         return Estimate(value, method=method)
-    return Estimate(value, min(i.low for i in given), max(i.high for i in given), method)
+    below = math.sqrt(sum((i.value - i.low) ** 2 for i in given))
+    above = math.sqrt(sum((i.high - i.value) ** 2 for i in given))
+    return Estimate(value, value - below, value + above, method)
 
 
 def wilson_interval(successes: int, count: int) -> Estimate:
@@ -85,7 +89,9 @@ def wilson_interval(successes: int, count: int) -> Estimate:
     share = successes / count
     centre = (share + _Z ** 2 / (2 * count)) / (1 + _Z ** 2 / count)
     half = _Z * math.sqrt(share * (1 - share) / count + _Z ** 2 / (4 * count ** 2)) / (1 + _Z ** 2 / count)
-    return Estimate(share, max(0.0, centre - half), min(1.0, centre + half), f"Wilson, {count} units")
+    low = 0.0 if successes == 0 else max(0.0, centre - half)  # exact at the ends (the float sum is not)
+    high = 1.0 if successes == count else min(1.0, centre + half)
+    return Estimate(share, low, high, f"Wilson, {count} units")
 
 
 def correlation_interval(r: float, count: int) -> Estimate:
