@@ -105,8 +105,8 @@ import sys
 for path in sys.argv[1:]:
     for line in open(path, encoding="utf-8"):
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-        if line.startswith("| ") and len(cells) == 6 and cells[3].startswith("fine-tuned"):
-            finding, _, study, evidence, rule, verdict = cells
-            print(f"  {finding}: {verdict}\n    {study}\n    {evidence}; rule: {rule}")
+        if line.startswith("| ") and len(cells) == 7 and cells[4].startswith("fine-tuned"):
+            finding, _, study, margin, evidence, rule, verdict = cells
+            print(f"  {finding}: {verdict}\n    {study}\n    {evidence}; contradicted by: {margin}; rule: {rule}")
 PYTHON
 }
