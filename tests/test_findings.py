@@ -10,7 +10,8 @@ import numpy
 import pytest
 from scipy import stats
 
-from fairseq_headprune.study.output.findings import markdown_findings, paper_findings
+from fairseq_headprune.study.output.finding import markdown_findings
+from fairseq_headprune.study.output.findings import paper_findings
 
 RESAMPLED = {"test": "bootstrap", "samples": 1000, "seed": 12345, "sample_ratio": 1.0, "alpha": 0.01}
 
@@ -195,7 +196,7 @@ def test_a_classifier_is_held_to_the_bert_findings_and_an_lm_to_none():
 
 
 def test_the_speed_finding_has_a_t_interval_on_the_log_times_of_its_rounds():
-    from fairseq_headprune.study.output.findings import speedup_interval
+    from fairseq_headprune.study.statistics.speed_intervals import speedup_interval
 
     unpruned, shrunk = [1.00, 1.02, 1.05], [0.80, 0.82, 0.86]
     measurement = {"speedup_shrunk_vs_unpruned": 1.02 / 0.82, "seconds": {"unpruned": unpruned, "shrunk": shrunk}}

@@ -22,7 +22,7 @@ lie wholly on the claim's side.
 """
 
 from dataclasses import asdict, dataclass, fields
-from typing import Dict, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from fairseq_headprune.study.statistics.intervals import Estimate
 
@@ -221,3 +221,15 @@ def judged_row(finding: str, paper: str, study: str, rule: str, judgement: Judge
     margin) unless the evidence falls short."""
     return Finding(finding, paper, study, rule_with(rule, judgement, shortfall), verdict_with(judgement, shortfall),
                    evidence, margin)
+
+
+def markdown_findings(rows: List[Finding]) -> str:
+    lines = [
+        "| finding of the papers | the paper's figure | this study: estimate [95% interval] | what would contradict "
+        "the paper (margin) | protocol and strength of the evidence | verdict rule | verdict |\n",
+        "|---|---|---|---|---|---|---|\n",
+    ]
+    for row in rows:
+        lines.append(f"| {row.finding} | {row.paper} | {row.study} | {row.margin or '—'} | {row.evidence} | "
+                     f"{row.rule} | {row.shown()} |\n")
+    return "".join(lines)

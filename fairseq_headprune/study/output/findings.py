@@ -35,7 +35,6 @@ their BERT (MNLI) findings, in the study's own metric; the papers state none
 for language models, so an LM study has no findings table.
 """
 
-import math
 from typing import Callable, Dict, List, Optional
 
 from fairseq_headprune.constants import ATTENTION_TYPES, TYPE_TITLES
@@ -52,57 +51,30 @@ from fairseq_headprune.study.output.finding import (
     judged_row,
     most,
 )
+from fairseq_headprune.study.output.michel_figures import (
+    ALL_BUT_ONE,
+    CORRELATION,
+    ENC_DEC_LAST,
+    NOTICEABLE,
+    PAPER,
+    PRUNED_SHARE,
+    SELECTED_COUNT,
+    SENTENCES,
+    SINGLE_CONTRADICTION,
+    SINGLE_COUNT,
+    SPEED_UNITS,
+    SPEEDUP,
+    TABLE3_CONTRADICTION,
+    TABLE3_SIGNIFICANT,
+    _share_claim,
+)
 from fairseq_headprune.study.statistics.intervals import Estimate, correlation_interval, wilson_interval
 from fairseq_headprune.study.statistics.metrics import CLASSIFICATION_METRICS, Metric, metric_of_record
+from fairseq_headprune.study.statistics.speed_intervals import speedup_interval
 
 Load = Callable[[str], Optional[dict]]
 
 # what the papers report, for the WMT model and for BERT on MNLI
-PAPER = {
-    "single": ("8 of 96 Enc-Enc heads change the BLEU significantly when masked alone, half of them for the better; "
-               "largest drop −0.53 BLEU (Table 1)",
-               "most of the 144 heads can be masked alone with little change in accuracy (Figure 1(b))"),
-    "all_but_one": ("\"for most layers, one head is indeed sufficient\": every layer within −1.55 BLEU but Enc-Dec "
-                    "layer 6: −13.56 (Table 2)",
-                    "every layer within −0.96% accuracy with one head kept, \"none of these results are statistically "
-                    "significant\" (Table 3)"),
-    "selected": ("no significant change for 50% of the layers with the head chosen on held-out data",
-                 "no significant change for 100% of the layers with the head chosen on held-out data"),
-    "cross_domain": ("\"a positive, > 0.5 correlation\" (newstest2013 vs MTNT)",
-                     "\"a positive, > 0.5 correlation\" (MNLI matched vs mismatched)"),
-    "pruned_share": ("20% of the heads pruned by importance with no noticeable loss",
-                     "40% of the heads pruned by importance with no noticeable loss"),
-}
-PRUNED_SHARE = (20, 40)  # % of the heads the papers prune with no noticeable loss (WMT, BERT)
-# the papers' counts behind the shares, and the share that contradicts each sentence (the paper's own count lies
-# clear of it): Table 1's 8 of 96 Enc-Enc heads changing significantly, contradicted by three times that share (WMT;
-# BERT: "most" of 144 heads do not change, contradicted by a majority that does); appendix A's layers without a
-# significant change with the head chosen on held-out data, 9 of 18 and 12 of 12, contradicted by half that share;
-# Table 3's none of 12 BERT layers significant, contradicted by a quarter of them
-SINGLE_COUNT = ((8, 96), None)
-SINGLE_CONTRADICTION = (3 * 8 / 96, 0.5)
-SELECTED_COUNT = ((9, 18), (12, 12))
-TABLE3_SIGNIFICANT = (0, 12)
-TABLE3_CONTRADICTION = 0.25
-# a layer's loss with its best head kept (WMT, BERT), the largest of the paper's ordinary layers, and the WMT
-# exception; a loss twice as large contradicts "one head is sufficient"
-ALL_BUT_ONE = (-1.55, -0.96)
-ENC_DEC_LAST = -13.56
-# "no noticeable loss": a loss as large as the paper's largest single-head drop (Table 1, WMT: 0.53 BLEU, significant)
-# or its largest one-head layer loss (Table 3, BERT: 0.96 points, not significant) is noticeable
-NOTICEABLE = (0.53, 0.96)
-CORRELATION = 0.5  # "a positive, > 0.5 correlation"
-SPEEDUP = 1.175  # "up to 17.5% at higher batch sizes"; "this difference vanishes for smaller batch sizes"
-SPEED_UNITS = "timing rounds"
-SENTENCES = "test examples"
-
-
-def _share_claim(count, side: str, contradiction: float) -> Claim:
-    """A share the paper counted (``count``: successes, units), contradicted at ``contradiction``."""
-    figure = count[0] / count[1]
-    return Claim(figure, side, margin=abs(contradiction - figure))
-
-
 class _Study:
     """The metric a study was scored with, and which of the papers' models it is held to."""
 
@@ -413,36 +385,6 @@ def _dynamics(load: Load, study: _Study) -> Optional[Finding]:
     )
 
 
-def speedup_interval(measurement: Dict) -> Estimate:
-    """The shrunk model's speed-up over the unpruned one with a t interval: on the log ratios of the rounds where
-    the benchmark paired them (each round's two passes, so the machine's drift between rounds cancels; the
-    estimate is their geometric mean), else on the log times of the timed rounds (Welch; none under two rounds
-    of each)."""
-    from fairseq_headprune.study.statistics.intervals import t_interval, welch_interval
-
-    paired = (measurement.get("paired_ratios") or {}).get("speedup_shrunk_vs_unpruned") or []
-    if len(paired) >= 2:
-        logs = t_interval([math.log(r) for r in paired])
-        return Estimate(math.exp(logs.value), math.exp(logs.low), math.exp(logs.high),
-                        f"t on the log ratios of {len(paired)} paired rounds")
-    value = measurement["speedup_shrunk_vs_unpruned"]
-    unpruned, shrunk = _log_round_times(measurement, "unpruned"), _log_round_times(measurement, "shrunk")
-    if min(len(unpruned), len(shrunk)) < 2:
-        return Estimate(value, method="one timing round")
-    logs = welch_interval(unpruned, shrunk)
-    return Estimate(value, math.exp(logs.low), math.exp(logs.high), f"t on log times, {len(shrunk)} rounds")
-
-
-def _log_round_times(measurement: Dict, system: str) -> List[float]:
-    """The log time of each timed round of ``system``: from its seconds (translation benchmarks) or from its rate
-    (the classifier benchmark records examples per second); both systems time the same examples, so the difference
-    of the logs is the same either way."""
-    seconds = (measurement.get("seconds") or {}).get(system)
-    if seconds:
-        return [math.log(s) for s in seconds]
-    return [-math.log(rate) for rate in (measurement.get("examples_per_second") or {}).get(system) or []]
-
-
 def _speed(load: Load, study: _Study) -> Optional[Finding]:
     payload = load("shrink/speed.json") or load("shrink/classifier_speed.json")
     if not payload or not payload.get("measurements"):
@@ -505,15 +447,3 @@ def paper_findings(load: Load) -> List[Finding]:
              _types(load, study), _dynamics(load, study), _speed(load, study), _budgets(load, study),
              *budhraja_findings(load, study.bert, study.label)]
     return [row for row in found if row is not None]
-
-
-def markdown_findings(rows: List[Finding]) -> str:
-    lines = [
-        "| finding of the papers | the paper's figure | this study: estimate [95% interval] | what would contradict "
-        "the paper (margin) | protocol and strength of the evidence | verdict rule | verdict |\n",
-        "|---|---|---|---|---|---|---|\n",
-    ]
-    for row in rows:
-        lines.append(f"| {row.finding} | {row.paper} | {row.study} | {row.margin or '—'} | {row.evidence} | "
-                     f"{row.rule} | {row.shown()} |\n")
-    return "".join(lines)

@@ -15,8 +15,8 @@ from fairseq_headprune.constants import ATTENTION_TYPES
 from fairseq_headprune.errors import StudyError
 from fairseq_headprune.study.budhraja.report import section_finetune
 from fairseq_headprune.study.output.files import write_text
-from fairseq_headprune.study.output.finding import CONSISTENT, DIFFERS, INCONCLUSIVE
-from fairseq_headprune.study.output.findings import curve_point, markdown_findings, paper_findings
+from fairseq_headprune.study.output.finding import CONSISTENT, DIFFERS, INCONCLUSIVE, markdown_findings
+from fairseq_headprune.study.output.findings import curve_point, paper_findings
 from fairseq_headprune.study.output.structures_report import section_structures
 from fairseq_headprune.study.pruning.comparison import describe_goal, goal_check, markdown_costs
 from fairseq_headprune.study.statistics.metrics import metric_of_record
