@@ -9,6 +9,8 @@ cases each way"), so a BERT figure here is that mean.
 
 from typing import Dict, Optional, Tuple
 
+from fairseq_headprune.study.statistics.intervals import NORMAL_975
+
 TABLE1_BASELINE = (29.09, 27.95)  # EN-RU, EN-DE
 TABLE1 = {25: (29.59, 28.19), 35: (29.29, 27.94), 50: (29.38, 28.02), 55: (29.00, 28.24), 60: (28.94, 27.88),
           75: (28.22, 27.49), 81: (27.97, 26.80), 87: (27.47, 26.92)}  # % pruned -> BLEU; 87: one head per layer
@@ -77,7 +79,7 @@ def allowance(*configurations, bert: bool) -> float:
     the figure is built from (one for a change against the unpruned model, whose baseline has no draws; two for a
     difference of two configurations); a Transformer figure is one language pair's."""
     variance = sum(_mean_spread(scores, bert) ** 2 for scores in configurations)
-    return round(1.959963984540054 * variance ** 0.5, 2)
+    return round(NORMAL_975 * variance ** 0.5, 2)
 
 
 def table1_pair(level: int) -> Tuple[float, ...]:

@@ -183,8 +183,8 @@ def _all_but_one(load: Load, study: _Study) -> List[Finding]:
     margin = bound.margin_text(study.label) + " for a layer (twice the paper's largest ordinary loss)"
     if study.bert:
         judgement = every(judgements)
-        significant = [r for r in rows if r.get("significant")]
         if all("significant" in r for r in rows):
+            significant = [r for r in rows if r["significant"]]
             none_claim = _share_claim(TABLE3_SIGNIFICANT, AT_MOST, TABLE3_CONTRADICTION)
             share = wilson_interval(len(significant), len(rows))
             judgement = every([judgement, none_claim.judge(share, "layers")])

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 CONFIDENCE = 0.95
-_Z = 1.959963984540054  # the normal distribution's 97.5% point
+NORMAL_975 = 1.959963984540054  # the normal distribution's 97.5% point: a 95% half-width in standard errors
 
 
 @dataclass(frozen=True)
@@ -86,9 +86,9 @@ def combined(value: float, *intervals: Optional[Estimate], method: str = "") -> 
 
 def wilson_interval(successes: int, count: int) -> Estimate:
     """A share ``successes / count`` with Wilson's score interval."""
-    share = successes / count
-    centre = (share + _Z ** 2 / (2 * count)) / (1 + _Z ** 2 / count)
-    half = _Z * math.sqrt(share * (1 - share) / count + _Z ** 2 / (4 * count ** 2)) / (1 + _Z ** 2 / count)
+    share, z = successes / count, NORMAL_975
+    centre = (share + z ** 2 / (2 * count)) / (1 + z ** 2 / count)
+    half = z * math.sqrt(share * (1 - share) / count + z ** 2 / (4 * count ** 2)) / (1 + z ** 2 / count)
     low = 0.0 if successes == 0 else max(0.0, centre - half)  # exact at the ends (the float sum is not)
     high = 1.0 if successes == count else min(1.0, centre + half)
     return Estimate(share, low, high, f"Wilson, {count} units")
@@ -98,5 +98,5 @@ def correlation_interval(r: float, count: int) -> Estimate:
     """Pearson's r over ``count`` pairs with Fisher's z interval (no interval under 4 pairs or at |r| = 1)."""
     if count < 4 or abs(r) >= 1.0:
         return Estimate(r, method=f"{count} pairs")
-    z, half = math.atanh(r), _Z / math.sqrt(count - 3)
+    z, half = math.atanh(r), NORMAL_975 / math.sqrt(count - 3)
     return Estimate(r, math.tanh(z - half), math.tanh(z + half), f"Fisher z, {count} pairs")
