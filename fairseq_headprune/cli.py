@@ -8,7 +8,6 @@ commands with this plugin and its task already selected.
 import argparse
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 from typing import Dict, List, Optional, Sequence
@@ -33,6 +32,7 @@ from fairseq_headprune.commands.fairseq_commands import FAIRSEQ_COMMANDS, FAIRSE
 from fairseq_headprune.commands.option_rules import check_option_rules
 from fairseq_headprune.commands.outputs import add_overwrite_option, check_output_paths, output_directory_locked
 from fairseq_headprune.commands.run_identity import run_recorded
+from fairseq_headprune.commands.stop_signals import STOPS, Terminated, stops_raised
 from fairseq_headprune.engine.runtime.console import quiet_libraries  # noqa: F401  (the scripts' and commands' entry)
 from fairseq_headprune.engine.runtime.ranks import SHARDED_COMMANDS, join_ranks, launched_world_size, leave_ranks
 from fairseq_headprune.errors import DEBUG_VARIABLE, HeadPruneError, debugging
@@ -120,42 +120,25 @@ def main(argv: Optional[List[str]] = None) -> int:
         if hasattr(args, "no_progress"):
             args.no_progress = True
     flags = command_flags(args.command, parser)
-    previous_handler = _stop_on_sigterm()
     try:
-        check_option_rules(args.command, _subparser(parser, args.command), argv[1:], args, flags)
-        check_output_paths(args, flags)
-        with contextlib.ExitStack() as run:
-            if ranks.is_main:
-                run.enter_context(output_directory_locked(args, flags, args.command))
-                run.enter_context(run_recorded(args, flags, args.command))
-            return args.handler(args)
+        with stops_raised():
+            check_option_rules(args.command, _subparser(parser, args.command), argv[1:], args, flags)
+            check_output_paths(args, flags)
+            with contextlib.ExitStack() as run:
+                if ranks.is_main:
+                    run.enter_context(output_directory_locked(args, flags, args.command))
+                    run.enter_context(run_recorded(args, flags, args.command))
+                return args.handler(args)
     except HeadPruneError as error:
         return _report(args.command, error, flags, speak=ranks.is_main)
-    except (KeyboardInterrupt, Terminated) as stop:
+    except STOPS as stop:
         if debugging():
             raise
         if ranks.is_main:
             print(f"fairseq-headprune {args.command}: stopped; run the same command again to resume", file=sys.stderr)
         return 143 if isinstance(stop, Terminated) else 130
     finally:
-        if previous_handler is not None:
-            signal.signal(signal.SIGTERM, previous_handler)
         leave_ranks()
-
-
-class Terminated(BaseException):
-    """SIGTERM, raised where the command stands (as Ctrl-C raises KeyboardInterrupt), so that it stops as cleanly."""
-
-
-def _stop_on_sigterm():
-    """Turn SIGTERM into ``Terminated`` for the run (the main thread only); returns the handler it replaced."""
-    def stop(_signal, _frame):
-        raise Terminated()
-
-    try:
-        return signal.signal(signal.SIGTERM, stop)
-    except ValueError:  # not the main thread: leave the signals alone
-        return None
 
 
 def _report(command: str, error: HeadPruneError, flags: Dict[str, str], speak: bool = True) -> int:

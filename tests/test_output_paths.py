@@ -150,3 +150,43 @@ def test_a_stopped_run_ends_in_one_line(tiny_model, tmp_path, stop, status):
     assert "Traceback" not in stderr
     last = stderr.strip().splitlines()[-1]
     assert last == "fairseq-headprune importance: stopped; run the same command again to resume"
+
+
+DROPPED_STOP = """
+import os, signal, sys, time, weakref
+from fairseq_headprune.commands.stop_signals import stops_raised
+
+class Thing:
+    pass
+
+def callback(_ref):  # Python drops an exception raised here ("Exception ignored in: ...")
+    os.kill(os.getpid(), signal.{signal})
+    for _ in range(100000):
+        pass
+
+began = time.monotonic()
+try:
+    with stops_raised():
+        thing = Thing()
+        ref = weakref.ref(thing, callback)
+        del thing
+        print("went on", flush=True)
+        time.sleep({sleep})
+    print("not stopped")
+except BaseException as stop:
+    print(type(stop).__name__, f"{{time.monotonic() - began:.1f}}")
+"""
+
+
+@pytest.mark.parametrize("stop, name", [("SIGINT", "KeyboardInterrupt"), ("SIGTERM", "Terminated")])
+@pytest.mark.parametrize("sleep", [5, 0])
+def test_a_stop_python_drops_is_raised_again(stop, name, sleep):
+    """A signal that lands in a weakref callback (an import's module lock, a tensor freed) is not lost: raised
+    again within a second while the command works, or when it would end; Python's "Exception ignored" is silent."""
+    result = subprocess.run([sys.executable, "-c", DROPPED_STOP.format(signal=stop, sleep=sleep)],
+                            capture_output=True, text=True, timeout=60,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    went_on, stopped = result.stdout.split("\n")[:2]
+    assert went_on == "went on"  # Python dropped it where it landed
+    assert stopped.split()[0] == name and float(stopped.split()[1]) < 1.5, result.stdout
+    assert result.stderr == ""
