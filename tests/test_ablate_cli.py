@@ -28,9 +28,10 @@ def ablate(tiny_model, out_dir, *extra, check=True):
 @pytest.fixture(scope="module")
 def single_sweep(tiny_model, tmp_path_factory):
     out_dir = tmp_path_factory.mktemp("ablate") / "single"
-    ablate(tiny_model, out_dir, "--heads", HEADS)
+    console = ablate(tiny_model, out_dir, "--heads", HEADS).stdout
     with open(out_dir / "single.json") as stream:
         table = json.load(stream)
+    table["console"] = console
     return out_dir, table
 
 
@@ -73,6 +74,9 @@ def test_sweep_matches_fairseq_generate(tiny_model, single_sweep):
     }
     for suffix in (".tsv", ".md", ".tex", "_delta.png", "_hist.png"):
         assert (out_dir / f"single{suffix}").stat().st_size > 0
+    # the console names the largest drop by the head's --head-mask spec
+    worst = min(table["rows"], key=lambda row: row["delta"])
+    assert f"largest drop  {worst['delta']:+.2f}  {worst['spec']} (p" in table["console"], table["console"]
 
 
 def test_killed_sweep_resumes_to_the_same_table(tiny_model, single_sweep, tmp_path):

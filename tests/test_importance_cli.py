@@ -9,17 +9,18 @@ import torch
 
 from fairseq_headprune.study.importance.scores import read_importance_file
 
-from conftest import run
+from conftest import run, run_in_process
 
 LAYOUT = {"enc-enc": (2, 8), "enc-dec": (2, 8), "dec-dec": (2, 8)}
 
 
-def importance_command(tiny_model, out_dir, *extra, check=True, data=None):
-    return run(
-        ["fairseq-headprune", "importance", data or tiny_model["data"], "--path", tiny_model["checkpoint"],
-         "--out-dir", out_dir, "--no-progress", *extra],
-        check=check,
-    )
+def importance_command(tiny_model, out_dir, *extra, check=True, data=None, capsys=None):
+    """The command in a process of its own, or with ``capsys`` in this one (for the refusals)."""
+    command = ["importance", data or tiny_model["data"], "--path", tiny_model["checkpoint"], "--out-dir", out_dir,
+               "--no-progress", *extra]
+    if capsys is not None:
+        return run_in_process(command, capsys)
+    return run(["fairseq-headprune", *command], check=check)
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +54,13 @@ def test_importance_command_writes_scores_plot_and_correlates_with_loss_increase
     rho, p_value = scores.correlation_with_loss_increase()
     assert rho > 0.3 and p_value < 0.05, (rho, p_value)
     assert "spearman(importance, loss increase" in result.stdout
+    # the console names each head by its --head-mask spec, the most important first
+    for attention_type, letter in (("enc-enc", "E"), ("enc-dec", "A"), ("dec-dec", "D")):
+        values = scores.importance[attention_type]
+        best = sorted(((values[layer, head].item(), f"{letter}:{layer + 1}:{head + 1}")
+                       for layer in range(values.shape[0]) for head in range(values.shape[1])), reverse=True)
+        line = next(line for line in result.stdout.splitlines() if line.startswith(attention_type + "\t"))
+        assert f"top {', '.join(spec for _, spec in best[:3])}\t" in line, line
 
 
 def test_importance_of_a_masked_model_and_token_granularity(tiny_model, tmp_path):
@@ -74,23 +82,22 @@ def test_importance_of_a_masked_model_and_token_granularity(tiny_model, tmp_path
         (["--limit", "0"], "--importance-limit must be positive"),
     ],
 )
-def test_bad_input_is_one_line_and_non_zero(tiny_model, data_with_empty_split, tmp_path, args, message):
-    result = importance_command(tiny_model, tmp_path / "out", *args, check=False, data=data_with_empty_split)
+def test_bad_input_is_one_line_and_non_zero(tiny_model, data_with_empty_split, tmp_path, args, message, capsys):
+    result = importance_command(tiny_model, tmp_path / "out", *args, data=data_with_empty_split, capsys=capsys)
     assert result.returncode != 0
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr
     assert not (tmp_path / "out" / "importance.json").exists()
 
 
-def test_missing_or_mismatched_checkpoint_is_one_line(tiny_model, tmp_path):
+def test_missing_or_mismatched_checkpoint_is_one_line(tiny_model, tmp_path, capsys):
     out = ["--out-dir", tmp_path / "out"]
-    missing = run(["fairseq-headprune", "importance", tiny_model["data"], "--path", tmp_path / "no.pt", *out],
-                  check=False)
+    missing = run_in_process(["importance", tiny_model["data"], "--path", tmp_path / "no.pt", *out], capsys)
     assert missing.returncode != 0 and missing.stderr.strip() == (
         f"fairseq-headprune importance: error: checkpoint not found: {tmp_path / 'no.pt'}"
     )
-    not_a_checkpoint = run(["fairseq-headprune", "importance", tiny_model["data"],
-                            "--path", tiny_model["data"] / "dict.en.txt", *out], check=False)
+    not_a_checkpoint = run_in_process(["importance", tiny_model["data"], "--path", tiny_model["data"] / "dict.en.txt",
+                                       *out], capsys)
     assert not_a_checkpoint.returncode != 0
     assert len(not_a_checkpoint.stderr.strip().splitlines()) == 1
     # read first, to learn which family of model it holds
@@ -100,8 +107,7 @@ def test_missing_or_mismatched_checkpoint_is_one_line(tiny_model, tmp_path):
     for lang in ("en", "fr"):
         with open(other_dict / f"dict.{lang}.txt", "a") as stream:
             stream.writelines(f"extraword{i} 1\n" for i in range(9))
-    mismatch = run(["fairseq-headprune", "importance", other_dict, "--path", tiny_model["checkpoint"], *out],
-                   check=False)
+    mismatch = run_in_process(["importance", other_dict, "--path", tiny_model["checkpoint"], *out], capsys)
     assert mismatch.returncode != 0
     assert len(mismatch.stderr.strip().splitlines()) == 1
     assert "does not match the dictionaries" in mismatch.stderr

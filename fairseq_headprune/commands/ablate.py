@@ -22,14 +22,15 @@ def settings_from(args: argparse.Namespace) -> AblationSettings:
 
 def print_single(outcome, settings: AblationSettings) -> None:
     """The single-head sweep's summary: how many heads change the score significantly, the largest change each way
-    (a bootstrap's p of 0 as ``p < 1/resamples``)."""
+    (a bootstrap's p of 0 as ``p < 1/resamples``), each head named by its ``--head-mask`` spec."""
     test, metric = settings.sweep.test, settings.sweep.metric
     significant, worst, best = ablation_summary(outcome.rows, metric.higher_is_better)
     print(f"baseline {metric.label} {outcome.baseline_score:.2f}; {len(outcome.rows)} heads masked one at a time; "
           f"{significant} significant at p < {test.alpha:g}")
     worse, better = ("largest drop", "largest gain") if metric.higher_is_better else ("largest rise", "largest fall")
-    print(f"{worse}  {worst['delta']:+.2f}  {worst['config']} ({p_value_text(worst['p_value'], test.resamples)})")
-    print(f"{better}  {best['delta']:+.2f}  {best['config']} ({p_value_text(best['p_value'], test.resamples)})")
+    for label, row in ((worse, worst), (better, best)):
+        head = row.get("spec") or row["config"]  # the --head-mask spec (rows of older files: the configuration)
+        print(f"{label}  {row['delta']:+.2f}  {head} ({p_value_text(row['p_value'], test.resamples)})")
     print(f"wrote\t{outcome.written[0]}")
 
 

@@ -36,6 +36,7 @@ from fairseq_headprune.constants import (
     FFN_TYPES,
     GRANULARITIES,
     IMPORTANCE_METHODS,
+    TYPE_LETTERS,
 )
 from fairseq_headprune.errors import ResultFileError
 from fairseq_headprune.study.masks.head_mask import HeadLayout
@@ -271,7 +272,7 @@ def read_importance_file(path: str, layout: Optional[HeadLayout] = None) -> Impo
 
 
 def summarize(result: ImportanceResult) -> List[str]:
-    """Lines for the console: per type, the most and least important heads."""
+    """Lines for the console: per type, the most and least important heads, each as its ``--head-mask`` spec."""
     lines = []
     normalized = result.normalized
     for attention_type in ATTENTION_TYPES:
@@ -281,7 +282,8 @@ def summarize(result: ImportanceResult) -> List[str]:
         flat = scores.reshape(-1)
         heads = scores.shape[1]
         order = torch.argsort(flat, descending=True).tolist()
-        name = lambda i: f"{i // heads + 1}:{i % heads + 1}"  # noqa: E731
+        letter = TYPE_LETTERS[attention_type]
+        name = lambda i: f"{letter}:{i // heads + 1}:{i % heads + 1}"  # noqa: E731  (the --head-mask spec)
         lines.append(
             f"{attention_type}\tmean {flat.mean().item():.4g}\t"
             f"top {', '.join(name(i) for i in order[:3])}\t"
