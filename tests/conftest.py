@@ -42,20 +42,68 @@ def headprune_launcher(ranks):
     return [BIN_DIR / "torchrun", "--standalone", "--nproc-per-node", str(ranks), BIN_DIR / "fairseq-headprune"]
 
 
+class _ForkServer:
+    """``tests/fork_server.py`` for this test process, started at its first ``fairseq-headprune`` command: each
+    command then runs in a child forked from a process that has its imports done (HEADPRUNE_TEST_FORK=0: each in
+    a fresh interpreter instead)."""
+
+    process = None
+
+    @classmethod
+    def run(cls, argv, env, cwd) -> subprocess.CompletedProcess:
+        import tempfile
+
+        if cls.process is None or cls.process.poll() is not None:
+            cls.process = subprocess.Popen([sys.executable, str(REPO / "tests" / "fork_server.py")], cwd=REPO,
+                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        with tempfile.TemporaryDirectory(prefix="headprune-command-") as outputs:
+            files = {name: os.path.join(outputs, name) for name in ("stdout", "stderr")}
+            cls.process.stdin.write(json.dumps({"argv": argv, "env": env, "cwd": str(cwd), **files}) + "\n")
+            cls.process.stdin.flush()
+            answer = cls.process.stdout.readline()
+            assert answer, "tests/fork_server.py ended"
+            printed = {name: open(path, encoding="utf-8", errors="replace").read() for name, path in files.items()}
+        return subprocess.CompletedProcess(["fairseq-headprune", *argv], json.loads(answer)["status"],
+                                           printed["stdout"], printed["stderr"])
+
+
 def run(command, env=None, check=True, cwd=REPO):
-    """Run a command with this interpreter's bin directory first on PATH."""
+    """Run a command with this interpreter's bin directory first on PATH; ``fairseq-headprune`` in a process forked
+    from one with its imports done (``_ForkServer``)."""
     full_env = dict(os.environ)
     full_env["PATH"] = f"{BIN_DIR}{os.pathsep}{full_env.get('PATH', '')}"
     full_env.update(env or {})
-    result = subprocess.run(
-        [str(c) for c in command], cwd=cwd, env=full_env, capture_output=True, text=True
-    )
+    command = [str(c) for c in command]
+    if command[0] == "fairseq-headprune" and full_env.get("HEADPRUNE_TEST_FORK", "1") != "0":
+        result = _ForkServer.run(command[1:], full_env, cwd)
+    else:
+        result = subprocess.run(command, cwd=cwd, env=full_env, capture_output=True, text=True)
     if check and result.returncode != 0:
         raise AssertionError(
             f"{' '.join(map(str, command))} exited {result.returncode}\n"
             f"stdout:\n{result.stdout[-3000:]}\nstderr:\n{result.stderr[-3000:]}"
         )
     return result
+
+
+def run_in_process(argv, capsys):
+    """``fairseq-headprune ARGV`` through the command line's own ``main`` in this process (no interpreter to start,
+    torch and fairseq already imported): a ``subprocess.CompletedProcess`` of its exit status and output, for the
+    refusals, which end before any model is loaded."""
+    import torch
+
+    from fairseq_headprune import cli
+
+    capsys.readouterr()
+    threads = torch.get_num_threads()
+    try:
+        status = cli.main([str(a) for a in argv])
+    except SystemExit as exit:  # argparse's own errors
+        status = exit.code
+    finally:
+        torch.set_num_threads(threads)  # what a command sets for itself, not for the tests after it
+    captured = capsys.readouterr()
+    return subprocess.CompletedProcess(argv, status, captured.out, captured.err)
 
 
 def kill_once_written(command, path, timeout=900):

@@ -17,7 +17,7 @@ import fairseq_headprune.compat.torch_load  # noqa: F401  (lets torch.load read 
 from fairseq_headprune.engine.checkpoints.info import checkpoint_head_layout, training_history
 from fairseq_headprune.study.masks.head_mask import parse_head_mask
 
-from conftest import USER_DIR, kill_once_written, run, save_zeroed_checkpoint
+from conftest import USER_DIR, kill_once_written, run, run_in_process, save_zeroed_checkpoint
 
 UPDATES = 8  # a resume point after every update (a tenth of the fine-tune, at least one)
 CURVE = (3, 6)  # the recovery curve's points on the way (0 and UPDATES are always points)
@@ -172,7 +172,7 @@ def test_compensation_of_a_finetuned_configuration_equals_a_direct_computation(t
     assert all(measured["heads"][name]["mean_abs_change"] == 0.0 for name in measured["pruned"])
 
 
-def test_bad_budhraja_input_is_one_line_and_writes_nothing(tiny_model, tmp_path):
+def test_bad_budhraja_input_is_one_line_and_writes_nothing(tiny_model, tmp_path, capsys):
     no_train = tmp_path / "no-train"
     no_train.mkdir()
     for name in os.listdir(tiny_model["data"]):
@@ -192,9 +192,8 @@ def test_bad_budhraja_input_is_one_line_and_writes_nothing(tiny_model, tmp_path)
     ]
     for data_dir, options, message in cases:
         out_dir = tmp_path / "out"
-        result = run(["fairseq-headprune", "prune", str(data_dir), "--path", str(tiny_model["checkpoint"]),
-                      "--out-dir", str(out_dir), "--gen-subset", "valid", "--finetune-updates", "2", *options],
-                     check=False)
+        result = run_in_process(["prune", str(data_dir), "--path", str(tiny_model["checkpoint"]), "--out-dir",
+                                 str(out_dir), "--gen-subset", "valid", "--finetune-updates", "2", *options], capsys)
         assert result.returncode == 2, result.stderr
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and message in lines[0], result.stderr
@@ -205,8 +204,8 @@ def test_bad_budhraja_input_is_one_line_and_writes_nothing(tiny_model, tmp_path)
         del state["model"][key]
     torch.save(state, tmp_path / "shallower.pt")
     out = tmp_path / "c.json"
-    result = run(["fairseq-headprune", "compensation", "--before", str(tiny_model["checkpoint"]),
-                  "--after", str(tmp_path / "shallower.pt"), "--out", str(out)], check=False)
+    result = run_in_process(["compensation", "--before", str(tiny_model["checkpoint"]),
+                             "--after", str(tmp_path / "shallower.pt"), "--out", str(out)], capsys)
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "of different architectures" in result.stderr and not out.exists()
 
@@ -226,7 +225,7 @@ def test_recording_the_recovery_curve_does_not_change_the_fine_tune(tiny_model, 
         assert sorted(old) == sorted(new) and all(torch.equal(old[key], new[key]) for key in old), name
 
 
-def test_the_fine_tunes_seed_orders_the_batches_and_another_recipe_is_refused(tiny_model, sharded, tmp_path):
+def test_the_fine_tunes_seed_orders_the_batches_and_another_recipe_is_refused(tiny_model, sharded, tmp_path, capsys):
     """--finetune-seed: the checkpoint's own seed given explicitly is the default run, bit for bit (the sharded run,
     which trained in parts: the same weights as one part); another seed trains on other batches with other dropout
     (other weights). A directory holding fine-tunes of another length, curve, learning rate or seed is refused in
@@ -254,19 +253,19 @@ def test_the_fine_tunes_seed_orders_the_batches_and_another_recipe_is_refused(ti
         ((*curve, "--finetune-seed", str(own_seed + 1)), f"under seed {own_seed}, not {own_seed + 1}"),
     ]
     for options, message in cases:
-        result = run(prune_command(tiny_model, sharded[0], *options), check=False)
+        result = run_in_process(prune_command(tiny_model, sharded[0], *options)[1:], capsys)
         assert result.returncode == 2, result.stderr
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and message in lines[0] and "holds a configuration" in lines[0], result.stderr
         assert (sharded[0] / "finetune" / "results.json").read_bytes() == merged
     # the plan refuses what the run would
-    plan = run(prune_command(tiny_model, sharded[0], *curve, "--finetune-seed", str(own_seed + 1), "--finetune-plan"),
-               check=False)
+    plan = run_in_process(prune_command(tiny_model, sharded[0], *curve, "--finetune-seed", str(own_seed + 1),
+                                        "--finetune-plan")[1:], capsys)
     assert plan.returncode == 2 and f"under seed {own_seed}, not {own_seed + 1}" in plan.stderr, plan.stderr
     # a fine-tune begun under one seed (killed before its record) is not resumed under another
     begun = tmp_path / f"seed{own_seed + 1}"
     (begun / "finetune" / "control" / "record.json").unlink()
-    result = run(prune_command(tiny_model, begun, *no_curve), check=False)
+    result = run_in_process(prune_command(tiny_model, begun, *no_curve)[1:], capsys)
     assert result.returncode == 2 and f"under seed {own_seed + 1}, not {own_seed}" in result.stderr, result.stderr
 
 

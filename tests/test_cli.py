@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conftest import run
+from conftest import run, run_in_process
 
 
 def test_help_lists_the_sub_commands():
@@ -26,13 +26,13 @@ def test_mask_command_prints_and_writes(tiny_model, tmp_path):
     assert "spec\tE:1:6 A:2:1,3" in again.stdout
 
 
-def test_mask_command_errors_are_one_line(tiny_model, tmp_path):
+def test_mask_command_errors_are_one_line(tiny_model, tmp_path, capsys):
     for args, message in (
         (["E:9:1", "--path", tiny_model["checkpoint"]], "layer 9 out of range 1-2"),
         (["E:1:1", "--path", tmp_path / "nope.pt"], "checkpoint not found"),
         (["E:1:1", "--path", tiny_model["checkpoint"], "--out", tmp_path / "m.txt"], ".json or .tsv"),
     ):
-        result = run(["fairseq-headprune", "mask", *args], check=False)
+        result = run_in_process(["mask", *args], capsys)
         assert result.returncode == 2
         assert result.stderr.strip().count("\n") == 0, result.stderr
         assert message in result.stderr

@@ -42,7 +42,7 @@ from fairseq_headprune.study.compression.speedup_search import (
 )
 from fairseq_headprune.study.finetuning import UPDATE_CEILING
 
-from conftest import kill_once_written, run
+from conftest import kill_once_written, run, run_in_process
 
 ESTIMATES = ["--importance-limit", "64", "--tune-limit", "64", "--cpu", "--no-progress"]
 # no BLEU loss allowed, and a fine-tuning of 4 updates validated after each, never stopping before its ceiling
@@ -75,6 +75,25 @@ def _layer_counts(state):
 
 def _stage(out, stage):
     return json.loads((out / stage / "stage.json").read_text())
+
+
+class _Shrunk(Exception):
+    """Raised once an attempt's shrink stage is done: its tests read no later stage."""
+
+
+def shrunk_attempt(settings):
+    """Run the attempt ``settings`` through its shrink stage and stop there: the records of its stages so far."""
+    from fairseq_headprune.engine.pipelines.compress import run_compress
+    from fairseq_headprune.engine.pipelines.compress_stages import Stages
+
+    def stop_after_shrink(stage, status, _seconds):
+        if stage == "shrink" and status == "ran":
+            raise _Shrunk()
+
+    with pytest.raises(_Shrunk):
+        run_compress(settings, on_stage=stop_after_shrink)
+    stages = Stages(settings.out_dir, None)
+    return {stage: stages.record(stage) for stage in ("layers", "search")}
 
 
 def test_the_plan_times_and_damages_every_shape_and_the_attempt_has_the_least_damaged_fast_enough(tiny_model,
@@ -246,8 +265,10 @@ def test_a_speedup_target_distills_word_level_unless_told_otherwise(tiny_model, 
     assert not (tmp_path / "out").exists()
 
 
-def test_bad_speedup_inputs_are_one_line(tiny_model, tmp_path):
-    common = ["fairseq-headprune", "compress", tiny_model["data"], "--path", tiny_model["checkpoint"], "--cpu"]
+def test_bad_speedup_inputs_are_one_line(tiny_model, tmp_path, capsys):
+    from fairseq_headprune import cli
+
+    common = ["compress", str(tiny_model["data"]), "--path", str(tiny_model["checkpoint"]), "--cpu"]
     cases = [(["--target", "speedup=1x"], "a speed-up is a factor above 1"),
              (["--target", "speedup=2x", "--drop-decoder-layers", "1"], "leave out --drop-*-layers"),
              (["--target", "flops=50%", "--max-bleu-loss", "1"], "go with --target speedup"),
@@ -267,12 +288,15 @@ def test_bad_speedup_inputs_are_one_line(tiny_model, tmp_path):
     if not torch.cuda.is_available():  # refused before the plan measures or writes anything
         cases.append((["--target", "speedup=2x", "--deploy-device", "cuda"],
                       "--deploy-device cuda: torch or the installed CTranslate2 sees no CUDA device here"))
-    for index, (options, message) in enumerate(cases):
+    for index, (options, message) in enumerate(cases):  # in this process: the command line's own main
         out = tmp_path / f"out{index}"
-        result = run([*common, "--out-dir", out, *options], check=False)
-        assert result.returncode == 2, (options, result.stderr)
-        assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
-        assert message in result.stderr
+        try:
+            status = cli.main([*common, "--out-dir", str(out), *options])
+        except SystemExit as exit:  # argparse's own errors
+            status = exit.code
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert status == 2 and len(lines) == 1, (options, lines[-20:])
+        assert lines[0].startswith("fairseq-headprune compress: error: ") and message in lines[0], (message, lines)
         assert not out.exists()
 
 
@@ -305,7 +329,6 @@ def test_a_shape_of_whole_layers_alone_searches_nothing_and_keeps_the_other_weig
     compressed checkpoint is the original's other layers, renumbered, tensor for tensor."""
     from fairseq_headprune.cli import build_parser
     from fairseq_headprune.commands.compress import compress_settings
-    from fairseq_headprune.engine.pipelines.compress import run_compress
 
     argv = ["compress", str(tiny_model["data"]), "--path", str(tiny_model["checkpoint"]), "--out-dir",
             str(tmp_path / "top"), "--target", "speedup=1.05x", "--finetune-updates", "0", *ESTIMATES,
@@ -329,10 +352,10 @@ def test_a_shape_of_whole_layers_alone_searches_nothing_and_keeps_the_other_weig
                                           model)
     with layers_removed(model, {"encoder": [1]}):
         share = layer_costs(search_settings, model).full_cost() / costs.full_cost()
-    outcome = run_compress(settings.attempt(share, second_encoder_layer, str(tmp_path / "attempt")))
-    report = outcome.report
-    assert report.search.heads_pruned == 0 and report.search.neurons_pruned == 0 and report.search.spec is None
-    assert (report.layers.spec, report.layers.chosen_by) == ("encoder:2", "plan")
+    records = shrunk_attempt(settings.attempt(share, second_encoder_layer, str(tmp_path / "attempt")))
+    search, layers = records["search"], records["layers"]
+    assert search.heads_pruned == 0 and search.neurons_pruned == 0 and search.spec is None
+    assert (layers.spec, layers.chosen_by) == ("encoder:2", "plan")
     dropped = 1  # the encoder layer removed, 0-based
     original = torch.load(tiny_model["checkpoint"], map_location="cpu")["model"]
     compressed = torch.load(tmp_path / "attempt" / "shrink" / "checkpoint.pt", map_location="cpu")["model"]
@@ -408,7 +431,9 @@ def test_a_killed_speedup_run_resumes_its_fine_tuning_to_the_same_weights(tiny_m
     command = speedup_command(tiny_model, out, "--max-attempts", "1")
     kill_once_written(command, out / "attempt-1" / "finetune.partial" / "train" / "validations.json")
     assert not (out / "attempt-1" / "finetune" / "stage.json").exists()
-    run(command)
+    # resumed, and stopped again once its fine-tuning stage is complete (a stage directory appears whole, renamed
+    # from its .partial): what follows the fine-tuning is the uninterrupted run's test
+    kill_once_written(command, out / "attempt-1" / "finetune" / "stage.json")
     reference = torch.load(speedup_run["out"] / "attempt-1" / "finetune" / "checkpoint.pt", map_location="cpu")
     resumed = torch.load(out / "attempt-1" / "finetune" / "checkpoint.pt", map_location="cpu")
     assert sorted(reference["model"]) == sorted(resumed["model"])
@@ -423,7 +448,6 @@ def test_a_planned_narrowing_builds_the_shape_the_plan_timed(tiny_model, tmp_pat
     checkpoint's tensors."""
     from fairseq_headprune.cli import build_parser
     from fairseq_headprune.commands.compress import compress_settings
-    from fairseq_headprune.engine.pipelines.compress import run_compress
     from fairseq_headprune.study.masks.layer_drop import LayerChoice
 
     argv = ["compress", str(tiny_model["data"]), "--path", str(tiny_model["checkpoint"]), "--out-dir",
@@ -450,8 +474,8 @@ def test_a_planned_narrowing_builds_the_shape_the_plan_timed(tiny_model, tmp_pat
     tuned = settings_of([*argv, "--finetune-updates", "5"])
     seeded = settings_of([*argv, "--finetune-updates", "5", "--finetune-seed", "3"])
     assert "seed" not in tuned.identity()["finetune"] and seeded.identity()["finetune"]["seed"] == 3
-    report = run_compress(attempt).report
-    assert report.search.heads_pruned == report.search.heads_total // 2
+    search = shrunk_attempt(attempt)["search"]
+    assert search.heads_pruned == search.heads_total // 2
     original = torch.load(tiny_model["checkpoint"], map_location="cpu", weights_only=False)
     heads = {"encoder": original["cfg"]["model"].encoder_attention_heads,
              "decoder": original["cfg"]["model"].decoder_attention_heads}
@@ -471,7 +495,7 @@ def test_a_planned_narrowing_builds_the_shape_the_plan_timed(tiny_model, tmp_pat
             assert value.shape[0] == max(1, round(0.5 * full.shape[0])), key
 
 
-def test_a_decision_half_keeps_what_is_fitted_apart_from_what_decides(tiny_model, tmp_path):
+def test_a_decision_half_keeps_what_is_fitted_apart_from_what_decides(tiny_model, tmp_path, capsys):
     """``--decision-half``: OUT/halves holds valid's even-numbered sentences as valid-fit and its odd-numbered
     ones as valid-decide (read back with fairseq's own dataset against the original's rows); the Fisher scores,
     the plan's damage and the fine-tuning's validations read valid-fit, every decision and the unpruned reference
@@ -511,8 +535,8 @@ def test_a_decision_half_keeps_what_is_fitted_apart_from_what_decides(tiny_model
     assert "odd- and even-numbered sentences of valid" in markdown
     assert "fairseq's validation BLEU on valid-fit" in markdown  # the recovery curve names the half it read
     # a decision split fairseq-preprocess did not write cannot be halved: one line, before anything is timed
-    result = run(speedup_command(tiny_model, tmp_path / "other", "--decision-half", "--decision-subset",
-                                 "valid7"), check=False)
+    result = run_in_process(speedup_command(tiny_model, tmp_path / "other", "--decision-half", "--decision-subset",
+                                            "valid7")[1:], capsys)
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1].endswith("leave out --decision-half")
     assert not (tmp_path / "other" / "plan").exists()

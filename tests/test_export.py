@@ -9,7 +9,7 @@ within 1e-4) and its beam search equals fairseq's hypothesis for hypothesis.
 import pytest
 import torch
 
-from conftest import run
+from conftest import run, run_in_process
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
@@ -141,7 +141,7 @@ def assert_int8_close_to_float32(task, float32_dir, int8_dir):
     assert correlation >= 0.98 and difference <= 0.3, (correlation, difference)
 
 
-def test_bad_exports_are_one_line_and_write_nothing(tiny_model, tmp_path):
+def test_bad_exports_are_one_line_and_write_nothing(tiny_model, tmp_path, capsys):
     taken = tmp_path / "taken"
     taken.mkdir()
     (taken / "keep.txt").write_text("mine")
@@ -149,8 +149,8 @@ def test_bad_exports_are_one_line_and_write_nothing(tiny_model, tmp_path):
         (["--out-dir", taken], f"--out-dir {taken} exists and is not empty; nothing was written"),
         (["--out-dir", tmp_path / "f16", "--quantization", "float16"], "--quantization float16: CTranslate2"),
     ]:
-        result = run(["fairseq-headprune", "export", tiny_model["data"], "--path", tiny_model["checkpoint"], "--cpu",
-                      *options], check=False)
+        result = run_in_process(["export", tiny_model["data"], "--path", tiny_model["checkpoint"], "--cpu",
+                      *options], capsys)
         assert result.returncode == 2, result.stderr
         assert result.stderr.strip().splitlines() == [f"fairseq-headprune export: error: {message}"] or (
             len(result.stderr.strip().splitlines()) == 1 and message in result.stderr), result.stderr

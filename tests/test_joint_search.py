@@ -391,11 +391,15 @@ def test_old_latency_tables_read_as_fairseq_tables_of_their_dtype(tmp_path):
 # ---- the search and latency commands on the tiny trained model ----------------------------------------
 
 
-def search(tiny_model, out_dir, *extra, check=True):
-    from conftest import run
+def search(tiny_model, out_dir, *extra, check=True, capsys=None):
+    """The command in a process of its own, or with ``capsys`` in this one (for the refusals)."""
+    from conftest import run, run_in_process
 
-    return run(["fairseq-headprune", "search", tiny_model["data"], "--path", tiny_model["checkpoint"],
-                "--out-dir", out_dir, "--no-progress", *extra], check=check)
+    command = ["search", tiny_model["data"], "--path", tiny_model["checkpoint"], "--out-dir", out_dir, "--no-progress",
+               *extra]
+    if capsys is not None:
+        return run_in_process(command, capsys)
+    return run(["fairseq-headprune", *command], check=check)
 
 
 @pytest.fixture
@@ -468,7 +472,8 @@ def test_a_joint_search_writes_masks_that_fairseq_generate_applies_as_search_jso
     assert f"masking {record['neurons_pruned']} FFN neurons" in masked.stderr
 
 
-def test_an_ffn_search_keeps_every_head_and_uniform_keeps_one_head_count_per_type(tiny_model, neuron_fisher, tmp_path):
+def test_an_ffn_search_keeps_every_head_and_uniform_keeps_one_head_count_per_type(tiny_model, neuron_fisher, tmp_path,
+                                                                                  capsys):
     from fairseq_headprune.study.masks.head_mask import parse_head_mask
 
     search(tiny_model, tmp_path / "ffn", "--fisher", neuron_fisher, "--structure", "ffn", "--cost", "flops",
@@ -492,7 +497,7 @@ def test_an_ffn_search_keeps_every_head_and_uniform_keeps_one_head_count_per_typ
     decoder = {int(count) for t in ("enc-dec", "dec-dec") for count in head_mask[t].sum(dim=1)}
     assert record["heads_pruned"] > 0 and len(decoder) == 1, record["spec"]
     refused = search(tiny_model, tmp_path / "refused", "--fisher", neuron_fisher, "--structure", "joint", "--cost",
-                     "flops", "--budget", "40%", "--tie-decoder-heads", check=False)
+                     "flops", "--budget", "40%", "--tie-decoder-heads", capsys=capsys)
     assert refused.returncode == 2 and refused.stderr.strip().endswith("--tie-decoder-heads goes with --uniform")
 
 
@@ -543,7 +548,7 @@ def tiny_ctranslate2_table(tiny_model, tmp_path_factory):
 
 
 def test_ctranslate2_latency_tables_price_whole_stacks_and_a_uniform_search_exports_unpadded(
-        tiny_model, tiny_ctranslate2_table, tmp_path):
+        tiny_model, tiny_ctranslate2_table, tmp_path, capsys):
     """Timed in CTranslate2: the decoder's self- and cross-attention priced alike; the search must be uniform."""
     from conftest import run
 
@@ -579,7 +584,7 @@ def test_ctranslate2_latency_tables_price_whole_stacks_and_a_uniform_search_expo
         assert prices[blocks[0]] == pytest.approx(list(expected), abs=1e-9), group
     search_command = ["--structure", "joint", "--cost", "latency", "--latency-table", table, "--budget", "60%",
                       "--importance-limit", "16", "--latency-engine", "ctranslate2"]
-    refused = search(tiny_model, tmp_path / "refused", *search_command, check=False)
+    refused = search(tiny_model, tmp_path / "refused", *search_command, capsys=capsys)
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
     assert "price dec-dec+enc-dec as one stack" in refused.stderr and "search with --uniform" in refused.stderr
     assert not (tmp_path / "refused").exists()
@@ -608,7 +613,8 @@ def test_ctranslate2_latency_tables_price_whole_stacks_and_a_uniform_search_expo
     ({"precision": "float16"}, "was measured on another precision (float16), not this one (float32)"),
     ({"device": "cuda: NVIDIA H100"}, "was measured on another device (cuda: NVIDIA H100), not this one (cpu: "),
 ])
-def test_a_latency_table_of_another_engine_device_or_precision_is_one_line(tiny_model, tmp_path, change, message):
+def test_a_latency_table_of_another_engine_device_or_precision_is_one_line(tiny_model, tmp_path, change, message,
+                                                                         capsys):
     from conftest import run
 
     table = tmp_path / "latency.json"
@@ -616,13 +622,13 @@ def test_a_latency_table_of_another_engine_device_or_precision_is_one_line(tiny_
          "--repeats", "1", "--sentences", "2", "--sequence-length", "4", "--neuron-step", "64", "--no-progress"])
     table.write_text(json.dumps(dict(json.loads(table.read_text()), **change)))
     result = search(tiny_model, tmp_path / "search", "--structure", "joint", "--cost", "latency",
-                    "--latency-table", table, "--budget", "50%", check=False)
+                    "--latency-table", table, "--budget", "50%", capsys=capsys)
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
     assert result.stderr.startswith(f"fairseq-headprune search: error: --latency-table {table} {message}")
     assert not (tmp_path / "search").exists()
 
 
-def test_bad_structure_input_is_one_line(tiny_model, heads_only_scores, tmp_path):
+def test_bad_structure_input_is_one_line(tiny_model, heads_only_scores, tmp_path, capsys):
     heads_only = heads_only_scores
     cases = [
         (["--fisher", heads_only, "--structure", "ffn", "--cost", "flops"],
@@ -636,13 +642,14 @@ def test_bad_structure_input_is_one_line(tiny_model, heads_only_scores, tmp_path
         (["--structure", "ffn", "--cost", "flops", "--neuron-step", "0"], "--neuron-step must be positive, got 0"),
     ]
     for args, message in cases:
-        result = search(tiny_model, tmp_path / "out", "--budget", "50%", *args, check=False)
+        result = search(tiny_model, tmp_path / "out", "--budget", "50%", *args, capsys=capsys)
         assert result.returncode == 2, result.stderr
         assert result.stderr.strip() == f"fairseq-headprune search: error: {message}"
         assert not (tmp_path / "out").exists()
 
 
-def test_a_decoding_flops_search_prices_the_valid_splits_sentence_at_fairseqs_beam(tiny_model, neuron_scores, tmp_path):
+def test_a_decoding_flops_search_prices_the_valid_splits_sentence_at_fairseqs_beam(tiny_model, neuron_scores, tmp_path,
+                                                                                   capsys):
     """search --cost decoding-flops: the sentence priced is the valid split's mean source and target lengths (read
     here from fairseq's binarized sizes) plus </s>, at fairseq's --beam; the mask keeps at most the budget; lengths
     outside this cost are refused in one line."""
@@ -665,7 +672,7 @@ def test_a_decoding_flops_search_prices_the_valid_splits_sentence_at_fairseqs_be
                                                                                                   target + 1, 4))
     assert "decoding FLOPs per sentence (beam 4," in result.stdout and "the layers keep" in result.stdout
     refused = search(tiny_model, tmp_path / "refused", "--structure", "joint", "--cost", "flops", "--budget", "50%",
-                     "--source-length", "12", check=False)
+                     "--source-length", "12", capsys=capsys)
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
     assert "--source-length and --target-length shape the sentence --cost decoding-flops prices" in refused.stderr
     assert not (tmp_path / "refused").exists()

@@ -34,6 +34,7 @@ from conftest import (
     built_once,
     headprune_launcher,
     run,
+    run_in_process,
     save_zeroed_checkpoint,
     shared_root,
     zeroed_copy,
@@ -336,11 +337,10 @@ def test_ablate_perplexity_equals_stock_eval_lm_with_zeroed_columns(tiny_lm, lm_
     ("--heads E:1:1", "--heads: the model has no enc-enc attention (term 'E:1:1')"),
 ])
 def test_ablate_refuses_translation_data_and_encoder_heads_for_a_language_model(tiny_lm, tiny_model, tmp_path, bad,
-                                                                                 message):
+                                                                                 message, capsys):
     data = tiny_model["data"] if bad == "translation data" else tiny_lm["data"]
     extra = bad.split() if bad.startswith("--") else []
-    result = run(["fairseq-headprune", "ablate", data, "--path", tiny_lm["checkpoint"], "--out-dir", tmp_path, *extra],
-                 check=False)
+    result = run_in_process(["ablate", data, "--path", tiny_lm["checkpoint"], "--out-dir", tmp_path, *extra], capsys)
     assert result.returncode != 0 and "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
     expected = "fairseq-headprune ablate: error: " + message.format(checkpoint=tiny_lm["checkpoint"], data=data)

@@ -35,7 +35,7 @@ from fairseq_headprune.study.masks.ffn_mask import parse_ffn_mask
 from fairseq_headprune.study.masks.head_mask import parse_head_mask
 from fairseq_headprune.study.search.tuning import TuningSums, read_tuning, solve_layer, write_tuning
 
-from conftest import run
+from conftest import run, run_in_process
 
 SENTENCES = 48
 SPEC = "E:1:2,5,7 A:2:1-6 D:1:3"
@@ -311,9 +311,9 @@ def test_latency_tables_price_a_search_and_are_refused_elsewhere(tiny_model, tmp
     (["--budget", "24", "--tune-masks", "--tune-subset", "test"], "never on a test split"),
     (["--budget", "24", "--cost", "latency"], "--cost latency needs --latency-table"),
 ])
-def test_bad_search_input_is_one_line(tiny_model, tmp_path, args, message):
-    result = run(["fairseq-headprune", "search", tiny_model["data"], "--path", tiny_model["checkpoint"],
-                  "--out-dir", tmp_path / "search", *args], check=False)
+def test_bad_search_input_is_one_line(tiny_model, tmp_path, args, message, capsys):
+    result = run_in_process(["search", tiny_model["data"], "--path", tiny_model["checkpoint"],
+                  "--out-dir", tmp_path / "search", *args], capsys)
     assert result.returncode != 0
     assert len(result.stderr.strip().splitlines()) == 1 and message in result.stderr, result.stderr
     assert not (tmp_path / "search").exists()

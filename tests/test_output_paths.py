@@ -13,7 +13,7 @@ from argparse import Namespace
 
 import pytest
 
-from conftest import BIN_DIR, REPO, run
+from conftest import BIN_DIR, REPO, run, run_in_process
 
 
 def one_line_refusal(result, flag):
@@ -51,10 +51,10 @@ def bad_outputs(tiny_model, tmp_path, a_file):
     ]
 
 
-def test_every_unwritable_output_is_refused_before_any_work(tiny_model, tmp_path, a_file):
+def test_every_unwritable_output_is_refused_before_any_work(tiny_model, tmp_path, a_file, capsys):
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     for command, flag in bad_outputs(tiny_model, tmp_path, a_file):
-        result = run(["fairseq-headprune", *command], check=False)
+        result = run_in_process(command, capsys)
         one_line_refusal(result, flag)
         assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before, command
     assert not (tmp_path / "pruned.pt").exists()  # shrink --report refused before the checkpoint was written

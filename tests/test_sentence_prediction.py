@@ -12,7 +12,16 @@ import re
 import pytest
 import torch
 
-from conftest import REPO, USER_DIR, built_once, headprune_launcher, run, save_zeroed_checkpoint, shared_root
+from conftest import (
+    REPO,
+    USER_DIR,
+    built_once,
+    headprune_launcher,
+    run,
+    run_in_process,
+    save_zeroed_checkpoint,
+    shared_root,
+)
 
 CLASSIFIER_ENV = {"SCALE": "0.25", "LAYERS": "2", "EMBED_DIM": "64", "FFN_DIM": "128", "HEADS": "4",
                   "EPOCHS": "2", "LR": "0.001"}
@@ -110,19 +119,19 @@ def test_fine_tuning_keeps_masked_heads_pruned(classifier, tmp_path):
     ("A:1:1", "the model has no enc-dec attention (term 'A:1:1')"),
     ("E:3:1", "layer 3 out of range 1-2"),
 ])
-def test_specs_an_encoder_only_model_lacks_are_one_line(classifier, spec, message):
-    result = run(["fairseq-headprune", "validate", str(classifier["data"]), "--path", str(classifier["checkpoint"]),
-                  "--valid-subset", "test", *BATCHING, "--head-mask", spec], check=False)
+def test_specs_an_encoder_only_model_lacks_are_one_line(classifier, spec, message, capsys):
+    result = run_in_process(["validate", str(classifier["data"]), "--path", str(classifier["checkpoint"]),
+                  "--valid-subset", "test", *BATCHING, "--head-mask", spec], capsys)
     assert result.returncode != 0
     assert "Traceback" not in result.stderr
     last = result.stderr.strip().splitlines()[-1]  # after fairseq's own log lines
     assert last.startswith("fairseq-headprune: error: --head-mask:") and message in last, last
 
 
-def test_a_path_that_is_no_checkpoint_is_one_line(classifier, tmp_path):
+def test_a_path_that_is_no_checkpoint_is_one_line(classifier, tmp_path, capsys):
     bogus = tmp_path / "bogus.pt"
     bogus.write_text("not a checkpoint")
-    result = run(["fairseq-headprune", "validate", str(classifier["data"]), "--path", str(bogus)], check=False)
+    result = run_in_process(["validate", str(classifier["data"]), "--path", str(bogus)], capsys)
     assert result.returncode != 0 and "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"fairseq-headprune validate: error: "
@@ -263,11 +272,11 @@ def test_ablate_options_a_classifier_cannot_take_are_one_line(classifier, tmp_pa
     (["--engine", "ctranslate2"], "a classifier cannot be exported to CTranslate2"),
     (["--quantization", "int8"], "--quantization times a CTranslate2 model: add --engine ctranslate2"),
 ])
-def test_latency_tables_a_classifier_cannot_have_are_one_line(classifier, tmp_path, options, message):
+def test_latency_tables_a_classifier_cannot_have_are_one_line(classifier, tmp_path, options, message, capsys):
     pytest.importorskip("ctranslate2")
     table = tmp_path / "latency.json"
-    result = run(["fairseq-headprune", "latency", str(classifier["data"]), "--path", str(classifier["checkpoint"]),
-                  "--out", str(table), "--no-progress", "--cpu", *options], check=False)
+    result = run_in_process(["latency", str(classifier["data"]), "--path", str(classifier["checkpoint"]),
+                  "--out", str(table), "--no-progress", "--cpu", *options], capsys)
     assert result.returncode == 2 and "Traceback" not in result.stderr and not table.exists()
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], lines

@@ -15,7 +15,7 @@ from fairseq_headprune.modules.masked_multihead_attention import (
 from fairseq_headprune.modules.pruned_heads import shrink_model
 from fairseq_headprune.study.masks.head_mask import parse_head_mask
 
-from conftest import USER_DIR, run
+from conftest import USER_DIR, run, run_in_process
 
 MASKS = [
     "E:1:3",                                  # one head
@@ -145,26 +145,26 @@ def test_shrink_model_in_memory_keeps_output_bias_for_an_empty_layer(tiny_model,
         (["--head-mask", "none"], "removes no head"),
     ],
 )
-def test_bad_shrink_input_is_one_line(tiny_model, tmp_path, args, message):
-    result = run(["fairseq-headprune", "shrink", "--path", tiny_model["checkpoint"], "--out",
-                  tmp_path / "pruned.pt", *args], check=False)
+def test_bad_shrink_input_is_one_line(tiny_model, tmp_path, args, message, capsys):
+    result = run_in_process(["shrink", "--path", tiny_model["checkpoint"], "--out",
+                  tmp_path / "pruned.pt", *args], capsys)
     assert result.returncode != 0
     assert len(result.stderr.strip().splitlines()) == 1 and message in result.stderr
     assert not (tmp_path / "pruned.pt").exists()
 
 
-def test_shrink_refuses_to_overwrite_its_input_or_prune_twice(tiny_model, tmp_path):
+def test_shrink_refuses_to_overwrite_its_input_or_prune_twice(tiny_model, tmp_path, capsys):
     import shutil
 
     checkpoint = tmp_path / "model.pt"
     shutil.copy(tiny_model["checkpoint"], checkpoint)
     before = checkpoint.read_bytes()
-    result = run(["fairseq-headprune", "shrink", "--path", checkpoint, "--head-mask", "E:1:1",
-                  "--out", checkpoint], check=False)
+    result = run_in_process(["shrink", "--path", checkpoint, "--head-mask", "E:1:1",
+                  "--out", checkpoint], capsys)
     assert result.returncode != 0 and "is also what --path reads" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert checkpoint.read_bytes() == before
     shrink(tiny_model, "E:1:1", tmp_path / "pruned.pt")
-    again = run(["fairseq-headprune", "shrink", "--path", tmp_path / "pruned.pt", "--head-mask", "E:1:2",
-                 "--out", tmp_path / "twice.pt"], check=False)
+    again = run_in_process(["shrink", "--path", tmp_path / "pruned.pt", "--head-mask", "E:1:2",
+                 "--out", tmp_path / "twice.pt"], capsys)
     assert again.returncode != 0 and "already has heads removed" in again.stderr

@@ -15,15 +15,17 @@ import pytest
 
 from conftest import REPO, USER_DIR, run
 
+SENTENCES = 60
 STANDIN_ENV = {
-    "SCALE": "0.4",
+    "SCALE": "0.2",  # 4,000 training pairs
     "MERGES": "300",
-    "EPOCHS": "6",
+    "EPOCHS": "5",
+    "MAX_TOKENS": "1024",  # small batches: enough updates for 11 BLEU in 40 s of training
     "EMBED_DIM": "64",
     "FFN_DIM": "128",
     "HEADS": "4",
     "LAYERS": "2",
-    "SENTENCES": "100",
+    "SENTENCES": str(SENTENCES),
 }
 SETS = "newstest2013 mtnt"
 
@@ -68,7 +70,7 @@ def test_raw_text_to_significance_table(wmt_dir, tmp_path):
         table = json.load(stream)
     assert len(table["rows"]) == 9
     baseline = table["settings"]["baseline_bleu"]
-    # the stand-in is tiny and trained for 2 epochs on a corpus whose ceiling is about 68 BLEU
+    # the stand-in is tiny and trained for 5 epochs of 4,000 pairs (about 11 BLEU)
     assert baseline > 5, "the stand-in model should translate its test set"
 
     # the sweep's BLEU is fairseq-generate's on the same binarized split, after BPE removal
@@ -76,14 +78,14 @@ def test_raw_text_to_significance_table(wmt_dir, tmp_path):
                      os.path.join(wmt_dir, "bundle", "model.pt"), "--user-dir", USER_DIR,
                      "--task", "fairseq-headprune", "--gen-subset", "newstest2013", "--beam", "5",
                      "--lenpen", "1", "--remove-bpe", "--max-tokens", "4000", "--head-mask", "A:2:1",
-                     # fairseq-generate otherwise leaves out the last (100 mod 8) sentences
+                     # fairseq-generate otherwise leaves out the last (60 mod 8) sentences
                      "--required-batch-size-multiple", "1"])
     bleu = float(re.search(r"BLEU4 = ([\d.]+)", generated.stdout).group(1))
     row = next(r for r in table["rows"] if r["spec"] == "A:2:1")
     assert round(row["bleu"], 2) == bleu
     with open(out_dir / "sweeps" / "newstest2013" / "configs" / "baseline.json") as stream:
         hypotheses = json.load(stream)["hypotheses"]
-    assert len(hypotheses) == 100 and not any("@@" in h for h in hypotheses)
+    assert len(hypotheses) == SENTENCES and not any("@@" in h for h in hypotheses)
 
     # sacreBLEU on the raw references, and the significance command on the hypothesis files
     references = os.path.join(wmt_dir, "raw", "newstest2013.fr")
