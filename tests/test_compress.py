@@ -22,7 +22,7 @@ import fairseq_headprune.compat.torch_load  # noqa: F401  (its allow-list lets t
 from fairseq_headprune.engine.pipelines.compress_stages import Stages
 from fairseq_headprune.study.compression.records import StageRecord
 
-from conftest import kill_once_written, run
+from conftest import kill_once_written, run, run_in_process
 
 # small estimates and few timed sentences: the tests are about the path, not the numbers
 ESTIMATES = ["--importance-limit", "64", "--tune-limit", "64", "--cpu", "--no-progress"]
@@ -439,8 +439,6 @@ def assert_exported_lm_scores_as_fairseq(tiny_lm, checkpoint, exported):  # noqa
 
 
 def test_bad_inputs_are_one_line_and_write_nothing(tiny_model, classifier, compressed, tmp_path, capsys):  # noqa: F811
-    from fairseq_headprune import cli
-
     taken = tmp_path / "taken"
     taken.mkdir()
     (taken / "keep.txt").write_text("mine")
@@ -483,13 +481,10 @@ def test_bad_inputs_are_one_line_and_write_nothing(tiny_model, classifier, compr
                                                         "--out-dir", fresh],
          "--speed-beams: beam sizes are a translation model's; this checkpoint is a classifier"),
     ]
-    for case_data, case_checkpoint, options, message in cases:  # in this process: the command line's own main
-        try:
-            status = cli.main(["compress", str(case_data), "--path", str(case_checkpoint), *map(str, options)])
-        except SystemExit as exit:  # argparse's own errors
-            status = exit.code
-        lines = capsys.readouterr().err.strip().splitlines()
-        assert status == 2 and len(lines) == 1, (options, lines[-20:])
+    for case_data, case_checkpoint, options, message in cases:
+        result = run_in_process(["compress", case_data, "--path", case_checkpoint, *options], capsys)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and len(lines) == 1, (options, lines[-20:])
         assert lines[0].startswith("fairseq-headprune compress: error: ") and message in lines[0], (message, lines)
     assert not fresh.exists()
     assert sorted(p.name for p in taken.iterdir()) == ["keep.txt"] and (taken / "keep.txt").read_text() == "mine"

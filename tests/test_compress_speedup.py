@@ -266,8 +266,6 @@ def test_a_speedup_target_distills_word_level_unless_told_otherwise(tiny_model, 
 
 
 def test_bad_speedup_inputs_are_one_line(tiny_model, tmp_path, capsys):
-    from fairseq_headprune import cli
-
     common = ["compress", str(tiny_model["data"]), "--path", str(tiny_model["checkpoint"]), "--cpu"]
     cases = [(["--target", "speedup=1x"], "a speed-up is a factor above 1"),
              (["--target", "speedup=2x", "--drop-decoder-layers", "1"], "leave out --drop-*-layers"),
@@ -288,14 +286,11 @@ def test_bad_speedup_inputs_are_one_line(tiny_model, tmp_path, capsys):
     if not torch.cuda.is_available():  # refused before the plan measures or writes anything
         cases.append((["--target", "speedup=2x", "--deploy-device", "cuda"],
                       "--deploy-device cuda: torch or the installed CTranslate2 sees no CUDA device here"))
-    for index, (options, message) in enumerate(cases):  # in this process: the command line's own main
+    for index, (options, message) in enumerate(cases):
         out = tmp_path / f"out{index}"
-        try:
-            status = cli.main([*common, "--out-dir", str(out), *options])
-        except SystemExit as exit:  # argparse's own errors
-            status = exit.code
-        lines = capsys.readouterr().err.strip().splitlines()
-        assert status == 2 and len(lines) == 1, (options, lines[-20:])
+        result = run_in_process([*common, "--out-dir", out, *options], capsys)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and len(lines) == 1, (options, lines[-20:])
         assert lines[0].startswith("fairseq-headprune compress: error: ") and message in lines[0], (message, lines)
         assert not out.exists()
 

@@ -29,8 +29,7 @@ def print_single(outcome, settings: AblationSettings) -> None:
           f"{significant} significant at p < {test.alpha:g}")
     worse, better = ("largest drop", "largest gain") if metric.higher_is_better else ("largest rise", "largest fall")
     for label, row in ((worse, worst), (better, best)):
-        head = row.get("spec") or row["config"]  # the --head-mask spec (rows of older files: the configuration)
-        print(f"{label}  {row['delta']:+.2f}  {head} ({p_value_text(row['p_value'], test.resamples)})")
+        print(f"{label}  {row['delta']:+.2f}  {row['spec']} ({p_value_text(row['p_value'], test.resamples)})")
     print(f"wrote\t{outcome.written[0]}")
 
 

@@ -21,10 +21,6 @@ class Terminated(BaseException):
 STOPS = (KeyboardInterrupt, Terminated)
 
 
-class _Pending:
-    stop: Optional[Type[BaseException]] = None
-
-
 def _propagating() -> bool:
     """Whether a stop is already being handled up the stack (a ``finally`` or ``__exit__`` runs for it)."""
     return isinstance(sys.exc_info()[1], STOPS)
@@ -35,18 +31,19 @@ def stops_raised() -> Iterator[None]:
     """SIGINT and SIGTERM raise ``KeyboardInterrupt`` and ``Terminated`` in the main thread until the block ends,
     and a stop Python dropped is raised before the block ends normally. A signal the caller ignores (a job started
     with ``nohup`` or in a shell's background) stays ignored; outside the main thread the signals are left alone."""
-    pending = _Pending()
+    pending: Optional[Type[BaseException]] = None  # the stop received, until the block ends
 
     def receive(stop: Type[BaseException]):
         def handler(_signal, _frame):
-            pending.stop = stop
+            nonlocal pending
+            pending = stop
             signal.setitimer(signal.ITIMER_REAL, RETRY_SECONDS, RETRY_SECONDS)
             raise stop()
         return handler
 
     def retry(_signal, _frame):
-        if pending.stop is not None and not _propagating():
-            raise pending.stop()
+        if pending is not None and not _propagating():
+            raise pending()
 
     handlers = {signal.SIGINT: receive(KeyboardInterrupt), signal.SIGTERM: receive(Terminated), signal.SIGALRM: retry}
     previous = {}
@@ -67,10 +64,10 @@ def stops_raised() -> Iterator[None]:
     sys.unraisablehook = drop_stops
     try:
         yield
-        if pending.stop is not None:
-            raise pending.stop()
+        if pending is not None:
+            raise pending()
     finally:
-        pending.stop = None
+        pending = None
         signal.setitimer(signal.ITIMER_REAL, 0)
         sys.unraisablehook = previous_hook
         for number, handler in previous.items():

@@ -224,6 +224,7 @@ def judged_row(finding: str, paper: str, study: str, rule: str, judgement: Judge
 
 
 def markdown_findings(rows: List[Finding]) -> str:
+    """The findings table of a report: one row per finding, its margin and verdict beside the paper's figure."""
     lines = [
         "| finding of the papers | the paper's figure | this study: estimate [95% interval] | what would contradict "
         "the paper (margin) | protocol and strength of the evidence | verdict rule | verdict |\n",

@@ -66,7 +66,7 @@ from fairseq_headprune.study.output.michel_figures import (
     SPEEDUP,
     TABLE3_CONTRADICTION,
     TABLE3_SIGNIFICANT,
-    _share_claim,
+    share_claim,
 )
 from fairseq_headprune.study.statistics.intervals import Estimate, correlation_interval, wilson_interval
 from fairseq_headprune.study.statistics.metrics import CLASSIFICATION_METRICS, Metric, metric_of_record
@@ -143,7 +143,7 @@ def _single(load: Load, study: _Study) -> Optional[Finding]:
     worst = min(rows, key=lambda r: r["delta"])
     share = wilson_interval(len(changing), len(counted))
     paper = SINGLE_COUNT[study.bert]
-    claim = (_share_claim(paper, AT_MOST, SINGLE_CONTRADICTION[0]) if paper
+    claim = (share_claim(paper, AT_MOST, SINGLE_CONTRADICTION[0]) if paper
              else Claim(SINGLE_CONTRADICTION[1], AT_MOST))
     which = "heads" if study.bert or counted is rows else "Enc-Enc heads"
     figure = f"{paper[0]} of {paper[1]} ({claim.figure:.1%})" if paper else f"under {claim.figure:.0%}"
@@ -185,7 +185,7 @@ def _all_but_one(load: Load, study: _Study) -> List[Finding]:
         judgement = every(judgements)
         if all("significant" in r for r in rows):
             significant = [r for r in rows if r["significant"]]
-            none_claim = _share_claim(TABLE3_SIGNIFICANT, AT_MOST, TABLE3_CONTRADICTION)
+            none_claim = share_claim(TABLE3_SIGNIFICANT, AT_MOST, TABLE3_CONTRADICTION)
             share = wilson_interval(len(significant), len(rows))
             judgement = every([judgement, none_claim.judge(share, "layers")])
             study_text += f"; {len(significant)} of {len(rows)} layers significant: {_share(share)}"
@@ -214,7 +214,7 @@ def _all_but_one(load: Load, study: _Study) -> List[Finding]:
         calm = sum(1 for r in rows if not r.get("selected_significant"))
         share = wilson_interval(calm, len(rows))
         paper = SELECTED_COUNT[study.bert]
-        claim = _share_claim(paper, AT_LEAST, paper[0] / paper[1] / 2)
+        claim = share_claim(paper, AT_LEAST, paper[0] / paper[1] / 2)
         agree = sum(1 for r in rows if r.get("selected_head") == r["head"])
         findings.append(judged_row(
             "a layer reduced to the head chosen on held-out data keeps its score (appendix A)",

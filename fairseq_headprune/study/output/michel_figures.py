@@ -44,7 +44,7 @@ SPEED_UNITS = "timing rounds"
 SENTENCES = "test examples"
 
 
-def _share_claim(count, side: str, contradiction: float) -> Claim:
+def share_claim(count, side: str, contradiction: float) -> Claim:
     """A share the paper counted (``count``: successes, units), contradicted at ``contradiction``."""
     figure = count[0] / count[1]
     return Claim(figure, side, margin=abs(contradiction - figure))
