@@ -215,12 +215,13 @@ def test_the_commands_print_a_bootstrap_p_of_0_through_the_one_formatter(capsys,
                             significance=settings.to_dict())
     print_finetuned(SimpleNamespace(finetune_records=[record], finetune_results="results.json"), "BLEU",
                     settings.resamples)
-    rows = [{"config": "single.enc-dec.L1.H1", "delta": result.delta, "p_value": result.p_value, "significant": True},
-            {"config": "single.enc-dec.L1.H2", "delta": 0.1, "p_value": 0.5, "significant": False}]
+    rows = [{"config": "single.enc-dec.L1.H1", "spec": "A:1:1", "delta": result.delta, "p_value": result.p_value,
+             "significant": True},
+            {"config": "single.enc-dec.L1.H2", "spec": "A:1:2", "delta": 0.1, "p_value": 0.5, "significant": False}]
     sweep = SimpleNamespace(test=settings, metric=TOKENIZED_BLEU)
     print_single(SimpleNamespace(rows=rows, baseline_score=40.0, written=["single"]), SimpleNamespace(sweep=sweep))
     printed = capsys.readouterr().out
-    assert printed.count("p < 0.001") == 2 and "(p = 0.5)" in printed
+    assert printed.count("p < 0.001") == 2 and "(p = 0.5)" in printed and "A:1:1 (p < 0.001)" in printed
     assert not re.search(r"p = 0(\.0+)?(?![.\d])", printed)
     table = markdown_finetuned([record])
     assert "| < 0.001 |" in table and "| 0.000 |" not in table
