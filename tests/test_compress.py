@@ -319,7 +319,7 @@ def test_a_resumed_stage_counts_the_seconds_its_interrupted_processes_spent_unti
         except KeyboardInterrupt:
             pass
         walls.append(time.perf_counter() - began)
-    recorded = stages.record("evaluate").seconds
+    recorded = stages.record("evaluate", StageRecord).seconds
     assert 0.4 + 0.2 + 0.1 <= recorded <= walls[0] - 0.3 + walls[1] - 0.3 + walls[2], (recorded, walls)
     assert sorted(os.listdir(tmp_path / "evaluate")) == ["saved", "stage.json"]  # the clock is not an output
 

@@ -8,7 +8,6 @@ from fairseq_headprune.study.compression.records import (
     CompressReport,
     ShrinkRecord,
     speedup_prediction,
-    stage_record,
 )
 
 
@@ -81,7 +80,7 @@ def test_records_round_trip_and_unknown_formats_are_refused():
     report = CompressReport.from_dict(report_of_format_1())
     again = CompressReport.from_dict(report.to_dict())
     assert again.to_dict() == report.to_dict()
-    record = stage_record("shrink", report.to_dict()["shrink"])
+    record = ShrinkRecord.from_dict(report.to_dict()["shrink"])
     assert isinstance(record, ShrinkRecord) and record.to_dict() == report.to_dict()["shrink"]
     with pytest.raises(ValueError, match="not a compress report of a known format"):
         CompressReport.from_dict(dict(report_of_format_1(), format="something else"))
@@ -116,15 +115,16 @@ def test_speed_rows_beams_and_predictions_round_trip():
 
 
 def speedup_report():
-    from fairseq_headprune.study.compression.records import PlanRecord, Prediction
-    from fairseq_headprune.study.compression.speedup import Candidate, PlannedCandidate, out_of_order
-    from fairseq_headprune.study.compression.speedup_records import (
+    from fairseq_headprune.study.compression.records import Prediction
+    from fairseq_headprune.study.compression.speedup.records import (
         AttemptRecord,
         FinetuneSummary,
+        PlanRecord,
         ScoreChange,
         SpeedupReport,
         SpeedupResult,
     )
+    from fairseq_headprune.study.compression.speedup.shapes import Candidate, PlannedCandidate, out_of_order
     from fairseq_headprune.study.masks.layer_drop import LayerChoice
 
     candidates = [PlannedCandidate(Candidate((("decoder", 1), ("encoder", 0)), 1.0), 0.7, {"1": 1.6, "64": 1.5}, 0.4),
@@ -152,7 +152,7 @@ def speedup_report():
 
 
 def test_a_speedup_report_round_trips_and_derives_what_it_does_not_store():
-    from fairseq_headprune.study.compression.speedup_records import SpeedupReport
+    from fairseq_headprune.study.compression.speedup.records import SpeedupReport
 
     report = speedup_report()
     written = report.to_dict()
@@ -169,13 +169,13 @@ def test_a_speedup_report_round_trips_and_derives_what_it_does_not_store():
     assert written["plan"]["chosen_name"] == "1 decoder layer removed, 50% width"
     assert written["plan"]["breakdown"]["layers removed"] == {"1": 1.6, "64": 1.5}
     # the fine-tune's time, device and precision, stated in the attempts table
-    from fairseq_headprune.study.compression.speedup_report import speedup_report_markdown
+    from fairseq_headprune.study.compression.speedup.report import speedup_report_markdown
 
     assert "400 updates in 1.0 min on the GPU in bfloat16, stopped: reached" in speedup_report_markdown(report)
 
 
 def test_a_speedup_report_of_format_1_is_read_as_decided_and_reported_on_its_test_split():
-    from fairseq_headprune.study.compression.speedup_records import SpeedupReport
+    from fairseq_headprune.study.compression.speedup.records import SpeedupReport
 
     written = speedup_report().to_dict()
     plan = {key: value for key, value in written["plan"].items()
@@ -205,7 +205,7 @@ def test_a_speedup_report_of_format_1_is_read_as_decided_and_reported_on_its_tes
 def test_a_speedup_report_counts_each_stage_once_in_its_minutes():
     from dataclasses import replace
 
-    from fairseq_headprune.study.compression.speedup_report import speedup_report_markdown
+    from fairseq_headprune.study.compression.speedup.report import speedup_report_markdown
 
     report = speedup_report()
     first = replace(report.attempts[0], seconds={"distill": 60.0, "finetune": 600.0, "speed": 120.0})

@@ -21,24 +21,25 @@ import pytest
 import torch
 
 import fairseq_headprune.compat.torch_load  # noqa: F401  (its allow-list lets torch.load read checkpoints)
-from fairseq_headprune.study.compression.settings import SPEEDUP_LR_SHARE, STOP_SHARE_OF_TOLERANCE
-from fairseq_headprune.study.compression.speedup import (
-    PLAN_MARGIN,
-    PlannedCandidate,
-    candidate_ladder,
-    damage_order,
-    out_of_order,
-    prune_more,
-    reaches,
-)
-from fairseq_headprune.study.compression.speedup_search import (
+from fairseq_headprune.study.compression.speedup.rules import (
     ACCEPT,
     CONTINUE,
     GIVE_UP,
     PRUNE_MORE,
     AttemptResult,
     best_attempt,
+    damage_order,
     next_step,
+    prune_more,
+)
+from fairseq_headprune.study.compression.speedup.runs import attempt_run
+from fairseq_headprune.study.compression.speedup.settings import SPEEDUP_LR_SHARE, STOP_SHARE_OF_TOLERANCE
+from fairseq_headprune.study.compression.speedup.shapes import (
+    PLAN_MARGIN,
+    PlannedCandidate,
+    candidate_ladder,
+    out_of_order,
+    reaches,
 )
 from fairseq_headprune.study.finetuning import UPDATE_CEILING
 
@@ -85,6 +86,7 @@ def shrunk_attempt(settings):
     """Run the attempt ``settings`` through its shrink stage and stop there: the records of its stages so far."""
     from fairseq_headprune.engine.pipelines.compress import run_compress
     from fairseq_headprune.engine.pipelines.compress_stages import Stages
+    from fairseq_headprune.study.compression.records import STAGE_RECORDS
 
     def stop_after_shrink(stage, status, _seconds):
         if stage == "shrink" and status == "ran":
@@ -93,7 +95,7 @@ def shrunk_attempt(settings):
     with pytest.raises(_Shrunk):
         run_compress(settings, on_stage=stop_after_shrink)
     stages = Stages(settings.out_dir, None)
-    return {stage: stages.record(stage) for stage in ("layers", "search")}
+    return {stage: stages.record(stage, STAGE_RECORDS[stage]) for stage in ("layers", "search")}
 
 
 def test_the_plan_times_and_damages_every_shape_and_the_attempt_has_the_least_damaged_fast_enough(tiny_model,
@@ -255,7 +257,7 @@ def test_a_speedup_target_distills_word_level_unless_told_otherwise(tiny_model, 
     flops = settings("--target", "decoding-flops=50%")
     assert flops.finetune.until is None and flops.finetune.learning_rate(0.002) == pytest.approx(0.0002)
     shifted = settings("--target", "speedup=2x", "--gen-subset", "test1", "--finetune-minutes", "5")
-    assert (shifted.decision_subset, shifted.evaluation.gen_subset, shifted.finetune.until.minutes) == (
+    assert (shifted.speedup.decision_subset, shifted.evaluation.gen_subset, shifted.finetune.until.minutes) == (
         "valid", "test1", 5)
     assert settings("--target", "speedup=2x", "--distill", "sequence").distill == "sequence"
     assert settings("--target", "speedup=2x", "--distill", "none").distill is None
@@ -269,17 +271,18 @@ def test_bad_speedup_inputs_are_one_line(tiny_model, tmp_path, capsys):
     common = ["compress", str(tiny_model["data"]), "--path", str(tiny_model["checkpoint"]), "--cpu"]
     cases = [(["--target", "speedup=1x"], "a speed-up is a factor above 1"),
              (["--target", "speedup=2x", "--drop-decoder-layers", "1"], "leave out --drop-*-layers"),
-             (["--target", "flops=50%", "--max-bleu-loss", "1"], "go with --target speedup"),
-             (["--target", "flops=50%", "--allow-beam"], "go with --target speedup"),
+             (["--target", "flops=50%", "--max-bleu-loss", "1"], "--max-bleu-loss goes with --target speedup"),
+             (["--target", "flops=50%", "--allow-beam", "--narrowing", "plan"],
+              "--allow-beam and --narrowing go with --target speedup"),
              (["--target", "speedup=2x", "--quantization", "auto"], "name it"),
              (["--target", "speedup=2x", "--decision-subset", "test"], "the split the result is reported on"),
              (["--target", "speedup=2x", "--decision-subset", "test1"], "never on a test split"),
-             (["--target", "flops=50%", "--decision-subset", "valid1"], "go with --target speedup"),
+             (["--target", "flops=50%", "--decision-subset", "valid1"], "--decision-subset goes with --target speedup"),
              (["--target", "flops=50%", "--finetune-patience", "3"], "goes with --target speedup"),
              (["--target", "speedup=2x", "--finetune-patience", "0"], "--finetune-patience must be at least 1"),
-             (["--target", "flops=50%", "--plan-margin", "5"], "and --decision-half go with --target speedup"),
-             (["--target", "flops=50%", "--narrowing", "plan"], "and --decision-half go with --target speedup"),
-             (["--target", "flops=50%", "--decision-half"], "and --decision-half go with --target speedup"),
+             (["--target", "flops=50%", "--plan-margin", "5"], "error: --plan-margin goes with --target speedup"),
+             (["--target", "flops=50%", "--max-attempts", "2"], "error: --max-attempts goes with --target speedup"),
+             (["--target", "flops=50%", "--decision-half"], "error: --decision-half goes with --target speedup"),
              (["--target", "speedup=2x", "--plan-margin", "-5"], "--plan-margin must be 0% or more"),
              (["--target", "speedup=2x", "--finetune-precision", "float16"],
               "--finetune-precision: fine-tuning in float16 needs a GPU")]
@@ -336,7 +339,7 @@ def test_a_shape_of_whole_layers_alone_searches_nothing_and_keeps_the_other_weig
     from fairseq_headprune.study.masks.layer_drop import LayerChoice
 
     second_encoder_layer = LayerChoice({"encoder": [1]}, 0.0)
-    layers_only = settings.attempt(0.99, second_encoder_layer, str(tmp_path / "probe"))
+    layers_only = attempt_run(settings, 0.99, second_encoder_layer, str(tmp_path / "probe"))
     from fairseq_headprune.engine.checkpoints.layers import layers_removed
     from fairseq_headprune.engine.families import family_named
     from fairseq_headprune.engine.pipelines.search import layer_costs, search_costs
@@ -347,7 +350,7 @@ def test_a_shape_of_whole_layers_alone_searches_nothing_and_keeps_the_other_weig
                                           model)
     with layers_removed(model, {"encoder": [1]}):
         share = layer_costs(search_settings, model).full_cost() / costs.full_cost()
-    records = shrunk_attempt(settings.attempt(share, second_encoder_layer, str(tmp_path / "attempt")))
+    records = shrunk_attempt(attempt_run(settings, share, second_encoder_layer, str(tmp_path / "attempt")))
     search, layers = records["search"], records["layers"]
     assert search.heads_pruned == 0 and search.neurons_pruned == 0 and search.spec is None
     assert (layers.spec, layers.chosen_by) == ("encoder:2", "plan")
@@ -457,13 +460,13 @@ def test_a_planned_narrowing_builds_the_shape_the_plan_timed(tiny_model, tmp_pat
 
     settings = settings_of(argv)
     first_decoder_layer = LayerChoice({"decoder": [0]}, 0.0)
-    attempt = settings.attempt(0.3, first_decoder_layer, str(tmp_path / "attempt"), width=0.5)
-    assert attempt.planned_width == 0.5 and attempt.identity()["search"]["width"] == 0.5
+    attempt = attempt_run(settings, 0.3, first_decoder_layer, str(tmp_path / "attempt"), width=0.5)
+    assert attempt.attempt.width == 0.5 and attempt.identity()["search"]["width"] == 0.5
     assert settings.identity()["speedup"]["narrowing"] == "plan"
     # the default narrowing leaves the width to the search, and the identities as they were before the option
     default = settings_of(argv[:8] + argv[10:])
-    other = default.attempt(0.3, first_decoder_layer, str(tmp_path / "other"), width=0.5)
-    assert other.planned_width is None and "width" not in other.identity()["search"]
+    other = attempt_run(default, 0.3, first_decoder_layer, str(tmp_path / "other"), width=0.5)
+    assert other.attempt.width is None and "width" not in other.identity()["search"]
     assert "narrowing" not in default.identity()["speedup"]
     # the fine-tune's seed is part of the run's identity where it is given, and absent (as before it) where not
     tuned = settings_of([*argv, "--finetune-updates", "5"])
@@ -542,7 +545,7 @@ def test_the_plan_exports_and_times_one_group_of_shapes_at_a_time(tiny_model, tm
     whatever the ladder's length: each group is timed with the unpruned model beside it and deleted before the
     next is exported, and every shape of the ladder is timed once."""
     from fairseq_headprune.cli import main
-    from fairseq_headprune.engine.pipelines import speedup_plan
+    from fairseq_headprune.engine.pipelines.speedup import plan as speedup_plan
 
     monkeypatch.setattr(speedup_plan, "PLAN_GROUP", 3)
     groups = []

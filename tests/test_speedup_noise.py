@@ -15,8 +15,9 @@ from fairseq_headprune.study.compression.speed import (
     median_interval_rank,
     paired_speedup_interval,
 )
-from fairseq_headprune.study.compression.speedup import Candidate, PlannedCandidate
-from fairseq_headprune.study.compression.speedup_search import ACCEPT, PRUNE_MORE, AttemptResult, SpeedupSearch
+from fairseq_headprune.study.compression.speedup.rules import ACCEPT, PRUNE_MORE, AttemptResult
+from fairseq_headprune.study.compression.speedup.search import SpeedupSearch
+from fairseq_headprune.study.compression.speedup.shapes import Candidate, PlannedCandidate
 from fairseq_headprune.study.finetuning import REACHED
 
 

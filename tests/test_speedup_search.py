@@ -7,32 +7,31 @@ import re
 import pytest
 
 from fairseq_headprune.errors import SettingsError
-from fairseq_headprune.study.compression.speedup import (
-    PLAN_MARGIN,
-    Candidate,
-    PlannedCandidate,
-    back_off,
-    candidate_ladder,
-    choose_candidate,
-    damage_order,
-    disturbed_plan_text,
-    out_of_order,
-    prune_more,
-    removes_at_least,
-    speed_breakdown,
-    unreached_text,
-)
-from fairseq_headprune.study.compression.speedup_search import (
+from fairseq_headprune.study.compression.speedup.rules import (
     ACCEPT,
     BACK_OFF,
     CONTINUE,
     GIVE_UP,
     PRUNE_MORE,
-    AttemptPlan,
     AttemptResult,
-    SpeedupSearch,
+    back_off,
     best_attempt,
+    choose_candidate,
+    damage_order,
     next_step,
+    prune_more,
+    unreached_text,
+)
+from fairseq_headprune.study.compression.speedup.search import AttemptPlan, SpeedupSearch
+from fairseq_headprune.study.compression.speedup.shapes import (
+    PLAN_MARGIN,
+    Candidate,
+    PlannedCandidate,
+    candidate_ladder,
+    disturbed_plan_text,
+    out_of_order,
+    removes_at_least,
+    speed_breakdown,
 )
 from fairseq_headprune.study.compression.target import parse_target
 from fairseq_headprune.study.finetuning import (

@@ -1,7 +1,9 @@
 """``fairseq-headprune compress``: checkpoint to compressed, exported and evaluated model in one command."""
 
 import argparse
+import dataclasses
 import sys
+from typing import Optional
 
 from fairseq_headprune.commands.common import (
     add_device_arguments,
@@ -29,26 +31,21 @@ from fairseq_headprune.study.compression.precision import (
     choice_summary,
 )
 from fairseq_headprune.study.compression.settings import (
-    DEFAULT_DECISION_SUBSET,
     DEFAULT_DISTILL_WEIGHT,
     DEFAULT_TRANSLATION_FINETUNE_UPDATES,
     DISTILL_KINDS,
     NO_DISTILL,
-    SPEEDUP_LR_SHARE,
-    STOP_SHARE_OF_TOLERANCE,
     CompressSettings,
     default_distill,
     default_finetune_updates,
 )
-from fairseq_headprune.study.compression.speedup import (
-    DEFAULT_DECISION_HALF,
-    DEFAULT_MAX_ATTEMPTS,
-    DEFAULT_MAX_BLEU_LOSS,
-    DEFAULT_NARROWING,
-    NARROWINGS,
-    PLAN_MARGIN,
+from fairseq_headprune.study.compression.speedup.report import before_finetune_text
+from fairseq_headprune.study.compression.speedup.settings import (
+    OPTION_PREFIX,
+    SPEEDUP_LR_SHARE,
+    STOP_SHARE_OF_TOLERANCE,
+    SpeedupSettings,
 )
-from fairseq_headprune.study.compression.speedup_report import before_finetune_text
 from fairseq_headprune.study.compression.target import SPEEDUP_TARGET, parse_target
 from fairseq_headprune.study.finetuning import (
     CHECKPOINT_PRECISION,
@@ -76,7 +73,8 @@ def compress_settings(args: argparse.Namespace) -> CompressSettings:
         test=test_settings(args), cpu=args.cpu, progress=not args.no_progress,
         generation_args=list(args.fairseq_args), family=checkpoint_family(args.path), metric_name=args.metric,
     )
-    finetune = _finetune_settings(args, target.kind == SPEEDUP_TARGET, evaluation.family)
+    speedup = speedup_settings(args, target.kind == SPEEDUP_TARGET)
+    finetune = _finetune_settings(args, speedup if target.kind == SPEEDUP_TARGET else None, evaluation.family)
     distill = (default_distill(target.kind, finetune.updates) if args.distill is None
                else None if args.distill == NO_DISTILL else args.distill)
     return CompressSettings(
@@ -87,16 +85,30 @@ def compress_settings(args: argparse.Namespace) -> CompressSettings:
         vocabulary_map=args.vocabulary_map,
         drop_layers={"encoder": args.drop_encoder_layers, "decoder": args.drop_decoder_layers},
         distill=distill, distill_weight=args.distill_weight,
-        max_bleu_loss=args.max_bleu_loss, max_attempts=args.max_attempts, allow_beam=args.allow_beam,
-        plan_margin=None if args.plan_margin is None else args.plan_margin / 100.0,
-        decision_subset=args.decision_subset, narrowing=args.narrowing, decision_half=args.decision_half,
+        speedup=speedup,
         deployment=DeploymentSettings(list(args.speed_batch_sizes), args.speed_sentences or None, args.repeats,
                                       args.threads, precision=generation_precision(args.fairseq_args),
                                       beams=list(args.speed_beams), device=args.deploy_device),
     )
 
 
-def _finetune_settings(args: argparse.Namespace, speedup: bool, family: str) -> FinetuneSettings:
+def speedup_settings(args: argparse.Namespace, speedup_target: bool) -> Optional[SpeedupSettings]:
+    """The speed-up search's options given (each declared by its ``SpeedupSettings`` field), its defaults for the
+    rest; None where the target is another (where one is given, an error)."""
+    given = {}
+    for option in dataclasses.fields(SpeedupSettings):
+        value = getattr(args, option.name)
+        if value is not None:
+            given[option.name] = value / 100.0 if option.metadata["percent"] else value
+    if given and not speedup_target:
+        flags = ["--" + name.replace("_", "-") for name in given]
+        listed = flags[0] if len(flags) == 1 else ", ".join(flags[:-1]) + " and " + flags[-1]
+        raise SettingsError(f"{listed} go{'es' if len(flags) == 1 else ''} with --target speedup=Nx")
+    return SpeedupSettings(**given) if speedup_target else None
+
+
+def _finetune_settings(args: argparse.Namespace, speedup: Optional[SpeedupSettings], family: str
+                       ) -> FinetuneSettings:
     """The fine-tuning: with --target speedup until enough on the decision split (``FinetuneStop``), under a ceiling
     of as many updates as the checkpoint trained, at ``SPEEDUP_LR_SHARE`` of its peak learning rate; otherwise a
     fixed length (``default_finetune_updates``)."""
@@ -105,21 +117,21 @@ def _finetune_settings(args: argparse.Namespace, speedup: bool, family: str) -> 
     stop_options = {"--finetune-minutes": args.finetune_minutes, "--finetune-patience": args.finetune_patience,
                     "--finetune-valid-interval": args.finetune_valid_interval}
     given = [option for option, value in stop_options.items() if value is not None]
-    if given and not speedup:
+    if given and speedup is None:
         raise SettingsError(f"{given[0]} goes with --target speedup=Nx, whose fine-tuning stops once it is enough")
     updates = args.finetune_updates
     if updates is None:
-        updates = training_history(args.path).updates if speedup else default_finetune_updates(family)
-        if speedup and not updates:
+        updates = training_history(args.path).updates if speedup is not None else default_finetune_updates(family)
+        if speedup is not None and not updates:
             raise SettingsError(f"{args.path} does not say how many updates it was trained for; give the fine-tuning "
                                 "a ceiling (--finetune-updates N)")
     until = None
-    if speedup and updates:
+    if speedup is not None and updates:
         patience = DEFAULT_PATIENCE if args.finetune_patience is None else args.finetune_patience
-        until = FinetuneStop(subset=args.decision_subset, interval=args.finetune_valid_interval, patience=patience,
+        until = FinetuneStop(subset=speedup.decision_subset, interval=args.finetune_valid_interval, patience=patience,
                              minutes=args.finetune_minutes)
     return FinetuneSettings(updates, args.finetune_lr, args.finetune_warmup, until=until,
-                            lr_share=SPEEDUP_LR_SHARE if speedup else FINETUNE_LR_SHARE,
+                            lr_share=SPEEDUP_LR_SHARE if speedup is not None else FINETUNE_LR_SHARE,
                             precision=args.finetune_precision, seed=args.finetune_seed)
 
 
@@ -141,8 +153,8 @@ def _print_warning(text: str) -> None:
 
 
 def command_speedup(settings) -> int:
-    """``--target speedup=Nx``: the plan, each attempt and the result (``engine.pipelines.speedup``)."""
-    from fairseq_headprune.engine.pipelines.speedup import run_speedup
+    """``--target speedup=Nx``: the plan, each attempt and the result (``engine.pipelines.speedup.run``)."""
+    from fairseq_headprune.engine.pipelines.speedup.run import run_speedup
 
     outcome = run_speedup(settings, on_stage=_print_stage, on_attempt=_print_attempt, on_warning=_print_warning)
     report = outcome.report
@@ -238,41 +250,19 @@ def command_compress(args: argparse.Namespace) -> int:
 
 
 def _add_speedup_arguments(parser) -> None:
-    """What --target speedup=Nx takes beside the fine-tuning's own options."""
-    parser.add_argument("--max-bleu-loss", type=float, metavar="BLEU",
-                          help="with --target speedup: BLEU points the compressed model may lose against the "
-                          f"unpruned one (default {DEFAULT_MAX_BLEU_LOSS:g})")
-    parser.add_argument("--allow-beam", action="store_true",
-                          help="with --target speedup: the compressed model may decode at beam 1 or 2 (below "
-                          "fairseq's --beam), its speed and BLEU then judged against the unpruned model at --beam: "
-                          "after distillation a small beam may keep the BLEU (Kim & Rush 2016; default: the run's "
-                          "beam only)")
-    parser.add_argument("--decision-subset", default=DEFAULT_DECISION_SUBSET, metavar="SPLIT",
-                          help="with --target speedup: the split every decision reads (each attempt's BLEU against "
-                          "the unpruned model's, its speed, when its fine-tuning stops); --gen-subset is "
-                          f"translated once, for the result (default: {DEFAULT_DECISION_SUBSET}; --decision-half "
-                          "keeps it apart from what the Fisher scores, mask tuning and the fine-tuning read)")
-    parser.add_argument("--decision-half", action=argparse.BooleanOptionalAction, default=DEFAULT_DECISION_HALF,
-                          help="with --target speedup: deal the --decision-subset's sentences alternately into two "
-                          "halves (OUT/halves): the Fisher scores, the plan's damage, mask tuning and the "
-                          "fine-tuning's validations (its stop and the checkpoint kept) read the even-numbered ones, "
-                          "every decision the odd-numbered ones, so that no decision reads the sentences its choices "
-                          "were fitted on (default: off: all of them read the whole split, and the score that "
-                          "stopped the fine-tuning also judges it)")
-    parser.add_argument("--plan-margin", type=float, metavar="PCT",
-                          help="with --target speedup: the first shape is the least damaged one the plan times this "
-                          "many percent above the target at every batch size (else the least damaged at the target "
-                          "itself); a smaller margin allows less damaged shapes and risks an attempt measured just "
-                          f"short (default {100 * PLAN_MARGIN:g})")
-    parser.add_argument("--narrowing", choices=NARROWINGS, default=DEFAULT_NARROWING,
-                          help="with --target speedup: how an attempt narrows the layers it keeps; plan: every layer "
-                          "keeps the shape's share of its heads and FFN neurons (those of highest Fisher "
-                          "information), the shape the plan timed and measured the damage of; search: Kwon et al.'s "
-                          "search spends the shape's decoding-FLOPs share where its loss estimate prefers, which may "
-                          f"decode more slowly than the plan timed (default {DEFAULT_NARROWING})")
-    parser.add_argument("--max-attempts", type=int, default=DEFAULT_MAX_ATTEMPTS, metavar="N",
-                          help="with --target speedup: compressions tried at most, each a continued fine-tuning or a "
-                          f"shape that keeps more (default {DEFAULT_MAX_ATTEMPTS})")
+    """What --target speedup=Nx takes beside the fine-tuning's own options: one option per ``SpeedupSettings``
+    field, its type, default, choices and help as the field declares them. Every default is None here, so that a
+    value given with another target is refused (``speedup_settings``)."""
+    for option in dataclasses.fields(SpeedupSettings):
+        meta, default = option.metadata, option.default
+        shown = 100 * default if meta["percent"] else default
+        default_text = meta["default_text"] or (f"{shown:g}" if isinstance(shown, (int, float)) else str(shown))
+        flag = "--" + option.name.replace("_", "-")
+        words = {"help": f"{OPTION_PREFIX}{meta['help']} (default: {default_text})".replace("%", "%%")}
+        if isinstance(default, bool):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, **words)
+        else:
+            parser.add_argument(flag, type=type(default), choices=meta["choices"], metavar=meta["metavar"], **words)
 
 
 def _add_model_arguments(parser) -> None:

@@ -39,8 +39,9 @@ def main():
     from fairseq_headprune.commands.compress import compress_settings
     from fairseq_headprune.engine.runtime.console import quiet_libraries
     from fairseq_headprune.errors import HeadPruneError
-    from fairseq_headprune.study.compression.speedup import PlannedCandidate, choose_candidate
-    from fairseq_headprune.study.compression.speedup_records import SpeedupReport
+    from fairseq_headprune.study.compression.speedup.records import SpeedupReport
+    from fairseq_headprune.study.compression.speedup.rules import choose_candidate
+    from fairseq_headprune.study.compression.speedup.shapes import PlannedCandidate
     from fairseq_headprune.study.statistics.significance import p_value_text
 
     quiet_libraries()
@@ -70,7 +71,7 @@ def main():
         print("the two rules choose the same shape: nothing to compare")
         return
 
-    from fairseq_headprune.engine.pipelines.speedup import compress_shape
+    from fairseq_headprune.engine.pipelines.speedup.run import compress_shape
 
     def tell(stage, status, seconds):
         if status != "running":

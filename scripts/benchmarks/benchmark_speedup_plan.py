@@ -50,7 +50,7 @@ def main():
     from fairseq_headprune.study.compression.decoding import DecodingOptions
     from fairseq_headprune.study.compression.records import Prediction
     from fairseq_headprune.study.compression.speed import paired_speedup
-    from fairseq_headprune.study.compression.speedup_records import SpeedupReport
+    from fairseq_headprune.study.compression.speedup.records import SpeedupReport
     from fairseq_headprune.study.settings import settings_as_options
 
     def fail(message):

@@ -72,16 +72,18 @@ from fairseq_headprune.study.compression.precision import (
     only_float32_choice,
 )
 from fairseq_headprune.study.compression.records import (
+    STAGE_RECORDS,
     CompressReport,
     ExportRecord,
     FinetuneStageRecord,
     FisherRecord,
+    LayersRecord,
     SearchRecord,
     ShrinkRecord,
     speedup_prediction,
 )
 from fairseq_headprune.study.compression.report import compression_report_markdown
-from fairseq_headprune.study.compression.settings import CompressSettings
+from fairseq_headprune.study.compression.settings import STAGES, CompressSettings
 from fairseq_headprune.study.masks.ffn_mask import ffn_mask_to_spec
 from fairseq_headprune.study.masks.head_mask import head_mask_to_spec
 from fairseq_headprune.study.output.files import (
@@ -119,7 +121,7 @@ def run_compress(settings: CompressSettings, on_stage: Optional[StageCallback] =
         check_quantization(settings.quantization, settings.evaluation.cpu, device)
     if settings.drop_layers:
         check_layer_counts(settings)
-    open_out_dir(settings.out_dir, run_identity(settings))
+    open_out_dir(settings.out_dir, run_identity(settings), STAGES)
     stages = Stages(settings.out_dir, on_stage)
     if "layers" in settings.stages:
         stages.run("layers", lambda work: layers_stage(settings, work))
@@ -182,8 +184,8 @@ def _search(settings: CompressSettings, stages: Stages, work: str) -> SearchReco
         engine_options.update(latency_engine=CTRANSLATE2_ENGINE, latency_precision=settings.table_quantization)
     if settings.uniform:  # no padding in CTranslate2: one head count per stack, decoder types together
         engine_options.update(uniform=True, tie_decoder_heads=settings.export_format == CTRANSLATE2_ENGINE)
-    if settings.planned_width is not None:  # the speed-up plan's shape: every layer keeps its width
-        engine_options["width"] = settings.planned_width
+    if settings.shape.width is not None:  # the speed-up plan's shape: every layer keeps its width
+        engine_options["width"] = settings.shape.width
     latency_table = settings.latency_table
     if target.cost == "latency" and latency_table is None:  # measured here, in the shape the speed stage times
         latency_table = os.path.join(work, LATENCY_TABLE)
@@ -197,13 +199,14 @@ def _search(settings: CompressSettings, stages: Stages, work: str) -> SearchReco
         ))
     search_settings = settings.search_settings(_base_checkpoint(settings, stages), work, latency_table=latency_table,
                                                fisher_file=stages.path("fisher", "importance.json"), **engine_options)
-    layers = stages.record("layers") if "layers" in settings.stages else None
+    layers = stages.record("layers", LayersRecord) if "layers" in settings.stages else None
     if layers is not None:  # the target is a share of the unpruned model's cost, not of the shallower one's
         budget = SearchBudget(amount=target.percent / 100.0 * layers.full_cost)
         if target.cost == "heads":  # the whole heads within the share
             budget = SearchBudget(amount=math.floor(budget.amount + 1e-9))
         search_settings = dataclasses.replace(search_settings, budget=budget)
-        if settings.planned and budget.amount >= layers.kept_cost * (1.0 - 1e-9):  # a speedup shape of layers alone
+        # a speed-up attempt's shape of layers alone
+        if settings.attempt is not None and budget.amount >= layers.kept_cost * (1.0 - 1e-9):
             return layers_only_search(settings, _base_checkpoint(settings, stages), search_settings, layers)
     outcome = run_search(search_settings)
     result = outcome.result
@@ -249,11 +252,11 @@ def _tuning_file(stages: Stages) -> Optional[str]:
 def _finetune(settings: CompressSettings, stages: Stages, work: str) -> FinetuneStageRecord:
     """Resumable: the masked start and the model before fine-tuning are kept in the stage's partial directory, and
     a killed fine-tune continues from its last resume point (every tenth of its updates)."""
-    search = stages.record("search")
+    search = stages.record("search", SearchRecord)
     # a continued fine-tuning starts from the earlier attempt's weights, the tuning already in them
-    tuning_file = None if settings.finetune_from else _tuning_file(stages)
+    tuning_file = None if settings.shape.finetune_from else _tuning_file(stages)
     start, train_dir = os.path.join(work, "start.pt"), os.path.join(work, "train")
-    base = settings.finetune_from or _base_checkpoint(settings, stages)
+    base = settings.shape.finetune_from or _base_checkpoint(settings, stages)
     head_mask, ffn_mask = checkpoint_masks(base, search.spec, search.ffn_spec)  # the record's masks, parsed once
     if not os.path.isfile(start):
         write_masked_start(base, start, head_mask, ffn_mask, tuning_file)
@@ -284,11 +287,11 @@ def _finetune(settings: CompressSettings, stages: Stages, work: str) -> Finetune
         train_subset=outcome.train_subset, targets="distilled" if data != settings.data else "references",
         word_distillation=None if teacher is None else {"teacher": os.path.abspath(teacher),
                                                         "weight": settings.distill_weight},
-        start=("continued" if settings.finetune_from else "tuned" if tuning_file is not None else "masked"))
+        start=("continued" if settings.shape.finetune_from else "tuned" if tuning_file is not None else "masked"))
 
 
 def _shrink(settings: CompressSettings, stages: Stages, work: str) -> ShrinkRecord:
-    search = stages.record("search")
+    search = stages.record("search", SearchRecord)
     out = os.path.join(work, CHECKPOINT)
     tuning_file = _tuning_file(stages)
     if not prunes_units(search):  # whole layers removed only: the (fine-tuned) shallower model as it is
@@ -366,7 +369,7 @@ def _choose_quantization(settings: CompressSettings, checkpoint: str, work: str)
 
 def _report(settings: CompressSettings, stages: Stages) -> CompressReport:
     """OUT/report.json: the stages' records, the files to deploy and what each stage cost."""
-    records = {stage: stages.record(stage) for stage in settings.stages}
+    records = {stage: stages.record(stage, STAGE_RECORDS[stage]) for stage in settings.stages}
     exported = records.get("export")
     return CompressReport(
         checkpoint=os.path.abspath(settings.checkpoint), data=os.path.abspath(settings.data), family=settings.family,

@@ -12,7 +12,13 @@ from fairseq_headprune.engine.families import family_named
 from fairseq_headprune.engine.pipelines.compress_stages import Stages
 from fairseq_headprune.engine.pipelines.shallow import CHECKPOINT
 from fairseq_headprune.errors import StudyError
-from fairseq_headprune.study.compression.records import BeamResult, EvaluationRecord, SpeedRecord
+from fairseq_headprune.study.compression.records import (
+    BeamResult,
+    EvaluationRecord,
+    ExportRecord,
+    FinetuneStageRecord,
+    SpeedRecord,
+)
 from fairseq_headprune.study.compression.settings import CompressSettings
 from fairseq_headprune.study.importance.ablation import BASELINE, HeadConfig, baseline_config
 
@@ -23,7 +29,7 @@ def evaluate_stage(settings: CompressSettings, stages: Stages, work: str) -> Eva
     family = family_named(settings.family)
     sweeps, scores = {}, {}
     models = [("unpruned", settings.checkpoint), ("compressed", stages.path("shrink", CHECKPOINT))]
-    finetuned = stages.record("finetune") if "finetune" in settings.stages else None
+    finetuned = stages.record("finetune", FinetuneStageRecord) if "finetune" in settings.stages else None
     before = finetuned.before if finetuned is not None else None
     if before is not None:  # the same pruned model before fine-tuning: what the fine-tuning recovered
         models.append(("before_finetune", stages.path("finetune", before)))
@@ -86,7 +92,7 @@ def speed_stage(settings: CompressSettings, stages: Stages, work: str) -> SpeedR
     device = torch.device(deployment.device)  # where it is deployed (checked by run_compress), not where it trained
     arguments, precision = list(evaluation.generation_args), deployment.precision
     checkpoints = {"unpruned": settings.checkpoint, "compressed": stages.path("shrink", CHECKPOINT)}
-    export = stages.record("export") if "export" in settings.stages else None
+    export = stages.record("export", ExportRecord) if "export" in settings.stages else None
     exported = {} if export is None or not family.times_exported_models else {  # decoding is timed: translation
         (name, export.quantization): stages.path("export", name) for name in ("unpruned", "compressed")
         if name in export.models}

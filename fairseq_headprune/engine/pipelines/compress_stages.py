@@ -6,11 +6,10 @@ import json
 import os
 import shutil
 import time
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Sequence, Type, TypeVar
 
 from fairseq_headprune.errors import SettingsError, StudyError
-from fairseq_headprune.study.compression.records import StageRecord, stage_record
-from fairseq_headprune.study.compression.settings import STAGES
+from fairseq_headprune.study.compression.records import StageRecord
 from fairseq_headprune.study.output.files import first_difference, recorded_identity, write_json
 from fairseq_headprune.study.settings import options_as_settings
 
@@ -20,6 +19,7 @@ PARTIAL = ".partial"
 CLOCK = "clock.json"  # in a resumable stage's partial directory: its earlier processes' seconds, when this one began
 # on_stage(stage, status, seconds): status "running", "ran" or "kept"
 StageCallback = Callable[[str, str, Optional[float]], None]
+Record = TypeVar("Record", bound=StageRecord)
 
 
 class Stages:
@@ -31,12 +31,13 @@ class Stages:
     def path(self, stage: str, *parts: str) -> str:
         return os.path.join(self.out_dir, stage, *parts)
 
-    def record(self, stage: str) -> Optional[StageRecord]:
+    def record(self, stage: str, record_type: Type[Record]) -> Optional[Record]:
+        """The stage's record read back as ``record_type``, or None while the stage is not complete."""
         path = self.path(stage, STAGE_RECORD)
         if not os.path.isfile(path):
             return None
         with open(path, encoding="utf-8") as stream:
-            return stage_record(stage, json.load(stream))
+            return record_type.from_dict(json.load(stream))
 
     def run(self, stage: str, build: Callable[[str], StageRecord], resumable: bool = False) -> None:
         """``build(work_dir)`` returns the stage's record; ``resumable``: a partial directory is kept (sweeps,
@@ -90,15 +91,16 @@ def _earlier_processes_seconds(work: str) -> float:
     return sum(spans)
 
 
-def open_out_dir(out_dir: str, identity: Dict[str, object]) -> None:
-    """Create the run's directory, or check that it holds this very run."""
+def open_out_dir(out_dir: str, identity: Dict[str, object], stages: Sequence[str]) -> None:
+    """Create the run's directory, or check that it holds this very run: one of other settings is refused once
+    any of ``stages`` (those a run of its kind writes) is complete there."""
     record = os.path.join(out_dir, RECORD)
     if os.path.isfile(record):
         recorded = recorded_identity(record, "a compress record", "output directory")
         if isinstance(recorded.get("fairseq_args"), list):  # recorded as given, in order, before they were settings
             recorded["fairseq_args"] = options_as_settings(recorded["fairseq_args"])
         difference = first_difference(recorded, identity)
-        finished = [stage for stage in STAGES if os.path.isfile(os.path.join(out_dir, stage, STAGE_RECORD))]
+        finished = [stage for stage in stages if os.path.isfile(os.path.join(out_dir, stage, STAGE_RECORD))]
         if difference is not None and finished:
             raise StudyError(f"the output directory {out_dir} holds a compress run of other settings ({difference}); "
                              "use another", setting="out_dir")

@@ -51,8 +51,8 @@ def check_layer_counts(settings: CompressSettings) -> None:
 
 def layers_stage(settings: CompressSettings, work: str) -> LayersRecord:
     """Whole layers removed, chosen by the validation loss (``layer_choice``), or as a speed-up plan chose them
-    (``settings.layer_choice``, measured on the same sentences); the target's cost of the unpruned model and of the
-    shallower one, so that the search's budget stays a share of the unpruned model's."""
+    (``settings.shape.layer_choice``, measured on the same sentences); the target's cost of the unpruned model and
+    of the shallower one, so that the search's budget stays a share of the unpruned model's."""
     evaluation = settings.evaluation
     family = family_named(settings.family)
     cfg, task, model = family.load(settings.data, settings.checkpoint, evaluation.generation_args, cpu=evaluation.cpu)
@@ -60,7 +60,7 @@ def layers_stage(settings: CompressSettings, work: str) -> LayersRecord:
                                None if settings.importance.max_tokens else 64, settings.importance.limit)
     if not samples:
         raise StudyError(f"--drop-*-layers: {' '.join(settings.importance.subsets)} holds no sentence")
-    choice = settings.layer_choice
+    choice = settings.shape.layer_choice
     if choice is None:
         loss = family.tuning_loss(cfg, task) or token_nll(task.target_dictionary.pad())  # as mask tuning's guard
         choice = choose_layers(model, loss, samples, settings.drop_layers, progress=evaluation.progress)
@@ -72,12 +72,12 @@ def layers_stage(settings: CompressSettings, work: str) -> LayersRecord:
     target = settings.target
     limit = target.percent / 100.0 * full
     # a speedup plan's shape of layers alone asks for exactly what the layers keep (nothing searched)
-    if limit > kept * (1.0 + 1e-9) or (limit >= kept and not settings.planned):
+    if limit > kept * (1.0 + 1e-9) or (limit >= kept and settings.attempt is None):
         raise StudyError(f"--target {target.text}: removing layers {choice.spec} already keeps {kept / full:.1%} of "
                          f"the unpruned model's {target.cost} cost; ask for less or remove fewer layers")
     shrink_checkpoint(settings.checkpoint, os.path.join(work, CHECKPOINT), None, drop_layers=choice.dropped)
     return LayersRecord(checkpoint=CHECKPOINT, spec=choice.spec, counts=dict(settings.drop_layers),
-                        chosen_by="loss" if settings.layer_choice is None else "plan",
+                        chosen_by="loss" if settings.shape.layer_choice is None else "plan",
                         base_loss=choice.base_loss, steps=choice.steps, subsets=list(settings.importance.subsets),
                         sentences=sum(len(sample["id"]) for sample in samples),
                         cost=settings.target.cost, unit=costs.unit, full_cost=full, kept_cost=kept,

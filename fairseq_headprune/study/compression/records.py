@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, List, Mapping, Optional, Type, TypeVar
 
 from fairseq_headprune.study.compression.speed import SpeedRow
-from fairseq_headprune.study.compression.speedup import DisorderedPair, PlannedCandidate
-from fairseq_headprune.study.masks.layer_drop import LayerChoice
 
 REPORT_FORMAT = "fairseq-headprune compress report 2"
 READABLE_FORMATS = ("fairseq-headprune compress report 1", REPORT_FORMAT)
@@ -123,54 +121,6 @@ class Prediction:
 
 
 @dataclass
-class PlanRecord(StageRecord):
-    """``plan/`` of ``--target speedup=Nx``: the candidate shapes, their measured speed-ups like for like (each
-    exported with the vocabulary map against the unpruned model with its own map), their damage before
-    fine-tuning and the one chosen (``study.compression.speedup``); the unpruned model's score on the decision
-    split and the decoding its fine-tunings validate with."""
-
-    factor: float = 0.0
-    margin: float = 0.0  # the first choice asked the plan's timing for factor x (1 + margin)
-    decision_subset: str = ""
-    reference: Optional[float] = None  # the unpruned model's score on the decision split
-    # the unpruned model's score on the split the fine-tuning validates on, where that is another (--decision-half:
-    # the fit half), which its stop target is set from
-    stop_subset: str = ""
-    stop_reference: Optional[float] = None
-    generation: Dict[str, Any] = field(default_factory=dict)  # beam, length penalty and limits of the run
-    remove_bpe: Optional[str] = None
-    base_loss: Optional[float] = None  # the unpruned model's validation loss (damage = a shape's loss over it)
-    damage_sentences: int = 0
-    # the whole layers each shape removes, by its layers' name (Candidate.layers_name): chosen by the loss
-    layer_choices: Dict[str, LayerChoice] = field(default_factory=dict)
-    batch_sizes: List[int] = field(default_factory=list)
-    quantization: str = "float32"
-    split: str = ""  # the sentences timed (the Fisher split's first ones, never the evaluation split)
-    sentences: int = 0
-    beam: int = 0
-    target_length: int = 0  # every candidate generates exactly this many tokens
-    repeats: int = 0
-    candidates: List[PlannedCandidate] = field(default_factory=list)  # in timing order
-    chosen: Optional[int] = 0  # index into candidates; None: no shape timed fast enough (no attempt)
-    map_gain: Dict[str, float] = field(default_factory=dict)  # batch size -> unpruned with map over without
-    out_of_order: List[DisorderedPair] = field(default_factory=list)  # speedup.out_of_order: a disturbed timing
-    environment: Dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def stop_score(self) -> Optional[float]:
-        """The unpruned model's score on the split the fine-tuning validates on: its stop target is set from it."""
-        return self.reference if self.stop_reference is None else self.stop_reference
-
-    @classmethod
-    def from_dict(cls, data: Dict[str, Any]) -> "PlanRecord":
-        record = super().from_dict(data)
-        record.candidates = [PlannedCandidate.from_dict(c) for c in record.candidates]
-        record.out_of_order = [DisorderedPair.from_dict(pair) for pair in record.out_of_order]
-        record.layer_choices = {name: LayerChoice.from_dict(c) for name, c in record.layer_choices.items()}
-        return record
-
-
-@dataclass
 class LayersRecord(StageRecord):
     """``layers/``: whole layers removed first, those the validation loss misses least."""
 
@@ -202,20 +152,6 @@ class DistillRecord(StageRecord):
     reference_tokens: int = 0
     identical_to_reference: int = 0
     seconds_translating: float = 0.0
-
-
-@dataclass
-class HalvesRecord(StageRecord):
-    """``halves/``: the decision split dealt into the half that fits (Fisher scores, damage, tuning, the
-    fine-tuning's validations) and the half that decides, in a data directory of their own."""
-
-    data: str = ""
-    split: str = ""
-    fit: str = ""
-    decide: str = ""
-    sentences: int = 0
-    fit_sentences: int = 0
-    decide_sentences: int = 0
 
 
 @dataclass
@@ -363,16 +299,12 @@ class SpeedRecord(StageRecord):
         return record
 
 
+# each stage of a compress run and its record (the speed-up's own stages keep theirs in ``speedup.records``)
 STAGE_RECORDS: Dict[str, Type[StageRecord]] = {
-    "halves": HalvesRecord, "plan": PlanRecord, "layers": LayersRecord, "distill": DistillRecord,
-    "fisher": FisherRecord, "search": SearchRecord, "finetune": FinetuneStageRecord, "shrink": ShrinkRecord,
-    "export": ExportRecord, "evaluate": EvaluationRecord, "speed": SpeedRecord,
+    "layers": LayersRecord, "distill": DistillRecord, "fisher": FisherRecord, "search": SearchRecord,
+    "finetune": FinetuneStageRecord, "shrink": ShrinkRecord, "export": ExportRecord, "evaluate": EvaluationRecord,
+    "speed": SpeedRecord,
 }
-
-
-def stage_record(stage: str, data: Dict[str, Any]) -> StageRecord:
-    """A stage's record read back from its ``stage.json``."""
-    return STAGE_RECORDS[stage].from_dict(data)
 
 
 def speedup_prediction(search: SearchRecord, speed: Optional[SpeedRecord]) -> Optional[Prediction]:
@@ -415,9 +347,9 @@ class CompressReport:
     _ORDER: ClassVar = ("format", "checkpoint", "data", "family", "target", "layers", "distill", "fisher", "search",
                         "finetune", "shrink", "export", "evaluation", "speed", "speedup_prediction", "files",
                         "stages")
-    _STAGES: ClassVar = {"layers": "layers", "distill": "distill", "fisher": "fisher", "search": "search",
-                         "finetune": "finetune", "shrink": "shrink", "export": "export", "evaluation": "evaluate",
-                         "speed": "speed"}
+    _RECORDS: ClassVar = {"layers": LayersRecord, "distill": DistillRecord, "fisher": FisherRecord,
+                          "search": SearchRecord, "finetune": FinetuneStageRecord, "shrink": ShrinkRecord,
+                          "export": ExportRecord, "evaluation": EvaluationRecord, "speed": SpeedRecord}
 
     def to_dict(self) -> Dict[str, Any]:
         return {key: _plain(getattr(self, key)) for key in self._ORDER}
@@ -427,9 +359,9 @@ class CompressReport:
         if data.get("format") not in READABLE_FORMATS:
             raise ValueError(f"not a compress report of a known format: {data.get('format')!r}")
         values = {key: data.get(key) for key in cls._ORDER if key in data}
-        for key, stage in cls._STAGES.items():
+        for key, record in cls._RECORDS.items():
             if values.get(key) is not None:
-                values[key] = stage_record(stage, values[key])
+                values[key] = record.from_dict(values[key])
         if values.get("speedup_prediction") is not None:
             values["speedup_prediction"] = Prediction.from_dict(values["speedup_prediction"])
         values["format"] = REPORT_FORMAT

@@ -31,7 +31,7 @@ can learn from the unpruned model's translations instead of the references
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 from fairseq_headprune.constants import (
     CLASSIFIER_FAMILY,
@@ -44,28 +44,19 @@ from fairseq_headprune.constants import (
 from fairseq_headprune.errors import SettingsError
 from fairseq_headprune.study.compression.deployment_settings import DeploymentSettings
 from fairseq_headprune.study.compression.precision import AUTO_QUANTIZATION, DEFAULT_QUANTIZATION_TOLERANCE
-from fairseq_headprune.study.compression.speedup import (
-    DEFAULT_DECISION_HALF,
-    DEFAULT_MAX_ATTEMPTS,
-    DEFAULT_MAX_BLEU_LOSS,
-    DEFAULT_NARROWING,
-    NARROWINGS,
-    PLAN_MARGIN,
+from fairseq_headprune.study.compression.speedup.settings import (
+    DEFAULT_SPEEDUP,
+    SPEEDUP_STAGES,
+    AttemptShape,
+    SpeedupSettings,
 )
 from fairseq_headprune.study.compression.target import LAYER_DROP_TARGETS, SPEEDUP_TARGET, CompressTarget
-from fairseq_headprune.study.finetuning import FINETUNE_LR_SHARE, FinetuneSettings, FinetuneStop
-from fairseq_headprune.study.masks.layer_drop import LayerChoice
+from fairseq_headprune.study.finetuning import FINETUNE_LR_SHARE, FinetuneSettings
 from fairseq_headprune.study.search.settings import SearchSettings, TuningSettings
-from fairseq_headprune.study.settings import (
-    ImportanceSettings,
-    SweepSettings,
-    check_one_of,
-    options_as_settings,
-    refuse,
-)
+from fairseq_headprune.study.settings import ImportanceSettings, SweepSettings, options_as_settings, refuse
 
 # the stages of a run, in order; each writes one subdirectory of the output directory
-STAGES = ("halves", "plan", "layers", "fisher", "search", "distill", "finetune", "shrink", "export", "evaluate",
+STAGES = ("layers", "fisher", "search", "distill", "finetune", "shrink", "export", "evaluate",
           "speed")
 # what --distill learns from (Kim & Rush 2016): the unpruned model's beam outputs on the training sources as the
 # targets (sequence), or its distribution over the vocabulary at every target position beside the reference (word)
@@ -78,15 +69,6 @@ DEFAULT_DISTILL_WEIGHT = 0.5  # --distill word: the teacher's share of the loss
 # and 63.18 after 200 updates (the unpruned model: 62.63), 3.2 minutes on 2 CPU cores; a shallower decoder
 # needs more (docs/removal-and-export.md). Classifiers and language models: none unless asked.
 DEFAULT_TRANSLATION_FINETUNE_UPDATES = 200
-# --target speedup: every decision is made on this split (the test split is translated once, for the result); the
-# fine-tuning's learning rate, unless given, is this share of the checkpoint's peak rate (the rate its schedule
-# reaches after its warm-up); on the gettext models a tenth of it left two of three decoder layers removed 7 to 12
-# BLEU behind where half of it recovered (docs/removal-and-export.md)
-DEFAULT_DECISION_SUBSET = "valid"
-SPEEDUP_LR_SHARE = 0.5
-# --target speedup: the fine-tuning stops once the decision split's BLEU is within this share of the tolerance of
-# the unpruned model's (room for the difference between validation and test)
-STOP_SHARE_OF_TOLERANCE = 0.5
 # versions of the run record (OUT/compress.json) and of the report (OUT/report.json)
 COMPRESS_FORMAT = "fairseq-headprune compress 1"
 
@@ -137,21 +119,10 @@ class CompressSettings:
     distill: Optional[str] = None  # None: fine-tune on the references; "sequence": on the unpruned model's outputs;
     # "word": towards its word distributions too, with this share of the loss
     distill_weight: float = DEFAULT_DISTILL_WEIGHT
-    # --target speedup: BLEU points the compressed model may lose (None: DEFAULT_MAX_BLEU_LOSS), and how many
-    # compressions it may try (a continued fine-tuning or a shape that keeps more)
-    max_bleu_loss: Optional[float] = None
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS
-    allow_beam: bool = False  # --target speedup: the compressed model may decode at a smaller beam
-    # --target speedup: the share above the factor the plan's timing must show for the first choice (None:
-    # PLAN_MARGIN)
-    plan_margin: Optional[float] = None
-    planned: bool = False  # an attempt of a speedup plan: a shape with whole layers removed may prune nothing else
-    finetune_from: Optional[str] = None  # an attempt continuing an earlier one's fine-tuning: its weights
-    decision_subset: str = DEFAULT_DECISION_SUBSET  # --target speedup: the split every decision reads
-    layer_choice: Optional[LayerChoice] = None  # an attempt's whole layers, as its plan chose them
-    narrowing: str = DEFAULT_NARROWING  # --target speedup: how an attempt narrows its layers (NARROWINGS)
-    planned_width: Optional[float] = None  # an attempt narrowed as planned: every layer keeps this share
-    decision_half: bool = DEFAULT_DECISION_HALF  # --target speedup: decide on half the decision split, fit on the other
+    # --target speedup=Nx: the search (None: its defaults; another target: refused unless None)
+    speedup: Optional[SpeedupSettings] = None
+    # one attempt of a speed-up search: this run compresses to its shape (None: a run of its own)
+    attempt: Optional[AttemptShape] = None
 
     def __post_init__(self):
         family = self.evaluation.family
@@ -231,31 +202,22 @@ class CompressSettings:
                                 setting="importance_method")
         if self.target.structure != "heads":  # the joint search needs the neurons' scores too
             self.importance = dataclasses.replace(self.importance, neurons=True)
-        if self.tuning is not None and not self.planned:  # an attempt is judged on the decision split, its own choice
+        # an attempt is judged on the decision split, its own choice
+        if self.tuning is not None and self.attempt is None:
             self.tuning.refuse_evaluation_split(self.evaluation.gen_subset)
 
     def _check_speedup(self) -> None:
-        speedup = self.target.kind == SPEEDUP_TARGET
-        if not speedup:
-            if (self.max_bleu_loss is not None or self.max_attempts != DEFAULT_MAX_ATTEMPTS or self.allow_beam
-                    or self.decision_subset != DEFAULT_DECISION_SUBSET or self.plan_margin is not None
-                    or self.narrowing != DEFAULT_NARROWING or self.decision_half != DEFAULT_DECISION_HALF):
-                raise SettingsError("the max bleu loss, the max attempts, the allow beam, the decision subset, "
-                                    "the plan margin, the narrowing and the decision half go with the target "
-                                    "speedup=Nx",
-                                    setting=("max_bleu_loss", "max_attempts", "allow_beam", "decision_subset",
-                                             "plan_margin", "narrowing", "decision_half", "target"))
-            refuse(self.planned_width is not None and not self.planned,
-                   "the planned width is a speed-up attempt's", "planned_width")
+        if self.target.kind != SPEEDUP_TARGET:
+            refuse(self.speedup is not None, "the speed-up search's settings go with the target speedup=Nx", "target")
             return
-        check_one_of(self.narrowing, NARROWINGS, "narrowing")
-        if self.decision_subset == self.evaluation.gen_subset:
-            raise SettingsError(f"the decision subset {self.decision_subset} is the split the result is reported on "
-                                "(the gen subset): decide on another, e.g. valid",
+        if self.speedup is None:
+            self.speedup = DEFAULT_SPEEDUP
+        if self.speedup.decision_subset == self.evaluation.gen_subset:
+            raise SettingsError(f"the decision subset {self.speedup.decision_subset} is the split the result is "
+                                "reported on (the gen subset): decide on another, e.g. valid",
                                 setting=("decision_subset", "gen_subset"))
-        if self.decision_subset.startswith("test"):
-            raise SettingsError(f"the decision subset {self.decision_subset}: decisions are made on validation "
-                                "data, never on a test split", setting="decision_subset")
+        refuse(self.speedup.decision_subset.startswith("test"), f"the decision subset {self.speedup.decision_subset}: "
+               "decisions are made on validation data, never on a test split", "decision_subset")
         if self.evaluation.family != TRANSLATION_FAMILY:
             raise SettingsError(f"the target {self.target.text} is a translation model's decoding speed in "
                                 f"CTranslate2; this checkpoint is a {self.evaluation.family.replace('_', ' ')}",
@@ -272,69 +234,6 @@ class CompressSettings:
         if self.quantization == AUTO_QUANTIZATION:
             raise SettingsError(f"the target {self.target.text} is measured at one compute type; name it "
                                 "(the quantization float32, int8 ...)", setting=("target", "quantization"))
-        if self.max_bleu_loss is None:
-            self.max_bleu_loss = DEFAULT_MAX_BLEU_LOSS
-        if self.plan_margin is None:
-            self.plan_margin = PLAN_MARGIN
-        refuse(not 0 <= self.plan_margin < 10, f"the plan margin must be 0% or more (below 1000%), got "
-               f"{100 * self.plan_margin:g}%", "plan_margin")
-        refuse(self.max_bleu_loss < 0, f"the max bleu loss must be 0 or more BLEU points, got {self.max_bleu_loss:g}",
-               "max_bleu_loss")
-        refuse(self.max_attempts < 1, f"the max attempts must be at least 1, got {self.max_attempts}", "max_attempts")
-
-    def attempt(self, flops_share: float, layer_choice: Optional[LayerChoice], out_dir: str,
-                finetune_from: Optional[str] = None, beam: Optional[int] = None,
-                finetune_lr: Optional[float] = None, finetune_stop: Optional[FinetuneStop] = None,
-                width: float = 1.0) -> "CompressSettings":
-        """A speedup run's attempt: a compress run in ``out_dir`` removing the whole layers of ``layer_choice``
-        (the plan's) and searching the heads and neurons within ``flops_share`` of the unpruned model's decoding
-        FLOPs, evaluated on the decision split; a shape for a smaller ``beam`` is also evaluated and timed there
-        (``--speed-beams``). The fine-tuning stops by ``finetune_stop``; a continued one takes the attempt's
-        ``finetune_lr``: its default, a share of the start checkpoint's learning rate, would otherwise be a share
-        of the fine-tuning's own. With the narrowing plan, every layer keeps the shape's ``width``."""
-        deployment = self.deployment
-        finetune = self.finetune
-        if finetune_lr is not None:
-            finetune = dataclasses.replace(finetune, lr=finetune_lr)
-        if finetune_stop is not None and finetune.enabled:
-            finetune = dataclasses.replace(finetune, until=finetune_stop)
-        if beam is not None and beam not in deployment.beams:
-            deployment = dataclasses.replace(deployment, beams=sorted([*deployment.beams, beam]))
-        drop_counts = {} if layer_choice is None else {s: len(layers) for s, layers in layer_choice.dropped.items()}
-        return dataclasses.replace(
-            self, evaluation=dataclasses.replace(self.evaluation, out_dir=out_dir, gen_subset=self.decision_subset),
-            target=CompressTarget("decoding-flops", 100.0 * flops_share), drop_layers=drop_counts,
-            layer_choice=layer_choice if drop_counts else None, max_bleu_loss=None,
-            max_attempts=DEFAULT_MAX_ATTEMPTS, allow_beam=False, plan_margin=None, planned=True,
-            narrowing=DEFAULT_NARROWING, planned_width=width if self.narrowing == "plan" and width < 1.0 else None,
-            decision_half=DEFAULT_DECISION_HALF,
-            finetune_from=finetune_from,
-            deployment=deployment, finetune=finetune, decision_subset=DEFAULT_DECISION_SUBSET)
-
-    def on_halves(self, data: str, fit: str, decide: str) -> "CompressSettings":
-        """This speed-up run on the decision split's halves, written in ``data`` beside links to the rest: what
-        read the decision split to fit (the Fisher scores, the plan's damage, mask tuning, the fine-tuning's
-        validations) reads the ``fit`` half, every decision the ``decide`` half."""
-        split = self.decision_subset
-
-        def fitted(subsets: List[str]) -> List[str]:
-            return [fit if subset == split else subset for subset in subsets]
-
-        finetune = self.finetune
-        if finetune.until is not None and finetune.until.subset == split:
-            finetune = dataclasses.replace(finetune, until=dataclasses.replace(finetune.until, subset=fit))
-        return dataclasses.replace(
-            self, evaluation=dataclasses.replace(self.evaluation, data=data),
-            importance=dataclasses.replace(self.importance, subsets=fitted(self.importance.subsets)),
-            tuning=None if self.tuning is None else dataclasses.replace(self.tuning,
-                                                                        subsets=fitted(self.tuning.subsets)),
-            finetune=finetune, decision_subset=decide)
-
-    def reported(self, attempt: "CompressSettings", out_dir: str) -> "CompressSettings":
-        """An attempt's compressed model evaluated and timed on the run's own split (the test split, once), in
-        ``out_dir``."""
-        return dataclasses.replace(attempt, evaluation=dataclasses.replace(
-            attempt.evaluation, out_dir=out_dir, gen_subset=self.evaluation.gen_subset))
 
     def search_settings(self, checkpoint: str, work: str, **options) -> SearchSettings:
         """The search of this run, on ``checkpoint`` (the unpruned model, or it without whole layers)."""
@@ -350,6 +249,11 @@ class CompressSettings:
         """The compute type a CTranslate2 latency table is timed at: float32 when the type is chosen after the
         search (``auto``)."""
         return "float32" if self.quantization in (None, AUTO_QUANTIZATION) else self.quantization
+
+    @property
+    def shape(self) -> AttemptShape:
+        """The speed-up attempt's shape this run compresses to; an empty one for a run of its own."""
+        return self.attempt or AttemptShape()
 
     @property
     def data(self) -> str:
@@ -371,8 +275,8 @@ class CompressSettings:
     def stages(self) -> Tuple[str, ...]:
         """The stages this run goes through."""
         if self.target.kind == SPEEDUP_TARGET:  # the attempts are compress runs of their own
-            return ("halves", "plan") if self.decision_half else ("plan",)
-        skipped = {"halves", "plan"}
+            return SPEEDUP_STAGES if self.speedup.decision_half else SPEEDUP_STAGES[1:]
+        skipped = set()
         if not self.finetune.updates:
             skipped.add("finetune")
         if not self.drop_layers:
@@ -399,7 +303,7 @@ class CompressSettings:
     def identity(self) -> Dict[str, object]:
         """What makes two runs the same run, stage by stage (the checkpoint's and table's hashes come from the
         engine)."""
-        evaluation = self.evaluation
+        evaluation, attempt = self.evaluation, self.attempt
         importance = dataclasses.asdict(self.importance)
         return {
             "format": COMPRESS_FORMAT,
@@ -412,24 +316,17 @@ class CompressSettings:
                        "latency_table": os.path.abspath(self.latency_table) if self.latency_table else None,
                        "tuning": None if self.tuning is None else dataclasses.asdict(self.tuning),
                        "tuning_skipped": self.tuning_skipped, "uniform": self.uniform,
-                       **({"width": self.planned_width} if self.planned_width is not None else {})},
+                       **({"width": attempt.width} if attempt is not None and attempt.width is not None else {})},
             **({"layers": dict(self.drop_layers)} if self.drop_layers else {}),
-            **({"layers_chosen": self.layer_choice.spec} if self.layer_choice is not None else {}),
+            **({"layers_chosen": attempt.layer_choice.spec}
+               if attempt is not None and attempt.layer_choice is not None else {}),
             "finetune": ({**self._finetune_identity(), **({"distill": self.distill} if self.distill else {}),
                           **({"distill_weight": self.distill_weight} if self.distill == "word" else {}),
-                          **({"continued_from": os.path.abspath(self.finetune_from)} if self.finetune_from else {})}
+                          **({"continued_from": os.path.abspath(attempt.finetune_from)}
+                             if attempt is not None and attempt.finetune_from else {})}
                          if self.finetune.updates else None),
-            # --max-attempts is left out: more attempts continue the same sequence, fewer stop it sooner
-            **({"speedup": {"max_bleu_loss": self.max_bleu_loss, "allow_beam": self.allow_beam,
-                            "decision_subset": self.decision_subset,
-                            # the default margin left out: a run's identity from before the option is the same
-                            **({"plan_margin": self.plan_margin}
-                               if self.plan_margin not in (None, PLAN_MARGIN) else {}),
-                            # the default narrowing left out likewise
-                            **({"narrowing": self.narrowing} if self.narrowing != DEFAULT_NARROWING else {}),
-                            **({"decision_half": True} if self.decision_half else {})}}
-               if self.target.kind == SPEEDUP_TARGET else {}),
-            **({"planned": True} if self.planned else {}),
+            **({"speedup": self.speedup.identity()} if self.speedup is not None else {}),
+            **({"planned": True} if attempt is not None else {}),
             "export": None if self.export_format is None else {
                 "format": self.export_format, "quantization": self.quantization or "float32",
                 "vocabulary_map": self.vocabulary_map,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from fairseq_headprune.errors import SettingsError
-from fairseq_headprune.study.compression.speedup import parse_speedup
+from fairseq_headprune.study.compression.speedup.shapes import parse_speedup
 from fairseq_headprune.study.search.costs import SearchBudget
 
 # what a target can count, and how it is searched: (search --structure, search --cost)

@@ -1,10 +1,11 @@
-"""``compress --target speedup=Nx``'s OUT/report.md, written from its report (``speedup_records.SpeedupReport``)."""
+"""``compress --target speedup=Nx``'s OUT/report.md, written from its report (``records.SpeedupReport``)."""
 
 from typing import List
 
-from fairseq_headprune.study.compression.records import PlanRecord, trained_where
-from fairseq_headprune.study.compression.speedup import damage_order, disturbed_plan_text
-from fairseq_headprune.study.compression.speedup_records import AttemptRecord, ScoreChange, SpeedupReport
+from fairseq_headprune.study.compression.records import trained_where
+from fairseq_headprune.study.compression.speedup.records import AttemptRecord, PlanRecord, ScoreChange, SpeedupReport
+from fairseq_headprune.study.compression.speedup.rules import damage_order
+from fairseq_headprune.study.compression.speedup.shapes import disturbed_plan_text
 from fairseq_headprune.study.statistics.significance import p_value_cell, p_value_text
 
 
@@ -98,7 +99,7 @@ def shapes_section(plan: PlanRecord) -> List[str]:
 
 def speedup_report_markdown(report: SpeedupReport) -> str:
     """OUT/report.md of ``compress --target speedup=Nx``: the result, the shapes timed and their damage, what each
-    step bought, every attempt and its recovery (``engine.pipelines.speedup``)."""
+    step bought, every attempt and its recovery (``engine.pipelines.speedup.run``)."""
     plan, result, factor = report.plan, report.result, report.factor
     batches = [str(b) for b in plan.batch_sizes]
     decided, reported = result.decided, result.reported

@@ -20,15 +20,21 @@ Every decision reads the result on the decision split (validation); the test
 split is translated once, for the attempt ``best()`` names.
 """
 
-from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence
+from dataclasses import dataclass
+from typing import List, Optional, Sequence
 
-from fairseq_headprune.study.compression.speedup import PlannedCandidate, back_off, prune_more, reaches
-from fairseq_headprune.study.finetuning import PLATEAU, REACHED
-
-CONTINUE, BACK_OFF, ACCEPT, GIVE_UP = "continue fine-tuning", "back off", "accept", "give up"
-PRUNE_MORE = "prune more"  # within the tolerance but slower than asked: the next shape fast enough
-DECISIONS = (ACCEPT, CONTINUE, BACK_OFF, PRUNE_MORE, GIVE_UP)
+from fairseq_headprune.study.compression.speedup.rules import (
+    BACK_OFF,
+    CONTINUE,
+    GIVE_UP,
+    PRUNE_MORE,
+    AttemptResult,
+    back_off,
+    best_attempt,
+    next_step,
+    prune_more,
+)
+from fairseq_headprune.study.compression.speedup.shapes import PlannedCandidate, reaches
 
 
 @dataclass(frozen=True)
@@ -41,60 +47,11 @@ class AttemptPlan:
 
 
 @dataclass(frozen=True)
-class AttemptResult:
-    """What an attempt measured, as the decisions read it: the change of the score against the unpruned model
-    on the decision split (``delta``, higher is better), the compressed model's speed-ups per batch size (as
-    text), and why its fine-tuning stopped (``study.finetuning``'s reasons; None: a fixed length, or none)."""
-
-    delta: float
-    speedups: Dict[str, float] = field(default_factory=dict)
-    finetune_stopped: Optional[str] = None
-    # the low end of each speed-up's interval over the timing rounds (``speed.paired_speedup_interval``); what
-    # "fast enough" reads (empty: the speed-ups themselves)
-    speedup_lows: Dict[str, float] = field(default_factory=dict)
-
-    @property
-    def fast_enough_speedups(self) -> Dict[str, float]:
-        return self.speedup_lows or self.speedups
-
-    @property
-    def still_improving(self) -> bool:
-        """Its fine-tuning ended at a ceiling, not because it was enough or stopped gaining."""
-        return self.finetune_stopped not in (REACHED, PLATEAU)
-
-
-@dataclass(frozen=True)
 class Step:
     """What follows an attempt: the decision, and the attempt to run next (None after accept and give up)."""
 
     decision: str
     next: Optional[AttemptPlan] = None
-
-
-def next_step(bleu_loss: float, max_bleu_loss: float, can_continue: bool, attempts_left: int,
-              fast_enough: bool = True) -> str:
-    """What follows an attempt that lost ``bleu_loss`` points and was (not) measured ``fast_enough``: accept it,
-    prune more, continue its fine-tuning (``can_continue``: there is one, not continued yet, still improving),
-    back off to a less damaged shape, or give up when no attempt is left."""
-    if bleu_loss <= max_bleu_loss and fast_enough:
-        return ACCEPT
-    if attempts_left <= 0:
-        return GIVE_UP
-    if bleu_loss <= max_bleu_loss:
-        return PRUNE_MORE
-    return CONTINUE if can_continue else BACK_OFF
-
-
-def best_attempt(decisions: Sequence[str], results: Sequence[AttemptResult], max_bleu_loss: float) -> int:
-    """The attempt to deploy (an index): the first accepted; else the fastest (at its slowest batch size) of those
-    within the tolerance; else the one that lost least."""
-    accepted = [i for i, decision in enumerate(decisions) if decision == ACCEPT]
-    if accepted:
-        return accepted[0]
-    within = [i for i, result in enumerate(results) if -result.delta <= max_bleu_loss]
-    if within:
-        return max(within, key=lambda i: min(results[i].speedups.values(), default=0.0))
-    return max(range(len(results)), key=lambda i: (results[i].delta, -i))
 
 
 class SpeedupSearch:

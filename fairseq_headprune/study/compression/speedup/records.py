@@ -14,11 +14,80 @@ as scores on the split they name, the doubled keys derived again, the prediction
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from fairseq_headprune.study.compression.records import HalvesRecord, PlanRecord, Prediction
-from fairseq_headprune.study.compression.speedup import PlannedCandidate, reaches, speed_breakdown
+from fairseq_headprune.study.compression.records import Prediction, StageRecord
+from fairseq_headprune.study.compression.speedup.rules import within_tolerance
+from fairseq_headprune.study.compression.speedup.shapes import (
+    DisorderedPair,
+    PlannedCandidate,
+    reaches,
+    speed_breakdown,
+)
+from fairseq_headprune.study.masks.layer_drop import LayerChoice
 
 SPEEDUP_REPORT_FORMAT = "fairseq-headprune compress speedup 2"
 READABLE_SPEEDUP_FORMATS = ("fairseq-headprune compress speedup 1", SPEEDUP_REPORT_FORMAT)
+
+
+@dataclass
+class HalvesRecord(StageRecord):
+    """``halves/``: the decision split dealt into the half that fits (Fisher scores, damage, tuning, the
+    fine-tuning's validations) and the half that decides, in a data directory of their own."""
+
+    data: str = ""
+    split: str = ""
+    fit: str = ""
+    decide: str = ""
+    sentences: int = 0
+    fit_sentences: int = 0
+    decide_sentences: int = 0
+
+
+@dataclass
+class PlanRecord(StageRecord):
+    """``plan/`` of ``--target speedup=Nx``: the candidate shapes, their measured speed-ups like for like (each
+    exported with the vocabulary map against the unpruned model with its own map), their damage before
+    fine-tuning and the one chosen (``study.compression.speedup``); the unpruned model's score on the decision
+    split and the decoding its fine-tunings validate with."""
+
+    factor: float = 0.0
+    margin: float = 0.0  # the first choice asked the plan's timing for factor x (1 + margin)
+    decision_subset: str = ""
+    reference: Optional[float] = None  # the unpruned model's score on the decision split
+    # the unpruned model's score on the split the fine-tuning validates on, where that is another (--decision-half:
+    # the fit half), which its stop target is set from
+    stop_subset: str = ""
+    stop_reference: Optional[float] = None
+    generation: Dict[str, Any] = field(default_factory=dict)  # beam, length penalty and limits of the run
+    remove_bpe: Optional[str] = None
+    base_loss: Optional[float] = None  # the unpruned model's validation loss (damage = a shape's loss over it)
+    damage_sentences: int = 0
+    # the whole layers each shape removes, by its layers' name (Candidate.layers_name): chosen by the loss
+    layer_choices: Dict[str, LayerChoice] = field(default_factory=dict)
+    batch_sizes: List[int] = field(default_factory=list)
+    quantization: str = "float32"
+    split: str = ""  # the sentences timed (the Fisher split's first ones, never the evaluation split)
+    sentences: int = 0
+    beam: int = 0
+    target_length: int = 0  # every candidate generates exactly this many tokens
+    repeats: int = 0
+    candidates: List[PlannedCandidate] = field(default_factory=list)  # in timing order
+    chosen: Optional[int] = 0  # index into candidates; None: no shape timed fast enough (no attempt)
+    map_gain: Dict[str, float] = field(default_factory=dict)  # batch size -> unpruned with map over without
+    out_of_order: List[DisorderedPair] = field(default_factory=list)  # speedup.out_of_order: a disturbed timing
+    environment: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def stop_score(self) -> Optional[float]:
+        """The unpruned model's score on the split the fine-tuning validates on: its stop target is set from it."""
+        return self.reference if self.stop_reference is None else self.stop_reference
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> "PlanRecord":
+        record = super().from_dict(data)
+        record.candidates = [PlannedCandidate.from_dict(c) for c in record.candidates]
+        record.out_of_order = [DisorderedPair.from_dict(pair) for pair in record.out_of_order]
+        record.layer_choices = {name: LayerChoice.from_dict(c) for name, c in record.layer_choices.items()}
+        return record
 
 
 @dataclass
@@ -177,12 +246,12 @@ class SpeedupReport:
     @property
     def within_tolerance(self) -> bool:
         """The result within the tolerance on the decision split (what decided)."""
-        return self.result is not None and -self.result.decided.delta <= self.max_bleu_loss
+        return self.result is not None and within_tolerance(self.result.decided.delta, self.max_bleu_loss)
 
     @property
     def within_tolerance_reported(self) -> bool:
         """The result within the tolerance on the run's own split."""
-        return self.result is not None and -self.result.reported.delta <= self.max_bleu_loss
+        return self.result is not None and within_tolerance(self.result.reported.delta, self.max_bleu_loss)
 
     @property
     def reached_target(self) -> bool:

@@ -1,6 +1,6 @@
-"""``compress --target speedup=Nx``: measure candidate shapes in CTranslate2 (``speedup_plan``), compress to the
+"""``compress --target speedup=Nx``: measure candidate shapes in CTranslate2 (``speedup.plan``), compress to the
 least damaged shape fast enough, and keep the BLEU within the tolerance by continuing the fine-tuning or backing
-off (``study.compression.speedup_search``), every decision on the decision split; then evaluate and time the
+off (``study.compression.speedup.search``), every decision on the decision split; then evaluate and time the
 result on the run's own split once.
 
 The run's directory holds ``plan/`` (a stage as ``compress`` writes them: the candidates' measured speed-ups and
@@ -17,7 +17,6 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from fairseq_headprune.engine.compression.validation_halves import write_validation_halves
 from fairseq_headprune.engine.finetuning import check_finetune_precision
 from fairseq_headprune.engine.pipelines.compress import CompressOutcome, run_compress, run_identity
 from fairseq_headprune.engine.pipelines.compress_stages import (
@@ -31,21 +30,27 @@ from fairseq_headprune.engine.pipelines.compress_stages import (
 )
 from fairseq_headprune.engine.pipelines.export import deploy_device
 from fairseq_headprune.engine.pipelines.shallow import CHECKPOINT
-from fairseq_headprune.engine.pipelines.speedup_plan import plan_stage
+from fairseq_headprune.engine.pipelines.speedup.halves import write_validation_halves
+from fairseq_headprune.engine.pipelines.speedup.plan import plan_stage
 from fairseq_headprune.errors import StudyError
-from fairseq_headprune.study.compression.records import EvaluationRecord, HalvesRecord, Prediction, trained_where
-from fairseq_headprune.study.compression.settings import STOP_SHARE_OF_TOLERANCE, CompressSettings
+from fairseq_headprune.study.compression.records import EvaluationRecord, Prediction, trained_where
+from fairseq_headprune.study.compression.settings import STAGES, CompressSettings
 from fairseq_headprune.study.compression.speed import compressed_speedup_lows, compressed_speedups
-from fairseq_headprune.study.compression.speedup import PlannedCandidate, disturbed_plan_text, unreached_text
-from fairseq_headprune.study.compression.speedup_records import (
+from fairseq_headprune.study.compression.speedup.records import (
     AttemptRecord,
     FinetuneSummary,
+    HalvesRecord,
+    PlanRecord,
     ScoreChange,
     SpeedupReport,
     SpeedupResult,
 )
-from fairseq_headprune.study.compression.speedup_report import speedup_report_markdown, unreached_report_markdown
-from fairseq_headprune.study.compression.speedup_search import AttemptPlan, AttemptResult, SpeedupSearch
+from fairseq_headprune.study.compression.speedup.report import speedup_report_markdown, unreached_report_markdown
+from fairseq_headprune.study.compression.speedup.rules import AttemptResult, unreached_text
+from fairseq_headprune.study.compression.speedup.runs import attempt_run, on_halves, reported_run
+from fairseq_headprune.study.compression.speedup.search import AttemptPlan, SpeedupSearch
+from fairseq_headprune.study.compression.speedup.settings import SPEEDUP_STAGES, STOP_SHARE_OF_TOLERANCE
+from fairseq_headprune.study.compression.speedup.shapes import PlannedCandidate, disturbed_plan_text
 from fairseq_headprune.study.output.files import write_json, write_text
 
 REPORT_JSON, REPORT_MARKDOWN = "report.json", "report.md"
@@ -76,13 +81,13 @@ def run_speedup(settings: CompressSettings, on_stage: Optional[StageCallback] = 
         raise StudyError(f"checkpoint not found: {settings.checkpoint}")
     deploy_device(settings.deployment.device)  # before the plan times anything there
     check_finetune_precision(settings.finetune, settings.evaluation.cpu)
-    open_out_dir(settings.out_dir, run_identity(settings))
+    open_out_dir(settings.out_dir, run_identity(settings), SPEEDUP_STAGES)
     stages = Stages(settings.out_dir, on_stage)
-    if settings.decision_half:
+    if settings.speedup.decision_half:
         stages.run("halves", lambda work: _halves_stage(settings, work))
         settings = _on_halves(settings, stages)
     stages.run("plan", lambda work: plan_stage(settings, work))
-    plan = stages.record("plan")
+    plan = stages.record("plan", PlanRecord)
     planned = plan.candidates
     if plan.chosen is None:  # the table is kept: a user sees how near the fastest shape came
         path = os.path.join(settings.out_dir, REPORT_MARKDOWN)
@@ -93,8 +98,8 @@ def run_speedup(settings: CompressSettings, on_stage: Optional[StageCallback] = 
     if plan.out_of_order and on_warning is not None:
         on_warning(disturbed_plan_text(plan.out_of_order, os.path.join(settings.out_dir, "plan")))
     tell = on_attempt or (lambda number, text: None)
-    search = SpeedupSearch(planned, plan.chosen, settings.target.factor, settings.max_bleu_loss,
-                           settings.max_attempts, settings.finetune.enabled)
+    search = SpeedupSearch(planned, plan.chosen, settings.target.factor, settings.speedup.max_bleu_loss,
+                           settings.speedup.max_attempts, settings.finetune.enabled)
     outcomes: List[CompressOutcome] = []
     attempt_settings: List[CompressSettings] = []
     records: List[AttemptRecord] = []
@@ -127,7 +132,8 @@ def run_speedup(settings: CompressSettings, on_stage: Optional[StageCallback] = 
             continued_from=None if previous is None else os.path.basename(previous), finetune=finetune,
             score=score, speedups=speedups, decision=step.decision, seconds=_stage_seconds(outcome),
             speedup_lows=lows))
-        tell(number, f"{score.metric} {score.delta:+.2f} on {score.split} (tolerance -{settings.max_bleu_loss:g})"
+        tell(number, f"{score.metric} {score.delta:+.2f} on {score.split} "
+             f"(tolerance -{settings.speedup.max_bleu_loss:g})"
              + (f" after {finetune.updates} updates ({finetune.stopped})" if finetune.stopped else "")
              # where a GPU fine-tuned (the CPU trains in float32 alone; report.md states either)
              + (" " + trained_where(finetune.device, finetune.precision)
@@ -137,8 +143,9 @@ def run_speedup(settings: CompressSettings, on_stage: Optional[StageCallback] = 
              + f" like for like: {step.decision}")
         attempt = step.next
     report = SpeedupReport(checkpoint=os.path.abspath(settings.checkpoint), target=settings.target.text,
-                           factor=settings.target.factor, max_bleu_loss=settings.max_bleu_loss, plan=plan,
-                           attempts=records, halves=stages.record("halves") if settings.decision_half else None)
+                           factor=settings.target.factor, max_bleu_loss=settings.speedup.max_bleu_loss, plan=plan,
+                           attempts=records,
+                           halves=stages.record("halves", HalvesRecord) if settings.speedup.decision_half else None)
     best = search.best()
     report.result = _result(settings, report, records[best], attempt_settings[best], on_stage)
     files = [os.path.join(settings.out_dir, name) for name in (REPORT_JSON, REPORT_MARKDOWN)]
@@ -148,20 +155,21 @@ def run_speedup(settings: CompressSettings, on_stage: Optional[StageCallback] = 
 
 
 def _halves_stage(settings: CompressSettings, work: str) -> HalvesRecord:
-    """The decision split dealt into the half that fits and the half that decides (``validation_halves``)."""
-    outcome = write_validation_halves(settings.data, settings.decision_subset, os.path.join(work, HALVES_DATA))
+    """The decision split dealt into the half that fits and the half that decides (``halves``)."""
+    outcome = write_validation_halves(settings.data, settings.speedup.decision_subset,
+                                      os.path.join(work, HALVES_DATA))
     # the data's path once the stage is complete (the work directory is renamed)
     return HalvesRecord(**{**dataclasses.asdict(outcome), "data": os.path.join(settings.out_dir, "halves",
                                                                                   HALVES_DATA)})
 
 
 def _on_halves(settings: CompressSettings, stages: Stages) -> CompressSettings:
-    """The run's settings on its halves, once they are written (``CompressSettings.on_halves``)."""
-    halves = stages.record("halves")
+    """The run's settings on its halves, once they are written (``runs.on_halves``)."""
+    halves = stages.record("halves", HalvesRecord)
     if halves is None:  # compress_shape on a run made without --decision-half
         raise StudyError(f"{settings.out_dir} holds no halves: run compress --target speedup=Nx --decision-half "
                          "there first, or leave out --decision-half")
-    return settings.on_halves(stages.path("halves", HALVES_DATA), halves.fit, halves.decide)
+    return on_halves(settings, stages.path("halves", HALVES_DATA), halves.fit, halves.decide)
 
 
 def _read_json(path: str) -> dict:
@@ -183,9 +191,9 @@ def _attempt_settings(settings: CompressSettings, plan, candidate: PlannedCandid
     if stop is not None and plan.stop_score is not None:
         generation = dict(plan.generation, beam=candidate.candidate.beam or plan.generation.get("beam"))
         stop = dataclasses.replace(stop, generation=generation, remove_bpe=plan.remove_bpe,
-                                   target=plan.stop_score - STOP_SHARE_OF_TOLERANCE * settings.max_bleu_loss)
-    return settings.attempt(
-        candidate.flops_share, plan.layer_choices.get(candidate.candidate.layers_name), attempt_dir,
+                                   target=plan.stop_score - STOP_SHARE_OF_TOLERANCE * settings.speedup.max_bleu_loss)
+    return attempt_run(
+        settings,         candidate.flops_share, plan.layer_choices.get(candidate.candidate.layers_name), attempt_dir,
         finetune_from=None if previous is None else os.path.join(previous, "finetune", CHECKPOINT),
         beam=candidate.candidate.beam,
         finetune_lr=None if continued is None else continued.report.finetune.lr, finetune_stop=stop,
@@ -201,7 +209,7 @@ def _seed(attempt: CompressSettings, previous: str, stages: Sequence[str]) -> No
     record: a continued fine-tuning takes its layers, Fisher scores, search and distilled data; any later
     attempt, the distilled data (the unpruned model's translations do not depend on the shape); the result, all
     but what it measures again."""
-    open_out_dir(attempt.out_dir, run_identity(attempt))
+    open_out_dir(attempt.out_dir, run_identity(attempt), STAGES)
     for stage in stages:
         source = os.path.join(previous, stage)
         if os.path.isfile(os.path.join(source, STAGE_RECORD)):
@@ -253,7 +261,7 @@ def _result(settings: CompressSettings, report: SpeedupReport, chosen: AttemptRe
     linked from the attempt's), with the plan's timing of its shape (uniform narrowing, fixed length, the Fisher
     split) beside the speed-up measured there."""
     result_dir = result_dir or os.path.join(settings.out_dir, RESULT_DIR)
-    reported = settings.reported(attempt, result_dir)
+    reported = reported_run(settings, attempt, result_dir)
     if not os.path.isdir(result_dir):
         _seed(reported, os.path.join(settings.out_dir, chosen.dir),
               [stage for stage in reported.stages if stage not in MEASURED_STAGES])
@@ -277,10 +285,10 @@ def compress_shape(settings: CompressSettings, shape: int, out_dir: str,
     evaluated and timed on the run's own split in ``out_dir/result``: to set another choice of shape beside the
     plan's (``scripts/benchmarks/benchmark_shape_choice.py``)."""
     stages = Stages(settings.out_dir, None)
-    plan = stages.record("plan")
+    plan = stages.record("plan", PlanRecord)
     if plan is None:
         raise StudyError(f"{settings.out_dir} holds no plan: run compress --target speedup=Nx there first")
-    if settings.decision_half:
+    if settings.speedup.decision_half:
         settings = _on_halves(settings, stages)
     candidate = plan.candidates[shape]
     attempt_dir = os.path.join(out_dir, "attempt")
@@ -298,6 +306,6 @@ def compress_shape(settings: CompressSettings, shape: int, out_dir: str,
                            speedups=_measured_speedups(outcome, candidate.candidate.beam), decision="",
                            seconds=_stage_seconds(outcome))
     report = SpeedupReport(checkpoint=os.path.abspath(settings.checkpoint), target=settings.target.text,
-                           factor=settings.target.factor, max_bleu_loss=settings.max_bleu_loss, plan=plan,
-                           attempts=[record])
+                           factor=settings.target.factor, max_bleu_loss=settings.speedup.max_bleu_loss,
+                           plan=plan, attempts=[record])
     return record, _result(settings, report, record, current, on_stage, os.path.join(out_dir, "result"))

@@ -26,7 +26,7 @@ the run's beam, then to the shape that keeps more decoding FLOPs.
 
 An attempt compresses to the chosen shape (its layers, heads and neurons
 searched within the candidate's decoding-FLOPs share), fine-tunes and
-evaluates (``speedup_search`` decides what follows). Where it loses more than
+evaluates (``search`` decides what follows). Where it loses more than
 the tolerance, the next attempt continues the fine-tuning if it ended at its
 ceiling, else backs off to the nearest less damaged shape, which may be
 slower than asked: the report says so. Where it keeps the BLEU but decodes
@@ -52,17 +52,6 @@ from fairseq_headprune.errors import SettingsError
 WIDTH_SHARES = (1.0, 0.75, 0.5, 0.25)
 PLAN_MARGIN = 0.1  # the first choice asks the plan's timing for this much more than the target
 SMALLER_BEAMS = (1, 2)  # --allow-beam: the beams a shape is also timed at, below the run's
-DEFAULT_MAX_BLEU_LOSS = 1.0
-DEFAULT_MAX_ATTEMPTS = 3
-# how an attempt narrows the layers it keeps: "plan", every layer keeping the shape's width of heads and FFN neurons
-# (those of highest Fisher information), the shape the plan timed and whose damage it measured; "search", Kwon et
-# al.'s search spending the shape's decoding-FLOPs share across layers and types as the loss estimate prefers
-NARROWINGS = ("plan", "search")
-DEFAULT_NARROWING = "search"
-# --decision-half: the decision split's sentences dealt into a half that fits (Fisher scores, the plan's damage,
-# mask tuning, the fine-tuning's stop and best checkpoint) and a half that decides (every attempt's judgement, the
-# unpruned reference); off, all of them read the whole split
-DEFAULT_DECISION_HALF = False
 ORDER_TOLERANCE = 0.8  # a shape that removes more, timed below this share of the speed of one that removes less
 
 
@@ -211,61 +200,6 @@ def disturbed_plan_text(pairs: Sequence[DisorderedPair], plan_dir: str) -> str:
             f"{worst.batch}, though it removes more. The timing was disturbed (another process on the cores?) "
             f"and the shape chosen from it may be wrong: remove {plan_dir} and run again with the cores to "
             "itself, or with more --repeats")
-
-
-def damage_order(planned: Sequence[PlannedCandidate]) -> List[int]:
-    """Indices from the least to the most damaged (a plan without damage: the most decoding FLOPs kept first); at
-    equal damage the run's beam before smaller ones, then the most decoding FLOPs kept, the fewest layers
-    removed and the fastest."""
-    def rank(i):
-        candidate = planned[i].candidate
-        damage = planned[i].damage if planned[i].damage is not None else -planned[i].flops_share
-        return (damage, -(candidate.beam or math.inf), -planned[i].flops_share, sum(candidate.drop_counts.values()),
-                -min(planned[i].speedups.values(), default=0.0))
-    return sorted(range(len(planned)), key=rank)
-
-
-def choose_candidate(planned: Sequence[PlannedCandidate], factor: float,
-                     margin: float = PLAN_MARGIN) -> Optional[int]:
-    """The least damaged shape the plan times at ``factor`` plus ``margin`` at every batch size, else the least
-    damaged at ``factor`` (``damage_order``); None when none reaches it (``unreached_text`` says how near)."""
-    order = damage_order(planned)
-    for need in (factor * (1.0 + margin), factor):
-        for index in order:
-            if planned[index].reaches(need):
-                return index
-    return None
-
-
-def unreached_text(planned: Sequence[PlannedCandidate], factor: float) -> str:
-    """Why no shape was chosen: the fastest one timed, and its speed-up at its slowest batch size."""
-    fastest = max(planned, key=lambda p: min(p.speedups.values(), default=0.0))
-    slowest_batch = min(fastest.speedups, key=fastest.speedups.get)
-    return (f"--target speedup={factor:g}x: the fastest shape tried ({fastest.candidate.name}) decodes "
-            f"{fastest.speedups[slowest_batch]:.2f}x as fast as the unpruned model with its vocabulary map at batch "
-            f"{slowest_batch}; ask for less")
-
-
-def back_off(planned: Sequence[PlannedCandidate], current: int, tried: Sequence[int] = ()) -> Optional[int]:
-    """The nearest candidate before ``current`` in ``damage_order`` (less damaged) not tried yet, or None."""
-    order = damage_order(planned)
-    earlier = [index for index in order[:order.index(current)] if index not in tried]
-    return earlier[-1] if earlier else None
-
-
-def prune_more(planned: Sequence[PlannedCandidate], current: int, factor: float, measured: Mapping[str, float],
-               tried: Sequence[int] = ()) -> Optional[int]:
-    """After ``current``, which kept the BLEU but was measured at ``measured`` (batch size -> speed-up): the least
-    damaged candidate not tried yet that the plan expects fast enough once its timing is corrected by
-    ``current``'s error at each batch size (the plan's speed-up over the measured one, when above 1), or None."""
-    timed = planned[current].speedups
-    needed = {batch: factor * max(1.0, timed[batch] / measured[batch]) for batch in timed if measured.get(batch)}
-    for index in damage_order(planned):
-        speedups = planned[index].speedups
-        if (index != current and index not in tried
-                and all(speedups.get(batch, 0.0) >= need for batch, need in needed.items())):
-            return index
-    return None
 
 
 def speed_breakdown(planned: Sequence[PlannedCandidate], chosen: int,

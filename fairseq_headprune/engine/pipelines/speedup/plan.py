@@ -38,15 +38,15 @@ from fairseq_headprune.modules.masked_ffn import ffn_layout, set_ffn_mask
 from fairseq_headprune.modules.masked_multihead_attention import head_layout, set_head_mask
 from fairseq_headprune.study.compression.decoding import DecodingOptions
 from fairseq_headprune.study.compression.deployment_settings import ExportSettings
-from fairseq_headprune.study.compression.records import PlanRecord
 from fairseq_headprune.study.compression.settings import CompressSettings
 from fairseq_headprune.study.compression.speed import paired_speedup
-from fairseq_headprune.study.compression.speedup import (
+from fairseq_headprune.study.compression.speedup.records import PlanRecord
+from fairseq_headprune.study.compression.speedup.rules import choose_candidate
+from fairseq_headprune.study.compression.speedup.shapes import (
     SMALLER_BEAMS,
     Candidate,
     PlannedCandidate,
     candidate_ladder,
-    choose_candidate,
     out_of_order,
 )
 from fairseq_headprune.study.masks.layer_drop import LayerChoice, kept_layers
@@ -71,24 +71,25 @@ def plan_stage(settings: CompressSettings, work: str) -> PlanRecord:
     split = settings.importance.subsets[0]
     beam = int(cfg.generation.beam)
     depths = model_depths(model)
-    smaller = [b for b in SMALLER_BEAMS if b < beam] if settings.allow_beam else []
+    smaller = [b for b in SMALLER_BEAMS if b < beam] if settings.speedup.allow_beam else []
     ladder = candidate_ladder(depths, beams=smaller)
     base_loss, damages, choices, sentences = _damages(settings, family, cfg, task, model, ladder)
     planned, map_gain, environment, target_length = _timed(settings, family, cfg, task, model, ladder, split, beam)
     for candidate in planned:
         candidate.damage = damages[candidate.candidate.dropped, candidate.candidate.width]
     decoding = DecodingOptions.of_generation(cfg.generation)
-    reference = split_score(settings, settings.checkpoint, settings.decision_subset, os.path.join(work, "reference"))
+    decision_subset = settings.speedup.decision_subset
+    reference = split_score(settings, settings.checkpoint, decision_subset, os.path.join(work, "reference"))
     # the fine-tuning's stop target is set from the split it validates on
     until = settings.finetune.until
-    stop_subset = "" if until is None or until.subset == settings.decision_subset else until.subset
+    stop_subset = "" if until is None or until.subset == decision_subset else until.subset
     stop_reference = (split_score(settings, settings.checkpoint, stop_subset, os.path.join(work, "stop-reference"))
                       if stop_subset else None)
-    record = PlanRecord(factor=settings.target.factor, margin=settings.plan_margin,
+    record = PlanRecord(factor=settings.target.factor, margin=settings.speedup.plan_margin,
                         batch_sizes=list(deployment.batch_sizes),
                         quantization=settings.table_quantization, split=split, sentences=PLAN_SENTENCES, beam=beam,
                         target_length=target_length, repeats=deployment.repeats, candidates=planned,
-                        map_gain=map_gain, environment=environment, decision_subset=settings.decision_subset,
+                        map_gain=map_gain, environment=environment, decision_subset=decision_subset,
                         reference=reference, stop_subset=stop_subset, stop_reference=stop_reference,
                         base_loss=base_loss, damage_sentences=sentences,
                         generation={"beam": decoding.beam, "lenpen": decoding.lenpen, "max_len_a": decoding.max_len_a,
@@ -96,7 +97,7 @@ def plan_stage(settings: CompressSettings, work: str) -> PlanRecord:
                         remove_bpe=cfg.common_eval.post_process or None,
                         layer_choices={name: choice for name, choice in choices.items()})
     record.out_of_order = out_of_order(planned)
-    record.chosen = choose_candidate(planned, settings.target.factor, settings.plan_margin)
+    record.chosen = choose_candidate(planned, settings.target.factor, settings.speedup.plan_margin)
     return record
 
 

@@ -1,0 +1,121 @@
+"""The rules of ``compress --target speedup=Nx``, one function per decision: the shape tried first
+(``choose_candidate``), what follows an attempt (``next_step``), the shape after a loss beyond the tolerance
+(``back_off``) or a speed short of the target (``prune_more``), and the attempt deployed (``best_attempt``).
+``search.SpeedupSearch`` applies them in turn; ``shapes`` describes what they choose among.
+"""
+
+import math
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional, Sequence
+
+from fairseq_headprune.study.compression.speedup.shapes import PLAN_MARGIN, PlannedCandidate
+from fairseq_headprune.study.finetuning import PLATEAU, REACHED
+
+CONTINUE, BACK_OFF, ACCEPT, GIVE_UP = "continue fine-tuning", "back off", "accept", "give up"
+PRUNE_MORE = "prune more"  # within the tolerance but slower than asked: the next shape fast enough
+DECISIONS = (ACCEPT, CONTINUE, BACK_OFF, PRUNE_MORE, GIVE_UP)
+
+
+def within_tolerance(delta: float, max_bleu_loss: float) -> bool:
+    """The one tolerance test: a change of the score against the unpruned model (higher is better) that loses at
+    most ``max_bleu_loss`` points."""
+    return -delta <= max_bleu_loss
+
+
+@dataclass(frozen=True)
+class AttemptResult:
+    """What an attempt measured, as the decisions read it: the change of the score against the unpruned model
+    on the decision split (``delta``, higher is better), the compressed model's speed-ups per batch size (as
+    text), and why its fine-tuning stopped (``study.finetuning``'s reasons; None: a fixed length, or none)."""
+
+    delta: float
+    speedups: Dict[str, float] = field(default_factory=dict)
+    finetune_stopped: Optional[str] = None
+    # the low end of each speed-up's interval over the timing rounds (``speed.paired_speedup_interval``); what
+    # "fast enough" reads (empty: the speed-ups themselves)
+    speedup_lows: Dict[str, float] = field(default_factory=dict)
+
+    @property
+    def fast_enough_speedups(self) -> Dict[str, float]:
+        return self.speedup_lows or self.speedups
+
+    @property
+    def still_improving(self) -> bool:
+        """Its fine-tuning ended at a ceiling, not because it was enough or stopped gaining."""
+        return self.finetune_stopped not in (REACHED, PLATEAU)
+
+
+def damage_order(planned: Sequence[PlannedCandidate]) -> List[int]:
+    """Indices from the least to the most damaged (a plan without damage: the most decoding FLOPs kept first); at
+    equal damage the run's beam before smaller ones, then the most decoding FLOPs kept, the fewest layers
+    removed and the fastest."""
+    def rank(i):
+        candidate = planned[i].candidate
+        damage = planned[i].damage if planned[i].damage is not None else -planned[i].flops_share
+        return (damage, -(candidate.beam or math.inf), -planned[i].flops_share, sum(candidate.drop_counts.values()),
+                -min(planned[i].speedups.values(), default=0.0))
+    return sorted(range(len(planned)), key=rank)
+
+def choose_candidate(planned: Sequence[PlannedCandidate], factor: float,
+                     margin: float = PLAN_MARGIN) -> Optional[int]:
+    """The least damaged shape the plan times at ``factor`` plus ``margin`` at every batch size, else the least
+    damaged at ``factor`` (``damage_order``); None when none reaches it (``unreached_text`` says how near)."""
+    order = damage_order(planned)
+    for need in (factor * (1.0 + margin), factor):
+        for index in order:
+            if planned[index].reaches(need):
+                return index
+    return None
+
+def unreached_text(planned: Sequence[PlannedCandidate], factor: float) -> str:
+    """Why no shape was chosen: the fastest one timed, and its speed-up at its slowest batch size."""
+    fastest = max(planned, key=lambda p: min(p.speedups.values(), default=0.0))
+    slowest_batch = min(fastest.speedups, key=fastest.speedups.get)
+    return (f"--target speedup={factor:g}x: the fastest shape tried ({fastest.candidate.name}) decodes "
+            f"{fastest.speedups[slowest_batch]:.2f}x as fast as the unpruned model with its vocabulary map at batch "
+            f"{slowest_batch}; ask for less")
+
+def next_step(bleu_loss: float, max_bleu_loss: float, can_continue: bool, attempts_left: int,
+              fast_enough: bool = True) -> str:
+    """What follows an attempt that lost ``bleu_loss`` points and was (not) measured ``fast_enough``: accept it,
+    prune more, continue its fine-tuning (``can_continue``: there is one, not continued yet, still improving),
+    back off to a less damaged shape, or give up when no attempt is left."""
+    kept = within_tolerance(-bleu_loss, max_bleu_loss)
+    if kept and fast_enough:
+        return ACCEPT
+    if attempts_left <= 0:
+        return GIVE_UP
+    if kept:
+        return PRUNE_MORE
+    return CONTINUE if can_continue else BACK_OFF
+
+def back_off(planned: Sequence[PlannedCandidate], current: int, tried: Sequence[int] = ()) -> Optional[int]:
+    """The nearest candidate before ``current`` in ``damage_order`` (less damaged) not tried yet, or None."""
+    order = damage_order(planned)
+    earlier = [index for index in order[:order.index(current)] if index not in tried]
+    return earlier[-1] if earlier else None
+
+def prune_more(planned: Sequence[PlannedCandidate], current: int, factor: float, measured: Mapping[str, float],
+               tried: Sequence[int] = ()) -> Optional[int]:
+    """After ``current``, which kept the BLEU but was measured at ``measured`` (batch size -> speed-up): the least
+    damaged candidate not tried yet that the plan expects fast enough once its timing is corrected by
+    ``current``'s error at each batch size (the plan's speed-up over the measured one, when above 1), or None."""
+    timed = planned[current].speedups
+    needed = {batch: factor * max(1.0, timed[batch] / measured[batch]) for batch in timed if measured.get(batch)}
+    for index in damage_order(planned):
+        speedups = planned[index].speedups
+        if (index != current and index not in tried
+                and all(speedups.get(batch, 0.0) >= need for batch, need in needed.items())):
+            return index
+    return None
+
+def best_attempt(decisions: Sequence[str], results: Sequence[AttemptResult], max_bleu_loss: float) -> int:
+    """The attempt to deploy (an index): the first accepted; else the fastest (at its slowest batch size) of those
+    within the tolerance; else the one that lost least."""
+    accepted = [i for i, decision in enumerate(decisions) if decision == ACCEPT]
+    if accepted:
+        return accepted[0]
+    within = [i for i, result in enumerate(results) if within_tolerance(result.delta, max_bleu_loss)]
+    if within:
+        return max(within, key=lambda i: min(results[i].speedups.values(), default=0.0))
+    return max(range(len(results)), key=lambda i: (results[i].delta, -i))
