@@ -21,6 +21,7 @@ import pytest
 import torch
 
 import fairseq_headprune.compat.torch_load  # noqa: F401  (its allow-list lets torch.load read checkpoints)
+from fairseq_headprune.study.compression.speed import Speedups
 from fairseq_headprune.study.compression.speedup.rules import (
     ACCEPT,
     CONTINUE,
@@ -39,7 +40,6 @@ from fairseq_headprune.study.compression.speedup.shapes import (
     PlannedCandidate,
     candidate_ladder,
     out_of_order,
-    reaches,
 )
 from fairseq_headprune.study.finetuning import UPDATE_CEILING
 
@@ -149,7 +149,7 @@ def test_every_decision_reads_validation_and_a_loss_continues_from_the_first_att
     for attempt in report["attempts"]:  # every decision by the rule, on validation, with no loss allowed
         left = 2 - attempt["attempt"]
         can_continue = attempt["continued_from"] is None and attempt["finetune"]["stopped"] == UPDATE_CEILING
-        fast_enough = reaches(attempt["speedups"], report["factor"])
+        fast_enough = Speedups.of(attempt["speedups"]).reaches(report["factor"])
         assert attempt["decision"] == next_step(-attempt["score"]["delta"], 0.0, can_continue, left, fast_enough)
         evaluation = _stage(out / attempt["dir"], "evaluate")
         assert (evaluation["split"], evaluation["delta"]) == ("valid", attempt["score"]["delta"])
@@ -405,7 +405,7 @@ def test_decisions_follow_validation_where_it_disagrees_with_test(tiny_model, di
     candidates = [PlannedCandidate.from_dict(c) for c in report["plan"]["candidates"]]
     chosen = report["plan"]["chosen"]
     faster = prune_more(candidates, chosen, 1.05, attempt["speedups"], [chosen])
-    assert attempt["decision"] == (ACCEPT if reaches(attempt["speedups"], 1.05) else
+    assert attempt["decision"] == (ACCEPT if Speedups.of(attempt["speedups"]).reaches(1.05) else
                                    PRUNE_MORE if faster is not None else GIVE_UP)
     result = report["result"]
     assert result["decided"]["split"] == "valid1" and result["reported"]["split"] == "test"

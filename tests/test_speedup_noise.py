@@ -52,8 +52,8 @@ def timed_rows(ratios):
 
 
 # one shape chosen (index 0) and a faster one to prune more to, both timed fast enough by the plan
-PLAN = [PlannedCandidate(Candidate((("decoder", 1),), 0.5), 0.4, {"1": 2.3, "64": 2.2}, 1.0),
-        PlannedCandidate(Candidate((("decoder", 2),), 0.5), 0.3, {"1": 3.2, "64": 3.0}, 2.0)]
+PLAN = [PlannedCandidate(Candidate((("decoder", 1),), 0.5), 0.4, {1: 2.3, 64: 2.2}, 1.0),
+        PlannedCandidate(Candidate((("decoder", 2),), 0.5), 0.3, {1: 3.2, 64: 3.0}, 2.0)]
 
 
 def decision(rows):
@@ -65,8 +65,8 @@ def decision(rows):
 
 def test_a_speedup_just_above_the_target_with_rounds_spread_below_it_is_not_accepted():
     wide, result = decision(timed_rows([2.6, 1.7, 2.05, 2.3, 1.8]))
-    assert result.speedups == pytest.approx({"1": 2.05, "64": 2.05})  # the median, above the target
-    assert result.speedup_lows == pytest.approx({"1": 1.7, "64": 1.7})
+    assert result.speedups == pytest.approx({1: 2.05, 64: 2.05})  # the median, above the target
+    assert result.speedup_lows == pytest.approx({1: 1.7, 64: 1.7})
     assert wide == PRUNE_MORE
     tight, result = decision(timed_rows([2.08, 2.03, 2.05, 2.1, 2.04]))
-    assert result.speedups == pytest.approx({"1": 2.05, "64": 2.05}) and tight == ACCEPT
+    assert result.speedups == pytest.approx({1: 2.05, 64: 2.05}) and tight == ACCEPT

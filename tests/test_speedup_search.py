@@ -102,33 +102,33 @@ def test_backing_off_takes_the_nearest_less_damaged_shape_and_pruning_more_the_l
     assert back_off(PLAN, 3, tried=[2]) == 0  # a shape tried already is not tried again
     # shape 1 kept the BLEU but measured 1.5x / 1.55x where the plan said 1.6x / 1.7x: asked for 1.6x, a shape
     # must reach 1.6 x 1.6/1.5 = 1.71 at batch 1 and 1.6 x 1.7/1.55 = 1.75 at batch 64 by the plan
-    assert prune_more(PLAN, 1, 1.6, {"1": 1.5, "64": 1.55}) == 2  # the least damaged of shapes 2, 3 and 4
-    assert prune_more(PLAN, 1, 2.1, {"1": 1.5, "64": 1.55}) == 4  # 2.24x and 2.30x needed: shapes 2 and 3 miss
-    assert prune_more(PLAN, 1, 1.6, {"1": 1.5, "64": 1.55}, tried=[1, 2]) == 3
-    assert prune_more(PLAN, 4, 3.2, {"1": 3.0, "64": 3.0}, tried=[4]) is None  # nothing faster left
+    assert prune_more(PLAN, 1, 1.6, {1: 1.5, 64: 1.55}) == 2  # the least damaged of shapes 2, 3 and 4
+    assert prune_more(PLAN, 1, 2.1, {1: 1.5, 64: 1.55}) == 4  # 2.24x and 2.30x needed: shapes 2 and 3 miss
+    assert prune_more(PLAN, 1, 1.6, {1: 1.5, 64: 1.55}, tried=[1, 2]) == 3
+    assert prune_more(PLAN, 4, 3.2, {1: 3.0, 64: 3.0}, tried=[4]) is None  # nothing faster left
 
 
 def test_with_smaller_beams_equal_damage_goes_to_the_runs_beam():
     ladder = candidate_ladder({"encoder": 2, "decoder": 2}, widths=(1.0, 0.5), beams=(1, 2))
     assert len(ladder) == 3 * (2 * 2 * 2 - 1) and {c.beam for c in ladder} == {None, 1, 2}
     half = Candidate((("decoder", 0), ("encoder", 0)), 0.5)
-    plan = [PlannedCandidate(half, 0.5, {"1": 1.4}, 0.5),
-            PlannedCandidate(Candidate(half.dropped, 0.5, 2), 0.5, {"1": 1.9}, 0.5),
-            PlannedCandidate(Candidate(half.dropped, 0.5, 1), 0.5, {"1": 2.6}, 0.5),
-            PlannedCandidate(Candidate((("decoder", 1), ("encoder", 0)), 0.5), 0.3, {"1": 2.2}, 0.9)]
+    plan = [PlannedCandidate(half, 0.5, {1: 1.4}, 0.5),
+            PlannedCandidate(Candidate(half.dropped, 0.5, 2), 0.5, {1: 1.9}, 0.5),
+            PlannedCandidate(Candidate(half.dropped, 0.5, 1), 0.5, {1: 2.6}, 0.5),
+            PlannedCandidate(Candidate((("decoder", 1), ("encoder", 0)), 0.5), 0.3, {1: 2.2}, 0.9)]
     assert choose_candidate(plan, 1.7) == 1  # the same shape at beam 2 before beam 1, both before more damage
     assert choose_candidate(plan, 2.0) == 2  # the shape at beam 1 is less damaged than a shallower one
     assert plan[2].candidate.name.endswith("beam 1")
-    steps = speed_breakdown(plan, 2, {"1": 1.2})
-    assert steps["beam 1"]["1"] == pytest.approx(2.6 / 1.4)
+    steps = speed_breakdown(plan, 2, {1: 1.2})
+    assert steps["beam 1"][1] == pytest.approx(2.6 / 1.4)
 
 
 def test_the_breakdown_multiplies_to_the_shapes_speedup():
-    steps = speed_breakdown(PLAN, 2, {"1": 1.3, "64": 1.2})
-    assert steps["vocabulary map (unpruned model)"] == {"1": 1.3, "64": 1.2}
-    assert steps["layers removed"] == {"1": 1.5, "64": 1.4}
+    steps = speed_breakdown(PLAN, 2, {1: 1.3, 64: 1.2})
+    assert steps["vocabulary map (unpruned model)"] == {1: 1.3, 64: 1.2}
+    assert steps["layers removed"] == {1: 1.5, 64: 1.4}
     narrowed = steps["heads and neurons narrowed"]
-    assert narrowed["1"] * 1.5 == pytest.approx(2.1) and narrowed["64"] * 1.4 == pytest.approx(2.0)
+    assert narrowed[1] * 1.5 == pytest.approx(2.1) and narrowed[64] * 1.4 == pytest.approx(2.0)
 
 
 def test_a_plan_timed_against_the_shapes_order_is_named():
@@ -145,8 +145,8 @@ def test_a_plan_timed_against_the_shapes_order_is_named():
     # shapes that remove less, at batch 1 (the 1.4x of "1 decoder layer removed, 100% width": 0.86, within)
     disturbed = [*ordered[:3], planned({"decoder": 2}, 0.5, 0.20, 1.2, 2.6)]
     pairs = out_of_order(disturbed)
-    assert [(p.larger, p.batch) for p in pairs] == [("1 decoder layer removed, 50% width", "1"),
-                                                    ("no layer removed, 50% width", "1")]
+    assert [(p.larger, p.batch) for p in pairs] == [("1 decoder layer removed, 50% width", 1),
+                                                    ("no layer removed, 50% width", 1)]
     assert pairs[0].ratio == pytest.approx(1.2 / 2.1) and pairs[1].ratio == pytest.approx(1.2 / 1.6)
     # another beam is another decoding: not compared
     smaller_beam = Candidate(disturbed[3].candidate.dropped, 0.5, beam=1)
@@ -165,10 +165,10 @@ def test_the_next_step_by_the_rule():
     assert next_step(1.4, 1.0, False, 1) == BACK_OFF  # continued already, stopped gaining, or no fine-tuning
     assert next_step(1.4, 1.0, True, 0) == GIVE_UP
     decisions = [PRUNE_MORE, BACK_OFF, GIVE_UP]
-    results = [AttemptResult(-0.2, {"1": 1.9}), AttemptResult(-1.5, {"1": 2.4}), AttemptResult(-0.9, {"1": 1.95})]
+    results = [AttemptResult(-0.2, {1: 1.9}), AttemptResult(-1.5, {1: 2.4}), AttemptResult(-0.9, {1: 1.95})]
     assert best_attempt(decisions, results, 1.0) == 2  # the fastest within the tolerance
     assert best_attempt(decisions, results, 0.1) == 0  # none within: the one that lost least
-    assert best_attempt([*decisions, ACCEPT], [*results, AttemptResult(-0.5, {"1": 2.1})], 1.0) == 3
+    assert best_attempt([*decisions, ACCEPT], [*results, AttemptResult(-0.5, {1: 2.1})], 1.0) == 3
 
 
 def run_sequence(results, factor=2.0, max_bleu_loss=1.0, max_attempts=4, can_finetune=True, chosen=None):
@@ -187,26 +187,26 @@ def run_sequence(results, factor=2.0, max_bleu_loss=1.0, max_attempts=4, can_fin
 
 
 def test_an_attempt_within_the_tolerance_and_fast_enough_is_accepted_at_once():
-    asked, decisions, best = run_sequence([AttemptResult(-0.4, {"1": 2.3, "64": 2.1}, REACHED)])
+    asked, decisions, best = run_sequence([AttemptResult(-0.4, {1: 2.3, 64: 2.1}, REACHED)])
     assert asked == [AttemptPlan(3)] and decisions == [ACCEPT] and best == 0
 
 
 def test_a_loss_continues_a_fine_tuning_that_ended_at_its_ceiling_once_then_backs_off():
     asked, decisions, best = run_sequence([
-        AttemptResult(-2.5, {"1": 2.3, "64": 2.1}, UPDATE_CEILING),  # still improving: continue it
-        AttemptResult(-1.6, {"1": 2.3, "64": 2.1}, UPDATE_CEILING),  # continued once already: back off
-        AttemptResult(-0.3, {"1": 2.2, "64": 2.05}, REACHED)])       # the less damaged shape 2: accept
+        AttemptResult(-2.5, {1: 2.3, 64: 2.1}, UPDATE_CEILING),  # still improving: continue it
+        AttemptResult(-1.6, {1: 2.3, 64: 2.1}, UPDATE_CEILING),  # continued once already: back off
+        AttemptResult(-0.3, {1: 2.2, 64: 2.05}, REACHED)])       # the less damaged shape 2: accept
     assert asked == [AttemptPlan(3), AttemptPlan(3, continues=1), AttemptPlan(2)]
     assert decisions == [CONTINUE, BACK_OFF, ACCEPT] and best == 2
 
 
 def test_a_fine_tuning_that_stopped_gaining_is_not_continued():
     for stopped in (PLATEAU, REACHED):
-        asked, decisions, _ = run_sequence([AttemptResult(-2.5, {"1": 2.3, "64": 2.1}, stopped),
-                                            AttemptResult(-0.2, {"1": 2.2, "64": 2.1}, REACHED)])
+        asked, decisions, _ = run_sequence([AttemptResult(-2.5, {1: 2.3, 64: 2.1}, stopped),
+                                            AttemptResult(-0.2, {1: 2.2, 64: 2.1}, REACHED)])
         assert asked == [AttemptPlan(3), AttemptPlan(2)] and decisions == [BACK_OFF, ACCEPT]
     # without fine-tuning there is nothing to continue
-    asked, decisions, _ = run_sequence([AttemptResult(-2.5, {"1": 2.3, "64": 2.1})], can_finetune=False,
+    asked, decisions, _ = run_sequence([AttemptResult(-2.5, {1: 2.3, 64: 2.1})], can_finetune=False,
                                        max_attempts=2)
     assert asked == [AttemptPlan(3), AttemptPlan(2)] and decisions == [BACK_OFF]
 
@@ -214,23 +214,23 @@ def test_a_fine_tuning_that_stopped_gaining_is_not_continued():
 def test_a_shape_that_keeps_the_bleu_but_measures_slower_prunes_more():
     # asked 1.5x, shape 1 (1.6x/1.7x by the plan) measured 1.45x/1.6x: the least damaged shape the corrected plan
     # expects at 1.5 x 1.6/1.45 = 1.66 and 1.5 x 1.7/1.6 = 1.59 is shape 2
-    asked, decisions, best = run_sequence([AttemptResult(-0.1, {"1": 1.45, "64": 1.6}, REACHED),
-                                           AttemptResult(-0.6, {"1": 1.9, "64": 1.8}, PLATEAU)], factor=1.5,
+    asked, decisions, best = run_sequence([AttemptResult(-0.1, {1: 1.45, 64: 1.6}, REACHED),
+                                           AttemptResult(-0.6, {1: 1.9, 64: 1.8}, PLATEAU)], factor=1.5,
                                           chosen=1)
     assert asked == [AttemptPlan(1), AttemptPlan(2)] and decisions == [PRUNE_MORE, ACCEPT] and best == 1
 
 
 def test_the_attempts_run_out_or_no_shape_is_left_and_the_best_is_deployed():
     # every attempt loses too much: the last gives up, the one that lost least is deployed
-    asked, decisions, best = run_sequence([AttemptResult(-2.5, {"1": 2.3, "64": 2.1}, PLATEAU),
-                                           AttemptResult(-1.8, {"1": 2.2, "64": 2.0}, PLATEAU)], max_attempts=2)
+    asked, decisions, best = run_sequence([AttemptResult(-2.5, {1: 2.3, 64: 2.1}, PLATEAU),
+                                           AttemptResult(-1.8, {1: 2.2, 64: 2.0}, PLATEAU)], max_attempts=2)
     assert decisions == [BACK_OFF, GIVE_UP] and best == 1
     # backing off from the least damaged shape finds none: give up at once
-    asked, decisions, best = run_sequence([AttemptResult(-2.5, {"1": 1.5, "64": 1.5}, PLATEAU)], factor=1.4,
+    asked, decisions, best = run_sequence([AttemptResult(-2.5, {1: 1.5, 64: 1.5}, PLATEAU)], factor=1.4,
                                           chosen=1)
     assert asked == [AttemptPlan(1)] and decisions == [GIVE_UP] and best == 0
     # within the tolerance but short of the target, nothing faster untried: the fastest within is deployed
-    asked, decisions, best = run_sequence([AttemptResult(-0.5, {"1": 3.0, "64": 2.9}, REACHED)], factor=3.0,
+    asked, decisions, best = run_sequence([AttemptResult(-0.5, {1: 3.0, 64: 2.9}, REACHED)], factor=3.0,
                                           chosen=4)
     assert decisions == [GIVE_UP] and best == 0
 
@@ -242,7 +242,7 @@ def test_the_search_is_driven_in_order():
     with pytest.raises(ValueError, match="no attempt"):
         search.best()
     search.first()
-    step = search.decide(AttemptResult(0.0, {"1": 2.5, "64": 2.5}))
+    step = search.decide(AttemptResult(0.0, {1: 2.5, 64: 2.5}))
     assert step.decision == ACCEPT and step.next is None
     with pytest.raises(ValueError, match="follows first"):
         search.decide(AttemptResult(0.0))

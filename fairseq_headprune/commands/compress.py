@@ -159,17 +159,17 @@ def command_speedup(settings) -> int:
     outcome = run_speedup(settings, on_stage=_print_stage, on_attempt=_print_attempt, on_warning=_print_warning)
     report = outcome.report
     plan, result = report.plan, report.result
-    batches = [str(b) for b in plan.batch_sizes]
+    batches = plan.batch_sizes
     chosen = report.chosen
     print(f"plan\t{len(plan.candidates)} shapes timed against the unpruned model with its vocabulary map, their "
           f"damage measured on {plan.split}; chosen: {chosen.candidate.name} ("
-          + ", ".join(f"{chosen.speedups[b]:.2f}x at batch {b}" for b in batches)
+          + chosen.speedups.text(batches)
           + ("" if chosen.damage is None else f"; damage +{chosen.damage:.3f} loss") + ")")
     for step, speedups in report.breakdown.items():
-        print(f"bought\t{step}: " + ", ".join(f"{speedups[b]:.2f}x at batch {b}" for b in batches if b in speedups))
+        print(f"bought\t{step}: {speedups.text(batches)}")
     decided, reported = result.decided, result.reported
     print(f"result\tattempt {result.attempt} on {reported.split}: "
-          + ", ".join(f"{result.speedups[b]:.2f}x at batch {b}" for b in batches if b in result.speedups)
+          + result.speedups.text(batches)
           + f" like for like; {reported.metric} {reported.unpruned:.2f} -> {reported.compressed:.2f} "
           f"({reported.delta:+.2f}, {p_value_text(reported.p_value, reported.samples)})"
           + before_finetune_text(report)

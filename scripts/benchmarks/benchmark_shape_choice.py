@@ -88,7 +88,7 @@ def main():
         except HeadPruneError as error:
             fail(str(error))
         rows.append((rule, result, record))
-    batches = [str(b) for b in plan.batch_sizes]
+    batches = plan.batch_sizes
     print("\nrule\tshape\tdecoding FLOPs kept\tdamage\tfine-tuning\tvalid BLEU change\ttest BLEU change\t"
           + "\t".join(f"batch {b}" for b in batches))
     figures = []
@@ -103,7 +103,7 @@ def main():
               + "\t".join(f"{outcome.speedups.get(b, float('nan')):.2f}x" for b in batches))
         figures.append({"rule": rule, "shape": shape.to_dict(), "finetune": finetune.to_dict(),
                         "decided": decided.to_dict(), "reported": reported.to_dict(),
-                        "speedups": dict(outcome.speedups)})
+                        "speedups": outcome.speedups.to_dict()})
     if json_file:
         with open(json_file, "w", encoding="utf-8") as stream:
             json.dump({"run": os.path.abspath(settings.out_dir), "rows": figures}, stream, indent=1)

@@ -99,8 +99,8 @@ def main():
         environment = run.environment
         for passes in run.passes:
             measured = paired_speedup(passes.seconds["ct2 unpruned vmap"], passes.seconds["ct2 compressed vmap"])
-            predicted = shape.speedups.get(str(passes.batch_size))
-            by_compress = attempt.speedups.get(str(passes.batch_size))
+            predicted = shape.speedups.get(passes.batch_size)
+            by_compress = attempt.speedups.get(passes.batch_size)
             error = None if predicted is None else Prediction(predicted, measured).relative_error
             results.append({"attempt": attempt.attempt, "shape": shape.candidate.name,
                             "batch_size": passes.batch_size, "predicted": predicted,

@@ -9,10 +9,10 @@ pin   starts AFTER (a new directory) with BEFORE's run record and its measured p
       and ``halves/`` of a ``--target speedup=Nx`` run), so that the run in AFTER makes its attempts from the same
       timed shapes: run the same compress command with ``--out-dir AFTER`` next (a record of other settings is
       refused there, which checks that the run's identity is unchanged too).
-diff  compares what the two runs wrote: every ``report.json`` and ``stage.json`` with the measured times and
-      speeds left out (they differ from run to run), ``report.md`` and the consoles with their numbers of seconds,
-      minutes, speed-ups and sentences per second masked, every checkpoint's tensors bit for bit (the file's hash
-      left out: a checkpoint records its run's paths) and every exported model byte for byte.
+diff  compares what the two runs wrote: every JSON file with the measured times and speeds left out (they
+      differ from run to run) and, for those, the same keys and types; ``report.md`` and the consoles with their
+      numbers of seconds, minutes, speed-ups and sentences per second masked; every checkpoint's tensors bit for
+      bit (the file's hash left out: a checkpoint records its run's paths) and every exported model byte for byte.
       Prints each difference; exit status 1 when there is one.
 """
 
@@ -22,13 +22,14 @@ import filecmp
 import json
 import os
 import re
-import shutil
 import sys
 
+from interrupt_check import same_checkpoint, seed_from  # the same checks, one implementation
+
 # measured on the clock: left out of the JSON compared (any key holding one of these words)
-VOLATILE_KEYS = ("sha256", "seconds", "minutes", "speedup", "per_second", "environment", "ratio", "prediction", "map_gain",
-                 "out_of_order", "timing", "latency", "measured", "predicted", "relative_error", "started", "lows",
-                 "interval", "rows")
+VOLATILE_KEYS = ("sha256", "seconds", "minutes", "speedup", "per_second", "environment", "ratio", "prediction",
+                 "map_gain", "out_of_order", "timing", "latency", "measured", "predicted", "relative_error", "started",
+                 "lows", "interval", "rows")
 # numbers measured on the clock in Markdown and console lines
 VOLATILE_TEXT = re.compile(r"[-+]?\d+(\.\d+)?\s*(x|×|s\b|min\b|sent/s|examples/s|%\)|% against)")
 NUMBER = re.compile(r"\d+(\.\d+)?")
@@ -40,11 +41,8 @@ BINARY_SUFFIXES = (".pt", ".bin")
 def pin(before: str, after: str) -> None:
     if os.path.exists(after):
         sys.exit(f"compare_compress_runs: {after} exists; pin starts a new directory")
-    os.makedirs(after)
-    shutil.copy2(os.path.join(before, "compress.json"), after)
-    for stage in ("plan", "halves"):
-        if os.path.isdir(os.path.join(before, stage)):
-            shutil.copytree(os.path.join(before, stage), os.path.join(after, stage), symlinks=True)
+    seed_from(before, after, ["compress.json"] + [stage for stage in ("plan", "halves")
+                                                  if os.path.isdir(os.path.join(before, stage))])
     print(f"{after}: the run record and plan of {before}; run the same compress command with --out-dir {after}")
 
 
@@ -58,6 +56,15 @@ def _steady(value, before_root: str, after_root: str):
     if isinstance(value, str):
         return value.replace(before_root, "OUT").replace(after_root, "OUT")
     return value
+
+
+def _shape(value):
+    """``value``'s structure: every key and list length, each leaf's type (the measured values themselves vary)."""
+    if isinstance(value, dict):
+        return {key: _shape(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_shape(item) for item in value]
+    return type(value).__name__
 
 
 def _masked(lines, roots):
@@ -74,21 +81,6 @@ def _masked(lines, roots):
             line = row.group(1) + NUMBER.sub("#", row.group(2))
         masked.append(VOLATILE_TEXT.sub("#", line))
     return masked
-
-
-def _same_checkpoint(one: str, two: str) -> bool:
-    """Two fairseq checkpoints (or tensor files) with the same tensors bit for bit (their recorded paths may name
-    the two runs' directories)."""
-    import torch
-
-    left, right = (torch.load(path, map_location="cpu", weights_only=False) for path in (one, two))
-    left, right = (data.get("model", data) if isinstance(data, dict) else data for data in (left, right))
-    if not isinstance(left, dict) or not isinstance(right, dict):
-        return filecmp.cmp(one, two, shallow=False)
-    return left.keys() == right.keys() and all(
-        torch.is_tensor(left[key]) == torch.is_tensor(right[key])
-        and (torch.equal(left[key], right[key]) if torch.is_tensor(left[key]) else left[key] == right[key])
-        for key in left)
 
 
 def _stage_line(line: str) -> bool:
@@ -114,9 +106,12 @@ def diff(before: str, after: str, console_before=None, console_after=None) -> in
         if name.endswith(".json"):
             compared["json"] += 1
             with open(one, encoding="utf-8") as a, open(two, encoding="utf-8") as b:
-                left, right = _steady(json.load(a), *roots), _steady(json.load(b), *roots)
+                whole_left, whole_right = json.load(a), json.load(b)
+            left, right = _steady(whole_left, *roots), _steady(whole_right, *roots)
             if left != right:
                 problems.append(f"{name}: " + _first_json_difference(left, right))
+            elif _shape(whole_left) != _shape(whole_right):  # the measured keys too: the same keys and types
+                problems.append(f"{name}: " + _first_json_difference(_shape(whole_left), _shape(whole_right)))
         elif name.endswith(".md"):
             compared["text"] += 1
             with open(one, encoding="utf-8") as a, open(two, encoding="utf-8") as b:
@@ -126,7 +121,7 @@ def diff(before: str, after: str, console_before=None, console_after=None) -> in
                 problems.append(f"{name}:\n  " + "\n  ".join(changed[2:12]))
         elif name.endswith(BINARY_SUFFIXES) and "/train" not in name:
             compared["binary"] += 1
-            same = _same_checkpoint(one, two) if name.endswith(".pt") else filecmp.cmp(one, two, shallow=False)
+            same = same_checkpoint(one, two) if name.endswith(".pt") else filecmp.cmp(one, two, shallow=False)
             if not same:
                 problems.append(f"{name}: the {'tensors' if name.endswith('.pt') else 'bytes'} differ")
     if console_before and console_after:

@@ -153,25 +153,63 @@ def _speedups_of_format_1(row: Mapping[str, Any]) -> Dict[str, Any]:
     return row
 
 
+class Speedups(Dict[int, float]):
+    """Speed-ups over the unpruned model, one per batch size (an int), in the order timed. A target is reached when
+    the slowest batch size's reaches it; JSON holds them as ``{"8": 2.1}`` (``to_dict``), read back by ``of``."""
+
+    @classmethod
+    def of(cls, data: Optional[Mapping[Any, float]]) -> "Speedups":
+        return cls({int(batch): float(value) for batch, value in (data or {}).items()})
+
+    @property
+    def slowest_batch(self) -> Optional[int]:
+        return min(self, key=self.get) if self else None
+
+    @property
+    def slowest(self) -> float:
+        """The speed-up at the slowest batch size (0 when nothing was timed)."""
+        return min(self.values(), default=0.0)
+
+    def reaches(self, factor: float) -> bool:
+        """The one test of fast enough: ``factor`` or more at every batch size."""
+        return bool(self) and self.slowest >= factor
+
+    def over(self, base: Mapping[int, float]) -> "Speedups":
+        """What these buy on top of ``base`` at each batch size both hold."""
+        return Speedups({batch: value / base[batch] for batch, value in self.items() if batch in base})
+
+    def text(self, batches: Optional[Sequence[int]] = None, lows: Optional[Mapping[int, float]] = None) -> str:
+        """``2.10x at batch 1, 1.95x at batch 8`` (``batches``: those, in that order, where timed; ``lows``: each
+        with the low end of its interval, ``2.10x (low 2.02x)``)."""
+        shown = [batch for batch in (self if batches is None else batches) if batch in self]
+        return ", ".join(f"{self[batch]:.2f}x"
+                         + ("" if lows is None else f" (low {lows.get(batch, self[batch]):.2f}x)")
+                         + f" at batch {batch}" for batch in shown)
+
+    def to_dict(self) -> Dict[str, float]:
+        return {str(batch): value for batch, value in self.items()}
+
+
 def compressed_speedups(rows: Sequence[SpeedRow], engine: str = CTRANSLATE2_ENGINE, vocabulary_mapped: bool = True,
-                        against_run_beam: bool = False) -> Dict[str, float]:
-    """The compressed model's speed-up per batch size (as text) in ``engine`` with (or without) the vocabulary map:
+                        against_run_beam: bool = False) -> Speedups:
+    """The compressed model's speed-up per batch size in ``engine`` with (or without) the vocabulary map:
     like for like, or, for rows at another beam, against the unpruned model at the run's beam."""
-    return {batch: value for batch, value, _ in _compressed(rows, engine, vocabulary_mapped, against_run_beam)}
+    return Speedups({batch: value for batch, value, _ in _compressed(rows, engine, vocabulary_mapped,
+                                                                     against_run_beam)})
 
 
 def compressed_speedup_lows(rows: Sequence[SpeedRow], engine: str = CTRANSLATE2_ENGINE, vocabulary_mapped: bool = True,
-                            against_run_beam: bool = False) -> Dict[str, float]:
+                            against_run_beam: bool = False) -> Speedups:
     """The low end of each of ``compressed_speedups``'s speed-ups over the timing rounds; a row written without
     its interval gives its speed-up itself."""
-    return {batch: interval[0] if interval else value
-            for batch, value, interval in _compressed(rows, engine, vocabulary_mapped, against_run_beam)}
+    return Speedups({batch: interval[0] if interval else value
+                     for batch, value, interval in _compressed(rows, engine, vocabulary_mapped, against_run_beam)})
 
 
 def _compressed(rows, engine, vocabulary_mapped, against_run_beam):
-    """(batch size as text, speed-up, its interval or None) of each compressed row of ``engine`` and map setting."""
+    """(batch size, speed-up, its interval or None) of each compressed row of ``engine`` and map setting."""
     for row in rows:
         value, interval = ((row.speedup_vs_run_beam, row.speedup_vs_run_beam_interval) if against_run_beam else
                            (row.speedup_like_for_like, row.speedup_like_for_like_interval))
         if row.compressed and row.engine == engine and row.vocabulary_mapped == vocabulary_mapped and value is not None:
-            yield str(row.batch_size), value, interval
+            yield int(row.batch_size), value, interval

@@ -39,7 +39,7 @@ from fairseq_headprune.modules.masked_multihead_attention import head_layout, se
 from fairseq_headprune.study.compression.decoding import DecodingOptions
 from fairseq_headprune.study.compression.deployment_settings import ExportSettings
 from fairseq_headprune.study.compression.settings import CompressSettings
-from fairseq_headprune.study.compression.speed import paired_speedup
+from fairseq_headprune.study.compression.speed import Speedups, paired_speedup
 from fairseq_headprune.study.compression.speedup.records import PlanRecord
 from fairseq_headprune.study.compression.speedup.rules import choose_candidate
 from fairseq_headprune.study.compression.speedup.shapes import (
@@ -102,7 +102,7 @@ def plan_stage(settings: CompressSettings, work: str) -> PlanRecord:
 
 
 def _timed(settings: CompressSettings, family, cfg, task, model, ladder: List[Candidate], split: str,
-           beam: int) -> Tuple[List[PlannedCandidate], Dict[str, float], Dict[str, object], int]:
+           beam: int) -> Tuple[List[PlannedCandidate], Speedups, Dict[str, object], int]:
     """Every shape exported with the vocabulary map and timed against the unpruned model (with and without its
     map), ``PLAN_GROUP`` shapes at a time, each group in one rotated run with the unpruned model and deleted
     after it, so that the plan's disk and memory hold the unpruned model and one group whatever the ladder's
@@ -126,9 +126,9 @@ def _timed(settings: CompressSettings, family, cfg, task, model, ladder: List[Ca
         return SystemSpec(name, CTRANSLATE2, "variant", quantization, path, family=family.name, threads=threads,
                           device=device, options=options, use_vmap=use_vmap)
 
-    speedups: Dict[str, Dict[str, float]] = {}  # candidate name -> batch size -> speed-up
+    speedups: Dict[str, Speedups] = {}  # candidate name -> its speed-ups
     shares: Dict[tuple, float] = {}
-    map_gains: Dict[str, List[float]] = {}
+    map_gains: Dict[int, List[float]] = {}
     environment: Dict[str, object] = {}
     with tempfile.TemporaryDirectory(prefix="headprune-plan-") as directory:
         vmap = os.path.join(directory, "vmap.txt")
@@ -153,16 +153,16 @@ def _timed(settings: CompressSettings, family, cfg, task, model, ladder: List[Ca
             run = time_systems(specs, deployment.batch_sizes, deployment.repeats, sentences=sentences)
             environment = environment or run.environment
             for passes in run.passes:
-                batch, reference_seconds = str(passes.batch_size), passes.seconds[REFERENCE]
+                batch, reference_seconds = int(passes.batch_size), passes.seconds[REFERENCE]
                 map_gains.setdefault(batch, []).append(paired_speedup(passes.seconds[STOCK], reference_seconds))
                 for system in specs[2:]:
-                    speedups.setdefault(system.name, {})[batch] = paired_speedup(reference_seconds,
+                    speedups.setdefault(system.name, Speedups())[batch] = paired_speedup(reference_seconds,
                                                                                  passes.seconds[system.name])
             shutil.rmtree(group_dir)
     progress.close()
     planned = [PlannedCandidate(candidate, shares[candidate.dropped, candidate.width], speedups[candidate.name])
                for candidate in ladder]
-    map_gain = {batch: statistics.median(gains) for batch, gains in map_gains.items()}
+    map_gain = Speedups({batch: statistics.median(gains) for batch, gains in map_gains.items()})
     return planned, map_gain, environment, target_length
 
 

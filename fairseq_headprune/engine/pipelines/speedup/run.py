@@ -35,7 +35,7 @@ from fairseq_headprune.engine.pipelines.speedup.plan import plan_stage
 from fairseq_headprune.errors import StudyError
 from fairseq_headprune.study.compression.records import EvaluationRecord, Prediction, trained_where
 from fairseq_headprune.study.compression.settings import STAGES, CompressSettings
-from fairseq_headprune.study.compression.speed import compressed_speedup_lows, compressed_speedups
+from fairseq_headprune.study.compression.speed import Speedups, compressed_speedup_lows, compressed_speedups
 from fairseq_headprune.study.compression.speedup.records import (
     AttemptRecord,
     FinetuneSummary,
@@ -138,8 +138,7 @@ def run_speedup(settings: CompressSettings, on_stage: Optional[StageCallback] = 
              # where a GPU fine-tuned (the CPU trains in float32 alone; report.md states either)
              + (" " + trained_where(finetune.device, finetune.precision)
                 if finetune.device not in ("", "cpu") else "") + ", "
-             + ", ".join(f"{value:.2f}x (low {lows.get(batch, value):.2f}x) at batch {batch}"
-                         for batch, value in speedups.items())
+             + speedups.text(lows=lows)
              + f" like for like: {step.decision}")
         attempt = step.next
     report = SpeedupReport(checkpoint=os.path.abspath(settings.checkpoint), target=settings.target.text,
@@ -245,7 +244,7 @@ def _finetune_summary(outcome: CompressOutcome) -> FinetuneSummary:
                            finetune.seconds_training, finetune.device, finetune.precision)
 
 
-def _measured_speedups(outcome: CompressOutcome, beam: Optional[int], lows: bool = False) -> Dict[str, float]:
+def _measured_speedups(outcome: CompressOutcome, beam: Optional[int], lows: bool = False) -> Speedups:
     """The compressed model's speed-up like for like with the vocabulary map (CTranslate2), per batch size: at
     the shape's beam against the unpruned model at the run's; ``lows``: the low ends of their intervals over the
     timing rounds."""

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from fairseq_headprune.study.compression.records import Prediction, StageRecord
+from fairseq_headprune.study.compression.speed import Speedups
 from fairseq_headprune.study.compression.speedup.rules import within_tolerance
 from fairseq_headprune.study.compression.speedup.shapes import (
     DisorderedPair,
     PlannedCandidate,
-    reaches,
     speed_breakdown,
 )
 from fairseq_headprune.study.masks.layer_drop import LayerChoice
@@ -72,9 +72,12 @@ class PlanRecord(StageRecord):
     repeats: int = 0
     candidates: List[PlannedCandidate] = field(default_factory=list)  # in timing order
     chosen: Optional[int] = 0  # index into candidates; None: no shape timed fast enough (no attempt)
-    map_gain: Dict[str, float] = field(default_factory=dict)  # batch size -> unpruned with map over without
+    map_gain: Speedups = field(default_factory=Speedups)  # the unpruned model with its map over without
     out_of_order: List[DisorderedPair] = field(default_factory=list)  # speedup.out_of_order: a disturbed timing
     environment: Dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.map_gain = Speedups.of(self.map_gain)
 
     @property
     def stop_score(self) -> Optional[float]:
@@ -146,7 +149,7 @@ class FinetuneSummary:
 @dataclass
 class AttemptRecord:
     """One attempt: the shape it compressed to, its fine-tuning, its score against the unpruned model and its
-    measured speed-ups like for like (batch size as text -> factor), both on the decision split, and the decision
+    measured speed-ups like for like, both on the decision split, and the decision
     that followed."""
 
     attempt: int  # from 1
@@ -155,18 +158,21 @@ class AttemptRecord:
     continued_from: Optional[str]  # the attempt directory whose fine-tuning it continued
     finetune: FinetuneSummary
     score: ScoreChange
-    speedups: Dict[str, float]
+    speedups: Speedups
     decision: str
     seconds: Dict[str, float] = field(default_factory=dict)  # each stage's, as it ran (kept stages: their first run)
     # the low end of each speed-up's interval over the timing rounds, what "fast enough" read (empty: a record
     # written before the rule read it; the speed-ups themselves)
-    speedup_lows: Dict[str, float] = field(default_factory=dict)
+    speedup_lows: Speedups = field(default_factory=Speedups)
+
+    def __post_init__(self):
+        self.speedups, self.speedup_lows = Speedups.of(self.speedups), Speedups.of(self.speedup_lows)
 
     def to_dict(self) -> Dict[str, Any]:
         return {"attempt": self.attempt, "dir": self.dir, "shape": self.shape.to_dict(),
                 "continued_from": self.continued_from, "finetune": self.finetune.to_dict(),
-                "score": self.score.to_dict(), "speedups": dict(self.speedups),
-                "speedup_lows": dict(self.speedup_lows), "decision": self.decision, "seconds": dict(self.seconds)}
+                "score": self.score.to_dict(), "speedups": self.speedups.to_dict(),
+                "speedup_lows": self.speedup_lows.to_dict(), "decision": self.decision, "seconds": dict(self.seconds)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], split: str = "") -> "AttemptRecord":
@@ -176,9 +182,8 @@ class AttemptRecord:
         score = ScoreChange.from_dict(data["score"] if "score" in data else data, split)
         return cls(attempt=int(data["attempt"]), dir=str(data["dir"]), shape=PlannedCandidate.from_dict(data["shape"]),
                    continued_from=data.get("continued_from"), finetune=finetune, score=score,
-                   speedups={str(k): float(v) for k, v in data["speedups"].items()}, decision=str(data["decision"]),
-                   seconds=dict(data.get("seconds") or {}),
-                   speedup_lows={str(k): float(v) for k, v in (data.get("speedup_lows") or {}).items()})
+                   speedups=Speedups.of(data["speedups"]), decision=str(data["decision"]),
+                   seconds=dict(data.get("seconds") or {}), speedup_lows=Speedups.of(data.get("speedup_lows")))
 
 
 @dataclass
@@ -191,17 +196,21 @@ class SpeedupResult:
     attempt: int
     decided: ScoreChange
     reported: ScoreChange
-    speedups: Dict[str, float]
-    prediction: Dict[str, Prediction]
+    speedups: Speedups
+    prediction: Dict[int, Prediction]  # batch size -> the plan's speed-up beside the measured one
     report: str
     checkpoint: str
     exported: str
     seconds: Dict[str, float] = field(default_factory=dict)  # what the result measured again: evaluate, speed
 
+    def __post_init__(self):
+        self.speedups = Speedups.of(self.speedups)
+        self.prediction = {int(batch): row for batch, row in self.prediction.items()}
+
     def to_dict(self) -> Dict[str, Any]:
         return {"attempt": self.attempt, "decided": self.decided.to_dict(), "reported": self.reported.to_dict(),
-                "speedups": dict(self.speedups),
-                "prediction": {batch: p.to_dict() for batch, p in self.prediction.items()},
+                "speedups": self.speedups.to_dict(),
+                "prediction": {str(batch): p.to_dict() for batch, p in self.prediction.items()},
                 "report": self.report, "checkpoint": self.checkpoint, "exported": self.exported,
                 "seconds": dict(self.seconds)}
 
@@ -213,8 +222,8 @@ class SpeedupResult:
         else:
             decided = reported = next(a.score for a in attempts if a.attempt == int(data["attempt"]))
         return cls(attempt=int(data["attempt"]), decided=decided, reported=reported,
-                   speedups={str(k): float(v) for k, v in data["speedups"].items()},
-                   prediction={str(b): Prediction.from_dict(p) for b, p in (data.get("prediction") or {}).items()},
+                   speedups=Speedups.of(data["speedups"]),
+                   prediction={int(b): Prediction.from_dict(p) for b, p in (data.get("prediction") or {}).items()},
                    report=str(data["report"]), checkpoint=str(data["checkpoint"]), exported=str(data["exported"]),
                    seconds=dict(data.get("seconds") or {}))
 
@@ -239,7 +248,7 @@ class SpeedupReport:
         return self.plan.candidates[self.plan.chosen]
 
     @property
-    def breakdown(self) -> Dict[str, Dict[str, float]]:
+    def breakdown(self) -> Dict[str, Speedups]:
         """What each step of the chosen shape bought (``speedup.speed_breakdown``)."""
         return speed_breakdown(self.plan.candidates, self.plan.chosen, self.plan.map_gain)
 
@@ -255,7 +264,7 @@ class SpeedupReport:
 
     @property
     def reached_target(self) -> bool:
-        return self.result is not None and reaches(self.result.speedups, self.factor)
+        return self.result is not None and self.result.speedups.reaches(self.factor)
 
     @property
     def minutes(self) -> Dict[str, float]:
@@ -284,7 +293,7 @@ class SpeedupReport:
         return {"format": self.format, "checkpoint": self.checkpoint, "target": self.target, "factor": self.factor,
                 "max_bleu_loss": self.max_bleu_loss,
                 "plan": {**self.plan.to_dict(), "chosen_name": self.chosen.candidate.name,
-                         "breakdown": self.breakdown},
+                         "breakdown": {step: bought.to_dict() for step, bought in self.breakdown.items()}},
                 "attempts": [attempt.to_dict() for attempt in self.attempts], "result": result,
                 **({"halves": self.halves.to_dict()} if self.halves is not None else {})}
 

@@ -71,7 +71,7 @@ def before_finetune_text(report: SpeedupReport) -> str:
 def shapes_section(plan: PlanRecord) -> List[str]:
     """The plan's table: every shape timed, its decoding-FLOPs share and damage, least damaged first."""
     factor = plan.factor  # the target the plan chose for (part of the run's identity)
-    batches = [str(b) for b in plan.batch_sizes]
+    batches = plan.batch_sizes
     lines = ["", "## The shapes timed", "",
              f"Each shape exported with the vocabulary map and timed against the unpruned model with its own map, "
              f"each in its own process, {plan.repeats} rotated rounds, on the first {plan.sentences} "
@@ -101,15 +101,15 @@ def speedup_report_markdown(report: SpeedupReport) -> str:
     """OUT/report.md of ``compress --target speedup=Nx``: the result, the shapes timed and their damage, what each
     step bought, every attempt and its recovery (``engine.pipelines.speedup.run``)."""
     plan, result, factor = report.plan, report.result, report.factor
-    batches = [str(b) for b in plan.batch_sizes]
+    batches = plan.batch_sizes
     decided, reported = result.decided, result.reported
     lines = [f"# compress {report.target}", "",
              f"`{report.checkpoint}`: decoding {factor:g}x as fast in CTranslate2 ({plan.quantization}) as the "
              f"unpruned model, both with the vocabulary map, losing at most {report.max_bleu_loss:g} BLEU. Every "
              f"decision read {decided.split}; {reported.split} was translated once, for the result."
              + _halves_text(report), "", "## Result", ""]
-    speed = ", ".join(f"{result.speedups[b]:.2f}x at batch {b}" for b in batches if b in result.speedups)
-    lines.append(f"Attempt {result.attempt}, on {reported.split}: {speed} like for like; {_change(reported)}"
+    lines.append(f"Attempt {result.attempt}, on {reported.split}: {result.speedups.text(batches)} like for like; "
+                 f"{_change(reported)}"
                  + before_finetune_text(report)
                  + ("; the target speed-up reached." if report.reached_target
                     else "; the target speed-up **not** reached at every batch size."))
@@ -123,7 +123,7 @@ def speedup_report_markdown(report: SpeedupReport) -> str:
     lines += shapes_section(plan)
     lines += ["", "What each step bought (the plan's timing run; speed-ups multiply):", ""]
     for step, speedups in report.breakdown.items():
-        lines.append(f"- {step}: " + ", ".join(f"{speedups[b]:.2f}x at batch {b}" for b in batches if b in speedups))
+        lines.append(f"- {step}: {speedups.text(batches)}")
     lines += ["", f"## Attempts (on {decided.split})", "",
               "| attempt | shape | fine-tuning | BLEU change | p | " + " | ".join(f"batch {b}" for b in batches)
               + " | then |", "|---:|---|---|---:|---:|" + "---:|" * len(batches) + "---|"]
@@ -137,7 +137,7 @@ def speedup_report_markdown(report: SpeedupReport) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _speed_cell(attempt: AttemptRecord, batch: str) -> str:
+def _speed_cell(attempt: AttemptRecord, batch: int) -> str:
     """An attempt's speed-up at one batch size, with the low end of its interval over the timing rounds (what
     the decision read) where it was recorded."""
     if batch not in attempt.speedups:

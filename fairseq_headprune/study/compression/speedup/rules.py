@@ -6,8 +6,9 @@
 
 import math
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import List, Mapping, Optional, Sequence
 
+from fairseq_headprune.study.compression.speed import Speedups
 from fairseq_headprune.study.compression.speedup.shapes import PLAN_MARGIN, PlannedCandidate
 from fairseq_headprune.study.finetuning import PLATEAU, REACHED
 
@@ -25,18 +26,22 @@ def within_tolerance(delta: float, max_bleu_loss: float) -> bool:
 @dataclass(frozen=True)
 class AttemptResult:
     """What an attempt measured, as the decisions read it: the change of the score against the unpruned model
-    on the decision split (``delta``, higher is better), the compressed model's speed-ups per batch size (as
-    text), and why its fine-tuning stopped (``study.finetuning``'s reasons; None: a fixed length, or none)."""
+    on the decision split (``delta``, higher is better), the compressed model's speed-ups per batch size, and
+    why its fine-tuning stopped (``study.finetuning``'s reasons; None: a fixed length, or none)."""
 
     delta: float
-    speedups: Dict[str, float] = field(default_factory=dict)
+    speedups: Speedups = field(default_factory=Speedups)
     finetune_stopped: Optional[str] = None
     # the low end of each speed-up's interval over the timing rounds (``speed.paired_speedup_interval``); what
     # "fast enough" reads (empty: the speed-ups themselves)
-    speedup_lows: Dict[str, float] = field(default_factory=dict)
+    speedup_lows: Speedups = field(default_factory=Speedups)
+
+    def __post_init__(self):
+        object.__setattr__(self, "speedups", Speedups.of(self.speedups))
+        object.__setattr__(self, "speedup_lows", Speedups.of(self.speedup_lows))
 
     @property
-    def fast_enough_speedups(self) -> Dict[str, float]:
+    def fast_enough_speedups(self) -> Speedups:
         return self.speedup_lows or self.speedups
 
     @property
@@ -53,8 +58,9 @@ def damage_order(planned: Sequence[PlannedCandidate]) -> List[int]:
         candidate = planned[i].candidate
         damage = planned[i].damage if planned[i].damage is not None else -planned[i].flops_share
         return (damage, -(candidate.beam or math.inf), -planned[i].flops_share, sum(candidate.drop_counts.values()),
-                -min(planned[i].speedups.values(), default=0.0))
+                -planned[i].speedups.slowest)
     return sorted(range(len(planned)), key=rank)
+
 
 def choose_candidate(planned: Sequence[PlannedCandidate], factor: float,
                      margin: float = PLAN_MARGIN) -> Optional[int]:
@@ -67,13 +73,15 @@ def choose_candidate(planned: Sequence[PlannedCandidate], factor: float,
                 return index
     return None
 
+
 def unreached_text(planned: Sequence[PlannedCandidate], factor: float) -> str:
     """Why no shape was chosen: the fastest one timed, and its speed-up at its slowest batch size."""
-    fastest = max(planned, key=lambda p: min(p.speedups.values(), default=0.0))
-    slowest_batch = min(fastest.speedups, key=fastest.speedups.get)
+    fastest = max(planned, key=lambda p: p.speedups.slowest)
+    slowest_batch = fastest.speedups.slowest_batch
     return (f"--target speedup={factor:g}x: the fastest shape tried ({fastest.candidate.name}) decodes "
             f"{fastest.speedups[slowest_batch]:.2f}x as fast as the unpruned model with its vocabulary map at batch "
             f"{slowest_batch}; ask for less")
+
 
 def next_step(bleu_loss: float, max_bleu_loss: float, can_continue: bool, attempts_left: int,
               fast_enough: bool = True) -> str:
@@ -89,13 +97,15 @@ def next_step(bleu_loss: float, max_bleu_loss: float, can_continue: bool, attemp
         return PRUNE_MORE
     return CONTINUE if can_continue else BACK_OFF
 
+
 def back_off(planned: Sequence[PlannedCandidate], current: int, tried: Sequence[int] = ()) -> Optional[int]:
     """The nearest candidate before ``current`` in ``damage_order`` (less damaged) not tried yet, or None."""
     order = damage_order(planned)
     earlier = [index for index in order[:order.index(current)] if index not in tried]
     return earlier[-1] if earlier else None
 
-def prune_more(planned: Sequence[PlannedCandidate], current: int, factor: float, measured: Mapping[str, float],
+
+def prune_more(planned: Sequence[PlannedCandidate], current: int, factor: float, measured: Mapping[int, float],
                tried: Sequence[int] = ()) -> Optional[int]:
     """After ``current``, which kept the BLEU but was measured at ``measured`` (batch size -> speed-up): the least
     damaged candidate not tried yet that the plan expects fast enough once its timing is corrected by
@@ -109,6 +119,7 @@ def prune_more(planned: Sequence[PlannedCandidate], current: int, factor: float,
             return index
     return None
 
+
 def best_attempt(decisions: Sequence[str], results: Sequence[AttemptResult], max_bleu_loss: float) -> int:
     """The attempt to deploy (an index): the first accepted; else the fastest (at its slowest batch size) of those
     within the tolerance; else the one that lost least."""
@@ -117,5 +128,5 @@ def best_attempt(decisions: Sequence[str], results: Sequence[AttemptResult], max
         return accepted[0]
     within = [i for i, result in enumerate(results) if within_tolerance(result.delta, max_bleu_loss)]
     if within:
-        return max(within, key=lambda i: min(results[i].speedups.values(), default=0.0))
+        return max(within, key=lambda i: results[i].speedups.slowest)
     return max(range(len(results)), key=lambda i: (results[i].delta, -i))

@@ -34,7 +34,7 @@ from fairseq_headprune.study.compression.speedup.rules import (
     next_step,
     prune_more,
 )
-from fairseq_headprune.study.compression.speedup.shapes import PlannedCandidate, reaches
+from fairseq_headprune.study.compression.speedup.shapes import PlannedCandidate
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ class SpeedupSearch:
         number = len(self.attempts)
         can_continue = self.can_finetune and current.continues is None and result.still_improving
         decision = next_step(-result.delta, self.max_bleu_loss, can_continue, self.max_attempts - number,
-                             reaches(result.fast_enough_speedups, self.factor))
+                             result.fast_enough_speedups.reaches(self.factor))
         following: Optional[AttemptPlan] = None
         if decision == CONTINUE:
             following = AttemptPlan(current.shape, continues=number)

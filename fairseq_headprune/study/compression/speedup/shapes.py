@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from fairseq_headprune.errors import SettingsError
+from fairseq_headprune.study.compression.speed import Speedups
 
 # the shares of every remaining layer's heads and FFN neurons a candidate keeps (1.0: layers removed only)
 WIDTH_SHARES = (1.0, 0.75, 0.5, 0.25)
@@ -119,11 +120,6 @@ def candidate_ladder(depths: Mapping[str, int], widths: Sequence[float] = WIDTH_
     return ladder
 
 
-def reaches(speedups: Mapping[str, float], factor: float) -> bool:
-    """Whether speed-ups (batch size -> factor) reach ``factor`` at every batch size: the one test of fast enough."""
-    return bool(speedups) and min(speedups.values()) >= factor
-
-
 @dataclass
 class PlannedCandidate:
     """A candidate with what the plan found: its decoding-FLOPs share of the unpruned model's layers, its
@@ -132,20 +128,23 @@ class PlannedCandidate:
 
     candidate: Candidate
     flops_share: float
-    speedups: Dict[str, float] = field(default_factory=dict)  # batch size (as text) -> speed-up
+    speedups: Speedups = field(default_factory=Speedups)
     damage: Optional[float] = None
 
+    def __post_init__(self):
+        self.speedups = Speedups.of(self.speedups)
+
     def reaches(self, factor: float) -> bool:
-        return reaches(self.speedups, factor)
+        return self.speedups.reaches(factor)
 
     def to_dict(self) -> Dict[str, Any]:
         return {**self.candidate.to_dict(), "name": self.candidate.name, "flops_share": self.flops_share,
-                "speedups": dict(self.speedups), "damage": self.damage}
+                "speedups": self.speedups.to_dict(), "damage": self.damage}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "PlannedCandidate":
         return cls(Candidate.from_dict(data), float(data["flops_share"]),
-                   {str(k): float(v) for k, v in data["speedups"].items()}, data.get("damage"))
+                   Speedups.of(data["speedups"]), data.get("damage"))
 
 
 def removes_at_least(smaller: Candidate, larger: Candidate) -> bool:
@@ -163,15 +162,15 @@ class DisorderedPair:
 
     smaller: str
     larger: str
-    batch: str
+    batch: int
     ratio: float
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"smaller": self.smaller, "larger": self.larger, "batch": self.batch, "ratio": self.ratio}
+        return {"smaller": self.smaller, "larger": self.larger, "batch": str(self.batch), "ratio": self.ratio}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "DisorderedPair":
-        return cls(str(data["smaller"]), str(data["larger"]), str(data["batch"]), float(data["ratio"]))
+        return cls(str(data["smaller"]), str(data["larger"]), int(data["batch"]), float(data["ratio"]))
 
 
 def out_of_order(planned: Sequence[PlannedCandidate],
@@ -203,22 +202,20 @@ def disturbed_plan_text(pairs: Sequence[DisorderedPair], plan_dir: str) -> str:
 
 
 def speed_breakdown(planned: Sequence[PlannedCandidate], chosen: int,
-                    map_gain: Mapping[str, float]) -> Dict[str, Dict[str, float]]:
+                    map_gain: Speedups) -> Dict[str, Speedups]:
     """What each step bought at each batch size, from the plan's own timing run: the vocabulary map on the
     unpruned model; the chosen candidate's layers removed at full width; its narrowing on top."""
     candidate = planned[chosen].candidate
     layers_only = next((p for p in planned if p.candidate.dropped == candidate.dropped and p.candidate.width == 1.0
                         and p.candidate.beam is None), None)
-    steps: Dict[str, Dict[str, float]] = {"vocabulary map (unpruned model)": dict(map_gain)}
+    steps: Dict[str, Speedups] = {"vocabulary map (unpruned model)": Speedups(map_gain)}
     if candidate.drop_counts:
-        steps["layers removed"] = dict(layers_only.speedups) if layers_only is not None else {}
+        steps["layers removed"] = Speedups(layers_only.speedups) if layers_only is not None else Speedups()
     narrowed = next((p for p in planned if p.candidate.dropped == candidate.dropped
                      and p.candidate.width == candidate.width and p.candidate.beam is None), None)
     if candidate.width < 1.0 and narrowed is not None:
         base = layers_only.speedups if layers_only is not None else {b: 1.0 for b in narrowed.speedups}
-        steps["heads and neurons narrowed"] = {b: narrowed.speedups[b] / base[b] for b in narrowed.speedups
-                                               if b in base}
+        steps["heads and neurons narrowed"] = narrowed.speedups.over(base)
     if candidate.beam is not None and narrowed is not None:
-        steps[f"beam {candidate.beam}"] = {b: planned[chosen].speedups[b] / narrowed.speedups[b]
-                                           for b in planned[chosen].speedups if b in narrowed.speedups}
+        steps[f"beam {candidate.beam}"] = planned[chosen].speedups.over(narrowed.speedups)
     return steps
