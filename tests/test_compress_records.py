@@ -116,12 +116,11 @@ def test_speed_rows_beams_and_predictions_round_trip():
 
 
 def speedup_report():
-    from fairseq_headprune.study.compression.records import Prediction
+    from fairseq_headprune.study.compression.records import Prediction, ScoreChange
     from fairseq_headprune.study.compression.speedup.records import (
         AttemptRecord,
         FinetuneSummary,
         PlanRecord,
-        ScoreChange,
         SpeedupReport,
         SpeedupResult,
     )

@@ -30,6 +30,7 @@ from fairseq_headprune.study.compression.precision import (
     DEFAULT_QUANTIZATION_TOLERANCE,
     choice_summary,
 )
+from fairseq_headprune.study.compression.records import trained_where
 from fairseq_headprune.study.compression.settings import (
     DEFAULT_DISTILL_WEIGHT,
     DEFAULT_TRANSLATION_FINETUNE_UPDATES,
@@ -144,8 +145,26 @@ def _print_stage(stage: str, status: str, seconds) -> None:
         print(f"{stage}\tdone in {seconds:.1f} s", flush=True)
 
 
-def _print_attempt(number: int, text: str) -> None:
-    print(f"attempt {number}\t{text}", flush=True)
+def _print_attempt_start(number: int, shape, continues) -> None:
+    """An attempt's shape, as it starts (``engine.pipelines.speedup.run``)."""
+    damage = "not measured" if shape.damage is None else f"+{shape.damage:.3f} loss"
+    print(f"attempt {number}\t{shape.candidate.name} ({shape.flops_share:.1%} of the decoding FLOPs kept, damage "
+          f"{damage})" + (f", fine-tuning continued from attempt {continues}" if continues is not None else ""),
+          flush=True)
+
+
+def _attempt_printer(max_bleu_loss: float):
+    """What an attempt measured and the decision that followed, from its record (what report.json holds): where
+    a GPU fine-tuned it, that too (the CPU trains in float32 alone; report.md states either)."""
+    def print_attempt(record) -> None:
+        score, finetune = record.score, record.finetune
+        print(f"attempt {record.attempt}\t{score.metric} {score.delta:+.2f} on {score.split} "
+              f"(tolerance -{max_bleu_loss:g})"
+              + (f" after {finetune.updates} updates ({finetune.stopped})" if finetune.stopped else "")
+              + (" " + trained_where(finetune.device, finetune.precision)
+                 if finetune.device not in ("", "cpu") else "")
+              + f", {record.speedups.text(lows=record.speedup_lows)} like for like: {record.decision}", flush=True)
+    return print_attempt
 
 
 def _print_warning(text: str) -> None:
@@ -156,7 +175,8 @@ def command_speedup(settings) -> int:
     """``--target speedup=Nx``: the plan, each attempt and the result (``engine.pipelines.speedup.run``)."""
     from fairseq_headprune.engine.pipelines.speedup.run import run_speedup
 
-    outcome = run_speedup(settings, on_stage=_print_stage, on_attempt=_print_attempt, on_warning=_print_warning)
+    outcome = run_speedup(settings, on_stage=_print_stage, on_attempt_start=_print_attempt_start,
+                          on_attempt=_attempt_printer(settings.speedup.max_bleu_loss), on_warning=_print_warning)
     report = outcome.report
     plan, result = report.plan, report.result
     batches = plan.batch_sizes

@@ -22,9 +22,8 @@ import filecmp
 import json
 import os
 import re
+import shutil
 import sys
-
-from interrupt_check import same_checkpoint, seed_from  # the same checks, one implementation
 
 # measured on the clock: left out of the JSON compared (any key holding one of these words)
 VOLATILE_KEYS = ("sha256", "seconds", "minutes", "speedup", "per_second", "environment", "ratio", "prediction",
@@ -41,8 +40,11 @@ BINARY_SUFFIXES = (".pt", ".bin")
 def pin(before: str, after: str) -> None:
     if os.path.exists(after):
         sys.exit(f"compare_compress_runs: {after} exists; pin starts a new directory")
-    seed_from(before, after, ["compress.json"] + [stage for stage in ("plan", "halves")
-                                                  if os.path.isdir(os.path.join(before, stage))])
+    os.makedirs(after)
+    shutil.copy2(os.path.join(before, "compress.json"), after)
+    for stage in ("plan", "halves"):
+        if os.path.isdir(os.path.join(before, stage)):
+            shutil.copytree(os.path.join(before, stage), os.path.join(after, stage))
     print(f"{after}: the run record and plan of {before}; run the same compress command with --out-dir {after}")
 
 
@@ -95,6 +97,8 @@ def _files(root: str):
 
 
 def diff(before: str, after: str, console_before=None, console_after=None) -> int:
+    from fairseq_headprune.engine.checkpoints.info import same_weights
+
     roots = (os.path.abspath(before), os.path.abspath(after))
     problems, compared = [], {"json": 0, "text": 0, "binary": 0}
     before_files, after_files = set(_files(before)), set(_files(after))
@@ -121,7 +125,7 @@ def diff(before: str, after: str, console_before=None, console_after=None) -> in
                 problems.append(f"{name}:\n  " + "\n  ".join(changed[2:12]))
         elif name.endswith(BINARY_SUFFIXES) and "/train" not in name:
             compared["binary"] += 1
-            same = same_checkpoint(one, two) if name.endswith(".pt") else filecmp.cmp(one, two, shallow=False)
+            same = same_weights(one, two) if name.endswith(".pt") else filecmp.cmp(one, two, shallow=False)
             if not same:
                 problems.append(f"{name}: the {'tensors' if name.endswith('.pt') else 'bytes'} differ")
     if console_before and console_after:

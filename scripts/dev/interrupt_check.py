@@ -110,25 +110,16 @@ def without_clocks(value, measured=()):
     return value
 
 
-def same_checkpoint(first, second):
-    import torch
-
-    import fairseq_headprune.compat.torch_load  # noqa: F401  (fairseq checkpoints)
-
-    a = torch.load(first, map_location="cpu", weights_only=False)
-    b = torch.load(second, map_location="cpu", weights_only=False)
-    a, b = a.get("model", a), b.get("model", b)
-    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-
-
 def differences(reference, resumed, measured=()):
+    from fairseq_headprune.engine.checkpoints.info import same_weights
+
     expected, found = result_files(reference, measured), result_files(resumed, measured)
     problems = [f"missing {name}" for name in sorted(set(expected) - set(found))]
     problems += [f"extra {name}" for name in sorted(set(found) - set(expected))]
     for name in sorted(set(expected) & set(found)):
         first, second = expected[name], found[name]
         if name.endswith(".pt"):
-            same = same_checkpoint(first, second)
+            same = same_weights(first, second)
         elif name.endswith(".json"):
             with open(first) as a, open(second) as b:
                 try:

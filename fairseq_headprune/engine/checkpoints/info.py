@@ -155,6 +155,18 @@ def checkpoint_weights(path: str) -> Dict[str, Any]:
     return lazy_checkpoint_state(path)["model"]
 
 
+def same_weights(first: str, second: str) -> bool:
+    """Whether two checkpoint files (or files of tensors) hold the same tensors bit for bit, their recorded paths
+    and options aside: a resumed run's or another version's outputs checked against a reference's."""
+    left, right = (torch.load(path, map_location="cpu", weights_only=False) for path in (first, second))
+    left, right = (data.get("model", data) if isinstance(data, dict) else data for data in (left, right))
+    if not isinstance(left, dict) or not isinstance(right, dict):
+        return torch.is_tensor(left) and torch.is_tensor(right) and torch.equal(left, right)
+    return left.keys() == right.keys() and all(
+        torch.equal(left[key], right[key]) if torch.is_tensor(left[key]) and torch.is_tensor(right[key])
+        else left[key] == right[key] for key in left)
+
+
 def lazy_checkpoint_state(path: str) -> Dict[str, Any]:
     """A checkpoint's state, memory-mapped where torch can (``_read_lazily``), checked as
     ``load_checkpoint_state`` checks it."""

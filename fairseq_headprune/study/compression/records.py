@@ -249,6 +249,34 @@ class ExportRecord(StageRecord):
 
 
 @dataclass
+class ScoreChange:
+    """The compressed model against the unpruned one on one split: both scores, the change (higher is better),
+    the paired test's p-value and resamples, and the compressed model before fine-tuning (None: not scored). What
+    a speed-up attempt is judged by and its result reported with (``EvaluationRecord.change``)."""
+
+    split: str
+    metric: str
+    unpruned: float
+    compressed: float
+    delta: float
+    p_value: float
+    samples: Optional[int] = None
+    before_finetune: Optional[float] = None
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"split": self.split, "metric": self.metric, "unpruned": self.unpruned, "compressed": self.compressed,
+                "delta": self.delta, "p_value": self.p_value, "samples": self.samples,
+                "before_finetune": self.before_finetune}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], split: str = "") -> "ScoreChange":
+        return cls(split=str(data.get("split", split)), metric=str(data.get("metric", "BLEU")),
+                   unpruned=float(data["unpruned"]), compressed=float(data["compressed"]),
+                   delta=float(data["delta"]), p_value=float(data["p_value"]), samples=data.get("samples"),
+                   before_finetune=data.get("before_finetune"))
+
+
+@dataclass
 class EvaluationRecord(StageRecord):
     """``evaluate/``: both models on the evaluation split, tested against each other (``extra``: the family's
     other scores, e.g. both BLEUs of a translation model)."""
@@ -275,6 +303,18 @@ class EvaluationRecord(StageRecord):
         record = super().from_dict(data)
         record.beams = [BeamResult.from_dict(row) for row in record.beams]
         return record
+
+    def change(self, beam: Optional[int] = None) -> ScoreChange:
+        """The compressed model against the unpruned one at the run's beam, or (``beam``, one of ``--speed-beams``)
+        the compressed model at that beam against the unpruned one at the run's; None where that beam was not
+        evaluated."""
+        samples = self.test.get("samples")
+        if beam is None:
+            return ScoreChange(self.split, self.label, self.unpruned, self.compressed, self.delta, self.p_value,
+                               samples, self.before_finetune)
+        row = next((r for r in self.beams if r.beam == beam), None)
+        return None if row is None else ScoreChange(self.split, self.label, self.unpruned, row.compressed,
+                                                    row.delta_vs_run_beam, row.p_value_vs_run_beam, samples)
 
 
 @dataclass

@@ -15,7 +15,7 @@ import json
 import os
 import shutil
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from fairseq_headprune.engine.finetuning import check_finetune_precision
 from fairseq_headprune.engine.pipelines.compress import CompressOutcome, run_compress, run_identity
@@ -33,7 +33,7 @@ from fairseq_headprune.engine.pipelines.shallow import CHECKPOINT
 from fairseq_headprune.engine.pipelines.speedup.halves import write_validation_halves
 from fairseq_headprune.engine.pipelines.speedup.plan import plan_stage
 from fairseq_headprune.errors import StudyError
-from fairseq_headprune.study.compression.records import EvaluationRecord, Prediction, trained_where
+from fairseq_headprune.study.compression.records import EvaluationRecord, Prediction, ScoreChange
 from fairseq_headprune.study.compression.settings import STAGES, CompressSettings
 from fairseq_headprune.study.compression.speed import Speedups, compressed_speedup_lows, compressed_speedups
 from fairseq_headprune.study.compression.speedup.records import (
@@ -41,7 +41,6 @@ from fairseq_headprune.study.compression.speedup.records import (
     FinetuneSummary,
     HalvesRecord,
     PlanRecord,
-    ScoreChange,
     SpeedupReport,
     SpeedupResult,
 )
@@ -71,10 +70,14 @@ class SpeedupOutcome:
 
 
 def run_speedup(settings: CompressSettings, on_stage: Optional[StageCallback] = None,
-                on_attempt=None, on_warning=None) -> SpeedupOutcome:
+                on_attempt_start: Optional[Callable[[int, PlannedCandidate, Optional[int]], None]] = None,
+                on_attempt: Optional[Callable[[AttemptRecord], None]] = None,
+                on_warning: Optional[Callable[[str], None]] = None) -> SpeedupOutcome:
     """Plan (or resume the plan), then run the attempts ``SpeedupSearch`` asks for, one compress run each, handing
-    it every attempt's result, until it accepts one or gives up; ``on_attempt(number, text)`` hears what each
-    attempt is and what followed it, ``on_warning(text)`` a plan whose timings contradict the shapes' order."""
+    it every attempt's result, until it accepts one or gives up. ``on_attempt_start(number, shape, continues)``
+    hears each attempt's shape before it runs (``continues``: the attempt whose fine-tuning it continues, or None),
+    ``on_attempt(record)`` its record once decided on (what report.json holds), ``on_warning(text)`` a plan whose
+    timings contradict the shapes' order."""
     if not os.path.isdir(settings.data):
         raise StudyError(f"data directory not found: {settings.data}")
     if not os.path.isfile(settings.checkpoint):
@@ -97,7 +100,6 @@ def run_speedup(settings: CompressSettings, on_stage: Optional[StageCallback] = 
         raise StudyError(f"{why} (every shape timed: {path})")
     if plan.out_of_order and on_warning is not None:
         on_warning(disturbed_plan_text(plan.out_of_order, os.path.join(settings.out_dir, "plan")))
-    tell = on_attempt or (lambda number, text: None)
     search = SpeedupSearch(planned, plan.chosen, settings.target.factor, settings.speedup.max_bleu_loss,
                            settings.speedup.max_attempts, settings.finetune.enabled)
     outcomes: List[CompressOutcome] = []
@@ -116,9 +118,8 @@ def run_speedup(settings: CompressSettings, on_stage: Optional[StageCallback] = 
                 _seed(current, previous, SEEDED_STAGES)
             elif outcomes:  # the unpruned teacher's translations serve every shape
                 _seed(current, _attempt_dir(settings.out_dir, 1), TEACHER_STAGES)
-        tell(number, f"{candidate.candidate.name} ({candidate.flops_share:.1%} of the decoding FLOPs kept, damage "
-             f"{_damage_text(candidate)})"
-             + (f", fine-tuning continued from attempt {attempt.continues}" if previous is not None else ""))
+        if on_attempt_start is not None:
+            on_attempt_start(number, candidate, attempt.continues)
         outcome = run_compress(current, on_stage)
         outcomes.append(outcome)
         attempt_settings.append(current)
@@ -132,14 +133,8 @@ def run_speedup(settings: CompressSettings, on_stage: Optional[StageCallback] = 
             continued_from=None if previous is None else os.path.basename(previous), finetune=finetune,
             score=score, speedups=speedups, decision=step.decision, seconds=_stage_seconds(outcome),
             speedup_lows=lows))
-        tell(number, f"{score.metric} {score.delta:+.2f} on {score.split} "
-             f"(tolerance -{settings.speedup.max_bleu_loss:g})"
-             + (f" after {finetune.updates} updates ({finetune.stopped})" if finetune.stopped else "")
-             # where a GPU fine-tuned (the CPU trains in float32 alone; report.md states either)
-             + (" " + trained_where(finetune.device, finetune.precision)
-                if finetune.device not in ("", "cpu") else "") + ", "
-             + speedups.text(lows=lows)
-             + f" like for like: {step.decision}")
+        if on_attempt is not None:
+            on_attempt(records[-1])
         attempt = step.next
     report = SpeedupReport(checkpoint=os.path.abspath(settings.checkpoint), target=settings.target.text,
                            factor=settings.target.factor, max_bleu_loss=settings.speedup.max_bleu_loss, plan=plan,
@@ -174,10 +169,6 @@ def _on_halves(settings: CompressSettings, stages: Stages) -> CompressSettings:
 def _read_json(path: str) -> dict:
     with open(path, encoding="utf-8") as stream:
         return json.load(stream)
-
-
-def _damage_text(candidate: PlannedCandidate) -> str:
-    return "not measured" if candidate.damage is None else f"+{candidate.damage:.3f} loss"
 
 
 def _attempt_settings(settings: CompressSettings, plan, candidate: PlannedCandidate, attempt_dir: str,
@@ -218,15 +209,10 @@ def _seed(attempt: CompressSettings, previous: str, stages: Sequence[str]) -> No
 def _score(evaluation: EvaluationRecord, beam: Optional[int]) -> ScoreChange:
     """The score an attempt is judged by (or the result reported by): the compressed model at the shape's beam
     against the unpruned model at the run's."""
-    samples = evaluation.test.get("samples")
-    if beam is None:
-        return ScoreChange(evaluation.split, evaluation.label, evaluation.unpruned, evaluation.compressed,
-                           evaluation.delta, evaluation.p_value, samples, evaluation.before_finetune)
-    row = next((r for r in evaluation.beams if r.beam == beam), None)
-    if row is None:
+    change = evaluation.change(beam)
+    if change is None:
         raise StudyError(f"an attempt at beam {beam} was not evaluated at that beam (--speed-beams)")
-    return ScoreChange(evaluation.split, evaluation.label, evaluation.unpruned, row.compressed,
-                       row.delta_vs_run_beam, row.p_value_vs_run_beam, samples)
+    return change
 
 
 def _stage_seconds(outcome: CompressOutcome, stages: Sequence[str] = ()) -> Dict[str, float]:

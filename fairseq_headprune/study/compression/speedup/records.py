@@ -14,7 +14,7 @@ as scores on the split they name, the doubled keys derived again, the prediction
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from fairseq_headprune.study.compression.records import Prediction, StageRecord
+from fairseq_headprune.study.compression.records import Prediction, ScoreChange, StageRecord
 from fairseq_headprune.study.compression.speed import Speedups
 from fairseq_headprune.study.compression.speedup.rules import within_tolerance
 from fairseq_headprune.study.compression.speedup.shapes import (
@@ -91,33 +91,6 @@ class PlanRecord(StageRecord):
         record.out_of_order = [DisorderedPair.from_dict(pair) for pair in record.out_of_order]
         record.layer_choices = {name: LayerChoice.from_dict(c) for name, c in record.layer_choices.items()}
         return record
-
-
-@dataclass
-class ScoreChange:
-    """The compressed model against the unpruned one on one split: both scores, the change (higher is better),
-    the paired test's p-value and resamples, and the compressed model before fine-tuning (None: not scored)."""
-
-    split: str
-    metric: str
-    unpruned: float
-    compressed: float
-    delta: float
-    p_value: float
-    samples: Optional[int] = None
-    before_finetune: Optional[float] = None
-
-    def to_dict(self) -> Dict[str, Any]:
-        return {"split": self.split, "metric": self.metric, "unpruned": self.unpruned, "compressed": self.compressed,
-                "delta": self.delta, "p_value": self.p_value, "samples": self.samples,
-                "before_finetune": self.before_finetune}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], split: str = "") -> "ScoreChange":
-        return cls(split=str(data.get("split", split)), metric=str(data.get("metric", "BLEU")),
-                   unpruned=float(data["unpruned"]), compressed=float(data["compressed"]),
-                   delta=float(data["delta"]), p_value=float(data["p_value"]), samples=data.get("samples"),
-                   before_finetune=data.get("before_finetune"))
 
 
 @dataclass

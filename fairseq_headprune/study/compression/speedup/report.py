@@ -2,8 +2,8 @@
 
 from typing import List
 
-from fairseq_headprune.study.compression.records import trained_where
-from fairseq_headprune.study.compression.speedup.records import AttemptRecord, PlanRecord, ScoreChange, SpeedupReport
+from fairseq_headprune.study.compression.records import ScoreChange, trained_where
+from fairseq_headprune.study.compression.speedup.records import AttemptRecord, PlanRecord, SpeedupReport
 from fairseq_headprune.study.compression.speedup.rules import damage_order
 from fairseq_headprune.study.compression.speedup.shapes import disturbed_plan_text
 from fairseq_headprune.study.statistics.significance import p_value_cell, p_value_text
