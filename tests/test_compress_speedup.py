@@ -404,7 +404,7 @@ def test_decisions_follow_validation_where_it_disagrees_with_test(tiny_model, di
     # faster shape tried if the plan has one; a loss on test would have continued its fine-tuning
     candidates = [PlannedCandidate.from_dict(c) for c in report["plan"]["candidates"]]
     chosen = report["plan"]["chosen"]
-    faster = prune_more(candidates, chosen, 1.05, attempt["speedups"], [chosen])
+    faster = prune_more(candidates, chosen, 1.05, Speedups.of(attempt["speedups"]), [chosen])
     assert attempt["decision"] == (ACCEPT if Speedups.of(attempt["speedups"]).reaches(1.05) else
                                    PRUNE_MORE if faster is not None else GIVE_UP)
     result = report["result"]

@@ -104,6 +104,7 @@ def test_backing_off_takes_the_nearest_less_damaged_shape_and_pruning_more_the_l
     # must reach 1.6 x 1.6/1.5 = 1.71 at batch 1 and 1.6 x 1.7/1.55 = 1.75 at batch 64 by the plan
     assert prune_more(PLAN, 1, 1.6, {1: 1.5, 64: 1.55}) == 2  # the least damaged of shapes 2, 3 and 4
     assert prune_more(PLAN, 1, 2.1, {1: 1.5, 64: 1.55}) == 4  # 2.24x and 2.30x needed: shapes 2 and 3 miss
+    assert prune_more(PLAN, 1, 2.1, {"1": 1.5, "64": 1.55}) == 4  # as a report holds them: batch sizes as text
     assert prune_more(PLAN, 1, 1.6, {1: 1.5, 64: 1.55}, tried=[1, 2]) == 3
     assert prune_more(PLAN, 4, 3.2, {1: 3.0, 64: 3.0}, tried=[4]) is None  # nothing faster left
 

@@ -110,7 +110,7 @@ def prune_more(planned: Sequence[PlannedCandidate], current: int, factor: float,
     """After ``current``, which kept the BLEU but was measured at ``measured`` (batch size -> speed-up): the least
     damaged candidate not tried yet that the plan expects fast enough once its timing is corrected by
     ``current``'s error at each batch size (the plan's speed-up over the measured one, when above 1), or None."""
-    timed = planned[current].speedups
+    timed, measured = planned[current].speedups, Speedups.of(measured)  # read from a report: batch sizes as text
     needed = {batch: factor * max(1.0, timed[batch] / measured[batch]) for batch in timed if measured.get(batch)}
     for index in damage_order(planned):
         speedups = planned[index].speedups
