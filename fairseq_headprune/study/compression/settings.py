@@ -56,8 +56,7 @@ from fairseq_headprune.study.search.settings import SearchSettings, TuningSettin
 from fairseq_headprune.study.settings import ImportanceSettings, SweepSettings, options_as_settings, refuse
 
 # the stages of a run, in order; each writes one subdirectory of the output directory
-STAGES = ("layers", "fisher", "search", "distill", "finetune", "shrink", "export", "evaluate",
-          "speed")
+STAGES = ("layers", "fisher", "search", "distill", "finetune", "shrink", "export", "evaluate", "speed")
 # what --distill learns from (Kim & Rush 2016): the unpruned model's beam outputs on the training sources as the
 # targets (sequence), or its distribution over the vocabulary at every target position beside the reference (word)
 DISTILL_KINDS = ("sequence", "word")
@@ -303,7 +302,7 @@ class CompressSettings:
     def identity(self) -> Dict[str, object]:
         """What makes two runs the same run, stage by stage (the checkpoint's and table's hashes come from the
         engine)."""
-        evaluation, attempt = self.evaluation, self.attempt
+        evaluation, shape = self.evaluation, self.shape
         importance = dataclasses.asdict(self.importance)
         return {
             "format": COMPRESS_FORMAT,
@@ -316,17 +315,15 @@ class CompressSettings:
                        "latency_table": os.path.abspath(self.latency_table) if self.latency_table else None,
                        "tuning": None if self.tuning is None else dataclasses.asdict(self.tuning),
                        "tuning_skipped": self.tuning_skipped, "uniform": self.uniform,
-                       **({"width": attempt.width} if attempt is not None and attempt.width is not None else {})},
+                       **({"width": shape.width} if shape.width is not None else {})},
             **({"layers": dict(self.drop_layers)} if self.drop_layers else {}),
-            **({"layers_chosen": attempt.layer_choice.spec}
-               if attempt is not None and attempt.layer_choice is not None else {}),
+            **({"layers_chosen": shape.layer_choice.spec} if shape.layer_choice is not None else {}),
             "finetune": ({**self._finetune_identity(), **({"distill": self.distill} if self.distill else {}),
                           **({"distill_weight": self.distill_weight} if self.distill == "word" else {}),
-                          **({"continued_from": os.path.abspath(attempt.finetune_from)}
-                             if attempt is not None and attempt.finetune_from else {})}
+                          **({"continued_from": os.path.abspath(shape.finetune_from)} if shape.finetune_from else {})}
                          if self.finetune.updates else None),
             **({"speedup": self.speedup.identity()} if self.speedup is not None else {}),
-            **({"planned": True} if attempt is not None else {}),
+            **({"planned": True} if self.attempt is not None else {}),
             "export": None if self.export_format is None else {
                 "format": self.export_format, "quantization": self.quantization or "float32",
                 "vocabulary_map": self.vocabulary_map,

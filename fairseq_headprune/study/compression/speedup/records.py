@@ -155,8 +155,8 @@ class AttemptRecord:
         score = ScoreChange.from_dict(data["score"] if "score" in data else data, split)
         return cls(attempt=int(data["attempt"]), dir=str(data["dir"]), shape=PlannedCandidate.from_dict(data["shape"]),
                    continued_from=data.get("continued_from"), finetune=finetune, score=score,
-                   speedups=Speedups.of(data["speedups"]), decision=str(data["decision"]),
-                   seconds=dict(data.get("seconds") or {}), speedup_lows=Speedups.of(data.get("speedup_lows")))
+                   speedups=data["speedups"], decision=str(data["decision"]),
+                   seconds=dict(data.get("seconds") or {}), speedup_lows=data.get("speedup_lows"))
 
 
 @dataclass
@@ -195,8 +195,8 @@ class SpeedupResult:
         else:
             decided = reported = next(a.score for a in attempts if a.attempt == int(data["attempt"]))
         return cls(attempt=int(data["attempt"]), decided=decided, reported=reported,
-                   speedups=Speedups.of(data["speedups"]),
-                   prediction={int(b): Prediction.from_dict(p) for b, p in (data.get("prediction") or {}).items()},
+                   speedups=data["speedups"],
+                   prediction={b: Prediction.from_dict(p) for b, p in (data.get("prediction") or {}).items()},
                    report=str(data["report"]), checkpoint=str(data["checkpoint"]), exported=str(data["exported"]),
                    seconds=dict(data.get("seconds") or {}))
 

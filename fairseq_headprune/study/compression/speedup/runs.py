@@ -54,7 +54,7 @@ def on_halves(run: CompressSettings, data: str, fit: str, decide: str) -> Compre
         run, evaluation=dataclasses.replace(run.evaluation, data=data),
         importance=dataclasses.replace(run.importance, subsets=fitted(run.importance.subsets)),
         tuning=None if run.tuning is None else dataclasses.replace(run.tuning, subsets=fitted(run.tuning.subsets)),
-        finetune=finetune, speedup=run.speedup.on_split(decide))
+        finetune=finetune, speedup=dataclasses.replace(run.speedup, decision_subset=decide))
 
 
 def reported_run(run: CompressSettings, attempt: CompressSettings, out_dir: str) -> CompressSettings:

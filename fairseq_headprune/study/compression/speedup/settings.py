@@ -2,7 +2,6 @@
 option: type, default, choices and help in one place, as fairseq's dataclass configs do) and one attempt's, as
 the compress run of that attempt reads it (``AttemptShape``)."""
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
@@ -80,18 +79,15 @@ class SpeedupSettings:
         """What makes two speed-up searches the same run. ``max_attempts`` is left out (more attempts continue the
         same sequence, fewer stop it sooner); the margin, the narrowing and the halves where they are the defaults
         (a run's identity from before those options is the same)."""
-        defaults = SpeedupSettings()
+        defaults = DEFAULT_SPEEDUP
         return {"max_bleu_loss": self.max_bleu_loss, "allow_beam": self.allow_beam,
                 "decision_subset": self.decision_subset,
                 **({"plan_margin": self.plan_margin} if self.plan_margin != defaults.plan_margin else {}),
                 **({"narrowing": self.narrowing} if self.narrowing != defaults.narrowing else {}),
                 **({"decision_half": True} if self.decision_half else {})}
 
-    def on_split(self, decision_subset: str) -> "SpeedupSettings":
-        return dataclasses.replace(self, decision_subset=decision_subset)
 
 
-SPEEDUP_OPTIONS = tuple(f.name for f in dataclasses.fields(SpeedupSettings))
 DEFAULT_SPEEDUP = SpeedupSettings()
 
 

@@ -144,7 +144,7 @@ class PlannedCandidate:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "PlannedCandidate":
         return cls(Candidate.from_dict(data), float(data["flops_share"]),
-                   Speedups.of(data["speedups"]), data.get("damage"))
+                   data["speedups"], data.get("damage"))
 
 
 def removes_at_least(smaller: Candidate, larger: Candidate) -> bool:
