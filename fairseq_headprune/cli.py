@@ -103,7 +103,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             return run_fairseq_command(argv[0], argv[1:])
         except HeadPruneError as error:  # the --path checkpoint the task is chosen from
             return _report(argv[0], error, FAIRSEQ_FLAGS)
-    parser = build_parser()
+    try:
+        parser = build_parser()  # its --export choices name the export engines (HEADPRUNE_EXPORT_ENGINES may fail)
+    except HeadPruneError as error:
+        return _report(argv[0] if argv else "", error, {})
     args, unknown = parser.parse_known_args(argv)
     if unknown and not getattr(args, "accepts_fairseq_args", False):
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")

@@ -62,9 +62,7 @@ CTRANSLATE2_ENGINE = "ctranslate2"
 LATENCY_ENGINES = (FAIRSEQ_ENGINE, CTRANSLATE2_ENGINE)
 # the attention kernel a timed fairseq system runs: torch's fused one in every layer, or fairseq's own unfused path
 FUSED_ATTENTION, FAIRSEQ_ATTENTION = "fused", "fairseq"
-# formats export writes, and CTranslate2's weight types (its --quantization); which the device computes is
-# checked when exporting
-EXPORT_FORMATS = ("ctranslate2",)
+# CTranslate2's weight types (its --quantization); which the device computes is checked when exporting
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16")
 # what a search or a pruning curve prunes: attention heads, FFN neurons, or both chosen together (Kwon et al. 2022)
 PRUNED_STRUCTURES = ("heads", "ffn", "joint")

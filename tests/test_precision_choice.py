@@ -66,18 +66,10 @@ def test_the_candidates_are_what_ctranslate2_computes_on_the_device():
 
 def test_only_float32_on_the_device_is_said_and_used_without_timing(monkeypatch, tmp_path):
     """Where CTranslate2 computes float32 alone, auto exports float32 and says so; nothing is exported or timed."""
+    from fairseq_headprune.engine.export.ctranslate2.engine import CTranslate2Engine
     from fairseq_headprune.engine.pipelines import compress
 
-    class OnlyFloat32:
-        @staticmethod
-        def get_supported_compute_types(device):
-            return {"float32"}
-
-        @staticmethod
-        def get_cuda_device_count():
-            return 0
-
-    monkeypatch.setattr(compress, "import_ctranslate2", lambda: OnlyFloat32)
+    monkeypatch.setattr(CTranslate2Engine, "compute_types", lambda self, device: ["float32"])
     settings = CompressSettings(SweepSettings(str(tmp_path), "c.pt", str(tmp_path / "out"), cpu=True),
                                 CompressTarget("heads", 50.0), export_format="ctranslate2", quantization="auto")
     chosen, record = compress._choose_quantization(settings, str(tmp_path / "c.pt"), str(tmp_path / "work"))

@@ -7,7 +7,8 @@ from types import SimpleNamespace
 import pytest
 from scipy import stats
 
-from fairseq_headprune.engine.compression.deployment import COMPRESSED, CTRANSLATE2, UNPRUNED, speed_rows
+from fairseq_headprune.constants import CTRANSLATE2_ENGINE as CTRANSLATE2
+from fairseq_headprune.engine.compression.deployment import COMPRESSED, UNPRUNED, speed_rows
 from fairseq_headprune.study.compression.speed import (
     compressed_speedup_lows,
     compressed_speedups,

@@ -140,7 +140,7 @@ def test_kept_units_scales_are_their_mask_values():
 
 def test_the_export_of_the_masked_model_is_the_export_of_the_shrunk_one(models):
     pytest.importorskip("ctranslate2")
-    from fairseq_headprune.engine.export.ctranslate2_spec import translation_spec
+    from fairseq_headprune.engine.export.ctranslate2.spec import translation_spec
 
     _, masked, shrunk, _, _, dictionary = models
     masked_spec, masked_heads = translation_spec(masked, dictionary, dictionary)

@@ -15,7 +15,8 @@ from fairseq_headprune.commands.common import (
     test_settings,
     tuning_settings,
 )
-from fairseq_headprune.constants import CTRANSLATE2_ENGINE, EXPORT_FORMATS, QUANTIZATIONS
+from fairseq_headprune.constants import CTRANSLATE2_ENGINE, QUANTIZATIONS
+from fairseq_headprune.engine.export.engines import export_engines
 from fairseq_headprune.errors import SettingsError
 from fairseq_headprune.study.compression.deployment_settings import (
     DEFAULT_SPEED_BATCH_SIZES,
@@ -403,7 +404,7 @@ def add_parser(commands) -> None:
                           help="classifier checkpoints: the metric reported and tested (default accuracy)")
     _add_model_arguments(compress)
     export = compress.add_argument_group("export")
-    export.add_argument("--export", choices=EXPORT_FORMATS,
+    export.add_argument("--export", choices=list(export_engines()),
                         help="also write the compressed model (and, for the timing, the unpruned one) in this format")
     export.add_argument("--quantization", choices=(*QUANTIZATIONS, AUTO_QUANTIZATION),
                         help="weight type of the exported models (default: float32); the installed CTranslate2 must "

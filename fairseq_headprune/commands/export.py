@@ -3,7 +3,8 @@
 import argparse
 
 from fairseq_headprune.commands.common import add_device_arguments
-from fairseq_headprune.constants import EXPORT_FORMATS, QUANTIZATIONS
+from fairseq_headprune.constants import CTRANSLATE2_ENGINE, QUANTIZATIONS
+from fairseq_headprune.engine.export.engines import export_engines
 from fairseq_headprune.errors import HeadMaskError
 from fairseq_headprune.study.compression.deployment_settings import ExportSettings
 from fairseq_headprune.study.masks.ffn_mask import parse_ffn_mask
@@ -64,7 +65,8 @@ def add_parser(commands) -> None:
     export.add_argument("--ffn-mask", metavar="SPEC", help="FFN neurons to leave out")
     export.add_argument("--tuning", metavar="TUNING.json",
                         help="a tuned mask (search --tune-masks): its heads left out, its scales folded in")
-    export.add_argument("--format", choices=EXPORT_FORMATS, default="ctranslate2", help="(default: ctranslate2)")
+    export.add_argument("--format", choices=list(export_engines()), default=CTRANSLATE2_ENGINE,
+                        help=f"the engine written for (default: {CTRANSLATE2_ENGINE})")
     export.add_argument("--quantization", choices=QUANTIZATIONS,
                         help="weight type of the exported model (default: float32); the installed CTranslate2 "
                         "must compute it on this device")

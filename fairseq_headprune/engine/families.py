@@ -24,7 +24,6 @@ from fairseq_headprune.engine.checkpoints.loading import (
     load_generation_model,
     load_with_saved_task,
 )
-from fairseq_headprune.engine.export.ctranslate2_spec import language_model_spec, translation_spec
 from fairseq_headprune.engine.importance.examples import ExampleImportanceEstimator
 from fairseq_headprune.engine.importance.translation import ImportanceEstimator
 from fairseq_headprune.engine.search.tuning_guard import criterion_loss
@@ -64,11 +63,6 @@ class ModelFamily:
         """The loss mask tuning's held-aside guard measures (None: the target tokens' cross-entropy)."""
         return None
 
-    def ctranslate2_spec(self, cfg, task, model):
-        """(spec, heads per stack): the model as CTranslate2 runs it (its masks and removals applied)."""
-        raise SettingsError(f"a {self.name.replace('_', ' ')} cannot be exported to CTranslate2, which runs "
-                            "translation models and generators (language models)")
-
     # what compress asks of a family
 
     speed_unit = "examples"  # what the speed tables count
@@ -99,9 +93,6 @@ class TranslationFamily(ModelFamily):
 
     def open_split_sweep(self, settings, cfg, task, model, split, name, references=None):
         return SplitSweep(settings, cfg, task, model, split, name, references)
-
-    def ctranslate2_spec(self, cfg, task, model):
-        return translation_spec(model, task.source_dictionary, task.target_dictionary)
 
     def evaluation_record(self, scores):
         return {"bleu_tokenized": {name: s.bleu for name, s in scores.items()},
@@ -151,9 +142,6 @@ class LanguageModelFamily(_ScoredFamily):
     def criterion(self, cfg, task):
         """The summed next-token cross-entropy."""
         return CrossEntropyCriterion(task, sentence_avg=False)
-
-    def ctranslate2_spec(self, cfg, task, model):
-        return language_model_spec(model, task.target_dictionary, bool(getattr(cfg.task, "add_bos_token", False)))
 
 
 _FAMILIES = {family.name: family for family in (TranslationFamily(), ClassifierFamily(), LanguageModelFamily())}

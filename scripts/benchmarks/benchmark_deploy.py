@@ -121,6 +121,7 @@ def main():
     from fairseq_headprune import cli
 
     cli.quiet_libraries()  # before fairseq is imported: its import logs notices the table does not need
+    from fairseq_headprune.constants import CTRANSLATE2_ENGINE
     from fairseq_headprune.engine.compression.deployment import deployment_environment, measure_speed
     from fairseq_headprune.errors import HeadPruneError
     from fairseq_headprune.study.compression.decoding import DecodingOptions
@@ -138,7 +139,8 @@ def main():
                                          args.data, args.subset, ["--beam", str(args.beam), "--lenpen", "1"],
                                          settings, device, options=options,
                                          progress=lambda line: print(line, file=sys.stderr, flush=True),
-                                         vocabulary_mapped=("unpruned", "compressed") if args.vocabulary_map else ())
+                                         vocabulary_mapped=("unpruned", "compressed") if args.vocabulary_map else (),
+                                         export_format=CTRANSLATE2_ENGINE)
     except HeadPruneError as error:
         sys.exit(f"benchmark_deploy: {error.worded(FLAGS)}")
     environment = {**deployment_environment(device, args.threads), **machine}

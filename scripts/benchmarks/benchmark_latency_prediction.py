@@ -53,7 +53,8 @@ def main():
     if min(args.sentences, args.sequence_length, args.target_length, args.beam, args.repeats) < 1:
         parser.error("--sentences, --sequence-length, --target-length, --beam and --repeats must be positive")
 
-    from fairseq_headprune.engine.timing.isolated import CTRANSLATE2, SystemSpec, time_systems
+    from fairseq_headprune.constants import CTRANSLATE2_ENGINE
+    from fairseq_headprune.engine.timing.isolated import SystemSpec, time_systems
     from fairseq_headprune.study.compression.decoding import DecodingOptions
     from fairseq_headprune.study.masks.ffn_mask import parse_ffn_mask
     from fairseq_headprune.study.masks.head_mask import parse_head_mask
@@ -104,7 +105,7 @@ def main():
                     for _ in range(batches)],
         "source_lengths": [args.sequence_length + 1] * batches}}
     options = DecodingOptions.fixed_length(args.beam, args.target_length).to_dict()
-    specs = [SystemSpec(name, CTRANSLATE2, name, "float32", os.path.join(work, name),
+    specs = [SystemSpec(name, CTRANSLATE2_ENGINE, name, "float32", os.path.join(work, name),
                         threads=table["settings"]["threads"], options=options) for name in ("unpruned", "masked")]
     seconds = time_systems(specs, [args.sentences], args.repeats, sentences=sources).passes[0].seconds
     measured = statistics.median(a / b for a, b in zip(seconds["unpruned"], seconds["masked"]))

@@ -44,9 +44,10 @@ def main():
     quiet_libraries()
     import torch
 
+    from fairseq_headprune.constants import CTRANSLATE2_ENGINE
     from fairseq_headprune.engine.checkpoints.loading import load_generation_model
-    from fairseq_headprune.engine.compression.deployment import ctranslate2_inputs
-    from fairseq_headprune.engine.timing.isolated import CTRANSLATE2, SystemSpec, time_systems
+    from fairseq_headprune.engine.compression.deployment import engine_inputs
+    from fairseq_headprune.engine.timing.isolated import SystemSpec, time_systems
     from fairseq_headprune.study.compression.decoding import DecodingOptions
     from fairseq_headprune.study.compression.records import Prediction
     from fairseq_headprune.study.compression.speed import paired_speedup
@@ -86,11 +87,11 @@ def main():
         if key not in loaded:
             cfg, task, _ = load_generation_model(identity["data"], identity["checkpoint"], generation_args, cpu=True)
             loaded[key] = (DecodingOptions.of_generation(cfg.generation).to_dict(),
-                           ctranslate2_inputs(task, split, batch_sizes, sentences, torch.device("cpu")))
+                           engine_inputs(task, split, batch_sizes, sentences, torch.device("cpu")))
         options, inputs = loaded[key]
         # a shape at a smaller beam (--allow-beam) decodes at it, against the unpruned model at the run's beam
         beams = {"unpruned": options["beam"], "compressed": shape.candidate.beam or options["beam"]}
-        specs = [SystemSpec(f"ct2 {weights} vmap", CTRANSLATE2, weights, "float32", path, split=split,
+        specs = [SystemSpec(f"ct2 {weights} vmap", CTRANSLATE2_ENGINE, weights, "float32", path, split=split,
                             threads=threads, options={**options, "beam": beams[weights]}, use_vmap=True)
                  for weights, path in models.items()]
         print(f"attempt {attempt.attempt}: {shape.candidate.name}; {sentences} sentences of {split}, "

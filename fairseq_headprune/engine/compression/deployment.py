@@ -1,12 +1,12 @@
-"""Decoding speed in deployment: fairseq and CTranslate2, unpruned and compressed, on the same batches.
+"""Decoding speed in deployment: fairseq and an export engine, unpruned and compressed, on the same batches.
 
 Every system decodes the same sentences in the same batches (fairseq's own
-batching of the split at each batch size; CTranslate2 gets each batch's
+batching of the split at each batch size; an export engine gets each batch's
 source tokens), each in a process of its own and passes rotated
 (``engine.timing.isolated``). A row per system and batch size: sentences/s
 and output tokens/s (median, range and interquartile range over the
 repeats), the speed-up against the unpruned model in fairseq and, for a
-compressed CTranslate2 model, against the unpruned one at the same
+compressed exported model, against the unpruned one at the same
 precision; BLEU on the timed sentences (sacreBLEU on the tokens, as they
 come out of the dictionary) and how many outputs equal those of the fairseq
 model of the same weights. Both fairseq models compute attention with the
@@ -32,11 +32,12 @@ import torch
 from fairseq.dataclass.configs import GenerationConfig
 
 from fairseq_headprune.engine.checkpoints.loading import load_generation_model
+from fairseq_headprune.engine.export.engines import export_engine, export_engines
 from fairseq_headprune.engine.runners.batches import dictionary_tokens, iterate_samples, split_batches
 from fairseq_headprune.engine.runners.example_scorer import SplitScorer
 from fairseq_headprune.engine.runners.translator import translate_batches
 from fairseq_headprune.engine.search.model_costs import device_description
-from fairseq_headprune.engine.timing.isolated import CTRANSLATE2, FAIRSEQ, SystemSpec, time_systems
+from fairseq_headprune.engine.timing.isolated import FAIRSEQ, SystemSpec, time_systems
 from fairseq_headprune.errors import StudyError
 from fairseq_headprune.study.compression.decoding import DecodingOptions, rate_summary
 from fairseq_headprune.study.compression.deployment_settings import DeploymentSettings
@@ -58,7 +59,7 @@ class DecodingSystem:
     """One engine with one model's weights; ``decode()`` is one pass over the batches: (seconds, outputs)."""
 
     name: str  # "fairseq compressed", "ct2 unpruned int8"
-    engine: str  # FAIRSEQ or CTRANSLATE2
+    engine: str  # FAIRSEQ or an export engine's name
     weights: str  # UNPRUNED or COMPRESSED
     precision: str
     decode: Callable[[], Tuple[float, List[str]]]
@@ -71,11 +72,11 @@ class TimedBatches:
     batch_size: int
     ids: List[int]  # sentence ids in the order outputs come
     samples: List[dict]  # fairseq's collated batches, on the model's device
-    sources: List[List[List[str]]]  # per batch, per sentence: the source tokens (CTranslate2's input)
+    sources: List[List[List[str]]]  # per batch, per sentence: the source tokens (an export engine's input)
     references: List[str]  # target tokens, joined by spaces
 
-    def ctranslate2_input(self) -> Dict[str, list]:
-        """What the CTranslate2 timing workers decode: sentence ids, source tokens, references and each batch's
+    def engine_input(self) -> Dict[str, list]:
+        """What the export engines' timing workers decode: sentence ids, source tokens, references and each batch's
         source length (fairseq's count, with </s>)."""
         return {"ids": self.ids, "sources": self.sources, "references": self.references,
                 "source_lengths": [int(s["net_input"]["src_tokens"].size(1)) for s in self.samples]}
@@ -147,10 +148,10 @@ def speed_rows(systems: Sequence[DecodingSystem], seconds: Dict[str, List[float]
     """One row per system: rates, speed-ups, BLEU (with ``references``) and outputs equal to its counterpart's.
 
     Tokens are the outputs' tokens and </s> (translation), or ``input_tokens`` (scored models).
-    The counterpart of a CTranslate2 model is the fairseq model of the same weights; that of the
+    The counterpart of an exported model is the fairseq model of the same weights; that of the
     compressed fairseq model, the unpruned one. The compressed model's speed-up is stated like for like
     (``speedup_like_for_like``: against the unpruned model in the same engine, compute type and vocabulary-map
-    setting; the beam is the run's) and, for CTranslate2, against the stock conversion separately
+    setting; the beam is the run's) and, for an exported model, against the stock conversion separately
     (``speedup_vs_stock_conversion``: the unpruned model converted as it is, the same compute type, no map); every
     speed-up is ``paired_speedup`` of the two systems' passes.
     """
@@ -162,7 +163,8 @@ def speed_rows(systems: Sequence[DecodingSystem], seconds: Dict[str, List[float]
         count = len(outputs[system.name])
         tokens = input_tokens if input_tokens is not None else sum(len(o.split()) + 1 for o in outputs[system.name])
         mapped = bool(getattr(system, "use_vmap", False))
-        if system.engine == CTRANSLATE2:
+        exported = system.engine != FAIRSEQ
+        if exported:
             same_as = _counterpart(systems, FAIRSEQ, system.weights)
         else:
             same_as = reference if system.weights == COMPRESSED else None
@@ -170,8 +172,7 @@ def speed_rows(systems: Sequence[DecodingSystem], seconds: Dict[str, List[float]
         compressed = system.weights == COMPRESSED
         like = (_counterpart(systems, system.engine, UNPRUNED, system.precision, vocabulary_mapped=mapped)
                 if compressed else None)
-        stock = _counterpart(systems, CTRANSLATE2, UNPRUNED, system.precision) if (
-            compressed and system.engine == CTRANSLATE2) else None
+        stock = _counterpart(systems, system.engine, UNPRUNED, system.precision) if compressed and exported else None
 
         def against(other) -> Optional[float]:
             return None if other is None else paired_speedup(seconds[other.name], seconds[system.name])
@@ -200,10 +201,11 @@ def measure_speed(family: str, checkpoints: Dict[str, str], exported: Dict[Tuple
                   split: str, generation_args: Sequence[str], settings: DeploymentSettings, device: torch.device,
                   precision: str = "float32", options: Optional[DecodingOptions] = None,
                   progress: Optional[Callable[[str], None]] = None, vocabulary_mapped: Sequence[str] = (),
-                  run_beam_options: Optional[DecodingOptions] = None
+                  run_beam_options: Optional[DecodingOptions] = None, export_format: Optional[str] = None
                   ) -> Tuple[List[SpeedRow], Optional[DecodingOptions], Dict[str, object]]:
     """Rows of every batch size, the decoding options and the machine: the fairseq ``checkpoints`` (weights ->
-    path) and the CTranslate2 directories ``exported`` ((weights, precision) -> path), each system in its own
+    path) and the directories ``exported`` ((weights, precision) -> path) of the engine ``export_format``
+    (``engine.export.engines``), each system in its own
     process (``engine.timing.isolated``). ``options`` None: the checkpoint's own, as ``generation_args`` set them.
     The exported models of ``vocabulary_mapped`` weights are timed again with their vocabulary map.
     ``run_beam_options`` (``options`` at another beam than the run's): the unpruned systems are timed in the same
@@ -216,12 +218,15 @@ def measure_speed(family: str, checkpoints: Dict[str, str], exported: Dict[Tuple
                   options=None if options is None else options.to_dict())
     specs = [SystemSpec(f"fairseq {weights}", FAIRSEQ, weights, precision, path, **common)
              for weights, path in checkpoints.items()]
-    specs += [SystemSpec(f"ct2 {weights} {quantization}", CTRANSLATE2, weights, quantization, path, **common)
-              for (weights, quantization), path in exported.items()]
-    specs += [SystemSpec(f"ct2 {weights} {quantization} vmap", CTRANSLATE2, weights, quantization, path,
-                         use_vmap=True, **common)
-              for (weights, quantization), path in exported.items()
-              if weights in vocabulary_mapped and os.path.isfile(os.path.join(path, "vmap.txt"))]
+    if exported:
+        engine = export_engine(export_format)
+        prefix, mapped_file = engine.system_prefix, engine.vocabulary_map_file
+        specs += [SystemSpec(f"{prefix} {weights} {quantization}", engine.name, weights, quantization, path, **common)
+                  for (weights, quantization), path in exported.items()]
+        specs += [SystemSpec(f"{prefix} {weights} {quantization} vmap", engine.name, weights, quantization, path,
+                             use_vmap=True, **common)
+                  for (weights, quantization), path in exported.items()
+                  if weights in vocabulary_mapped and mapped_file and os.path.isfile(os.path.join(path, mapped_file))]
     at_run_beam = {} if run_beam_options is None else {
         spec.name: dataclasses.replace(spec, name=f"{spec.name} at the run's beam", options=run_beam_options.to_dict())
         for spec in specs if spec.weights == UNPRUNED}
@@ -240,25 +245,27 @@ def measure_speed(family: str, checkpoints: Dict[str, str], exported: Dict[Tuple
     return rows, run.options, run.environment
 
 
-def ctranslate2_inputs(task, split: str, batch_sizes: Sequence[int], sentences: Optional[int],
-                       device: torch.device) -> Dict[int, Dict[str, list]]:
-    """What a fairseq timing worker hands the CTranslate2 workers at each batch size (sentence ids, source tokens,
-    references, each batch's source length), made here: for timings with CTranslate2 systems alone."""
-    return {batch_size: timed_batches(task, split, batch_size, sentences, device).ctranslate2_input()
+def engine_inputs(task, split: str, batch_sizes: Sequence[int], sentences: Optional[int],
+                  device: torch.device) -> Dict[int, Dict[str, list]]:
+    """What a fairseq timing worker hands the export engines' workers at each batch size (sentence ids, source
+    tokens, references, each batch's source length), made here: for timings with exported systems alone."""
+    return {batch_size: timed_batches(task, split, batch_size, sentences, device).engine_input()
             for batch_size in batch_sizes}
 
 
-def time_compute_types(model_dir: str, compute_types: Sequence[str], data: str, checkpoint: str, split: str,
-                       generation_args: Sequence[str], settings: DeploymentSettings, device: torch.device,
+def time_compute_types(export_format: str, model_dir: str, compute_types: Sequence[str], data: str, checkpoint: str,
+                       split: str, generation_args: Sequence[str], settings: DeploymentSettings, device: torch.device,
                        progress: Optional[Callable[[str], None]] = None) -> List[CandidateTiming]:
-    """The exported translation model ``model_dir`` (float32) loaded at each compute type, each in its own process,
-    on the split's first sentences at every batch size, with ``checkpoint``'s decoding options: its median seconds
-    and its BLEU on the timed sentences (sacreBLEU on the tokens, as in ``speed_rows``)."""
+    """The translation model ``model_dir`` exported by ``export_format`` in float32, loaded at each compute type,
+    each in its own process, on the split's first sentences at every batch size, with ``checkpoint``'s decoding
+    options: its median seconds and its BLEU on the timed sentences (sacreBLEU on the tokens, as in ``speed_rows``)."""
     cfg, task, _ = load_generation_model(data, checkpoint, generation_args, cpu=True)
     options = DecodingOptions.of_generation(cfg.generation)
-    inputs = ctranslate2_inputs(task, split, settings.batch_sizes, settings.sentences, torch.device("cpu"))
+    inputs = engine_inputs(task, split, settings.batch_sizes, settings.sentences, torch.device("cpu"))
     threads = settings.threads or torch.get_num_threads()
-    specs = [SystemSpec(f"ct2 compressed {compute_type}", CTRANSLATE2, COMPRESSED, compute_type, model_dir,
+    engine = export_engine(export_format)
+    specs = [SystemSpec(f"{engine.system_prefix} compressed {compute_type}", engine.name, COMPRESSED, compute_type,
+                        model_dir,
                         split=split, threads=threads, device=device.type, options=options.to_dict())
              for compute_type in compute_types]
     run = time_systems(specs, settings.batch_sizes, settings.repeats, progress, sentences=inputs)
@@ -266,7 +273,7 @@ def time_compute_types(model_dir: str, compute_types: Sequence[str], data: str, 
     for spec in specs:
         seconds, rates, bleu = {}, {}, []
         for passes in run.passes:
-            row = speed_rows([DecodingSystem(spec.name, CTRANSLATE2, COMPRESSED, spec.precision, None)],
+            row = speed_rows([DecodingSystem(spec.name, spec.engine, COMPRESSED, spec.precision, None)],
                              passes.seconds, passes.outputs, passes.batch_size, passes.references)[0]
             seconds[passes.batch_size] = statistics.median(passes.seconds[spec.name])
             rates[passes.batch_size] = row.sentences_per_second
@@ -277,21 +284,15 @@ def time_compute_types(model_dir: str, compute_types: Sequence[str], data: str, 
 
 
 def deployment_environment(device: torch.device, threads: Optional[int] = None) -> Dict[str, object]:
-    """Where and with what the speeds were measured: device, threads and versions."""
-
-    try:
-        import ctranslate2
-
-        ctranslate2_version = ctranslate2.__version__
-    except ImportError:
-        ctranslate2_version = None
+    """Where and with what the speeds were measured: device, threads and versions (of every export engine: None
+    where it is not installed)."""
     return {
         "device": device_description(device),
         "threads": threads or torch.get_num_threads(),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "fairseq": fairseq.__version__,
-        "ctranslate2": ctranslate2_version,
+        **{engine.name: engine.version() for engine in export_engines().values()},
         "fairseq_headprune": __version__,
     }
 

@@ -1,10 +1,9 @@
-"""The training split's sentence pairs as tokens, and a vocabulary map built from them for CTranslate2.
+"""The training split's sentence pairs as tokens, and a vocabulary map built from them for an exported model.
 
 ``study.compression.vocabulary_map`` builds the map from token pairs; this reads
 them from fairseq's binarized splits (the dictionaries' own tokens, as the
-exported model's vocabularies hold them) and registers the written file on
-the model's spec (``ModelSpec.register_vocabulary_mapping``, saved as the
-model's ``vmap.txt``).
+exported model's vocabularies hold them) and writes the map's file, which the
+export engine stores beside the model (``ExportEngine.vocabulary_map_file``).
 """
 
 import os
@@ -17,8 +16,6 @@ from fairseq_headprune.study.compression.vocabulary_map import (
     build_vocabulary_map,
     vocabulary_map_coverage,
 )
-
-VOCABULARY_MAP_FILE = "vmap.txt"
 
 
 def split_pairs(task, split: str) -> Iterator[Tuple[list, list]]:

@@ -15,10 +15,10 @@ interrupted run resumes where it stopped:
 - ``finetune/``: optionally, N updates of fairseq-train with the pruned units held (``engine.finetuning``; with
   ``--target speedup``, until it is enough on the decision split);
 - ``shrink/``: the pruned units removed for real, the tuning folded in (``shrink``): the compressed checkpoint;
-- ``export/``: optionally, CTranslate2 models of the compressed and of the unpruned model (``export``);
+- ``export/``: optionally, an export engine's models of the compressed and of the unpruned model (``export``);
 - ``evaluate/``: both models on the evaluation split, tested against each other (the studies' sweeps;
   ``compress_measures``);
-- ``speed/``: decoding speed of both, in fairseq and CTranslate2 (``engine.compression.deployment``).
+- ``speed/``: decoding speed of both, in fairseq and the export engine (``engine.compression.deployment``).
 
 ``OUT/compress.json`` records the run's settings: once a stage has
 finished, a rerun with other settings is refused. ``OUT/report.json`` and ``OUT/report.md`` are written
@@ -35,11 +35,11 @@ from typing import Dict, List, Optional
 
 import torch
 
-from fairseq_headprune.constants import CTRANSLATE2_ENGINE, FAIRSEQ_ENGINE
+from fairseq_headprune.constants import FAIRSEQ_ENGINE
 from fairseq_headprune.engine.checkpoints.info import checkpoint_masks
 from fairseq_headprune.engine.checkpoints.shrink import checkpoint_parameters, shrink_checkpoint
 from fairseq_headprune.engine.compression.deployment import time_compute_types
-from fairseq_headprune.engine.export.ctranslate2_spec import import_ctranslate2
+from fairseq_headprune.engine.export.engines import export_engine
 from fairseq_headprune.engine.families import family_named
 from fairseq_headprune.engine.finetuning import (
     check_finetune_precision,
@@ -115,10 +115,11 @@ def run_compress(settings: CompressSettings, on_stage: Optional[StageCallback] =
         raise StudyError(f"data directory not found: {settings.data}")
     if settings.latency_table is not None and not os.path.isfile(settings.latency_table):
         raise StudyError(f"--latency-table file not found: {settings.latency_table}")
-    device = deploy_device(settings.deployment.device)
+    engine = None if settings.export_format is None else export_engine(settings.export_format)
+    device = deploy_device(settings.deployment.device, engine)
     check_finetune_precision(settings.finetune, settings.evaluation.cpu)
-    if settings.export_format is not None and settings.quantization != AUTO_QUANTIZATION:
-        check_quantization(settings.quantization, settings.evaluation.cpu, device)
+    if engine is not None and settings.quantization != AUTO_QUANTIZATION:
+        check_quantization(settings.quantization, settings.evaluation.cpu, engine, device)
     if settings.drop_layers:
         check_layer_counts(settings)
     open_out_dir(settings.out_dir, run_identity(settings), STAGES)
@@ -177,13 +178,14 @@ TABLE_ROUNDS_PER_SPEED_ROUND = 4
 
 def _search(settings: CompressSettings, stages: Stages, work: str) -> SearchRecord:
     evaluation, target = settings.evaluation, settings.target
-    # a latency target for the exported model is priced by CTranslate2's own table, one head count per stack
-    deployed = target.cost == "latency" and settings.export_format == CTRANSLATE2_ENGINE
+    # a latency target for the exported model is priced by the export engine's own table, one head count per stack
+    deployed = target.cost == "latency" and settings.export_format is not None
     engine_options: Dict[str, object] = {}
     if deployed:
-        engine_options.update(latency_engine=CTRANSLATE2_ENGINE, latency_precision=settings.table_quantization)
-    if settings.uniform:  # no padding in CTranslate2: one head count per stack, decoder types together
-        engine_options.update(uniform=True, tie_decoder_heads=settings.export_format == CTRANSLATE2_ENGINE)
+        engine_options.update(latency_engine=settings.export_format, latency_precision=settings.table_quantization)
+    if settings.uniform:  # no padding: one head count per stack, the types the engine ties together
+        tied = settings.export_format is not None and bool(export_engine(settings.export_format).tied_attention_types)
+        engine_options.update(uniform=True, tie_decoder_heads=tied)
     if settings.shape.width is not None:  # the speed-up plan's shape: every layer keeps its width
         engine_options["width"] = settings.shape.width
     latency_table = settings.latency_table
@@ -194,7 +196,7 @@ def _search(settings: CompressSettings, stages: Stages, work: str) -> SearchReco
             batch_size=max(settings.deployment.batch_sizes),
             repeats=TABLE_ROUNDS_PER_SPEED_ROUND * settings.deployment.repeats,
             cpu=evaluation.cpu, progress=evaluation.progress, fairseq_args=list(evaluation.generation_args),
-            engine=CTRANSLATE2_ENGINE if deployed else FAIRSEQ_ENGINE,
+            engine=settings.export_format if deployed else FAIRSEQ_ENGINE,
             quantization=settings.table_quantization if deployed else "float32",
         ))
     search_settings = settings.search_settings(_base_checkpoint(settings, stages), work, latency_table=latency_table,
@@ -347,7 +349,7 @@ def _choose_quantization(settings: CompressSettings, checkpoint: str, work: str)
     tolerance of float32 (``precision_choice``). Returns the type and the record of the choice."""
     evaluation = settings.evaluation
     device = settings.deployment.device  # checked where the run started
-    supported = import_ctranslate2().get_supported_compute_types(device)
+    supported = export_engine(settings.export_format).compute_types(device)
     candidates = auto_candidates(supported, device)
     if len(candidates) < 2:
         return "float32", only_float32_choice(supported, device)
@@ -356,8 +358,9 @@ def _choose_quantization(settings: CompressSettings, checkpoint: str, work: str)
                               format=settings.export_format, quantization="float32",
                               cpu=evaluation.cpu or settings.deployment.device == "cpu",
                               fairseq_args=list(evaluation.generation_args)))
-    timings = time_compute_types(timed_dir, candidates, settings.data, checkpoint, evaluation.gen_subset,
-                                 evaluation.generation_args, settings.deployment, torch.device(device))
+    timings = time_compute_types(settings.export_format, timed_dir, candidates, settings.data, checkpoint,
+                                 evaluation.gen_subset, evaluation.generation_args, settings.deployment,
+                                 torch.device(device))
     shutil.rmtree(timed_dir)
     choice = choose_compute_type(timings, settings.quantization_tolerance)
     choice.update(split=evaluation.gen_subset, sentences=settings.deployment.sentences, vocabulary_map=False)

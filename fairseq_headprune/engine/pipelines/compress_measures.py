@@ -98,13 +98,14 @@ def speed_stage(settings: CompressSettings, stages: Stages, work: str) -> SpeedR
         if name in export.models}
     mapped = ("unpruned", "compressed") if settings.vocabulary_map else ()
     rows, options, machine = measure_speed(family.name, checkpoints, exported, settings.data, evaluation.gen_subset,
-                                           arguments, deployment, device, precision, vocabulary_mapped=mapped)
+                                           arguments, deployment, device, precision, vocabulary_mapped=mapped,
+                                           export_format=settings.export_format)
     beam_rows = []
     for beam in deployment.beams:  # the same systems at other beam sizes (translation: options are known)
         at_beam, _, _ = measure_speed(family.name, checkpoints, exported, settings.data, evaluation.gen_subset,
                                       arguments, deployment, device, precision,
                                       options=dataclasses.replace(options, beam=beam), vocabulary_mapped=mapped,
-                                      run_beam_options=options)
+                                      run_beam_options=options, export_format=settings.export_format)
         for row in at_beam:
             row.beam = beam
         beam_rows += at_beam

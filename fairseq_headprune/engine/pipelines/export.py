@@ -1,10 +1,10 @@
-"""The ``export`` command's work: a checkpoint, with its masks, tuning and removals, as a CTranslate2 model.
+"""The ``export`` command's work: a checkpoint, with its masks, tuning and removals, as an export engine's model.
 
 The model is loaded as the studies load it (the plugin's task, its recorded
 masks applied, a shrunk checkpoint rebuilt to its shapes), the settings'
-head and FFN masks added to its own, a tuning's scales folded in, and written through CTranslate2's own spec objects
-(``export/ctranslate2_spec.py``): heads padded per stack, masked neurons left
-out. The directory is written whole or not at all.
+head and FFN masks added to its own, a tuning's scales folded in, and written by the engine the settings name
+(``engine.export.engines``; CTranslate2's pads heads per stack and leaves masked neurons out). The directory is
+written whole or not at all.
 """
 
 import contextlib
@@ -17,8 +17,9 @@ from typing import Dict, List, Optional
 import torch
 
 from fairseq_headprune.constants import TRANSLATION_FAMILY
-from fairseq_headprune.engine.export.ctranslate2_spec import import_ctranslate2, save_spec
-from fairseq_headprune.engine.export.vocabulary_map import VOCABULARY_MAP_FILE, vocabulary_map_for
+from fairseq_headprune.engine.export.base import ExportEngine
+from fairseq_headprune.engine.export.engines import export_engine
+from fairseq_headprune.engine.export.vocabulary_map import vocabulary_map_for
 from fairseq_headprune.engine.families import family_of_checkpoint
 from fairseq_headprune.engine.search.mask_tuning import tuning_folded
 from fairseq_headprune.errors import SettingsError
@@ -36,7 +37,7 @@ class ExportOutcome:
 
     out_dir: str
     quantization: str
-    num_heads: Dict[str, int] = field(default_factory=dict)  # per stack: the head count CTranslate2 gets
+    num_heads: Dict[str, int] = field(default_factory=dict)  # per stack: the head count the engine gets
     padded: Dict[str, int] = field(default_factory=dict)  # per stack: zero heads added to even the layers out
     headless: List[str] = field(default_factory=list)  # stacks keeping no head (one zero head per layer)
     kept: Dict[str, List[int]] = field(default_factory=dict)  # per attention type: heads kept in each layer
@@ -50,34 +51,36 @@ def check_out_dir(out_dir: str) -> None:
                             setting="out_dir")
 
 
-def _cuda_for_ctranslate2() -> bool:
-    """Whether both torch and the installed CTranslate2 see a CUDA device."""
-    return torch.cuda.is_available() and import_ctranslate2().get_cuda_device_count() > 0
+def _cuda_for(engine: ExportEngine) -> bool:
+    """Whether both torch and the installed engine see a CUDA device."""
+    return torch.cuda.is_available() and engine.sees_cuda()
 
 
-def ctranslate2_device(cpu: bool) -> str:
-    """Where the installed CTranslate2 runs the exported model: cuda when a GPU is there and not ``cpu``."""
-    return "cuda" if not cpu and _cuda_for_ctranslate2() else "cpu"
+def engine_device(engine: ExportEngine, cpu: bool) -> str:
+    """Where the installed engine runs the exported model: cuda when a GPU is there and not ``cpu``."""
+    return "cuda" if not cpu and _cuda_for(engine) else "cpu"
 
 
-def deploy_device(device: str) -> str:
+def deploy_device(device: str, engine: Optional[ExportEngine]) -> str:
     """The device a deployment is timed on (``DeploymentSettings.device``), checked where a run starts (run_compress,
-    run_speedup): cuda needs a GPU that both torch and the installed CTranslate2 see."""
-    if device == "cuda" and not _cuda_for_ctranslate2():
-        raise SettingsError("the deploy device cuda: torch or the installed CTranslate2 sees no CUDA device here",
+    run_speedup): cuda needs a GPU that torch sees, and the export engine too (None: no export)."""
+    if device == "cuda" and engine is None and not torch.cuda.is_available():
+        raise SettingsError("the deploy device cuda: torch sees no CUDA device here", setting="deploy_device")
+    if device == "cuda" and engine is not None and not _cuda_for(engine):
+        raise SettingsError(f"the deploy device cuda: torch or the installed {engine.title} sees no CUDA device here",
                             setting="deploy_device")
     return device
 
 
-def check_quantization(quantization: Optional[str], cpu: bool, device: Optional[str] = None) -> str:
-    """The weight type, checked against what the installed CTranslate2 computes on ``device`` (default: where it
-    runs the exported model, ``ctranslate2_device``)."""
-    ctranslate2 = import_ctranslate2()
-    device = device or ctranslate2_device(cpu)
-    supported = sorted(ctranslate2.get_supported_compute_types(device))
+def check_quantization(quantization: Optional[str], cpu: bool, engine: ExportEngine,
+                       device: Optional[str] = None) -> str:
+    """The weight type, checked against what the installed engine computes on ``device`` (default: where it runs
+    the exported model, ``engine_device``)."""
+    device = device or engine_device(engine, cpu)
+    supported = engine.compute_types(device)
     quantization = quantization or "float32"
     if quantization not in supported:
-        raise SettingsError(f"the quantization {quantization}: CTranslate2 {ctranslate2.__version__} computes "
+        raise SettingsError(f"the quantization {quantization}: {engine.title} {engine.version()} computes "
                             f"{', '.join(supported)} on {device}", setting="quantization")
     return quantization
 
@@ -96,7 +99,8 @@ def _add_masks(model, settings: ExportSettings) -> None:
 
 def run_export(settings: ExportSettings) -> ExportOutcome:
     check_out_dir(settings.out_dir)
-    quantization = check_quantization(settings.quantization, settings.cpu)
+    engine = export_engine(settings.format)
+    quantization = check_quantization(settings.quantization, settings.cpu, engine)
     family = family_of_checkpoint(settings.checkpoint)
     cfg, task, model = family.load(settings.data, settings.checkpoint, list(settings.fairseq_args), cpu=True)
     _add_masks(model, settings)
@@ -107,30 +111,31 @@ def run_export(settings: ExportSettings) -> ExportOutcome:
         if tuning.ffn_mask is not None:
             set_ffn_mask(model, combine_masks(current_ffn_mask(model), tuning.ffn_mask))
         folded = tuning_folded(model, tuning)
-    with torch.no_grad(), folded:
-        spec, heads = family.ctranslate2_spec(cfg, task, model)
+    if settings.vocabulary_map:
+        if family.name != TRANSLATION_FAMILY:
+            raise SettingsError("the vocabulary map restricts a translation model's output to its source's "
+                                f"candidates; {settings.checkpoint} is a {family.name.replace('_', ' ')}",
+                                setting="vocabulary_map")
+        if engine.vocabulary_map_file is None:
+            raise SettingsError(f"the vocabulary map: {engine.title} models carry none", setting="vocabulary_map")
     parent = os.path.dirname(os.path.abspath(settings.out_dir))
     os.makedirs(parent, exist_ok=True)
     temporary = tempfile.mkdtemp(prefix=".tmp-export-", dir=parent)
     vocabulary_map = None
     try:
-        if settings.vocabulary_map:
-            if family.name != TRANSLATION_FAMILY:
-                raise SettingsError("the vocabulary map restricts a translation model's output to its source's "
-                                    f"candidates; {settings.checkpoint} is a {family.name.replace('_', ' ')}",
-                                    setting="vocabulary_map")
-            vmap_path = os.path.join(parent, f".vmap-{os.path.basename(temporary)}.txt")
-            try:
-                vocabulary_map = vocabulary_map_for(task, settings.vocabulary_map_candidates,
-                                                    settings.vocabulary_map_common, vmap_path)
-                spec.register_vocabulary_mapping(vmap_path)
-                save_spec(spec, quantization, temporary)
-            finally:
-                if os.path.exists(vmap_path):
-                    os.remove(vmap_path)
-            vocabulary_map["file"] = VOCABULARY_MAP_FILE
-        else:
-            save_spec(spec, quantization, temporary)
+        with folded:
+            if settings.vocabulary_map:
+                vmap_path = os.path.join(parent, f".vmap-{os.path.basename(temporary)}.txt")
+                try:
+                    vocabulary_map = vocabulary_map_for(task, settings.vocabulary_map_candidates,
+                                                        settings.vocabulary_map_common, vmap_path)
+                    heads = engine.write(family, cfg, task, model, quantization, temporary, vmap_path)
+                finally:
+                    if os.path.exists(vmap_path):
+                        os.remove(vmap_path)
+                vocabulary_map["file"] = engine.vocabulary_map_file
+            else:
+                heads = engine.write(family, cfg, task, model, quantization, temporary)
         if os.path.isdir(settings.out_dir):
             os.rmdir(settings.out_dir)  # empty (checked above)
         os.replace(temporary, settings.out_dir)

@@ -8,7 +8,7 @@ rearranges the heads, optionally tunes the result by least squares on
 training or validation data, and writes the masks (files every command's
 ``--head-mask`` and ``--ffn-mask`` read), the tuning and a record of what was
 done and what it cost. ``run_latency`` measures and writes the table of
-per-layer latencies (``engine.search.latency``, ``engine.search.ctranslate2_latency``).
+per-layer latencies (``engine.search.latency``, ``engine.search.exported_latency``).
 """
 
 import dataclasses
@@ -17,11 +17,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from fairseq_headprune.constants import CTRANSLATE2_ENGINE, DEFAULT_SEQUENCE_LENGTH, FAIRSEQ_ENGINE
+from fairseq_headprune.constants import DEFAULT_SEQUENCE_LENGTH, FAIRSEQ_ENGINE
+from fairseq_headprune.engine.export.engines import export_engine
 from fairseq_headprune.engine.families import family_named, family_of_checkpoint
 from fairseq_headprune.engine.pipelines.export import check_quantization
 from fairseq_headprune.engine.runners.batches import model_device, split_mean_lengths
-from fairseq_headprune.engine.search.ctranslate2_latency import measure_ctranslate2_latency_table
+from fairseq_headprune.engine.search.exported_latency import measure_exported_latency_table
 from fairseq_headprune.engine.search.latency import measure_latency_table
 from fairseq_headprune.engine.search.mask_tuning import tune_mask, tuning_samples
 from fairseq_headprune.engine.search.model_costs import (
@@ -65,8 +66,9 @@ STRUCTURE_PARTS = {"heads": ("heads",), "ffn": ("ffn",), "joint": ("heads", "ffn
 def run_latency(settings: LatencySettings) -> LatencyTable:
     """Load the checkpoint, measure, write the table."""
     family = family_of_checkpoint(settings.checkpoint)
-    if settings.engine == CTRANSLATE2_ENGINE:
-        check_quantization(settings.quantization, settings.cpu)
+    engine = None if settings.engine == FAIRSEQ_ENGINE else export_engine(settings.engine)
+    if engine is not None:
+        check_quantization(settings.quantization, settings.cpu, engine)
     cfg, task, model = family.load(settings.data, settings.checkpoint, settings.fairseq_args, cpu=settings.cpu)
     if current_head_mask(model) is not None or any(
             m.skip_embed_dim_check for m in attention_modules(model).values()):
@@ -74,12 +76,12 @@ def run_latency(settings: LatencySettings) -> LatencyTable:
     if current_ffn_mask(model) is not None or "ffn" not in model_architecture(model):
         raise StudyError(f"{settings.checkpoint} has FFN neurons masked or removed; measure the full model")
     model.eval()
-    if settings.engine == CTRANSLATE2_ENGINE:
+    if engine is not None:
         source_length, target_length = split_mean_lengths(task, "valid")
         settings = dataclasses.replace(settings, sequence_length=settings.sequence_length or source_length,
                                        target_length=settings.target_length or target_length,
                                        beam=settings.beam or int(cfg.generation.beam))
-        table = measure_ctranslate2_latency_table(family, cfg, task, model, settings)
+        table = measure_exported_latency_table(engine, family, cfg, task, model, settings)
     else:
         table = measure_latency_table(model, dataclasses.replace(
             settings, sequence_length=settings.sequence_length or DEFAULT_SEQUENCE_LENGTH))

@@ -25,26 +25,24 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from fairseq_headprune.constants import CTRANSLATE2_ENGINE as CTRANSLATE2
 from fairseq_headprune.constants import FAIRSEQ_ENGINE as FAIRSEQ
 from fairseq_headprune.constants import FUSED_ATTENTION
+from fairseq_headprune.engine.export.engines import export_engine, export_engines
 from fairseq_headprune.errors import StudyError
 from fairseq_headprune.study.compression.decoding import DecodingOptions
 
-# what CTranslate2 logs at load with CT2_VERBOSE=1 that says which kernels it runs
-_CTRANSLATE2_KERNEL_LINES = re.compile(r"(CPU: |Selected ISA|backend:|Use Intel MKL|CPU ISA)")
 _ISA_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_int8", "amx_bf16")
 
 
 @dataclass
 class SystemSpec:
-    """One system to time: a model (a checkpoint, or a CTranslate2 directory) in one engine."""
+    """One system to time: a model (a checkpoint, or an exported directory) in one engine."""
 
     name: str  # "fairseq compressed", "ct2 unpruned float32"
-    engine: str  # FAIRSEQ or CTRANSLATE2
+    engine: str  # FAIRSEQ or an export engine's name (``engine.export.engines``)
     weights: str  # "unpruned" or "compressed"
     precision: str
-    model: str  # the checkpoint (fairseq) or the exported directory (CTranslate2)
+    model: str  # the checkpoint (fairseq) or the exported directory (an export engine)
     family: str = "translation"
     data: Optional[str] = None  # fairseq's data directory (fairseq systems)
     split: str = "test"
@@ -54,7 +52,7 @@ class SystemSpec:
     device: str = "cpu"
     options: Optional[Dict[str, object]] = None  # DecodingOptions (None: the fairseq model's own)
     threads: int = 1
-    use_vmap: bool = False  # CTranslate2: restrict the output to the model's vocabulary map (vmap.txt)
+    use_vmap: bool = False  # an export engine: restrict the output to the model's vocabulary map
     # fairseq: FUSED (torch's scaled_dot_product_attention in every layer, masked or not, so that models differ in
     # their heads only) or FAIRSEQ_ATTENTION (fairseq's own unfused path, the reference the fused one is timed against)
     attention: str = FUSED_ATTENTION
@@ -107,8 +105,9 @@ class _Worker:
         self.spec = spec
         env = dict(os.environ)
         threads = str(spec.threads)
-        env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads,
-                   CT2_VERBOSE="1" if spec.engine == CTRANSLATE2 else "0")
+        env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
+        if spec.engine != FAIRSEQ:
+            env.update(export_engine(spec.engine).worker_environment)
         self.log_path = os.path.join(log_dir, re.sub(r"[^A-Za-z0-9]+", "-", spec.name) + ".log")
         self.log = open(self.log_path, "w")
         self.process = subprocess.Popen([sys.executable, "-m", "fairseq_headprune.engine.timing.worker"],
@@ -137,10 +136,11 @@ class _Worker:
         return reply
 
     def kernel_lines(self) -> List[str]:
-        """CTranslate2's own account of its CPU, ISA and GEMM backends (logged at load)."""
+        """An export engine's own account of the kernels it runs (CTranslate2's CPU, ISA and GEMM backends, logged
+        at load)."""
         self.log.flush()
         with open(self.log_path, errors="replace") as stream:
-            return [line.split("]", 3)[-1].strip() for line in stream if _CTRANSLATE2_KERNEL_LINES.search(line)]
+            return export_engine(self.spec.engine).kernel_lines(list(stream))
 
     def _last_log_line(self) -> str:
         self.log.flush()
@@ -165,7 +165,7 @@ def time_systems(specs: Sequence[SystemSpec], batch_sizes: Sequence[int], repeat
                  sentences: Optional[Dict[int, Dict[str, list]]] = None) -> TimingRun:
     """Time every system at every batch size (see the module). The fairseq systems come first: the first of
     them decides the batches, the decoding options and the references every other system gets. Without a
-    fairseq system, ``sentences`` gives CTranslate2's input at each batch size (``sources``: per batch, per
+    fairseq system, ``sentences`` gives the export engines' input at each batch size (``sources``: per batch, per
     sentence, its tokens; ``source_lengths``: per batch, its length in fairseq's count, with </s>)."""
     if repeats < 1:
         raise StudyError(f"timing needs at least one timed repeat, got {repeats}")
@@ -177,7 +177,7 @@ def time_systems(specs: Sequence[SystemSpec], batch_sizes: Sequence[int], repeat
         try:
             options = None
             for spec in specs:
-                if spec.engine == CTRANSLATE2 and spec.options is None:
+                if spec.engine != FAIRSEQ and spec.options is None:
                     spec = SystemSpec(**{**spec.to_dict(), "options": options.to_dict()})
                 worker = _Worker(spec, log_dir)
                 workers.append(worker)
@@ -194,11 +194,12 @@ def time_systems(specs: Sequence[SystemSpec], batch_sizes: Sequence[int], repeat
             passes = [_time_batch_size(workers, batch_size, repeats, progress, (sentences or {}).get(batch_size))
                       for batch_size in batch_sizes]
             environment = machine_description(specs[0].threads)
-            kernels = next((w.kernel_lines() for w in workers if w.spec.engine == CTRANSLATE2), None)
-            if kernels is not None:
-                environment["ctranslate2_kernels"] = kernels
-            environment["torch_in_ctranslate2_processes"] = any(
-                w.ready["torch_imported"] for w in workers if w.spec.engine == CTRANSLATE2)
+            exported = [w for w in workers if w.spec.engine != FAIRSEQ]
+            if exported:
+                environment[f"{exported[0].spec.engine}_kernels"] = exported[0].kernel_lines()
+            for name in export_engines():  # an engine's workers never import torch: checked on every run
+                environment[f"torch_in_{name}_processes"] = any(
+                    w.ready["torch_imported"] for w in exported if w.spec.engine == name)
             processes = {w.spec.name: {key: w.ready[key] for key in ("pid", "torch_imported", "omp_wait_policy")}
                          for w in workers}
             return TimingRun(passes, options, environment, processes)
@@ -215,7 +216,7 @@ def _time_batch_size(workers: List[_Worker], batch_size: int, repeats: int,
         passes.ids, passes.references = list(batches.get("ids", [])), batches.get("references")
     for worker in workers:  # the warm-up: untimed, and the outputs compared
         reply = worker.ask({"batch_size": batch_size,
-                            "batches": batches if worker.spec.engine == CTRANSLATE2 else None})
+                            "batches": batches if worker.spec.engine != FAIRSEQ else None})
         passes.outputs[worker.spec.name] = reply["outputs"]
         if "batches" in reply:
             if batches is None:

@@ -3,9 +3,9 @@
 Why a process each: two engines in one process share (and fight over) their
 thread pools, and several CTranslate2 translators alive in one process slowed
 a batch-1 pass from 1.5 s to 26 s on 2 cores. A worker loads one model in one
-engine, then decodes whenever the parent asks, so that the parent can rotate
-the systems one pass at a time (``isolated``). A CTranslate2 worker never
-imports torch.
+engine (fairseq, or an export engine's ``decoder``), then decodes whenever the
+parent asks, so that the parent can rotate the systems one pass at a time
+(``isolated``). A CTranslate2 worker never imports torch.
 
 The protocol is one JSON object per line. The first line the parent writes
 describes the system (``SystemSpec.to_dict``); the worker answers
@@ -13,8 +13,8 @@ describes the system (``SystemSpec.to_dict``); the worker answers
 ``{"batch_size": B, "batches": ...}`` is one timed pass over the sentences in
 batches of B, answered with ``{"seconds": ..., "outputs": [...]}``; a fairseq
 worker also returns, on its first pass at B, the batches it decoded (sentence
-ids, source tokens, references), which the parent hands to the CTranslate2
-workers so that every engine decodes the same sentences in the same batches.
+ids, source tokens, references), which the parent hands to the export
+engines' workers so that every engine decodes the same sentences in the same batches.
 An error is answered ``{"error": "one line"}`` and ends the worker.
 """
 
@@ -22,19 +22,19 @@ import contextlib
 import json
 import os
 import sys
-import time
 import traceback
 from typing import Dict, List, Optional
 
-from fairseq_headprune.constants import CTRANSLATE2_ENGINE as CTRANSLATE2
 from fairseq_headprune.constants import FAIRSEQ_ATTENTION
-from fairseq_headprune.errors import CheckpointError, HeadPruneError, raised_by_the_plugin
+from fairseq_headprune.constants import FAIRSEQ_ENGINE as FAIRSEQ
+from fairseq_headprune.engine.export.engines import export_engine
+from fairseq_headprune.errors import HeadPruneError, raised_by_the_plugin
 from fairseq_headprune.study.compression.decoding import DecodingOptions
 
 
 def _fairseq_translation(spec: Dict[str, object], options: Optional[DecodingOptions], threads: int):
     """fairseq's beam search through the task, as fairseq-generate runs it (by default with the options the
-    evaluation's fairseq arguments set, which the worker reports so that CTranslate2 gets the same)."""
+    evaluation's fairseq arguments set, which the worker reports so that the export engines get the same)."""
     import torch
 
     from fairseq_headprune.engine.checkpoints.loading import load_generation_model
@@ -60,7 +60,7 @@ def _fairseq_translation(spec: Dict[str, object], options: Optional[DecodingOpti
             seconds, outputs = system.decode()
         reply = {"seconds": seconds, "outputs": outputs}
         if first:
-            reply["batches"] = batches.ctranslate2_input()
+            reply["batches"] = batches.engine_input()
             reply["decoder_work"] = {"steps": work.steps, "rows": work.rows}
         return reply
 
@@ -104,56 +104,6 @@ def _fairseq_scoring(spec: Dict[str, object], threads: int):
     return run, {}
 
 
-def _ctranslate2_decoding(spec: Dict[str, object], options: DecodingOptions, threads: int):
-    """A ``ctranslate2.Translator`` (a ``Generator`` for a language model) on the sentences the parent gives,
-    with fairseq's beam, length penalty and length limits."""
-    try:
-        import ctranslate2
-    except ImportError:
-        raise RuntimeError("CTranslate2 is not installed (pip install 'fairseq-headprune[ctranslate2]')") from None
-    device = "cuda" if spec["device"] == "cuda" and ctranslate2.get_cuda_device_count() > 0 else "cpu"
-    generator = spec["family"] == "language_model"
-    # the spec's precision is the compute type: a float32 directory is quantized as it loads (--quantization auto)
-    try:
-        engine = (ctranslate2.Generator if generator else ctranslate2.Translator)(
-            spec["model"], device=device, compute_type=spec["precision"], intra_threads=threads, inter_threads=1)
-    except (RuntimeError, ValueError) as error:
-        # the engine's C++ errors have no Python frame of their own, so they would read as the plugin's bug:
-        # a directory it cannot load is input, reported in one line
-        raise CheckpointError(f"CTranslate2 cannot load {spec['model']}: {error}") from error
-    # fairseq's --min-len 1 (its default) is CTranslate2's default too; a longer minimum is passed on
-    lengths = {"min_decoding_length": options.min_len} if options.min_len > 1 else {}
-    batches: Dict[int, Dict[str, List]] = {}
-
-    def decode(sources, source_length):
-        limit = max(options.max_length(source_length), 1)
-        if generator:
-            results = engine.generate_batch(sources, max_length=limit, beam_size=options.beam,
-                                            length_penalty=options.lenpen, include_prompt_in_result=False,
-                                            max_batch_size=len(sources),
-                                            **({"min_length": options.min_len} if lengths else {}))
-            return [" ".join(result.sequences[0]) for result in results]
-        results = engine.translate_batch(sources, beam_size=options.beam, length_penalty=options.lenpen,
-                                         max_batch_size=len(sources), max_decoding_length=limit,
-                                         use_vmap=bool(spec.get("use_vmap")), **lengths)
-        return [" ".join(result.hypotheses[0]) for result in results]
-
-    def run(request):
-        batch_size = int(request["batch_size"])
-        if request.get("batches") is not None:
-            batches[batch_size] = request["batches"]
-        if batch_size not in batches:
-            raise RuntimeError(f"no sentences were given at batch size {batch_size}")
-        given = batches[batch_size]
-        hypotheses = []
-        start = time.perf_counter()
-        for sources, length in zip(given["sources"], given["source_lengths"]):
-            hypotheses += decode(sources, length)
-        return {"seconds": time.perf_counter() - start, "outputs": hypotheses}
-
-    return run, {}
-
-
 def _attention_path(spec: Dict[str, object]):
     """The attention kernel the system's layers run (``SystemSpec.attention``)."""
     from fairseq_headprune.modules.masked_multihead_attention import fused_attention_everywhere, unfused_attention
@@ -181,8 +131,8 @@ def _plain(value):
 def _build(spec: Dict[str, object]):
     options = DecodingOptions.from_dict(spec["options"]) if spec.get("options") else None
     threads = int(spec["threads"])
-    if spec["engine"] == CTRANSLATE2:
-        return _ctranslate2_decoding(spec, options or DecodingOptions(), threads)
+    if spec["engine"] != FAIRSEQ:
+        return export_engine(spec["engine"]).decoder(spec, options or DecodingOptions(), threads), {}
     if spec["family"] == "translation":
         return _fairseq_translation(spec, options, threads)
     return _fairseq_scoring(spec, threads)

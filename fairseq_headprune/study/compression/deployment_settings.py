@@ -4,7 +4,7 @@
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
-from fairseq_headprune.constants import EXPORT_FORMATS, QUANTIZATIONS
+from fairseq_headprune.constants import QUANTIZATIONS
 from fairseq_headprune.errors import SettingsError, setting_words
 from fairseq_headprune.study.masks.ffn_mask import FfnMask
 from fairseq_headprune.study.masks.head_mask import HeadMask
@@ -72,9 +72,6 @@ class ExportSettings:
                f"{self.vocabulary_map_candidates}", "vocabulary_map_candidates")
         refuse(self.vocabulary_map_common < 0, "the vocabulary map common must not be negative, got "
                f"{self.vocabulary_map_common}", "vocabulary_map_common")
-        if self.format not in EXPORT_FORMATS:
-            raise SettingsError(f"the format {self.format}: expected one of {', '.join(EXPORT_FORMATS)}",
-                                setting="format")
         if self.quantization is not None and self.quantization not in QUANTIZATIONS:
             raise SettingsError(f"the quantization {self.quantization}: expected one of {', '.join(QUANTIZATIONS)}",
                                 setting="quantization")

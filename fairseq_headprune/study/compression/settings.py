@@ -36,7 +36,6 @@ from typing import Dict, Optional, Tuple
 from fairseq_headprune.constants import (
     CLASSIFIER_FAMILY,
     CTRANSLATE2_ENGINE,
-    EXPORT_FORMATS,
     MODEL_FAMILIES,
     QUANTIZATIONS,
     TRANSLATION_FAMILY,
@@ -176,9 +175,6 @@ class CompressSettings:
             raise SettingsError("the latency table goes with a latency target (the target latency=P%)",
                                 setting=("latency_table", "target"))
         if self.export_format is not None:
-            if self.export_format not in EXPORT_FORMATS:
-                raise SettingsError(f"the export {self.export_format}: expected one of {', '.join(EXPORT_FORMATS)}",
-                                    setting="export")
             if family == CLASSIFIER_FAMILY:
                 raise SettingsError(f"the export {self.export_format}: a classifier cannot be exported to "
                                     "CTranslate2, which runs translation models and generators (language models); "

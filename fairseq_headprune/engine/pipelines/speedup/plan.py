@@ -1,4 +1,4 @@
-"""``plan/`` of ``compress --target speedup=Nx``: every candidate shape timed in CTranslate2, its damage measured,
+"""``plan/`` of ``compress --target speedup=Nx``: every candidate shape timed in the export engine, its damage measured,
 and the one to try first (``study.compression.speedup``).
 
 The timing: every shape of ``candidate_ladder`` exported with the vocabulary map (its layers, every layer narrowed
@@ -25,14 +25,16 @@ from tqdm import tqdm
 
 from fairseq_headprune.engine.checkpoints.layers import layers_removed, model_depths
 from fairseq_headprune.engine.compression.layer_choice import choose_layers
+from fairseq_headprune.engine.export.base import ExportEngine
+from fairseq_headprune.engine.export.engines import export_engine
 from fairseq_headprune.engine.export.vocabulary_map import vocabulary_map_for
 from fairseq_headprune.engine.families import family_named
 from fairseq_headprune.engine.pipelines.compress_measures import split_score
 from fairseq_headprune.engine.pipelines.search import layer_costs, search_costs
 from fairseq_headprune.engine.runners.batches import collated_samples, dictionary_tokens, load_split, split_mean_lengths
-from fairseq_headprune.engine.search.ctranslate2_latency import save_masked_spec
+from fairseq_headprune.engine.search.exported_latency import export_masked
 from fairseq_headprune.engine.search.tuning_guard import mean_loss, token_nll
-from fairseq_headprune.engine.timing.isolated import CTRANSLATE2, SystemSpec, time_systems
+from fairseq_headprune.engine.timing.isolated import SystemSpec, time_systems
 from fairseq_headprune.errors import StudyError
 from fairseq_headprune.modules.masked_ffn import ffn_layout, set_ffn_mask
 from fairseq_headprune.modules.masked_multihead_attention import head_layout, set_head_mask
@@ -109,6 +111,7 @@ def _timed(settings: CompressSettings, family, cfg, task, model, ladder: List[Ca
     length; returns the candidates with their decoding-FLOPs share and speed-ups, the map's own speed-up (the
     median over the groups), the machine and the target length."""
     evaluation, deployment = settings.evaluation, settings.deployment
+    engine = export_engine(settings.export_format)
     search_settings, costs = search_costs(settings.search_settings(settings.checkpoint, "."), cfg, task, model)
     full = costs.full_cost()
     _, target_length = split_mean_lengths(task, split)
@@ -123,7 +126,7 @@ def _timed(settings: CompressSettings, family, cfg, task, model, ladder: List[Ca
 
     def spec(name: str, path: str, use_vmap: bool, at_beam: Optional[int] = None) -> SystemSpec:
         options = DecodingOptions.fixed_length(at_beam or beam, target_length).to_dict()
-        return SystemSpec(name, CTRANSLATE2, "variant", quantization, path, family=family.name, threads=threads,
+        return SystemSpec(name, engine.name, "variant", quantization, path, family=family.name, threads=threads,
                           device=device, options=options, use_vmap=use_vmap)
 
     speedups: Dict[str, Speedups] = {}  # candidate name -> its speed-ups
@@ -134,7 +137,7 @@ def _timed(settings: CompressSettings, family, cfg, task, model, ladder: List[Ca
         vmap = os.path.join(directory, "vmap.txt")
         vocabulary_map_for(task, ExportSettings.vocabulary_map_candidates, ExportSettings.vocabulary_map_common, vmap)
         reference = os.path.join(directory, "unpruned")
-        _export_shape(family, cfg, task, model, 1.0, quantization, vmap, reference)
+        _export_shape(engine, family, cfg, task, model, 1.0, quantization, vmap, reference)
         progress.update(1)
         for number, group in enumerate(groups):
             group_dir = os.path.join(directory, f"group-{number}")
@@ -145,7 +148,7 @@ def _timed(settings: CompressSettings, family, cfg, task, model, ladder: List[Ca
                 path = os.path.join(group_dir, f"shape-{index}")
                 with layers_removed(model, dropped):
                     kept = layer_costs(search_settings, model).cost_of(*_uniform_masks(model, width))
-                    _export_shape(family, cfg, task, model, width, quantization, vmap, path)
+                    _export_shape(engine, family, cfg, task, model, width, quantization, vmap, path)
                 shares[dropped_counts, width] = kept / full
                 specs += [spec(candidate.name, path, True, candidate.beam) for candidate in ladder
                           if (candidate.dropped, candidate.width) == (dropped_counts, width)]
@@ -235,17 +238,19 @@ def _uniform_masks(model, width: float):
     return head_mask, ffn_mask
 
 
-def _export_shape(family, cfg, task, model, width: float, quantization: str, vmap: str, path: str) -> None:
+def _export_shape(engine: ExportEngine, family, cfg, task, model, width: float, quantization: str, vmap: str,
+                  path: str) -> None:
     """The model (its layers as they are now) narrowed uniformly to ``width``, exported with the vocabulary map."""
     try:
-        save_masked_spec(family, cfg, task, model, *_uniform_masks(model, width), quantization, path, vmap)
+        export_masked(engine, family, cfg, task, model, *_uniform_masks(model, width), quantization, path, vmap)
     finally:
         set_head_mask(model, None)
         set_ffn_mask(model, None)
 
 
 def _plan_sentences(task, split: str, batch_sizes) -> Dict[int, Dict[str, list]]:
-    """The first ``PLAN_SENTENCES`` sources of ``split`` in CTranslate2's tokens, in batches of each size."""
+    """The first ``PLAN_SENTENCES`` sources of ``split`` in the dictionary's tokens (an export engine's input), in
+    batches of each size."""
     load_split(task, split)
     dataset = task.dataset(split)
     count = min(PLAN_SENTENCES, len(dataset))

@@ -1,4 +1,4 @@
-"""``compress --target speedup=Nx``: measure candidate shapes in CTranslate2 (``speedup.plan``), compress to the
+"""``compress --target speedup=Nx``: measure candidate shapes in the export engine (``speedup.plan``), compress to the
 least damaged shape fast enough, and keep the BLEU within the tolerance by continuing the fine-tuning or backing
 off (``study.compression.speedup.search``), every decision on the decision split; then evaluate and time the
 result on the run's own split once.
@@ -17,6 +17,7 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from fairseq_headprune.engine.export.engines import export_engine
 from fairseq_headprune.engine.finetuning import check_finetune_precision
 from fairseq_headprune.engine.pipelines.compress import CompressOutcome, run_compress, run_identity
 from fairseq_headprune.engine.pipelines.compress_stages import (
@@ -82,7 +83,7 @@ def run_speedup(settings: CompressSettings, on_stage: Optional[StageCallback] = 
         raise StudyError(f"data directory not found: {settings.data}")
     if not os.path.isfile(settings.checkpoint):
         raise StudyError(f"checkpoint not found: {settings.checkpoint}")
-    deploy_device(settings.deployment.device)  # before the plan times anything there
+    deploy_device(settings.deployment.device, export_engine(settings.export_format))  # before the plan times there
     check_finetune_precision(settings.finetune, settings.evaluation.cpu)
     open_out_dir(settings.out_dir, run_identity(settings), SPEEDUP_STAGES)
     stages = Stages(settings.out_dir, on_stage)
@@ -231,7 +232,7 @@ def _finetune_summary(outcome: CompressOutcome) -> FinetuneSummary:
 
 
 def _measured_speedups(outcome: CompressOutcome, beam: Optional[int], lows: bool = False) -> Speedups:
-    """The compressed model's speed-up like for like with the vocabulary map (CTranslate2), per batch size: at
+    """The compressed model's speed-up like for like with the vocabulary map (exported), per batch size: at
     the shape's beam against the unpruned model at the run's; ``lows``: the low ends of their intervals over the
     timing rounds."""
     speed, measured = outcome.report.speed, compressed_speedup_lows if lows else compressed_speedups

@@ -19,14 +19,15 @@ from the fairseq modules; the stock ``ct2-fairseq-converter`` rebuilds the
 unpruned architecture and cannot read narrower shapes.
 """
 
-import os
-from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
 
-from fairseq_headprune.errors import DependencyError, SettingsError
+from fairseq_headprune.constants import LANGUAGE_MODEL_FAMILY, TRANSLATION_FAMILY
+from fairseq_headprune.engine.export.base import StackHeads
+from fairseq_headprune.engine.export.ctranslate2.library import import_ctranslate2
+from fairseq_headprune.errors import SettingsError
 from fairseq_headprune.modules.masked_ffn import install_ffn_masks
 from fairseq_headprune.modules.masked_multihead_attention import install_masked_attention
 from fairseq_headprune.modules.unit_weights import (
@@ -41,38 +42,6 @@ from fairseq_headprune.modules.unit_weights import (
 
 # fairseq's --activation-fn -> CTranslate2's activation, by name
 ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "gelu_accurate": "GELUTanh", "gelu_fast": "GELUTanh", "swish": "SWISH"}
-
-
-def import_ctranslate2():
-    """``ctranslate2``, or one clear line saying how to get it."""
-    try:
-        import ctranslate2
-    except ImportError as error:
-        raise DependencyError(
-            "exporting to CTranslate2 needs the ctranslate2 package: pip install 'fairseq-headprune[ctranslate2]'"
-        ) from error
-    return ctranslate2
-
-
-@dataclass
-class StackHeads:
-    """Heads kept in each attention layer of one stack, and the count CTranslate2 gets (the largest)."""
-
-    kept: Dict[Tuple[str, int], int] = field(default_factory=dict)
-
-    @property
-    def num_heads(self) -> int:
-        return max(max(self.kept.values(), default=0), 1)  # a stack without heads keeps one zero head
-
-    @property
-    def headless(self) -> bool:
-        """No layer keeps a head: each holds one zero head, as CTranslate2 cannot hold an empty attention."""
-        return max(self.kept.values(), default=0) == 0
-
-    @property
-    def padded(self) -> int:
-        """Zero heads added to even uneven layers out (the cost of unevenness; 0 for a head-less stack)."""
-        return 0 if self.headless else sum(self.num_heads - kept for kept in self.kept.values())
 
 
 def _numpy(tensor: torch.Tensor) -> np.ndarray:
@@ -272,9 +241,11 @@ def language_model_spec(model, dictionary, add_bos_token: bool):
     return spec, heads
 
 
-def save_spec(spec, quantization: str, directory: str) -> None:
-    """Check ``spec``, convert its weights to ``quantization`` and write the model into ``directory``."""
-    spec.validate()
-    spec.optimize(quantization=quantization)
-    os.makedirs(directory, exist_ok=True)
-    spec.save(directory)
+def model_spec(family: str, cfg, task, model):
+    """(spec, heads per stack): the model of ``family`` as CTranslate2 runs it (its masks and removals applied)."""
+    if family == TRANSLATION_FAMILY:
+        return translation_spec(model, task.source_dictionary, task.target_dictionary)
+    if family == LANGUAGE_MODEL_FAMILY:
+        return language_model_spec(model, task.target_dictionary, bool(getattr(cfg.task, "add_bos_token", False)))
+    raise SettingsError(f"a {family.replace('_', ' ')} cannot be exported to CTranslate2, which runs "
+                        "translation models and generators (language models)")

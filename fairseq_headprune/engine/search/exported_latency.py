@@ -1,13 +1,15 @@
-"""Per-layer latency as CTranslate2 decodes, for a latency budget on the deployment engine (Kwon et al. 2022, 4.1).
+"""Per-layer latency as an export engine decodes, for a latency budget on the deployment engine (Kwon et al. 2022,
+4.1).
 
-CTranslate2 runs a model whole, so a layer cannot be timed alone as
-``latency.measure_latency_table`` times fairseq's. Instead the model is
-exported (``export.ctranslate2_spec``) once per variant, every layer of one
+An export engine (CTranslate2) runs a model whole, so a layer cannot be timed
+alone as ``latency.measure_latency_table`` times fairseq's. Instead the model
+is exported (``ExportEngine.write``) once per variant, every layer of one
 group narrowed alike and the rest whole: the encoder's attention layers
 keeping k heads; the decoder's self- and cross-attention layers keeping k
-heads (CTranslate2 gives a decoder one head count); one FFN type's layers
-keeping k neurons. Each variant decodes as it will in deployment: beam search
-of ``beam`` beams over a batch of random source sentences, generating exactly
+heads (together where the engine gives them one head count,
+``ExportEngine.tied_attention_types``); one FFN type's layers keeping k
+neurons. Each variant decodes as it will in deployment: beam search of
+``beam`` beams over a batch of random source sentences, generating exactly
 ``target_length`` tokens (the encoder runs once per sentence, the decoder and
 the output projection once per generated token for batch x beam rows).
 
@@ -41,12 +43,12 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 from tqdm import tqdm
 
-from fairseq_headprune.constants import ATTENTION_TYPES, CTRANSLATE2_ENGINE, TRANSLATION_FAMILY
-from fairseq_headprune.engine.export.ctranslate2_spec import import_ctranslate2, save_spec
+from fairseq_headprune.constants import ATTENTION_TYPES, TRANSLATION_FAMILY
+from fairseq_headprune.engine.export.base import ExportEngine
 from fairseq_headprune.engine.runners.batches import model_device
 from fairseq_headprune.engine.search.latency import timed_neuron_counts
 from fairseq_headprune.engine.search.model_costs import device_description, model_architecture
-from fairseq_headprune.engine.timing.isolated import CTRANSLATE2, SystemSpec, time_systems
+from fairseq_headprune.engine.timing.isolated import SystemSpec, time_systems
 from fairseq_headprune.modules.masked_ffn import ffn_layout, set_ffn_mask
 from fairseq_headprune.modules.masked_multihead_attention import head_layout, set_head_mask
 from fairseq_headprune.study.compression.decoding import DecodingOptions
@@ -61,12 +63,15 @@ WHOLE_MODEL = "whole model"
 PASS_SENTENCES = 64
 
 
-def measure_ctranslate2_latency_table(family, cfg, task, model, settings: LatencySettings) -> LatencyTable:
-    """The latency table of ``model`` exported to CTranslate2 at ``settings.quantization`` (see the module)."""
-    ctranslate2 = import_ctranslate2()
+def measure_exported_latency_table(engine: ExportEngine, family, cfg, task, model,
+                                   settings: LatencySettings) -> LatencyTable:
+    """The latency table of ``model`` exported by ``engine`` at ``settings.quantization`` (see the module)."""
+    version = engine.version()
     layout, widths = head_layout(model), ffn_layout(model)
     groups: List[Tuple[Tuple[str, ...], List[int]]] = []
-    for types in (("enc-enc",), ("dec-dec", "enc-dec")):
+    tied = [types for types in engine.tied_attention_types if set(types) <= set(ATTENTION_TYPES)]
+    stacks = [*tied, *((t,) for t in ATTENTION_TYPES if not any(t in types for types in tied))]
+    for types in sorted(stacks, key=lambda types: ATTENTION_TYPES.index(types[0])):
         present = tuple(t for t in types if t in layout)
         if present:
             groups.append((present, list(range(layout[present[0]][1] + 1))))
@@ -78,23 +83,23 @@ def measure_ctranslate2_latency_table(family, cfg, task, model, settings: Latenc
     sentences = _random_sentences(task, settings, translation)
     options = DecodingOptions.fixed_length(settings.beam, settings.target_length)
     measured = [(types, measured_counts(priced[-1])) for types, priced in groups]
-    bar = tqdm(total=1 + sum(len(counts) - 1 for _, counts in measured), desc="latency (CTranslate2)",
+    bar = tqdm(total=1 + sum(len(counts) - 1 for _, counts in measured), desc=f"latency ({engine.title})",
                unit="variant", disable=not settings.progress, leave=False)
 
     def system(name: str, path: str) -> SystemSpec:
-        return SystemSpec(name, CTRANSLATE2, "variant", settings.quantization, path, family=family.name,
+        return SystemSpec(name, engine.name, "variant", settings.quantization, path, family=family.name,
                           threads=threads, device=device.type, options=options.to_dict())
 
     try:
-        with tempfile.TemporaryDirectory(prefix="headprune-ct2-latency-") as directory:
+        with tempfile.TemporaryDirectory(prefix=f"headprune-{engine.name}-latency-") as directory:
             whole_path = os.path.join(directory, "whole")
-            _export_variant(family, cfg, task, model, (), 0, settings.quantization, whole_path)
+            _export_variant(engine, family, cfg, task, model, (), 0, settings.quantization, whole_path)
             specs = [system(WHOLE_MODEL, whole_path)]
             bar.update(1)
             for types, counts in measured:
                 for kept in counts[:-1]:  # the widest is the whole model
                     path = os.path.join(directory, f"{'+'.join(types)}-{kept}")
-                    _export_variant(family, cfg, task, model, types, kept, settings.quantization, path)
+                    _export_variant(engine, family, cfg, task, model, types, kept, settings.quantization, path)
                     specs.append(system(_variant_name(types, kept), path))
                     bar.update(1)
             run = time_systems(specs, [settings.batch_size], settings.repeats, sentences=sentences)
@@ -123,14 +128,14 @@ def measure_ctranslate2_latency_table(family, cfg, task, model, settings: Latenc
         per_layer, device_description(device), model_architecture(model),
         {"batch_size": settings.batch_size, "sequence_length": settings.sequence_length,
          "target_length": settings.target_length, "beam": settings.beam, "repeats": settings.repeats,
-         "ctranslate2": ctranslate2.__version__, "threads": threads,
+         engine.name: version, "threads": threads,
          "whole_model_ms": whole, "whole_model_seconds": seconds[WHOLE_MODEL], "variants_ms": variants_ms,
          "batches_per_pass": batches,
          "timed": (f"beam search ({settings.beam} beams) generating {settings.target_length} tokens for each of "
                    f"{settings.batch_size} sentences of {settings.sequence_length} tokens per batch, "
                    f"{batches} batch{'es' if batches > 1 else ''} a pass, the whole model and "
                    "each variant in its own process, in turn, over the narrowest variant of its group")},
-        counts, CTRANSLATE2_ENGINE, settings.quantization,
+        counts, engine.name, settings.quantization,
     )
 
 
@@ -155,27 +160,24 @@ def _layers(layout, widths, layer_type: str) -> int:
     return layout[layer_type][0] if layer_type in layout else widths[layer_type][0]
 
 
-def _export_variant(family, cfg, task, model, types: Sequence[str], kept: int, quantization: str, path: str) -> None:
+def _export_variant(engine: ExportEngine, family, cfg, task, model, types: Sequence[str], kept: int,
+                    quantization: str, path: str) -> None:
     """Save the model with every layer of ``types`` keeping its first ``kept`` units (heads or neurons)."""
     layout, widths = head_layout(model), ffn_layout(model)
     head_mask = {t: torch.ones(shape) for t, shape in layout.items()}
     ffn_mask = {t: torch.ones(shape) for t, shape in widths.items()}
     for layer_type in types:
         (head_mask if layer_type in layout else ffn_mask)[layer_type][:, kept:] = 0.0
-    save_masked_spec(family, cfg, task, model, head_mask, ffn_mask, quantization, path)
+    export_masked(engine, family, cfg, task, model, head_mask, ffn_mask, quantization, path)
 
 
-def save_masked_spec(family, cfg, task, model, head_mask, ffn_mask, quantization: str, path: str,
-                     vocabulary_map: Optional[str] = None) -> None:
-    """Export ``model`` under these masks to CTranslate2 (with ``vocabulary_map``'s vmap.txt, if given); the
-    masks stay set (the callers clear them once they are done)."""
+def export_masked(engine: ExportEngine, family, cfg, task, model, head_mask, ffn_mask, quantization: str, path: str,
+                  vocabulary_map: Optional[str] = None) -> None:
+    """Export ``model`` under these masks (with the vocabulary map file ``vocabulary_map``, if given); the masks
+    stay set (the callers clear them once they are done)."""
     set_head_mask(model, head_mask)
     set_ffn_mask(model, ffn_mask)
-    with torch.no_grad():
-        spec, _ = family.ctranslate2_spec(cfg, task, model)
-    if vocabulary_map is not None:
-        spec.register_vocabulary_mapping(vocabulary_map)
-    save_spec(spec, quantization, path)
+    engine.write(family, cfg, task, model, quantization, path, vocabulary_map)
 
 
 def measured_counts(units: int) -> List[int]:
