@@ -214,6 +214,35 @@ def test_the_result_is_the_best_attempt_on_validation_translated_once_on_test(sp
     assert "Every decision read valid; test was translated once" in markdown and "## Recovery" in markdown
 
 
+def test_the_cost_is_measured_before_the_plan_and_counts_what_the_run_then_does(speedup_run):
+    """The estimate's lines before the plan starts and again once it has chosen; the probe's units against what the
+    run then wrote: one export of the unpruned model is the attempt's (to the byte), the sentences each stage
+    translates and the fine-tune's validations are those the attempt's records count."""
+    out, lines = speedup_run["out"], speedup_run["stdout"].splitlines()
+    plan_starts = lines.index("plan\t...")
+    before = [line.split("\t")[1] for line in lines[:plan_starts] if line.startswith("cost\t")]
+    assert {"plan", "finetune", "attempt evaluate", "result speed", "in all"} <= set(before), before
+    assert any(line.startswith("cost\tin all\tfrom here ") for line in lines[plan_starts:])
+    probe, attempt = _stage(out, "cost"), out / "attempt-1"
+    exported = attempt / "export" / "unpruned"
+    assert probe["export_bytes"] == sum(path.stat().st_size for path in exported.iterdir())
+    assert probe["decision_sentences"] == _stage(attempt, "evaluate")["sentences"]
+    assert probe["report_sentences"] == _stage(out / "result", "evaluate")["sentences"]
+    assert probe["validations"] == len(_stage(attempt, "finetune")["curve"]) == 4
+    plan_shapes = {(json.dumps(c["dropped"], sort_keys=True), c["width"]) for c in _stage(out, "plan")["candidates"]}
+    assert len(probe["shape_shares"]) == len(plan_shapes)
+    assert probe["update_seconds"] > 0 and probe["distilled"]
+
+
+def test_a_dry_run_prints_the_estimate_and_stops_before_the_plan(tiny_model, tmp_path):
+    out = tmp_path / "run"
+    result = run(speedup_command(tiny_model, out, "--dry-run"))
+    stages = [line.split("\t")[1] for line in result.stdout.splitlines() if line.startswith("cost\t")]
+    assert stages[-1] == "in all" and "plan" in stages and "finetune" in stages, result.stdout
+    assert "stopped before the plan" in result.stdout.splitlines()[-1]
+    assert (out / "cost" / "stage.json").is_file() and not (out / "plan").exists()
+
+
 def test_the_plan_benchmark_times_every_attempt_against_its_plan(speedup_run, tmp_path):
     pytest.importorskip("ctranslate2")
     out, report = speedup_run["out"], speedup_run["report"]
@@ -283,6 +312,7 @@ def test_bad_speedup_inputs_are_one_line(tiny_model, tmp_path, capsys):
              (["--target", "flops=50%", "--plan-margin", "5"], "error: --plan-margin goes with --target speedup"),
              (["--target", "flops=50%", "--max-attempts", "2"], "error: --max-attempts goes with --target speedup"),
              (["--target", "flops=50%", "--decision-half"], "error: --decision-half goes with --target speedup"),
+             (["--target", "flops=50%", "--dry-run"], "error: --dry-run goes with --target speedup"),
              (["--target", "speedup=2x", "--plan-margin", "-5"], "--plan-margin must be 0% or more"),
              (["--target", "speedup=2x", "--finetune-precision", "float16"],
               "--finetune-precision: fine-tuning in float16 needs a GPU")]

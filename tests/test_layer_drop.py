@@ -317,3 +317,24 @@ def test_a_heads_target_after_whole_layers_searches_the_whole_heads_within_its_s
     assert layers["full_cost"] == 48 and layers["kept_cost"] == 32  # 2 + 2 layers of 8 heads; one decoder layer
     assert search["budget"] == 19  # 40% of 48 heads: 19.2, the whole heads within it
     assert search["mask_cost"] <= 19 and search["heads_total"] - search["heads_pruned"] == search["mask_cost"]
+
+
+def test_the_cost_estimate_counts_the_loss_passes_the_plans_layer_choices_make(tiny_task_and_model):
+    """``layer_choice_passes`` (the cost probe's count, no model) against the losses ``choose_layers`` measures for
+    every shape of the plan's ladder with one cache, as the plan calls it."""
+    from fairseq_headprune.engine.checkpoints.layers import model_depths
+    from fairseq_headprune.engine.compression.layer_choice import choose_layers
+    from fairseq_headprune.engine.runners.batches import collated_samples
+    from fairseq_headprune.engine.search.tuning_guard import token_nll
+    from fairseq_headprune.study.compression.speedup.cost import layer_choice_passes
+    from fairseq_headprune.study.compression.speedup.shapes import candidate_ladder
+
+    task, model = tiny_task_and_model
+    samples = collated_samples(task, model, ["valid"], None, 64, 16)
+    depths = model_depths(model)
+    counts = [candidate.drop_counts for candidate in candidate_ladder(depths)]
+    cache: dict = {}
+    for layer_counts in {tuple(sorted(c.items())): c for c in counts}.values():
+        choose_layers(model, token_nll(task.target_dictionary.pad()), samples, layer_counts, progress=False,
+                      cache=cache)
+    assert len(cache) == layer_choice_passes(depths, counts) > 1

@@ -201,10 +201,16 @@ def test_the_import_graph_has_no_cycle():
 
 
 def test_no_command_module_imports_another():
-    for path in (PACKAGE / "commands").glob("*.py"):
+    """A command imports the shared helpers and its own folder's modules (``commands/compress/``: the command
+    and its speed-up mode's console), never another command."""
+    for path in (PACKAGE / "commands").rglob("*.py"):
+        folder = path.parent.relative_to(PACKAGE).as_posix().replace("/", ".")
+        own = f"{NAME}.{folder}" if folder != "commands" else None
         for target, line in imported_modules(path):
-            if top_folder(target) == "commands" and target not in (f"{NAME}.commands.common", f"{NAME}.commands"):
-                pytest.fail(f"commands/{path.name}:{line} imports {target}")
+            if top_folder(target) != "commands" or target in (f"{NAME}.commands.common", f"{NAME}.commands"):
+                continue
+            if own is None or not (target == own or target.startswith(own + ".")):
+                pytest.fail(f"{path.relative_to(PACKAGE)}:{line} imports {target}")
 
 
 SCRIPTS = PACKAGE.parent / "scripts"

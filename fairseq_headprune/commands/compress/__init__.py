@@ -15,6 +15,7 @@ from fairseq_headprune.commands.common import (
     test_settings,
     tuning_settings,
 )
+from fairseq_headprune.commands.compress.speedup import command_speedup, print_stage
 from fairseq_headprune.constants import CTRANSLATE2_ENGINE, QUANTIZATIONS
 from fairseq_headprune.engine.export.engines import export_engines
 from fairseq_headprune.errors import SettingsError
@@ -31,7 +32,6 @@ from fairseq_headprune.study.compression.precision import (
     DEFAULT_QUANTIZATION_TOLERANCE,
     choice_summary,
 )
-from fairseq_headprune.study.compression.records import trained_where
 from fairseq_headprune.study.compression.settings import (
     DEFAULT_DISTILL_WEIGHT,
     DEFAULT_TRANSLATION_FINETUNE_UPDATES,
@@ -41,7 +41,6 @@ from fairseq_headprune.study.compression.settings import (
     default_distill,
     default_finetune_updates,
 )
-from fairseq_headprune.study.compression.speedup.report import before_finetune_text
 from fairseq_headprune.study.compression.speedup.settings import (
     OPTION_PREFIX,
     SPEEDUP_LR_SHARE,
@@ -137,83 +136,15 @@ def _finetune_settings(args: argparse.Namespace, speedup: Optional[SpeedupSettin
                             precision=args.finetune_precision, seed=args.finetune_seed)
 
 
-def _print_stage(stage: str, status: str, seconds) -> None:
-    if status == "running":
-        print(f"{stage}\t...", flush=True)
-    elif status == "kept":
-        print(f"{stage}\tkept from an earlier run", flush=True)
-    else:
-        print(f"{stage}\tdone in {seconds:.1f} s", flush=True)
-
-
-def _print_attempt_start(number: int, shape, continues) -> None:
-    """An attempt's shape, as it starts (``engine.pipelines.speedup.run``)."""
-    damage = "not measured" if shape.damage is None else f"+{shape.damage:.3f} loss"
-    print(f"attempt {number}\t{shape.candidate.name} ({shape.flops_share:.1%} of the decoding FLOPs kept, damage "
-          f"{damage})" + (f", fine-tuning continued from attempt {continues}" if continues is not None else ""),
-          flush=True)
-
-
-def _attempt_printer(max_bleu_loss: float):
-    """What an attempt measured and the decision that followed, from its record (what report.json holds): where
-    a GPU fine-tuned it, that too (the CPU trains in float32 alone; report.md states either)."""
-    def print_attempt(record) -> None:
-        score, finetune = record.score, record.finetune
-        print(f"attempt {record.attempt}\t{score.metric} {score.delta:+.2f} on {score.split} "
-              f"(tolerance -{max_bleu_loss:g})"
-              + (f" after {finetune.updates} updates ({finetune.stopped})" if finetune.stopped else "")
-              + (" " + trained_where(finetune.device, finetune.precision)
-                 if finetune.device not in ("", "cpu") else "")
-              + f", {record.speedups.text(lows=record.speedup_lows)} like for like: {record.decision}", flush=True)
-    return print_attempt
-
-
-def _print_warning(text: str) -> None:
-    print(f"warning\t{text}", flush=True)
-
-
-def command_speedup(settings) -> int:
-    """``--target speedup=Nx``: the plan, each attempt and the result (``engine.pipelines.speedup.run``)."""
-    from fairseq_headprune.engine.pipelines.speedup.run import run_speedup
-
-    outcome = run_speedup(settings, on_stage=_print_stage, on_attempt_start=_print_attempt_start,
-                          on_attempt=_attempt_printer(settings.speedup.max_bleu_loss), on_warning=_print_warning)
-    report = outcome.report
-    plan, result = report.plan, report.result
-    batches = plan.batch_sizes
-    chosen = report.chosen
-    print(f"plan\t{len(plan.candidates)} shapes timed against the unpruned model with its vocabulary map, their "
-          f"damage measured on {plan.split}; chosen: {chosen.candidate.name} ("
-          + chosen.speedups.text(batches)
-          + ("" if chosen.damage is None else f"; damage +{chosen.damage:.3f} loss") + ")")
-    for step, speedups in report.breakdown.items():
-        print(f"bought\t{step}: {speedups.text(batches)}")
-    decided, reported = result.decided, result.reported
-    print(f"result\tattempt {result.attempt} on {reported.split}: "
-          + result.speedups.text(batches)
-          + f" like for like; {reported.metric} {reported.unpruned:.2f} -> {reported.compressed:.2f} "
-          f"({reported.delta:+.2f}, {p_value_text(reported.p_value, reported.samples)})"
-          + before_finetune_text(report)
-          + f"; decided on {decided.split}: {decided.delta:+.2f} ({p_value_text(decided.p_value, decided.samples)}), "
-          + ("within" if report.within_tolerance else "NOT within") + " the tolerance; target "
-          + ("reached" if report.reached_target else "NOT reached at every batch size"))
-    for batch, row in result.prediction.items():
-        print(f"predicted\tbatch {batch}\t{row.predicted:.2f}x by the plan's timing of the shape, measured "
-              f"{row.measured:.2f}x ({100.0 * row.relative_error:+.0f}%)")
-    print(f"compressed\t{result.checkpoint}")
-    print(f"exported\t{result.exported}")
-    print("wrote\t" + " ".join(outcome.files))
-    sys.stdout.flush()
-    return 0
-
-
 def command_compress(args: argparse.Namespace) -> int:
     settings = compress_settings(args)  # before the engine (and fairseq) is imported: bad input fails fast
     if settings.target.kind == SPEEDUP_TARGET:
-        return command_speedup(settings)
+        return command_speedup(settings, args.dry_run)
+    if args.dry_run:
+        raise SettingsError("--dry-run goes with --target speedup=Nx (it estimates the speed-up search's stages)")
     from fairseq_headprune.engine.pipelines.compress import run_compress
 
-    outcome = run_compress(settings, on_stage=_print_stage)
+    outcome = run_compress(settings, on_stage=print_stage)
     report = outcome.report
     search, evaluation, parameters = report.search, report.evaluation, report.shrink.parameters
     layers, samples = report.layers, evaluation.test.get("samples")
@@ -274,6 +205,12 @@ def _add_speedup_arguments(parser) -> None:
     """What --target speedup=Nx takes beside the fine-tuning's own options: one option per ``SpeedupSettings``
     field, its type, default, choices and help as the field declares them. Every default is None here, so that a
     value given with another target is refused (``speedup_settings``)."""
+    parser.add_argument("--dry-run", action="store_true",
+                          help=f"{OPTION_PREFIX}measure on this machine what one unit of each stage's work costs "
+                          "(one export and one timed pass of the unpruned model, one loss pass, a few sentences "
+                          "translated, a few fine-tune updates: OUT/cost), print each stage's expected minutes and "
+                          "disk, and stop; the run itself resumes from there (every run prints the estimate before "
+                          "its plan, and again once the plan has chosen a shape)")
     for option in dataclasses.fields(SpeedupSettings):
         meta, default = option.metadata, option.default
         shown = 100 * default if meta["percent"] else default

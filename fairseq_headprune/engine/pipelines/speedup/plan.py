@@ -112,14 +112,13 @@ def _timed(settings: CompressSettings, family, cfg, task, model, ladder: List[Ca
     median over the groups), the machine and the target length."""
     evaluation, deployment = settings.evaluation, settings.deployment
     engine = export_engine(settings.export_format)
-    search_settings, costs = search_costs(settings.search_settings(settings.checkpoint, "."), cfg, task, model)
-    full = costs.full_cost()
     _, target_length = split_mean_lengths(task, split)
     quantization = settings.table_quantization
     depths = model_depths(model)
     threads, device = torch.get_num_threads(), deployment.device
-    sentences = _plan_sentences(task, split, deployment.batch_sizes)
+    sentences = plan_sentences(task, split, deployment.batch_sizes)
     shapes = list(dict.fromkeys((candidate.dropped, candidate.width) for candidate in ladder))
+    shares = flops_shares(settings, cfg, task, model, shapes)
     groups = [shapes[i:i + PLAN_GROUP] for i in range(0, len(shapes), PLAN_GROUP)]
     progress = tqdm(total=len(shapes) + 1, desc="plan: exporting and timing shapes", unit="shape",
                     disable=not evaluation.progress, leave=False)
@@ -130,14 +129,13 @@ def _timed(settings: CompressSettings, family, cfg, task, model, ladder: List[Ca
                           device=device, options=options, use_vmap=use_vmap)
 
     speedups: Dict[str, Speedups] = {}  # candidate name -> its speed-ups
-    shares: Dict[tuple, float] = {}
     map_gains: Dict[int, List[float]] = {}
     environment: Dict[str, object] = {}
     with tempfile.TemporaryDirectory(prefix="headprune-plan-") as directory:
         vmap = os.path.join(directory, "vmap.txt")
         vocabulary_map_for(task, ExportSettings.vocabulary_map_candidates, ExportSettings.vocabulary_map_common, vmap)
         reference = os.path.join(directory, "unpruned")
-        _export_shape(engine, family, cfg, task, model, 1.0, quantization, vmap, reference)
+        export_shape(engine, family, cfg, task, model, 1.0, quantization, vmap, reference)
         progress.update(1)
         for number, group in enumerate(groups):
             group_dir = os.path.join(directory, f"group-{number}")
@@ -147,9 +145,7 @@ def _timed(settings: CompressSettings, family, cfg, task, model, ladder: List[Ca
                 dropped = {stack: list(range(depths[stack] - count, depths[stack])) for stack, count in dropped_counts}
                 path = os.path.join(group_dir, f"shape-{index}")
                 with layers_removed(model, dropped):
-                    kept = layer_costs(search_settings, model).cost_of(*_uniform_masks(model, width))
-                    _export_shape(engine, family, cfg, task, model, width, quantization, vmap, path)
-                shares[dropped_counts, width] = kept / full
+                    export_shape(engine, family, cfg, task, model, width, quantization, vmap, path)
                 specs += [spec(candidate.name, path, True, candidate.beam) for candidate in ladder
                           if (candidate.dropped, candidate.width) == (dropped_counts, width)]
                 progress.update(1)
@@ -169,17 +165,36 @@ def _timed(settings: CompressSettings, family, cfg, task, model, ladder: List[Ca
     return planned, map_gain, environment, target_length
 
 
+def flops_shares(settings: CompressSettings, cfg, task, model, shapes) -> Dict[tuple, float]:
+    """Each shape's (``(dropped counts, width)``) decoding FLOPs over the unpruned model's, every kept layer
+    narrowed alike; which layers go does not change it (the last ones of each stack are left out)."""
+    search_settings, costs = search_costs(settings.search_settings(settings.checkpoint, "."), cfg, task, model)
+    full, depths, shares = costs.full_cost(), model_depths(model), {}
+    for dropped_counts, width in shapes:
+        dropped = {stack: list(range(depths[stack] - count, depths[stack])) for stack, count in dropped_counts}
+        with layers_removed(model, dropped):
+            shares[dropped_counts, width] = layer_costs(search_settings, model).cost_of(
+                *_uniform_masks(model, width)) / full
+    return shares
+
+
+def damage_inputs(settings: CompressSettings, family, cfg, task, model):
+    """The sentences a shape's damage is measured on (the Fisher split's, collated once) and the loss measured."""
+    importance = settings.importance
+    samples = collated_samples(task, model, importance.subsets, importance.max_tokens,
+                               None if importance.max_tokens else 64, importance.limit)
+    if not samples:
+        raise StudyError(f"--target speedup: {' '.join(importance.subsets)} holds no sentence to measure on")
+    return samples, family.tuning_loss(cfg, task) or token_nll(task.target_dictionary.pad())
+
+
 def _damages(settings: CompressSettings, family, cfg, task, model, ladder: List[Candidate]
              ) -> Tuple[float, Dict[tuple, float], Dict[str, LayerChoice], int]:
     """Each shape's validation loss over the unpruned model's before fine-tuning (see the module): the unpruned
     model's loss, the damage by (layers, width), the layers chosen by each shape's layer name, and the sentences
     the loss is measured on."""
     importance = settings.importance
-    samples = collated_samples(task, model, importance.subsets, importance.max_tokens,
-                               None if importance.max_tokens else 64, importance.limit)
-    if not samples:
-        raise StudyError(f"--target speedup: {' '.join(importance.subsets)} holds no sentence to measure on")
-    loss = family.tuning_loss(cfg, task) or token_nll(task.target_dictionary.pad())
+    samples, loss = damage_inputs(settings, family, cfg, task, model)
     fisher = family.importance_estimator(cfg, task, model, dataclasses.replace(importance, neurons=True)).estimate(
         None, progress=settings.evaluation.progress, description="plan: Fisher information")
     scores = {**fisher.importance, **(fisher.neuron_importance or {})}
@@ -238,7 +253,7 @@ def _uniform_masks(model, width: float):
     return head_mask, ffn_mask
 
 
-def _export_shape(engine: ExportEngine, family, cfg, task, model, width: float, quantization: str, vmap: str,
+def export_shape(engine: ExportEngine, family, cfg, task, model, width: float, quantization: str, vmap: str,
                   path: str) -> None:
     """The model (its layers as they are now) narrowed uniformly to ``width``, exported with the vocabulary map."""
     try:
@@ -248,7 +263,7 @@ def _export_shape(engine: ExportEngine, family, cfg, task, model, width: float, 
         set_ffn_mask(model, None)
 
 
-def _plan_sentences(task, split: str, batch_sizes) -> Dict[int, Dict[str, list]]:
+def plan_sentences(task, split: str, batch_sizes) -> Dict[int, Dict[str, list]]:
     """The first ``PLAN_SENTENCES`` sources of ``split`` in the dictionary's tokens (an export engine's input), in
     batches of each size."""
     load_split(task, split)

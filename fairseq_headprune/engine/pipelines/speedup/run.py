@@ -3,7 +3,8 @@ least damaged shape fast enough, and keep the BLEU within the tolerance by conti
 off (``study.compression.speedup.search``), every decision on the decision split; then evaluate and time the
 result on the run's own split once.
 
-The run's directory holds ``plan/`` (a stage as ``compress`` writes them: the candidates' measured speed-ups and
+The run's directory holds ``cost/`` (what one unit of each stage's work took here: the estimate printed before
+the plan), ``plan/`` (a stage as ``compress`` writes them: the candidates' measured speed-ups and
 damage), one ``attempt-N/`` per compression tried, each a whole ``compress`` run (decoding-FLOPs target, whole
 layers removed) evaluated and timed on the decision split, and ``result/``: the attempt deployed, its stages
 linked, evaluated and timed on the run's ``--gen-subset``; each resumes as any ``compress`` run does.
@@ -31,12 +32,14 @@ from fairseq_headprune.engine.pipelines.compress_stages import (
 )
 from fairseq_headprune.engine.pipelines.export import deploy_device
 from fairseq_headprune.engine.pipelines.shallow import CHECKPOINT
+from fairseq_headprune.engine.pipelines.speedup.cost import cost_stage
 from fairseq_headprune.engine.pipelines.speedup.halves import write_validation_halves
 from fairseq_headprune.engine.pipelines.speedup.plan import plan_stage
 from fairseq_headprune.errors import StudyError
 from fairseq_headprune.study.compression.records import EvaluationRecord, Prediction, ScoreChange
 from fairseq_headprune.study.compression.settings import STAGES, CompressSettings
 from fairseq_headprune.study.compression.speed import Speedups, compressed_speedup_lows, compressed_speedups
+from fairseq_headprune.study.compression.speedup.cost import ChosenShape, CostProbe, cost_lines, stage_costs
 from fairseq_headprune.study.compression.speedup.records import (
     AttemptRecord,
     FinetuneSummary,
@@ -63,9 +66,10 @@ HALVES_DATA = "data"  # --decision-half: the data directory with the decision sp
 
 @dataclass
 class SpeedupOutcome:
-    """What ``run_speedup`` did: its report, each attempt's compress outcome and the files written."""
+    """What ``run_speedup`` did: its report (None after a dry run), each attempt's compress outcome and the files
+    written."""
 
-    report: SpeedupReport
+    report: Optional[SpeedupReport]
     attempts: List[CompressOutcome] = field(default_factory=list)
     files: List[str] = field(default_factory=list)
 
@@ -73,12 +77,14 @@ class SpeedupOutcome:
 def run_speedup(settings: CompressSettings, on_stage: Optional[StageCallback] = None,
                 on_attempt_start: Optional[Callable[[int, PlannedCandidate, Optional[int]], None]] = None,
                 on_attempt: Optional[Callable[[AttemptRecord], None]] = None,
-                on_warning: Optional[Callable[[str], None]] = None) -> SpeedupOutcome:
+                on_warning: Optional[Callable[[str], None]] = None,
+                on_cost: Optional[Callable[[List[str]], None]] = None, dry_run: bool = False) -> SpeedupOutcome:
     """Plan (or resume the plan), then run the attempts ``SpeedupSearch`` asks for, one compress run each, handing
     it every attempt's result, until it accepts one or gives up. ``on_attempt_start(number, shape, continues)``
     hears each attempt's shape before it runs (``continues``: the attempt whose fine-tuning it continues, or None),
     ``on_attempt(record)`` its record once decided on (what report.json holds), ``on_warning(text)`` a plan whose
-    timings contradict the shapes' order."""
+    timings contradict the shapes' order, ``on_cost(lines)`` the estimate of each stage's cost, before the plan
+    and again once it has chosen a shape; ``dry_run``: stop after the first estimate (no report)."""
     if not os.path.isdir(settings.data):
         raise StudyError(f"data directory not found: {settings.data}")
     if not os.path.isfile(settings.checkpoint):
@@ -90,9 +96,20 @@ def run_speedup(settings: CompressSettings, on_stage: Optional[StageCallback] = 
     if settings.speedup.decision_half:
         stages.run("halves", lambda work: _halves_stage(settings, work))
         settings = _on_halves(settings, stages)
+    if stages.record("plan", PlanRecord) is None:
+        # a measurement no later stage is made from: a stage set of its own, so that it redoes none of them
+        Stages(settings.out_dir, on_stage).run("cost", lambda work: cost_stage(settings, work))
+    probe = stages.record("cost", CostProbe)
+    if on_cost is not None and probe is not None:
+        on_cost(cost_lines(probe, stage_costs(probe)))
+    if dry_run:
+        return SpeedupOutcome(None)
     stages.run("plan", lambda work: plan_stage(settings, work))
     plan = stages.record("plan", PlanRecord)
     planned = plan.candidates
+    if on_cost is not None and probe is not None and plan.chosen is not None:
+        chosen = ChosenShape(planned[plan.chosen].flops_share, planned[plan.chosen].speedups.slowest)
+        on_cost(cost_lines(probe, stage_costs(probe, chosen), chosen))
     if plan.chosen is None:  # the table is kept: a user sees how near the fastest shape came
         path = os.path.join(settings.out_dir, REPORT_MARKDOWN)
         why = unreached_text(planned, settings.target.factor)

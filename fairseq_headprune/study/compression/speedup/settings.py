@@ -21,7 +21,7 @@ SPEEDUP_LR_SHARE = 0.5
 # model's (room for the difference between validation and test)
 STOP_SHARE_OF_TOLERANCE = 0.5
 # the stages of a speed-up run's own directory, in order (each attempt and the result are compress runs of their own)
-SPEEDUP_STAGES = ("halves", "plan")
+SPEEDUP_STAGES = ("halves", "cost", "plan")
 OPTION_PREFIX = "with --target speedup: "  # every option's help starts so: it does nothing with another target
 
 
