@@ -39,11 +39,14 @@ class Stages:
         with open(path, encoding="utf-8") as stream:
             return record_type.from_dict(json.load(stream))
 
-    def run(self, stage: str, build: Callable[[str], StageRecord], resumable: bool = False) -> None:
+    def run(self, stage: str, build: Callable[[str], StageRecord], resumable: bool = False,
+            feeds_later: bool = True) -> None:
         """``build(work_dir)`` returns the stage's record; ``resumable``: a partial directory is kept (sweeps,
         fine-tuning).
 
-        Once a stage has run, the stages after it run again too: what they hold was made from what it replaced.
+        Once a stage has run, the stages after it run again too: what they hold was made from what it replaced;
+        ``feeds_later=False``: a measurement no later stage is made from (the speed-up run's cost), which redoes
+        none of them.
         """
         redone = "ran" in self.status.values()
         if os.path.isfile(self.path(stage, STAGE_RECORD)) and not redone:
@@ -66,7 +69,7 @@ class Stages:
         if os.path.isdir(self.path(stage)):
             shutil.rmtree(self.path(stage))  # made from an earlier stage's outputs that were just replaced
         os.replace(work, self.path(stage))
-        self.status[stage] = "ran"
+        self.status[stage] = "ran" if feeds_later else "measured"
         self._tell(stage, "ran", seconds)
 
     def _tell(self, stage, status, seconds) -> None:

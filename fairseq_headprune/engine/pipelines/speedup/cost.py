@@ -24,6 +24,7 @@ from fairseq_headprune.engine.pipelines.speedup.plan import (
     damage_inputs,
     export_shape,
     flops_shares,
+    plan_ladder,
     plan_sentences,
 )
 from fairseq_headprune.engine.runners.batches import collated_samples, load_split, split_mean_lengths
@@ -34,7 +35,7 @@ from fairseq_headprune.study.compression.decoding import DecodingOptions
 from fairseq_headprune.study.compression.deployment_settings import ExportSettings
 from fairseq_headprune.study.compression.settings import CompressSettings
 from fairseq_headprune.study.compression.speedup.cost import CostProbe, layer_choice_passes
-from fairseq_headprune.study.compression.speedup.shapes import SMALLER_BEAMS, candidate_ladder
+from fairseq_headprune.study.compression.speedup.shapes import ladder_shapes
 
 DECODED_SENTENCES = 32  # sentences of the decision split fairseq translates to measure its rate
 PROBE_UPDATES = 3  # fine-tune updates timed beyond the first (the first carries the start's cost)
@@ -48,9 +49,8 @@ def cost_stage(settings: CompressSettings, work: str) -> CostProbe:
     cfg, task, model = family.load(settings.data, settings.checkpoint, evaluation.generation_args, cpu=True)
     beam = int(cfg.generation.beam)
     depths = model_depths(model)
-    smaller = [b for b in SMALLER_BEAMS if b < beam] if settings.speedup.allow_beam else []
-    ladder = candidate_ladder(depths, beams=smaller)
-    shapes = list(dict.fromkeys((candidate.dropped, candidate.width) for candidate in ladder))
+    ladder = plan_ladder(settings, cfg, model)
+    shapes = ladder_shapes(ladder)
     shares = flops_shares(settings, cfg, task, model, shapes)
     beams = {str(index): [(c.beam or beam) / beam for c in ladder if (c.dropped, c.width) == shape]
              for index, shape in enumerate(shapes)}
@@ -122,8 +122,9 @@ def _probe_decoding(settings: CompressSettings, cfg, task, model, probe: CostPro
 
 def _probe_finetune(settings: CompressSettings, work: str, probe: CostProbe) -> None:
     """Two short fine-tunes of the unpruned model as an attempt's fine-tune makes them (its criterion, batch and
-    precision; the teacher for --distill word), of 1 and ``1 + PROBE_UPDATES`` updates: their difference is what
-    ``PROBE_UPDATES`` updates cost, the rest what starting and ending one costs."""
+    precision; the teacher for --distill word), of 1 and ``1 + PROBE_UPDATES`` updates (up to ``1 +
+    MAX_PROBE_UPDATES`` where they are too fast to tell from the start): their difference is what those updates
+    cost, the rest what starting and ending one costs."""
     finetune, until = settings.finetune, settings.finetune.until
     teacher = settings.checkpoint if settings.distill == "word" else None
     start_checkpoint = os.path.join(work, "start.pt")

@@ -49,6 +49,7 @@ from fairseq_headprune.study.compression.speedup.shapes import (
     Candidate,
     PlannedCandidate,
     candidate_ladder,
+    ladder_shapes,
     out_of_order,
 )
 from fairseq_headprune.study.masks.layer_drop import LayerChoice, kept_layers
@@ -72,9 +73,7 @@ def plan_stage(settings: CompressSettings, work: str) -> PlanRecord:
     cfg, task, model = family.load(settings.data, settings.checkpoint, evaluation.generation_args, cpu=True)
     split = settings.importance.subsets[0]
     beam = int(cfg.generation.beam)
-    depths = model_depths(model)
-    smaller = [b for b in SMALLER_BEAMS if b < beam] if settings.speedup.allow_beam else []
-    ladder = candidate_ladder(depths, beams=smaller)
+    ladder = plan_ladder(settings, cfg, model)
     base_loss, damages, choices, sentences = _damages(settings, family, cfg, task, model, ladder)
     planned, map_gain, environment, target_length = _timed(settings, family, cfg, task, model, ladder, split, beam)
     for candidate in planned:
@@ -117,7 +116,7 @@ def _timed(settings: CompressSettings, family, cfg, task, model, ladder: List[Ca
     depths = model_depths(model)
     threads, device = torch.get_num_threads(), deployment.device
     sentences = plan_sentences(task, split, deployment.batch_sizes)
-    shapes = list(dict.fromkeys((candidate.dropped, candidate.width) for candidate in ladder))
+    shapes = ladder_shapes(ladder)
     shares = flops_shares(settings, cfg, task, model, shapes)
     groups = [shapes[i:i + PLAN_GROUP] for i in range(0, len(shapes), PLAN_GROUP)]
     progress = tqdm(total=len(shapes) + 1, desc="plan: exporting and timing shapes", unit="shape",
@@ -165,6 +164,14 @@ def _timed(settings: CompressSettings, family, cfg, task, model, ladder: List[Ca
     return planned, map_gain, environment, target_length
 
 
+def plan_ladder(settings: CompressSettings, cfg, model) -> List[Candidate]:
+    """The shapes the plan times (``candidate_ladder``): at the run's beam, and with --allow-beam at the smaller
+    beams too."""
+    beam = int(cfg.generation.beam)
+    smaller = [b for b in SMALLER_BEAMS if b < beam] if settings.speedup.allow_beam else []
+    return candidate_ladder(model_depths(model), beams=smaller)
+
+
 def flops_shares(settings: CompressSettings, cfg, task, model, shapes) -> Dict[tuple, float]:
     """Each shape's (``(dropped counts, width)``) decoding FLOPs over the unpruned model's, every kept layer
     narrowed alike; which layers go does not change it (the last ones of each stack are left out)."""
@@ -202,7 +209,7 @@ def _damages(settings: CompressSettings, family, cfg, task, model, ladder: List[
     cache: dict = {}
     choices: Dict[str, LayerChoice] = {}
     damages: Dict[tuple, float] = {}
-    shapes = list(dict.fromkeys((c.dropped, c.width) for c in ladder))
+    shapes = ladder_shapes(ladder)
     progress = tqdm(total=len(shapes), desc="plan: damage of each shape", unit="shape",
                     disable=not settings.evaluation.progress, leave=False)
     base_loss = None

@@ -96,9 +96,8 @@ def run_speedup(settings: CompressSettings, on_stage: Optional[StageCallback] = 
     if settings.speedup.decision_half:
         stages.run("halves", lambda work: _halves_stage(settings, work))
         settings = _on_halves(settings, stages)
-    if stages.record("plan", PlanRecord) is None:
-        # a measurement no later stage is made from: a stage set of its own, so that it redoes none of them
-        Stages(settings.out_dir, on_stage).run("cost", lambda work: cost_stage(settings, work))
+    if stages.record("plan", PlanRecord) is None:  # a run past its plan measures nothing more
+        stages.run("cost", lambda work: cost_stage(settings, work), feeds_later=False)
     probe = stages.record("cost", CostProbe)
     if on_cost is not None and probe is not None:
         on_cost(cost_lines(probe, stage_costs(probe)))

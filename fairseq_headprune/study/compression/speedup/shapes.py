@@ -120,6 +120,12 @@ def candidate_ladder(depths: Mapping[str, int], widths: Sequence[float] = WIDTH_
     return ladder
 
 
+def ladder_shapes(ladder: Sequence[Candidate]) -> List[Tuple[Tuple[Tuple[str, int], ...], float]]:
+    """The distinct shapes (layers removed, width) of a ladder, in its order: what is exported and timed once,
+    whatever beams its candidates decode at."""
+    return list(dict.fromkeys((candidate.dropped, candidate.width) for candidate in ladder))
+
+
 @dataclass
 class PlannedCandidate:
     """A candidate with what the plan found: its decoding-FLOPs share of the unpruned model's layers, its
