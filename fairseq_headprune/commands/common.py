@@ -113,6 +113,17 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     add_device_arguments(parser)
 
 
+def add_finetune_processes(group) -> None:
+    """--finetune-processes, for the commands that fine-tune (``FinetuneSettings.processes``)."""
+    group.add_argument(
+        "--finetune-processes", type=int, default=1, metavar="N",
+        help="train each fine-tuning on N data-parallel processes of this machine through fairseq's distributed "
+        "training (on a GPU one per GPU, NCCL; on the CPU N processes sharing its threads, gloo), every update "
+        "seeing the batches one process accumulates: each process accumulates ceil(F / N) of the checkpoint's F "
+        "(--update-freq); the other stages run in this process. Like the device, not part of the run's settings, "
+        "so a resumed run may use another N (default 1)")
+
+
 def add_device_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cpu", action="store_true", help="run on the CPU even if a GPU is present")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")

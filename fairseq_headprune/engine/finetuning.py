@@ -13,8 +13,10 @@ chose is the one that trains, and the trained checkpoint records its masks
 and shrinks like any masked one. What changes from the saved configuration:
 the data and the task, ``--max-update N`` with no epoch limit, a constant
 learning rate after a linear warm-up (``FinetuneSettings``), no validation,
-one process, the optimizer, scheduler, meters and data loader reset
-(``--finetune-from-model``).
+one process or ``FinetuneSettings.processes`` of this machine
+(``training_processes``: fairseq's data-parallel training, each update seeing
+as many batches as in one process), the optimizer, scheduler, meters and data
+loader reset (``--finetune-from-model``).
 
 Fine-tuning until it is enough (``FinetuneStop``) turns fairseq's own
 validation on instead: ``--eval-bleu`` on the stop's split every interval,
@@ -27,13 +29,14 @@ recovery curve, ``CURVE_FILE``) and stop once the target is reached.
 
 import contextlib
 import dataclasses
+import functools
 import glob
 import json
 import os
 import shutil
 import time
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import ContextManager, Dict, Iterator, List, Optional, Tuple
 
 import torch
 from fairseq import checkpoint_utils
@@ -55,6 +58,7 @@ from fairseq_headprune.engine.checkpoints.info import (
     state_head_layout,
 )
 from fairseq_headprune.engine.checkpoints.state_dict import fold_tuning_into_state
+from fairseq_headprune.engine.training_processes import check_processes, set_processes, train_on_processes
 from fairseq_headprune.errors import CheckpointError, StudyError, first_line, library_errors_as
 from fairseq_headprune.modules.model_config import FFN_MASK_KEY, HEAD_MASK_KEY, config_value, record_config_value
 from fairseq_headprune.registry import register_components
@@ -101,6 +105,8 @@ class FinetuneOutcome:
     kept_updates: Optional[int] = None
     device: str = "cpu"  # where it trained
     precision: str = "float32"  # what it trained in: float32 on a CPU; on a GPU as FinetuneSettings.precision chose
+    processes: int = 1  # data-parallel processes (FinetuneSettings.processes)
+    update_freq: int = 1  # the batches each process accumulated per update
 
 
 def training_precision(cfg) -> str:
@@ -120,11 +126,13 @@ def _precision_here(requested: str, checkpoint_precision: str, cpu: bool) -> str
     return finetune_precision(requested, checkpoint_precision, on_gpu, on_gpu and torch.cuda.is_bf16_supported())
 
 
-def check_finetune_precision(settings: FinetuneSettings, cpu: bool) -> None:
-    """The fine-tune's precision checked against this machine where a run starts (run_compress, run_speedup), so
-    that a precision the device cannot train in is refused before any stage runs."""
+def check_finetune_here(settings: FinetuneSettings, cpu: bool) -> None:
+    """The fine-tune's precision and processes checked against this machine where a run starts (run_compress,
+    run_speedup), so that a precision the device cannot train in, or more GPU processes than GPUs, is refused
+    before any stage runs."""
     if settings.enabled:
         _precision_here(settings.precision, FLOAT32, cpu)
+        check_processes(settings.processes, cpu or not torch.cuda.is_available())
 
 
 def write_masked_start(checkpoint: str, out: str, head_mask: Optional[HeadMask], ffn_mask: Optional[FfnMask],
@@ -216,10 +224,7 @@ def training_config(start: str, data: str, save_dir: str, family: str, settings:
         if cpu or settings.precision != CHECKPOINT_PRECISION:  # else its own flags as they are (--amp too)
             common.memory_efficient_fp16 = common.memory_efficient_bf16 = common.amp = False
             common.fp16, common.bf16 = precision == FLOAT16, precision == BFLOAT16
-        distributed = cfg.distributed_training
-        distributed.distributed_world_size, distributed.distributed_num_procs, distributed.nprocs_per_node = 1, 1, 1
-        distributed.distributed_rank, distributed.device_id, distributed.distributed_init_method = 0, 0, None
-        distributed.ddp_backend = "pytorch_ddp"
+    set_processes(cfg, settings.processes, cpu)
     return cfg, lr, warmup
 
 
@@ -241,11 +246,12 @@ def _validate_until_enough(cfg, until: FinetuneStop, interval: int) -> None:
 
 
 @contextlib.contextmanager
-def validation_hooks(until: FinetuneStop, save_dir: str) -> Iterator[List[Dict[str, float]]]:
+def validation_hooks(until: FinetuneStop, save_dir: str, record: bool = True) -> Iterator[List[Dict[str, float]]]:
     """Hooks on fairseq-train's loop for fine-tuning until enough, taken off when the run ends: each validation is
-    appended to the curve (yielded, and kept in ``save_dir/CURVE_FILE``), and the stop check also stops once the
-    target is reached. fairseq keeps its --patience state and its best score on two functions of its own; a run
-    that resumes gets them from the curve and the checkpoint it resumes from, a new run starts them afresh."""
+    appended to the curve (yielded, and kept in ``save_dir/CURVE_FILE`` where ``record``: on one of several
+    processes, whose validations are the same), and the stop check also stops once the target is reached. fairseq
+    keeps its --patience state and its best score on two functions of its own; a run that resumes gets them from
+    the curve and the checkpoint it resumes from, a new run starts them afresh."""
     curve_file = os.path.join(save_dir, CURVE_FILE)
     last = os.path.join(save_dir, "checkpoint_last.pt")
     resumed = _updates_of(last) if os.path.isfile(last) else None
@@ -261,7 +267,8 @@ def validation_hooks(until: FinetuneStop, save_dir: str) -> Iterator[List[Dict[s
         # fairseq's BLEU is a numpy scalar: as a float, the best score it saves in its checkpoints loads anywhere
         losses = [None if loss is None else float(loss) for loss in validate(cfg, trainer, task, epoch_itr, subsets)]
         curve.append({"updates": trainer.get_num_updates(), "bleu": losses[0]})
-        write_json(curve, curve_file)
+        if record:
+            write_json(curve, curve_file)
         return losses
 
     def stopping(cfg, valid_loss) -> bool:
@@ -277,6 +284,22 @@ def validation_hooks(until: FinetuneStop, save_dir: str) -> Iterator[List[Dict[s
         yield curve
     finally:
         train.validate, train.should_stop_early = validate, should_stop_early
+
+
+def _rank_context(until: Optional[FinetuneStop], save_dir: str, rank: int) -> ContextManager:
+    """What each process of a fine-tune trains inside: the validation hooks of a fine-tune until enough (the curve
+    written by the first process), nothing otherwise."""
+    return validation_hooks(until, save_dir, record=rank == 0) if until is not None else contextlib.nullcontext()
+
+
+def _recorded_curve(save_dir: str, updates: int) -> List[Dict[str, float]]:
+    """The validations a fine-tune until enough recorded, up to the ``updates`` its last checkpoint holds (those
+    after it, by a process killed before its next save, were lost and done again)."""
+    path = os.path.join(save_dir, CURVE_FILE)
+    if not os.path.isfile(path):
+        return []
+    with open(path, encoding="utf-8") as stream:
+        return [point for point in json.load(stream) if point["updates"] <= updates]
 
 
 def _trained_to_the_end(save_dir: str, max_update: int) -> bool:
@@ -396,17 +419,23 @@ def finetune_held(start: str, data: str, save_dir: str, family: str, settings: F
         return StudyError(f"--finetune-updates: fairseq-train failed: {first_line(error)}")
 
     until = settings.until
-    with library_errors_as(failed), (validation_hooks(until, save_dir) if until is not None
-                                     else contextlib.nullcontext([])) as curve:
-        if not _trained_to_the_end(save_dir, cfg.optimization.max_update):
-            train.main(cfg)
+    with library_errors_as(failed):
+        if _trained_to_the_end(save_dir, cfg.optimization.max_update):
+            pass
+        elif settings.processes > 1:
+            train_on_processes(cfg, functools.partial(_rank_context, until, save_dir))
+        else:
+            with _rank_context(until, save_dir, 0):
+                train.main(cfg)
     seconds = earlier + time.perf_counter() - began
     trained = os.path.join(save_dir, "checkpoint_last.pt")
     if not os.path.isfile(trained):
         raise StudyError(f"--finetune-updates: fairseq-train wrote no checkpoint in {save_dir}")
     updates = _updates_of(trained)
+    curve = _recorded_curve(save_dir, updates) if until is not None else []
     outcome = FinetuneOutcome(trained, updates, seconds, lr, warmup, str(cfg.dataset.train_subset),
-                              device="cpu" if cfg.common.cpu else "cuda", precision=training_precision(cfg))
+                              device="cpu" if cfg.common.cpu else "cuda", precision=training_precision(cfg),
+                              processes=settings.processes, update_freq=int(cfg.optimization.update_freq[0]))
     if until is not None and curve:  # the best checkpoint on validation is the fine-tune's result
         scores = [point["bleu"] for point in curve]
         outcome.curve, outcome.stopped = list(curve), stop_reason(curve, until, updates, settings.updates)

@@ -128,6 +128,9 @@ class FinetuneSettings:
     # how the arithmetic runs, like the device (not part of a run's identity): FINETUNE_PRECISIONS
     precision: str = CHECKPOINT_PRECISION
     seed: Optional[int] = None  # fairseq's --seed for the fine-tune (batches' order, dropout); None: the checkpoint's
+    # data-parallel processes it trains on (fairseq's distributed training on this machine), each update seeing the
+    # batches one process would accumulate; like the device, not part of a run's identity
+    processes: int = 1
 
     def __post_init__(self):
         if self.updates < 0 or self.epochs < 0:
@@ -145,6 +148,7 @@ class FinetuneSettings:
                f"{self.lr_share:g}")
         refuse(self.seed is not None and not 0 <= self.seed < MAX_SEED,
                f"--finetune-seed must be from 0 to {MAX_SEED - 1}, got {self.seed}")
+        refuse(self.processes < 1, f"--finetune-processes must be at least 1, got {self.processes}")
         refuse(self.seed is not None and not self.enabled,
                "--finetune-seed goes with --finetune-updates/--finetune-epochs N")
 

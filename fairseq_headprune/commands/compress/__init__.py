@@ -7,6 +7,7 @@ from typing import Optional
 
 from fairseq_headprune.commands.common import (
     add_device_arguments,
+    add_finetune_processes,
     add_importance_arguments,
     add_test_arguments,
     add_tuning_arguments,
@@ -133,7 +134,8 @@ def _finetune_settings(args: argparse.Namespace, speedup: Optional[SpeedupSettin
                              minutes=args.finetune_minutes)
     return FinetuneSettings(updates, args.finetune_lr, args.finetune_warmup, until=until,
                             lr_share=SPEEDUP_LR_SHARE if speedup is not None else FINETUNE_LR_SHARE,
-                            precision=args.finetune_precision, seed=args.finetune_seed)
+                            precision=args.finetune_precision, seed=args.finetune_seed,
+                            processes=args.finetune_processes)
 
 
 def command_compress(args: argparse.Namespace) -> int:
@@ -268,6 +270,7 @@ def _add_model_arguments(parser) -> None:
                           "without), or one named. On the CPU fairseq trains in float32 only. Stated in the report; "
                           "like the device, not part of the run's settings, so a resumed run goes on in what it is "
                           "given (default: checkpoint)")
+    add_finetune_processes(finetune)
     finetune.add_argument("--finetune-seed", type=int, metavar="SEED",
                           help="fairseq's --seed for the fine-tuning: the order of its batches and its dropout "
                           "(default: the checkpoint's own)")

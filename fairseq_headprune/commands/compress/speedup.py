@@ -35,8 +35,8 @@ def _attempt_printer(max_bleu_loss: float):
         print(f"attempt {record.attempt}\t{score.metric} {score.delta:+.2f} on {score.split} "
               f"(tolerance -{max_bleu_loss:g})"
               + (f" after {finetune.updates} updates ({finetune.stopped})" if finetune.stopped else "")
-              + (" " + trained_where(finetune.device, finetune.precision)
-                 if finetune.device not in ("", "cpu") else "")
+              + (" " + trained_where(finetune.device, finetune.precision, finetune.processes)
+                 if finetune.device not in ("", "cpu") or finetune.processes > 1 else "")
               + f", {record.speedups.text(lows=record.speedup_lows)} like for like: {record.decision}", flush=True)
     return print_attempt
 

@@ -42,7 +42,7 @@ from fairseq_headprune.engine.compression.deployment import time_compute_types
 from fairseq_headprune.engine.export.engines import export_engine
 from fairseq_headprune.engine.families import family_named
 from fairseq_headprune.engine.finetuning import (
-    check_finetune_precision,
+    check_finetune_here,
     finetune_held,
     resume_point,
     with_resume_points,
@@ -117,7 +117,7 @@ def run_compress(settings: CompressSettings, on_stage: Optional[StageCallback] =
         raise StudyError(f"--latency-table file not found: {settings.latency_table}")
     engine = None if settings.export_format is None else export_engine(settings.export_format)
     device = deploy_device(settings.deployment.device, engine)
-    check_finetune_precision(settings.finetune, settings.evaluation.cpu)
+    check_finetune_here(settings.finetune, settings.evaluation.cpu)
     if engine is not None and settings.quantization != AUTO_QUANTIZATION:
         check_quantization(settings.quantization, settings.evaluation.cpu, engine, device)
     if settings.drop_layers:
@@ -284,7 +284,8 @@ def _finetune(settings: CompressSettings, stages: Stages, work: str) -> Finetune
         until=None if until is None else {**until.to_dict(), "ceiling": settings.finetune.updates,
                                           "interval": until.validation_interval(settings.finetune.updates)},
         curve=outcome.curve, stopped=outcome.stopped, kept_updates=outcome.kept_updates,
-        device=outcome.device, precision=outcome.precision, lr=outcome.lr, warmup_updates=outcome.warmup,
+        device=outcome.device, precision=outcome.precision, processes=outcome.processes,
+        update_freq=outcome.update_freq, lr=outcome.lr, warmup_updates=outcome.warmup,
         lr_schedule="fixed after a linear warm-up",
         train_subset=outcome.train_subset, targets="distilled" if data != settings.data else "references",
         word_distillation=None if teacher is None else {"teacher": os.path.abspath(teacher),

@@ -24,9 +24,11 @@ Record = TypeVar("Record", bound="StageRecord")
 DEVICE_WORDS = {"cpu": "CPU", "cuda": "GPU"}  # where a fine-tune ran, as reports and consoles say it
 
 
-def trained_where(device: str, precision: str) -> str:
-    """Where and in what a fine-tune trained, as the report and the console say it: "on the GPU in bfloat16"."""
-    return f"on the {DEVICE_WORDS.get(device, device)} in {precision}"
+def trained_where(device: str, precision: str, processes: int = 1) -> str:
+    """Where and in what a fine-tune trained, as the report and the console say it: "on the GPU in bfloat16",
+    "on 2 CPU processes in float32"."""
+    where = DEVICE_WORDS.get(device, device)
+    return f"on {f'{processes} {where} processes' if processes > 1 else f'the {where}'} in {precision}"
 
 
 @dataclass
@@ -216,6 +218,8 @@ class FinetuneStageRecord(StageRecord):
     kept_updates: Optional[int] = None
     device: str = ""  # where it trained (cpu, cuda; empty in records written before it was recorded)
     precision: str = ""  # what it trained in (float32 on a CPU; on a GPU as --finetune-precision chose)
+    processes: int = 1  # the data-parallel processes it trained on (--finetune-processes)
+    update_freq: int = 0  # the batches each of them accumulated per update (0: not recorded)
 
 
 @dataclass

@@ -64,7 +64,8 @@ def _pruned_lines(report: CompressReport) -> List[str]:
                  else "the original weights with the pruned units masked (no tuning)")
         lines.append(f"- **Fine-tuning** with the pruned units held at zero: {finetune.updates} updates on "
                      f"{finetune.train_subset} in {finetune.seconds_training:.1f} s"
-                     + (" " + trained_where(finetune.device, finetune.precision) if finetune.device else "")
+                     + (" " + trained_where(finetune.device, finetune.precision, finetune.processes)
+                        if finetune.device else "")
                      + ", learning rate "
                      f"{finetune.lr:g} ({finetune.lr_schedule}, {finetune.warmup_updates} warm-up "
                      f"updates), from {start}"

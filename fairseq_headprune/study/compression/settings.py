@@ -286,7 +286,8 @@ class CompressSettings:
         """The fine-tuning's settings, the stop rule, the learning-rate share and the seed only where they are not
         the defaults of a fixed-length fine-tune (an older run's identity is unchanged)."""
         identity = dataclasses.asdict(self.finetune)
-        del identity["precision"]  # how the arithmetic runs, like the device: each fine-tune's record states it
+        # how the arithmetic runs, like the device: each fine-tune's record states it
+        del identity["precision"], identity["processes"]
         if identity["until"] is None:
             del identity["until"]
         if identity["lr_share"] == FINETUNE_LR_SHARE:

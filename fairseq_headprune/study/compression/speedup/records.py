@@ -103,20 +103,22 @@ class FinetuneSummary:
     kept_updates: Optional[int] = None
     curve: List[Dict[str, Any]] = field(default_factory=list)
     seconds: Optional[float] = None  # its training time; None in reports written before it was recorded
-    device: str = ""  # where it trained (cpu, cuda), and in what precision
+    device: str = ""  # where it trained (cpu, cuda), in what precision, on how many processes
     precision: str = ""
+    processes: int = 1
 
     def to_dict(self) -> Dict[str, Any]:
         return {"updates": self.updates, "stopped": self.stopped, "kept_updates": self.kept_updates,
                 "curve": [dict(point) for point in self.curve],
                 **({"seconds": self.seconds, "device": self.device, "precision": self.precision}
-                   if self.seconds is not None else {})}
+                   if self.seconds is not None else {}),
+                **({"processes": self.processes} if self.processes > 1 else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "FinetuneSummary":
         return cls(int(data.get("updates", 0)), data.get("stopped"), data.get("kept_updates"),
                    list(data.get("curve", [])), data.get("seconds"), str(data.get("device", "")),
-                   str(data.get("precision", "")))
+                   str(data.get("precision", "")), int(data.get("processes", 1)))
 
 
 @dataclass

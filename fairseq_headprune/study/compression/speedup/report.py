@@ -18,7 +18,8 @@ def _finetuning(attempt: AttemptRecord) -> str:
     finetune = attempt.finetune
     text = f"{finetune.updates} updates"
     if finetune.seconds is not None:
-        text += f" in {finetune.seconds / 60:.1f} min {trained_where(finetune.device, finetune.precision)}"
+        where = trained_where(finetune.device, finetune.precision, finetune.processes)
+        text += f" in {finetune.seconds / 60:.1f} min {where}"
     if finetune.stopped:
         text += f", stopped: {finetune.stopped}"
     if finetune.kept_updates is not None and finetune.kept_updates != finetune.updates:
