@@ -157,7 +157,7 @@ def test_the_tables_draws_leave_the_hand_given_levels_and_their_masks_as_they_we
     given by hand keep their draws and masks (a finished run's configurations are found again) and take the table's
     place; the others get one draw each."""
     from fairseq_headprune.study.budhraja.configurations import requested_budgets
-    from fairseq_headprune.study.finetuning import FinetuneSettings
+    from fairseq_headprune.study.finetune.settings import FinetuneSettings
     from fairseq_headprune.study.pruning.settings import PruneSettings
     from fairseq_headprune.study.settings import SweepSettings
 
@@ -253,7 +253,7 @@ def test_compensation_equals_a_direct_per_head_computation():
 
 
 def test_finetuning_settings_name_the_option_to_correct(tmp_path):
-    from fairseq_headprune.study.finetuning import FinetuneSettings
+    from fairseq_headprune.study.finetune.settings import FinetuneSettings
     from fairseq_headprune.study.pruning.settings import PruneSettings
     from fairseq_headprune.study.settings import SweepSettings
 

@@ -273,8 +273,9 @@ def test_each_random_draw_is_fine_tuned_under_its_own_seed(tiny_model, tmp_path)
     """Budhraja et al. sample and fine-tune each of their draws anew, so draw d of a random level trains under the
     seed + d - 1 (its batches' order and dropout vary with its mask); draw 1 and the control share the seed.
     Reference: draw 2's mask fine-tuned directly (``finetune_held``, in this process) under that seed."""
-    from fairseq_headprune.engine.finetuning import finetune_held, with_resume_points, write_masked_start
-    from fairseq_headprune.study.finetuning import FinetuneSettings
+    from fairseq_headprune.engine.finetune.held import finetune_held, write_masked_start
+    from fairseq_headprune.engine.finetune.resume import with_resume_points
+    from fairseq_headprune.study.finetune.settings import FinetuneSettings
 
     own_seed = training_history(str(tiny_model["checkpoint"])).seed
     out_dir = tmp_path / "draws"

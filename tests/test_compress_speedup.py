@@ -41,7 +41,7 @@ from fairseq_headprune.study.compression.speedup.shapes import (
     candidate_ladder,
     out_of_order,
 )
-from fairseq_headprune.study.finetuning import UPDATE_CEILING
+from fairseq_headprune.study.finetune.settings import UPDATE_CEILING
 
 from conftest import kill_once_written, run, run_in_process
 

@@ -106,8 +106,9 @@ def test_validating_until_enough_and_resuming_leave_the_training_as_it_was(tiny_
     save to save (less the start checkpoint's, which carries the unpruned model's training)."""
     import time
 
-    from fairseq_headprune.engine.finetuning import CURVE_FILE, finetune_held, with_resume_points, write_masked_start
-    from fairseq_headprune.study.finetuning import FinetuneSettings, FinetuneStop
+    from fairseq_headprune.engine.finetune.held import CURVE_FILE, finetune_held, write_masked_start
+    from fairseq_headprune.engine.finetune.resume import with_resume_points
+    from fairseq_headprune.study.finetune.settings import FinetuneSettings, FinetuneStop
     from fairseq_headprune.study.masks.head_mask import parse_head_mask
 
     start = tmp_path / "start.pt"
@@ -137,8 +138,9 @@ def test_a_finetune_trained_in_parts_across_epochs_trains_the_weights_of_one_run
     curve's parts, do), a fine-tune trains the same weights as in one call. fairseq composes the batches from the
     epoch its iterator is built at; the task builds them as at the first epoch, where the uninterrupted run built
     them."""
-    from fairseq_headprune.engine.finetuning import finetune_held, with_resume_points, write_masked_start
-    from fairseq_headprune.study.finetuning import FinetuneSettings
+    from fairseq_headprune.engine.finetune.held import finetune_held, write_masked_start
+    from fairseq_headprune.engine.finetune.resume import with_resume_points
+    from fairseq_headprune.study.finetune.settings import FinetuneSettings
     from fairseq_headprune.study.masks.head_mask import parse_head_mask
 
     start = tmp_path / "start.pt"

@@ -16,7 +16,7 @@ MASK = "E:1:1-2 A:2:keep=3"
 def _start(tiny_model, path, update_freq):
     """The tiny model without dropout (so that a batch trains alike whichever process draws it) accumulating
     ``update_freq`` batches per update, its heads ``MASK`` masked: a fine-tune's start."""
-    from fairseq_headprune.engine.finetuning import write_masked_start
+    from fairseq_headprune.engine.finetune.held import write_masked_start
     from fairseq_headprune.study.masks.head_mask import parse_head_mask
 
     state = torch.load(tiny_model["checkpoint"], map_location="cpu")
@@ -33,8 +33,9 @@ def _start(tiny_model, path, update_freq):
 
 def _finetune(tiny_model, start, save_dir, processes):
     """8 updates validated on valid after 4 and 8 (as ``compress --target speedup`` fine-tunes: the best kept)."""
-    from fairseq_headprune.engine.finetuning import finetune_held, with_resume_points
-    from fairseq_headprune.study.finetuning import FinetuneSettings, FinetuneStop
+    from fairseq_headprune.engine.finetune.held import finetune_held
+    from fairseq_headprune.engine.finetune.resume import with_resume_points
+    from fairseq_headprune.study.finetune.settings import FinetuneSettings, FinetuneStop
 
     until = FinetuneStop(subset="valid", interval=4, generation={"beam": 2})
     settings = with_resume_points(FinetuneSettings(updates=8, lr=0.001, until=until, processes=processes))
@@ -97,7 +98,7 @@ def test_a_killed_two_process_finetune_resumes_to_the_uninterrupted_weights(tiny
     """Killed (both processes) once it has saved its resume point after 4 of 8 updates, then run again: it
     continues from there and ends with the validations and the weights of the uninterrupted 2-process run, bit
     for bit."""
-    from fairseq_headprune.engine.finetuning import resume_point
+    from fairseq_headprune.engine.finetune.resume import resume_point
 
     save_dir = tmp_path / "killed"
     script = tmp_path / "resumable.py"

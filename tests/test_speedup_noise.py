@@ -19,7 +19,7 @@ from fairseq_headprune.study.compression.speed import (
 from fairseq_headprune.study.compression.speedup.rules import ACCEPT, PRUNE_MORE, AttemptResult
 from fairseq_headprune.study.compression.speedup.search import SpeedupSearch
 from fairseq_headprune.study.compression.speedup.shapes import Candidate, PlannedCandidate
-from fairseq_headprune.study.finetuning import REACHED
+from fairseq_headprune.study.finetune.settings import REACHED
 
 
 @pytest.mark.parametrize("rounds", range(1, 21))

@@ -34,7 +34,7 @@ from fairseq_headprune.study.compression.speedup.shapes import (
     speed_breakdown,
 )
 from fairseq_headprune.study.compression.target import parse_target
-from fairseq_headprune.study.finetuning import (
+from fairseq_headprune.study.finetune.settings import (
     PLATEAU,
     REACHED,
     TIME_CEILING,

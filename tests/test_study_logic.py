@@ -321,7 +321,7 @@ def test_only_a_cut_save_counts_as_cut(tmp_path):
 
     import torch
 
-    from fairseq_headprune.engine.finetuning import cut_file, resume_point
+    from fairseq_headprune.engine.finetune.resume import cut_file, resume_point
 
     train = tmp_path / "train"
     train.mkdir()

@@ -32,6 +32,7 @@ from fairseq_headprune.constants import (
     TRANSLATION_FAMILY,
     TUNE_LAYERS,
 )
+from fairseq_headprune.study.finetune.memory import HEADROOM
 from fairseq_headprune.study.pruning.settings import CurveSettings
 from fairseq_headprune.study.search.settings import TuningSettings
 from fairseq_headprune.study.settings import DETOKENIZERS, ImportanceSettings, SweepSettings, parse_choices
@@ -113,8 +114,8 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     add_device_arguments(parser)
 
 
-def add_finetune_processes(group) -> None:
-    """--finetune-processes, for the commands that fine-tune (``FinetuneSettings.processes``)."""
+def add_finetune_resources(group) -> None:
+    """--finetune-processes and --finetune-memory, for the commands that fine-tune (``FinetuneSettings``)."""
     group.add_argument(
         "--finetune-processes", type=int, default=1, metavar="N",
         help="train each fine-tuning on N data-parallel processes of this machine through fairseq's distributed "
@@ -122,6 +123,13 @@ def add_finetune_processes(group) -> None:
         "seeing the batches one process accumulates: each process accumulates ceil(F / N) of the checkpoint's F "
         "(--update-freq); the other stages run in this process. Like the device, not part of the run's settings, "
         "so a resumed run may use another N (default 1)")
+    group.add_argument(
+        "--finetune-memory", type=float, metavar="GB",
+        help="the memory each fine-tuning may plan to use on its device, shared by its processes on the CPU. "
+        "Before it trains, the memory of the student's training state, the teacher beside it and a batch's "
+        f"activations is estimated; where it exceeds {100 * HEADROOM:g}%% of this, the checkpoint's batches are halved "
+        "and twice as many accumulated per update, down to one holding the longest training pair, or it stops "
+        "with one line. Stated in the report (default: what the device has free)")
 
 
 def add_device_arguments(parser: argparse.ArgumentParser) -> None:

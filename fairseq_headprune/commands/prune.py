@@ -5,7 +5,7 @@ from typing import Optional
 
 from fairseq_headprune.commands.common import (
     add_curve_arguments,
-    add_finetune_processes,
+    add_finetune_resources,
     add_study_inputs,
     add_sweep_arguments,
     add_tuning_arguments,
@@ -27,7 +27,7 @@ from fairseq_headprune.errors import SettingsError
 from fairseq_headprune.study.budhraja.budgets import draws_text
 from fairseq_headprune.study.budhraja.configurations import parse_tables, requested_budgets
 from fairseq_headprune.study.budhraja.finetune_plan import check_finetune_levels
-from fairseq_headprune.study.finetuning import (
+from fairseq_headprune.study.finetune.settings import (
     DEFAULT_CURVE_UPDATES,
     FINETUNE_LR_SHARE,
     FINETUNE_WARMUP_SHARE,
@@ -83,7 +83,7 @@ def _settings(args: argparse.Namespace) -> PruneSettings:
         gate_masks=list(args.gate_masks or []),
         finetune=FinetuneSettings(args.finetune_updates, args.finetune_lr, args.finetune_warmup, args.finetune_epochs,
                                   curve=parse_curve(args.finetune_curve), seed=args.finetune_seed,
-                                  processes=args.finetune_processes),
+                                  processes=args.finetune_processes, memory_gb=args.finetune_memory),
         finetune_levels=parse_levels(args.finetune_levels) if args.finetune_levels else [],
         config_shard=parse_config_shard(args.config_shard),
         structure=args.structure,
@@ -350,7 +350,7 @@ def _add_finetune_arguments(prune) -> None:
     group.add_argument("--finetune-warmup", type=int, metavar="N",
                        help=f"linear warm-up updates (default: {FINETUNE_WARMUP_SHARE:g} of --finetune-updates; "
                        "0 with --finetune-epochs)")
-    add_finetune_processes(group)
+    add_finetune_resources(group)
     group.add_argument("--finetune-seed", type=int, metavar="SEED",
                        help="fairseq's --seed for the fine-tunes: the order of their batches and their dropout "
                        "(default: the checkpoint's own). Draw d of a random budget trains under SEED + d - 1, as the "

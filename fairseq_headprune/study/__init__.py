@@ -25,7 +25,7 @@ EXPORTS = {
     **{name: _STUDY + "settings" for name in ("SweepSettings", "ImportanceSettings")},
     "AblationSettings": _STUDY + "importance.settings",
     **{name: _STUDY + "pruning.settings" for name in ("CurveSettings", "DynamicsSettings", "PruneSettings")},
-    "FinetuneSettings": _STUDY + "finetuning",
+    "FinetuneSettings": _STUDY + "finetune.settings",
     **{name: _STUDY + "search.settings" for name in ("TuningSettings", "SearchSettings", "LatencySettings")},
     "CompressSettings": _STUDY + "compression.settings",
     **{name: _STUDY + "compression.target" for name in ("CompressTarget", "parse_target")},

@@ -14,7 +14,7 @@ this script trains nothing, it loads and checks.
    (all in fp32; in fp16, where batches of other shapes round otherwise, 95%).
 2. importance on the device (its batch chosen for the device) against the CPU's.
 3. a fine-tune step with heads held masked (compress's and prune's fairseq-train
-   run, `engine.finetuning.finetune_held`, dropout off) on the device against the
+   run, `engine.finetune.held.finetune_held`, dropout off) on the device against the
    same step on the CPU: the masked heads' weights unchanged on both, the
    validation loss of the two results alike, the updates alike.
 
@@ -134,8 +134,8 @@ def importance_matches_the_cpu(paths, device, report):
 
 def finetune_step(paths, start, device, out_dir):
     """The start checkpoint trained for one update on ``device``; the trained checkpoint's path."""
-    from fairseq_headprune.engine.finetuning import finetune_held
-    from fairseq_headprune.study.finetuning import FinetuneSettings
+    from fairseq_headprune.engine.finetune.held import finetune_held
+    from fairseq_headprune.study.finetune.settings import FinetuneSettings
 
     settings = FinetuneSettings(updates=1, lr=1e-4, warmup=0)
     return finetune_held(start, paths["data"], os.path.join(out_dir, device), "translation", settings,
@@ -149,7 +149,7 @@ def dropout_free_start(paths, out_dir):
         load_checkpoint_state,
         model_config_object,
     )
-    from fairseq_headprune.engine.finetuning import write_masked_start
+    from fairseq_headprune.engine.finetune.held import write_masked_start
     from fairseq_headprune.study.masks.head_mask import parse_head_mask
 
     start = os.path.join(out_dir, "start.pt")

@@ -7,7 +7,7 @@ from typing import Optional
 
 from fairseq_headprune.commands.common import (
     add_device_arguments,
-    add_finetune_processes,
+    add_finetune_resources,
     add_importance_arguments,
     add_test_arguments,
     add_tuning_arguments,
@@ -49,7 +49,7 @@ from fairseq_headprune.study.compression.speedup.settings import (
     SpeedupSettings,
 )
 from fairseq_headprune.study.compression.target import SPEEDUP_TARGET, parse_target
-from fairseq_headprune.study.finetuning import (
+from fairseq_headprune.study.finetune.settings import (
     CHECKPOINT_PRECISION,
     DEFAULT_PATIENCE,
     FINETUNE_LR_SHARE,
@@ -135,7 +135,7 @@ def _finetune_settings(args: argparse.Namespace, speedup: Optional[SpeedupSettin
     return FinetuneSettings(updates, args.finetune_lr, args.finetune_warmup, until=until,
                             lr_share=SPEEDUP_LR_SHARE if speedup is not None else FINETUNE_LR_SHARE,
                             precision=args.finetune_precision, seed=args.finetune_seed,
-                            processes=args.finetune_processes)
+                            processes=args.finetune_processes, memory_gb=args.finetune_memory)
 
 
 def command_compress(args: argparse.Namespace) -> int:
@@ -270,7 +270,7 @@ def _add_model_arguments(parser) -> None:
                           "without), or one named. On the CPU fairseq trains in float32 only. Stated in the report; "
                           "like the device, not part of the run's settings, so a resumed run goes on in what it is "
                           "given (default: checkpoint)")
-    add_finetune_processes(finetune)
+    add_finetune_resources(finetune)
     finetune.add_argument("--finetune-seed", type=int, metavar="SEED",
                           help="fairseq's --seed for the fine-tuning: the order of its batches and its dropout "
                           "(default: the checkpoint's own)")

@@ -17,12 +17,15 @@ from fairseq_headprune.study.masks.ffn_mask import FfnLayout, FfnMask, parse_ffn
 from fairseq_headprune.study.masks.head_mask import HeadLayout, HeadMask, parse_head_mask
 
 
-def load_checkpoint_state(path: str) -> Dict[str, Any]:
-    """``torch.load`` a fairseq checkpoint, with one-line errors for bad files."""
+def load_checkpoint_state(path: str, mmap: bool = False) -> Dict[str, Any]:
+    """``torch.load`` a fairseq checkpoint, with one-line errors for bad files; ``mmap``: its tensors mapped from
+    the file, not read (to read shapes without the memory of the values), where the file is a zip archive (a
+    legacy pickle is read whole)."""
     if not os.path.isfile(path):
         raise CheckpointError(f"checkpoint not found: {path}")
     with library_errors_as(lambda error: CheckpointError(unreadable(path, error))):
-        state = torch.load(path, map_location="cpu")
+        mapped = mmap and zipfile.is_zipfile(path)
+        state = torch.load(path, map_location="cpu", mmap=True) if mapped else torch.load(path, map_location="cpu")
     if not isinstance(state, dict) or "model" not in state:
         raise CheckpointError(f"{path} is not a fairseq checkpoint (no 'model' entry)")
     return state

@@ -12,7 +12,7 @@ interrupted run resumes where it stopped:
 - ``search/``: the mask within the target, rearranged and tuned (``search --tune-masks``);
 - ``distill/``: optionally, the unpruned model's translations of the training sources
   (``engine.compression.distillation``);
-- ``finetune/``: optionally, N updates of fairseq-train with the pruned units held (``engine.finetuning``; with
+- ``finetune/``: optionally, N updates of fairseq-train with the pruned units held (``engine.finetune.held``; with
   ``--target speedup``, until it is enough on the decision split);
 - ``shrink/``: the pruned units removed for real, the tuning folded in (``shrink``): the compressed checkpoint;
 - ``export/``: optionally, an export engine's models of the compressed and of the unpruned model (``export``);
@@ -41,13 +41,12 @@ from fairseq_headprune.engine.checkpoints.shrink import checkpoint_parameters, s
 from fairseq_headprune.engine.compression.deployment import time_compute_types
 from fairseq_headprune.engine.export.engines import export_engine
 from fairseq_headprune.engine.families import family_named
-from fairseq_headprune.engine.finetuning import (
+from fairseq_headprune.engine.finetune.held import (
     check_finetune_here,
     finetune_held,
-    resume_point,
-    with_resume_points,
     write_masked_start,
 )
+from fairseq_headprune.engine.finetune.resume import resume_point, with_resume_points
 from fairseq_headprune.engine.pipelines.compress_measures import evaluate_stage, speed_stage
 from fairseq_headprune.engine.pipelines.compress_stages import StageCallback, Stages, open_out_dir
 from fairseq_headprune.engine.pipelines.export import check_quantization, deploy_device, run_export
@@ -117,7 +116,8 @@ def run_compress(settings: CompressSettings, on_stage: Optional[StageCallback] =
         raise StudyError(f"--latency-table file not found: {settings.latency_table}")
     engine = None if settings.export_format is None else export_engine(settings.export_format)
     device = deploy_device(settings.deployment.device, engine)
-    check_finetune_here(settings.finetune, settings.evaluation.cpu)
+    check_finetune_here(settings.finetune, settings.evaluation.cpu, settings.checkpoint, settings.data,
+                        settings.family, settings.checkpoint if settings.distill == "word" else None)
     if engine is not None and settings.quantization != AUTO_QUANTIZATION:
         check_quantization(settings.quantization, settings.evaluation.cpu, engine, device)
     if settings.drop_layers:
@@ -285,7 +285,7 @@ def _finetune(settings: CompressSettings, stages: Stages, work: str) -> Finetune
                                           "interval": until.validation_interval(settings.finetune.updates)},
         curve=outcome.curve, stopped=outcome.stopped, kept_updates=outcome.kept_updates,
         device=outcome.device, precision=outcome.precision, processes=outcome.processes,
-        update_freq=outcome.update_freq, lr=outcome.lr, warmup_updates=outcome.warmup,
+        update_freq=outcome.update_freq, memory=outcome.memory, lr=outcome.lr, warmup_updates=outcome.warmup,
         lr_schedule="fixed after a linear warm-up",
         train_subset=outcome.train_subset, targets="distilled" if data != settings.data else "references",
         word_distillation=None if teacher is None else {"teacher": os.path.abspath(teacher),

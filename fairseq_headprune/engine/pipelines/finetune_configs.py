@@ -48,15 +48,13 @@ import torch
 
 from fairseq_headprune.engine.checkpoints.info import training_history
 from fairseq_headprune.engine.families import family_named
-from fairseq_headprune.engine.finetuning import (
+from fairseq_headprune.engine.finetune.held import (
     Stop,
     finetune_held,
-    resume_point,
-    resumed_seconds,
     save_curve_checkpoint,
-    with_resume_points,
     write_masked_start,
 )
+from fairseq_headprune.engine.finetune.resume import resume_point, resumed_seconds, with_resume_points
 from fairseq_headprune.engine.pipelines.compensation import checkpoint_compensation
 from fairseq_headprune.engine.runtime.console import run_quietly
 from fairseq_headprune.engine.runtime.ranks import alone, current_ranks
@@ -67,7 +65,7 @@ from fairseq_headprune.study.budhraja.finetune_plan import TrainingHistory, fine
 from fairseq_headprune.study.budhraja.pairs import within_pairs
 from fairseq_headprune.study.budhraja.records import CONTROL, CurvePoint, FinetuneRecord, TestAgainst
 from fairseq_headprune.study.budhraja.report import markdown_finetuned
-from fairseq_headprune.study.finetuning import FinetuneRecipe, FinetuneSettings
+from fairseq_headprune.study.finetune.settings import FinetuneRecipe, FinetuneSettings
 from fairseq_headprune.study.importance.ablation import BASELINE, ConfigScores, baseline_config, compare_with_baseline
 from fairseq_headprune.study.masks.head_mask import HeadLayout, HeadMask, head_mask_to_spec
 from fairseq_headprune.study.output.files import write_json, write_text

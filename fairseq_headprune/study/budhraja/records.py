@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from fairseq_headprune.constants import CORRECTNESS_TESTS
-from fairseq_headprune.study.finetuning import FinetuneRecipe
+from fairseq_headprune.study.finetune.settings import FinetuneRecipe
 
 CONTROL = "control"  # the unpruned model fine-tuned alike
 AGAINST = ("control", "unpruned")  # what each configuration is tested against: the fine-tuned control, the plain model

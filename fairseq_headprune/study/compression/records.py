@@ -220,6 +220,7 @@ class FinetuneStageRecord(StageRecord):
     precision: str = ""  # what it trained in (float32 on a CPU; on a GPU as --finetune-precision chose)
     processes: int = 1  # the data-parallel processes it trained on (--finetune-processes)
     update_freq: int = 0  # the batches each of them accumulated per update (0: not recorded)
+    memory: Optional[Dict[str, Any]] = None  # its memory plan (study.finetune.memory.MemoryPlan.to_dict)
 
 
 @dataclass

@@ -4,6 +4,7 @@ from typing import List, Optional
 
 from fairseq_headprune.constants import TRANSLATION_FAMILY
 from fairseq_headprune.study.compression.records import CompressReport, ExportRecord, trained_where
+from fairseq_headprune.study.finetune.memory import MemoryPlan
 from fairseq_headprune.study.statistics.significance import p_value_cell
 
 
@@ -75,6 +76,9 @@ def _pruned_lines(report: CompressReport) -> List[str]:
                         f"cross-entropy and {finetune.word_distillation['weight']:g} of the cross-entropy against "
                         "the unpruned model's word distributions (word-level distillation)"
                         if finetune.word_distillation else "") + ".")
+        if finetune.memory:
+            lines.append(f"- **Memory**: {MemoryPlan.from_dict(finetune.memory).text()} (an estimate: "
+                         "docs/removal-and-export.md, \"Memory\").")
     distill = report.distill
     if distill is not None:
         lines.append(f"- **Distillation data**: the unpruned model translated the {distill.sentences} sentences of "

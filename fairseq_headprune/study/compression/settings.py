@@ -50,7 +50,7 @@ from fairseq_headprune.study.compression.speedup.settings import (
     SpeedupSettings,
 )
 from fairseq_headprune.study.compression.target import LAYER_DROP_TARGETS, SPEEDUP_TARGET, CompressTarget
-from fairseq_headprune.study.finetuning import FINETUNE_LR_SHARE, FinetuneSettings
+from fairseq_headprune.study.finetune.settings import FINETUNE_LR_SHARE, FinetuneSettings
 from fairseq_headprune.study.search.settings import SearchSettings, TuningSettings
 from fairseq_headprune.study.settings import ImportanceSettings, SweepSettings, options_as_settings, refuse
 
@@ -287,7 +287,7 @@ class CompressSettings:
         the defaults of a fixed-length fine-tune (an older run's identity is unchanged)."""
         identity = dataclasses.asdict(self.finetune)
         # how the arithmetic runs, like the device: each fine-tune's record states it
-        del identity["precision"], identity["processes"]
+        del identity["precision"], identity["processes"], identity["memory_gb"]
         if identity["until"] is None:
             del identity["until"]
         if identity["lr_share"] == FINETUNE_LR_SHARE:

@@ -22,7 +22,7 @@ from fairseq_headprune.constants import (
     X_AXES,
 )
 from fairseq_headprune.errors import SettingsError, setting_words
-from fairseq_headprune.study.finetuning import FinetuneSettings
+from fairseq_headprune.study.finetune.settings import FinetuneSettings
 from fairseq_headprune.study.search.settings import TuningSettings
 from fairseq_headprune.study.settings import ImportanceSettings, SweepSettings, check_one_of, check_positive, refuse
 

@@ -16,7 +16,7 @@ from fairseq_headprune.engine.checkpoints.layers import model_depths
 from fairseq_headprune.engine.export.engines import export_engine
 from fairseq_headprune.engine.export.vocabulary_map import vocabulary_map_for
 from fairseq_headprune.engine.families import family_named
-from fairseq_headprune.engine.finetuning import finetune_held, write_masked_start
+from fairseq_headprune.engine.finetune.held import finetune_held, write_masked_start
 from fairseq_headprune.engine.pipelines.speedup.plan import (
     PLAN_GROUP,
     PLAN_SENTENCES,

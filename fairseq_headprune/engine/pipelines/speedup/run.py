@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from fairseq_headprune.engine.export.engines import export_engine
-from fairseq_headprune.engine.finetuning import check_finetune_here
+from fairseq_headprune.engine.finetune.held import check_finetune_here
 from fairseq_headprune.engine.pipelines.compress import CompressOutcome, run_compress, run_identity
 from fairseq_headprune.engine.pipelines.compress_stages import (
     RECORD as RUN_RECORD,
@@ -90,7 +90,8 @@ def run_speedup(settings: CompressSettings, on_stage: Optional[StageCallback] = 
     if not os.path.isfile(settings.checkpoint):
         raise StudyError(f"checkpoint not found: {settings.checkpoint}")
     deploy_device(settings.deployment.device, export_engine(settings.export_format))  # before the plan times there
-    check_finetune_here(settings.finetune, settings.evaluation.cpu)
+    check_finetune_here(settings.finetune, settings.evaluation.cpu, settings.checkpoint, settings.data,
+                        settings.family, settings.checkpoint if settings.distill == "word" else None)
     open_out_dir(settings.out_dir, run_identity(settings), SPEEDUP_STAGES)
     stages = Stages(settings.out_dir, on_stage)
     if settings.speedup.decision_half:

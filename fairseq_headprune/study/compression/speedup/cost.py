@@ -25,7 +25,7 @@ TEACHER_SHARE = 0.25
 EVALUATED_MODELS = 3
 ADAM_STATE = 3  # a checkpoint with Adam's state: the weights and their two moments
 # the fine-tune's peak disk: its start, checkpoint_last.pt and the two interval checkpoints with the optimizer's
-# state (``engine.finetuning``), and the best one
+# state (``engine.finetune.held``), and the best one
 FINETUNE_CHECKPOINTS = (1, ADAM_STATE, ADAM_STATE, ADAM_STATE, 1)
 
 

@@ -10,7 +10,7 @@ from typing import List, Mapping, Optional, Sequence
 
 from fairseq_headprune.study.compression.speed import Speedups
 from fairseq_headprune.study.compression.speedup.shapes import PLAN_MARGIN, PlannedCandidate
-from fairseq_headprune.study.finetuning import PLATEAU, REACHED
+from fairseq_headprune.study.finetune.settings import PLATEAU, REACHED
 
 CONTINUE, BACK_OFF, ACCEPT, GIVE_UP = "continue fine-tuning", "back off", "accept", "give up"
 PRUNE_MORE = "prune more"  # within the tolerance but slower than asked: the next shape fast enough
@@ -27,7 +27,7 @@ def within_tolerance(delta: float, max_bleu_loss: float) -> bool:
 class AttemptResult:
     """What an attempt measured, as the decisions read it: the change of the score against the unpruned model
     on the decision split (``delta``, higher is better), the compressed model's speed-ups per batch size, and
-    why its fine-tuning stopped (``study.finetuning``'s reasons; None: a fixed length, or none)."""
+    why its fine-tuning stopped (``study.finetune.settings``'s reasons; None: a fixed length, or none)."""
 
     delta: float
     speedups: Speedups = field(default_factory=Speedups)

@@ -7,7 +7,7 @@ from typing import List, Optional
 from fairseq_headprune.study.compression.settings import CompressSettings
 from fairseq_headprune.study.compression.speedup.settings import AttemptShape
 from fairseq_headprune.study.compression.target import CompressTarget
-from fairseq_headprune.study.finetuning import FinetuneStop
+from fairseq_headprune.study.finetune.settings import FinetuneStop
 from fairseq_headprune.study.masks.layer_drop import LayerChoice
 
 

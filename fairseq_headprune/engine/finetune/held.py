@@ -14,7 +14,7 @@ and shrinks like any masked one. What changes from the saved configuration:
 the data and the task, ``--max-update N`` with no epoch limit, a constant
 learning rate after a linear warm-up (``FinetuneSettings``), no validation,
 one process or ``FinetuneSettings.processes`` of this machine
-(``training_processes``: fairseq's data-parallel training, each update seeing
+(``finetune.processes``: fairseq's data-parallel training, each update seeing
 as many batches as in one process), the optimizer, scheduler, meters and data
 loader reset (``--finetune-from-model``).
 
@@ -28,12 +28,10 @@ recovery curve, ``CURVE_FILE``) and stop once the target is reached.
 """
 
 import contextlib
-import dataclasses
 import functools
-import glob
 import json
 import os
-import shutil
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import ContextManager, Dict, Iterator, List, Optional, Tuple
@@ -58,12 +56,14 @@ from fairseq_headprune.engine.checkpoints.info import (
     state_head_layout,
 )
 from fairseq_headprune.engine.checkpoints.state_dict import fold_tuning_into_state
-from fairseq_headprune.engine.training_processes import check_processes, set_processes, train_on_processes
+from fairseq_headprune.engine.finetune.memory import apply_memory_plan, plan_finetune_memory
+from fairseq_headprune.engine.finetune.processes import check_processes, set_processes, train_on_processes
+from fairseq_headprune.engine.finetune.resume import resumed_seconds
 from fairseq_headprune.errors import CheckpointError, StudyError, first_line, library_errors_as
 from fairseq_headprune.modules.model_config import FFN_MASK_KEY, HEAD_MASK_KEY, config_value, record_config_value
 from fairseq_headprune.registry import register_components
 from fairseq_headprune.study.compression.settings import DEFAULT_DISTILL_WEIGHT, WORD_DISTILLATION
-from fairseq_headprune.study.finetuning import (
+from fairseq_headprune.study.finetune.settings import (
     BFLOAT16,
     CHECKPOINT_PRECISION,
     FLOAT16,
@@ -83,7 +83,6 @@ from fairseq_headprune.study.search.tuning import read_tuning
 FAMILY_TASKS = {CLASSIFIER_FAMILY: CLASSIFIER_TASK, LANGUAGE_MODEL_FAMILY: LANGUAGE_MODEL_TASK}
 # ("update", U) or ("epoch", E): where a part of a fine-tune stops (FinetuneSettings.curve_stops)
 Stop = Tuple[str, int]
-SAVES_PER_FINETUNE = 10  # checkpoint_last.pt this many times per fine-tune (resume points)
 CURVE_FILE = "validations.json"  # in the save directory of a fine-tune until enough: every validation, in order
 NEVER = 10 ** 9  # an epoch interval never reached: validation at update intervals only
 
@@ -107,6 +106,7 @@ class FinetuneOutcome:
     precision: str = "float32"  # what it trained in: float32 on a CPU; on a GPU as FinetuneSettings.precision chose
     processes: int = 1  # data-parallel processes (FinetuneSettings.processes)
     update_freq: int = 1  # the batches each process accumulated per update
+    memory: Optional[Dict[str, object]] = None  # its memory plan (study.finetune.memory.MemoryPlan.to_dict)
 
 
 def training_precision(cfg) -> str:
@@ -126,13 +126,22 @@ def _precision_here(requested: str, checkpoint_precision: str, cpu: bool) -> str
     return finetune_precision(requested, checkpoint_precision, on_gpu, on_gpu and torch.cuda.is_bf16_supported())
 
 
-def check_finetune_here(settings: FinetuneSettings, cpu: bool) -> None:
-    """The fine-tune's precision and processes checked against this machine where a run starts (run_compress,
-    run_speedup), so that a precision the device cannot train in, or more GPU processes than GPUs, is refused
-    before any stage runs."""
-    if settings.enabled:
-        _precision_here(settings.precision, FLOAT32, cpu)
-        check_processes(settings.processes, cpu or not torch.cuda.is_available())
+def check_finetune_here(settings: FinetuneSettings, cpu: bool, checkpoint: str, data: str, family: str,
+                        teacher: Optional[str]) -> None:
+    """The fine-tune's precision, processes and memory checked against this machine where a run starts
+    (run_compress, run_speedup), so that a precision the device cannot train in, more GPU processes than GPUs, or
+    a fine-tune that fits at no batch is refused before any stage runs: its memory as the unpruned ``checkpoint``
+    would need it (no fine-tuned shape is larger), ``teacher`` beside it."""
+    if not settings.enabled:
+        return
+    _precision_here(settings.precision, FLOAT32, cpu)
+    check_processes(settings.processes, cpu or not torch.cuda.is_available())
+    with tempfile.TemporaryDirectory(prefix="headprune-memory-") as directory:
+        cfg, _, _ = training_config(checkpoint, data, directory, family, settings, cpu, False, teacher)
+        with library_errors_as(lambda error: StudyError(f"--finetune-updates: cannot read the training split of "
+                                                        f"{data}: {first_line(error)}")):
+            plan_finetune_memory(cfg, checkpoint, family, teacher, training_precision(cfg), settings.memory_gb,
+                                 settings.processes)
 
 
 def write_masked_start(checkpoint: str, out: str, head_mask: Optional[HeadMask], ffn_mask: Optional[FfnMask],
@@ -349,57 +358,6 @@ def save_curve_checkpoint(trained: str, out: str) -> None:
     _clear_task_masks(trained, out, keep_optimizer=False)
 
 
-def resume_point(train_dir: str) -> None:
-    """fairseq writes checkpoints in place: a process killed while saving leaves a cut checkpoint_last.pt. Resume
-    from the newest whole one (fairseq keeps the last two interval saves), or start over if none is whole."""
-    last = os.path.join(train_dir, "checkpoint_last.pt")
-    if not os.path.isfile(last):
-        return
-    saves = sorted(glob.glob(os.path.join(train_dir, "checkpoint_*_*.pt")), key=os.path.getmtime, reverse=True)
-    for candidate in [last] + saves:
-        try:
-            torch.load(candidate, map_location="cpu", weights_only=False)
-        except (EOFError, RuntimeError) as error:
-            if not cut_file(error):
-                raise
-            continue
-        if candidate != last:
-            shutil.copyfile(candidate, last)
-        return
-    shutil.rmtree(train_dir)
-
-
-def cut_file(error: BaseException) -> bool:
-    """Whether ``torch.load``'s error says the file was cut off while being written: empty (EOFError), or a zip
-    archive without its end (what a killed save leaves); any other failure (memory, a bug) is not one."""
-    return isinstance(error, EOFError) or (
-        isinstance(error, RuntimeError) and "PytorchStreamReader failed reading zip archive" in str(error))
-
-
-def resumed_seconds(save_dir: str, start: str) -> float:
-    """The seconds earlier processes spent on the fine-tune in ``save_dir`` up to its resume point, by fairseq's
-    own training clock (``extra_state['previous_training_time']``, carried from save to save); 0 when there is no
-    resume point. The clock carries on from the start checkpoint's, so that checkpoint's training is taken off."""
-    last = os.path.join(save_dir, "checkpoint_last.pt")
-    if not os.path.isfile(last):
-        return 0.0
-    return max(0.0, _training_clock(last) - _training_clock(start))
-
-
-def _training_clock(checkpoint: str) -> float:
-    # memory-mapped: the tensors stay on disk, only the small extra state is read (a curve's every stop asks)
-    state = torch.load(checkpoint, map_location="cpu", weights_only=False, mmap=True)
-    return float((state.get("extra_state") or {}).get("previous_training_time") or 0.0)
-
-
-def with_resume_points(finetune: FinetuneSettings) -> FinetuneSettings:
-    """The fine-tune saving a resume point (``checkpoint_last.pt`` with the optimizer) every tenth of its updates
-    (with epochs: each epoch's end, where fairseq saves anyway): a killed fine-tune continues from the last one
-    (``resume_point``) and ends with the weights of an uninterrupted one."""
-    interval = max(1, finetune.updates // SAVES_PER_FINETUNE) if finetune.updates else 0
-    return dataclasses.replace(finetune, save_interval=interval)
-
-
 def finetune_held(start: str, data: str, save_dir: str, family: str, settings: FinetuneSettings, cpu: bool = False,
                   progress: bool = True, teacher: Optional[str] = None,
                   distill_weight: float = DEFAULT_DISTILL_WEIGHT, stop: Optional[Stop] = None) -> FinetuneOutcome:
@@ -420,6 +378,9 @@ def finetune_held(start: str, data: str, save_dir: str, family: str, settings: F
 
     until = settings.until
     with library_errors_as(failed):
+        memory = plan_finetune_memory(cfg, start, family, teacher, training_precision(cfg), settings.memory_gb,
+                                      settings.processes)
+        apply_memory_plan(cfg, memory)
         if _trained_to_the_end(save_dir, cfg.optimization.max_update):
             pass
         elif settings.processes > 1:
@@ -435,7 +396,8 @@ def finetune_held(start: str, data: str, save_dir: str, family: str, settings: F
     curve = _recorded_curve(save_dir, updates) if until is not None else []
     outcome = FinetuneOutcome(trained, updates, seconds, lr, warmup, str(cfg.dataset.train_subset),
                               device="cpu" if cfg.common.cpu else "cuda", precision=training_precision(cfg),
-                              processes=settings.processes, update_freq=int(cfg.optimization.update_freq[0]))
+                              processes=settings.processes, update_freq=int(cfg.optimization.update_freq[0]),
+                              memory=memory.to_dict())
     if until is not None and curve:  # the best checkpoint on validation is the fine-tune's result
         scores = [point["bleu"] for point in curve]
         outcome.curve, outcome.stopped = list(curve), stop_reason(curve, until, updates, settings.updates)

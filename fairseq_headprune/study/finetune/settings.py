@@ -131,6 +131,7 @@ class FinetuneSettings:
     # data-parallel processes it trains on (fairseq's distributed training on this machine), each update seeing the
     # batches one process would accumulate; like the device, not part of a run's identity
     processes: int = 1
+    memory_gb: Optional[float] = None  # the memory it may plan to use on its device (None: what is free there)
 
     def __post_init__(self):
         if self.updates < 0 or self.epochs < 0:
@@ -149,6 +150,8 @@ class FinetuneSettings:
         refuse(self.seed is not None and not 0 <= self.seed < MAX_SEED,
                f"--finetune-seed must be from 0 to {MAX_SEED - 1}, got {self.seed}")
         refuse(self.processes < 1, f"--finetune-processes must be at least 1, got {self.processes}")
+        refuse(self.memory_gb is not None and not (math.isfinite(self.memory_gb) and self.memory_gb > 0),
+               f"--finetune-memory must be a positive number of GB, got {self.memory_gb}")
         refuse(self.seed is not None and not self.enabled,
                "--finetune-seed goes with --finetune-updates/--finetune-epochs N")
 
