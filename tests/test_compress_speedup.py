@@ -221,7 +221,7 @@ def test_the_cost_is_measured_before_the_plan_and_counts_what_the_run_then_does(
     out, lines = speedup_run["out"], speedup_run["stdout"].splitlines()
     plan_starts = lines.index("plan\t...")
     before = [line.split("\t")[1] for line in lines[:plan_starts] if line.startswith("cost\t")]
-    assert {"plan", "finetune", "attempt evaluate", "result speed", "in all"} <= set(before), before
+    assert {"plan", "finetune", "attempt evaluate", "result speed", "in all", "memory"} <= set(before), before
     assert any(line.startswith("cost\tin all\tfrom here ") for line in lines[plan_starts:])
     probe, attempt = _stage(out, "cost"), out / "attempt-1"
     exported = attempt / "export" / "unpruned"
@@ -237,8 +237,11 @@ def test_the_cost_is_measured_before_the_plan_and_counts_what_the_run_then_does(
 def test_a_dry_run_prints_the_estimate_and_stops_before_the_plan(tiny_model, tmp_path):
     out = tmp_path / "run"
     result = run(speedup_command(tiny_model, out, "--dry-run"))
-    stages = [line.split("\t")[1] for line in result.stdout.splitlines() if line.startswith("cost\t")]
-    assert stages[-1] == "in all" and "plan" in stages and "finetune" in stages, result.stdout
+    costs = [line.split("\t")[1:] for line in result.stdout.splitlines() if line.startswith("cost\t")]
+    stages = [cost[0] for cost in costs]
+    assert stages[-2:] == ["in all", "memory"] and "plan" in stages and "finetune" in stages, result.stdout
+    # the fine-tune's memory as its probe planned it: the checkpoint's batch, which fits on this machine
+    assert costs[-1][1].startswith("the fine-tune needs an estimated ") and "does not fit" not in costs[-1][1]
     assert "stopped before the plan" in result.stdout.splitlines()[-1]
     assert (out / "cost" / "stage.json").is_file() and not (out / "plan").exists()
 

@@ -136,6 +136,7 @@ def check_finetune_here(settings: FinetuneSettings, cpu: bool, checkpoint: str, 
         return
     _precision_here(settings.precision, FLOAT32, cpu)
     check_processes(settings.processes, cpu or not torch.cuda.is_available())
+    register_components()  # the plugin's tasks, which read the training split
     with tempfile.TemporaryDirectory(prefix="headprune-memory-") as directory:
         cfg, _, _ = training_config(checkpoint, data, directory, family, settings, cpu, False, teacher)
         with library_errors_as(lambda error: StudyError(f"--finetune-updates: cannot read the training split of "

@@ -86,7 +86,7 @@ class MemoryPlan:
     def need_text(self) -> str:
         """``the fine-tune needs an estimated 1.20 GB of the CPU's 20.0 GB free (student 0.10, batch 1.10; a
         batch of 4096 tokens)``."""
-        parts = ", ".join(f"{name} {self.needed[name] / GB:.2f}" for name in ("process", "student", "teacher",
+        parts = ", ".join(f"{name} {_gb(self.needed[name])}" for name in ("process", "student", "teacher",
                                                                                "batch") if self.needed.get(name))
         return (f"the fine-tune needs an estimated {self.total / GB:.2f} GB of the {self.device}'s "
                 f"{self.free / GB:.1f} GB free ({parts}; a batch of {self.chosen} {self.unit})")
@@ -107,6 +107,11 @@ class MemoryPlan:
     def from_dict(cls, data: Mapping[str, Any]) -> "MemoryPlan":
         return cls(str(data["device"]), float(data["free"]), {k: float(v) for k, v in data["needed"].items()},
                    str(data["unit"]), int(data["batch"]), int(data["chosen"]), int(data["accumulation"]))
+
+
+def _gb(count: float) -> str:
+    """Bytes in GB, to two decimals (three below 0.01)."""
+    return f"{count / GB:.2f}" if count >= 0.01 * GB else f"{count / GB:.3f}"
 
 
 def plan_memory(shape: TrainingShape, device: str, free: float, unit: str, batch: int, longest: int,

@@ -134,9 +134,10 @@ def _probe_finetune(settings: CompressSettings, work: str, probe: CostProbe) -> 
     def seconds_for(updates: int) -> float:
         save_dir = os.path.join(work, f"finetune-{updates}")
         began = time.perf_counter()
-        finetune_held(start_checkpoint, settings.data, save_dir, settings.family, probe_settings,
-                      cpu=settings.evaluation.cpu, progress=False, teacher=teacher,
-                      distill_weight=settings.distill_weight, stop=("update", updates))
+        outcome = finetune_held(start_checkpoint, settings.data, save_dir, settings.family, probe_settings,
+                                cpu=settings.evaluation.cpu, progress=False, teacher=teacher,
+                                distill_weight=settings.distill_weight, stop=("update", updates))
+        probe.memory = outcome.memory
         seconds = time.perf_counter() - began
         probe.weights_bytes = os.path.getsize(os.path.join(save_dir, "checkpoint_last.pt"))
         shutil.rmtree(save_dir, ignore_errors=True)

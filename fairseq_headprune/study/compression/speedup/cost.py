@@ -8,9 +8,10 @@ made again from the chosen shape's decoding-FLOPs share and its measured speed-u
 """
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from fairseq_headprune.study.compression.records import StageRecord
+from fairseq_headprune.study.finetune.memory import MemoryPlan
 
 # the share of a decoding pass that no shape removes (beam bookkeeping, embeddings, the output projection): on the
 # four documented d = 128 models the plan's fastest shapes left 15 to 32% of the unpruned model's time
@@ -61,6 +62,7 @@ class CostProbe(StageRecord):
     validations: int = 0  # its validations up to the ceiling
     minutes_cap: Optional[float] = None  # --finetune-minutes
     max_attempts: int = 1
+    memory: Optional[Dict[str, Any]] = None  # the fine-tune's memory plan (study.finetune.memory.MemoryPlan)
 
     def __post_init__(self):
         self.pass_seconds = {int(batch): float(value) for batch, value in (self.pass_seconds or {}).items()}
@@ -227,6 +229,8 @@ def cost_lines(probe: CostProbe, costs: Sequence[StageCost], chosen: Optional[Ch
     lines.append(f"in all\t{'' if chosen is None else 'from here '}{_seconds(first)} with one attempt, each further "
                  f"attempt (at most {probe.max_attempts}) {_seconds(attempt)} more; about {_size(peak)} of disk, "
                  f"{_size(attempt_disk_bytes(probe, chosen))} kept per attempt")
+    if probe.memory:
+        lines.append(f"memory\t{MemoryPlan.from_dict(probe.memory).text()}")
     return lines
 
 
