@@ -113,6 +113,10 @@ def test_the_plan_times_and_damages_every_shape_and_the_attempt_has_the_least_da
             choice = plan["layer_choices"][candidate.candidate.layers_name]
             loss = choice["steps"][-1]["loss"] if choice["steps"] else choice["base_loss"]
             assert candidate.damage == pytest.approx(loss - plan["base_loss"])
+    # the damage on the first 64 sentences (--importance-limit 64): one batch, so no standard error over batches
+    # (test_plan_damage checks it over many), and no sample drawn
+    assert plan["damage_sentences"] == 64 and all(c.damage_se is None for c in candidates)
+    assert plan["damage_sampled_from"] == 0
     # the choice by its stated rule: the least damaged at 1.05x plus the margin at both sizes, else at 1.05x
     chosen = candidates[plan["chosen"]]
     need = 1.05 * (1 + PLAN_MARGIN) if any(c.reaches(1.05 * (1 + PLAN_MARGIN)) for c in candidates) else 1.05

@@ -67,9 +67,12 @@ def command_speedup(settings, dry_run: bool = False) -> int:
     batches = plan.batch_sizes
     chosen = report.chosen
     print(f"plan\t{len(plan.candidates)} shapes timed against the unpruned model with its vocabulary map, their "
-          f"damage measured on {plan.split}; chosen: {chosen.candidate.name} ("
+          f"damage measured on {plan.split}"
+          + (f" ({plan.damage_sentences} of its {plan.damage_sampled_from} sentences)" if plan.damage_sampled_from
+             else "") + f"; chosen: {chosen.candidate.name} ("
           + chosen.speedups.text(batches)
-          + ("" if chosen.damage is None else f"; damage +{chosen.damage:.3f} loss") + ")")
+          + ("" if chosen.damage is None else f"; damage +{chosen.damage:.3f}"
+             + ("" if chosen.damage_se is None else f" ± {chosen.damage_se:.3f}") + " loss") + ")")
     for step, speedups in report.breakdown.items():
         print(f"bought\t{step}: {speedups.text(batches)}")
     decided, reported = result.decided, result.reported

@@ -7,7 +7,7 @@ sharded study gets the same batches.
 """
 
 import os
-from typing import Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -30,9 +30,11 @@ def split_batches(
     max_sentences: Optional[int] = None,
     limit: Optional[int] = None,
     max_tokens_setting: str = "max_tokens",
+    sample: Optional[Sequence[int]] = None,
 ) -> Tuple[object, List[List[int]]]:
-    """fairseq's batches (lists of sentence indices) for the first ``limit`` sentences of ``split``
-    (``max_tokens_setting``: the setting ``max_tokens`` comes from, for the error of a sentence longer)."""
+    """fairseq's batches (lists of sentence indices) for the first ``limit`` sentences of ``split``, or those of
+    ``sample`` (sentence indices) among them (``max_tokens_setting``: the setting ``max_tokens`` comes from, for
+    the error of a sentence longer)."""
 
 
     load_split(task, split)
@@ -43,6 +45,8 @@ def split_batches(
         indices = dataset.ordered_indices()
     if limit is not None:
         indices = indices[indices < limit]
+    if sample is not None:
+        indices = indices[np.isin(indices, np.asarray(sample, dtype=np.int64))]
     if len(indices) == 0:
         raise StudyError(f"split {split!r} in {task.cfg.data} has no sentences")
     if max_tokens is None and max_sentences is None:
@@ -111,10 +115,17 @@ def iterate_samples(dataset, batches: Iterable[List[int]], device: torch.device)
 
 def collated_samples(task, model, subsets: Sequence[str], max_tokens: Optional[int],
                      max_sentences: Optional[int], limit: Optional[int],
-                     max_tokens_setting: str = "importance_max_tokens") -> List[dict]:
-    """Every batch of the first ``limit`` sentences of each of ``subsets``, collated once on the model's device."""
+                     max_tokens_setting: str = "importance_max_tokens",
+                     sample: Optional[Callable[[int], Optional[Sequence[int]]]] = None) -> List[dict]:
+    """Every batch of the first ``limit`` sentences of each of ``subsets`` (``sample``: of those it picks among a
+    split's sentences, given their count; None: all), collated once on the model's device."""
     samples = []
     for subset in subsets:
-        dataset, batches = split_batches(task, subset, max_tokens, max_sentences, limit, max_tokens_setting)
+        picked = None
+        if sample is not None:
+            load_split(task, subset)
+            picked = sample(len(task.dataset(subset)))
+        dataset, batches = split_batches(task, subset, max_tokens, max_sentences, limit, max_tokens_setting,
+                                         picked)
         samples += list(iterate_samples(dataset, batches, model_device(model)))
     return samples

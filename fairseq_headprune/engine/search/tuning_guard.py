@@ -46,10 +46,13 @@ def split_held_aside(samples: Sequence[dict], fraction: float) -> Tuple[List[dic
     return [s for i, s in enumerate(samples) if i not in held], [samples[i] for i in held]
 
 
-def mean_loss(model, loss: LossFunction, samples: Sequence[dict]) -> float:
-    total, size = 0.0, 0.0
+def batch_losses(model, loss: LossFunction, samples: Sequence[dict]) -> List[Tuple[float, float]]:
+    """Each sample's summed loss and the tokens it sums over (a paired damage's batches)."""
     with torch.no_grad():
-        for sample in samples:
-            value, count = loss(model, sample)
-            total, size = total + value, size + count
-    return total / size if size else float("nan")
+        return [tuple(float(x) for x in loss(model, sample)) for sample in samples]
+
+
+def mean_loss(model, loss: LossFunction, samples: Sequence[dict]) -> float:
+    pairs = batch_losses(model, loss, samples)
+    size = sum(count for _, count in pairs)
+    return sum(value for value, _ in pairs) / size if size else float("nan")

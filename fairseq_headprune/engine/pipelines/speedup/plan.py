@@ -33,7 +33,7 @@ from fairseq_headprune.engine.pipelines.compress_measures import split_score
 from fairseq_headprune.engine.pipelines.search import layer_costs, search_costs
 from fairseq_headprune.engine.runners.batches import collated_samples, dictionary_tokens, load_split, split_mean_lengths
 from fairseq_headprune.engine.search.exported_latency import export_masked
-from fairseq_headprune.engine.search.tuning_guard import mean_loss, token_nll
+from fairseq_headprune.engine.search.tuning_guard import batch_losses, token_nll
 from fairseq_headprune.engine.timing.isolated import SystemSpec, time_systems
 from fairseq_headprune.errors import StudyError
 from fairseq_headprune.modules.masked_ffn import ffn_layout, set_ffn_mask
@@ -42,6 +42,7 @@ from fairseq_headprune.study.compression.decoding import DecodingOptions
 from fairseq_headprune.study.compression.deployment_settings import ExportSettings
 from fairseq_headprune.study.compression.settings import CompressSettings
 from fairseq_headprune.study.compression.speed import Speedups, paired_speedup
+from fairseq_headprune.study.compression.speedup.damage import damage_sample, paired_damage
 from fairseq_headprune.study.compression.speedup.records import PlanRecord
 from fairseq_headprune.study.compression.speedup.rules import choose_candidate
 from fairseq_headprune.study.compression.speedup.shapes import (
@@ -77,7 +78,7 @@ def plan_stage(settings: CompressSettings, work: str) -> PlanRecord:
     base_loss, damages, choices, sentences = _damages(settings, family, cfg, task, model, ladder)
     planned, map_gain, environment, target_length = _timed(settings, family, cfg, task, model, ladder, split, beam)
     for candidate in planned:
-        candidate.damage = damages[candidate.candidate.dropped, candidate.candidate.width]
+        candidate.damage, candidate.damage_se = damages[candidate.candidate.dropped, candidate.candidate.width]
     decoding = DecodingOptions.of_generation(cfg.generation)
     decision_subset = settings.speedup.decision_subset
     reference = split_score(settings, settings.checkpoint, decision_subset, os.path.join(work, "reference"))
@@ -93,6 +94,8 @@ def plan_stage(settings: CompressSettings, work: str) -> PlanRecord:
                         map_gain=map_gain, environment=environment, decision_subset=decision_subset,
                         reference=reference, stop_subset=stop_subset, stop_reference=stop_reference,
                         base_loss=base_loss, damage_sentences=sentences,
+                        damage_sampled_from=0 if settings.importance.limit is not None else _split_sentences(
+                            task, settings.importance.subsets, sentences),
                         generation={"beam": decoding.beam, "lenpen": decoding.lenpen, "max_len_a": decoding.max_len_a,
                                     "max_len_b": decoding.max_len_b, "min_len": decoding.min_len},
                         remove_bpe=cfg.common_eval.post_process or None,
@@ -186,20 +189,22 @@ def flops_shares(settings: CompressSettings, cfg, task, model, shapes) -> Dict[t
 
 
 def damage_inputs(settings: CompressSettings, family, cfg, task, model):
-    """The sentences a shape's damage is measured on (the Fisher split's, collated once) and the loss measured."""
+    """The sentences a shape's damage is measured on (the Fisher split's, collated once: with no
+    --importance-limit, a random ``DAMAGE_SAMPLE`` of a larger split, ``damage_sample``) and the loss measured."""
     importance = settings.importance
     samples = collated_samples(task, model, importance.subsets, importance.max_tokens,
-                               None if importance.max_tokens else 64, importance.limit)
+                               None if importance.max_tokens else 64, importance.limit,
+                               sample=damage_sample if importance.limit is None else None)
     if not samples:
         raise StudyError(f"--target speedup: {' '.join(importance.subsets)} holds no sentence to measure on")
     return samples, family.tuning_loss(cfg, task) or token_nll(task.target_dictionary.pad())
 
 
 def _damages(settings: CompressSettings, family, cfg, task, model, ladder: List[Candidate]
-             ) -> Tuple[float, Dict[tuple, float], Dict[str, LayerChoice], int]:
+             ) -> Tuple[float, Dict[tuple, Tuple[float, Optional[float]]], Dict[str, LayerChoice], int]:
     """Each shape's validation loss over the unpruned model's before fine-tuning (see the module): the unpruned
-    model's loss, the damage by (layers, width), the layers chosen by each shape's layer name, and the sentences
-    the loss is measured on."""
+    model's loss, the damage and its standard error by (layers, width) (``paired_damage``), the layers chosen by
+    each shape's layer name, and the sentences the loss is measured on."""
     importance = settings.importance
     samples, loss = damage_inputs(settings, family, cfg, task, model)
     fisher = family.importance_estimator(cfg, task, model, dataclasses.replace(importance, neurons=True)).estimate(
@@ -208,7 +213,8 @@ def _damages(settings: CompressSettings, family, cfg, task, model, ladder: List[
     depths = model_depths(model)
     cache: dict = {}
     choices: Dict[str, LayerChoice] = {}
-    damages: Dict[tuple, float] = {}
+    damages: Dict[tuple, Tuple[float, Optional[float]]] = {}
+    unpruned = batch_losses(model, loss, samples)  # each shape's damage is paired with these batch for batch
     shapes = ladder_shapes(ladder)
     progress = tqdm(total=len(shapes), desc="plan: damage of each shape", unit="shape",
                     disable=not settings.evaluation.progress, leave=False)
@@ -225,13 +231,19 @@ def _damages(settings: CompressSettings, family, cfg, task, model, ladder: List[
             set_head_mask(model, head_mask)
             set_ffn_mask(model, ffn_mask)
             try:
-                damages[dropped, width] = mean_loss(model, loss, samples) - choice.base_loss
+                damages[dropped, width] = paired_damage(batch_losses(model, loss, samples), unpruned)
             finally:
                 set_head_mask(model, None)
                 set_ffn_mask(model, None)
         progress.update(1)
     progress.close()
     return base_loss, damages, choices, sum(len(sample["id"]) for sample in samples)
+
+
+def _split_sentences(task, subsets, measured: int) -> int:
+    """The Fisher split's sentences where the damage measured fewer (``damage_sample``); 0 where it measured all."""
+    total = sum(len(task.dataset(subset)) for subset in subsets)
+    return total if measured < total else 0
 
 
 def _fisher_masks(model, scores: Mapping[str, torch.Tensor], kept: Mapping[str, List[int]], width: float):

@@ -61,6 +61,7 @@ class PlanRecord(StageRecord):
     remove_bpe: Optional[str] = None
     base_loss: Optional[float] = None  # the unpruned model's validation loss (damage = a shape's loss over it)
     damage_sentences: int = 0
+    damage_sampled_from: int = 0  # the Fisher split's sentences where the damage sentences are a sample (0: all)
     # the whole layers each shape removes, by its layers' name (Candidate.layers_name): chosen by the loss
     layer_choices: Dict[str, LayerChoice] = field(default_factory=dict)
     batch_sizes: List[int] = field(default_factory=list)

@@ -78,19 +78,22 @@ def shapes_section(plan: PlanRecord) -> List[str]:
              f"each in its own process, {plan.repeats} rotated rounds, on the first {plan.sentences} "
              f"sentences of {plan.split}, beam {plan.beam}, exactly {plan.target_length} tokens "
              "generated. Decoding FLOPs: the attention and FFN layers', as a share of the unpruned model's. Damage: "
-             f"the loss on {plan.damage_sentences} sentences of {plan.split} before fine-tuning, over the unpruned "
-             "model's"
+             f"the loss on {plan.damage_sentences} sentences of {plan.split}"
+             + (f" (drawn at random from its {plan.damage_sampled_from})" if plan.damage_sampled_from else "")
+             + " before fine-tuning, over the unpruned model's"
              + ("" if plan.base_loss is None else f" ({plan.base_loss:.3f})")
              + ", with the shape's layers removed (those the loss misses least) and every other layer keeping its "
              "heads and FFN neurons of highest Fisher information. The choice: the least damaged shape timed at "
              f"{factor * (1 + plan.margin):g}x or more at every batch size ({factor:g}x plus {plan.margin:.0%}), "
-             f"else at {factor:g}x.", "",
+             f"else at {factor:g}x." + (" ± the damage's standard error over the batches." if any(
+                 c.damage_se is not None for c in plan.candidates) else ""), "",
              "| shape | decoding FLOPs kept | damage | " + " | ".join(f"batch {b}" for b in batches) + " |",
              "|---|---:|---:|" + "---:|" * len(batches)]
     for index in damage_order(plan.candidates):
         candidate = plan.candidates[index]
         mark = " **(chosen)**" if index == plan.chosen else ""
-        damage = "" if candidate.damage is None else f"+{candidate.damage:.3f}"
+        damage = "" if candidate.damage is None else f"+{candidate.damage:.3f}" + (
+            "" if candidate.damage_se is None else f" ± {candidate.damage_se:.3f}")
         lines.append(f"| {candidate.candidate.name}{mark} | {100.0 * candidate.flops_share:.1f}% | {damage} | "
                      + " | ".join(f"{candidate.speedups[b]:.2f}x" for b in batches) + " |")
     if plan.out_of_order:
