@@ -121,8 +121,8 @@ def add_finetune_resources(group) -> None:
         help="train each fine-tuning on N data-parallel processes of this machine through fairseq's distributed "
         "training (on a GPU one per GPU, NCCL; on the CPU N processes sharing its threads, gloo), every update "
         "seeing the batches one process accumulates: each process accumulates ceil(F / N) of the checkpoint's F "
-        "(--update-freq); the other stages run in this process. Like the device, not part of the run's settings, "
-        "so a resumed run may use another N (default 1)")
+        "(--update-freq); the other stages run in this process. Like the device, not part of the run's settings "
+        "(default 1)")
     group.add_argument(
         "--finetune-memory", type=float, metavar="GB",
         help="the memory each fine-tuning may plan to use on its device, shared by its processes on the CPU. "

@@ -63,6 +63,7 @@ from fairseq_headprune.errors import CheckpointError, StudyError, first_line, li
 from fairseq_headprune.modules.model_config import FFN_MASK_KEY, HEAD_MASK_KEY, config_value, record_config_value
 from fairseq_headprune.registry import register_components
 from fairseq_headprune.study.compression.settings import DEFAULT_DISTILL_WEIGHT, WORD_DISTILLATION
+from fairseq_headprune.study.finetune.memory import MemoryPlan
 from fairseq_headprune.study.finetune.settings import (
     BFLOAT16,
     CHECKPOINT_PRECISION,
@@ -84,6 +85,7 @@ FAMILY_TASKS = {CLASSIFIER_FAMILY: CLASSIFIER_TASK, LANGUAGE_MODEL_FAMILY: LANGU
 # ("update", U) or ("epoch", E): where a part of a fine-tune stops (FinetuneSettings.curve_stops)
 Stop = Tuple[str, int]
 CURVE_FILE = "validations.json"  # in the save directory of a fine-tune until enough: every validation, in order
+MEMORY_FILE = "memory.json"  # in the save directory: the fine-tune's memory plan, which a resumed one keeps
 NEVER = 10 ** 9  # an epoch interval never reached: validation at update intervals only
 
 
@@ -296,6 +298,22 @@ def validation_hooks(until: FinetuneStop, save_dir: str, record: bool = True) ->
         train.validate, train.should_stop_early = validate, should_stop_early
 
 
+def _memory_plan(cfg, start: str, family: str, teacher: Optional[str], settings: FinetuneSettings,
+                 save_dir: str) -> MemoryPlan:
+    """The fine-tune's memory plan (``engine.finetune.memory``), kept in ``save_dir/MEMORY_FILE``: a fine-tune
+    resuming there trains the batch it started with (fairseq resumes an epoch at a count of its batches), whatever
+    is free now."""
+    path = os.path.join(save_dir, MEMORY_FILE)
+    if os.path.isfile(path) and os.path.isfile(os.path.join(save_dir, "checkpoint_last.pt")):
+        with open(path, encoding="utf-8") as stream:
+            return MemoryPlan.from_dict(json.load(stream))
+    plan = plan_finetune_memory(cfg, start, family, teacher, training_precision(cfg), settings.memory_gb,
+                                settings.processes)
+    os.makedirs(save_dir, exist_ok=True)
+    write_json(plan.to_dict(), path)
+    return plan
+
+
 def _rank_context(until: Optional[FinetuneStop], save_dir: str, rank: int) -> ContextManager:
     """What each process of a fine-tune trains inside: the validation hooks of a fine-tune until enough (the curve
     written by the first process), nothing otherwise."""
@@ -379,8 +397,7 @@ def finetune_held(start: str, data: str, save_dir: str, family: str, settings: F
 
     until = settings.until
     with library_errors_as(failed):
-        memory = plan_finetune_memory(cfg, start, family, teacher, training_precision(cfg), settings.memory_gb,
-                                      settings.processes)
+        memory = _memory_plan(cfg, start, family, teacher, settings, save_dir)
         apply_memory_plan(cfg, memory)
         if _trained_to_the_end(save_dir, cfg.optimization.max_update):
             pass
