@@ -5,6 +5,7 @@ import os
 import re
 from typing import Optional
 
+import numpy as np
 import torch
 from fairseq import tasks
 from omegaconf import open_dict
@@ -66,10 +67,17 @@ def longest_pair(cfg) -> int:
     the model's positions."""
     task = tasks.setup_task(cfg.task)
     task.load_dataset(cfg.dataset.train_subset, combine=False, epoch=1)
-    sizes = task.dataset(cfg.dataset.train_subset).sizes
-    longest = int(max(sizes.max(axis=-1)) if getattr(sizes, "ndim", 1) > 1 else max(sizes))
+    longest = _largest(task.dataset(cfg.dataset.train_subset).sizes)
     limit = getattr(cfg.task, "max_source_positions", None) or getattr(cfg.task, "tokens_per_sample", None)
     return min(longest, int(limit)) if limit else longest
+
+
+def _largest(sizes) -> int:
+    """The largest of a dataset's sizes: an array (a pair's two sides as columns), or a list of them (a nested
+    dataset's parts)."""
+    if isinstance(sizes, (list, tuple)):
+        return max(_largest(part) for part in sizes)
+    return int(np.max(np.asarray(sizes)))
 
 
 def free_memory(cpu: bool) -> float:

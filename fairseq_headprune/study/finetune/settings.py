@@ -154,6 +154,10 @@ class FinetuneSettings:
                f"--finetune-memory must be a positive number of GB, got {self.memory_gb}")
         refuse(self.seed is not None and not self.enabled,
                "--finetune-seed goes with --finetune-updates/--finetune-epochs N")
+        refuse(self.processes > 1 and not self.enabled,
+               "--finetune-processes goes with --finetune-updates/--finetune-epochs N")
+        refuse(self.memory_gb is not None and not self.enabled,
+               "--finetune-memory goes with --finetune-updates/--finetune-epochs N")
 
     @property
     def enabled(self) -> bool:
