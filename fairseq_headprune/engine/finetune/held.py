@@ -267,10 +267,8 @@ def validation_hooks(until: FinetuneStop, save_dir: str, record: bool = True) ->
     curve_file = os.path.join(save_dir, CURVE_FILE)
     last = os.path.join(save_dir, "checkpoint_last.pt")
     resumed = _updates_of(last) if os.path.isfile(last) else None
-    curve: List[Dict[str, float]] = []
-    if resumed is not None and os.path.isfile(curve_file):  # validations after the resume point are done again
-        with open(curve_file, encoding="utf-8") as stream:
-            curve = [point for point in json.load(stream) if point["updates"] <= resumed]
+    # validations after the resume point are done again
+    curve = [] if resumed is None else _recorded_curve(save_dir, resumed)
     if resumed is None and hasattr(checkpoint_utils.save_checkpoint, "best"):
         del checkpoint_utils.save_checkpoint.best  # an earlier fine-tune's best, in this process
     validate, should_stop_early = train.validate, train.should_stop_early
@@ -339,7 +337,8 @@ def _trained_to_the_end(save_dir: str, max_update: int) -> bool:
 
 
 def _updates_of(checkpoint: str) -> int:
-    history = load_checkpoint_state(checkpoint).get("optimizer_history") or [{}]
+    """The updates a checkpoint holds, its tensors mapped, not read (a resumed fine-tune asks up to three times)."""
+    history = load_checkpoint_state(checkpoint, mmap=True).get("optimizer_history") or [{}]
     return int(history[-1].get("num_updates", 0))
 
 

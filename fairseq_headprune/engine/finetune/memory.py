@@ -12,6 +12,8 @@ from omegaconf import open_dict
 
 from fairseq_headprune.constants import CLASSIFIER_FAMILY
 from fairseq_headprune.engine.checkpoints.info import load_checkpoint_state
+from fairseq_headprune.engine.checkpoints.state_dict import unique_parameter_count
+from fairseq_headprune.engine.runners.device_batching import free_cuda_memory
 from fairseq_headprune.study.compression.records import DEVICE_WORDS
 from fairseq_headprune.study.finetune.memory import GB, MemoryPlan, TrainingShape, plan_memory
 
@@ -50,16 +52,8 @@ def _mapped_weights(checkpoint: str):
 
 
 def _parameters(weights) -> int:
-    """The parameters of a state dict, a tensor saved under several names (shared embeddings) counted once."""
-    seen, count = set(), 0
-    for tensor in weights.values():
-        if not torch.is_floating_point(tensor):
-            continue
-        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
-        if key not in seen:
-            seen.add(key)
-            count += int(tensor.numel())
-    return count
+    """The parameters of a state dict (its floating-point tensors, shared embeddings counted once)."""
+    return int(unique_parameter_count(tensor for tensor in weights.values() if torch.is_floating_point(tensor)))
 
 
 def longest_pair(cfg) -> int:
@@ -81,9 +75,10 @@ def _largest(sizes) -> int:
 
 
 def free_memory(cpu: bool) -> float:
-    """The bytes free on the fine-tune's device: the GPU's free memory, or the machine's available memory."""
+    """The bytes free on the fine-tune's device: the GPU's (``free_cuda_memory``), or the machine's available
+    memory."""
     if not cpu:
-        return float(torch.cuda.mem_get_info(0)[0])
+        return float(free_cuda_memory(torch.device("cuda", 0)))
     try:
         with open("/proc/meminfo", encoding="utf-8") as stream:
             for line in stream:

@@ -31,10 +31,13 @@ SWEEP_MANIFESTS = os.path.join("sweeps", "*", "sweep.json")  # translation_sweep
 
 
 def free_device_memory(model) -> Optional[int]:
-    """Bytes free on the model's GPU (what this process's allocator holds unused counts as free); None on the CPU."""
+    """Bytes free on the model's GPU (``free_cuda_memory``); None on the CPU."""
     device = model_device(model)
-    if device.type != "cuda":
-        return None
+    return free_cuda_memory(device) if device.type == "cuda" else None
+
+
+def free_cuda_memory(device: torch.device) -> int:
+    """Bytes free on a GPU, what this process's allocator holds unused counted as free."""
     free, _ = torch.cuda.mem_get_info(device)
     return int(free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
 

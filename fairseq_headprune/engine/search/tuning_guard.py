@@ -52,7 +52,11 @@ def batch_losses(model, loss: LossFunction, samples: Sequence[dict]) -> List[Tup
         return [tuple(float(x) for x in loss(model, sample)) for sample in samples]
 
 
-def mean_loss(model, loss: LossFunction, samples: Sequence[dict]) -> float:
-    pairs = batch_losses(model, loss, samples)
+def pooled_loss(pairs: Sequence[Tuple[float, float]]) -> float:
+    """The loss per token of batches' summed losses and token counts (``batch_losses``)."""
     size = sum(count for _, count in pairs)
     return sum(value for value, _ in pairs) / size if size else float("nan")
+
+
+def mean_loss(model, loss: LossFunction, samples: Sequence[dict]) -> float:
+    return pooled_loss(batch_losses(model, loss, samples))

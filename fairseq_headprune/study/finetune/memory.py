@@ -19,7 +19,7 @@ not fit, the fine-tune cannot run here.
 """
 
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping
 
 from fairseq_headprune.errors import StudyError
 
@@ -115,11 +115,11 @@ def _gb(count: float) -> str:
 
 
 def plan_memory(shape: TrainingShape, device: str, free: float, unit: str, batch: int, longest: int,
-                smallest: Optional[int] = None, process: float = 0.0) -> MemoryPlan:
+                process: float = 0.0) -> MemoryPlan:
     """The largest batch, the checkpoint's ``batch`` halved as often as needed, whose fine-tune fits in
-    ``HEADROOM`` of ``free`` bytes, down to ``smallest`` (a batch of tokens must hold the ``longest`` pair; of
+    ``HEADROOM`` of ``free`` bytes, down to the smallest (a batch of tokens must hold the ``longest`` pair; of
     sentences, one), the ``process``'s own bytes counted too; one line (``StudyError``) where none fits."""
-    smallest = smallest or (longest if unit == "tokens" else 1)
+    smallest = longest if unit == "tokens" else 1
     chosen, accumulation = batch, 1
     while True:
         tokens = chosen if unit == "tokens" else chosen * longest

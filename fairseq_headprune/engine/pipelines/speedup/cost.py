@@ -62,8 +62,8 @@ def cost_stage(settings: CompressSettings, work: str) -> CostProbe:
     start = time.perf_counter()
     mean_loss(model, loss, samples)
     probe.loss_seconds = time.perf_counter() - start
-    # the layer choices', each shape's, and the unpruned model's batches the damages are paired with
-    probe.loss_passes = layer_choice_passes(depths, [c.drop_counts for c in ladder]) + len(shapes) + 1
+    # the layer choices' (the unpruned model's among them, which the damages are paired with) and each shape's
+    probe.loss_passes = layer_choice_passes(depths, [c.drop_counts for c in ladder]) + len(shapes)
     _probe_decoding(settings, cfg, task, model, probe)
     probe.speed_systems = 6 if settings.vocabulary_map else 4
     if settings.finetune.enabled:

@@ -33,7 +33,7 @@ from fairseq_headprune.engine.pipelines.compress_measures import split_score
 from fairseq_headprune.engine.pipelines.search import layer_costs, search_costs
 from fairseq_headprune.engine.runners.batches import collated_samples, dictionary_tokens, load_split, split_mean_lengths
 from fairseq_headprune.engine.search.exported_latency import export_masked
-from fairseq_headprune.engine.search.tuning_guard import batch_losses, token_nll
+from fairseq_headprune.engine.search.tuning_guard import batch_losses, pooled_loss, token_nll
 from fairseq_headprune.engine.timing.isolated import SystemSpec, time_systems
 from fairseq_headprune.errors import StudyError
 from fairseq_headprune.modules.masked_ffn import ffn_layout, set_ffn_mask
@@ -211,10 +211,10 @@ def _damages(settings: CompressSettings, family, cfg, task, model, ladder: List[
         None, progress=settings.evaluation.progress, description="plan: Fisher information")
     scores = {**fisher.importance, **(fisher.neuron_importance or {})}
     depths = model_depths(model)
-    cache: dict = {}
+    unpruned = batch_losses(model, loss, samples)  # each shape's damage is paired with these batch for batch
+    cache = {frozenset(): pooled_loss(unpruned)}  # the layer choices' loss with no layer left out: measured here
     choices: Dict[str, LayerChoice] = {}
     damages: Dict[tuple, Tuple[float, Optional[float]]] = {}
-    unpruned = batch_losses(model, loss, samples)  # each shape's damage is paired with these batch for batch
     shapes = ladder_shapes(ladder)
     progress = tqdm(total=len(shapes), desc="plan: damage of each shape", unit="shape",
                     disable=not settings.evaluation.progress, leave=False)
