@@ -609,3 +609,46 @@ def test_the_plan_exports_and_times_one_group_of_shapes_at_a_time(tiny_model, tm
         assert 1 <= len(group["timed"]) <= 3 and group["on_disk"] == group["timed"]  # the earlier groups gone
     assert sum(len(group["timed"]) for group in groups) == len(shapes)
     assert all(set(c["speedups"]) == {"1", "8"} for c in plan["candidates"])
+
+
+def test_the_plan_times_every_shape_once_and_again_at_length_only_where_the_timing_decides(tiny_model, tmp_path,
+                                                                                           monkeypatch):
+    """With --repeats 2 the plan screens every shape one round, then times at 2 rounds the shapes
+    ``decisive_candidates`` names on what it has timed, until the decisive shapes of the final plan all are; each
+    candidate records the rounds its speed-ups are the median of, and the report's table says them."""
+    from fairseq_headprune.cli import main
+    from fairseq_headprune.engine.pipelines.speedup import plan as speedup_plan
+    from fairseq_headprune.study.compression.speedup.rules import decisive_candidates
+    from fairseq_headprune.study.compression.speedup.shapes import PlannedCandidate
+
+    calls = []
+    timed = speedup_plan.time_systems
+
+    def recording(specs, batch_sizes, repeats, **kwargs):
+        calls.append((repeats, sorted({spec.model for spec in specs if spec.name not in (
+            speedup_plan.REFERENCE, speedup_plan.STOCK)})))
+        return timed(specs, batch_sizes, repeats, **kwargs)
+
+    monkeypatch.setattr(speedup_plan, "time_systems", recording)
+    monkeypatch.setattr(speedup_plan, "choose_candidate", lambda *args, **kwargs: None)  # the plan alone
+    out = tmp_path / "run"
+    command = speedup_command(tiny_model, out)[1:]
+    command[command.index("--repeats") + 1] = "2"
+    assert main(command) == 2
+    plan = _stage(out, "plan")
+    candidates = [PlannedCandidate.from_dict(c) for c in plan["candidates"]]
+    shapes = {(c.candidate.dropped, c.candidate.width) for c in candidates}
+    screened = [models for repeats, models in calls if repeats == 1]
+    refined = [models for repeats, models in calls if repeats == 2]
+    assert sum(len(models) for models in screened) == len(shapes) and len(calls) == len(screened) + len(refined)
+    assert calls[:len(screened)] == [(1, models) for models in screened]  # every shape screened before any refined
+    refined_count = sum(len(models) for models in refined)
+    decisive = decisive_candidates(candidates, 1.05, plan["margin"])
+    assert 0 < len({(candidates[i].candidate.dropped, candidates[i].candidate.width) for i in decisive}) \
+        <= refined_count < len(shapes)
+    assert all(candidates[i].rounds == 2 for i in decisive)
+    assert sorted(c.rounds for c in candidates).count(2) == refined_count  # no beam variant here: one a shape
+    assert plan["screen_rounds"] == 1 and plan["repeats"] == 2
+    markdown = (out / "report.md").read_text()
+    assert f"every shape 1 round, then the {refined_count} whose timing decides the choice" in markdown
+    assert "| rounds |" in markdown

@@ -18,6 +18,7 @@ from fairseq_headprune.study.compression.speedup.rules import (
     best_attempt,
     choose_candidate,
     damage_order,
+    decisive_candidates,
     next_step,
     prune_more,
     unreached_text,
@@ -95,6 +96,37 @@ def test_the_choice_is_the_least_damaged_shape_fast_enough_with_the_plans_margin
     # without damage (a plan written before it was measured) the most decoding FLOPs kept go first
     unmeasured = [PlannedCandidate(p.candidate, p.flops_share, p.speedups) for p in PLAN]
     assert damage_order(unmeasured) == [0, 1, 3, 2, 4]
+
+
+def test_the_timing_is_refined_for_the_shapes_that_can_decide_the_choice():
+    """Screened once, a shape's timing decides only where it is near the target and not behind three less damaged
+    shapes already timed at the target plus the margin."""
+    # asked 2x (2.2x with the margin), near is 1.6x: in damage order 1 (1.6/1.7, near), 0 (1.4 at batch 64: not
+    # near), 2 (2.0/2.1: near, below 2.2), 3 (2.2/2.4: reaches 2.2), 4 (3.1/3.5: reaches 2.2)
+    assert decisive_candidates(PLAN, 2.0) == [1, 2, 3, 4]
+    assert decisive_candidates(PLAN, 2.0, reaching=1) == [1, 2, 3]  # down to the first at 2.2x
+    # asked 1.4x: 1, 2 and 3 reach 1.54x (0 is near, at 1.4x); shape 4, more damaged than three of them, is left
+    assert decisive_candidates(PLAN, 1.4) == [1, 0, 2, 3]
+    assert decisive_candidates(PLAN, 5.0) == []  # none within 20% of 5x: no timing would choose one
+    assert decisive_candidates(PLAN, 3.8) == [4] and decisive_candidates(PLAN, 3.8, shortfall=0.1) == []
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_whatever_the_plan_the_choice_and_its_spares_are_among_the_refined(seed):
+    """The rule's promise, over random plans: the shape chosen (``choose_candidate``) and those ``prune_more``
+    takes after it are decisive, so timing only those at length cannot leave the choice to a screened figure."""
+    import random
+
+    rng = random.Random(seed)
+    plan = [planned({"decoder": rng.randrange(3)}, rng.choice((1.0, 0.75, 0.5, 0.25)), rng.random(),
+                    rng.uniform(1.0, 4.0), rng.uniform(1.0, 4.0), damage=rng.uniform(0.0, 5.0)) for _ in range(12)]
+    factor, margin = rng.uniform(1.2, 3.5), rng.choice((0.0, 0.1, 0.2))
+    decisive = decisive_candidates(plan, factor, margin)
+    chosen = choose_candidate(plan, factor, margin)
+    assert chosen is None or chosen in decisive
+    fast = [i for i in damage_order(plan) if plan[i].reaches(factor * (1 + margin))]
+    assert set(fast[:3]) <= set(decisive)
+    assert all(plan[i].reaches(0.8 * factor) for i in decisive)  # none far below the target
 
 
 def test_backing_off_takes_the_nearest_less_damaged_shape_and_pruning_more_the_least_damaged_fast_enough():
@@ -289,3 +321,29 @@ def test_the_fine_tunes_precision_by_the_rule():
         finetune_precision("bfloat16", "float32", on_gpu=True, bf16_supported=False)
     with pytest.raises(SettingsError, match="must be one of"):
         FinetuneSettings(updates=10, precision="half")
+
+
+def test_the_plans_cost_counts_one_screening_round_a_shape_and_one_group_again_at_length():
+    """The cost estimate's plan stage against its rule worked by hand: 47 shapes of half the decoding FLOPs (each
+    decoding in 0.25 + 0.75 x 0.5 of the unpruned model's time) in groups of 8 beside the unpruned model (with and
+    without its map); screened at 1 round after a warm-up, then the 8 most expensive again at 5 rounds; a probe
+    written before the plan screened times every group at 5."""
+    from fairseq_headprune.study.compression.speedup.cost import CostProbe, stage_costs
+
+    worker, per_round, export = 3.0, 10.0, 2.0  # a process started, one round of the unpruned model, one export
+
+    def plan_seconds(screen_rounds):
+        probe = CostProbe(shape_shares=[0.5] * 47, group=8, repeats=5, screen_rounds=screen_rounds,
+                          batch_sizes=[1, 64], export_seconds=export, worker_seconds=worker,
+                          pass_seconds={1: 4.0, 64: per_round - 4.0})
+        return next(cost for cost in stage_costs(probe) if cost.stage == "plan")
+
+    def groups(sizes, rounds):
+        return sum((2 + n) * worker + (1 + rounds) * (2 + 0.625 * n) * per_round for n in sizes)
+
+    screened, everything = plan_seconds(1), plan_seconds(0)
+    assert screened.seconds == pytest.approx(groups([8] * 5 + [7], 1) + groups([8], 5) + export * (1 + 0.5 * 55))
+    assert everything.seconds == pytest.approx(groups([8] * 5 + [7], 5) + export * (1 + 0.5 * 47))
+    assert screened.seconds < 0.6 * everything.seconds
+    assert "6 groups of up to 8 shapes timed 2 rounds" in screened.rule and "8 of them again at 6 rounds" in \
+        screened.rule and "6 rounds" in everything.rule

@@ -42,6 +42,7 @@ from fairseq_headprune.study.compression.settings import (
     default_distill,
     default_finetune_updates,
 )
+from fairseq_headprune.study.compression.speedup.rules import SCREEN_ROUNDS
 from fairseq_headprune.study.compression.speedup.settings import (
     OPTION_PREFIX,
     SPEEDUP_LR_SHARE,
@@ -363,7 +364,9 @@ def add_parser(commands) -> None:
                        help=f"first N sentences of --gen-subset timed (default {DEFAULT_SPEED_SENTENCES}; 0: all)")
     speed.add_argument("--repeats", type=int, default=DEFAULT_SPEED_REPEATS, metavar="N",
                        help="timed rounds after a warm-up: every system (each in its own process) decodes once "
-                       f"per round, the order rotated round by round (default {DEFAULT_SPEED_REPEATS})")
+                       "per round, the order rotated round by round; --target speedup's plan times every shape "
+                       f"{SCREEN_ROUNDS} round first and only the shapes whose timing decides the choice N rounds "
+                       f"(default {DEFAULT_SPEED_REPEATS})")
     speed.add_argument("--speed-beams", type=int, nargs="+", default=[], metavar="B",
                        help="translation: also evaluate and time both models at these beam sizes (e.g. 1 2), the "
                        "compressed one against the unpruned one at the same beam (like for like) and at --beam: "

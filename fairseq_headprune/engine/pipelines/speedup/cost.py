@@ -35,6 +35,7 @@ from fairseq_headprune.study.compression.decoding import DecodingOptions
 from fairseq_headprune.study.compression.deployment_settings import ExportSettings
 from fairseq_headprune.study.compression.settings import CompressSettings
 from fairseq_headprune.study.compression.speedup.cost import CostProbe, layer_choice_passes
+from fairseq_headprune.study.compression.speedup.rules import SCREEN_ROUNDS
 from fairseq_headprune.study.compression.speedup.shapes import ladder_shapes
 
 DECODED_SENTENCES = 32  # sentences of the decision split fairseq translates to measure its rate
@@ -55,7 +56,8 @@ def cost_stage(settings: CompressSettings, work: str) -> CostProbe:
     beams = {str(index): [(c.beam or beam) / beam for c in ladder if (c.dropped, c.width) == shape]
              for index, shape in enumerate(shapes)}
     probe = CostProbe(shape_shares=[shares[shape] for shape in shapes], beams=beams, group=PLAN_GROUP,
-                      repeats=deployment.repeats, batch_sizes=list(deployment.batch_sizes),
+                      repeats=deployment.repeats, screen_rounds=min(SCREEN_ROUNDS, deployment.repeats),
+                      batch_sizes=list(deployment.batch_sizes),
                       max_attempts=settings.speedup.max_attempts)
     _probe_export_and_timing(settings, family, cfg, task, model, beam, work, probe)
     samples, loss = damage_inputs(settings, family, cfg, task, model)

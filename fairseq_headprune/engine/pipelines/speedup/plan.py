@@ -4,7 +4,9 @@ and the one to try first (``study.compression.speedup``).
 The timing: every shape of ``candidate_ladder`` exported with the vocabulary map (its layers, every layer narrowed
 alike) and timed against the unpruned model (with and without its map) on the Fisher split's first sentences,
 each generating the split's mean target length; ``PLAN_GROUP`` shapes at a time, each group in one rotated run
-with the unpruned model (every speed-up is paired within its group's rounds) and deleted after it.
+with the unpruned model (every speed-up is paired within its group's rounds) and deleted after it. Every shape
+is timed ``SCREEN_ROUNDS`` rounds, then those whose timing decides the choice (``decisive_candidates``) at
+--repeats rounds, so the timing grows with the ladder by one round a shape, not --repeats.
 
 The damage: the validation loss before fine-tuning of the unpruned model with the shape's whole layers removed
 (chosen by the loss, one at a time, as ``engine.compression.layer_choice`` does; the losses measured once and
@@ -44,7 +46,7 @@ from fairseq_headprune.study.compression.settings import CompressSettings
 from fairseq_headprune.study.compression.speed import Speedups, paired_speedup
 from fairseq_headprune.study.compression.speedup.damage import damage_sample, paired_damage
 from fairseq_headprune.study.compression.speedup.records import PlanRecord
-from fairseq_headprune.study.compression.speedup.rules import choose_candidate
+from fairseq_headprune.study.compression.speedup.rules import SCREEN_ROUNDS, choose_candidate, decisive_candidates
 from fairseq_headprune.study.compression.speedup.shapes import (
     SMALLER_BEAMS,
     Candidate,
@@ -76,9 +78,8 @@ def plan_stage(settings: CompressSettings, work: str) -> PlanRecord:
     beam = int(cfg.generation.beam)
     ladder = plan_ladder(settings, cfg, model)
     base_loss, damages, choices, sentences = _damages(settings, family, cfg, task, model, ladder)
-    planned, map_gain, environment, target_length = _timed(settings, family, cfg, task, model, ladder, split, beam)
-    for candidate in planned:
-        candidate.damage, candidate.damage_se = damages[candidate.candidate.dropped, candidate.candidate.width]
+    planned, map_gain, environment, target_length = _timed(settings, family, cfg, task, model, ladder, split, beam,
+                                                           damages)
     decoding = DecodingOptions.of_generation(cfg.generation)
     decision_subset = settings.speedup.decision_subset
     reference = split_score(settings, settings.checkpoint, decision_subset, os.path.join(work, "reference"))
@@ -90,7 +91,8 @@ def plan_stage(settings: CompressSettings, work: str) -> PlanRecord:
     record = PlanRecord(factor=settings.target.factor, margin=settings.speedup.plan_margin,
                         batch_sizes=list(deployment.batch_sizes),
                         quantization=settings.table_quantization, split=split, sentences=PLAN_SENTENCES, beam=beam,
-                        target_length=target_length, repeats=deployment.repeats, candidates=planned,
+                        target_length=target_length, repeats=deployment.repeats,
+                        screen_rounds=min(SCREEN_ROUNDS, deployment.repeats), candidates=planned,
                         map_gain=map_gain, environment=environment, decision_subset=decision_subset,
                         reference=reference, stop_subset=stop_subset, stop_reference=stop_reference,
                         base_loss=base_loss, damage_sentences=sentences,
@@ -105,13 +107,16 @@ def plan_stage(settings: CompressSettings, work: str) -> PlanRecord:
     return record
 
 
-def _timed(settings: CompressSettings, family, cfg, task, model, ladder: List[Candidate], split: str,
-           beam: int) -> Tuple[List[PlannedCandidate], Speedups, Dict[str, object], int]:
+def _timed(settings: CompressSettings, family, cfg, task, model, ladder: List[Candidate], split: str, beam: int,
+           damages: Mapping[tuple, Tuple[float, Optional[float]]]
+           ) -> Tuple[List[PlannedCandidate], Speedups, Dict[str, object], int]:
     """Every shape exported with the vocabulary map and timed against the unpruned model (with and without its
     map), ``PLAN_GROUP`` shapes at a time, each group in one rotated run with the unpruned model and deleted
     after it, so that the plan's disk and memory hold the unpruned model and one group whatever the ladder's
-    length; returns the candidates with their decoding-FLOPs share and speed-ups, the map's own speed-up (the
-    median over the groups), the machine and the target length."""
+    length: first every shape ``SCREEN_ROUNDS`` rounds, then the shapes whose timing decides the choice
+    (``decisive_candidates``, from the screened timing and ``damages``) again at --repeats rounds, their
+    speed-ups replaced by those. Returns the candidates with their decoding-FLOPs share, damage, speed-ups and
+    rounds, the map's own speed-up (the median over the groups), the machine and the target length."""
     evaluation, deployment = settings.evaluation, settings.deployment
     engine = export_engine(settings.export_format)
     _, target_length = split_mean_lengths(task, split)
@@ -121,7 +126,7 @@ def _timed(settings: CompressSettings, family, cfg, task, model, ladder: List[Ca
     sentences = plan_sentences(task, split, deployment.batch_sizes)
     shapes = ladder_shapes(ladder)
     shares = flops_shares(settings, cfg, task, model, shapes)
-    groups = [shapes[i:i + PLAN_GROUP] for i in range(0, len(shapes), PLAN_GROUP)]
+    screen_rounds = min(SCREEN_ROUNDS, deployment.repeats)
     progress = tqdm(total=len(shapes) + 1, desc="plan: exporting and timing shapes", unit="shape",
                     disable=not evaluation.progress, leave=False)
 
@@ -131,6 +136,7 @@ def _timed(settings: CompressSettings, family, cfg, task, model, ladder: List[Ca
                           device=device, options=options, use_vmap=use_vmap)
 
     speedups: Dict[str, Speedups] = {}  # candidate name -> its speed-ups
+    rounds: Dict[str, int] = {}  # candidate name -> the rounds they are the median of
     map_gains: Dict[int, List[float]] = {}
     environment: Dict[str, object] = {}
     with tempfile.TemporaryDirectory(prefix="headprune-plan-") as directory:
@@ -139,30 +145,53 @@ def _timed(settings: CompressSettings, family, cfg, task, model, ladder: List[Ca
         reference = os.path.join(directory, "unpruned")
         export_shape(engine, family, cfg, task, model, 1.0, quantization, vmap, reference)
         progress.update(1)
-        for number, group in enumerate(groups):
-            group_dir = os.path.join(directory, f"group-{number}")
-            specs = [spec(REFERENCE, reference, True), spec(STOCK, reference, False)]
-            for index, (dropped_counts, width) in enumerate(group):
-                # which layers go does not change the timing: the last ones of each stack
-                dropped = {stack: list(range(depths[stack] - count, depths[stack])) for stack, count in dropped_counts}
-                path = os.path.join(group_dir, f"shape-{index}")
-                with layers_removed(model, dropped):
-                    export_shape(engine, family, cfg, task, model, width, quantization, vmap, path)
-                specs += [spec(candidate.name, path, True, candidate.beam) for candidate in ladder
-                          if (candidate.dropped, candidate.width) == (dropped_counts, width)]
-                progress.update(1)
-            run = time_systems(specs, deployment.batch_sizes, deployment.repeats, sentences=sentences)
-            environment = environment or run.environment
-            for passes in run.passes:
-                batch, reference_seconds = int(passes.batch_size), passes.seconds[REFERENCE]
-                map_gains.setdefault(batch, []).append(paired_speedup(passes.seconds[STOCK], reference_seconds))
-                for system in specs[2:]:
-                    speedups.setdefault(system.name, Speedups())[batch] = paired_speedup(reference_seconds,
-                                                                                 passes.seconds[system.name])
-            shutil.rmtree(group_dir)
+
+        def time_in_groups(timed_shapes, repeats: int, label: str) -> None:
+            for number in range(0, len(timed_shapes), PLAN_GROUP):
+                group_dir = os.path.join(directory, f"{label}-{number // PLAN_GROUP}")
+                specs = [spec(REFERENCE, reference, True), spec(STOCK, reference, False)]
+                for index, (dropped_counts, width) in enumerate(timed_shapes[number:number + PLAN_GROUP]):
+                    # which layers go does not change the timing: the last ones of each stack
+                    dropped = {stack: list(range(depths[stack] - count, depths[stack]))
+                               for stack, count in dropped_counts}
+                    path = os.path.join(group_dir, f"shape-{index}")
+                    with layers_removed(model, dropped):
+                        export_shape(engine, family, cfg, task, model, width, quantization, vmap, path)
+                    specs += [spec(candidate.name, path, True, candidate.beam) for candidate in ladder
+                              if (candidate.dropped, candidate.width) == (dropped_counts, width)]
+                    progress.update(1)
+                run = time_systems(specs, deployment.batch_sizes, repeats, sentences=sentences)
+                if not environment:
+                    environment.update(run.environment)
+                for passes in run.passes:
+                    batch, reference_seconds = int(passes.batch_size), passes.seconds[REFERENCE]
+                    map_gains.setdefault(batch, []).append(paired_speedup(passes.seconds[STOCK], reference_seconds))
+                    for system in specs[2:]:
+                        speedups.setdefault(system.name, Speedups())[batch] = paired_speedup(
+                            reference_seconds, passes.seconds[system.name])
+                        rounds[system.name] = repeats
+                shutil.rmtree(group_dir)
+
+        time_in_groups(shapes, screen_rounds, "group")
+        planned = [PlannedCandidate(candidate, shares[candidate.dropped, candidate.width], speedups[candidate.name],
+                                    *damages[candidate.dropped, candidate.width], rounds=rounds[candidate.name])
+                   for candidate in ladder]
+        refined: List[tuple] = []  # the shapes timed at --repeats
+        while screen_rounds < deployment.repeats:
+            # refined timings move the choice: refine until every decisive shape is (at most the whole ladder)
+            decisive = decisive_candidates(planned, settings.target.factor, settings.speedup.plan_margin)
+            new = [shape for shape in dict.fromkeys((planned[i].candidate.dropped, planned[i].candidate.width)
+                                                    for i in decisive) if shape not in refined]
+            if not new:
+                break
+            progress.total += len(new)
+            progress.refresh()
+            time_in_groups(new, deployment.repeats, f"refined-{len(refined)}")
+            refined += new
+            for candidate in planned:
+                candidate.speedups = speedups[candidate.candidate.name]
+                candidate.rounds = rounds[candidate.candidate.name]
     progress.close()
-    planned = [PlannedCandidate(candidate, shares[candidate.dropped, candidate.width], speedups[candidate.name])
-               for candidate in ladder]
     map_gain = Speedups({batch: statistics.median(gains) for batch, gains in map_gains.items()})
     return planned, map_gain, environment, target_length
 

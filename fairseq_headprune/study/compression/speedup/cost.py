@@ -39,6 +39,7 @@ class CostProbe(StageRecord):
     beams: Dict[str, List[float]] = field(default_factory=dict)
     group: int = 0  # shapes exported and timed together
     repeats: int = 0
+    screen_rounds: int = 0  # the rounds every shape is timed first (0: a probe written before: all at repeats)
     batch_sizes: List[int] = field(default_factory=list)
     export_seconds: float = 0.0  # one export of the unpruned model with the vocabulary map
     export_bytes: int = 0
@@ -114,28 +115,46 @@ def layer_choice_passes(depths: Mapping[str, int], layer_counts: Sequence[Mappin
     return len(seen)
 
 
+def _group_timing(probe: CostProbe, shapes: Sequence[int], rounds: int) -> float:
+    """The seconds of timing ``shapes`` (indices) in groups of ``probe.group`` beside the unpruned model (with and
+    without its map), each system started once per group, ``1 + rounds`` rounds (a warm-up and ``rounds``)."""
+    seconds, size = 0.0, probe.group or 1
+    for start in range(0, len(shapes), size):
+        group = shapes[start:start + size]
+        systems = [2.0] + [time_share(probe.shape_shares[i]) * sum(probe.beams.get(str(i), [1.0])) for i in group]
+        processes = 2 + sum(len(probe.beams.get(str(i), [1.0])) for i in group)
+        seconds += processes * probe.worker_seconds + (1 + rounds) * sum(systems) * sum(probe.pass_seconds.values())
+    return seconds
+
+
 def _plan_cost(probe: CostProbe) -> StageCost:
     shares = probe.shape_shares
+    everyone = list(range(len(shares)))
+    # a probe written before the plan screened (screen_rounds 0) times every shape at --repeats
+    screen = probe.screen_rounds if 0 < probe.screen_rounds < probe.repeats else probe.repeats
+    timing = _group_timing(probe, everyone, screen)
     exports = probe.export_seconds * (1.0 + sum(shares))
-    groups = [list(range(start, min(start + probe.group, len(shares)))) for start in range(0, len(shares),
-                                                                                          probe.group or 1)]
-    timing = 0.0
-    for group in groups:
-        systems = [2.0] + [time_share(shares[i]) * sum(probe.beams.get(str(i), [1.0])) for i in group]
-        processes = 2 + sum(len(probe.beams.get(str(i), [1.0])) for i in group)
-        timing += processes * probe.worker_seconds + (1 + probe.repeats) * sum(systems) * sum(
-            probe.pass_seconds.values())
+    refined: List[int] = []
+    if screen < probe.repeats:
+        # which shapes the timing refines is known only once screened: one group of the most expensive stands in
+        refined = sorted(everyone, key=lambda i: -shares[i])[:probe.group or 1]
+        timing += _group_timing(probe, refined, probe.repeats)
+        exports += probe.export_seconds * sum(shares[i] for i in refined)
     damage = probe.loss_seconds * (FISHER_PASSES + probe.loss_passes)
     reference = probe.decode_seconds * (probe.decision_sentences + probe.extra_reference_sentences)
-    largest = max((sum(shares[i] for i in group) for group in groups), default=0.0)
+    groups = [shares[start:start + (probe.group or 1)] for start in range(0, len(shares), probe.group or 1)]
+    largest = max((sum(group) for group in groups), default=0.0)
     disk = int(probe.export_bytes * (1.0 + largest))
-    rule = (f"{len(shares) + 1} exports of up to {_size(probe.export_bytes)} at {probe.export_seconds:.3g} s each; "
-            f"{len(groups)} groups of up to {probe.group} shapes timed {1 + probe.repeats} rounds at batch "
-            f"{' and '.join(str(b) for b in probe.batch_sizes)} ({_seconds(sum(probe.pass_seconds.values()))} per "
+    groups_text = (f"{len(groups)} groups of up to {probe.group} shapes timed {1 + screen} rounds at batch "
+                   f"{' and '.join(str(b) for b in probe.batch_sizes)}")
+    if refined:
+        groups_text += f", then at most {len(refined)} of them again at {1 + probe.repeats} rounds"
+    rule = (f"{len(shares) + 1 + len(refined)} exports of up to {_size(probe.export_bytes)} at "
+            f"{probe.export_seconds:.3g} s each; {groups_text} ({_seconds(sum(probe.pass_seconds.values()))} per "
             f"round of the unpruned model); {probe.loss_passes} loss passes and the Fisher information at "
             f"{probe.loss_seconds:.1f} s a pass; {probe.decision_sentences + probe.extra_reference_sentences} "
             f"sentences translated at {probe.decode_seconds:.3g} s each")
-    return StageCost("plan", exports + timing + damage + reference, disk, rule)
+    return StageCost("plan", exports + timing + damage + reference, disk, rule, at_most=bool(refined))
 
 
 def _finetune_cost(probe: CostProbe, chosen: Optional[ChosenShape]) -> Optional[StageCost]:

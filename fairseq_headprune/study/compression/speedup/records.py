@@ -70,7 +70,8 @@ class PlanRecord(StageRecord):
     sentences: int = 0
     beam: int = 0
     target_length: int = 0  # every candidate generates exactly this many tokens
-    repeats: int = 0
+    repeats: int = 0  # the rounds of the shapes whose timing decides (rules.decisive_candidates)
+    screen_rounds: int = 0  # every other shape's rounds (0: a plan written before it was recorded: all at repeats)
     candidates: List[PlannedCandidate] = field(default_factory=list)  # in timing order
     chosen: Optional[int] = 0  # index into candidates; None: no shape timed fast enough (no attempt)
     map_gain: Speedups = field(default_factory=Speedups)  # the unpruned model with its map over without

@@ -4,7 +4,7 @@ from typing import List
 
 from fairseq_headprune.study.compression.records import ScoreChange, trained_where
 from fairseq_headprune.study.compression.speedup.records import AttemptRecord, PlanRecord, SpeedupReport
-from fairseq_headprune.study.compression.speedup.rules import damage_order
+from fairseq_headprune.study.compression.speedup.rules import REFINED_REACHING, SCREEN_SHORTFALL, damage_order
 from fairseq_headprune.study.compression.speedup.shapes import disturbed_plan_text
 from fairseq_headprune.study.statistics.significance import p_value_cell, p_value_text
 
@@ -69,13 +69,29 @@ def before_finetune_text(report: SpeedupReport) -> str:
     return f", {reported.before_finetune:.2f} before fine-tuning"
 
 
+def _rounds_text(plan: PlanRecord) -> str:
+    """The plan's timing rounds: all at --repeats, or screened first and refined where the timing decides."""
+    if not plan.screen_rounds or plan.screen_rounds >= plan.repeats:
+        return f"{plan.repeats} rotated rounds"
+    refined = sum(candidate.rounds == plan.repeats for candidate in plan.candidates)
+    return (f"in rotated rounds: every shape {plan.screen_rounds} round{'s' if plan.screen_rounds > 1 else ''}, "
+            f"then the {refined} whose timing decides the choice (timed within {SCREEN_SHORTFALL:.0%} of the target "
+            f"at every batch size, the least damaged down to the {_ordinal(REFINED_REACHING)} at the target plus "
+            f"the margin) {plan.repeats} rounds")
+
+
+def _ordinal(number: int) -> str:
+    return {1: "first", 2: "second", 3: "third", 4: "fourth", 5: "fifth"}.get(number, f"{number}th")
+
+
 def shapes_section(plan: PlanRecord) -> List[str]:
     """The plan's table: every shape timed, its decoding-FLOPs share and damage, least damaged first."""
     factor = plan.factor  # the target the plan chose for (part of the run's identity)
     batches = plan.batch_sizes
+    screened = int(bool(plan.screen_rounds) and plan.screen_rounds < plan.repeats)
     lines = ["", "## The shapes timed", "",
              f"Each shape exported with the vocabulary map and timed against the unpruned model with its own map, "
-             f"each in its own process, {plan.repeats} rotated rounds, on the first {plan.sentences} "
+             f"each in its own process, {_rounds_text(plan)}, on the first {plan.sentences} "
              f"sentences of {plan.split}, beam {plan.beam}, exactly {plan.target_length} tokens "
              "generated. Decoding FLOPs: the attention and FFN layers', as a share of the unpruned model's. Damage: "
              f"the loss on {plan.damage_sentences} sentences of {plan.split}"
@@ -87,15 +103,17 @@ def shapes_section(plan: PlanRecord) -> List[str]:
              f"{factor * (1 + plan.margin):g}x or more at every batch size ({factor:g}x plus {plan.margin:.0%}), "
              f"else at {factor:g}x." + (" ± the damage's standard error over the batches." if any(
                  c.damage_se is not None for c in plan.candidates) else ""), "",
-             "| shape | decoding FLOPs kept | damage | " + " | ".join(f"batch {b}" for b in batches) + " |",
-             "|---|---:|---:|" + "---:|" * len(batches)]
+             "| shape | decoding FLOPs kept | damage | " + " | ".join(f"batch {b}" for b in batches) + " |"
+             + (" rounds |" if screened else ""),
+             "|---|---:|---:|" + "---:|" * (len(batches) + screened)]
     for index in damage_order(plan.candidates):
         candidate = plan.candidates[index]
         mark = " **(chosen)**" if index == plan.chosen else ""
         damage = "" if candidate.damage is None else f"+{candidate.damage:.3f}" + (
             "" if candidate.damage_se is None else f" ± {candidate.damage_se:.3f}")
         lines.append(f"| {candidate.candidate.name}{mark} | {100.0 * candidate.flops_share:.1f}% | {damage} | "
-                     + " | ".join(f"{candidate.speedups[b]:.2f}x" for b in batches) + " |")
+                     + " | ".join(f"{candidate.speedups[b]:.2f}x" for b in batches) + " |"
+                     + (f" {candidate.rounds} |" if screened else ""))
     if plan.out_of_order:
         lines += ["", "**Warning:** " + disturbed_plan_text(plan.out_of_order, "plan/") + "."]
     return lines

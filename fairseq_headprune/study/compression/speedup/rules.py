@@ -1,6 +1,7 @@
-"""The rules of ``compress --target speedup=Nx``, one function per decision: the shape tried first
-(``choose_candidate``), what follows an attempt (``next_step``), the shape after a loss beyond the tolerance
-(``back_off``) or a speed short of the target (``prune_more``), and the attempt deployed (``best_attempt``).
+"""The rules of ``compress --target speedup=Nx``, one function per decision: the shapes whose timing is refined
+(``decisive_candidates``), the shape tried first (``choose_candidate``), what follows an attempt (``next_step``),
+the shape after a loss beyond the tolerance (``back_off``) or a speed short of the target (``prune_more``), and
+the attempt deployed (``best_attempt``).
 ``search.SpeedupSearch`` applies them in turn; ``shapes`` describes what they choose among.
 """
 
@@ -15,6 +16,15 @@ from fairseq_headprune.study.finetune.settings import PLATEAU, REACHED
 CONTINUE, BACK_OFF, ACCEPT, GIVE_UP = "continue fine-tuning", "back off", "accept", "give up"
 PRUNE_MORE = "prune more"  # within the tolerance but slower than asked: the next shape fast enough
 DECISIONS = (ACCEPT, CONTINUE, BACK_OFF, PRUNE_MORE, GIVE_UP)
+# the plan first times every shape this many rounds (after a warm-up), then refines at --repeats rounds only the
+# shapes whose timing decides (``decisive_candidates``): its timing grows with the ladder by one round a shape
+SCREEN_ROUNDS = 1
+# a shape screened this share below the target at its slowest batch size may still reach it at --repeats rounds
+# (one round against five differed by up to 18% on the demo model)
+SCREEN_SHORTFALL = 0.2
+# the refined shapes reach down the damage order to this many screened at the target plus the margin: the first
+# choice and those ``prune_more`` takes after it
+REFINED_REACHING = 3
 
 
 def within_tolerance(delta: float, max_bleu_loss: float) -> bool:
@@ -60,6 +70,22 @@ def damage_order(planned: Sequence[PlannedCandidate]) -> List[int]:
         return (damage, -(candidate.beam or math.inf), -planned[i].flops_share, sum(candidate.drop_counts.values()),
                 -planned[i].speedups.slowest)
     return sorted(range(len(planned)), key=rank)
+
+
+def decisive_candidates(planned: Sequence[PlannedCandidate], factor: float, margin: float = PLAN_MARGIN,
+                        shortfall: float = SCREEN_SHORTFALL, reaching: int = REFINED_REACHING) -> List[int]:
+    """The candidates whose screened timing (``SCREEN_ROUNDS``) may decide the choice, least damaged first: in
+    ``damage_order``, every one screened within ``shortfall`` of ``factor`` at every batch size, down to the
+    ``reaching``-th screened at ``factor`` plus ``margin``. A shape more damaged than those is chosen only after
+    them, and one screened further below the target is not fast enough; timing either longer changes no choice."""
+    near, decisive, reached = factor * (1.0 - shortfall), [], 0
+    for index in damage_order(planned):
+        if planned[index].reaches(near):
+            decisive.append(index)
+            reached += planned[index].reaches(factor * (1.0 + margin))
+            if reached >= reaching:
+                break
+    return decisive
 
 
 def choose_candidate(planned: Sequence[PlannedCandidate], factor: float,

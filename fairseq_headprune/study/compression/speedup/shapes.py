@@ -131,13 +131,15 @@ class PlannedCandidate:
     """A candidate with what the plan found: its decoding-FLOPs share of the unpruned model's layers, its
     measured speed-up over the unpruned model (with the map both) at each batch size, and its damage: the
     validation loss increase over the unpruned model before fine-tuning (None: not measured), with its standard
-    error (``damage.paired_damage``; None in plans written before it was recorded)."""
+    error (``damage.paired_damage``; None in plans written before it was recorded), and the timing rounds its
+    speed-ups are the median of (0: a plan written before it was recorded, every shape at --repeats)."""
 
     candidate: Candidate
     flops_share: float
     speedups: Speedups = field(default_factory=Speedups)
     damage: Optional[float] = None
     damage_se: Optional[float] = None
+    rounds: int = 0
 
     def __post_init__(self):
         self.speedups = Speedups.of(self.speedups)
@@ -148,12 +150,13 @@ class PlannedCandidate:
     def to_dict(self) -> Dict[str, Any]:
         return {**self.candidate.to_dict(), "name": self.candidate.name, "flops_share": self.flops_share,
                 "speedups": self.speedups.to_dict(), "damage": self.damage,
-                **({} if self.damage_se is None else {"damage_se": self.damage_se})}
+                **({} if self.damage_se is None else {"damage_se": self.damage_se}),
+                **({"rounds": self.rounds} if self.rounds else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "PlannedCandidate":
         return cls(Candidate.from_dict(data), float(data["flops_share"]),
-                   data["speedups"], data.get("damage"), data.get("damage_se"))
+                   data["speedups"], data.get("damage"), data.get("damage_se"), int(data.get("rounds", 0)))
 
 
 def removes_at_least(smaller: Candidate, larger: Candidate) -> bool:
