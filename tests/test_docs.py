@@ -57,8 +57,8 @@ def test_every_relative_link_and_anchor_resolves(page):
 
 def test_the_study_pages_exist():
     for name in ("installation", "data", "masking", "importance", "ablation", "pruning", "search",
-                 "removal-and-export", "compress", "dynamics", "sharding", "classifiers", "language-models", "python-api",
-                 "reproductions", "benchmarks", "development", "cli"):
+                 "removal-and-export", "compress", "dynamics", "sharding", "classifiers", "language-models",
+                 "python-api", "reproductions", "benchmarks", "development", "cli"):
         assert (REPO / "docs" / f"{name}.md").is_file(), name
 
 

@@ -107,8 +107,11 @@ class CompressOutcome:
     files: List[str] = field(default_factory=list)
 
 
-def run_compress(settings: CompressSettings, on_stage: Optional[StageCallback] = None) -> CompressOutcome:
-    """Run (or resume) every stage, then write OUT/report.json and OUT/report.md."""
+def run_compress(settings: CompressSettings, on_stage: Optional[StageCallback] = None,
+                 fine_tune_checked: bool = False) -> CompressOutcome:
+    """Run (or resume) every stage, then write OUT/report.json and OUT/report.md. ``fine_tune_checked``: the
+    caller has checked that the fine-tune can run here for a model at least this large (a speed-up search, at its
+    start, for the unpruned model), so its checkpoint is not read again for the check."""
     # what can be checked before anything is written
     if not os.path.isdir(settings.data):
         raise StudyError(f"data directory not found: {settings.data}")
@@ -116,8 +119,9 @@ def run_compress(settings: CompressSettings, on_stage: Optional[StageCallback] =
         raise StudyError(f"--latency-table file not found: {settings.latency_table}")
     engine = None if settings.export_format is None else export_engine(settings.export_format)
     device = deploy_device(settings.deployment.device, engine)
-    check_finetune_here(settings.finetune, settings.evaluation.cpu, settings.checkpoint, settings.data,
-                        settings.family, settings.checkpoint if settings.distill == "word" else None)
+    if not fine_tune_checked:
+        check_finetune_here(settings.finetune, settings.evaluation.cpu, settings.checkpoint, settings.data,
+                            settings.family, settings.checkpoint if settings.distill == "word" else None)
     if engine is not None and settings.quantization != AUTO_QUANTIZATION:
         check_quantization(settings.quantization, settings.evaluation.cpu, engine, device)
     if settings.drop_layers:

@@ -138,7 +138,7 @@ def run_speedup(settings: CompressSettings, on_stage: Optional[StageCallback] = 
                 _seed(current, _attempt_dir(settings.out_dir, 1), TEACHER_STAGES)
         if on_attempt_start is not None:
             on_attempt_start(number, candidate, attempt.continues)
-        outcome = run_compress(current, on_stage)
+        outcome = run_compress(current, on_stage, fine_tune_checked=True)
         outcomes.append(outcome)
         attempt_settings.append(current)
         score = _score(outcome.report.evaluation, candidate.candidate.beam)
@@ -268,7 +268,7 @@ def _result(settings: CompressSettings, report: SpeedupReport, chosen: AttemptRe
     if not os.path.isdir(result_dir):
         _seed(reported, os.path.join(settings.out_dir, chosen.dir),
               [stage for stage in reported.stages if stage not in MEASURED_STAGES])
-    outcome = run_compress(reported, on_stage)
+    outcome = run_compress(reported, on_stage, fine_tune_checked=True)
     speedups = _measured_speedups(outcome, chosen.shape.candidate.beam)
     timed = chosen.shape.speedups
     return SpeedupResult(
