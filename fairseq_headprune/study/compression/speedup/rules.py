@@ -23,7 +23,8 @@ SCREEN_ROUNDS = 1
 # (one round against five differed by up to 18% on the demo model)
 SCREEN_SHORTFALL = 0.2
 # the refined shapes reach down the damage order to this many screened at the target plus the margin: the first
-# choice and those ``prune_more`` takes after it
+# choice and the two ``prune_more`` takes after it where the attempts measure what the plan timed (a larger
+# correction reaches further, to shapes timed one round)
 REFINED_REACHING = 3
 
 
