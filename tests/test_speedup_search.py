@@ -186,6 +186,12 @@ def test_a_plan_timed_against_the_shapes_order_is_named():
     assert not removes_at_least(smaller_beam, disturbed[0].candidate)
     text = disturbed_plan_text(pairs, "OUT/plan")
     assert text.startswith("2 pairs of shapes") and "0.57 of the speed-up" in text and "OUT/plan" in text
+    # screened and refined (rules.decisive_candidates): a pair of two shapes timed one round only is not named
+    for candidate, rounds in zip(disturbed, (5, 1, 1, 1)):
+        candidate.rounds = rounds
+    assert [p.larger for p in out_of_order(disturbed, repeats=5)] == ["no layer removed, 50% width"]
+    disturbed[0].rounds = 1
+    assert out_of_order(disturbed, repeats=5) == [] and len(out_of_order(disturbed)) == 2
 
 
 

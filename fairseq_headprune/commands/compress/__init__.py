@@ -363,10 +363,9 @@ def add_parser(commands) -> None:
     speed.add_argument("--speed-sentences", type=int, default=DEFAULT_SPEED_SENTENCES, metavar="N",
                        help=f"first N sentences of --gen-subset timed (default {DEFAULT_SPEED_SENTENCES}; 0: all)")
     speed.add_argument("--repeats", type=int, default=DEFAULT_SPEED_REPEATS, metavar="N",
-                       help="timed rounds after a warm-up: every system (each in its own process) decodes once "
-                       "per round, the order rotated round by round; --target speedup's plan times every shape "
-                       f"{SCREEN_ROUNDS} round first and only the shapes whose timing decides the choice N rounds "
-                       f"(default {DEFAULT_SPEED_REPEATS})")
+                       help="timed rounds after a warm-up, every system decoding once a round in its own process, "
+                       f"the order rotated; --target speedup's plan times every shape {SCREEN_ROUNDS} round, then "
+                       f"N rounds those that decide its choice (default {DEFAULT_SPEED_REPEATS})")
     speed.add_argument("--speed-beams", type=int, nargs="+", default=[], metavar="B",
                        help="translation: also evaluate and time both models at these beam sizes (e.g. 1 2), the "
                        "compressed one against the unpruned one at the same beam (like for like) and at --beam: "

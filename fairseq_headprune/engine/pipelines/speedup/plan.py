@@ -102,98 +102,113 @@ def plan_stage(settings: CompressSettings, work: str) -> PlanRecord:
                                     "max_len_b": decoding.max_len_b, "min_len": decoding.min_len},
                         remove_bpe=cfg.common_eval.post_process or None,
                         layer_choices={name: choice for name, choice in choices.items()})
-    record.out_of_order = out_of_order(planned)
+    record.out_of_order = out_of_order(planned, repeats=deployment.repeats)
     record.chosen = choose_candidate(planned, settings.target.factor, settings.speedup.plan_margin)
     return record
+
+
+class _ShapeTimer:
+    """Exports shapes of the model beside its unpruned export (``directory``) and times them against it, with and
+    without its map, ``PLAN_GROUP`` shapes at a time, each group in one rotated run with the unpruned model
+    (every speed-up paired within its group's rounds) and deleted after it; gathers each candidate's speed-ups
+    and rounds, the map's gain of every group and the machine."""
+
+    def __init__(self, settings: CompressSettings, family, cfg, task, model, ladder: List[Candidate], beam: int,
+                 target_length: int, directory: str, progress):
+        self.settings, self.family, self.cfg, self.task, self.model = settings, family, cfg, task, model
+        self.ladder, self.beam, self.target_length, self.progress = ladder, beam, target_length, progress
+        self.engine = export_engine(settings.export_format)
+        self.depths = model_depths(model)
+        self.sentences = plan_sentences(task, settings.importance.subsets[0], settings.deployment.batch_sizes)
+        self.directory = directory
+        self.vmap = os.path.join(directory, "vmap.txt")
+        self.reference = os.path.join(directory, "unpruned")
+        self.speedups: Dict[str, Speedups] = {}  # candidate name -> its speed-ups
+        self.rounds: Dict[str, int] = {}  # candidate name -> the rounds they are the median of
+        self.map_gains: Dict[int, List[float]] = {}
+        self.environment: Dict[str, object] = {}
+        vocabulary_map_for(task, ExportSettings.vocabulary_map_candidates, ExportSettings.vocabulary_map_common,
+                           self.vmap)
+        export_shape(self.engine, family, cfg, task, model, 1.0, settings.table_quantization, self.vmap,
+                     self.reference)
+        progress.update(1)
+
+    def _spec(self, name: str, path: str, use_vmap: bool, at_beam: Optional[int] = None) -> SystemSpec:
+        options = DecodingOptions.fixed_length(at_beam or self.beam, self.target_length).to_dict()
+        deployment = self.settings.deployment
+        return SystemSpec(name, self.engine.name, "variant", self.settings.table_quantization, path,
+                          family=self.family.name, threads=torch.get_num_threads(), device=deployment.device,
+                          options=options, use_vmap=use_vmap)
+
+    def time(self, shapes, repeats: int, label: str) -> None:
+        """Time ``shapes`` (``(dropped counts, width)``) at ``repeats`` rounds, in groups under ``label``."""
+        deployment = self.settings.deployment
+        for number in range(0, len(shapes), PLAN_GROUP):
+            group_dir = os.path.join(self.directory, f"{label}-{number // PLAN_GROUP}")
+            specs = [self._spec(REFERENCE, self.reference, True), self._spec(STOCK, self.reference, False)]
+            for index, (dropped_counts, width) in enumerate(shapes[number:number + PLAN_GROUP]):
+                # which layers go does not change the timing: the last ones of each stack
+                dropped = {stack: list(range(self.depths[stack] - count, self.depths[stack]))
+                           for stack, count in dropped_counts}
+                path = os.path.join(group_dir, f"shape-{index}")
+                with layers_removed(self.model, dropped):
+                    export_shape(self.engine, self.family, self.cfg, self.task, self.model, width,
+                                 self.settings.table_quantization, self.vmap, path)
+                specs += [self._spec(candidate.name, path, True, candidate.beam) for candidate in self.ladder
+                          if (candidate.dropped, candidate.width) == (dropped_counts, width)]
+                self.progress.update(1)
+            run = time_systems(specs, deployment.batch_sizes, repeats, sentences=self.sentences)
+            self.environment = self.environment or run.environment
+            for passes in run.passes:
+                batch, reference_seconds = int(passes.batch_size), passes.seconds[REFERENCE]
+                self.map_gains.setdefault(batch, []).append(paired_speedup(passes.seconds[STOCK], reference_seconds))
+                for system in specs[2:]:
+                    self.speedups.setdefault(system.name, Speedups())[batch] = paired_speedup(
+                        reference_seconds, passes.seconds[system.name])
+                    self.rounds[system.name] = repeats
+            shutil.rmtree(group_dir)
 
 
 def _timed(settings: CompressSettings, family, cfg, task, model, ladder: List[Candidate], split: str, beam: int,
            damages: Mapping[tuple, Tuple[float, Optional[float]]]
            ) -> Tuple[List[PlannedCandidate], Speedups, Dict[str, object], int]:
-    """Every shape exported with the vocabulary map and timed against the unpruned model (with and without its
-    map), ``PLAN_GROUP`` shapes at a time, each group in one rotated run with the unpruned model and deleted
-    after it, so that the plan's disk and memory hold the unpruned model and one group whatever the ladder's
-    length: first every shape ``SCREEN_ROUNDS`` rounds, then the shapes whose timing decides the choice
-    (``decisive_candidates``, from the screened timing and ``damages``) again at --repeats rounds, their
-    speed-ups replaced by those. Returns the candidates with their decoding-FLOPs share, damage, speed-ups and
-    rounds, the map's own speed-up (the median over the groups), the machine and the target length."""
-    evaluation, deployment = settings.evaluation, settings.deployment
-    engine = export_engine(settings.export_format)
+    """Every shape exported with the vocabulary map and timed against the unpruned model (``_ShapeTimer``), so
+    that the plan's disk and memory hold the unpruned model and one group whatever the ladder's length: first
+    every shape ``SCREEN_ROUNDS`` rounds, then the shapes whose timing decides the choice
+    (``decisive_candidates``, from the timing so far and ``damages``) again at --repeats rounds, their speed-ups
+    replaced by those, until every decisive shape is. Returns the candidates with their decoding-FLOPs share,
+    damage, speed-ups and rounds, the map's own speed-up (the median over the groups), the machine and the
+    target length."""
+    repeats = settings.deployment.repeats
     _, target_length = split_mean_lengths(task, split)
-    quantization = settings.table_quantization
-    depths = model_depths(model)
-    threads, device = torch.get_num_threads(), deployment.device
-    sentences = plan_sentences(task, split, deployment.batch_sizes)
     shapes = ladder_shapes(ladder)
     shares = flops_shares(settings, cfg, task, model, shapes)
-    screen_rounds = min(SCREEN_ROUNDS, deployment.repeats)
+    screen_rounds = min(SCREEN_ROUNDS, repeats)
     progress = tqdm(total=len(shapes) + 1, desc="plan: exporting and timing shapes", unit="shape",
-                    disable=not evaluation.progress, leave=False)
-
-    def spec(name: str, path: str, use_vmap: bool, at_beam: Optional[int] = None) -> SystemSpec:
-        options = DecodingOptions.fixed_length(at_beam or beam, target_length).to_dict()
-        return SystemSpec(name, engine.name, "variant", quantization, path, family=family.name, threads=threads,
-                          device=device, options=options, use_vmap=use_vmap)
-
-    speedups: Dict[str, Speedups] = {}  # candidate name -> its speed-ups
-    rounds: Dict[str, int] = {}  # candidate name -> the rounds they are the median of
-    map_gains: Dict[int, List[float]] = {}
-    environment: Dict[str, object] = {}
+                    disable=not settings.evaluation.progress, leave=False)
     with tempfile.TemporaryDirectory(prefix="headprune-plan-") as directory:
-        vmap = os.path.join(directory, "vmap.txt")
-        vocabulary_map_for(task, ExportSettings.vocabulary_map_candidates, ExportSettings.vocabulary_map_common, vmap)
-        reference = os.path.join(directory, "unpruned")
-        export_shape(engine, family, cfg, task, model, 1.0, quantization, vmap, reference)
-        progress.update(1)
-
-        def time_in_groups(timed_shapes, repeats: int, label: str) -> None:
-            for number in range(0, len(timed_shapes), PLAN_GROUP):
-                group_dir = os.path.join(directory, f"{label}-{number // PLAN_GROUP}")
-                specs = [spec(REFERENCE, reference, True), spec(STOCK, reference, False)]
-                for index, (dropped_counts, width) in enumerate(timed_shapes[number:number + PLAN_GROUP]):
-                    # which layers go does not change the timing: the last ones of each stack
-                    dropped = {stack: list(range(depths[stack] - count, depths[stack]))
-                               for stack, count in dropped_counts}
-                    path = os.path.join(group_dir, f"shape-{index}")
-                    with layers_removed(model, dropped):
-                        export_shape(engine, family, cfg, task, model, width, quantization, vmap, path)
-                    specs += [spec(candidate.name, path, True, candidate.beam) for candidate in ladder
-                              if (candidate.dropped, candidate.width) == (dropped_counts, width)]
-                    progress.update(1)
-                run = time_systems(specs, deployment.batch_sizes, repeats, sentences=sentences)
-                if not environment:
-                    environment.update(run.environment)
-                for passes in run.passes:
-                    batch, reference_seconds = int(passes.batch_size), passes.seconds[REFERENCE]
-                    map_gains.setdefault(batch, []).append(paired_speedup(passes.seconds[STOCK], reference_seconds))
-                    for system in specs[2:]:
-                        speedups.setdefault(system.name, Speedups())[batch] = paired_speedup(
-                            reference_seconds, passes.seconds[system.name])
-                        rounds[system.name] = repeats
-                shutil.rmtree(group_dir)
-
-        time_in_groups(shapes, screen_rounds, "group")
-        planned = [PlannedCandidate(candidate, shares[candidate.dropped, candidate.width], speedups[candidate.name],
-                                    *damages[candidate.dropped, candidate.width], rounds=rounds[candidate.name])
-                   for candidate in ladder]
+        timer = _ShapeTimer(settings, family, cfg, task, model, ladder, beam, target_length, directory, progress)
+        timer.time(shapes, screen_rounds, "group")
+        planned = [PlannedCandidate(candidate, shares[candidate.dropped, candidate.width],
+                                    timer.speedups[candidate.name], *damages[candidate.dropped, candidate.width],
+                                    rounds=timer.rounds[candidate.name]) for candidate in ladder]
         refined: List[tuple] = []  # the shapes timed at --repeats
-        while screen_rounds < deployment.repeats:
-            # refined timings move the choice: refine until every decisive shape is (at most the whole ladder)
+        while screen_rounds < repeats:
             decisive = decisive_candidates(planned, settings.target.factor, settings.speedup.plan_margin)
             new = [shape for shape in dict.fromkeys((planned[i].candidate.dropped, planned[i].candidate.width)
                                                     for i in decisive) if shape not in refined]
-            if not new:
+            if not new:  # at most the whole ladder: each pass refines a shape or ends
                 break
             progress.total += len(new)
             progress.refresh()
-            time_in_groups(new, deployment.repeats, f"refined-{len(refined)}")
+            timer.time(new, repeats, f"refined-{len(refined)}")
             refined += new
             for candidate in planned:
-                candidate.speedups = speedups[candidate.candidate.name]
-                candidate.rounds = rounds[candidate.candidate.name]
+                candidate.speedups = Speedups(timer.speedups[candidate.candidate.name])
+                candidate.rounds = timer.rounds[candidate.candidate.name]
     progress.close()
-    map_gain = Speedups({batch: statistics.median(gains) for batch, gains in map_gains.items()})
-    return planned, map_gain, environment, target_length
+    map_gain = Speedups({batch: statistics.median(gains) for batch, gains in timer.map_gains.items()})
+    return planned, map_gain, timer.environment, target_length
 
 
 def plan_ladder(settings: CompressSettings, cfg, model) -> List[Candidate]:

@@ -185,16 +185,20 @@ class DisorderedPair:
         return cls(str(data["smaller"]), str(data["larger"]), int(data["batch"]), float(data["ratio"]))
 
 
-def out_of_order(planned: Sequence[PlannedCandidate],
-                 tolerance: float = ORDER_TOLERANCE) -> List[DisorderedPair]:
+def out_of_order(planned: Sequence[PlannedCandidate], tolerance: float = ORDER_TOLERANCE,
+                 repeats: Optional[int] = None) -> List[DisorderedPair]:
     """The pairs of shapes the plan timed against their order: one that removes at least what another removes
     (``removes_at_least``) timed at below ``tolerance`` of the other's speed-up, worst first. Such pairs mean
     the timing was disturbed (another process on the cores, too few repeats), and a choice made from it is
-    not to be trusted."""
+    not to be trusted. With ``repeats``, only pairs of which one shape was timed that many rounds: two shapes
+    timed a screening round only are neither near the choice nor timed to be compared
+    (``rules.decisive_candidates``)."""
     found = []
     for smaller in planned:
         for larger in planned:
             if not removes_at_least(smaller.candidate, larger.candidate):
+                continue
+            if repeats is not None and repeats not in (smaller.rounds, larger.rounds):
                 continue
             for batch, speedup in smaller.speedups.items():
                 ratio = speedup / larger.speedups[batch]
