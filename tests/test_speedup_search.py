@@ -101,13 +101,14 @@ def test_the_choice_is_the_least_damaged_shape_fast_enough_with_the_plans_margin
 def test_the_timing_is_refined_for_the_shapes_that_can_decide_the_choice():
     """Screened once, a shape's timing decides only where it is near the target and not behind three less damaged
     shapes already timed at the target plus the margin."""
-    # asked 2x (2.2x with the margin), near is 1.6x: in damage order 1 (1.6/1.7, near), 0 (1.4 at batch 64: not
-    # near), 2 (2.0/2.1: near, below 2.2), 3 (2.2/2.4: reaches 2.2), 4 (3.1/3.5: reaches 2.2)
-    assert decisive_candidates(PLAN, 2.0) == [1, 2, 3, 4]
-    assert decisive_candidates(PLAN, 2.0, reaching=1) == [1, 2, 3]  # down to the first at 2.2x
+    # asked 2x (2.2x with the margin), near is 1.3x (35% short): in damage order 1 (1.6/1.7), 0 (1.5/1.4), 2
+    # (2.1/2.0: below 2.2), then 3 (2.4/2.2) and 4 (3.5/3.1), the two that reach 2.2x
+    assert decisive_candidates(PLAN, 2.0) == [1, 0, 2, 3, 4]
+    assert decisive_candidates(PLAN, 2.0, reaching=1) == [1, 0, 2, 3]  # down to the first at 2.2x
+    assert decisive_candidates(PLAN, 2.0, shortfall=0.2) == [1, 2, 3, 4]  # near is 1.6x: shape 0 (1.4x) is not
     # asked 1.4x: 1, 2 and 3 reach 1.54x (0 is near, at 1.4x); shape 4, more damaged than three of them, is left
     assert decisive_candidates(PLAN, 1.4) == [1, 0, 2, 3]
-    assert decisive_candidates(PLAN, 5.0) == []  # none within 20% of 5x: no timing would choose one
+    assert decisive_candidates(PLAN, 5.0) == []  # none within 35% of 5x: no timing would choose one
     assert decisive_candidates(PLAN, 3.8) == [4] and decisive_candidates(PLAN, 3.8, shortfall=0.1) == []
 
 
@@ -126,7 +127,7 @@ def test_whatever_the_plan_the_choice_and_its_spares_are_among_the_refined(seed)
     assert chosen is None or chosen in decisive
     fast = [i for i in damage_order(plan) if plan[i].reaches(factor * (1 + margin))]
     assert set(fast[:3]) <= set(decisive)
-    assert all(plan[i].reaches(0.8 * factor) for i in decisive)  # none far below the target
+    assert all(plan[i].reaches(0.65 * factor) for i in decisive)  # none far below the target
 
 
 def test_backing_off_takes_the_nearest_less_damaged_shape_and_pruning_more_the_least_damaged_fast_enough():
@@ -329,27 +330,32 @@ def test_the_fine_tunes_precision_by_the_rule():
         FinetuneSettings(updates=10, precision="half")
 
 
-def test_the_plans_cost_counts_one_screening_round_a_shape_and_one_group_again_at_length():
-    """The cost estimate's plan stage against its rule worked by hand: 47 shapes of half the decoding FLOPs (each
-    decoding in 0.25 + 0.75 x 0.5 of the unpruned model's time) in groups of 8 beside the unpruned model (with and
-    without its map); screened at 1 round after a warm-up, then the 8 most expensive again at 5 rounds; a probe
-    written before the plan screened times every group at 5."""
+def test_the_plans_cost_counts_one_screening_round_a_shape_and_the_near_ones_again_at_length():
+    """The cost estimate's plan stage against its rule worked by hand: 20 shapes keeping 90% of the decoding
+    FLOPs (0.25 + 0.75 x 0.9 of the unpruned model's time: 1.08x) and 27 keeping 30% (0.475: 2.11x), in groups
+    of 8 beside the unpruned model (with and without its map); asked for 2x, the 27 expected within 35% of it
+    are timed again at 5 rounds after every shape's screening round (each round after a warm-up); a probe
+    written before the plan screened times every group at 5 rounds."""
     from fairseq_headprune.study.compression.speedup.cost import CostProbe, stage_costs
 
     worker, per_round, export = 3.0, 10.0, 2.0  # a process started, one round of the unpruned model, one export
 
-    def plan_seconds(screen_rounds):
-        probe = CostProbe(shape_shares=[0.5] * 47, group=8, repeats=5, screen_rounds=screen_rounds,
-                          batch_sizes=[1, 64], export_seconds=export, worker_seconds=worker,
-                          pass_seconds={1: 4.0, 64: per_round - 4.0})
+    def plan_cost(screen_rounds):
+        probe = CostProbe(shape_shares=[0.9] * 20 + [0.3] * 27, group=8, repeats=5, screen_rounds=screen_rounds,
+                          factor=2.0, shortfall=0.35, batch_sizes=[1, 64], export_seconds=export,
+                          worker_seconds=worker, pass_seconds={1: 4.0, 64: per_round - 4.0})
         return next(cost for cost in stage_costs(probe) if cost.stage == "plan")
 
-    def groups(sizes, rounds):
-        return sum((2 + n) * worker + (1 + rounds) * (2 + 0.625 * n) * per_round for n in sizes)
+    def groups(time_shares, rounds):  # each group: its shapes' decoding time over the unpruned model's
+        return sum((2 + len(group)) * worker + (1 + rounds) * (2 + sum(group)) * per_round for group in time_shares)
 
-    screened, everything = plan_seconds(1), plan_seconds(0)
-    assert screened.seconds == pytest.approx(groups([8] * 5 + [7], 1) + groups([8], 5) + export * (1 + 0.5 * 55))
-    assert everything.seconds == pytest.approx(groups([8] * 5 + [7], 5) + export * (1 + 0.5 * 47))
-    assert screened.seconds < 0.6 * everything.seconds
-    assert "6 groups of up to 8 shapes timed 2 rounds" in screened.rule and "8 of them again at 6 rounds" in \
-        screened.rule and "6 rounds" in everything.rule
+    slow, fast = 0.925, 0.475
+    everyone = [[slow] * 8, [slow] * 8, [slow] * 4 + [fast] * 4, [fast] * 8, [fast] * 8, [fast] * 7]
+    screened, everything = plan_cost(1), plan_cost(0)
+    assert screened.seconds == pytest.approx(groups(everyone, 1) + groups([[fast] * 8] * 3 + [[fast] * 3], 5)
+                                             + export * (1 + 0.9 * 20 + 0.3 * 27 * 2))
+    assert everything.seconds == pytest.approx(groups(everyone, 5) + export * (1 + 0.9 * 20 + 0.3 * 27))
+    assert screened.seconds < everything.seconds
+    assert "6 groups of up to 8 shapes timed 2 rounds" in screened.rule
+    assert "the 27 of them expected within 35% of 2x again at 6 rounds" in screened.rule
+    assert "6 rounds" in everything.rule and "again" not in everything.rule

@@ -204,6 +204,8 @@ def _timed(settings: CompressSettings, family, cfg, task, model, ladder: List[Ca
             timer.time(new, repeats, f"refined-{len(refined)}")
             refined += new
             for candidate in planned:
+                if (candidate.candidate.dropped, candidate.candidate.width) in new:
+                    candidate.screened = candidate.speedups
                 candidate.speedups = Speedups(timer.speedups[candidate.candidate.name])
                 candidate.rounds = timer.rounds[candidate.candidate.name]
     progress.close()

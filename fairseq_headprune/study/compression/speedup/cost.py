@@ -40,6 +40,8 @@ class CostProbe(StageRecord):
     group: int = 0  # shapes exported and timed together
     repeats: int = 0
     screen_rounds: int = 0  # the rounds every shape is timed first (0: a probe written before: all at repeats)
+    factor: float = 0.0  # the speed-up asked for (0: a probe written before it was recorded)
+    shortfall: float = 0.0  # a shape is timed again where screened within this share of the factor
     batch_sizes: List[int] = field(default_factory=list)
     export_seconds: float = 0.0  # one export of the unpruned model with the vocabulary map
     export_bytes: int = 0
@@ -136,8 +138,10 @@ def _plan_cost(probe: CostProbe) -> StageCost:
     exports = probe.export_seconds * (1.0 + sum(shares))
     refined: List[int] = []
     if screen < probe.repeats:
-        # which shapes the timing refines is known only once screened: one group of the most expensive stands in
-        refined = sorted(everyone, key=lambda i: -shares[i])[:probe.group or 1]
+        # which shapes are timed again is known once screened and their damage measured: those this rule of the
+        # FLOPs expects within the shortfall of the target stand in (the damage order leaves out more)
+        near = probe.factor * (1.0 - probe.shortfall)
+        refined = [i for i in everyone if 1.0 / time_share(shares[i]) >= near]
         timing += _group_timing(probe, refined, probe.repeats)
         exports += probe.export_seconds * sum(shares[i] for i in refined)
     damage = probe.loss_seconds * (FISHER_PASSES + probe.loss_passes)
@@ -148,7 +152,8 @@ def _plan_cost(probe: CostProbe) -> StageCost:
     groups_text = (f"{len(groups)} groups of up to {probe.group} shapes timed {1 + screen} rounds at batch "
                    f"{' and '.join(str(b) for b in probe.batch_sizes)}")
     if refined:
-        groups_text += f", then at most {len(refined)} of them again at {1 + probe.repeats} rounds"
+        groups_text += (f", then the {len(refined)} of them expected within {probe.shortfall:.0%} of "
+                        f"{probe.factor:g}x again at {1 + probe.repeats} rounds")
     rule = (f"{len(shares) + 1 + len(refined)} exports of up to {_size(probe.export_bytes)} at "
             f"{probe.export_seconds:.3g} s each; {groups_text} ({_seconds(sum(probe.pass_seconds.values()))} per "
             f"round of the unpruned model); {probe.loss_passes} loss passes and the Fisher information at "

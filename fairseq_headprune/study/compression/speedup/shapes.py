@@ -132,7 +132,8 @@ class PlannedCandidate:
     measured speed-up over the unpruned model (with the map both) at each batch size, and its damage: the
     validation loss increase over the unpruned model before fine-tuning (None: not measured), with its standard
     error (``damage.paired_damage``; None in plans written before it was recorded), and the timing rounds its
-    speed-ups are the median of (0: a plan written before it was recorded, every shape at --repeats)."""
+    speed-ups are the median of (0: a plan written before it was recorded, every shape at --repeats), and for a
+    shape timed again at length its screening round's (``screened``; empty otherwise)."""
 
     candidate: Candidate
     flops_share: float
@@ -140,9 +141,11 @@ class PlannedCandidate:
     damage: Optional[float] = None
     damage_se: Optional[float] = None
     rounds: int = 0
+    screened: Speedups = field(default_factory=Speedups)
 
     def __post_init__(self):
         self.speedups = Speedups.of(self.speedups)
+        self.screened = Speedups.of(self.screened)
 
     def reaches(self, factor: float) -> bool:
         return self.speedups.reaches(factor)
@@ -151,12 +154,14 @@ class PlannedCandidate:
         return {**self.candidate.to_dict(), "name": self.candidate.name, "flops_share": self.flops_share,
                 "speedups": self.speedups.to_dict(), "damage": self.damage,
                 **({} if self.damage_se is None else {"damage_se": self.damage_se}),
-                **({"rounds": self.rounds} if self.rounds else {})}
+                **({"rounds": self.rounds} if self.rounds else {}),
+                **({"screened": self.screened.to_dict()} if self.screened else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "PlannedCandidate":
         return cls(Candidate.from_dict(data), float(data["flops_share"]),
-                   data["speedups"], data.get("damage"), data.get("damage_se"), int(data.get("rounds", 0)))
+                   data["speedups"], data.get("damage"), data.get("damage_se"), int(data.get("rounds", 0)),
+                   data.get("screened"))
 
 
 def removes_at_least(smaller: Candidate, larger: Candidate) -> bool:
