@@ -6,7 +6,7 @@ alike) and timed against the unpruned model (with and without its map) on the Fi
 each generating the split's mean target length; ``PLAN_GROUP`` shapes at a time, each group in one rotated run
 with the unpruned model (every speed-up is paired within its group's rounds) and deleted after it. Every shape
 is timed ``SCREEN_ROUNDS`` rounds, then those whose timing decides the choice (``decisive_candidates``) at
---repeats rounds, so the timing grows with the ladder by one round a shape, not --repeats.
+--repeats rounds: the others are too slow or too damaged to be chosen whatever more rounds would measure.
 
 The damage: the validation loss before fine-tuning of the unpruned model with the shape's whole layers removed
 (chosen by the loss, one at a time, as ``engine.compression.layer_choice`` does; the losses measured once and

@@ -17,7 +17,8 @@ CONTINUE, BACK_OFF, ACCEPT, GIVE_UP = "continue fine-tuning", "back off", "accep
 PRUNE_MORE = "prune more"  # within the tolerance but slower than asked: the next shape fast enough
 DECISIONS = (ACCEPT, CONTINUE, BACK_OFF, PRUNE_MORE, GIVE_UP)
 # the plan first times every shape this many rounds (after a warm-up), then refines at --repeats rounds only the
-# shapes whose timing decides (``decisive_candidates``): its timing grows with the ladder by one round a shape
+# shapes whose timing decides (``decisive_candidates``); where most shapes lie near the target, as on the demo
+# model, that is most of them and the plan costs what timing all at --repeats costs
 SCREEN_ROUNDS = 1
 # a shape screened this share below the target at its slowest batch size may still reach it at --repeats rounds:
 # on the demo model, whose passes are short and so the noisiest, one round against five differed by -32% to +82%
