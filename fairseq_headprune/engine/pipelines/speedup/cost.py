@@ -35,7 +35,7 @@ from fairseq_headprune.study.compression.decoding import DecodingOptions
 from fairseq_headprune.study.compression.deployment_settings import ExportSettings
 from fairseq_headprune.study.compression.settings import CompressSettings
 from fairseq_headprune.study.compression.speedup.cost import CostProbe, layer_choice_passes
-from fairseq_headprune.study.compression.speedup.rules import SCREEN_ROUNDS, SCREEN_SHORTFALL
+from fairseq_headprune.study.compression.speedup.rules import SCREEN_SHORTFALL, screening_rounds
 from fairseq_headprune.study.compression.speedup.shapes import ladder_shapes
 
 DECODED_SENTENCES = 32  # sentences of the decision split fairseq translates to measure its rate
@@ -56,7 +56,7 @@ def cost_stage(settings: CompressSettings, work: str) -> CostProbe:
     beams = {str(index): [(c.beam or beam) / beam for c in ladder if (c.dropped, c.width) == shape]
              for index, shape in enumerate(shapes)}
     probe = CostProbe(shape_shares=[shares[shape] for shape in shapes], beams=beams, group=PLAN_GROUP,
-                      repeats=deployment.repeats, screen_rounds=min(SCREEN_ROUNDS, deployment.repeats),
+                      repeats=deployment.repeats, screen_rounds=screening_rounds(deployment.repeats),
                       factor=settings.target.factor, shortfall=SCREEN_SHORTFALL,
                       batch_sizes=list(deployment.batch_sizes),
                       max_attempts=settings.speedup.max_attempts)

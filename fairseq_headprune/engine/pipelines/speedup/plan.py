@@ -5,7 +5,7 @@ The timing: every shape of ``candidate_ladder`` exported with the vocabulary map
 alike) and timed against the unpruned model (with and without its map) on the Fisher split's first sentences,
 each generating the split's mean target length; ``PLAN_GROUP`` shapes at a time, each group in one rotated run
 with the unpruned model (every speed-up is paired within its group's rounds) and deleted after it. Every shape
-is timed ``SCREEN_ROUNDS`` rounds, then those whose timing decides the choice (``decisive_candidates``) at
+is timed ``screening_rounds`` rounds, then those whose timing decides the choice (``decisive_candidates``) at
 --repeats rounds: the others are too slow or too damaged to be chosen whatever more rounds would measure.
 
 The damage: the validation loss before fine-tuning of the unpruned model with the shape's whole layers removed
@@ -46,7 +46,7 @@ from fairseq_headprune.study.compression.settings import CompressSettings
 from fairseq_headprune.study.compression.speed import Speedups, paired_speedup
 from fairseq_headprune.study.compression.speedup.damage import damage_sample, paired_damage
 from fairseq_headprune.study.compression.speedup.records import PlanRecord
-from fairseq_headprune.study.compression.speedup.rules import SCREEN_ROUNDS, choose_candidate, decisive_candidates
+from fairseq_headprune.study.compression.speedup.rules import choose_candidate, decisive_candidates, screening_rounds
 from fairseq_headprune.study.compression.speedup.shapes import (
     SMALLER_BEAMS,
     Candidate,
@@ -92,7 +92,7 @@ def plan_stage(settings: CompressSettings, work: str) -> PlanRecord:
                         batch_sizes=list(deployment.batch_sizes),
                         quantization=settings.table_quantization, split=split, sentences=PLAN_SENTENCES, beam=beam,
                         target_length=target_length, repeats=deployment.repeats,
-                        screen_rounds=min(SCREEN_ROUNDS, deployment.repeats), candidates=planned,
+                        screen_rounds=screening_rounds(deployment.repeats), candidates=planned,
                         map_gain=map_gain, environment=environment, decision_subset=decision_subset,
                         reference=reference, stop_subset=stop_subset, stop_reference=stop_reference,
                         base_loss=base_loss, damage_sentences=sentences,
@@ -174,7 +174,7 @@ def _timed(settings: CompressSettings, family, cfg, task, model, ladder: List[Ca
            ) -> Tuple[List[PlannedCandidate], Speedups, Dict[str, object], int]:
     """Every shape exported with the vocabulary map and timed against the unpruned model (``_ShapeTimer``), so
     that the plan's disk and memory hold the unpruned model and one group whatever the ladder's length: first
-    every shape ``SCREEN_ROUNDS`` rounds, then the shapes whose timing decides the choice
+    every shape ``screening_rounds`` rounds, then the shapes whose timing decides the choice
     (``decisive_candidates``, from the timing so far and ``damages``) again at --repeats rounds, their speed-ups
     replaced by those, until every decisive shape is. Returns the candidates with their decoding-FLOPs share,
     damage, speed-ups and rounds, the map's own speed-up (the median over the groups), the machine and the
@@ -183,7 +183,7 @@ def _timed(settings: CompressSettings, family, cfg, task, model, ladder: List[Ca
     _, target_length = split_mean_lengths(task, split)
     shapes = ladder_shapes(ladder)
     shares = flops_shares(settings, cfg, task, model, shapes)
-    screen_rounds = min(SCREEN_ROUNDS, repeats)
+    screen_rounds = screening_rounds(repeats)
     progress = tqdm(total=len(shapes) + 1, desc="plan: exporting and timing shapes", unit="shape",
                     disable=not settings.evaluation.progress, leave=False)
     with tempfile.TemporaryDirectory(prefix="headprune-plan-") as directory:

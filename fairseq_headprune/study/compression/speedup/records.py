@@ -82,6 +82,11 @@ class PlanRecord(StageRecord):
         self.map_gain = Speedups.of(self.map_gain)
 
     @property
+    def screened(self) -> bool:
+        """Whether every shape was timed ``screen_rounds`` first and only the decisive ones ``repeats``."""
+        return 0 < self.screen_rounds < self.repeats
+
+    @property
     def stop_score(self) -> Optional[float]:
         """The unpruned model's score on the split the fine-tuning validates on: its stop target is set from it."""
         return self.reference if self.stop_reference is None else self.stop_reference

@@ -71,7 +71,7 @@ def before_finetune_text(report: SpeedupReport) -> str:
 
 def _rounds_text(plan: PlanRecord) -> str:
     """The plan's timing rounds: all at --repeats, or screened first and refined where the timing decides."""
-    if not plan.screen_rounds or plan.screen_rounds >= plan.repeats:
+    if not plan.screened:
         return f"{plan.repeats} rotated rounds"
     refined = sum(candidate.rounds == plan.repeats for candidate in plan.candidates)
     return (f"in rotated rounds: every shape {plan.screen_rounds} round{'s' if plan.screen_rounds > 1 else ''}, "
@@ -88,7 +88,7 @@ def shapes_section(plan: PlanRecord) -> List[str]:
     """The plan's table: every shape timed, its decoding-FLOPs share and damage, least damaged first."""
     factor = plan.factor  # the target the plan chose for (part of the run's identity)
     batches = plan.batch_sizes
-    screened = int(bool(plan.screen_rounds) and plan.screen_rounds < plan.repeats)
+    screened = int(plan.screened)
     lines = ["", "## The shapes timed", "",
              f"Each shape exported with the vocabulary map and timed against the unpruned model with its own map, "
              f"each in its own process, {_rounds_text(plan)}, on the first {plan.sentences} "

@@ -30,6 +30,12 @@ SCREEN_SHORTFALL = 0.35
 REFINED_REACHING = 3
 
 
+def screening_rounds(repeats: int) -> int:
+    """The rounds every shape of the plan is timed first: ``SCREEN_ROUNDS``, or all of ``repeats`` where they are
+    no more (nothing is then timed again)."""
+    return min(SCREEN_ROUNDS, repeats)
+
+
 def within_tolerance(delta: float, max_bleu_loss: float) -> bool:
     """The one tolerance test: a change of the score against the unpruned model (higher is better) that loses at
     most ``max_bleu_loss`` points."""
