@@ -2,6 +2,7 @@
 choice with its margin, and the attempts' state machine over whole constructed sequences of results (every
 decision on the decision split), and the fine-tuning's stop rule."""
 
+import dataclasses
 import re
 
 import pytest
@@ -359,3 +360,28 @@ def test_the_plans_cost_counts_one_screening_round_a_shape_and_the_near_ones_aga
     assert "6 groups of up to 8 shapes timed 2 rounds" in screened.rule
     assert "the 27 of them expected within 35% of 2x again at 6 rounds" in screened.rule
     assert "6 rounds" in everything.rule and "again" not in everything.rule
+
+
+def test_the_fine_tunes_cost_is_its_ceiling_at_the_unpruned_students_rates_whatever_the_shape():
+    """The fine-tune's estimate against its rule worked by hand: its start, the ceiling's updates at the probed
+    rate and every validation translating the decision split at fairseq's rate; the chosen shape changes it not
+    (the student holds its narrowed units at zero), while the compressed model's evaluation is scaled by the
+    plan's speed-up; --finetune-minutes caps it."""
+    from fairseq_headprune.study.compression.speedup.cost import ChosenShape, CostProbe, stage_costs
+
+    probe = CostProbe(update_seconds=0.5, start_seconds=7.0, ceiling=400, validations=10, decision_sentences=300,
+                      decode_seconds=0.01, report_sentences=300, distilled=True, batch_sizes=[1, 64],
+                      pass_seconds={1: 1.0, 64: 1.0}, plan_sentences=100)
+
+    def stage(name, chosen=None, **changes):
+        costs = stage_costs(dataclasses.replace(probe, **changes), chosen)
+        return next(cost for cost in costs if cost.stage == name)
+
+    chosen = ChosenShape(flops_share=0.3, slowest_speedup=2.5)
+    assert stage("finetune").seconds == pytest.approx(7.0 + 400 * 0.5 + 10 * 300 * 0.01)
+    assert stage("finetune", chosen).seconds == stage("finetune").seconds
+    assert "at most 400 updates at 0.5 s with the teacher (the unpruned model as the student)" \
+        in stage("finetune", chosen).rule
+    assert stage("attempt evaluate", chosen).seconds == pytest.approx(0.01 * 300 * (1 + 2 / 2.5))
+    assert stage("finetune", minutes_cap=2.0).seconds == pytest.approx(120.0)
+    assert "capped at 2 minutes" in stage("finetune", minutes_cap=2.0).rule
