@@ -298,6 +298,52 @@ def test_a_speedup_target_distills_word_level_unless_told_otherwise(tiny_model, 
     assert settings("--target", "speedup=2x", "--distill", "sequence").distill == "sequence"
     assert settings("--target", "speedup=2x", "--distill", "none").distill is None
     assert settings("--target", "speedup=2x", "--finetune-updates", "0").distill is None  # nothing to distil into
+
+
+def test_the_fine_tunes_data_is_counted_as_fairseq_train_batches_it(tiny_model, tmp_path):
+    """The fine-tuning's data (``engine.finetune.data``) against fairseq-train's own count: the tiny checkpoint's
+    updates over the epochs it trained are one epoch's updates, and the target tokens are the sum of the target
+    side's lengths as fairseq's indexed dataset stores them. ``--finetune-epochs E`` is a ceiling of E epochs of
+    them; validations come every tenth of the ceiling, or sooner where ``VALIDATION_SPLITS`` times the validation
+    split's tokens are trained on first."""
+    import numpy as np
+    from fairseq.data import data_utils
+
+    from fairseq_headprune.cli import build_parser
+    from fairseq_headprune.commands.compress import compress_settings
+    from fairseq_headprune.engine.finetune.data import finetune_data
+    from fairseq_headprune.engine.pipelines.speedup.run import with_finetune_data
+    from fairseq_headprune.study.finetune.settings import VALIDATION_SPLITS, FinetuneSettings
+
+    trained = torch.load(tiny_model["checkpoint"], map_location="cpu", weights_only=False)
+    epochs = trained["extra_state"]["train_iterator"]["epoch"] - 1
+    per_epoch = trained["optimizer_history"][-1]["num_updates"] // epochs
+    data = finetune_data(str(tiny_model["checkpoint"]), str(tiny_model["data"]), "translation",
+                         FinetuneSettings(updates=1), "valid")
+    assert data.updates_per_epoch == per_epoch
+
+    def stored_tokens(split):
+        source, target = trained["cfg"]["task"]["source_lang"], trained["cfg"]["task"]["target_lang"]
+        dataset = data_utils.load_indexed_dataset(str(tiny_model["data"] / f"{split}.{source}-{target}.{target}"),
+                                                  None)
+        return int(np.sum(dataset.sizes))
+
+    assert (data.target_tokens, data.validation_tokens) == (stored_tokens("train"), stored_tokens("valid"))
+
+    def settings(*options):
+        args, extra = build_parser().parse_known_args(["compress", str(tiny_model["data"]), "--path",
+                                                       str(tiny_model["checkpoint"]), "--out-dir",
+                                                       str(tmp_path / "out"), "--target", "speedup=2x", *options])
+        args.fairseq_args = extra
+        return compress_settings(args)
+
+    assert settings("--finetune-epochs", "2.5").finetune.updates == int(np.ceil(2.5 * per_epoch))
+    counted = with_finetune_data(settings("--finetune-updates", "1000"))
+    by_tokens = int(np.ceil(VALIDATION_SPLITS * data.validation_tokens / (data.target_tokens / per_epoch)))
+    assert counted.finetune.until.data == data
+    assert counted.finetune.until.validation_interval(1000) == min(100, by_tokens)
+    given = with_finetune_data(settings("--finetune-updates", "1000", "--finetune-valid-interval", "7"))
+    assert given.finetune.until.validation_interval(1000) == 7 and given.finetune.until.data is None
     assert settings("--target", "decoding-flops=50%").distill is None
     assert settings("--target", "decoding-flops=50%", "--distill", "word").distill == "word"
     assert not (tmp_path / "out").exists()

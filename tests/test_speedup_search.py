@@ -385,3 +385,23 @@ def test_the_fine_tunes_cost_is_its_ceiling_at_the_unpruned_students_rates_whate
     assert stage("attempt evaluate", chosen).seconds == pytest.approx(0.01 * 300 * (1 + 2 / 2.5))
     assert stage("finetune", minutes_cap=2.0).seconds == pytest.approx(120.0)
     assert "capped at 2 minutes" in stage("finetune", minutes_cap=2.0).rule
+
+
+def test_a_fine_tune_validates_every_tenth_of_its_ceiling_or_once_it_has_trained_on_fifty_validation_splits():
+    """The validation interval's rule on constructed data: 1,000 target tokens an update and a validation split of
+    600, so 50 splits' worth is 30 updates; a ceiling of 2,000 updates validates every 30, one of 200 every 20 (a
+    tenth); data counted on another split than the one validated on, or none, leaves the tenth; an interval
+    given is kept. The identity of a run does not hold the data."""
+    from fairseq_headprune.study.finetune.settings import VALIDATION_SPLITS, FinetuneData, FinetuneStop
+
+    data = FinetuneData(updates_per_epoch=100, target_tokens=100_000, validation="valid", validation_tokens=600)
+    assert VALIDATION_SPLITS == 50
+    stop = FinetuneStop(subset="valid", data=data)
+    assert (stop.validation_interval(2000), stop.validation_interval(200)) == (30, 20)
+    assert stop.interval_rule(2000) == "every 30 updates: 50 times valid's 600 target tokens, at 1,000 an update"
+    assert stop.interval_rule(200) == "every 20 updates: a tenth of the ceiling"
+    assert FinetuneStop(subset="valid1", data=data).validation_interval(2000) == 200
+    assert FinetuneStop(subset="valid").validation_interval(2000) == 200
+    assert FinetuneStop(subset="valid", interval=7, data=data).validation_interval(2000) == 7
+    assert "data" not in stop.to_dict() and FinetuneStop.from_dict(stop.to_dict()) == FinetuneStop(subset="valid")
+    assert FinetuneData.from_dict(data.to_dict()) == data

@@ -2,6 +2,7 @@
 
 import argparse
 import dataclasses
+import math
 import sys
 from typing import Optional
 
@@ -56,7 +57,7 @@ from fairseq_headprune.study.finetune.settings import (
     FINETUNE_LR_SHARE,
     FINETUNE_PRECISIONS,
     FINETUNE_WARMUP_SHARE,
-    VALIDATIONS_PER_FINETUNE,
+    VALIDATION_SPLITS,
     FinetuneSettings,
     FinetuneStop,
 )
@@ -123,11 +124,13 @@ def _finetune_settings(args: argparse.Namespace, speedup: Optional[SpeedupSettin
     if given and speedup is None:
         raise SettingsError(f"{given[0]} goes with --target speedup=Nx, whose fine-tuning stops once it is enough")
     updates = args.finetune_updates
+    if args.finetune_epochs is not None:
+        updates = _epochs_ceiling(args, speedup, family)
     if updates is None:
-        updates = training_history(args.path).updates if speedup is not None else default_finetune_updates(family)
+        updates = training_history(args.path).batches if speedup is not None else default_finetune_updates(family)
         if speedup is not None and not updates:
             raise SettingsError(f"{args.path} does not say how many updates it was trained for; give the fine-tuning "
-                                "a ceiling (--finetune-updates N)")
+                                "a ceiling (--finetune-updates N or --finetune-epochs E)")
     until = None
     if speedup is not None and updates:
         patience = DEFAULT_PATIENCE if args.finetune_patience is None else args.finetune_patience
@@ -137,6 +140,23 @@ def _finetune_settings(args: argparse.Namespace, speedup: Optional[SpeedupSettin
                             lr_share=SPEEDUP_LR_SHARE if speedup is not None else FINETUNE_LR_SHARE,
                             precision=args.finetune_precision, seed=args.finetune_seed,
                             processes=args.finetune_processes, memory_gb=args.finetune_memory)
+
+
+def _epochs_ceiling(args: argparse.Namespace, speedup: Optional[SpeedupSettings], family: str) -> int:
+    """--finetune-epochs E: the fine-tuning's ceiling in updates, E epochs of the training split at the
+    checkpoint's batch (``engine.finetune.data``)."""
+    if speedup is None:
+        raise SettingsError("--finetune-epochs goes with --target speedup=Nx, as its fine-tuning's ceiling (a fixed "
+                            "length is --finetune-updates N)")
+    if args.finetune_updates is not None:
+        raise SettingsError("give --finetune-updates N or --finetune-epochs E, not both")
+    epochs = args.finetune_epochs
+    if not (math.isfinite(epochs) and epochs > 0):
+        raise SettingsError(f"--finetune-epochs must be a positive number, got {epochs:g}")
+    from fairseq_headprune.engine.finetune.data import finetune_data
+
+    data = finetune_data(args.path, args.data, family, FinetuneSettings(updates=1), speedup.decision_subset)
+    return max(1, int(math.ceil(epochs * data.updates_per_epoch)))
 
 
 def command_compress(args: argparse.Namespace) -> int:
@@ -233,10 +253,15 @@ def _add_model_arguments(parser) -> None:
         "--finetune-updates", type=int, metavar="N",
         help="fine-tune the tuned, masked model for N updates on the training split before removal, with the "
         "checkpoint's own architecture, criterion, optimizer and batch size; with --target speedup, at most N: it "
-        "stops earlier once it is enough (--finetune-patience); 0: none (default: as many updates as the checkpoint "
-        f"trained with --target speedup, {DEFAULT_TRANSLATION_FINETUNE_UPDATES} otherwise for a translation model, "
+        "stops earlier once it is enough (--finetune-patience); 0: none (default with --target speedup: the data the "
+        "checkpoint trained on, its updates times the processes it trained on, for one process here accumulates "
+        f"what one of those did; {DEFAULT_TRANSLATION_FINETUNE_UPDATES} otherwise for a translation model, "
         "whose pruned masks can lose most of their BLEU without it, 0 for classifiers and language models)",
     )
+    finetune.add_argument(
+        "--finetune-epochs", type=float, metavar="E",
+        help="with --target speedup: the fine-tuning's ceiling in epochs of the training split instead of "
+        "--finetune-updates (E may be a fraction: 0.5 is half an epoch), counted at the checkpoint's batch")
     finetune.add_argument(
         "--finetune-patience", type=int, metavar="P",
         help="with --target speedup: the fine-tuning validates with fairseq's BLEU on --decision-subset, keeps the "
@@ -245,8 +270,9 @@ def _add_model_arguments(parser) -> None:
         f"--patience; default {DEFAULT_PATIENCE})")
     finetune.add_argument(
         "--finetune-valid-interval", type=int, metavar="N",
-        help="with --target speedup: updates between the fine-tuning's validations (default: "
-        f"--finetune-updates / {VALIDATIONS_PER_FINETUNE})")
+        help="with --target speedup: updates between the fine-tuning's validations (default: a tenth of the "
+        f"ceiling, or sooner, once it has trained on {VALIDATION_SPLITS} times the target tokens of the split it "
+        "validates on, so that a large training split is looked at early)")
     finetune.add_argument(
         "--finetune-minutes", type=float, metavar="M",
         help="with --target speedup: also stop the fine-tuning after M minutes of training (fairseq's "

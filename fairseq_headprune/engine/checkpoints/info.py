@@ -289,6 +289,8 @@ def training_history(path: str) -> TrainingHistory:
     seconds = extra.get("previous_training_time")
     rates, seed = saved_option(state, "optimization", "lr"), saved_option(state, "common", "seed")
     peak_lr = rates if rates is None or isinstance(rates, (int, float)) else list(rates)[0]  # fairseq: a list
+    world = saved_option(state, "distributed_training", "distributed_world_size")
     return TrainingHistory(updates, epochs or None, float(seconds) if seconds else None,
-                           None if peak_lr is None else float(peak_lr), None if seed is None else int(seed))
+                           None if peak_lr is None else float(peak_lr), None if seed is None else int(seed),
+                           int(world) if world and int(world) > 0 else 1)
 

@@ -286,7 +286,8 @@ def _finetune(settings: CompressSettings, stages: Stages, work: str) -> Finetune
     return FinetuneStageRecord(
         checkpoint=CHECKPOINT, before=BEFORE_FINETUNE, updates=outcome.updates, seconds_training=outcome.seconds,
         until=None if until is None else {**until.to_dict(), "ceiling": settings.finetune.updates,
-                                          "interval": until.validation_interval(settings.finetune.updates)},
+                                          "interval": until.validation_interval(settings.finetune.updates),
+                                          "interval_rule": until.interval_rule(settings.finetune.updates)},
         curve=outcome.curve, stopped=outcome.stopped, kept_updates=outcome.kept_updates,
         device=outcome.device, precision=outcome.precision, processes=outcome.processes,
         update_freq=outcome.update_freq, memory=outcome.memory, lr=outcome.lr, warmup_updates=outcome.warmup,

@@ -25,10 +25,17 @@ class TrainingHistory:
     seconds: Optional[float] = None  # fairseq's previous_training_time: training and validation
     peak_lr: Optional[float] = None  # its learning rate (--lr), which a fine-tune's default rate is a share of
     seed: Optional[int] = None  # its --seed, which a fine-tune keeps unless given another
+    world_size: int = 1  # the processes it trained on (--distributed-world-size), each update summing theirs
 
     @property
     def updates_per_epoch(self) -> Optional[float]:
         return self.updates / self.epochs if self.epochs else None
+
+    @property
+    def batches(self) -> int:
+        """The updates of one process that see its training's data: one process accumulates what one of its
+        processes did (``engine.finetune``), so the data of each of its updates is ``world_size`` of them."""
+        return self.updates * max(self.world_size, 1)
 
     @property
     def seconds_per_update(self) -> Optional[float]:

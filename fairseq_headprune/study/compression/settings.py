@@ -290,6 +290,8 @@ class CompressSettings:
         del identity["precision"], identity["processes"], identity["memory_gb"]
         if identity["until"] is None:
             del identity["until"]
+        else:  # the data counted is a measurement of the data the run names, not a setting
+            del identity["until"]["data"]
         if identity["lr_share"] == FINETUNE_LR_SHARE:
             del identity["lr_share"]
         if identity["seed"] is None:

@@ -15,6 +15,13 @@ FINETUNE_LR_SHARE = 0.1  # default fine-tuning learning rate: this share of the 
 
 FINETUNE_WARMUP_SHARE = 0.1  # default warm-up: this share of the updates
 VALIDATIONS_PER_FINETUNE = 10  # a fine-tune until enough validates this many times over its ceiling by default
+# ... or sooner: once it has trained on this many times its validation split's target tokens. A validation
+# translates that split, and training and translating a token both cost in proportion to the model, so the
+# validations stay about the same share of the fine-tune's time at any model size (on the demo model a validation
+# takes about 5 s, 50 splits' worth of training 78 updates at 0.555 s), and a large training split is looked at
+# long before a tenth of its ceiling. The four documented d = 128 models reach a tenth of their ceiling after 23
+# to 39 times their validation split's target tokens, so they validate as before.
+VALIDATION_SPLITS = 50
 DEFAULT_PATIENCE = 3  # ... and stops after this many validations without a gain (fairseq's --patience)
 # stop reasons of a fine-tune until enough
 REACHED, PLATEAU, UPDATE_CEILING, TIME_CEILING = "reached", "no gain", "update ceiling", "time ceiling"
@@ -50,6 +57,29 @@ MAX_SEED = 2 ** 31  # fairseq adds the epoch and update counts to its seed: room
 DEFAULT_CURVE_UPDATES = (40, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000)
 
 
+@dataclass(frozen=True)
+class FinetuneData:
+    """The fine-tuning's data as its updates see it (``engine.finetune.data``): the updates in one epoch of the
+    training split at the checkpoint's batch, that split's target tokens, and the validation split's."""
+
+    updates_per_epoch: int
+    target_tokens: int
+    validation: str  # the validation split counted
+    validation_tokens: int
+
+    @property
+    def tokens_per_update(self) -> float:
+        return self.target_tokens / max(self.updates_per_epoch, 1)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "FinetuneData":
+        return cls(int(data["updates_per_epoch"]), int(data["target_tokens"]), str(data["validation"]),
+                   int(data["validation_tokens"]))
+
+
 @dataclass
 class FinetuneStop:
     """Fine-tuning until it is enough: fairseq-train validates on ``subset`` every ``interval`` updates with
@@ -65,6 +95,8 @@ class FinetuneStop:
     minutes: Optional[float] = None
     generation: Dict[str, Any] = field(default_factory=dict)
     remove_bpe: Optional[str] = None
+    # the data counted (None: not counted, a tenth of the ceiling alone); a measurement, not a setting
+    data: Optional[FinetuneData] = field(default=None, compare=False)
 
     def __post_init__(self):
         refuse(self.interval is not None and self.interval < 1,
@@ -74,7 +106,31 @@ class FinetuneStop:
                f"--finetune-minutes must be a positive number, got {self.minutes}")
 
     def validation_interval(self, ceiling: int) -> int:
-        return self.interval or max(1, int(round(ceiling / VALIDATIONS_PER_FINETUNE)))
+        """Updates between validations: ``interval`` where given; else a tenth of the ceiling
+        (``VALIDATIONS_PER_FINETUNE``), or sooner where the data is counted, once ``VALIDATION_SPLITS`` times the
+        validation split's target tokens are trained on."""
+        if self.interval:
+            return self.interval
+        tenth = max(1, int(round(ceiling / VALIDATIONS_PER_FINETUNE)))
+        by_tokens = self._interval_by_tokens()
+        return tenth if by_tokens is None else min(tenth, by_tokens)
+
+    def _interval_by_tokens(self) -> Optional[int]:
+        data = self.data
+        if data is None or data.validation != self.subset or not data.validation_tokens:
+            return None
+        return max(1, math.ceil(VALIDATION_SPLITS * data.validation_tokens / data.tokens_per_update))
+
+    def interval_rule(self, ceiling: int) -> str:
+        """Why the validations come every so many updates, in words."""
+        interval = self.validation_interval(ceiling)
+        if self.interval:
+            return f"every {interval} updates (--finetune-valid-interval)"
+        data = self.data
+        if self._interval_by_tokens() == interval and interval < max(1, int(round(ceiling / VALIDATIONS_PER_FINETUNE))):
+            return (f"every {interval} updates: {VALIDATION_SPLITS} times {self.subset}'s {data.validation_tokens:,} "
+                    f"target tokens, at {data.tokens_per_update:,.0f} an update")
+        return f"every {interval} updates: a tenth of the ceiling"
 
     def to_dict(self) -> Dict[str, Any]:
         return {"subset": self.subset, "interval": self.interval, "patience": self.patience, "target": self.target,

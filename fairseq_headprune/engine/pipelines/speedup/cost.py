@@ -159,6 +159,8 @@ def _probe_finetune(settings: CompressSettings, work: str, probe: CostProbe) -> 
     probe.distilled = teacher is not None
     probe.ceiling = finetune.updates
     probe.validations = (finetune.updates // until.validation_interval(finetune.updates)) if until else 0
+    probe.validation_rule = until.interval_rule(finetune.updates) if until else ""
+    probe.updates_per_epoch = until.data.updates_per_epoch if until is not None and until.data is not None else 0
     probe.minutes_cap = None if until is None else until.minutes
 
 

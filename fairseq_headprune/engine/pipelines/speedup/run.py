@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from fairseq_headprune.engine.export.engines import export_engine
+from fairseq_headprune.engine.finetune.data import finetune_data
 from fairseq_headprune.engine.finetune.held import check_finetune_here
 from fairseq_headprune.engine.pipelines.compress import CompressOutcome, run_compress, run_identity
 from fairseq_headprune.engine.pipelines.compress_stages import (
@@ -97,6 +98,7 @@ def run_speedup(settings: CompressSettings, on_stage: Optional[StageCallback] = 
     if settings.speedup.decision_half:
         stages.run("halves", lambda work: _halves_stage(settings, work))
         settings = _on_halves(settings, stages)
+    settings = with_finetune_data(settings)
     if stages.record("plan", PlanRecord) is None:  # a run past its plan measures nothing more
         stages.run("cost", lambda work: cost_stage(settings, work), feeds_later=False)
     probe = stages.record("cost", CostProbe)
@@ -182,6 +184,18 @@ def _on_halves(settings: CompressSettings, stages: Stages) -> CompressSettings:
         raise StudyError(f"{settings.out_dir} holds no halves: run compress --target speedup=Nx --decision-half "
                          "there first, or leave out --decision-half")
     return on_halves(settings, stages.path("halves", HALVES_DATA), halves.fit, halves.decide)
+
+
+def with_finetune_data(settings: CompressSettings) -> CompressSettings:
+    """The run's settings with the fine-tuning's data counted (``FinetuneStop.data``), so that its validations
+    come at the interval the data sets, where no interval is given."""
+    finetune = settings.finetune
+    until = finetune.until
+    if until is None or until.interval:
+        return settings
+    data = finetune_data(settings.checkpoint, settings.data, settings.family, finetune, until.subset)
+    return dataclasses.replace(settings, finetune=dataclasses.replace(
+        finetune, until=dataclasses.replace(until, data=data)))
 
 
 def _read_json(path: str) -> dict:
@@ -293,6 +307,7 @@ def compress_shape(settings: CompressSettings, shape: int, out_dir: str,
         raise StudyError(f"{settings.out_dir} holds no plan: run compress --target speedup=Nx there first")
     if settings.speedup.decision_half:
         settings = _on_halves(settings, stages)
+    settings = with_finetune_data(settings)
     candidate = plan.candidates[shape]
     attempt_dir = os.path.join(out_dir, "attempt")
     current = _attempt_settings(settings, plan, candidate, attempt_dir, None, None)

@@ -61,6 +61,8 @@ class CostProbe(StageRecord):
     distilled: bool = False  # the updates ran the teacher too (--distill word)
     ceiling: int = 0  # the fine-tune's ceiling in updates
     validations: int = 0  # its validations up to the ceiling
+    validation_rule: str = ""  # why they come every so many updates (FinetuneStop.interval_rule)
+    updates_per_epoch: int = 0  # of the fine-tuning's training split (0: not counted)
     minutes_cap: Optional[float] = None  # --finetune-minutes
     max_attempts: int = 1
     memory: Optional[Dict[str, Any]] = None  # the fine-tune's memory plan (study.finetune.memory.MemoryPlan)
@@ -174,10 +176,12 @@ def _finetune_cost(probe: CostProbe) -> Optional[StageCost]:
     if capped:
         seconds = 60.0 * probe.minutes_cap
     disk = int(probe.weights_bytes * sum(FINETUNE_CHECKPOINTS))
-    rule = (f"at most {probe.ceiling} updates at {probe.update_seconds:.3g} s"
+    epochs = (f" ({probe.ceiling / probe.updates_per_epoch:.3g} epochs of the training split)"
+              if probe.updates_per_epoch else "")
+    rule = (f"at most {probe.ceiling} updates{epochs} at {probe.update_seconds:.3g} s"
             + (" with the teacher" if probe.distilled else "")
             + f" (the unpruned model as the student), {probe.validations} validations of "
-            f"{probe.decision_sentences} sentences"
+            f"{probe.decision_sentences} sentences" + (f", {probe.validation_rule}" if probe.validation_rule else "")
             + (f", capped at {probe.minutes_cap:g} minutes (--finetune-minutes)" if capped else "")
             + "; it stops earlier once within the tolerance")
     return StageCost("finetune", seconds, disk, rule, at_most=True)
