@@ -405,3 +405,27 @@ def test_a_fine_tune_validates_every_tenth_of_its_ceiling_or_once_it_has_trained
     assert FinetuneStop(subset="valid", interval=7, data=data).validation_interval(2000) == 7
     assert "data" not in stop.to_dict() and FinetuneStop.from_dict(stop.to_dict()) == FinetuneStop(subset="valid")
     assert FinetuneData.from_dict(data.to_dict()) == data
+
+
+def test_the_speed_stages_cost_takes_fairseq_at_its_rate_at_each_batch_size():
+    """The speed stage's estimate against its rule worked by hand: 4 systems started, 1 + 5 rounds of 100
+    sentences, each round fairseq at its probed rate at batch 1 and at batch 64 for the unpruned and the compressed
+    model alike, and the export at the plan's pass seconds per sentence, the compressed one at the plan's slowest
+    speed-up; a probe written
+    before fairseq was timed at each batch size takes the evaluation's rate for both."""
+    from fairseq_headprune.study.compression.speedup.cost import ChosenShape, CostProbe, stage_costs
+
+    probe = CostProbe(batch_sizes=[1, 64], pass_seconds={1: 2.0, 64: 1.0}, plan_sentences=50, worker_seconds=0.5,
+                      repeats=5, decode_seconds=0.01, fairseq_seconds={1: 0.05, 64: 0.004}, decision_sentences=100,
+                      report_sentences=100, speed_sentences=100, speed_systems=4)
+    chosen = ChosenShape(flops_share=0.3, slowest_speedup=2.0)
+
+    def speed(probe):
+        return next(cost for cost in stage_costs(probe, chosen) if cost.stage == "attempt speed")
+
+    exported = (2.0 + 1.0) / 50
+    expected = 4 * 0.5 + 6 * 100 * (2 * (0.05 + 0.004) + 1.0 * exported * (1 + 1 / 2.0))
+    assert speed(probe).seconds == pytest.approx(expected)
+    assert speed(probe).rule.endswith("; fairseq at 0.05 and 0.004 s a sentence")
+    older = dataclasses.replace(probe, fairseq_seconds={})
+    assert speed(older).seconds == pytest.approx(4 * 0.5 + 6 * 100 * (2 * 0.02 + exported * 1.5))

@@ -39,6 +39,7 @@ from fairseq_headprune.study.compression.speedup.rules import SCREEN_SHORTFALL, 
 from fairseq_headprune.study.compression.speedup.shapes import ladder_shapes
 
 DECODED_SENTENCES = 32  # sentences of the decision split fairseq translates to measure its rate
+SPEED_SENTENCES = 8  # ... and at least these at each speed batch size (a whole batch at the larger ones)
 PROBE_UPDATES = 3  # fine-tune updates timed beyond the first (the first carries the start's cost)
 MAX_PROBE_UPDATES = 48  # where the updates are too fast to tell from the start, at most this many
 
@@ -113,6 +114,11 @@ def _probe_decoding(settings: CompressSettings, cfg, task, model, probe: CostPro
         model.cuda()
     samples = collated_samples(task, model, [decision], None, 16, DECODED_SENTENCES)
     seconds, hypotheses = translate_batches(task, model, samples, generation=cfg.generation)
+    # the speed stage's fairseq systems at each batch size: a sentence at batch 1 costs several at batch 16
+    for batch_size in settings.deployment.batch_sizes:
+        batched = collated_samples(task, model, [decision], None, batch_size, max(batch_size, SPEED_SENTENCES))
+        batch_seconds, batch_hypotheses = translate_batches(task, model, batched, generation=cfg.generation)
+        probe.fairseq_seconds[int(batch_size)] = batch_seconds / max(len(batch_hypotheses), 1)
     if on_gpu:
         model.cpu()
     probe.decoded = len(hypotheses)
