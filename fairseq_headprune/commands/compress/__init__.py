@@ -123,9 +123,10 @@ def _finetune_settings(args: argparse.Namespace, speedup: Optional[SpeedupSettin
     given = [option for option, value in stop_options.items() if value is not None]
     if given and speedup is None:
         raise SettingsError(f"{given[0]} goes with --target speedup=Nx, whose fine-tuning stops once it is enough")
-    updates = args.finetune_updates
+    updates, data = args.finetune_updates, None
     if args.finetune_epochs is not None:
-        updates = _epochs_ceiling(args, speedup, family)
+        data = _epochs_data(args, speedup, family)
+        updates = max(1, int(math.ceil(args.finetune_epochs * data.updates_per_epoch)))
     if updates is None:
         updates = training_history(args.path).batches if speedup is not None else default_finetune_updates(family)
         if speedup is not None and not updates:
@@ -135,16 +136,16 @@ def _finetune_settings(args: argparse.Namespace, speedup: Optional[SpeedupSettin
     if speedup is not None and updates:
         patience = DEFAULT_PATIENCE if args.finetune_patience is None else args.finetune_patience
         until = FinetuneStop(subset=speedup.decision_subset, interval=args.finetune_valid_interval, patience=patience,
-                             minutes=args.finetune_minutes)
+                             minutes=args.finetune_minutes, data=data)
     return FinetuneSettings(updates, args.finetune_lr, args.finetune_warmup, until=until,
                             lr_share=SPEEDUP_LR_SHARE if speedup is not None else FINETUNE_LR_SHARE,
                             precision=args.finetune_precision, seed=args.finetune_seed,
                             processes=args.finetune_processes, memory_gb=args.finetune_memory)
 
 
-def _epochs_ceiling(args: argparse.Namespace, speedup: Optional[SpeedupSettings], family: str) -> int:
-    """--finetune-epochs E: the fine-tuning's ceiling in updates, E epochs of the training split at the
-    checkpoint's batch (``engine.finetune.data``)."""
+def _epochs_data(args: argparse.Namespace, speedup: Optional[SpeedupSettings], family: str):
+    """--finetune-epochs E: the fine-tuning's data counted (``engine.finetune.data``), whose updates per epoch make
+    the ceiling; kept for the run, which does not count it again."""
     if speedup is None:
         raise SettingsError("--finetune-epochs goes with --target speedup=Nx, as its fine-tuning's ceiling (a fixed "
                             "length is --finetune-updates N)")
@@ -155,8 +156,7 @@ def _epochs_ceiling(args: argparse.Namespace, speedup: Optional[SpeedupSettings]
         raise SettingsError(f"--finetune-epochs must be a positive number, got {epochs:g}")
     from fairseq_headprune.engine.finetune.data import finetune_data
 
-    data = finetune_data(args.path, args.data, family, FinetuneSettings(updates=1), speedup.decision_subset)
-    return max(1, int(math.ceil(epochs * data.updates_per_epoch)))
+    return finetune_data(args.path, args.data, family, FinetuneSettings(updates=1), speedup.decision_subset)
 
 
 def command_compress(args: argparse.Namespace) -> int:

@@ -111,9 +111,8 @@ class FinetuneStop:
         validation split's target tokens are trained on."""
         if self.interval:
             return self.interval
-        tenth = max(1, int(round(ceiling / VALIDATIONS_PER_FINETUNE)))
         by_tokens = self._interval_by_tokens()
-        return tenth if by_tokens is None else min(tenth, by_tokens)
+        return _tenth(ceiling) if by_tokens is None else min(_tenth(ceiling), by_tokens)
 
     def _interval_by_tokens(self) -> Optional[int]:
         data = self.data
@@ -127,7 +126,7 @@ class FinetuneStop:
         if self.interval:
             return f"every {interval} updates (--finetune-valid-interval)"
         data = self.data
-        if self._interval_by_tokens() == interval and interval < max(1, int(round(ceiling / VALIDATIONS_PER_FINETUNE))):
+        if self._interval_by_tokens() == interval and interval < _tenth(ceiling):
             return (f"every {interval} updates: {VALIDATION_SPLITS} times {self.subset}'s {data.validation_tokens:,} "
                     f"target tokens, at {data.tokens_per_update:,.0f} an update")
         return f"every {interval} updates: a tenth of the ceiling"
@@ -140,6 +139,11 @@ class FinetuneStop:
     def from_dict(cls, data: Mapping[str, Any]) -> "FinetuneStop":
         return cls(**{key: data[key] for key in ("subset", "interval", "patience", "target", "minutes",
                                                   "generation", "remove_bpe") if key in data})
+
+
+def _tenth(ceiling: int) -> int:
+    """A tenth of a fine-tune's ceiling in updates (``VALIDATIONS_PER_FINETUNE``), at least one."""
+    return max(1, int(round(ceiling / VALIDATIONS_PER_FINETUNE)))
 
 
 def stop_reason(curve: Sequence[Mapping[str, Any]], stop: FinetuneStop, updates: int, ceiling: int) -> str:

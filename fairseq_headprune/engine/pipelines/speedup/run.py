@@ -191,8 +191,8 @@ def with_finetune_data(settings: CompressSettings) -> CompressSettings:
     come at the interval the data sets, where no interval is given."""
     finetune = settings.finetune
     until = finetune.until
-    if until is None or until.interval:
-        return settings
+    if until is None or until.interval or (until.data is not None and until.data.validation == until.subset):
+        return settings  # no interval to set, or counted already (--finetune-epochs, by the command)
     data = finetune_data(settings.checkpoint, settings.data, settings.family, finetune, until.subset)
     return dataclasses.replace(settings, finetune=dataclasses.replace(
         finetune, until=dataclasses.replace(until, data=data)))
