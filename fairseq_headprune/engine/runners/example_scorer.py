@@ -23,7 +23,7 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence
+from typing import ClassVar, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from fairseq import utils
@@ -37,6 +37,7 @@ from fairseq_headprune.errors import StudyError
 from fairseq_headprune.modules.masked_multihead_attention import head_mask_applied
 from fairseq_headprune.study.masks.head_mask import HeadMask, head_mask_to_spec
 from fairseq_headprune.study.output.files import file_sha256
+from fairseq_headprune.study.output.serialisation import PlainRecord
 
 # version of the stored results; part of every sweep's identity
 FORMAT_VERSION = 1
@@ -52,21 +53,14 @@ class ScoredExamples:
 
 
 @dataclass
-class ScoredConfigResult(ScoredExamples):
+class ScoredConfigResult(ScoredExamples, PlainRecord):
     """A finished configuration of a classifier or LM sweep (``example_scorer``) as stored on disk."""
 
     name: str = ""
     spec: str = ""
     labels: Dict[str, object] = field(default_factory=dict)
 
-    def to_dict(self) -> Dict[str, object]:
-        return {"name": self.name, "spec": self.spec, "labels": self.labels, "seconds": self.seconds,
-                "outputs": self.outputs}
-
-    @classmethod
-    def from_dict(cls, data: Dict[str, object]) -> "ScoredConfigResult":
-        return cls(name=data["name"], spec=data["spec"], labels=data["labels"], seconds=data["seconds"],
-                   outputs=data["outputs"])
+    ORDER: ClassVar[Tuple[str, ...]] = ("name", "spec", "labels", "seconds", "outputs")
 
 
 class SplitScorer:

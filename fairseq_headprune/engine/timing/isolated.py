@@ -22,7 +22,7 @@ import re
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from fairseq_headprune.constants import FAIRSEQ_ENGINE as FAIRSEQ
@@ -30,12 +30,13 @@ from fairseq_headprune.constants import FUSED_ATTENTION
 from fairseq_headprune.engine.export.engines import export_engine, export_engines
 from fairseq_headprune.errors import StudyError
 from fairseq_headprune.study.compression.decoding import DecodingOptions
+from fairseq_headprune.study.output.serialisation import PlainRecord
 
 _ISA_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_int8", "amx_bf16")
 
 
 @dataclass
-class SystemSpec:
+class SystemSpec(PlainRecord):
     """One system to time: a model (a checkpoint, or an exported directory) in one engine."""
 
     name: str  # "fairseq compressed", "ct2 unpruned float32"
@@ -61,10 +62,6 @@ class SystemSpec:
     # (deployment.lm_continuation_system)
     continuation: Optional[Dict[str, object]] = None
 
-    def to_dict(self) -> Dict[str, object]:
-        values = asdict(self)
-        values["generation_args"] = list(self.generation_args)
-        return values
 
 
 @dataclass

@@ -7,12 +7,14 @@ when the machine's drift falls on every system alike (the timing itself is
 """
 
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Dict, List, Sequence
+
+from fairseq_headprune.study.output.serialisation import PlainRecord
 
 
 @dataclass
-class DecodingOptions:
+class DecodingOptions(PlainRecord):
     """Beam search as fairseq-generate's options set it, given to both engines."""
 
     beam: int = 5
@@ -32,14 +34,6 @@ class DecodingOptions:
     def fixed_length(cls, beam: int, length: int) -> "DecodingOptions":
         """Beam search that generates exactly ``length`` tokens (the shape a latency table times)."""
         return cls(beam=beam, lenpen=1.0, max_len_a=0.0, max_len_b=length, min_len=length)
-
-    @classmethod
-    def from_dict(cls, values: Dict[str, object]) -> "DecodingOptions":
-        return cls(int(values["beam"]), float(values["lenpen"]), float(values["max_len_a"]), int(values["max_len_b"]),
-                   int(values.get("min_len", 1)))
-
-    def to_dict(self) -> Dict[str, object]:
-        return asdict(self)
 
     def max_length(self, source_length: int) -> int:
         """fairseq's length limit for a batch whose sources are ``source_length`` tokens (with </s>)."""

@@ -8,9 +8,10 @@ timed sentences is within a tolerance of float32's.
 """
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from typing import ClassVar, Dict, List, Optional, Sequence, Tuple
 
 from fairseq_headprune.errors import SettingsError
+from fairseq_headprune.study.output.serialisation import PlainRecord
 
 AUTO_QUANTIZATION = "auto"
 # the compute types tried on each device, float32 (the reference) first
@@ -25,7 +26,7 @@ def auto_candidates(supported: Sequence[str], device: str) -> List[str]:
 
 
 @dataclass
-class CandidateTiming:
+class CandidateTiming(PlainRecord):
     """One compute type of the compressed model: its median seconds per batch size and BLEU on the timed sentences."""
 
     compute_type: str
@@ -33,10 +34,7 @@ class CandidateTiming:
     sentences_per_second: Dict[int, float]
     bleu: float
 
-    def to_dict(self) -> Dict[str, object]:
-        return {"compute_type": self.compute_type, "bleu": self.bleu,
-                "seconds": {str(b): s for b, s in self.seconds.items()},
-                "sentences_per_second": {str(b): r for b, r in self.sentences_per_second.items()}}
+    ORDER: ClassVar[Tuple[str, ...]] = ("compute_type", "bleu")
 
 
 def choose_compute_type(candidates: Sequence[CandidateTiming], tolerance: float) -> Dict[str, object]:

@@ -1,5 +1,5 @@
 """``compress``'s records: one dataclass per stage (``OUT/STAGE/stage.json``) and the report that gathers them
-(``OUT/report.json``), written and read by one ``to_dict``/``from_dict``, and read by the console, the Markdown
+(``OUT/report.json``), written and read by ``study.output.serialisation``, and read by the console, the Markdown
 report and the next stages alike.
 
 The names are the mask language's: ``spec`` and ``ffn_spec`` are head and FFN-neuron mask specs, ``heads_pruned``
@@ -10,16 +10,15 @@ type and vocabulary-map setting) and against the stock conversion apart (``speed
 of either format are read.
 """
 
-import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Dict, List, Mapping, Optional, Type, TypeVar
+from typing import Any, ClassVar, Dict, List, Mapping, Optional, Tuple, Type
 
+from fairseq_headprune.errors import ResultFileError
 from fairseq_headprune.study.compression.speed import SpeedRow
+from fairseq_headprune.study.output.serialisation import OMITTED_WHEN_DEFAULT, UNKNOWN_KEYS, WRITTEN_LAST, PlainRecord
 
 REPORT_FORMAT = "fairseq-headprune compress report 2"
 READABLE_FORMATS = ("fairseq-headprune compress report 1", REPORT_FORMAT)
-
-Record = TypeVar("Record", bound="StageRecord")
 
 DEVICE_WORDS = {"cpu": "CPU", "cuda": "GPU"}  # where a fine-tune ran, as reports and consoles say it
 
@@ -32,51 +31,17 @@ def trained_where(device: str, precision: str, processes: int = 1) -> str:
 
 
 @dataclass
-class StageRecord:
+class StageRecord(PlainRecord):
     """What every stage records: its own fields, and ``stage`` and ``seconds`` (set when it finishes). Keys a
     stage does not name (a family's extra scores) are kept in ``extra`` and written back as they were."""
 
-    RENAMED: ClassVar[Dict[str, str]] = {}  # an older format's key -> this one's
-
-    stage: str = ""
-    seconds: Optional[float] = None
-    extra: Dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> Dict[str, Any]:
-        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.name not in ("stage", "seconds", "extra")}
-        data = {key: _plain(value) for key, value in data.items()}
-        data.update(self.extra)
-        if self.stage:
-            data.update(stage=self.stage, seconds=self.seconds)
-        return data
-
-    @classmethod
-    def from_dict(cls: Type[Record], data: Dict[str, Any]) -> Record:
-        known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-        values: Dict[str, Any] = {"extra": {}}
-        for key, value in data.items():
-            key = cls.RENAMED.get(key, key)
-            if key in known:
-                values[key] = value
-            else:
-                values["extra"][key] = value
-        return cls(**values)
-
-
-def _plain(value: Any) -> Any:
-    """A record's field as JSON holds it: records (also inside lists and dicts) by their ``to_dict``."""
-    if hasattr(value, "to_dict"):
-        return value.to_dict()
-    if isinstance(value, list):
-        return [_plain(item) for item in value]
-    if isinstance(value, dict):
-        return {key: _plain(item) for key, item in value.items()}
-    return value
+    stage: str = field(default="", metadata={**OMITTED_WHEN_DEFAULT, **WRITTEN_LAST})
+    seconds: Optional[float] = field(default=None, metadata={**OMITTED_WHEN_DEFAULT, **WRITTEN_LAST})
+    extra: Dict[str, Any] = field(default_factory=dict, metadata=UNKNOWN_KEYS)
 
 
 @dataclass
-class BeamResult:
+class BeamResult(PlainRecord):
     """``--speed-beams``: both models' scores at one beam, the compressed one tested against the unpruned one at
     that beam (``delta``, ``p_value``) and at the run's beam (``delta_vs_run_beam``, ``p_value_vs_run_beam``)."""
 
@@ -88,16 +53,9 @@ class BeamResult:
     delta_vs_run_beam: float
     p_value_vs_run_beam: float
 
-    def to_dict(self) -> Dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "BeamResult":
-        return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls)})
-
 
 @dataclass
-class Prediction:
+class Prediction(PlainRecord):
     """A speed-up predicted before compressing (a latency table's, or the speed-up plan's timing of the shape)
     beside the one measured on the compressed model; ``relative_error`` is (predicted - measured) / measured."""
 
@@ -107,19 +65,11 @@ class Prediction:
     beam: Optional[int] = None
 
     RENAMED: ClassVar[Dict[str, str]] = {"planned": "predicted"}  # the speed-up report's older name
+    DERIVED: ClassVar[Tuple[str, ...]] = ("relative_error",)
 
     @property
     def relative_error(self) -> Optional[float]:
         return None if not self.measured else (self.predicted - self.measured) / self.measured
-
-    def to_dict(self) -> Dict[str, Any]:
-        return {"predicted": self.predicted, "measured": self.measured, "batch_size": self.batch_size,
-                "beam": self.beam, "relative_error": self.relative_error}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Prediction":
-        values = {cls.RENAMED.get(key, key): value for key, value in data.items()}
-        return cls(values["predicted"], values.get("measured"), values.get("batch_size"), values.get("beam"))
 
 
 @dataclass
@@ -254,7 +204,7 @@ class ExportRecord(StageRecord):
 
 
 @dataclass
-class ScoreChange:
+class ScoreChange(PlainRecord):
     """The compressed model against the unpruned one on one split: both scores, the change (higher is better),
     the paired test's p-value and resamples, and the compressed model before fine-tuning (None: not scored). What
     a speed-up attempt is judged by and its result reported with (``EvaluationRecord.change``)."""
@@ -267,18 +217,6 @@ class ScoreChange:
     p_value: float
     samples: Optional[int] = None
     before_finetune: Optional[float] = None
-
-    def to_dict(self) -> Dict[str, Any]:
-        return {"split": self.split, "metric": self.metric, "unpruned": self.unpruned, "compressed": self.compressed,
-                "delta": self.delta, "p_value": self.p_value, "samples": self.samples,
-                "before_finetune": self.before_finetune}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], split: str = "") -> "ScoreChange":
-        return cls(split=str(data.get("split", split)), metric=str(data.get("metric", "BLEU")),
-                   unpruned=float(data["unpruned"]), compressed=float(data["compressed"]),
-                   delta=float(data["delta"]), p_value=float(data["p_value"]), samples=data.get("samples"),
-                   before_finetune=data.get("before_finetune"))
 
 
 @dataclass
@@ -302,12 +240,6 @@ class EvaluationRecord(StageRecord):
     test: Dict[str, Any] = field(default_factory=dict)
     before_finetune: Optional[float] = None
     beams: List[BeamResult] = field(default_factory=list)  # --speed-beams
-
-    @classmethod
-    def from_dict(cls, data: Dict[str, Any]) -> "EvaluationRecord":
-        record = super().from_dict(data)
-        record.beams = [BeamResult.from_dict(row) for row in record.beams]
-        return record
 
     def change(self, beam: Optional[int] = None) -> ScoreChange:
         """The compressed model against the unpruned one at the run's beam, or (``beam``, one of ``--speed-beams``)
@@ -336,13 +268,6 @@ class SpeedRecord(StageRecord):
     # against the unpruned model at the run's beam (speedup_vs_run_beam)
     beam_rows: List[SpeedRow] = field(default_factory=list)
 
-    @classmethod
-    def from_dict(cls, data: Dict[str, Any]) -> "SpeedRecord":
-        record = super().from_dict(data)
-        record.rows = [SpeedRow.from_dict(row) for row in record.rows]
-        record.beam_rows = [SpeedRow.from_dict(row) for row in record.beam_rows]
-        return record
-
 
 # each stage of a compress run and its record (the speed-up's own stages keep theirs in ``speedup.records``)
 STAGE_RECORDS: Dict[str, Type[StageRecord]] = {
@@ -367,7 +292,7 @@ def speedup_prediction(search: SearchRecord, speed: Optional[SpeedRecord]) -> Op
 
 
 @dataclass
-class CompressReport:
+class CompressReport(PlainRecord):
     """``OUT/report.json``: the stages' records, the files to deploy and what each stage cost."""
 
     checkpoint: str
@@ -388,29 +313,15 @@ class CompressReport:
     stages: Dict[str, Dict[str, Any]] = field(default_factory=dict)
     format: str = REPORT_FORMAT
 
-    # the report's keys in the order report.json has them, and the stage whose record each is
-    _ORDER: ClassVar = ("format", "checkpoint", "data", "family", "target", "layers", "distill", "fisher", "search",
-                        "finetune", "shrink", "export", "evaluation", "speed", "speedup_prediction", "files",
-                        "stages")
-    _RECORDS: ClassVar = {"layers": LayersRecord, "distill": DistillRecord, "fisher": FisherRecord,
-                          "search": SearchRecord, "finetune": FinetuneStageRecord, "shrink": ShrinkRecord,
-                          "export": ExportRecord, "evaluation": EvaluationRecord, "speed": SpeedRecord}
-
-    def to_dict(self) -> Dict[str, Any]:
-        return {key: _plain(getattr(self, key)) for key in self._ORDER}
+    ORDER: ClassVar[Tuple[str, ...]] = (
+        "format", "checkpoint", "data", "family", "target", "layers", "distill", "fisher", "search", "finetune",
+        "shrink", "export", "evaluation", "speed", "speedup_prediction", "files", "stages")
 
     @classmethod
-    def from_dict(cls, data: Dict[str, Any]) -> "CompressReport":
+    def upgrade(cls, data: Mapping[str, Any]) -> Mapping[str, Any]:
         if data.get("format") not in READABLE_FORMATS:
-            raise ValueError(f"not a compress report of a known format: {data.get('format')!r}")
-        values = {key: data.get(key) for key in cls._ORDER if key in data}
-        for key, record in cls._RECORDS.items():
-            if values.get(key) is not None:
-                values[key] = record.from_dict(values[key])
-        if values.get("speedup_prediction") is not None:
-            values["speedup_prediction"] = Prediction.from_dict(values["speedup_prediction"])
-        values["format"] = REPORT_FORMAT
-        return cls(**values)
+            raise ResultFileError(f"not a compress report of a known format: {data.get('format')!r}")
+        return {**data, "format": REPORT_FORMAT}
 
     @property
     def flops_kept_share(self) -> float:

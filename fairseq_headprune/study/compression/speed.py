@@ -10,10 +10,11 @@ speed stage use this one estimator.
 
 import math
 import statistics
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from fairseq_headprune.constants import CTRANSLATE2_ENGINE
+from fairseq_headprune.study.output.serialisation import OMITTED_WHEN_DEFAULT, PlainRecord
 
 VMAP_SUFFIX = " vmap"  # how a system timed with its vocabulary map is named
 
@@ -71,7 +72,7 @@ def round_share(seconds: Sequence[float], whole_seconds: Sequence[float]) -> flo
 
 
 @dataclass
-class SpeedRow:
+class SpeedRow(PlainRecord):
     """One system timed at one batch size (``engine.compression.deployment.speed_rows``): its rates and its
     speed-ups. ``speedup_like_for_like`` is against the unpruned model in the same engine, compute type and
     vocabulary-map setting at the run's beam; ``speedup_vs_stock_conversion`` against the unpruned model converted as
@@ -97,12 +98,13 @@ class SpeedRow:
     same_hypotheses_as: Optional[str] = None
     same_hypotheses: Optional[int] = None
     vocabulary_mapped: bool = False  # decoded with CTranslate2's vocabulary map
-    beam: Optional[int] = None  # --speed-beams: the beam this row decoded at (None: the run's)
-    run_beam_seconds: Optional[List[float]] = None
-    speedup_vs_run_beam: Optional[float] = None
+    # --speed-beams: the beam this row decoded at (None: the run's; a row at the run's beam has no beam columns)
+    beam: Optional[int] = field(default=None, metadata=OMITTED_WHEN_DEFAULT)
+    run_beam_seconds: Optional[List[float]] = field(default=None, metadata=OMITTED_WHEN_DEFAULT)
+    speedup_vs_run_beam: Optional[float] = field(default=None, metadata=OMITTED_WHEN_DEFAULT)
     # [low, high] over the timing rounds (``paired_speedup_interval``) of the like-for-like and run-beam speed-ups
-    speedup_like_for_like_interval: Optional[List[float]] = None
-    speedup_vs_run_beam_interval: Optional[List[float]] = None
+    speedup_like_for_like_interval: Optional[List[float]] = field(default=None, metadata=OMITTED_WHEN_DEFAULT)
+    speedup_vs_run_beam_interval: Optional[List[float]] = field(default=None, metadata=OMITTED_WHEN_DEFAULT)
 
     @property
     def compressed(self) -> bool:
@@ -112,25 +114,14 @@ class SpeedRow:
     def ctranslate2(self) -> bool:
         return self.engine == CTRANSLATE2_ENGINE
 
-    def to_dict(self) -> Dict[str, Any]:
-        data = {f.name: getattr(self, f.name) for f in fields(self)}
-        if self.beam is None:  # a row at the run's beam has no beam columns
-            del data["beam"], data["speedup_vs_run_beam"]
-        for name in ("run_beam_seconds", "speedup_like_for_like_interval", "speedup_vs_run_beam_interval"):
-            if data.get(name) is None:
-                data.pop(name, None)
-        return data
-
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "SpeedRow":
-        """A row as written. Rows written before ``vocabulary_mapped`` was a field say it by the name's suffix;
-        rows of compress report format 1 are read into format 2's speed-ups (``_speedups_of_format_1``)."""
+    def upgrade(cls, data: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Rows written before ``vocabulary_mapped`` was a field say it by the name's suffix; rows of compress
+        report format 1 are read into format 2's speed-ups (``_speedups_of_format_1``)."""
         data = _speedups_of_format_1(data)
-        known = {f.name for f in fields(cls)}
-        values = {key: value for key, value in data.items() if key in known}
-        values.setdefault("vocabulary_mapped", str(data.get("system", "")).endswith(VMAP_SUFFIX))
-        values.setdefault("precision", "")
-        return cls(**values)
+        data.setdefault("vocabulary_mapped", str(data.get("system", "")).endswith(VMAP_SUFFIX))
+        data.setdefault("precision", "")
+        return data
 
 
 def _speedups_of_format_1(row: Mapping[str, Any]) -> Dict[str, Any]:
@@ -160,6 +151,8 @@ class Speedups(Dict[int, float]):
     @classmethod
     def of(cls, data: Optional[Mapping[Any, float]]) -> "Speedups":
         return cls({int(batch): float(value) for batch, value in (data or {}).items()})
+
+    from_plain = of  # how study.output.serialisation reads them
 
     @property
     def slowest_batch(self) -> Optional[int]:

@@ -19,9 +19,10 @@ not fit, the fine-tune cannot run here.
 """
 
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping
+from typing import Dict
 
 from fairseq_headprune.errors import StudyError
+from fairseq_headprune.study.output.serialisation import PlainRecord
 
 # bytes per parameter of the student's training state: weights, gradients, Adam's two moments (float32); in half
 # precision fairseq's optimizer keeps float32 copies of the weights and gradients beside the half ones
@@ -66,7 +67,7 @@ def needed_bytes(shape: TrainingShape, tokens: int, length: int) -> Dict[str, fl
 
 
 @dataclass
-class MemoryPlan:
+class MemoryPlan(PlainRecord):
     """The fine-tune's memory as planned: the device and its free bytes (per process), the bytes needed at the
     batch chosen, the checkpoint's batch and the one chosen (``tokens``: a batch's tokens, or its sentences where
     the checkpoint batches by sentences) and how many more batches each update accumulates for it."""
@@ -98,16 +99,6 @@ class MemoryPlan:
             text += (f": the checkpoint's batch of {self.batch} {self.unit} does not fit, so batches of "
                      f"{self.chosen} are trained, {self.accumulation} accumulated for each of its batches")
         return text
-
-    def to_dict(self) -> Dict[str, Any]:
-        return {"device": self.device, "free": self.free, "needed": dict(self.needed), "unit": self.unit,
-                "batch": self.batch, "chosen": self.chosen, "accumulation": self.accumulation}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "MemoryPlan":
-        return cls(str(data["device"]), float(data["free"]), {k: float(v) for k, v in data["needed"].items()},
-                   str(data["unit"]), int(data["batch"]), int(data["chosen"]), int(data["accumulation"]))
-
 
 def _gb(count: float) -> str:
     """Bytes in GB, to two decimals (three below 0.01)."""

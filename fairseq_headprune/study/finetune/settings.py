@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from fairseq_headprune.errors import SettingsError
+from fairseq_headprune.study.output.serialisation import NOT_WRITTEN, PlainRecord
 from fairseq_headprune.study.settings import refuse
 
 FINETUNE_LR_SHARE = 0.1  # default fine-tuning learning rate: this share of the checkpoint's own peak rate
@@ -58,7 +59,7 @@ DEFAULT_CURVE_UPDATES = (40, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 5000
 
 
 @dataclass(frozen=True)
-class FinetuneData:
+class FinetuneData(PlainRecord):
     """The fine-tuning's data as its updates see it (``engine.finetune.data``): the updates in one epoch of the
     training split at the checkpoint's batch, that split's target tokens, and the validation split's."""
 
@@ -71,17 +72,9 @@ class FinetuneData:
     def tokens_per_update(self) -> float:
         return self.target_tokens / max(self.updates_per_epoch, 1)
 
-    def to_dict(self) -> Dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "FinetuneData":
-        return cls(int(data["updates_per_epoch"]), int(data["target_tokens"]), str(data["validation"]),
-                   int(data["validation_tokens"]))
-
 
 @dataclass
-class FinetuneStop:
+class FinetuneStop(PlainRecord):
     """Fine-tuning until it is enough: fairseq-train validates on ``subset`` every ``interval`` updates with
     fairseq's BLEU (``--eval-bleu`` with ``generation``: beam, length penalty, length limits; ``remove_bpe``) and
     keeps the best checkpoint; it stops once the validation BLEU reaches ``target``, after ``patience``
@@ -96,7 +89,7 @@ class FinetuneStop:
     generation: Dict[str, Any] = field(default_factory=dict)
     remove_bpe: Optional[str] = None
     # the data counted (None: not counted, a tenth of the ceiling alone); a measurement, not a setting
-    data: Optional[FinetuneData] = field(default=None, compare=False)
+    data: Optional[FinetuneData] = field(default=None, compare=False, metadata=NOT_WRITTEN)
 
     def __post_init__(self):
         refuse(self.interval is not None and self.interval < 1,
@@ -130,15 +123,6 @@ class FinetuneStop:
             return (f"every {interval} updates: {VALIDATION_SPLITS} times {self.subset}'s {data.validation_tokens:,} "
                     f"target tokens, at {data.tokens_per_update:,.0f} an update")
         return f"every {interval} updates: a tenth of the ceiling"
-
-    def to_dict(self) -> Dict[str, Any]:
-        return {"subset": self.subset, "interval": self.interval, "patience": self.patience, "target": self.target,
-                "minutes": self.minutes, "generation": dict(self.generation), "remove_bpe": self.remove_bpe}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "FinetuneStop":
-        return cls(**{key: data[key] for key in ("subset", "interval", "patience", "target", "minutes",
-                                                  "generation", "remove_bpe") if key in data})
 
 
 def _tenth(ceiling: int) -> int:
@@ -272,7 +256,7 @@ class FinetuneSettings:
 
 
 @dataclass(frozen=True)
-class FinetuneRecipe:
+class FinetuneRecipe(PlainRecord):
     """What makes two fine-tunes of one configuration the same run, so that a finished or half-trained one is reused
     only under the same recipe: the length, learning rate, warm-up, the curve's stops and the seed (fairseq draws
     the batches' order and dropout from it). ``None`` in a recorded recipe: not recorded, not compared."""
@@ -305,16 +289,6 @@ class FinetuneRecipe:
         if draw is None or draw == 1 or self.seed is None:
             return self
         return dataclasses.replace(self, seed=self.seed + draw - 1)
-
-    def to_dict(self) -> Dict[str, Any]:
-        return {"length": self.length, "lr": self.lr, "warmup_updates": self.warmup_updates,
-                "stops": [list(stop) for stop in self.stops or ()], "seed": self.seed}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "FinetuneRecipe":
-        stops = data.get("stops")
-        return cls(str(data["length"]), data.get("lr"), data.get("warmup_updates"),
-                   None if stops is None else tuple((str(kind), int(at)) for kind, at in stops), data.get("seed"))
 
 
 def _stops_text(stops) -> str:

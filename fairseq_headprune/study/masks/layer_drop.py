@@ -14,10 +14,11 @@ Spec grammar (terms separated by whitespace or ``;``)::
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, ClassVar, Dict, List, Mapping, Optional, Tuple
 
 from fairseq_headprune.errors import HeadMaskError
 from fairseq_headprune.study.masks.ranges import RangeError, expand_ranges, format_ranges, parse_ranges
+from fairseq_headprune.study.output.serialisation import PlainRecord
 
 STACKS = ("encoder", "decoder")
 # a stack's layers to remove, 0-based, sorted
@@ -103,10 +104,13 @@ def kept_layers(dropped: Mapping[str, List[int]], depths: Mapping[str, int]) -> 
 
 
 @dataclass
-class LayerChoice:
+class LayerChoice(PlainRecord):
     """Whole layers chosen for removal one at a time by a measured loss (``engine.compression.layer_choice``):
     the layers, the loss with every layer, and each step's stack, layer (1-based, numbered in the full model),
     the loss after it and the loss each candidate gave."""
+
+    DERIVED: ClassVar[Tuple[str, ...]] = ("spec",)
+    ORDER: ClassVar[Tuple[str, ...]] = ("spec",)
 
     dropped: LayerDrop
     base_loss: float
@@ -120,12 +124,3 @@ class LayerChoice:
     def loss(self) -> float:
         """The loss with the chosen layers removed."""
         return self.steps[-1]["loss"] if self.steps else self.base_loss
-
-    def to_dict(self) -> Dict[str, Any]:
-        return {"spec": self.spec, "dropped": {stack: list(layers) for stack, layers in self.dropped.items()},
-                "base_loss": self.base_loss, "steps": self.steps}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "LayerChoice":
-        return cls({str(stack): [int(i) for i in layers] for stack, layers in data["dropped"].items()},
-                   float(data["base_loss"]), list(data.get("steps", [])))

@@ -21,9 +21,10 @@ A margin of 0 is a strict claim ("better", "positive"): the interval must
 lie wholly on the claim's side.
 """
 
-from dataclasses import asdict, dataclass, fields
-from typing import Dict, List, Optional, Sequence
+from dataclasses import dataclass
+from typing import List, Optional, Sequence
 
+from fairseq_headprune.study.output.serialisation import PlainRecord
 from fairseq_headprune.study.statistics.intervals import Estimate
 
 CONSISTENT, DIFFERS, INCONCLUSIVE = "consistent", "differs", "inconclusive"
@@ -180,7 +181,7 @@ def rule_with(rule: str, judgement: Judgement, shortfall: Optional[str]) -> str:
 
 
 @dataclass
-class Finding:
+class Finding(PlainRecord):
     """One row of "What reproduces": the claim, the paper's figure, the study's estimate and 95% interval, the
     margin that would contradict the paper, the protocol and the strength of the evidence, the rule and the verdict
     (None: not judged, e.g. measured under another protocol, or the project's own comparison)."""
@@ -205,14 +206,6 @@ class Finding:
         """The verdict cell: consistent with the paper, **differs**, inconclusive, not judged."""
         return {CONSISTENT: "consistent with the paper", DIFFERS: "**differs**", INCONCLUSIVE: "inconclusive",
                 None: "not judged"}[self.verdict]
-
-    def to_dict(self) -> Dict[str, object]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Dict[str, object]) -> "Finding":
-        known = {f.name for f in fields(cls)}
-        return cls(**{key: value for key, value in data.items() if key in known})
 
 
 def judged_row(finding: str, paper: str, study: str, rule: str, judgement: Judgement, shortfall: Optional[str],

@@ -1,17 +1,18 @@
 """``search``'s record, ``OUT/search.json``: what the search kept within its budget, what it estimated and cost, written
-and read by one ``to_dict``/``from_dict``.
+and read by ``study.output.serialisation``.
 
 Files written before this record called the heads pruned and their total ``pruned`` and ``total``
 (``SearchFile.RENAMED``); they are read under the names compress's records use (``heads_pruned``, ``heads_total``).
 """
 
-import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Dict, Mapping, Optional
+from typing import Any, ClassVar, Dict, Optional
+
+from fairseq_headprune.study.output.serialisation import PlainRecord
 
 
 @dataclass
-class SearchFile:
+class SearchFile(PlainRecord):
     """``OUT/search.json``: the search's settings (``budget`` as given, e.g. ``50%``), the masks it kept (``spec``,
     ``ffn_spec``), how many units it pruned, the FLOPs and decoding FLOPs kept, the latency table's predicted
     speed-up, the seconds of each step, the search's own summary (``result``) and the tuning's (``tuning``)."""
@@ -42,11 +43,4 @@ class SearchFile:
     result: Dict[str, Any] = field(default_factory=dict)
     tuning: Optional[Dict[str, Any]] = None
 
-    def to_dict(self) -> Dict[str, Any]:
-        return dataclasses.asdict(self)
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "SearchFile":
-        known = {f.name for f in dataclasses.fields(cls)}
-        values = {cls.RENAMED.get(key, key): value for key, value in data.items()}
-        return cls(**{key: value for key, value in values.items() if key in known})

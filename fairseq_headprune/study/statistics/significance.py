@@ -33,7 +33,7 @@ statistics are one matrix product.
 import contextlib
 import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
@@ -47,12 +47,13 @@ from fairseq_headprune.constants import (
     SIGNIFICANCE_TESTS,
 )
 from fairseq_headprune.errors import SettingsError
+from fairseq_headprune.study.output.serialisation import PlainRecord
 from fairseq_headprune.study.statistics.bleu_stats import sacrebleu_metric
 from fairseq_headprune.study.statistics.metrics import Metric
 
 
 @dataclass
-class SignificanceSettings:
+class SignificanceSettings(PlainRecord):
     """Everything that decides a test's outcome; written beside every result."""
 
     test: str = "bootstrap"
@@ -90,12 +91,9 @@ class SignificanceSettings:
         (the t-test, McNemar's)."""
         return None if self.test in CORRECTNESS_TESTS else self.samples
 
-    def to_dict(self) -> Dict[str, object]:
-        return asdict(self)
-
 
 @dataclass
-class PairedResult:
+class PairedResult(PlainRecord):
     """A system against the baseline; scores in the metric the test resampled."""
 
     score: float  # the system's, in the metric the test resampled
@@ -112,9 +110,6 @@ class PairedResult:
     delta_low: Optional[float] = None  # 95% interval of the difference (bootstrap percentiles; the t-test's interval)
     delta_high: Optional[float] = None
     extra: Dict[str, float] = field(default_factory=dict)
-
-    def to_dict(self) -> Dict[str, object]:
-        return asdict(self)
 
 
 def p_value_cell(p_value: float, samples: Optional[int] = None) -> str:

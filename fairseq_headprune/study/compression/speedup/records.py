@@ -1,5 +1,5 @@
 """``compress --target speedup=Nx``'s records: each attempt, the result and the report (``OUT/report.json``), each
-written and read by one ``to_dict``/``from_dict`` and read by the console, ``OUT/report.md`` and the plan
+written and read by ``study.output.serialisation`` and read by the console, ``OUT/report.md`` and the plan
 benchmark alike.
 
 Every attempt is judged on the decision split (``ScoreChange`` on validation, its speed timed there); the
@@ -12,8 +12,9 @@ as scores on the split they name, the doubled keys derived again, the prediction
 """
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, ClassVar, Dict, List, Mapping, Optional, Tuple
 
+from fairseq_headprune.errors import ResultFileError
 from fairseq_headprune.study.compression.records import Prediction, ScoreChange, StageRecord
 from fairseq_headprune.study.compression.speed import Speedups
 from fairseq_headprune.study.compression.speedup.rules import within_tolerance
@@ -23,6 +24,7 @@ from fairseq_headprune.study.compression.speedup.shapes import (
     speed_breakdown,
 )
 from fairseq_headprune.study.masks.layer_drop import LayerChoice
+from fairseq_headprune.study.output.serialisation import OMITTED_WHEN_DEFAULT, PlainRecord, to_plain
 
 SPEEDUP_REPORT_FORMAT = "fairseq-headprune compress speedup 2"
 READABLE_SPEEDUP_FORMATS = ("fairseq-headprune compress speedup 1", SPEEDUP_REPORT_FORMAT)
@@ -91,17 +93,9 @@ class PlanRecord(StageRecord):
         """The unpruned model's score on the split the fine-tuning validates on: its stop target is set from it."""
         return self.reference if self.stop_reference is None else self.stop_reference
 
-    @classmethod
-    def from_dict(cls, data: Dict[str, Any]) -> "PlanRecord":
-        record = super().from_dict(data)
-        record.candidates = [PlannedCandidate.from_dict(c) for c in record.candidates]
-        record.out_of_order = [DisorderedPair.from_dict(pair) for pair in record.out_of_order]
-        record.layer_choices = {name: LayerChoice.from_dict(c) for name, c in record.layer_choices.items()}
-        return record
-
 
 @dataclass
-class FinetuneSummary:
+class FinetuneSummary(PlainRecord):
     """An attempt's fine-tuning as the decisions and the report read it: the updates made, why it stopped, the
     update count of the checkpoint kept, and its validations (the recovery curve: {updates, bleu})."""
 
@@ -109,27 +103,16 @@ class FinetuneSummary:
     stopped: Optional[str] = None
     kept_updates: Optional[int] = None
     curve: List[Dict[str, Any]] = field(default_factory=list)
-    seconds: Optional[float] = None  # its training time; None in reports written before it was recorded
-    device: str = ""  # where it trained (cpu, cuda), in what precision, on how many processes
-    precision: str = ""
-    processes: int = 1
-
-    def to_dict(self) -> Dict[str, Any]:
-        return {"updates": self.updates, "stopped": self.stopped, "kept_updates": self.kept_updates,
-                "curve": [dict(point) for point in self.curve],
-                **({"seconds": self.seconds, "device": self.device, "precision": self.precision}
-                   if self.seconds is not None else {}),
-                **({"processes": self.processes} if self.processes > 1 else {})}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "FinetuneSummary":
-        return cls(int(data.get("updates", 0)), data.get("stopped"), data.get("kept_updates"),
-                   list(data.get("curve", [])), data.get("seconds"), str(data.get("device", "")),
-                   str(data.get("precision", "")), int(data.get("processes", 1)))
+    # its training time (None in reports written before it was recorded); where it trained (cpu, cuda), in what
+    # precision, on how many processes
+    seconds: Optional[float] = field(default=None, metadata=OMITTED_WHEN_DEFAULT)
+    device: str = field(default="", metadata=OMITTED_WHEN_DEFAULT)
+    precision: str = field(default="", metadata=OMITTED_WHEN_DEFAULT)
+    processes: int = field(default=1, metadata=OMITTED_WHEN_DEFAULT)
 
 
 @dataclass
-class AttemptRecord:
+class AttemptRecord(PlainRecord):
     """One attempt: the shape it compressed to, its fine-tuning, its score against the unpruned model and its
     measured speed-ups like for like, both on the decision split, and the decision
     that followed."""
@@ -147,29 +130,29 @@ class AttemptRecord:
     # written before the rule read it; the speed-ups themselves)
     speedup_lows: Speedups = field(default_factory=Speedups)
 
+    # written beside the speed-ups they are the low ends of
+    ORDER: ClassVar[Tuple[str, ...]] = ("attempt", "dir", "shape", "continued_from", "finetune", "score", "speedups",
+                                        "speedup_lows")
+
     def __post_init__(self):
         self.speedups, self.speedup_lows = Speedups.of(self.speedups), Speedups.of(self.speedup_lows)
 
-    def to_dict(self) -> Dict[str, Any]:
-        return {"attempt": self.attempt, "dir": self.dir, "shape": self.shape.to_dict(),
-                "continued_from": self.continued_from, "finetune": self.finetune.to_dict(),
-                "score": self.score.to_dict(), "speedups": self.speedups.to_dict(),
-                "speedup_lows": self.speedup_lows.to_dict(), "decision": self.decision, "seconds": dict(self.seconds)}
-
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], split: str = "") -> "AttemptRecord":
-        """``split``: where a report of format 1 scored its attempts (its own evaluation split)."""
-        finetune = (FinetuneSummary.from_dict(data["finetune"]) if "finetune" in data
-                    else FinetuneSummary(int(data.get("finetune_updates", 0))))
-        score = ScoreChange.from_dict(data["score"] if "score" in data else data, split)
-        return cls(attempt=int(data["attempt"]), dir=str(data["dir"]), shape=PlannedCandidate.from_dict(data["shape"]),
-                   continued_from=data.get("continued_from"), finetune=finetune, score=score,
-                   speedups=data["speedups"], decision=str(data["decision"]),
-                   seconds=dict(data.get("seconds") or {}), speedup_lows=data.get("speedup_lows"))
+    def upgrade(cls, data: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Format 1 wrote an attempt's score as flat keys (on the split ``SpeedupReport.upgrade`` names) and its
+        fine-tuning as its update count."""
+        data = dict(data)
+        if "score" not in data:
+            data["score"] = {"split": data.get("split", ""), "metric": "BLEU",
+                             **{key: data.get(key) for key in ("unpruned", "compressed", "delta", "p_value",
+                                                               "samples", "before_finetune")}}
+        if "finetune" not in data:
+            data["finetune"] = {"updates": int(data.get("finetune_updates", 0))}
+        return data
 
 
 @dataclass
-class SpeedupResult:
+class SpeedupResult(PlainRecord):
     """The attempt deployed: its score change on the decision split (what the decisions read) and on the run's
     own split (``reported``: translated once, for this result), its speed-ups timed there, the plan's prediction
     of them per batch size, and its files (the report of its evaluation, the compressed checkpoint, the CTranslate2
@@ -189,29 +172,9 @@ class SpeedupResult:
         self.speedups = Speedups.of(self.speedups)
         self.prediction = {int(batch): row for batch, row in self.prediction.items()}
 
-    def to_dict(self) -> Dict[str, Any]:
-        return {"attempt": self.attempt, "decided": self.decided.to_dict(), "reported": self.reported.to_dict(),
-                "speedups": self.speedups.to_dict(),
-                "prediction": {str(batch): p.to_dict() for batch, p in self.prediction.items()},
-                "report": self.report, "checkpoint": self.checkpoint, "exported": self.exported,
-                "seconds": dict(self.seconds)}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], attempts: Sequence[AttemptRecord] = ()) -> "SpeedupResult":
-        """A result of format 1 was decided and reported with the score of its attempt (in ``attempts``)."""
-        if "reported" in data:
-            decided, reported = ScoreChange.from_dict(data["decided"]), ScoreChange.from_dict(data["reported"])
-        else:
-            decided = reported = next(a.score for a in attempts if a.attempt == int(data["attempt"]))
-        return cls(attempt=int(data["attempt"]), decided=decided, reported=reported,
-                   speedups=data["speedups"],
-                   prediction={b: Prediction.from_dict(p) for b, p in (data.get("prediction") or {}).items()},
-                   report=str(data["report"]), checkpoint=str(data["checkpoint"]), exported=str(data["exported"]),
-                   seconds=dict(data.get("seconds") or {}))
-
 
 @dataclass
-class SpeedupReport:
+class SpeedupReport(PlainRecord):
     """``OUT/report.json`` of a speed-up run: the target, the plan, every attempt and the result."""
 
     checkpoint: str
@@ -222,7 +185,9 @@ class SpeedupReport:
     attempts: List[AttemptRecord] = field(default_factory=list)
     result: Optional[SpeedupResult] = None
     format: str = SPEEDUP_REPORT_FORMAT
-    halves: Optional[HalvesRecord] = None  # --decision-half: the decision split's halves
+    halves: Optional[HalvesRecord] = field(default=None, metadata=OMITTED_WHEN_DEFAULT)  # --decision-half's
+
+    ORDER: ClassVar[Tuple[str, ...]] = ("format",)
 
     @property
     def chosen(self) -> PlannedCandidate:
@@ -269,24 +234,30 @@ class SpeedupReport:
         return spent
 
     def to_dict(self) -> Dict[str, Any]:
-        result = None if self.result is None else {
-            **self.result.to_dict(), "within_tolerance": self.within_tolerance,
-            "within_tolerance_reported": self.within_tolerance_reported, "reached_target": self.reached_target}
-        return {"format": self.format, "checkpoint": self.checkpoint, "target": self.target, "factor": self.factor,
-                "max_bleu_loss": self.max_bleu_loss,
-                "plan": {**self.plan.to_dict(), "chosen_name": self.chosen.candidate.name,
-                         "breakdown": {step: bought.to_dict() for step, bought in self.breakdown.items()}},
-                "attempts": [attempt.to_dict() for attempt in self.attempts], "result": result,
-                **({"halves": self.halves.to_dict()} if self.halves is not None else {})}
+        """The report, with what it derives written beside the plan (the chosen shape's name, what each step of it
+        bought) and the result (within the tolerance where it decided and where it is reported, target reached)."""
+        plain = to_plain(self)
+        plain["plan"].update(chosen_name=self.chosen.candidate.name, breakdown=to_plain(self.breakdown))
+        if self.result is not None:
+            plain["result"].update(within_tolerance=self.within_tolerance,
+                                   within_tolerance_reported=self.within_tolerance_reported,
+                                   reached_target=self.reached_target)
+        return plain
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "SpeedupReport":
+    def upgrade(cls, data: Mapping[str, Any]) -> Mapping[str, Any]:
+        """What the report derives dropped; format 1's attempts scored on its test split, and its result decided and
+        reported with the score of its attempt."""
         if data.get("format") not in READABLE_SPEEDUP_FORMATS:
-            raise ValueError(f"not a speed-up report of a known format: {data.get('format')!r}")
-        plan = {key: value for key, value in data["plan"].items() if key not in ("chosen_name", "breakdown")}
-        split = "" if data["format"] == SPEEDUP_REPORT_FORMAT else "test"  # format 1 judged on its test split
-        attempts = [AttemptRecord.from_dict(a, split) for a in data.get("attempts", [])]
-        return cls(checkpoint=str(data["checkpoint"]), target=str(data["target"]), factor=float(data["factor"]),
-                   max_bleu_loss=float(data["max_bleu_loss"]), plan=PlanRecord.from_dict(plan), attempts=attempts,
-                   result=None if data.get("result") is None else SpeedupResult.from_dict(data["result"], attempts),
-                   halves=None if data.get("halves") is None else HalvesRecord.from_dict(data["halves"]))
+            raise ResultFileError(f"not a speed-up report of a known format: {data.get('format')!r}")
+        data = dict(data)
+        data["plan"] = {key: value for key, value in data["plan"].items() if key not in ("chosen_name", "breakdown")}
+        if data["format"] != SPEEDUP_REPORT_FORMAT:
+            data["attempts"] = [AttemptRecord.upgrade({"split": "test", **attempt})
+                                for attempt in data.get("attempts", [])]
+            if data.get("result") is not None and "reported" not in data["result"]:
+                attempt = int(data["result"]["attempt"])
+                score = next(a["score"] for a in data["attempts"] if int(a["attempt"]) == attempt)
+                data["result"] = {**data["result"], "decided": score, "reported": score}
+        data["format"] = SPEEDUP_REPORT_FORMAT
+        return data

@@ -44,10 +44,11 @@ at that beam against the unpruned model at the run's.
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from fairseq_headprune.errors import SettingsError
 from fairseq_headprune.study.compression.speed import Speedups
+from fairseq_headprune.study.output.serialisation import FLATTENED, OMITTED_WHEN_DEFAULT, PlainRecord, written_as
 
 # the shares of every remaining layer's heads and FFN neurons a candidate keeps (1.0: layers removed only)
 WIDTH_SHARES = (1.0, 0.75, 0.5, 0.25)
@@ -70,11 +71,15 @@ def parse_speedup(text: str) -> float:
 
 
 @dataclass(frozen=True)
-class Candidate:
+class Candidate(PlainRecord):
     """One shape: ``dropped`` whole layers of each stack, and every remaining layer keeping ``width`` of its
     heads and neurons."""
 
-    dropped: Tuple[Tuple[str, int], ...]  # (stack, layers removed), stacks in a fixed order
+    DERIVED: ClassVar[Tuple[str, ...]] = ("name",)
+
+    # (stack, layers removed), stacks in a fixed order; JSON holds {stack: layers removed}
+    dropped: Tuple[Tuple[str, int], ...] = field(metadata=written_as(
+        dict, lambda counts: tuple(sorted((str(stack), int(count)) for stack, count in counts.items()))))
     width: float
     beam: Optional[int] = None  # decoded at this smaller beam (None: the run's)
 
@@ -91,14 +96,6 @@ class Candidate:
     @property
     def name(self) -> str:
         return f"{self.layers_name} removed, {self.width:.0%} width" + (f", beam {self.beam}" if self.beam else "")
-
-    def to_dict(self) -> Dict[str, Any]:
-        return {"dropped": dict(self.dropped), "width": self.width, "beam": self.beam}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Candidate":
-        return cls(tuple(sorted((str(k), int(v)) for k, v in data["dropped"].items())), float(data["width"]),
-                   data.get("beam"))
 
 
 def candidate_ladder(depths: Mapping[str, int], widths: Sequence[float] = WIDTH_SHARES,
@@ -127,7 +124,7 @@ def ladder_shapes(ladder: Sequence[Candidate]) -> List[Tuple[Tuple[Tuple[str, in
 
 
 @dataclass
-class PlannedCandidate:
+class PlannedCandidate(PlainRecord):
     """A candidate with what the plan found: its decoding-FLOPs share of the unpruned model's layers, its
     measured speed-up over the unpruned model (with the map both) at each batch size, and its damage: the
     validation loss increase over the unpruned model before fine-tuning (None: not measured), with its standard
@@ -135,13 +132,13 @@ class PlannedCandidate:
     speed-ups are the median of (0: a plan written before it was recorded, every shape at --repeats), and for a
     shape timed again at length its screening round's (``screened``; empty otherwise)."""
 
-    candidate: Candidate
+    candidate: Candidate = field(metadata=FLATTENED)
     flops_share: float
     speedups: Speedups = field(default_factory=Speedups)
     damage: Optional[float] = None
-    damage_se: Optional[float] = None
-    rounds: int = 0
-    screened: Speedups = field(default_factory=Speedups)
+    damage_se: Optional[float] = field(default=None, metadata=OMITTED_WHEN_DEFAULT)
+    rounds: int = field(default=0, metadata=OMITTED_WHEN_DEFAULT)
+    screened: Speedups = field(default_factory=Speedups, metadata=OMITTED_WHEN_DEFAULT)
 
     def __post_init__(self):
         self.speedups = Speedups.of(self.speedups)
@@ -149,19 +146,6 @@ class PlannedCandidate:
 
     def reaches(self, factor: float) -> bool:
         return self.speedups.reaches(factor)
-
-    def to_dict(self) -> Dict[str, Any]:
-        return {**self.candidate.to_dict(), "name": self.candidate.name, "flops_share": self.flops_share,
-                "speedups": self.speedups.to_dict(), "damage": self.damage,
-                **({} if self.damage_se is None else {"damage_se": self.damage_se}),
-                **({"rounds": self.rounds} if self.rounds else {}),
-                **({"screened": self.screened.to_dict()} if self.screened else {})}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "PlannedCandidate":
-        return cls(Candidate.from_dict(data), float(data["flops_share"]),
-                   data["speedups"], data.get("damage"), data.get("damage_se"), int(data.get("rounds", 0)),
-                   data.get("screened"))
 
 
 def removes_at_least(smaller: Candidate, larger: Candidate) -> bool:
@@ -173,21 +157,14 @@ def removes_at_least(smaller: Candidate, larger: Candidate) -> bool:
 
 
 @dataclass(frozen=True)
-class DisorderedPair:
+class DisorderedPair(PlainRecord):
     """Two shapes the plan timed against their order: ``smaller`` removes at least what ``larger`` removes, yet was
     timed at ``ratio`` of its speed-up at ``batch``."""
 
     smaller: str
     larger: str
-    batch: int
+    batch: int = field(metadata=written_as(str, int))  # as text, as a batch size keys a dict of speed-ups
     ratio: float
-
-    def to_dict(self) -> Dict[str, Any]:
-        return {"smaller": self.smaller, "larger": self.larger, "batch": str(self.batch), "ratio": self.ratio}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "DisorderedPair":
-        return cls(str(data["smaller"]), str(data["larger"]), int(data["batch"]), float(data["ratio"]))
 
 
 def out_of_order(planned: Sequence[PlannedCandidate], tolerance: float = ORDER_TOLERANCE,
