@@ -125,12 +125,12 @@ def speedup_report():
         SpeedupResult,
     )
     from fairseq_headprune.study.compression.speedup.shapes import Candidate, PlannedCandidate, out_of_order
-    from fairseq_headprune.study.masks.layer_drop import LayerChoice
+    from fairseq_headprune.study.masks.layer_drop import LayerChoice, LayerStep
 
     candidates = [PlannedCandidate(Candidate((("decoder", 1), ("encoder", 0)), 1.0), 0.7, {"1": 1.6, "64": 1.5}, 0.4),
                   PlannedCandidate(Candidate((("decoder", 1), ("encoder", 0)), 0.5), 0.4, {"1": 2.3, "64": 2.1}, 0.9),
                   PlannedCandidate(Candidate((("decoder", 2), ("encoder", 0)), 0.5), 0.2, {"1": 1.5, "64": 2.9}, 3.1)]
-    choice = LayerChoice({"decoder": [2]}, 2.1, [{"stack": "decoder", "layer": 3, "loss": 2.5, "candidates": {}}])
+    choice = LayerChoice({"decoder": [2]}, 2.1, [LayerStep("decoder", 3, 2.5)])
     plan = PlanRecord(factor=2.0, margin=0.1, batch_sizes=[1, 64], split="valid", sentences=64, beam=5,
                       target_length=20, repeats=5, candidates=candidates, chosen=1, map_gain={"1": 1.2, "64": 1.1},
                       out_of_order=out_of_order(candidates), decision_subset="valid", reference=41.0,

@@ -25,12 +25,12 @@ def test_the_fastest_type_within_the_tolerance_is_chosen_over_all_batch_sizes():
                   timing("int8_float32", 1.6, 0.8, 29.8)]
     choice = choose_compute_type(candidates, 0.3)
     # int8 is faster but 0.5 BLEU below float32; int8_float32 is 0.2 below
-    assert choice["chosen"] == "int8_float32" and choice["too_inaccurate"] == ["int8"]
-    assert choice["speedup_vs_float32"] == {"1": pytest.approx(2.0 / 1.6), "64": pytest.approx(1.0 / 0.8)}
-    assert choose_compute_type(candidates, 0.5)["chosen"] == "int8"
+    assert choice.chosen == "int8_float32" and choice.too_inaccurate == ["int8"]
+    assert choice.speedup_vs_float32 == {1: pytest.approx(2.0 / 1.6), 64: pytest.approx(1.0 / 0.8)}
+    assert choose_compute_type(candidates, 0.5).chosen == "int8"
     # faster at batch 1 but slower over both batch sizes: not chosen
     mixed = [timing("float32", 2.0, 1.0, 30.0), timing("int8", 1.9, 3.0, 30.0)]
-    assert choose_compute_type(mixed, 0.3)["chosen"] == "float32"
+    assert choose_compute_type(mixed, 0.3).chosen == "float32"
     assert choice_summary(choice) == (
         "int8_float32: 1.25x, 1.25x float32's speed at batch 1, 64, BLEU -0.20; timed at batch 1, 64: "
         "float32 5.0, 10.0 sent/s, BLEU 30.00; int8 10.0, 20.0 sent/s, BLEU 29.50; "
@@ -41,9 +41,9 @@ def test_the_fastest_type_within_the_tolerance_is_chosen_over_all_batch_sizes():
 
 def test_float32_is_kept_when_nothing_else_is_accurate_or_faster():
     slow = [timing("float32", 1.0, 1.0, 30.0), timing("int8", 2.0, 2.0, 30.0)]
-    assert choose_compute_type(slow, 0.3)["chosen"] == "float32"
+    assert choose_compute_type(slow, 0.3).chosen == "float32"
     worse = [timing("float32", 1.0, 1.0, 30.0), timing("int8", 0.5, 0.5, 20.0)]
-    assert choose_compute_type(worse, 0.3)["chosen"] == "float32"
+    assert choose_compute_type(worse, 0.3).chosen == "float32"
 
 
 def test_bad_choices_are_refused():
@@ -59,7 +59,7 @@ def test_the_candidates_are_what_ctranslate2_computes_on_the_device():
     assert auto_candidates({"float32", "float16", "int8_float16", "int8"}, "cuda") == [
         "float32", "float16", "int8_float16"]
     note = only_float32_choice({"float32"}, "cpu")
-    assert note["chosen"] == "float32" and note["candidates"] == []
+    assert note.chosen == "float32" and note.candidates == []
     assert choice_summary(note) == ("CTranslate2 computes only float32 of float32, int8, int8_float32 on cpu "
                                     "(float32): float32 is used, nothing was timed")
 
@@ -73,7 +73,7 @@ def test_only_float32_on_the_device_is_said_and_used_without_timing(monkeypatch,
     settings = CompressSettings(SweepSettings(str(tmp_path), "c.pt", str(tmp_path / "out"), cpu=True),
                                 CompressTarget("heads", 50.0), export_format="ctranslate2", quantization="auto")
     chosen, record = compress._choose_quantization(settings, str(tmp_path / "c.pt"), str(tmp_path / "work"))
-    assert chosen == "float32" and "float32 is used, nothing was timed" in record["note"]
+    assert chosen == "float32" and "float32 is used, nothing was timed" in record.note
     assert list(tmp_path.iterdir()) == []
 
 

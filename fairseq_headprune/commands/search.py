@@ -55,17 +55,15 @@ def command_search(args: argparse.Namespace) -> int:
         print(f"pruned {outcome.neurons_pruned} of {outcome.neurons_total} FFN neurons: "
               f"{ffn_mask_to_spec(result.ffn_mask)}")
     flops = outcome.flops
-    print(f"FLOPs kept: {flops['kept']:.4g} of {flops['full']:.4g} {flops['unit']} "
-          f"({100.0 * flops['kept'] / flops['full']:.1f}%, {flops['sequence_length']} attended positions)")
+    print(f"FLOPs kept: {flops.kept:.4g} of {flops.full:.4g} {flops.unit} "
+          f"({100.0 * flops.share:.1f}%, {flops.sequence_length} attended positions)")
     if outcome.decoding is not None:
         decoding = outcome.decoding
-        whole_full = decoding["layers_full"] + decoding["output_projection"]
-        whole_kept = decoding["layers_kept"] + decoding["output_projection"]
-        print(f"decoding FLOPs per sentence (beam {decoding['beam']}, {decoding['source_length']} source tokens, "
-              f"{decoding['target_steps']} decoder steps, </s> included): the layers keep "
-              f"{100.0 * decoding['layers_kept'] / decoding['layers_full']:.1f}%; with the output projection "
-              f"({decoding['output_projection']:.4g}, never pruned) the model keeps "
-              f"{100.0 * whole_kept / whole_full:.1f}%")
+        print(f"decoding FLOPs per sentence (beam {decoding.beam}, {decoding.source_length} source tokens, "
+              f"{decoding.target_steps} decoder steps, </s> included): the layers keep "
+              f"{100.0 * decoding.layers_share():.1f}%; with the output projection "
+              f"({decoding.output_projection:.4g}, never pruned) the model keeps "
+              f"{100.0 * decoding.whole_share():.1f}%")
     if outcome.predicted_speedup is not None:
         print(f"predicted speed-up of the whole model (latency table): {outcome.predicted_speedup:.2f}x")
     elif outcome.prediction_note:
@@ -81,7 +79,7 @@ def command_search(args: argparse.Namespace) -> int:
     if outcome.tuning is not None:
         summary = outcome.tuning.summary()
         print(f"mask tuning on {outcome.tuning.settings['sentences']} sentences "
-              f"({', '.join(settings.tuning.subsets)}): {summary['fitted']} of {summary['layers']} layers fitted")
+              f"({', '.join(settings.tuning.subsets)}): {summary.fitted} of {summary.layers} layers fitted")
         for line in layer_tuning_summary(outcome.tuning):
             print(line)
     timing = ", ".join(f"{name} {value:.1f} s" for name, value in outcome.seconds.items())

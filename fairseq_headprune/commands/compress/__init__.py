@@ -170,10 +170,10 @@ def command_compress(args: argparse.Namespace) -> int:
     outcome = run_compress(settings, on_stage=print_stage)
     report = outcome.report
     search, evaluation, parameters = report.search, report.evaluation, report.shrink.parameters
-    layers, samples = report.layers, evaluation.test.get("samples")
+    layers, samples = report.layers, evaluation.test.samples
     if layers is not None:
         print(f"layers\tremoved {layers.spec} (validation loss {layers.base_loss:.3f} -> "
-              f"{layers.steps[-1]['loss']:.3f}); {layers.cost} cost kept "
+              f"{layers.steps[-1].loss:.3f}); {layers.cost} cost kept "
               f"{100.0 * layers.kept_cost / layers.full_cost:.1f}% before the search")
     distill = report.distill
     if distill is not None:
@@ -188,7 +188,7 @@ def command_compress(args: argparse.Namespace) -> int:
           f"({evaluation.delta:+.2f}, {p_value_text(evaluation.p_value, samples)}) on {evaluation.split}"
           + ("" if evaluation.before_finetune is None else
              f"; {evaluation.before_finetune:.2f} before fine-tuning"))
-    run_beam = (report.speed.decoding or {}).get("beam")
+    run_beam = None if report.speed.decoding is None else report.speed.decoding.beam
     for row in evaluation.beams:
         print(f"beam {row.beam}\t{evaluation.label} unpruned {row.unpruned:.2f}, compressed "
               f"{row.compressed:.2f} ({row.delta:+.2f}, {p_value_text(row.p_value, samples)}); against the "

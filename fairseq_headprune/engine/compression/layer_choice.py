@@ -16,7 +16,7 @@ from fairseq_headprune.engine.checkpoints.layers import layers_removed, model_de
 from fairseq_headprune.engine.runtime.progress import progress_bar
 from fairseq_headprune.engine.search.tuning_guard import LossFunction, mean_loss
 from fairseq_headprune.errors import StudyError
-from fairseq_headprune.study.masks.layer_drop import LayerChoice
+from fairseq_headprune.study.masks.layer_drop import LayerChoice, LayerStep
 
 # the losses measured so far, by the layers left out: several choices on one model share them
 LossCache = MutableMapping[FrozenSet[Tuple[str, int]], float]
@@ -62,8 +62,8 @@ def choose_layers(model, loss: LossFunction, samples: Sequence[dict], counts: Ma
                     bar.update(1)
             (stack, layer), value = min(candidates.items(), key=lambda item: (item[1], item[0]))
             dropped[stack] = sorted(dropped[stack] + [layer])
-            choice.steps.append({"stack": stack, "layer": layer + 1, "loss": value,
-                                 "candidates": {f"{s}:{i + 1}": v for (s, i), v in candidates.items()}})
+            choice.steps.append(LayerStep(stack, layer + 1, value,
+                                          {f"{s}:{i + 1}": v for (s, i), v in candidates.items()}))
     return choice
 
 

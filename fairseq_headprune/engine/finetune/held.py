@@ -108,7 +108,7 @@ class FinetuneOutcome:
     precision: str = "float32"  # what it trained in: float32 on a CPU; on a GPU as FinetuneSettings.precision chose
     processes: int = 1  # data-parallel processes (FinetuneSettings.processes)
     update_freq: int = 1  # the batches each process accumulated per update
-    memory: Optional[Dict[str, object]] = None  # its memory plan (study.finetune.memory.MemoryPlan.to_dict)
+    memory: Optional[MemoryPlan] = None  # its memory plan
 
 
 def training_precision(cfg) -> str:
@@ -414,7 +414,7 @@ def finetune_held(start: str, data: str, save_dir: str, family: str, settings: F
     outcome = FinetuneOutcome(trained, updates, seconds, lr, warmup, str(cfg.dataset.train_subset),
                               device="cpu" if cfg.common.cpu else "cuda", precision=training_precision(cfg),
                               processes=settings.processes, update_freq=int(cfg.optimization.update_freq[0]),
-                              memory=memory.to_dict())
+                              memory=memory)
     if until is not None and curve:  # the best checkpoint on validation is the fine-tune's result
         scores = [point["bleu"] for point in curve]
         outcome.curve, outcome.stopped = list(curve), stop_reason(curve, until, updates, settings.updates)

@@ -231,8 +231,7 @@ def _search(settings: CompressSettings, stages: Stages, work: str) -> SearchReco
         ffn_spec=ffn_mask_to_spec(result.ffn_mask) if outcome.neurons_pruned else None,
         flops=outcome.flops, decoding_flops=outcome.decoding,
         tuned=outcome.tuning is not None, tuning_skipped=settings.tuning_skipped,
-        tuning=None if outcome.tuning is None else {**outcome.tuning.summary(),
-                                                    "sentences": outcome.tuning.settings.get("sentences")},
+        tuning=None if outcome.tuning is None else outcome.tuning.summary(outcome.tuning.settings.get("sentences")),
         step_seconds=outcome.seconds,
         latency_table=None if latency_table is None else (
             LATENCY_TABLE if settings.latency_table is None else os.path.abspath(latency_table)),
@@ -369,8 +368,9 @@ def _choose_quantization(settings: CompressSettings, checkpoint: str, work: str)
                                  torch.device(device))
     shutil.rmtree(timed_dir)
     choice = choose_compute_type(timings, settings.quantization_tolerance)
-    choice.update(split=evaluation.gen_subset, sentences=settings.deployment.sentences, vocabulary_map=False)
-    return choice["chosen"], choice
+    choice.split, choice.sentences, choice.vocabulary_map = (evaluation.gen_subset, settings.deployment.sentences,
+                                                             False)
+    return choice.chosen, choice
 
 
 # ----------------------------------------------------------------------------- the report

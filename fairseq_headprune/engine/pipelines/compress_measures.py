@@ -52,7 +52,7 @@ def evaluate_stage(settings: CompressSettings, stages: Stages, work: str) -> Eva
         higher_is_better=metric.higher_is_better, split=evaluation.gen_subset, sentences=len(baseline.stats),
         unpruned=sweeps["unpruned"].baseline_score(baseline), compressed=row[metric.column],
         delta=row["delta"], p_value=row["p_value"], significant=row["significant"],
-        ci_low=row["ci_low"], ci_high=row["ci_high"], test=evaluation.test.to_dict(),
+        ci_low=row["ci_low"], ci_high=row["ci_high"], test=evaluation.test,
         before_finetune=(sweeps["before_finetune"].baseline_score(scores["before_finetune"])
                          if "before_finetune" in sweeps else None),
         beams=beams, extra=family.evaluation_record(scores),
@@ -110,8 +110,8 @@ def speed_stage(settings: CompressSettings, stages: Stages, work: str) -> SpeedR
             row.beam = beam
         beam_rows += at_beam
     environment = {**deployment_environment(device, deployment.threads), **machine}
-    return SpeedRecord(split=evaluation.gen_subset, environment=environment, settings=deployment.to_dict(),
-                       unit=family.speed_unit, decoding=None if options is None else options.to_dict(), rows=rows,
+    return SpeedRecord(split=evaluation.gen_subset, environment=environment, settings=deployment,
+                       unit=family.speed_unit, decoding=options, rows=rows,
                        beam_rows=beam_rows)
 
 

@@ -51,7 +51,7 @@ from fairseq_headprune.study.search.costs import (
     write_latency_table,
 )
 from fairseq_headprune.study.search.mask_search import SearchResult, search_mask
-from fairseq_headprune.study.search.records import SearchFile
+from fairseq_headprune.study.search.records import DecodingFlops, FlopsKept, SearchFile
 from fairseq_headprune.study.search.settings import LatencySettings, SearchSettings
 from fairseq_headprune.study.search.tuning import MaskTuning, write_tuning
 
@@ -103,10 +103,10 @@ class SearchOutcome:
     files: List[str] = field(default_factory=list)
     neurons_total: int = 0
     neurons_pruned: int = 0  # FFN neurons the search pruned (0 when it searched heads only)
-    flops: Dict[str, object] = field(default_factory=dict)  # FLOPs per token of the attention and FFN layers kept
+    flops: Optional[FlopsKept] = None  # FLOPs per token of the attention and FFN layers kept
     predicted_speedup: Optional[float] = None  # the whole model's time over the masked one's, by the latency table
     prediction_note: Optional[str] = None  # why a table that timed the whole model predicts nothing
-    decoding: Optional[Dict[str, object]] = None  # decoding-flops: the sentence priced, the layers' and output's FLOPs
+    decoding: Optional[DecodingFlops] = None  # decoding-flops: the sentence priced, the layers' and output's FLOPs
 
 
 def layer_costs(settings: SearchSettings, model) -> LayerCosts:
@@ -218,16 +218,13 @@ def run_search(settings: SearchSettings) -> SearchOutcome:
         outcome.neurons_pruned = count_masked_neurons(result.ffn_mask)
     architecture = model_architecture(model)
     flops = model_flops(model, architecture, settings.sequence_length)
-    outcome.flops = {"kept": flops.cost_of(result.head_mask, result.ffn_mask), "full": flops.full_cost(),
-                     "unit": flops.unit, "sequence_length": settings.sequence_length}
+    outcome.flops = FlopsKept(flops.cost_of(result.head_mask, result.ffn_mask), flops.full_cost(), flops.unit,
+                              settings.sequence_length)
     if settings.cost == "decoding-flops":  # what the layers keep, beside what no pruning removes
         shape = decoding_shape(settings)
-        outcome.decoding = {
-            "source_length": shape.source_length, "target_steps": shape.target_steps, "beam": shape.beam,
-            "layers_kept": result.cost, "layers_full": costs.full_cost(),
-            "output_projection": output_projection_flops(architecture["dims"]["dec-dec"][0],
-                                                         len(task.target_dictionary), shape),
-        }
+        outcome.decoding = DecodingFlops(
+            shape.source_length, shape.target_steps, shape.beam, result.cost, costs.full_cost(),
+            output_projection_flops(architecture["dims"]["dec-dec"][0], len(task.target_dictionary), shape))
     if settings.cost == "latency":
         whole = _latency_table(settings, model, architecture).settings.get("whole_model_ms")
         if whole:  # tables that timed the whole model (CTranslate2's) predict the mask's speed-up

@@ -7,11 +7,11 @@ slower). So the candidates are timed on this machine, each in its own process
 timed sentences is within a tolerance of float32's.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar, Dict, List, Optional, Sequence, Tuple
 
 from fairseq_headprune.errors import SettingsError
-from fairseq_headprune.study.output.serialisation import PlainRecord
+from fairseq_headprune.study.output.serialisation import OMITTED_WHEN_DEFAULT, PlainRecord
 
 AUTO_QUANTIZATION = "auto"
 # the compute types tried on each device, float32 (the reference) first
@@ -37,9 +37,31 @@ class CandidateTiming(PlainRecord):
     ORDER: ClassVar[Tuple[str, ...]] = ("compute_type", "bleu")
 
 
-def choose_compute_type(candidates: Sequence[CandidateTiming], tolerance: float) -> Dict[str, object]:
+@dataclass
+class ComputeTypeChoice(PlainRecord):
+    """``--quantization auto``'s record: the type chosen, the tolerance it was chosen within, float32's BLEU, the
+    chosen type's speed-up over float32 per batch size, the types too inaccurate, every candidate's timing, and the
+    sentences timed (``split``, ``sentences``: None, all). ``note``: why nothing was timed (float32 alone)."""
+
+    chosen: str
+    tolerance: Optional[float]
+    reference_bleu: Optional[float]
+    speedup_vs_float32: Optional[Dict[int, float]]
+    too_inaccurate: List[str] = field(default_factory=list)
+    candidates: List[CandidateTiming] = field(default_factory=list)
+    note: Optional[str] = field(default=None, metadata=OMITTED_WHEN_DEFAULT)
+    split: Optional[str] = field(default=None, metadata=OMITTED_WHEN_DEFAULT)
+    sentences: Optional[int] = field(default=None, metadata=OMITTED_WHEN_DEFAULT)
+    vocabulary_map: Optional[bool] = field(default=None, metadata=OMITTED_WHEN_DEFAULT)
+
+    @property
+    def chosen_timing(self) -> CandidateTiming:
+        return next(c for c in self.candidates if c.compute_type == self.chosen)
+
+
+def choose_compute_type(candidates: Sequence[CandidateTiming], tolerance: float) -> ComputeTypeChoice:
     """The fastest candidate (least time summed over the batch sizes, each the median of its passes) whose BLEU is at
-    least float32's minus ``tolerance``; float32 itself always qualifies. Returns the choice and why."""
+    least float32's minus ``tolerance``; float32 itself always qualifies."""
     if tolerance < 0:
         raise SettingsError(f"the quantization tolerance must be 0 or more BLEU points, got {tolerance:g}",
                             setting="quantization_tolerance")
@@ -50,35 +72,31 @@ def choose_compute_type(candidates: Sequence[CandidateTiming], tolerance: float)
     kept = [c for c in candidates if c.bleu >= reference.bleu - tolerance - 1e-9]
     chosen = min(kept, key=lambda c: (sum(c.seconds.values()), c.compute_type != "float32"))
     dropped = [c.compute_type for c in candidates if c not in kept]
-    speedup = {str(b): reference.seconds[b] / chosen.seconds[b] for b in chosen.seconds}
-    return {"chosen": chosen.compute_type, "tolerance": tolerance, "reference_bleu": reference.bleu,
-            "speedup_vs_float32": speedup, "too_inaccurate": dropped,
-            "candidates": [c.to_dict() for c in candidates]}
+    speedup = {b: reference.seconds[b] / chosen.seconds[b] for b in chosen.seconds}
+    return ComputeTypeChoice(chosen.compute_type, tolerance, reference.bleu, speedup, dropped, list(candidates))
 
 
-def only_float32_choice(supported: Sequence[str], device: str) -> Dict[str, object]:
+def only_float32_choice(supported: Sequence[str], device: str) -> ComputeTypeChoice:
     """The record when float32 is the only candidate this device computes: nothing to time, float32 is used."""
-    return {"chosen": "float32", "tolerance": None, "reference_bleu": None, "speedup_vs_float32": None,
-            "too_inaccurate": [], "candidates": [],
-            "note": f"CTranslate2 computes only float32 of {', '.join(AUTO_CANDIDATES[device])} on {device} "
-                    f"({', '.join(sorted(supported))}): float32 is used, nothing was timed"}
+    return ComputeTypeChoice("float32", None, None, None,
+                             note=f"CTranslate2 computes only float32 of {', '.join(AUTO_CANDIDATES[device])} on "
+                                  f"{device} ({', '.join(sorted(supported))}): float32 is used, nothing was timed")
 
 
-def choice_summary(choice: Optional[Dict[str, object]]) -> Optional[str]:
+def choice_summary(choice: Optional[ComputeTypeChoice]) -> Optional[str]:
     """One line for the console: what was chosen and why, and every candidate's speed and BLEU."""
     if choice is None:
         return None
-    if choice.get("note"):
-        return choice["note"]
-    chosen = next(c for c in choice["candidates"] if c["compute_type"] == choice["chosen"])
-    batches = ", ".join(choice["speedup_vs_float32"])
-    if choice["chosen"] == "float32":
-        head = f"float32: no other type is faster within {choice['tolerance']:g} BLEU of it"
+    if choice.note:
+        return choice.note
+    batches = ", ".join(str(batch) for batch in choice.speedup_vs_float32)
+    if choice.chosen == "float32":
+        head = f"float32: no other type is faster within {choice.tolerance:g} BLEU of it"
     else:
-        speed = ", ".join(f"{s:.2f}x" for s in choice["speedup_vs_float32"].values())
-        head = (f"{choice['chosen']}: {speed} float32's speed at batch {batches}, BLEU "
-                f"{chosen['bleu'] - choice['reference_bleu']:+.2f}")
+        speed = ", ".join(f"{s:.2f}x" for s in choice.speedup_vs_float32.values())
+        head = (f"{choice.chosen}: {speed} float32's speed at batch {batches}, BLEU "
+                f"{choice.chosen_timing.bleu - choice.reference_bleu:+.2f}")
     timed = "; ".join(
-        f"{c['compute_type']} " + ", ".join(f"{r:.1f}" for r in c["sentences_per_second"].values())
-        + f" sent/s, BLEU {c['bleu']:.2f}" for c in choice["candidates"])
+        f"{c.compute_type} " + ", ".join(f"{r:.1f}" for r in c.sentences_per_second.values())
+        + f" sent/s, BLEU {c.bleu:.2f}" for c in choice.candidates)
     return f"{head}; timed at batch {batches}: {timed}"

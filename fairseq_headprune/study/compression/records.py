@@ -14,8 +14,15 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, List, Mapping, Optional, Tuple, Type
 
 from fairseq_headprune.errors import ResultFileError
+from fairseq_headprune.study.compression.decoding import DecodingOptions
+from fairseq_headprune.study.compression.deployment_settings import DeploymentSettings
+from fairseq_headprune.study.compression.precision import ComputeTypeChoice
 from fairseq_headprune.study.compression.speed import SpeedRow
+from fairseq_headprune.study.finetune.memory import MemoryPlan
+from fairseq_headprune.study.masks.layer_drop import LayerStep
 from fairseq_headprune.study.output.serialisation import OMITTED_WHEN_DEFAULT, UNKNOWN_KEYS, WRITTEN_LAST, PlainRecord
+from fairseq_headprune.study.search.records import DecodingFlops, FlopsKept, TuningSummary
+from fairseq_headprune.study.statistics.significance import SignificanceSettings
 
 REPORT_FORMAT = "fairseq-headprune compress report 2"
 READABLE_FORMATS = ("fairseq-headprune compress report 1", REPORT_FORMAT)
@@ -80,7 +87,7 @@ class LayersRecord(StageRecord):
     spec: str = ""  # the layers removed, as ``decoder:2-3``
     counts: Dict[str, int] = field(default_factory=dict)  # layers asked of each stack
     base_loss: float = 0.0  # the validation loss with every layer
-    steps: List[Dict[str, Any]] = field(default_factory=list)  # each removal: stack, layer, loss
+    steps: List[LayerStep] = field(default_factory=list)  # each removal
     subsets: List[str] = field(default_factory=list)
     sentences: int = 0
     cost: str = ""
@@ -133,11 +140,11 @@ class SearchRecord(StageRecord):
     neurons_pruned: int = 0
     neurons_total: int = 0
     ffn_spec: Optional[str] = None
-    flops: Dict[str, Any] = field(default_factory=dict)
-    decoding_flops: Optional[Dict[str, Any]] = None
+    flops: Optional[FlopsKept] = None
+    decoding_flops: Optional[DecodingFlops] = None
     tuned: bool = False
     tuning_skipped: Optional[str] = None
-    tuning: Optional[Dict[str, Any]] = None
+    tuning: Optional[TuningSummary] = None
     step_seconds: Dict[str, Any] = field(default_factory=dict)
     latency_table: Optional[str] = None
     latency_table_shape: Optional[Dict[str, Any]] = None
@@ -170,7 +177,7 @@ class FinetuneStageRecord(StageRecord):
     precision: str = ""  # what it trained in (float32 on a CPU; on a GPU as --finetune-precision chose)
     processes: int = 1  # the data-parallel processes it trained on (--finetune-processes)
     update_freq: int = 0  # the batches each of them accumulated per update (0: not recorded)
-    memory: Optional[Dict[str, Any]] = None  # its memory plan (study.finetune.memory.MemoryPlan.to_dict)
+    memory: Optional[MemoryPlan] = None  # its memory plan
 
 
 @dataclass
@@ -199,7 +206,7 @@ class ExportRecord(StageRecord):
 
     format: str = ""
     quantization: Optional[str] = None
-    quantization_choice: Optional[Dict[str, Any]] = None
+    quantization_choice: Optional[ComputeTypeChoice] = None
     models: Dict[str, Dict[str, Any]] = field(default_factory=dict)
 
 
@@ -237,7 +244,7 @@ class EvaluationRecord(StageRecord):
     significant: bool = False
     ci_low: Optional[float] = None
     ci_high: Optional[float] = None
-    test: Dict[str, Any] = field(default_factory=dict)
+    test: SignificanceSettings = field(default_factory=SignificanceSettings)
     before_finetune: Optional[float] = None
     beams: List[BeamResult] = field(default_factory=list)  # --speed-beams
 
@@ -245,7 +252,7 @@ class EvaluationRecord(StageRecord):
         """The compressed model against the unpruned one at the run's beam, or (``beam``, one of ``--speed-beams``)
         the compressed model at that beam against the unpruned one at the run's; None where that beam was not
         evaluated."""
-        samples = self.test.get("samples")
+        samples = self.test.samples
         if beam is None:
             return ScoreChange(self.split, self.label, self.unpruned, self.compressed, self.delta, self.p_value,
                                samples, self.before_finetune)
@@ -260,9 +267,9 @@ class SpeedRecord(StageRecord):
 
     split: str = ""
     environment: Dict[str, Any] = field(default_factory=dict)
-    settings: Dict[str, Any] = field(default_factory=dict)
+    settings: DeploymentSettings = field(default_factory=DeploymentSettings)
     unit: str = ""
-    decoding: Optional[Dict[str, Any]] = None
+    decoding: Optional[DecodingOptions] = None
     rows: List[SpeedRow] = field(default_factory=list)
     # --speed-beams: the same systems timed at other beam sizes (each row's beam), the compressed ones also
     # against the unpruned model at the run's beam (speedup_vs_run_beam)
@@ -328,5 +335,5 @@ class CompressReport(PlainRecord):
         """The attention and FFN layers' FLOPs per token the compressed model keeps, as a share of the unpruned
         model's (layers removed first count as removed)."""
         flops = self.search.flops
-        full = (self.layers.flops_full if self.layers is not None else None) or flops.get("full")
-        return flops["kept"] / full if full else float("nan")
+        full = (self.layers.flops_full if self.layers is not None else None) or flops.full
+        return flops.kept / full if full else float("nan")

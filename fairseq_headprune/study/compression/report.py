@@ -4,7 +4,6 @@ from typing import List, Optional
 
 from fairseq_headprune.constants import TRANSLATION_FAMILY
 from fairseq_headprune.study.compression.records import CompressReport, ExportRecord, trained_where
-from fairseq_headprune.study.finetune.memory import MemoryPlan
 from fairseq_headprune.study.statistics.significance import p_value_cell
 
 
@@ -28,7 +27,7 @@ def _pruned_lines(report: CompressReport) -> List[str]:
         f"- **Target** `{report.target}`: the search ({what}, Kwon et al. 2022) keeps "
         f"{search.mask_cost:g} of the unpruned model's {full_cost:g} {search.unit} "
         f"({100.0 * search.mask_cost / full_cost:.1f}%; the budget {search.budget:g})"
-        f"{flops_kept} ({flops['sequence_length']} attended positions per token).",
+        f"{flops_kept} ({flops.sequence_length} attended positions per token).",
         f"- **Pruned**: {search.heads_pruned} of {search.heads_total} heads"
         + (f" (`{search.spec}`)" if search.spec else "")
         + (f"; {search.neurons_pruned} of {search.neurons_total} FFN neurons" if search.neurons_total else "")
@@ -36,7 +35,7 @@ def _pruned_lines(report: CompressReport) -> List[str]:
         f"- **Fisher information** of the masks on {', '.join(fisher.subsets)} ({fisher.sentences} sentences).",
     ]
     if layers:
-        steps = ", ".join(f"{step['stack']} layer {step['layer']} ({step['loss']:.3f})" for step in layers.steps)
+        steps = ", ".join(f"{step.stack} layer {step.layer} ({step.loss:.3f})" for step in layers.steps)
         lines.insert(0, f"- **Whole layers removed** first: `{layers.spec}`, one at a time by the loss on "
                         f"{', '.join(layers.subsets)} ({layers.sentences} sentences; {layers.base_loss:.3f} "
                         f"with every layer): {steps}; the shallower model keeps "
@@ -44,12 +43,10 @@ def _pruned_lines(report: CompressReport) -> List[str]:
                         f"before the search.")
     decoding = search.decoding_flops
     if decoding:
-        layers_full = layers.full_cost if layers else decoding["layers_full"]
-        kept = decoding["layers_kept"] / layers_full
-        whole = ((decoding["layers_kept"] + decoding["output_projection"])
-                 / (layers_full + decoding["output_projection"]))
-        lines.insert(1, f"- **Decoding FLOPs** per translated sentence (beam {decoding['beam']}, "
-                        f"{decoding['source_length']} source tokens, {decoding['target_steps']} decoder steps, </s> "
+        layers_full = layers.full_cost if layers else None
+        kept, whole = decoding.layers_share(layers_full), decoding.whole_share(layers_full)
+        lines.insert(1, f"- **Decoding FLOPs** per translated sentence (beam {decoding.beam}, "
+                        f"{decoding.source_length} source tokens, {decoding.target_steps} decoder steps, </s> "
                         f"included): the attention and FFN layers keep {100.0 * kept:.1f}% of the unpruned "
                         f"model's; with the output projection, which no pruning removes, the model keeps "
                         f"{100.0 * whole:.1f}%.")
@@ -57,8 +54,8 @@ def _pruned_lines(report: CompressReport) -> List[str]:
     if tuning is None:
         lines.append(f"- **Mask tuning**: none ({search.tuning_skipped or '`--no-tune`'}).")
     else:
-        lines.append(f"- **Mask tuning** by least squares on {tuning.get('sentences')} sentences: {tuning['fitted']} "
-                     f"of {tuning['layers']} layers fitted, folded into the compressed weights.")
+        lines.append(f"- **Mask tuning** by least squares on {tuning.sentences} sentences: {tuning.fitted} "
+                     f"of {tuning.layers} layers fitted, folded into the compressed weights.")
     finetune = report.finetune
     if finetune is not None:
         start = ("the tuned weights (the tuning folded in, the pruned units masked)" if finetune.start == "tuned"
@@ -77,7 +74,7 @@ def _pruned_lines(report: CompressReport) -> List[str]:
                         "the unpruned model's word distributions (word-level distillation)"
                         if finetune.word_distillation else "") + ".")
         if finetune.memory:
-            lines.append(f"- **Memory**: {MemoryPlan.from_dict(finetune.memory).text()} (an estimate: "
+            lines.append(f"- **Memory**: {finetune.memory.text()} (an estimate: "
                          "docs/removal-and-export.md, \"Memory\").")
     distill = report.distill
     if distill is not None:
@@ -95,7 +92,7 @@ def _quality(report: CompressReport) -> List[str]:
         f"## {label[:1].upper() + label[1:]} on {evaluation.split}",
         "",
         f"{evaluation.sentences} sentences; {evaluation.description}. The compressed model is tested against "
-        f"the unpruned one ({test['test']}, {test['samples']} resamples, seed {test['seed']}).",
+        f"the unpruned one ({test.test}, {test.samples} resamples, seed {test.seed}).",
         "",
         f"| model | {label} | Δ | p-value | 95% interval |",
         "|---|---:|---:|---:|---|",
@@ -104,12 +101,12 @@ def _quality(report: CompressReport) -> List[str]:
            f"{evaluation.before_finetune - evaluation.unpruned:+.2f} | | |"]
           if evaluation.before_finetune is not None else []),
         f"| compressed | {_number(evaluation.compressed)} | {evaluation.delta:+.2f} | "
-        f"{p_value_cell(evaluation.p_value, test.get('samples'))} | "
+        f"{p_value_cell(evaluation.p_value, test.samples)} | "
         + ("" if evaluation.ci_low is None else f"{evaluation.ci_low:.2f}–{evaluation.ci_high:.2f}")
         + " |",
         "",
         ("The difference is significant" if evaluation.significant else "The difference is not significant")
-        + f" at p < {test['alpha']:g}.",
+        + f" at p < {test.alpha:g}.",
     ]
     return lines
 
@@ -152,10 +149,10 @@ def _speed(report: CompressReport) -> List[str]:
         "",
         f"On {environment['device']}; torch {environment['torch']}, fairseq "
         f"{environment['fairseq']}, CTranslate2 {environment['ctranslate2'] or 'not installed'}, "
-        f"fairseq-headprune {environment['fairseq_headprune']}. The first {speed.settings['sentences'] or 'all'} "
+        f"fairseq-headprune {environment['fairseq_headprune']}. The first {speed.settings.sentences or 'all'} "
         f"{unit} of {speed.split}, every system on the same batches and in its own process, a warm-up then "
-        f"{speed.settings['repeats']} rounds with the order rotated; median rate (min–max)."
-        + (f" Beam {speed.decoding['beam']}, length penalty {speed.decoding['lenpen']:g} in both engines."
+        f"{speed.settings.repeats} rounds with the order rotated; median rate (min–max)."
+        + (f" Beam {speed.decoding.beam}, length penalty {speed.decoding.lenpen:g} in both engines."
            if speed.decoding else "")
         + (f" CPU: {environment['cpu']} ({', '.join(environment.get('isa') or ['no vector extensions listed'])})."
            if environment.get("cpu") else "")
@@ -238,8 +235,8 @@ def _beams(report: CompressReport) -> List[str]:
     evaluation, speed = report.evaluation, report.speed
     if not evaluation.beams:
         return []
-    run_beam = (speed.decoding or {}).get("beam")
-    label, samples = evaluation.label, evaluation.test.get("samples")
+    run_beam = None if speed.decoding is None else speed.decoding.beam
+    label, samples = evaluation.label, evaluation.test.samples
     lines = ["", "## Beam sizes", "",
              f"The compressed model decoded with other beam sizes than the run's ({run_beam}); each {label} tested "
              f"against the unpruned model at the same beam and at beam {run_beam}.", "",
@@ -268,21 +265,21 @@ def _quantization_choice(exported: Optional[ExportRecord]) -> List[str]:
     if choice is None:
         return []
     lines = ["", "## Compute type (`--quantization auto`)", ""]
-    if choice.get("note"):
-        return lines + [choice["note"] + "."]
-    batch_sizes = list(choice["candidates"][0]["sentences_per_second"])
+    if choice.note:
+        return lines + [choice.note + "."]
+    batch_sizes = list(choice.candidates[0].sentences_per_second)
     lines += ["| compute type | " + " | ".join(f"sent/s, batch {b}" for b in batch_sizes) + " | BLEU | kept |",
               "|---|" + "---:|" * len(batch_sizes) + "---:|---|"]
-    for candidate in choice["candidates"]:
-        rates = " | ".join(f"{candidate['sentences_per_second'][b]:.1f}" for b in batch_sizes)
-        kept = "**chosen**" if candidate["compute_type"] == choice["chosen"] else (
-            f"more than {choice['tolerance']:g} BLEU below float32" if candidate["compute_type"] in
-            choice["too_inaccurate"] else "slower")
-        lines.append(f"| {candidate['compute_type']} | {rates} | {candidate['bleu']:.2f} | {kept} |")
+    for candidate in choice.candidates:
+        rates = " | ".join(f"{candidate.sentences_per_second[b]:.1f}" for b in batch_sizes)
+        kept = "**chosen**" if candidate.compute_type == choice.chosen else (
+            f"more than {choice.tolerance:g} BLEU below float32" if candidate.compute_type in choice.too_inaccurate
+            else "slower")
+        lines.append(f"| {candidate.compute_type} | {rates} | {candidate.bleu:.2f} | {kept} |")
     lines += ["", f"The compressed model, exported in float32 and loaded at each compute type, each in its own "
-                  f"process, decoded the first {choice['sentences'] or 'all'} sentences of {choice['split']} "
+                  f"process, decoded the first {choice.sentences or 'all'} sentences of {choice.split} "
                   "(without the vocabulary map); BLEU is sacreBLEU on their tokens, averaged over the batch sizes. "
-                  f"The fastest over all batch sizes whose BLEU is within {choice['tolerance']:g} of float32's "
+                  f"The fastest over all batch sizes whose BLEU is within {choice.tolerance:g} of float32's "
                   "is exported."]
     return lines
 

@@ -14,7 +14,7 @@ Spec grammar (terms separated by whitespace or ``;``)::
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Dict, List, Mapping, Optional, Tuple
+from typing import ClassVar, Dict, List, Mapping, Optional, Tuple
 
 from fairseq_headprune.errors import HeadMaskError
 from fairseq_headprune.study.masks.ranges import RangeError, expand_ranges, format_ranges, parse_ranges
@@ -104,6 +104,17 @@ def kept_layers(dropped: Mapping[str, List[int]], depths: Mapping[str, int]) -> 
 
 
 @dataclass
+class LayerStep(PlainRecord):
+    """One layer chosen: its stack, its number (1-based, in the full model), the loss without it (and the layers
+    chosen before it) and the loss each candidate gave (``decoder:3`` -> loss)."""
+
+    stack: str
+    layer: int
+    loss: float
+    candidates: Dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
 class LayerChoice(PlainRecord):
     """Whole layers chosen for removal one at a time by a measured loss (``engine.compression.layer_choice``):
     the layers, the loss with every layer, and each step's stack, layer (1-based, numbered in the full model),
@@ -114,7 +125,7 @@ class LayerChoice(PlainRecord):
 
     dropped: LayerDrop
     base_loss: float
-    steps: List[Dict[str, Any]] = field(default_factory=list)
+    steps: List[LayerStep] = field(default_factory=list)
 
     @property
     def spec(self) -> str:
@@ -123,4 +134,4 @@ class LayerChoice(PlainRecord):
     @property
     def loss(self) -> float:
         """The loss with the chosen layers removed."""
-        return self.steps[-1]["loss"] if self.steps else self.base_loss
+        return self.steps[-1].loss if self.steps else self.base_loss

@@ -70,7 +70,9 @@ def _default(spec: dataclasses.Field) -> Any:
 def to_plain(value: Any) -> Any:
     """``value`` as JSON holds it (see the module's docstring)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return _record_to_plain(value)
+        # a record by this mechanism; a settings object by its own identity (e.g. DeploymentSettings.to_dict)
+        return value.to_dict() if hasattr(value, "to_dict") and not isinstance(value, PlainRecord) \
+            else _record_to_plain(value)
     if isinstance(value, Mapping):
         return {str(key): to_plain(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):

@@ -43,6 +43,7 @@ from fairseq_headprune.study.masks.head_mask import (
     parse_layer_name,
 )
 from fairseq_headprune.study.output.files import read_json_of_format, write_json
+from fairseq_headprune.study.search.records import TuningSummary
 
 TUNING_FORMAT = "fairseq-headprune mask tuning"
 
@@ -213,13 +214,11 @@ class MaskTuning:
             payload["ffn_spec"] = self.ffn_spec
         return hashlib.sha1(json.dumps(payload).encode()).hexdigest()[:12]
 
-    def summary(self) -> Dict[str, object]:
+    def summary(self, sentences: Optional[int] = None) -> TuningSummary:
+        """The tuning in four figures (and the sentences it was fitted on, where given)."""
         fitted = [v for v in self.layers.values() if v.fitted]
-        return {
-            "layers": len(self.layers), "fitted": len(fitted),
-            "mean_error_binary": _mean([v.error_binary for v in self.layers.values()]),
-            "mean_error_tuned": _mean([v.error_tuned for v in self.layers.values()]),
-        }
+        return TuningSummary(len(self.layers), len(fitted), _mean([v.error_binary for v in self.layers.values()]),
+                             _mean([v.error_tuned for v in self.layers.values()]), sentences)
 
 
 def _mean(values: List[float]) -> float:
@@ -232,7 +231,7 @@ def write_tuning(tuning: MaskTuning, path: str) -> None:
         "format": TUNING_FORMAT,
         "spec": tuning.spec,
         "settings": tuning.settings,
-        "summary": tuning.summary(),
+        "summary": tuning.summary().to_dict(),
         "layers": {layer_name(t, layer): v.to_dict() for (t, layer), v in tuning.layers.items()},
     }
     if tuning.ffn_mask is not None:

@@ -9,7 +9,7 @@ student computes as the unpruned model does (``_finetune_cost``).
 """
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from fairseq_headprune.study.compression.records import StageRecord
 from fairseq_headprune.study.finetune.memory import MemoryPlan
@@ -67,7 +67,7 @@ class CostProbe(StageRecord):
     updates_per_epoch: int = 0  # of the fine-tuning's training split (0: not counted)
     minutes_cap: Optional[float] = None  # --finetune-minutes
     max_attempts: int = 1
-    memory: Optional[Dict[str, Any]] = None  # the fine-tune's memory plan (study.finetune.memory.MemoryPlan)
+    memory: Optional[MemoryPlan] = None  # the fine-tune's memory plan
 
     def __post_init__(self):
         self.pass_seconds = {int(batch): float(value) for batch, value in (self.pass_seconds or {}).items()}
@@ -270,7 +270,7 @@ def cost_lines(probe: CostProbe, costs: Sequence[StageCost], chosen: Optional[Ch
                  f"attempt (at most {probe.max_attempts}) {_seconds(attempt)} more; about {_size(peak)} of disk, "
                  f"{_size(attempt_disk_bytes(probe, chosen))} kept per attempt")
     if probe.memory:
-        lines.append(f"memory\t{MemoryPlan.from_dict(probe.memory).text()}")
+        lines.append(f"memory\t{probe.memory.text()}")
     return lines
 
 
