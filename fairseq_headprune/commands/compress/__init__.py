@@ -182,8 +182,8 @@ def command_compress(args: argparse.Namespace) -> int:
     print(f"pruned\t{search.heads_pruned} of {search.heads_total} heads"
           + (f", {search.neurons_pruned} of {search.neurons_total} FFN neurons" if search.neurons_total else "")
           + f"; FLOPs kept {100.0 * report.flops_kept_share:.1f}%")
-    print(f"parameters\t{parameters['unpruned']} -> {parameters['compressed']} "
-          f"({1.0 - parameters['compressed'] / parameters['unpruned']:.1%} fewer)")
+    print(f"parameters\t{parameters.unpruned} -> {parameters.compressed} "
+          f"({1.0 - parameters.compressed / parameters.unpruned:.1%} fewer)")
     print(f"{evaluation.label}\tunpruned {evaluation.unpruned:.2f}, compressed {evaluation.compressed:.2f} "
           f"({evaluation.delta:+.2f}, {p_value_text(evaluation.p_value, samples)}) on {evaluation.split}"
           + ("" if evaluation.before_finetune is None else
@@ -216,9 +216,9 @@ def command_compress(args: argparse.Namespace) -> int:
     if prediction and prediction.measured:
         print(f"predicted\tbatch {prediction.batch_size}\t{prediction.predicted:.2f}x by the latency table, "
               f"measured {prediction.measured:.2f}x ({100.0 * prediction.relative_error:+.0f}%)")
-    print(f"compressed\t{report.files['checkpoint']}")
-    if report.files["exported"]:
-        print(f"exported\t{report.files['exported']}")
+    print(f"compressed\t{report.files.checkpoint}")
+    if report.files.exported:
+        print(f"exported\t{report.files.exported}")
     print("wrote\t" + " ".join(outcome.files))
     sys.stdout.flush()
     return 0

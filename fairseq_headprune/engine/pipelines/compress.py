@@ -73,12 +73,16 @@ from fairseq_headprune.study.compression.precision import (
 from fairseq_headprune.study.compression.records import (
     STAGE_RECORDS,
     CompressReport,
+    DeployedFiles,
     ExportRecord,
     FinetuneStageRecord,
     FisherRecord,
     LayersRecord,
+    ParameterCounts,
     SearchRecord,
     ShrinkRecord,
+    StageStatus,
+    WordDistillation,
     speedup_prediction,
 )
 from fairseq_headprune.study.compression.report import compression_report_markdown
@@ -292,8 +296,8 @@ def _finetune(settings: CompressSettings, stages: Stages, work: str) -> Finetune
         update_freq=outcome.update_freq, memory=outcome.memory, lr=outcome.lr, warmup_updates=outcome.warmup,
         lr_schedule="fixed after a linear warm-up",
         train_subset=outcome.train_subset, targets="distilled" if data != settings.data else "references",
-        word_distillation=None if teacher is None else {"teacher": os.path.abspath(teacher),
-                                                        "weight": settings.distill_weight},
+        word_distillation=(None if teacher is None
+                           else WordDistillation(os.path.abspath(teacher), settings.distill_weight)),
         start=("continued" if settings.shape.finetune_from else "tuned" if tuning_file is not None else "masked"))
 
 
@@ -321,7 +325,7 @@ def _shrink(settings: CompressSettings, stages: Stages, work: str) -> ShrinkReco
         checkpoint=CHECKPOINT, shrunk_from=os.path.abspath(source), tuning_folded=tuning_file is not None,
         heads_pruned=outcome.heads_pruned, heads_total=outcome.heads_total, spec=outcome.spec,
         neurons_pruned=outcome.neurons_pruned, neurons_total=outcome.neurons_total, ffn_spec=outcome.ffn_spec,
-        parameters={"unpruned": checkpoint_parameters(settings.checkpoint), "compressed": checkpoint_parameters(out)},
+        parameters=ParameterCounts(checkpoint_parameters(settings.checkpoint), compressed=checkpoint_parameters(out)),
         report=outcome.report,
     )
 
@@ -386,9 +390,8 @@ def _report(settings: CompressSettings, stages: Stages) -> CompressReport:
         fisher=records["fisher"], search=records["search"], finetune=records.get("finetune"),
         shrink=records["shrink"], export=exported, evaluation=records["evaluate"], speed=records["speed"],
         speedup_prediction=speedup_prediction(records["search"], records["speed"]),
-        files={"checkpoint": os.path.abspath(stages.path("shrink", CHECKPOINT)),
-               "exported": None if exported is None else os.path.abspath(stages.path("export", "compressed"))},
-        stages={stage: {"status": stages.status.get(stage),
-                        "seconds": None if records[stage] is None else records[stage].seconds}
+        files=DeployedFiles(os.path.abspath(stages.path("shrink", CHECKPOINT)),
+                            None if exported is None else os.path.abspath(stages.path("export", "compressed"))),
+        stages={stage: StageStatus(stages.status.get(stage), None if records[stage] is None else records[stage].seconds)
                 for stage in settings.stages},
     )

@@ -26,6 +26,7 @@ from fairseq_headprune.modules.masked_multihead_attention import head_layout
 from fairseq_headprune.study.compression.records import (
     DistillRecord,
     LayersRecord,
+    ParameterCounts,
     SearchRecord,
     ShrinkRecord,
 )
@@ -82,8 +83,8 @@ def layers_stage(settings: CompressSettings, work: str) -> LayersRecord:
                         sentences=sum(len(sample["id"]) for sample in samples),
                         cost=settings.target.cost, unit=costs.unit, full_cost=full, kept_cost=kept,
                         flops_full=flops_full,
-                        parameters={"unpruned": checkpoint_parameters(settings.checkpoint),
-                                    "kept": checkpoint_parameters(os.path.join(work, CHECKPOINT))})
+                        parameters=ParameterCounts(checkpoint_parameters(settings.checkpoint),
+                                                   kept=checkpoint_parameters(os.path.join(work, CHECKPOINT))))
 
 
 def distill_stage(settings: CompressSettings, work: str) -> DistillRecord:
@@ -128,5 +129,5 @@ def layers_only_shrink(settings: CompressSettings, source: str, out: str, search
     return ShrinkRecord(
         checkpoint=os.path.basename(out), shrunk_from=os.path.abspath(source), tuning_folded=False, heads_pruned=0,
         heads_total=search.heads_total, neurons_pruned=0, neurons_total=search.neurons_total,
-        parameters={"unpruned": checkpoint_parameters(settings.checkpoint), "compressed": checkpoint_parameters(out)},
+        parameters=ParameterCounts(checkpoint_parameters(settings.checkpoint), compressed=checkpoint_parameters(out)),
         report=[])

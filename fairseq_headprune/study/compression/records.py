@@ -80,6 +80,40 @@ class Prediction(PlainRecord):
 
 
 @dataclass
+class ParameterCounts(PlainRecord):
+    """A model's parameters before and after a stage (shared embeddings counted once): the unpruned model's, and the
+    compressed one's (``shrink/``) or the shallower one's with whole layers removed (``layers/``)."""
+
+    unpruned: int
+    compressed: Optional[int] = field(default=None, metadata=OMITTED_WHEN_DEFAULT)
+    kept: Optional[int] = field(default=None, metadata=OMITTED_WHEN_DEFAULT)
+
+
+@dataclass
+class WordDistillation(PlainRecord):
+    """``--distill word``: the teacher (the unpruned checkpoint) and the weight of its word distributions' loss."""
+
+    teacher: str
+    weight: float
+
+
+@dataclass
+class DeployedFiles(PlainRecord):
+    """What a compress run deploys: the compressed checkpoint, and its export (None: not exported)."""
+
+    checkpoint: str
+    exported: Optional[str] = None
+
+
+@dataclass
+class StageStatus(PlainRecord):
+    """A stage of this run: ``ran`` or ``kept`` (from an earlier run of the same settings), and its seconds."""
+
+    status: Optional[str]
+    seconds: Optional[float] = None
+
+
+@dataclass
 class LayersRecord(StageRecord):
     """``layers/``: whole layers removed first, those the validation loss misses least."""
 
@@ -95,7 +129,7 @@ class LayersRecord(StageRecord):
     full_cost: float = 0.0
     kept_cost: float = 0.0
     flops_full: Optional[float] = None
-    parameters: Dict[str, int] = field(default_factory=dict)
+    parameters: Optional[ParameterCounts] = None
     chosen_by: str = "loss"  # loss: measured here; plan: the speed-up plan's choice, measured there
 
 
@@ -165,7 +199,7 @@ class FinetuneStageRecord(StageRecord):
     lr_schedule: str = ""
     train_subset: str = ""
     targets: str = ""  # references or distilled
-    word_distillation: Optional[Dict[str, Any]] = None
+    word_distillation: Optional[WordDistillation] = None
     start: str = ""  # tuned or masked
     # fine-tuning until enough: the rule (FinetuneStop.to_dict, with its validation interval and ceiling), every
     # validation ({updates, bleu}: the recovery curve), why it stopped, and the update count of the checkpoint kept
@@ -196,7 +230,7 @@ class ShrinkRecord(StageRecord):
     neurons_pruned: int = 0
     neurons_total: int = 0
     ffn_spec: Optional[str] = None
-    parameters: Dict[str, int] = field(default_factory=dict)  # unpruned, compressed
+    parameters: Optional[ParameterCounts] = None
     report: List[str] = field(default_factory=list)
 
 
@@ -316,8 +350,8 @@ class CompressReport(PlainRecord):
     finetune: Optional[FinetuneStageRecord] = None
     export: Optional[ExportRecord] = None
     speedup_prediction: Optional[Prediction] = None
-    files: Dict[str, Optional[str]] = field(default_factory=dict)
-    stages: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    files: Optional[DeployedFiles] = None
+    stages: Dict[str, StageStatus] = field(default_factory=dict)
     format: str = REPORT_FORMAT
 
     ORDER: ClassVar[Tuple[str, ...]] = (

@@ -69,8 +69,8 @@ def _pruned_lines(report: CompressReport) -> List[str]:
                      f"updates), from {start}"
                      + ("; the targets: the unpruned model's translations of the training sources (sequence-level "
                         "distillation)" if finetune.targets == "distilled" else "")
-                     + (f"; the loss: {1 - finetune.word_distillation['weight']:g} of the label-smoothed "
-                        f"cross-entropy and {finetune.word_distillation['weight']:g} of the cross-entropy against "
+                     + (f"; the loss: {1 - finetune.word_distillation.weight:g} of the label-smoothed "
+                        f"cross-entropy and {finetune.word_distillation.weight:g} of the cross-entropy against "
                         "the unpruned model's word distributions (word-level distillation)"
                         if finetune.word_distillation else "") + ".")
         if finetune.memory:
@@ -114,19 +114,19 @@ def _quality(report: CompressReport) -> List[str]:
 def _size(report: CompressReport) -> List[str]:
     shrink = report.shrink
     parameters = shrink.parameters
-    removed = 1.0 - parameters["compressed"] / parameters["unpruned"]
+    removed = 1.0 - parameters.compressed / parameters.unpruned
     layers = report.layers
     by_part = "By part:"
-    if layers is not None and layers.parameters.get("kept"):
+    if layers is not None and layers.parameters is not None and layers.parameters.kept:
         # the shrink stage's table starts from the shallower model: say so, and what the layers took first
-        kept = layers.parameters["kept"]
+        kept = layers.parameters.kept
         by_part = (f"Removing `{layers.spec}` first took the model to {_count(kept)} parameters "
-                   f"({1.0 - kept / parameters['unpruned']:.1%} fewer); the table, by part, starts from that "
+                   f"({1.0 - kept / parameters.unpruned:.1%} fewer); the table, by part, starts from that "
                    f"shallower model and shows what the search removed from it:")
     lines = [
         "## Size",
         "",
-        f"{_count(parameters['unpruned'])} parameters unpruned, {_count(parameters['compressed'])} compressed "
+        f"{_count(parameters.unpruned)} parameters unpruned, {_count(parameters.compressed)} compressed "
         f"({removed:.1%} fewer; shared embeddings counted once). {by_part}",
         "",
     ]
@@ -302,17 +302,17 @@ def compression_report_markdown(report: CompressReport) -> str:
         "",
         f"`fairseq-headprune compress` of `{report.checkpoint}` on `{report.data}` ({report.family}).",
         "",
-        f"- **Compressed checkpoint**: `{files['checkpoint']}` (its heads and neurons removed; load it with the "
+        f"- **Compressed checkpoint**: `{files.checkpoint}` (its heads and neurons removed; load it with the "
         "plugin's task, e.g. `fairseq-headprune generate DATA --path` it).",
     ]
     if exported is not None:
-        lines.append(f"- **{exported.format} model**: `{files['exported']}` ({exported.quantization}).")
+        lines.append(f"- **{exported.format} model**: `{files.exported}` ({exported.quantization}).")
     lines += _pruned_lines(report) + [""] + _quality(report) + [""] + _size(report) + [""] + _speed(report)
     lines += _beams(report)
     lines += _quantization_choice(exported)
     lines += ["", "## Stages", "", "| stage | this run | seconds |", "|---|---|---:|"]
     for stage, status in report.stages.items():
-        seconds = status["seconds"]
-        lines.append(f"| {stage} | {'kept from an earlier run' if status['status'] == 'kept' else 'ran'} | "
+        seconds = status.seconds
+        lines.append(f"| {stage} | {'kept from an earlier run' if status.status == 'kept' else 'ran'} | "
                      f"{'' if seconds is None else f'{seconds:.1f}'} |")
     return "\n".join(lines) + "\n"

@@ -250,8 +250,8 @@ def _score(evaluation: EvaluationRecord, beam: Optional[int]) -> ScoreChange:
 def _stage_seconds(outcome: CompressOutcome, stages: Sequence[str] = ()) -> Dict[str, float]:
     """Each stage's seconds as it ran (``stages``: only those); a stage linked from an earlier attempt has that
     attempt's (``SpeedupReport.minutes`` counts it once)."""
-    return {stage: status["seconds"] for stage, status in outcome.report.stages.items()
-            if status.get("seconds") is not None and (not stages or stage in stages)}
+    return {stage: status.seconds for stage, status in outcome.report.stages.items()
+            if status.seconds is not None and (not stages or stage in stages)}
 
 
 def _finetune_summary(outcome: CompressOutcome) -> FinetuneSummary:
@@ -291,8 +291,8 @@ def _result(settings: CompressSettings, report: SpeedupReport, chosen: AttemptRe
         prediction={batch: Prediction(timed[batch], measured) for batch, measured in speedups.items()
                     if batch in timed},
         report=os.path.join(os.path.relpath(result_dir, settings.out_dir), REPORT_MARKDOWN),
-        checkpoint=outcome.report.files["checkpoint"],
-        exported=outcome.report.files["exported"] or "", seconds=_stage_seconds(outcome, MEASURED_STAGES))
+        checkpoint=outcome.report.files.checkpoint,
+        exported=outcome.report.files.exported or "", seconds=_stage_seconds(outcome, MEASURED_STAGES))
 
 
 def compress_shape(settings: CompressSettings, shape: int, out_dir: str,
