@@ -126,6 +126,7 @@ def speedup_report():
         SpeedupResult,
     )
     from fairseq_headprune.study.compression.speedup.shapes import Candidate, PlannedCandidate, out_of_order
+    from fairseq_headprune.study.finetune.settings import Validation
     from fairseq_headprune.study.masks.layer_drop import LayerChoice, LayerStep
 
     candidates = [PlannedCandidate(Candidate((("decoder", 1), ("encoder", 0)), 1.0), 0.7, {"1": 1.6, "64": 1.5}, 0.4),
@@ -139,9 +140,9 @@ def speedup_report():
                       damage_sentences=500, layer_choices={"1 decoder layer": choice}, stage="plan", seconds=12.0)
     decided = ScoreChange("valid", "BLEU", 41.0, 40.6, -0.4, 0.2, 1000, 3.0)
     attempt = AttemptRecord(attempt=1, dir="attempt-1", shape=candidates[1], continued_from=None,
-                            finetune=FinetuneSummary(400, "reached", 400, [{"updates": 200, "bleu": 38.0},
-                                                                             {"updates": 400, "bleu": 40.7}],
-                                                     57.1, "cuda", "bfloat16"),
+                            finetune=FinetuneSummary(400, "reached", 400,
+                                                     [Validation(200, 38.0), Validation(400, 40.7)], 57.1, "cuda",
+                                                     "bfloat16"),
                             score=decided, speedups={"1": 2.2, "64": 2.05}, decision="accept")
     result = SpeedupResult(attempt=1, decided=decided, reported=ScoreChange("test", "BLEU", 40.0, 39.5, -0.5, 0.25,
                                                                             1000, 2.5),

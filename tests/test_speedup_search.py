@@ -43,6 +43,7 @@ from fairseq_headprune.study.finetune.settings import (
     UPDATE_CEILING,
     FinetuneSettings,
     FinetuneStop,
+    Validation,
     finetune_precision,
     patience_state,
     stop_reason,
@@ -293,9 +294,9 @@ def test_the_search_is_driven_in_order():
 
 def test_a_fine_tuning_until_enough_stops_by_its_stated_rule():
     stop = FinetuneStop(target=40.0, patience=2)
-    curve = [{"updates": u, "bleu": b} for u, b in ((100, 30.0), (200, 38.0), (300, 41.0))]
+    curve = [Validation(u, b) for u, b in ((100, 30.0), (200, 38.0), (300, 41.0))]
     assert stop_reason(curve, stop, 300, 1000) == REACHED
-    plateau = curve[:2] + [{"updates": 300, "bleu": 37.0}, {"updates": 400, "bleu": 38.0}]
+    plateau = curve[:2] + [Validation(300, 37.0), Validation(400, 38.0)]
     assert stop_reason(plateau, stop, 400, 1000) == PLATEAU  # two validations without beating 38.0
     assert stop_reason(curve[:2], stop, 1000, 1000) == UPDATE_CEILING
     assert stop_reason(curve[:2], stop, 250, 1000) == TIME_CEILING

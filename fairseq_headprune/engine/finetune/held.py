@@ -34,7 +34,7 @@ import os
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import ContextManager, Dict, Iterator, List, Optional, Tuple
+from typing import ContextManager, Iterator, List, Optional, Tuple
 
 import torch
 from fairseq import checkpoint_utils
@@ -71,6 +71,7 @@ from fairseq_headprune.study.finetune.settings import (
     FLOAT32,
     FinetuneSettings,
     FinetuneStop,
+    Validation,
     finetune_precision,
     patience_state,
     stop_reason,
@@ -101,7 +102,7 @@ class FinetuneOutcome:
     train_subset: str
     # fine-tuning until enough: every validation ({updates, bleu}), why it stopped, the update count of the
     # checkpoint kept (the best on validation)
-    curve: List[Dict[str, float]] = field(default_factory=list)
+    curve: List[Validation] = field(default_factory=list)
     stopped: Optional[str] = None
     kept_updates: Optional[int] = None
     device: str = "cpu"  # where it trained
@@ -258,7 +259,7 @@ def _validate_until_enough(cfg, until: FinetuneStop, interval: int) -> None:
 
 
 @contextlib.contextmanager
-def validation_hooks(until: FinetuneStop, save_dir: str, record: bool = True) -> Iterator[List[Dict[str, float]]]:
+def validation_hooks(until: FinetuneStop, save_dir: str, record: bool = True) -> Iterator[List[Validation]]:
     """Hooks on fairseq-train's loop for fine-tuning until enough, taken off when the run ends: each validation is
     appended to the curve (yielded, and kept in ``save_dir/CURVE_FILE`` where ``record``: on one of several
     processes, whose validations are the same), and the stop check also stops once the target is reached. fairseq
@@ -276,9 +277,9 @@ def validation_hooks(until: FinetuneStop, save_dir: str, record: bool = True) ->
     def validating(cfg, trainer, task, epoch_itr, subsets):
         # fairseq's BLEU is a numpy scalar: as a float, the best score it saves in its checkpoints loads anywhere
         losses = [None if loss is None else float(loss) for loss in validate(cfg, trainer, task, epoch_itr, subsets)]
-        curve.append({"updates": trainer.get_num_updates(), "bleu": losses[0]})
+        curve.append(Validation(trainer.get_num_updates(), losses[0]))
         if record:
-            write_json(curve, curve_file)
+            write_json([point.to_dict() for point in curve], curve_file)
         return losses
 
     def stopping(cfg, valid_loss) -> bool:
@@ -318,14 +319,15 @@ def _rank_context(until: Optional[FinetuneStop], save_dir: str, rank: int) -> Co
     return validation_hooks(until, save_dir, record=rank == 0) if until is not None else contextlib.nullcontext()
 
 
-def _recorded_curve(save_dir: str, updates: int) -> List[Dict[str, float]]:
+def _recorded_curve(save_dir: str, updates: int) -> List[Validation]:
     """The validations a fine-tune until enough recorded, up to the ``updates`` its last checkpoint holds (those
     after it, by a process killed before its next save, were lost and done again)."""
     path = os.path.join(save_dir, CURVE_FILE)
     if not os.path.isfile(path):
         return []
     with open(path, encoding="utf-8") as stream:
-        return [point for point in json.load(stream) if point["updates"] <= updates]
+        curve = [Validation.from_dict(point) for point in json.load(stream)]
+    return [point for point in curve if point.updates <= updates]
 
 
 def _trained_to_the_end(save_dir: str, max_update: int) -> bool:
@@ -416,10 +418,10 @@ def finetune_held(start: str, data: str, save_dir: str, family: str, settings: F
                               processes=settings.processes, update_freq=int(cfg.optimization.update_freq[0]),
                               memory=memory)
     if until is not None and curve:  # the best checkpoint on validation is the fine-tune's result
-        scores = [point["bleu"] for point in curve]
+        scores = [point.bleu for point in curve]
         outcome.curve, outcome.stopped = list(curve), stop_reason(curve, until, updates, settings.updates)
         # fairseq keeps the last of equal bests
-        outcome.kept_updates = curve[len(scores) - 1 - scores[::-1].index(max(scores))]["updates"]
+        outcome.kept_updates = curve[len(scores) - 1 - scores[::-1].index(max(scores))].updates
         outcome.checkpoint = os.path.join(save_dir, "checkpoint_best.pt")
     if stop is None:
         _clear_task_masks(outcome.checkpoint)

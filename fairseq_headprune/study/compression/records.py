@@ -19,6 +19,7 @@ from fairseq_headprune.study.compression.deployment_settings import DeploymentSe
 from fairseq_headprune.study.compression.precision import ComputeTypeChoice
 from fairseq_headprune.study.compression.speed import SpeedRow
 from fairseq_headprune.study.finetune.memory import MemoryPlan
+from fairseq_headprune.study.finetune.settings import Validation
 from fairseq_headprune.study.masks.layer_drop import LayerStep
 from fairseq_headprune.study.output.serialisation import OMITTED_WHEN_DEFAULT, UNKNOWN_KEYS, WRITTEN_LAST, PlainRecord
 from fairseq_headprune.study.search.records import DecodingFlops, FlopsKept, TuningSummary
@@ -204,7 +205,7 @@ class FinetuneStageRecord(StageRecord):
     # fine-tuning until enough: the rule (FinetuneStop.to_dict, with its validation interval and ceiling), every
     # validation ({updates, bleu}: the recovery curve), why it stopped, and the update count of the checkpoint kept
     until: Optional[Dict[str, Any]] = None
-    curve: List[Dict[str, Any]] = field(default_factory=list)
+    curve: List[Validation] = field(default_factory=list)
     stopped: Optional[str] = None
     kept_updates: Optional[int] = None
     device: str = ""  # where it trained (cpu, cuda; empty in records written before it was recorded)

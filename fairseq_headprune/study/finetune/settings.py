@@ -5,7 +5,7 @@ configurations after Budhraja et al., and ``compress``), and the rule that stops
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from fairseq_headprune.errors import SettingsError
 from fairseq_headprune.study.output.serialisation import NOT_WRITTEN, PlainRecord
@@ -130,10 +130,19 @@ def _tenth(ceiling: int) -> int:
     return max(1, int(round(ceiling / VALIDATIONS_PER_FINETUNE)))
 
 
-def stop_reason(curve: Sequence[Mapping[str, Any]], stop: FinetuneStop, updates: int, ceiling: int) -> str:
+@dataclass
+class Validation(PlainRecord):
+    """One validation of a fine-tune until enough: the updates made, and fairseq's BLEU then (None: not scored).
+    A fine-tune's validations, in order, are its recovery curve."""
+
+    updates: int
+    bleu: Optional[float]
+
+
+def stop_reason(curve: Sequence[Validation], stop: FinetuneStop, updates: int, ceiling: int) -> str:
     """Why a fine-tune until enough ended, from its validations (``updates``, ``bleu``; in order) and the updates it
     made: it reached the target, had ``patience`` validations without a gain, or hit a ceiling."""
-    scores = [point["bleu"] for point in curve if point.get("bleu") is not None]
+    scores = [point.bleu for point in curve if point.bleu is not None]
     if stop.target is not None and scores and scores[-1] >= stop.target:
         return REACHED
     if len(scores) > stop.patience and max(scores[-stop.patience:]) <= max(scores[:-stop.patience]):
@@ -141,11 +150,11 @@ def stop_reason(curve: Sequence[Mapping[str, Any]], stop: FinetuneStop, updates:
     return UPDATE_CEILING if updates >= ceiling else TIME_CEILING
 
 
-def patience_state(curve: Sequence[Mapping[str, Any]]) -> Tuple[Optional[float], int]:
+def patience_state(curve: Sequence[Validation]) -> Tuple[Optional[float], int]:
     """fairseq's --patience state after these validations: the best score and the validations since it."""
     best, since = None, 0
     for point in curve:
-        score = point.get("bleu")
+        score = point.bleu
         if score is None:
             continue
         if best is None or score > best:

@@ -23,6 +23,7 @@ from fairseq_headprune.study.compression.speedup.shapes import (
     PlannedCandidate,
     speed_breakdown,
 )
+from fairseq_headprune.study.finetune.settings import Validation
 from fairseq_headprune.study.masks.layer_drop import LayerChoice
 from fairseq_headprune.study.output.serialisation import OMITTED_WHEN_DEFAULT, PlainRecord, to_plain
 
@@ -102,7 +103,7 @@ class FinetuneSummary(PlainRecord):
     updates: int = 0
     stopped: Optional[str] = None
     kept_updates: Optional[int] = None
-    curve: List[Dict[str, Any]] = field(default_factory=list)
+    curve: List[Validation] = field(default_factory=list)
     # its training time (None in reports written before it was recorded); where it trained (cpu, cuda), in what
     # precision, on how many processes
     seconds: Optional[float] = field(default=None, metadata=OMITTED_WHEN_DEFAULT)

@@ -41,7 +41,7 @@ def _curves(report: SpeedupReport) -> List[str]:
                      "after each number of updates"
                      + ("." if reference is None else
                         f"; the unpruned model scores {reference:.2f} there (the studies' evaluation)."), ""]
-        points = ", ".join(f"{point['updates']}: {point['bleu']:.2f}" for point in curve)
+        points = ", ".join(f"{point.updates}: {point.bleu:.2f}" for point in curve)
         lines.append(f"- attempt {attempt.attempt} ({attempt.shape.candidate.name}): {points}")
     return lines
 
