@@ -238,6 +238,37 @@ def test_the_cost_is_measured_before_the_plan_and_counts_what_the_run_then_does(
     assert probe["update_seconds"] > 0 and probe["distilled"]
 
 
+def test_every_record_the_run_wrote_reads_back_typed_and_writes_back_the_same_json(speedup_run):
+    """One serialisation (``study.output.serialisation``) for every record: each stage.json and report.json of the
+    run, read by its record class, holds typed records (int batch sizes, validations, candidates) and writes the
+    same JSON again, key for key and in the same order."""
+    from fairseq_headprune.study.compression.records import STAGE_RECORDS, CompressReport
+    from fairseq_headprune.study.compression.speedup.cost import CostProbe
+    from fairseq_headprune.study.compression.speedup.records import PlanRecord, SpeedupReport
+    from fairseq_headprune.study.finetune.settings import Validation
+
+    out, read = speedup_run["out"], {}
+    for path in sorted(out.rglob("*.json")):
+        if path.name == "stage.json":
+            record_type = {"plan": PlanRecord, "cost": CostProbe}.get(path.parent.name) or STAGE_RECORDS.get(
+                path.parent.name)
+        elif path.name == "report.json":
+            record_type = SpeedupReport if path.parent == out else CompressReport
+        else:
+            continue
+        text = json.loads(path.read_text())
+        record = record_type.from_dict(text)
+        assert json.dumps(record.to_dict()) == json.dumps(text), path
+        read[str(path.relative_to(out))] = record
+    assert {"report.json", "plan/stage.json", "cost/stage.json", "attempt-1/report.json",
+            "attempt-1/finetune/stage.json", "result/speed/stage.json"} <= set(read)
+    report = read["report.json"]
+    assert all(isinstance(batch, int) for batch in report.result.speedups) and report.attempts
+    assert all(isinstance(point, Validation) for point in read["attempt-1/finetune/stage.json"].curve)
+    assert isinstance(read["plan/stage.json"].candidates[0], PlannedCandidate)
+    assert read["attempt-1/report.json"].speed.settings.batch_sizes == [1, 8]
+
+
 def test_a_dry_run_prints_the_estimate_and_stops_before_the_plan(tiny_model, tmp_path):
     out = tmp_path / "run"
     result = run(speedup_command(tiny_model, out, "--dry-run"))
