@@ -12,11 +12,13 @@ dropped otherwise.
 A field may say how it is written (``field(metadata=...)``): ``OMITTED_WHEN_DEFAULT`` leaves it out while it holds
 its default (a fact older records lack), ``WRITTEN_LAST`` writes it after every other key, ``FLATTENED`` writes a
 nested record's keys into its parent's, ``written_as(write, read)`` converts it both ways, ``NOT_WRITTEN`` keeps it
-in memory only.
+in memory only. A dataclass that is not a ``PlainRecord`` but has a ``to_dict`` of its own (a settings object's
+identity, e.g. ``DeploymentSettings``) is written by it.
 """
 
 import collections.abc
 import dataclasses
+import functools
 import types
 import typing
 from typing import Any, Callable, ClassVar, Dict, Mapping, Tuple, Type, TypeVar
@@ -138,7 +140,7 @@ def _record_from_plain(cls: type, data: Any) -> Any:
         raise ResultFileError(f"a {cls.__name__} record is a JSON object, not {type(data).__name__}")
     upgrade = getattr(cls, "upgrade", None)
     data = upgrade(data) if upgrade is not None else data
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     specs = {spec.name: spec for spec in dataclasses.fields(cls) if spec.init}
     renamed, derived = getattr(cls, "RENAMED", {}), set(getattr(cls, "DERIVED", ()))
     flattened = [name for name, spec in specs.items() if spec.metadata.get("flattened")]
@@ -159,6 +161,12 @@ def _record_from_plain(cls: type, data: Any) -> Any:
     if missing:
         raise ResultFileError(f"a {cls.__name__} record lacks {', '.join(missing)}")
     return cls(**values)
+
+
+@functools.lru_cache(maxsize=None)
+def _hints(cls: type) -> Dict[str, Any]:
+    """A record class's fields' annotations, resolved once (a plan reads hundreds of candidates)."""
+    return typing.get_type_hints(cls)
 
 
 def _holds(annotation: Any, key: str) -> bool:
