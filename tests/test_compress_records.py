@@ -3,6 +3,7 @@ the older format read into it."""
 
 import pytest
 
+from fairseq_headprune.errors import ResultFileError
 from fairseq_headprune.study.compression.records import (
     REPORT_FORMAT,
     CompressReport,
@@ -85,6 +86,17 @@ def test_records_round_trip_and_unknown_formats_are_refused():
     assert isinstance(record, ShrinkRecord) and record.to_dict() == report.to_dict()["shrink"]
     with pytest.raises(ValueError, match="not a compress report of a known format"):
         CompressReport.from_dict(dict(report_of_format_1(), format="something else"))
+    # a record that lacks a fact its type requires, or is not an object, is refused by name
+    broken = report.to_dict()
+    del broken["fisher"]
+    with pytest.raises(ResultFileError, match="a CompressReport record lacks fisher"):
+        CompressReport.from_dict(broken)
+    broken = report.to_dict()
+    del broken["search"]["flops"]["sequence_length"]
+    with pytest.raises(ResultFileError, match="a FlopsKept record lacks sequence_length"):
+        CompressReport.from_dict(broken)
+    with pytest.raises(ResultFileError, match="a ShrinkRecord record is a JSON object, not list"):
+        ShrinkRecord.from_dict([])
 
 
 def test_speed_rows_beams_and_predictions_round_trip():
