@@ -127,7 +127,7 @@ def test_validating_until_enough_and_resuming_leave_the_training_as_it_was(tiny_
             walls.append(time.perf_counter() - began)
         trained[name] = torch.load(tmp_path / name / "checkpoint_last.pt", map_location="cpu")["model"]
         if until is not None:
-            assert [p["updates"] for p in outcome.curve] == [1, 2, 3, 4] and (tmp_path / name / CURVE_FILE).exists()
+            assert [p.updates for p in outcome.curve] == [1, 2, 3, 4] and (tmp_path / name / CURVE_FILE).exists()
             # more than the second call took in all (3 of the 4 updates were trained before it), less than both
             assert outcome.updates == 4 and walls[1] < outcome.seconds <= sum(walls)
     assert all(torch.equal(trained["plain"][key], trained["validated"][key]) for key in trained["plain"])

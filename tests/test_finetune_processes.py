@@ -69,7 +69,7 @@ def test_two_processes_train_the_weights_one_process_accumulating_their_batches_
     single = _finetune(tiny_model, starts[1], tmp_path / "single", processes=1)
     assert (two_processes.processes, two_processes.update_freq, one.processes, one.update_freq) == (2, 1, 1, 2)
     assert two_processes.updates == one.updates == 8
-    assert [p["updates"] for p in two_processes.curve] == [4, 8]
+    assert [p.updates for p in two_processes.curve] == [4, 8]
     assert two_processes.curve == one.curve and two_processes.kept_updates == one.kept_updates
     start = torch.load(starts[2], map_location="cpu")["model"]
     reference, weights, fewer = _weights(one), _weights(two_processes), _weights(single)

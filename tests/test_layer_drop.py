@@ -124,7 +124,7 @@ def test_the_layer_choice_over_both_stacks_measures_as_many_losses_as_its_progre
     counts = {"encoder": 1, "decoder": 1}
     choice = choose_layers(model, token_nll(task.target_dictionary.pad()), samples, counts, progress=False)
     assert {stack: len(layers) for stack, layers in choice.dropped.items()} == counts
-    measured = [len(step["candidates"]) for step in choice.steps]
+    measured = [len(step.candidates) for step in choice.steps]
     # the first step tries all four layers, the second the two of the stack that still loses one
     assert measured == [4, 2]
     assert passes_left(model_depths(model), counts, {"encoder": [], "decoder": []}) == sum(measured)
@@ -141,10 +141,10 @@ def test_the_layer_choice_measures_the_loss_stock_fairseq_validate_reports(tiny_
     choice = choose_layers(model, token_nll(task.target_dictionary.pad()), samples, {"decoder": 1}, progress=False)
     assert model_depths(model) == {"encoder": 2, "decoder": 2}  # every layer back
     step = choice.steps[0]
-    assert set(step["candidates"]) == {"decoder:1", "decoder:2"}
-    assert step["loss"] == min(step["candidates"].values()) and choice.dropped == {"decoder": [step["layer"] - 1]}
+    assert set(step.candidates) == {"decoder:1", "decoder:2"}
+    assert step.loss == min(step.candidates.values()) and choice.dropped == {"decoder": [step.layer - 1]}
     # the candidates' losses, in bits per token, are fairseq-validate's with that layer left out at load time
-    for candidate, loss in step["candidates"].items():
+    for candidate, loss in step.candidates.items():
         kept = "1" if candidate == "decoder:1" else "0"
         result = run(["fairseq-validate", tiny_model["data"], "--path", tiny_model["checkpoint"], "--user-dir",
                       USER_DIR, "--task", "translation", "--criterion", "cross_entropy", "--valid-subset", "valid",
@@ -153,7 +153,7 @@ def test_the_layer_choice_measures_the_loss_stock_fairseq_validate_reports(tiny_
         # the checkpoint's label-smoothed criterion prints the plain cross-entropy as nll_loss
         reported = float(re.search(r"\| nll_loss ([\d.]+)", result.stdout + result.stderr).group(1))
         assert loss / math.log(2) == pytest.approx(reported, abs=1e-3), candidate
-    assert choice.base_loss < step["loss"]
+    assert choice.base_loss < step.loss
 
 
 def test_distilled_targets_are_the_teachers_beam_outputs(tiny_model, tmp_path):
