@@ -69,6 +69,11 @@ def _default(spec: dataclasses.Field) -> Any:
     return dataclasses.MISSING
 
 
+def _required(spec: dataclasses.Field) -> bool:
+    """Whether a field has no default (its record cannot be read without it)."""
+    return spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING
+
+
 def to_plain(value: Any) -> Any:
     """``value`` as JSON holds it (see the module's docstring)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -157,7 +162,7 @@ def _record_from_plain(cls: type, data: Any) -> Any:
             unknown[key] = value
     if unknown_field is not None:
         values[unknown_field] = unknown
-    missing = [name for name, spec in specs.items() if name not in values and _default(spec) is dataclasses.MISSING]
+    missing = [name for name, spec in specs.items() if name not in values and _required(spec)]
     if missing:
         raise ResultFileError(f"a {cls.__name__} record lacks {', '.join(missing)}")
     return cls(**values)
